@@ -1,0 +1,44 @@
+/* meshwit-bench: the interface between the driver (main.c) and the cases. */
+#ifndef MWB_BENCH_H
+#define MWB_BENCH_H
+
+#include <stdio.h>
+
+#define MWB_MAX_FIELDS 24
+
+/* One measured configuration: an ordered list of fields, written as one JSON object and one
+ * CSV row. Every record has at least "case", "devices" and, for step benchmarks, "ms_per_step". */
+typedef struct mwb_record {
+    int nfields;
+    struct {
+        char key[32];
+        int is_str;
+        double num;
+        char str[96];
+    } f[MWB_MAX_FIELDS];
+} mwb_record;
+
+void mwb_record_str(mwb_record *r, const char *key, const char *value);
+void mwb_record_num(mwb_record *r, const char *key, double value);
+
+typedef struct mwb_ctx {
+    const char *const *devices; /* --devices values, in order; cases use their defaults if none */
+    int ndevices;
+    int quick;                  /* --quick: fewer repeats, smaller sizes (for CI smoke runs) */
+    void (*emit)(struct mwb_ctx *ctx, const mwb_record *r); /* appends to JSON/CSV output */
+    void *driver;               /* the driver's own state */
+} mwb_ctx;
+
+/* A case prints its own table to stdout, emits one record per configuration and returns 0, or
+ * prints the error to stderr and returns non-zero. */
+typedef int (*mwb_case_fn)(mwb_ctx *ctx);
+
+int mwb_case_linreg(mwb_ctx *ctx);
+int mwb_case_reduce(mwb_ctx *ctx);
+
+/* Monotonic time in seconds. */
+double mwb_now(void);
+/* Median of n values (reorders v). */
+double mwb_median(double *v, int n);
+
+#endif

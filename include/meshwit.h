@@ -1,0 +1,33 @@
+/* meshwit: data-parallel training of named-axis tensor graphs across devices.
+ *
+ * The umbrella header. See meshwit/graph.h (tracing models), meshwit/mesh.h (devices and meshes)
+ * and meshwit/trainer.h (compiling and running steps); every fallible call returns an mw_status
+ * (meshwit/status.h). */
+#ifndef MESHWIT_H
+#define MESHWIT_H
+
+#define MESHWIT_VERSION_MAJOR 0
+#define MESHWIT_VERSION_MINOR 1
+#define MESHWIT_VERSION_PATCH 0
+
+#include "meshwit/graph.h"
+#include "meshwit/mesh.h"
+#include "meshwit/status.h"
+#include "meshwit/trainer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "0.1.0" */
+const char *mw_version(void);
+
+/* The BLAS core the CPU backend runs on (OpenBLAS's openblas_get_corename(), e.g. "Prescott"),
+ * and a warning string when a generic core runs on a CPU with wider vector units, else "". */
+const char *mw_blas_core(void);
+const char *mw_blas_warning(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

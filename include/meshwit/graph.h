@@ -1,0 +1,164 @@
+/* meshwit: graphs of named-axis tensors.
+ *
+ * A model is traced once into an mw_graph by calling ops on symbolic tensors; nothing is computed
+ * while tracing. Every axis has a name; ops match axes by name, never by position. A sharded axis
+ * carries the mesh axis it is split over and prints as "Batch@X": it is a different axis from
+ * "Batch", so a sharded tensor never mixes implicitly with an unsharded one.
+ *
+ * Errors while tracing are sticky: the first failing op records its message in the graph (and in
+ * mw_last_error()), returns NULL, and every later op given a NULL tensor also returns NULL. So a
+ * model can be written as plain nested calls and checked once with mw_graph_status().
+ *
+ * Thread-safety: a graph is not thread-safe; build it on one thread. Once a trainer is made from
+ * it, the graph is read-only and may be shared by any number of trainers. */
+#ifndef MESHWIT_GRAPH_H
+#define MESHWIT_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MW_MAX_RANK 8 /* most axes a tensor can have */
+#define MW_MAX_NAME 48 /* longest axis, tensor or mesh-axis name, terminator included */
+
+typedef enum mw_dtype {
+    MW_F32 = 0, /* 32-bit float: every op */
+    MW_BF16 = 1, /* reserved for mixed precision; no op accepts it yet */
+    MW_I32 = 2, /* integer ids (inputs only) */
+    MW_U16 = 3  /* reserved for compact token storage; no op accepts it yet */
+} mw_dtype;
+
+/* An axis: a name and a (global) size. */
+typedef struct mw_axis {
+    const char *name;
+    int64_t size;
+} mw_axis;
+
+/* An ordered list of axes; the order is the memory layout (row-major, last axis fastest). */
+typedef struct mw_axes {
+    int rank;
+    mw_axis axis[MW_MAX_RANK];
+} mw_axes;
+
+/* MW_AXES({"Batch", 8192}, {"Feature", 64}) builds an mw_axes; MW_SCALAR has no axes. */
+#define MW_AXES(...)                                                                               \
+    ((mw_axes){(int)(sizeof((mw_axis[]){__VA_ARGS__}) / sizeof(mw_axis)), {__VA_ARGS__}})
+#define MW_SCALAR ((mw_axes){0, {{0, 0}}})
+
+typedef enum mw_init_kind {
+    MW_INIT_KIND_ZEROS = 0,
+    MW_INIT_KIND_CONST,  /* every element = value */
+    MW_INIT_KIND_NORMAL, /* mean 0, standard deviation = value */
+    MW_INIT_KIND_UNIFORM /* uniform in [-value, value] */
+} mw_init_kind;
+
+/* How a parameter starts. Random initialisers draw from the graph's seed and the parameter's
+ * name, so every replica on every device starts identical and runs are repeatable. */
+typedef struct mw_init {
+    mw_init_kind kind;
+    float value;
+} mw_init;
+
+#define MW_INIT_ZEROS ((mw_init){MW_INIT_KIND_ZEROS, 0.0f})
+#define MW_INIT_CONST(v) ((mw_init){MW_INIT_KIND_CONST, (v)})
+#define MW_INIT_NORMAL(std) ((mw_init){MW_INIT_KIND_NORMAL, (std)})
+#define MW_INIT_UNIFORM(limit) ((mw_init){MW_INIT_KIND_UNIFORM, (limit)})
+
+typedef struct mw_graph mw_graph;
+typedef struct mw_tensor mw_tensor; /* a symbolic tensor; owned by its graph */
+
+/* Makes an empty graph. *out is owned by the caller (mw_graph_free). Errors: MW_ERR_NOMEM,
+ * MW_ERR_INVALID when out is NULL. */
+mw_status mw_graph_new(mw_graph **out);
+
+/* Frees a graph and every tensor in it. NULL is a no-op. Trainers made from the graph must be
+ * freed first. */
+void mw_graph_free(mw_graph *g);
+
+/* MW_OK, or the status of the first op that failed while tracing. */
+mw_status mw_graph_status(const mw_graph *g);
+
+/* The message of the first op that failed while tracing, or "". Owned by the graph. */
+const char *mw_graph_error(const mw_graph *g);
+
+/* Seed of the random parameter initialisers (default 1337). */
+void mw_graph_set_seed(mw_graph *g, uint64_t seed);
+
+/* --- leaves ------------------------------------------------------------------------------- */
+
+/* A value fed at every step under `name` (unique among inputs and parameters). Axis sizes are
+ * global: a sharded input is still fed whole, and each device reads its own rows. */
+mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes);
+
+/* A trained parameter (f32), replicated on every device, initialised by `init`. */
+mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
+
+/* --- sharding ------------------------------------------------------------------------------ */
+
+/* Splits axis `axis` of input x over mesh axis `mesh_axis`: "Batch" becomes "Batch@X". Only a
+ * graph input (or a tensor derived from inputs by nothing but other mw_shard calls on different
+ * axes) can be sharded: the split happens when the host feeds the batch. The mesh axis is looked
+ * up when a trainer is made. Errors: MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (already
+ * sharded, or not an input). */
+mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis);
+
+/* --- elementwise ---------------------------------------------------------------------------- */
+
+/* a + b, a - b, a * b, a / b. Both must have the same axes (by name, in any order; the result
+ * has a's order), or one's axes must be a subset of the other's, in which case it broadcasts
+ * along the missing axes. Errors: MW_ERR_SHAPE (neither is a subset, or sizes differ),
+ * MW_ERR_SHARDING (an axis is sharded in one and not in the other: the message says which tensor
+ * to mw_shard). */
+mw_tensor *mw_add(mw_graph *g, mw_tensor *a, mw_tensor *b);
+mw_tensor *mw_sub(mw_graph *g, mw_tensor *a, mw_tensor *b);
+mw_tensor *mw_mul(mw_graph *g, mw_tensor *a, mw_tensor *b);
+mw_tensor *mw_div(mw_graph *g, mw_tensor *a, mw_tensor *b);
+
+/* factor * x. */
+mw_tensor *mw_scale(mw_graph *g, mw_tensor *x, float factor);
+
+/* --- contractions ----------------------------------------------------------------------------- */
+
+/* Contracts a and b over their common axis `axis` (a dot product along it). The result has the
+ * other axes that both share (batch axes) once, in a's order, then a's remaining axes, then
+ * b's. Contracting over a sharded axis gives each device a partial sum; the SPMD rules all-reduce
+ * it where the value is used, so the result is replicated. Errors: MW_ERR_AXIS (the axis is
+ * missing from a or b), MW_ERR_SHAPE (sizes differ), MW_ERR_SHARDING. */
+mw_tensor *mw_dot(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *axis);
+
+/* General contraction (einsum over names): the result has exactly the axes named in `out_axes`
+ * ("Batch,Out", comma-separated, in that order); every axis of a or b not named there must be in
+ * both and is summed. */
+mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_axes);
+
+/* --- reductions ------------------------------------------------------------------------------- */
+
+/* Sum or mean of x over the axes named in `axes` ("Batch" or "Batch,Feature"), or over all axes
+ * when axes is NULL. Name a sharded axis by its base name ("Batch" reduces "Batch@X"). Reducing a
+ * sharded axis sums locally and all-reduces across the mesh axis; mean divides by the global
+ * size. Errors: MW_ERR_AXIS. */
+mw_tensor *mw_sum(mw_graph *g, mw_tensor *x, const char *axes);
+mw_tensor *mw_mean(mw_graph *g, mw_tensor *x, const char *axes);
+
+/* --- inspection ------------------------------------------------------------------------------- */
+
+int mw_tensor_rank(const mw_tensor *t);
+mw_dtype mw_tensor_dtype(const mw_tensor *t);
+/* Axis i: its base name, global size and the mesh axis it is sharded over (NULL if none).
+ * Strings are owned by the graph. Returns MW_ERR_INVALID for i out of range. */
+mw_status mw_tensor_axis(const mw_tensor *t, int i, const char **name, int64_t *size,
+                         const char **mesh_axis);
+/* Global number of elements. */
+int64_t mw_tensor_numel(const mw_tensor *t);
+/* Writes "f32[Batch@X=8192, Feature=64]" into buf (always terminated); returns buf. */
+char *mw_tensor_describe(const mw_tensor *t, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

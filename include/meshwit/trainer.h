@@ -1,0 +1,99 @@
+/* meshwit: trainers.
+ *
+ * A trainer compiles a graph once for every device of a mesh (autodiff, SPMD collectives, buffer
+ * planning; all memory is allocated here), starts one worker thread per device, and then runs
+ * steps: each step splits the host batch over the sharded axes, runs forward and backward on every
+ * device, all-reduces the gradients in a fixed order and updates every replica identically. A
+ * step allocates no memory.
+ *
+ * Thread-safety: one trainer is driven from one host thread at a time. Different trainers are
+ * independent. */
+#ifndef MESHWIT_TRAINER_H
+#define MESHWIT_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "mesh.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum mw_optimizer_kind {
+    MW_SGD = 0 /* p -= lr * grad */
+} mw_optimizer_kind;
+
+typedef struct mw_optimizer {
+    mw_optimizer_kind kind;
+    float lr;
+} mw_optimizer;
+
+typedef struct mw_trainer_config {
+    mw_optimizer optimizer;
+    /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
+    size_t bucket_bytes;
+    /* Pin each CPU worker to a core when the machine has at least as many cores as devices
+     * (1 = default behaviour, 0 = never pin). */
+    int pin_threads;
+} mw_trainer_config;
+
+/* A host array fed to an input by name. Its element count must be the input's global element
+ * count; data must hold that many elements of the input's dtype and stay valid during the call. */
+typedef struct mw_feed {
+    const char *name;
+    const void *data;
+    int64_t count;
+} mw_feed;
+
+typedef struct mw_trainer mw_trainer;
+
+/* Makes a trainer that minimises `loss` (a replicated f32 scalar of `graph`) over `mesh`. The
+ * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
+ * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
+ * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
+ * rows than devices); MW_ERR_NOMEM; MW_ERR_DEVICE (a device failed to start). */
+mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                         const mw_trainer_config *config, mw_trainer **out);
+
+/* Stops the workers and frees every buffer. NULL is a no-op. */
+void mw_trainer_free(mw_trainer *tr);
+
+/* One training step on the global batch in `feeds` (every input of the graph, once). Writes the
+ * loss before the update to *loss when loss is not NULL. On error no parameter has changed
+ * unless the failure happened during the update itself (the message says so); every worker is
+ * released and the trainer can step again. Errors: MW_ERR_INVALID (a missing, unknown or
+ * wrong-sized feed), any error a device or collective reports (the message names the device). */
+mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
+
+/* Forward and backward with the gradient all-reduce, but no update: afterwards
+ * mw_trainer_read_grad returns the gradients of the loss for this batch. */
+mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
+
+/* Forward only: the loss for this batch, nothing updated. */
+mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
+
+/* Copies parameter `name` (count elements, row-major in its declared axis order) out of device 0
+ * (replicas are identical), or into every replica. Errors: MW_ERR_AXIS (no such parameter),
+ * MW_ERR_SHAPE (count differs from the parameter's size). */
+mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count);
+mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
+                                 int64_t count);
+
+/* Copies the all-reduced gradient of parameter `name` from the last step or compute_grads. */
+mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count);
+
+/* Number of completed update steps. */
+int64_t mw_trainer_steps(const mw_trainer *tr);
+
+/* Number of devices the trainer runs on, and the number of rows of axis `axis` (base name) that
+ * device `device` holds (its full size when the axis is not sharded); -1 when unknown. */
+int mw_trainer_devices(const mw_trainer *tr);
+int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+/* Internal: the reducer interface. A reducer implements collectives among the ranks of a
+ * communicator; the trainer makes one communicator per group of devices that reduce together
+ * (for a one-axis mesh, one communicator over all devices) and each device's worker thread calls
+ * the collectives with its own rank.
+ *
+ * Contract for every implementation:
+ * - Every rank of a communicator calls the same collectives in the same order with the same n.
+ * - allreduce_sum is in place and deterministic: the result is the sum over ranks in rank order
+ *   (rank 0 + rank 1 + ... for each element), the same bits on every rank and on every run.
+ * - A rank that fails calls abort(): every rank blocked in (or later entering) a collective on
+ *   that communicator returns MW_ERR_ABORTED promptly, with a message. reset() (called by the
+ *   host when no rank is inside a collective) makes the communicator usable again.
+ * - With a timeout set, a rank waiting longer than timeout_ms for its peers returns
+ *   MW_ERR_TIMEOUT and aborts the communicator.
+ * - No allocation inside a collective. */
+#ifndef MW__REDUCER_H
+#define MW__REDUCER_H
+
+#include <stddef.h>
+
+#include "meshwit/status.h"
+
+typedef struct mw__comm mw__comm;
+struct mw__device;
+
+typedef struct mw__comm_options {
+    int timeout_ms; /* 0: wait forever */
+} mw__comm_options;
+
+typedef struct mw__reducer_vtable {
+    const char *name;
+    /* Makes a communicator of nranks ranks; devices[r] is rank r's device (a reducer that works
+     * on device memory binds to them; the shared-memory reducer ignores them). */
+    mw_status (*comm_new)(int nranks, struct mw__device *const *devices,
+                          const mw__comm_options *opt, mw__comm **out);
+    void (*comm_free)(mw__comm *comm);
+    /* In-place sum of buf[0..n) over all ranks. */
+    mw_status (*allreduce_sum)(mw__comm *comm, int rank, float *buf, size_t n);
+    /* All ranks wait for each other. */
+    mw_status (*barrier)(mw__comm *comm, int rank);
+    void (*abort)(mw__comm *comm);
+    void (*reset)(mw__comm *comm);
+} mw__reducer_vtable;
+
+/* The shared-memory reducer for devices that share the host's address space (virtual CPU
+ * devices). */
+extern const mw__reducer_vtable mw__reducer_shm;
+
+#endif
