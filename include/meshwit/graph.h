@@ -23,14 +23,14 @@
 extern "C" {
 #endif
 
-#define MW_MAX_RANK 8 /* most axes a tensor can have */
+#define MW_MAX_RANK 8  /* most axes a tensor can have */
 #define MW_MAX_NAME 48 /* longest axis, tensor or mesh-axis name, terminator included */
 
 typedef enum mw_dtype {
-    MW_F32 = 0, /* 32-bit float: every op */
+    MW_F32 = 0,  /* 32-bit float: every op */
     MW_BF16 = 1, /* reserved for mixed precision; no op accepts it yet */
-    MW_I32 = 2, /* integer ids (inputs only) */
-    MW_U16 = 3  /* reserved for compact token storage; no op accepts it yet */
+    MW_I32 = 2,  /* integer ids (inputs only) */
+    MW_U16 = 3   /* reserved for compact token storage; no op accepts it yet */
 } mw_dtype;
 
 /* An axis: a name and a (global) size. */

@@ -15,7 +15,7 @@ typedef enum mw_status {
     MW_ERR_INVALID = -1,     /* a bad argument: NULL where a value is required, a bad option */
     MW_ERR_SHAPE = -2,       /* axes or sizes that do not fit the op */
     MW_ERR_AXIS = -3,        /* an axis name that does not exist where it is used */
-    MW_ERR_SHARDING = -4,    /* sharded and unsharded tensors mixed, or a sharding that cannot be placed */
+    MW_ERR_SHARDING = -4,    /* sharded mixed with unsharded, or a sharding that cannot be placed */
     MW_ERR_NOMEM = -5,       /* out of memory (host or device) */
     MW_ERR_DEVICE = -6,      /* a device spec that cannot be parsed or a device that failed */
     MW_ERR_IO = -7,          /* a file that cannot be opened, read or written */

@@ -35,9 +35,13 @@ typedef struct mw_trainer_config {
     mw_optimizer optimizer;
     /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
     size_t bucket_bytes;
-    /* Pin each CPU worker to a core when the machine has at least as many cores as devices
-     * (1 = default behaviour, 0 = never pin). */
+    /* Pinning of CPU workers to cores: 0 (default) pins each worker to its own core when the
+     * process may use at least as many cores as there are devices; -1 never pins. */
     int pin_threads;
+    /* OpenBLAS threads per CPU device. OpenBLAS's thread count is process-wide: a trainer on CPU
+     * devices sets it when it is made (0, the default, means 1 thread, so that devices do not
+     * compete for cores) and restores the previous value when it is freed; -1 leaves it alone. */
+    int blas_threads;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -79,8 +83,7 @@ mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
  * (replicas are identical), or into every replica. Errors: MW_ERR_AXIS (no such parameter),
  * MW_ERR_SHAPE (count differs from the parameter's size). */
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count);
-mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
-                                 int64_t count);
+mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src, int64_t count);
 
 /* Copies the all-reduced gradient of parameter `name` from the last step or compute_grads. */
 mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count);

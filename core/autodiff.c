@@ -1,0 +1,103 @@
+/* Reverse-mode autodiff as a graph transform: walks the forward nodes backwards and appends, for
+ * each, the ops of its vector-Jacobian product. Gradients reaching a node from several uses are
+ * summed. The backward ops go through the same rules as the forward ones, so the SPMD rules place
+ * the collectives of the backward pass too (a parameter's gradient built from sharded activations
+ * comes out partial: the trainer all-reduces it in buckets). */
+#include <stdlib.h>
+
+#include "core/autodiff.h"
+#include "core/error.h"
+#include "core/graph_impl.h"
+
+/* grads[id] += contribution, with the contribution first brought to the node's own axes. */
+static int accumulate(mw_graph *g, mw_tensor **grads, mw_tensor *node, mw_tensor *contrib) {
+    if (!contrib) return -1;
+    contrib = mw__to_type(g, contrib, &node->type);
+    if (!contrib) return -1;
+    if (!grads[node->id]) {
+        grads[node->id] = contrib;
+        return 0;
+    }
+    grads[node->id] = mw_add(g, grads[node->id], contrib);
+    return grads[node->id] ? 0 : -1;
+}
+
+static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **grads,
+                         const char *needs) {
+    mw_tensor *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
+    int na = a && needs[a->id], nb = b && needs[b->id];
+    switch (n->op) {
+    case MW__OP_INPUT:
+    case MW__OP_PARAM:
+    case MW__OP_SHARD:
+    case MW__OP_FILL: return 0;
+    case MW__OP_ADD:
+        if (na && accumulate(g, grads, a, gy)) return -1;
+        if (nb && accumulate(g, grads, b, gy)) return -1;
+        return 0;
+    case MW__OP_SUB:
+        if (na && accumulate(g, grads, a, gy)) return -1;
+        if (nb && accumulate(g, grads, b, mw_scale(g, gy, -1.0f))) return -1;
+        return 0;
+    case MW__OP_MUL:
+        if (na && accumulate(g, grads, a, mw_mul(g, gy, b))) return -1;
+        if (nb && accumulate(g, grads, b, mw_mul(g, gy, a))) return -1;
+        return 0;
+    case MW__OP_DIV:
+        /* d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b */
+        if (na && accumulate(g, grads, a, mw_div(g, gy, b))) return -1;
+        if (nb && accumulate(g, grads, b, mw_scale(g, mw_div(g, mw_mul(g, gy, n), b), -1.0f)))
+            return -1;
+        return 0;
+    case MW__OP_SCALE: return na ? accumulate(g, grads, a, mw_scale(g, gy, n->scalar)) : 0;
+    case MW__OP_PERMUTE:
+    case MW__OP_BROADCAST:
+    case MW__OP_SUM:
+    case MW__OP_ALLREDUCE:
+        /* Linear reshapes of the data: the gradient is the adjoint reshape, which accumulate()'s
+         * conversion to a's axes performs (sum for broadcast, broadcast for sum). For an
+         * all-reduce, every device's share receives the whole (replicated) gradient. */
+        return na ? accumulate(g, grads, a, gy) : 0;
+    case MW__OP_CONTRACT:
+        /* out = sum_K a*b; da = sum over b's own axes of gy*b, expressed as a contraction into
+         * a's axes, and likewise for b. */
+        if (na && accumulate(g, grads, a, mw__contract_to(g, gy, b, &a->type))) return -1;
+        if (nb && accumulate(g, grads, b, mw__contract_to(g, gy, a, &b->type))) return -1;
+        return 0;
+    case MW__OP_COUNT: break;
+    }
+    mw__graph_fail(g, MW_ERR_UNSUPPORTED, "autodiff: op %d has no gradient rule", (int)n->op);
+    return -1;
+}
+
+mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
+    int n = g->nnodes;
+    char *needs = calloc((size_t)n + 1, 1);
+    mw_tensor **grads = calloc((size_t)n + 1, sizeof *grads);
+    if (!needs || !grads) {
+        free(needs);
+        free(grads);
+        return mw__error(MW_ERR_NOMEM, "out of memory in autodiff");
+    }
+    /* A node needs a gradient when a parameter flows into it. */
+    for (int i = 0; i <= loss->id; i++) {
+        mw_tensor *t = g->nodes[i];
+        needs[i] = t->op == MW__OP_PARAM;
+        for (int k = 0; k < t->nin; k++) needs[i] |= needs[t->in[k]->id];
+    }
+    mw__type scalar = loss->type;
+    grads[loss->id] = mw__fill(g, &scalar, 1.0f);
+    for (int i = loss->id; i >= 0 && g->status == MW_OK; i--) {
+        mw_tensor *t = g->nodes[i];
+        if (!needs[i] || !grads[i]) continue;
+        if (backward_node(g, t, grads[i], grads, needs)) break;
+    }
+    for (int i = 0; i <= loss->id && g->status == MW_OK; i++) {
+        mw_tensor *t = g->nodes[i];
+        if (t->op == MW__OP_PARAM) param_grads[t->leaf] = grads[i];
+    }
+    free(needs);
+    free(grads);
+    if (g->status) return mw__error_copy(g->status, g->error);
+    return MW_OK;
+}

@@ -1,0 +1,313 @@
+/* Graph tracing: leaves, names, and the lifetime of a graph. The op rules live in ops.c. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/graph_impl.h"
+
+mw_status mw_graph_new(mw_graph **out) {
+    if (!out) return mw__error(MW_ERR_INVALID, "mw_graph_new: out is NULL");
+    *out = NULL;
+    mw_graph *g = calloc(1, sizeof *g);
+    if (!g) return mw__error(MW_ERR_NOMEM, "mw_graph_new: out of memory");
+    g->seed = 1337;
+    *out = g;
+    return MW_OK;
+}
+
+void mw_graph_free(mw_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nnodes; i++) free(g->nodes[i]);
+    free(g->nodes);
+    free(g->names);
+    free(g);
+}
+
+mw_status mw_graph_status(const mw_graph *g) { return g ? g->status : MW_ERR_INVALID; }
+
+const char *mw_graph_error(const mw_graph *g) { return g ? g->error : "graph is NULL"; }
+
+void mw_graph_set_seed(mw_graph *g, uint64_t seed) {
+    if (g) g->seed = seed;
+}
+
+mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (g && g->status == MW_OK) {
+        g->status = status;
+        memcpy(g->error, msg, sizeof g->error);
+    }
+    mw__error_copy(status, msg);
+    return NULL;
+}
+
+int mw__graph_find_name(const mw_graph *g, const char *name) {
+    for (int i = 0; i < g->nnames; i++)
+        if (strcmp(g->names[i], name) == 0) return i;
+    return -1;
+}
+
+int mw__graph_intern(mw_graph *g, const char *name) {
+    int i = mw__graph_find_name(g, name);
+    if (i >= 0) return i;
+    if (strlen(name) >= MW_MAX_NAME) {
+        mw__graph_fail(g, MW_ERR_INVALID, "axis name '%.60s...' is longer than %d characters", name,
+                       MW_MAX_NAME - 1);
+        return -1;
+    }
+    if (g->nnames == g->names_cap) {
+        int cap = g->names_cap ? 2 * g->names_cap : 16;
+        void *p = realloc(g->names, (size_t)cap * sizeof *g->names);
+        if (!p) {
+            mw__graph_fail(g, MW_ERR_NOMEM, "out of memory interning axis name '%s'", name);
+            return -1;
+        }
+        g->names = p;
+        g->names_cap = cap;
+    }
+    snprintf(g->names[g->nnames], MW_MAX_NAME, "%s", name);
+    return g->nnames++;
+}
+
+mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto) {
+    if (g->nnodes == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 64;
+        void *p = realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
+        if (!p) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
+        g->nodes = p;
+        g->cap = cap;
+    }
+    mw_tensor *t = malloc(sizeof *t);
+    if (!t) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
+    *t = *proto;
+    t->g = g;
+    t->id = g->nnodes;
+    g->nodes[g->nnodes++] = t;
+    return t;
+}
+
+const char *mw__axis_label(const mw_graph *g, const mw__axis *a, char *buf, size_t size) {
+    if (a->mesh >= 0)
+        snprintf(buf, size, "%s@%s", g->names[a->name], g->mesh_names[a->mesh]);
+    else
+        snprintf(buf, size, "%s", g->names[a->name]);
+    return buf;
+}
+
+static const char *dtype_name(mw_dtype d) {
+    switch (d) {
+    case MW_F32: return "f32";
+    case MW_BF16: return "bf16";
+    case MW_I32: return "i32";
+    case MW_U16: return "u16";
+    }
+    return "?";
+}
+
+char *mw__type_describe(const mw_graph *g, const mw__type *t, char *buf, size_t size) {
+    if (!size) return buf;
+    size_t n = (size_t)snprintf(buf, size, "%s[", dtype_name(t->dtype));
+    for (int i = 0; i < t->rank && n < size; i++) {
+        char label[2 * MW_MAX_NAME];
+        n += (size_t)snprintf(buf + n, size - n, "%s%s=%lld", i ? ", " : "",
+                              mw__axis_label(g, &t->ax[i], label, sizeof label),
+                              (long long)t->ax[i].size);
+    }
+    if (n < size) n += (size_t)snprintf(buf + n, size - n, "]");
+    if (t->partial && n < size) snprintf(buf + n, size - n, " (partial)");
+    return buf;
+}
+
+int mw__type_find(const mw__type *t, const mw__axis *a) {
+    for (int i = 0; i < t->rank; i++)
+        if (t->ax[i].name == a->name && t->ax[i].mesh == a->mesh) return i;
+    return -1;
+}
+
+int mw__type_find_name(const mw__type *t, int name) {
+    for (int i = 0; i < t->rank; i++)
+        if (t->ax[i].name == name) return i;
+    return -1;
+}
+
+int64_t mw__type_numel(const mw__type *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->ax[i].size;
+    return n;
+}
+
+/* Shared checks of mw_input and mw_param: a fresh name, well-formed axes. */
+static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype dtype, mw_axes axes,
+                     mw__type *out) {
+    if (!name || !*name) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: the name is empty", what);
+        return -1;
+    }
+    if (strlen(name) >= MW_MAX_NAME) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: name '%.60s...' is longer than %d characters", what,
+                       name, MW_MAX_NAME - 1);
+        return -1;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if ((t->op == MW__OP_INPUT || t->op == MW__OP_PARAM) && strcmp(t->name, name) == 0) {
+            mw__graph_fail(g, MW_ERR_INVALID, "%s: the name '%s' is already used by an %s", what,
+                           name, t->op == MW__OP_INPUT ? "input" : "parameter");
+            return -1;
+        }
+    }
+    if (dtype != MW_F32 && dtype != MW_I32) {
+        mw__graph_fail(g, MW_ERR_UNSUPPORTED, "%s '%s': dtype %s is not supported yet", what, name,
+                       dtype_name(dtype));
+        return -1;
+    }
+    if (axes.rank < 0 || axes.rank > MW_MAX_RANK) {
+        mw__graph_fail(g, MW_ERR_SHAPE, "%s '%s': rank %d is outside 0..%d", what, name,
+                       axes.rank, MW_MAX_RANK);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = dtype;
+    out->rank = axes.rank;
+    for (int i = 0; i < axes.rank; i++) {
+        const mw_axis *a = &axes.axis[i];
+        if (!a->name || !*a->name || strchr(a->name, '@') || strchr(a->name, ',')) {
+            mw__graph_fail(g, MW_ERR_INVALID,
+                           "%s '%s': axis %d has an empty name or one containing '@' or ','", what,
+                           name, i);
+            return -1;
+        }
+        if (a->size <= 0) {
+            mw__graph_fail(g, MW_ERR_SHAPE, "%s '%s': axis %s has size %lld; sizes must be >= 1",
+                           what, name, a->name, (long long)a->size);
+            return -1;
+        }
+        int id = mw__graph_intern(g, a->name);
+        if (id < 0) return -1;
+        for (int j = 0; j < i; j++)
+            if (out->ax[j].name == id) {
+                mw__graph_fail(g, MW_ERR_SHAPE, "%s '%s': axis %s appears twice", what, name,
+                               a->name);
+                return -1;
+            }
+        out->ax[i] = (mw__axis){.name = id, .mesh = -1, .size = a->size};
+    }
+    return 0;
+}
+
+mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes) {
+    if (!g || g->status) return NULL;
+    mw_tensor proto = {.op = MW__OP_INPUT};
+    if (leaf_type(g, "mw_input", name, dtype, axes, &proto.type)) return NULL;
+    snprintf(proto.name, sizeof proto.name, "%s", name);
+    proto.leaf = g->ninputs;
+    mw_tensor *t = mw__node_new(g, &proto);
+    if (t) g->ninputs++;
+    return t;
+}
+
+mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init) {
+    if (!g || g->status) return NULL;
+    mw_tensor proto = {.op = MW__OP_PARAM, .init = init};
+    if (leaf_type(g, "mw_param", name, MW_F32, axes, &proto.type)) return NULL;
+    if (init.kind < MW_INIT_KIND_ZEROS || init.kind > MW_INIT_KIND_UNIFORM)
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_param '%s': unknown initialiser kind %d",
+                              name, (int)init.kind);
+    snprintf(proto.name, sizeof proto.name, "%s", name);
+    proto.leaf = g->nparams;
+    mw_tensor *t = mw__node_new(g, &proto);
+    if (t) g->nparams++;
+    return t;
+}
+
+mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis) {
+    if (!g || g->status) return NULL;
+    if (!x || !axis || !mesh_axis)
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: NULL tensor, axis or mesh axis");
+    char desc[256];
+    mw__type_describe(g, &x->type, desc, sizeof desc);
+    if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD)
+        return mw__graph_fail(g, MW_ERR_SHARDING,
+                              "mw_shard: %s is computed, not an input; shard the inputs it is "
+                              "computed from instead",
+                              desc);
+    int name = mw__graph_find_name(g, axis);
+    int i = name < 0 ? -1 : mw__type_find_name(&x->type, name);
+    if (i < 0)
+        return mw__graph_fail(g, MW_ERR_AXIS, "mw_shard: %s has no axis named '%s'", desc, axis);
+    if (x->type.ax[i].mesh >= 0)
+        return mw__graph_fail(g, MW_ERR_SHARDING, "mw_shard: axis %s of %s is already sharded",
+                              axis, desc);
+    if (!*mesh_axis || strlen(mesh_axis) >= MW_MAX_NAME || strchr(mesh_axis, '@'))
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: bad mesh axis name '%s'", mesh_axis);
+    int m = 0;
+    while (m < g->nmesh_names && strcmp(g->mesh_names[m], mesh_axis) != 0) m++;
+    if (m == g->nmesh_names) {
+        if (m == MW__MAX_MESH_NAMES)
+            return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: more than %d mesh axis names",
+                                  MW__MAX_MESH_NAMES);
+        snprintf(g->mesh_names[m], MW_MAX_NAME, "%s", mesh_axis);
+        g->nmesh_names++;
+    }
+    mw_tensor proto = {.op = MW__OP_SHARD, .nin = 1, .in = {x}, .type = x->type, .shard_axis = i};
+    proto.type.ax[i].mesh = m;
+    return mw__node_new(g, &proto);
+}
+
+int mw_tensor_rank(const mw_tensor *t) { return t ? t->type.rank : -1; }
+
+mw_dtype mw_tensor_dtype(const mw_tensor *t) { return t ? t->type.dtype : MW_F32; }
+
+mw_status mw_tensor_axis(const mw_tensor *t, int i, const char **name, int64_t *size,
+                         const char **mesh_axis) {
+    if (!t || i < 0 || i >= t->type.rank)
+        return mw__error(MW_ERR_INVALID, "mw_tensor_axis: index %d out of range", i);
+    const mw__axis *a = &t->type.ax[i];
+    if (name) *name = t->g->names[a->name];
+    if (size) *size = a->size;
+    if (mesh_axis) *mesh_axis = a->mesh >= 0 ? t->g->mesh_names[a->mesh] : NULL;
+    return MW_OK;
+}
+
+int64_t mw_tensor_numel(const mw_tensor *t) { return t ? mw__type_numel(&t->type) : 0; }
+
+char *mw_tensor_describe(const mw_tensor *t, char *buf, size_t size) {
+    if (!buf || !size) return buf;
+    if (!t) {
+        snprintf(buf, size, "(null)");
+        return buf;
+    }
+    return mw__type_describe(t->g, &t->type, buf, size);
+}
+
+mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
+    *out = NULL;
+    mw_graph *c = calloc(1, sizeof *c);
+    if (!c) return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
+    *c = *g;
+    c->nodes = NULL;
+    c->names = NULL;
+    c->nnodes = c->cap = 0;
+    c->names_cap = g->nnames;
+    if (g->nnames) {
+        c->names = malloc((size_t)g->nnames * sizeof *c->names);
+        if (!c->names) goto oom;
+        memcpy(c->names, g->names, (size_t)g->nnames * sizeof *c->names);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        mw_tensor proto = *g->nodes[i];
+        for (int k = 0; k < proto.nin; k++) proto.in[k] = c->nodes[proto.in[k]->id];
+        if (!mw__node_new(c, &proto)) goto oom;
+    }
+    *out = c;
+    return MW_OK;
+oom:
+    mw_graph_free(c);
+    return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
+}

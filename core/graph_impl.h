@@ -1,0 +1,114 @@
+/* Internal: the traced graph. Nodes are created in topological order (an op can only take tensors
+ * that already exist), so the node array is also the execution order. */
+#ifndef MW__GRAPH_IMPL_H
+#define MW__GRAPH_IMPL_H
+
+#include <stdint.h>
+
+#include "meshwit/graph.h"
+
+#define MW__MAX_MESH_NAMES 16 /* distinct mesh-axis names one graph may shard over */
+
+typedef enum mw__op {
+    MW__OP_INPUT,     /* fed by the host every step */
+    MW__OP_PARAM,     /* trained, replicated */
+    MW__OP_SHARD,     /* an input with one axis relabelled Batch -> Batch@X (an alias, no data) */
+    MW__OP_FILL,      /* every element = scalar */
+    MW__OP_ADD,       /* binary elementwise with subset broadcasting */
+    MW__OP_SUB,
+    MW__OP_MUL,
+    MW__OP_DIV,
+    MW__OP_SCALE,     /* scalar * x; scalar 1 is a plain copy */
+    MW__OP_PERMUTE,   /* x in another axis order */
+    MW__OP_BROADCAST, /* x expanded along the axes of the output it lacks */
+    MW__OP_SUM,       /* x summed over the axes the output lacks */
+    MW__OP_CONTRACT,  /* einsum over names; axes absent from the output are summed */
+    MW__OP_ALLREDUCE, /* partial sum -> replicated value (a collective) */
+    MW__OP_COUNT
+} mw__op;
+
+/* An axis of a traced tensor. Names and mesh axes are interned per graph. Two axes are the same
+ * axis only if name and mesh agree: Batch and Batch@X differ. */
+typedef struct mw__axis {
+    int name;     /* index into the graph's name table */
+    int mesh;     /* index into the graph's mesh-name table, or -1 when not sharded */
+    int64_t size; /* global size */
+} mw__axis;
+
+typedef struct mw__type {
+    mw_dtype dtype;
+    int rank;
+    mw__axis ax[MW_MAX_RANK];
+    /* Bit m set: on each device the value is only this device's share of a sum over mesh-name m;
+     * the true value is the sum over the devices along m (a pending all-reduce). */
+    uint32_t partial;
+} mw__type;
+
+struct mw_tensor {
+    mw_graph *g;
+    int id;
+    mw__op op;
+    mw__type type;
+    int nin;
+    mw_tensor *in[2];
+    float scalar;       /* SCALE factor, FILL value */
+    int leaf;           /* INPUT / PARAM: index among the graph's inputs / params */
+    int shard_axis;     /* SHARD: the axis (index into type) that was sharded */
+    mw_init init;       /* PARAM */
+    char name[MW_MAX_NAME]; /* INPUT / PARAM */
+};
+
+struct mw_graph {
+    mw_tensor **nodes;
+    int nnodes, cap;
+    char (*names)[MW_MAX_NAME]; /* interned axis names */
+    int nnames, names_cap;
+    char mesh_names[MW__MAX_MESH_NAMES][MW_MAX_NAME];
+    int nmesh_names;
+    int ninputs, nparams;
+    uint64_t seed;
+    mw_status status;
+    char error[512];
+};
+
+/* Interns an axis name; -1 when it is too long or memory ran out (sets the graph error). */
+int mw__graph_intern(mw_graph *g, const char *name);
+/* Looks a name up without interning; -1 when absent. */
+int mw__graph_find_name(const mw_graph *g, const char *name);
+
+/* "Batch" or "Batch@X" */
+const char *mw__axis_label(const mw_graph *g, const mw__axis *a, char *buf, size_t size);
+/* "f32[Batch@X=8192, Feature=64]" */
+char *mw__type_describe(const mw_graph *g, const mw__type *t, char *buf, size_t size);
+/* Index of the axis equal to a (name and mesh) in t, or -1. */
+int mw__type_find(const mw__type *t, const mw__axis *a);
+/* Index of the axis whose base name is `name` in t (sharded or not), or -1. */
+int mw__type_find_name(const mw__type *t, int name);
+int64_t mw__type_numel(const mw__type *t);
+
+/* Appends a node (takes ownership of nothing; copies *proto). NULL on OOM (graph error set). */
+mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto);
+
+/* Internal constructors used by autodiff and the SPMD rules; same checks as the public ops. */
+mw_tensor *mw__permute(mw_graph *g, mw_tensor *x, const mw__type *target);
+mw_tensor *mw__broadcast(mw_graph *g, mw_tensor *x, const mw__type *target);
+mw_tensor *mw__sum_to(mw_graph *g, mw_tensor *x, const mw__type *target);
+mw_tensor *mw__contract_to(mw_graph *g, mw_tensor *a, mw_tensor *b, const mw__type *out);
+mw_tensor *mw__fill(mw_graph *g, const mw__type *type, float value);
+/* Returns x itself when it is not partial, else an ALLREDUCE of it. */
+mw_tensor *mw__replicated(mw_graph *g, mw_tensor *x);
+/* x rearranged (and, where x lacks axes, broadcast, and where x has extra axes, summed) to match
+ * `target`'s axes and order. */
+mw_tensor *mw__to_type(mw_graph *g, mw_tensor *x, const mw__type *target);
+
+/* Records the graph's first error (also as the thread's last error); returns NULL for chaining. */
+mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* A deep copy of g (for a trainer to extend with its backward pass). */
+mw_status mw__graph_clone(const mw_graph *g, mw_graph **out);
+
+#endif

@@ -1,0 +1,555 @@
+/* Compiling a graph for one device: local shapes, buffer planning by liveness, and lowering of
+ * every node to device kernels (contractions to batched GEMMs) and collectives. */
+#include "core/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+#define ALIGN_ELEMS 16 /* 64 bytes */
+
+int64_t mw__split_len(int64_t n, int parts, int c) { return n / parts + (c < n % parts); }
+
+int64_t mw__split_lo(int64_t n, int parts, int c) {
+    int64_t r = n % parts;
+    return (int64_t)c * (n / parts) + (c < r ? c : r);
+}
+
+/* --- the arena: first-fit over a sorted free list, with coalescing -------------------------- */
+
+typedef struct block {
+    int64_t off, len;
+} block;
+
+typedef struct arena {
+    block *free;
+    int nfree, cap;
+    int64_t top;
+} arena;
+
+static int arena_push(arena *a, int at, block b) {
+    if (a->nfree == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 32;
+        block *p = realloc(a->free, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        a->free = p;
+        a->cap = cap;
+    }
+    memmove(a->free + at + 1, a->free + at, (size_t)(a->nfree - at) * sizeof *a->free);
+    a->free[at] = b;
+    a->nfree++;
+    return 0;
+}
+
+static int64_t arena_alloc(arena *a, int64_t n) {
+    n = (n + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
+    for (int i = 0; i < a->nfree; i++) {
+        if (a->free[i].len < n) continue;
+        int64_t off = a->free[i].off;
+        a->free[i].off += n;
+        a->free[i].len -= n;
+        if (!a->free[i].len) {
+            memmove(a->free + i, a->free + i + 1, (size_t)(a->nfree - i - 1) * sizeof *a->free);
+            a->nfree--;
+        }
+        return off;
+    }
+    /* Grow the top, absorbing a free block that ends there. */
+    if (a->nfree && a->free[a->nfree - 1].off + a->free[a->nfree - 1].len == a->top) {
+        int64_t off = a->free[--a->nfree].off;
+        a->top = off + n;
+        return off;
+    }
+    int64_t off = a->top;
+    a->top += n;
+    return off;
+}
+
+static int arena_release(arena *a, int64_t off, int64_t n) {
+    n = (n + ALIGN_ELEMS - 1) / ALIGN_ELEMS * ALIGN_ELEMS;
+    int i = 0;
+    while (i < a->nfree && a->free[i].off < off) i++;
+    if (i > 0 && a->free[i - 1].off + a->free[i - 1].len == off) {
+        a->free[i - 1].len += n;
+        if (i < a->nfree && a->free[i - 1].off + a->free[i - 1].len == a->free[i].off) {
+            a->free[i - 1].len += a->free[i].len;
+            memmove(a->free + i, a->free + i + 1, (size_t)(a->nfree - i - 1) * sizeof *a->free);
+            a->nfree--;
+        }
+        return 0;
+    }
+    if (i < a->nfree && off + n == a->free[i].off) {
+        a->free[i].off = off;
+        a->free[i].len += n;
+        return 0;
+    }
+    return arena_push(a, i, (block){off, n});
+}
+
+/* --- local shapes ------------------------------------------------------------------------------ */
+
+typedef struct ltype {
+    int rank;
+    int64_t size[MW_MAX_RANK];
+    int64_t stride[MW_MAX_RANK];
+    int64_t numel;
+} ltype;
+
+static ltype local_type(const mw__type *t, const mw__placement *pl) {
+    ltype l = {.rank = t->rank, .numel = 1};
+    for (int i = t->rank - 1; i >= 0; i--) {
+        const mw__axis *a = &t->ax[i];
+        l.size[i] = a->mesh >= 0 ? mw__split_len(a->size, pl->size[a->mesh], pl->coord[a->mesh])
+                                 : a->size;
+        l.stride[i] = l.numel;
+        l.numel *= l.size[i];
+    }
+    return l;
+}
+
+/* --- building ------------------------------------------------------------------------------------ */
+
+typedef struct builder {
+    const mw_graph *g;
+    const mw__placement *pl;
+    mw__plan *p;
+    arena ar;
+    mw__ref *ref;    /* per node: where its value lives */
+    char *in_arena;  /* per node: ref is an arena buffer to release after its last use */
+    int *last_use;   /* per node */
+} builder;
+
+static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
+    mw__plan *p = b->p;
+    if (p->nins == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        mw__ins *n = realloc(p->ins, (size_t)cap * sizeof *n);
+        if (!n) return NULL;
+        p->ins = n;
+        p->cap = cap;
+    }
+    mw__ins *in = &p->ins[p->nins++];
+    memset(in, 0, sizeof *in);
+    in->kind = kind;
+    in->node = node;
+    return in;
+}
+
+/* Strides, over the dims of `space`, of the tensor `x` (0 where x lacks the axis). */
+static void map_strides(const mw__type *space, const mw__type *x, const ltype *lx, int64_t *out) {
+    for (int i = 0; i < space->rank; i++) {
+        int j = mw__type_find(x, &space->ax[i]);
+        out[i] = j >= 0 ? lx->stride[j] : 0;
+    }
+}
+
+static void nd_over(mw__nd *nd, const mw__type *space, const ltype *ls) {
+    memset(nd, 0, sizeof *nd);
+    nd->rank = space->rank;
+    for (int i = 0; i < space->rank; i++) nd->dims[i] = ls->size[i];
+}
+
+/* out (type to, contiguous) = alpha * x rearranged: copy, permute or broadcast. */
+static int emit_copy(builder *b, int node, mw__ref out, const mw__type *to, mw__ref x,
+                     const mw__type *tx, float alpha) {
+    ltype lo = local_type(to, b->pl), lx = local_type(tx, b->pl);
+    mw__ins *in = emit(b, MW__I_COPY, node);
+    if (!in) return -1;
+    in->ref[0] = out;
+    in->ref[1] = x;
+    in->k.copy.alpha = alpha;
+    nd_over(&in->k.copy.nd, to, &lo);
+    memcpy(in->k.copy.nd.stride[0], lo.stride, sizeof lo.stride);
+    map_strides(to, tx, &lx, in->k.copy.nd.stride[1]);
+    mw__nd_simplify(&in->k.copy.nd, 2);
+    return 0;
+}
+
+static int64_t scratch(builder *b, const mw__type *t, int64_t *len) {
+    *len = local_type(t, b->pl).numel;
+    return arena_alloc(&b->ar, *len);
+}
+
+/* A type made of the listed axes (by position in src types), in that order. */
+typedef struct axlist {
+    int n;
+    mw__axis ax[MW_MAX_RANK];
+} axlist;
+
+static int seq_equals(const mw__type *t, const axlist *const *groups, int ngroups) {
+    int k = 0;
+    for (int gi = 0; gi < ngroups; gi++)
+        for (int i = 0; i < groups[gi]->n; i++, k++)
+            if (k >= t->rank || t->ax[k].name != groups[gi]->ax[i].name ||
+                t->ax[k].mesh != groups[gi]->ax[i].mesh)
+                return 0;
+    return k == t->rank;
+}
+
+static mw__type type_of(const axlist *const *groups, int ngroups) {
+    mw__type t = {.dtype = MW_F32};
+    for (int gi = 0; gi < ngroups; gi++)
+        for (int i = 0; i < groups[gi]->n; i++) t.ax[t.rank++] = groups[gi]->ax[i];
+    return t;
+}
+
+static int64_t group_size(const axlist *gr, const mw__placement *pl) {
+    mw__type t = {.rank = gr->n};
+    memcpy(t.ax, gr->ax, sizeof gr->ax);
+    return local_type(&t, pl).numel;
+}
+
+/* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
+ * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
+static int lower_contract(builder *b, const mw_tensor *n) {
+    const mw_tensor *ta = n->in[0], *tb = n->in[1];
+    axlist bt = {0}, m = {0}, nn = {0}, k = {0};
+    for (int i = 0; i < n->type.rank; i++) {
+        const mw__axis *ax = &n->type.ax[i];
+        int ina = mw__type_find(&ta->type, ax) >= 0, inb = mw__type_find(&tb->type, ax) >= 0;
+        axlist *dst = ina && inb ? &bt : ina ? &m : &nn;
+        dst->ax[dst->n++] = *ax;
+    }
+    for (int i = 0; i < ta->type.rank; i++)
+        if (mw__type_find(&n->type, &ta->type.ax[i]) < 0) k.ax[k.n++] = ta->type.ax[i];
+
+    int64_t tmp_off[3] = {-1, -1, -1}, tmp_len[3] = {0};
+    mw__ref ra = b->ref[ta->id], rb = b->ref[tb->id], rc = b->ref[n->id];
+    int trans_a, trans_b;
+    const axlist *a_direct[] = {&bt, &m, &k}, *a_trans[] = {&bt, &k, &m};
+    const axlist *b_direct[] = {&bt, &k, &nn}, *b_trans[] = {&bt, &nn, &k};
+    const axlist *c_direct[] = {&bt, &m, &nn}, *c_trans[] = {&bt, &nn, &m};
+    if (seq_equals(&ta->type, a_direct, 3))
+        trans_a = 0;
+    else if (seq_equals(&ta->type, a_trans, 3))
+        trans_a = 1;
+    else {
+        mw__type t = type_of(a_direct, 3);
+        tmp_off[0] = scratch(b, &t, &tmp_len[0]);
+        mw__ref r = {MW__BASE_ARENA, tmp_off[0]};
+        if (emit_copy(b, n->id, r, &t, ra, &ta->type, 1.0f)) return -1;
+        ra = r;
+        trans_a = 0;
+    }
+    if (seq_equals(&tb->type, b_direct, 3))
+        trans_b = 0;
+    else if (seq_equals(&tb->type, b_trans, 3))
+        trans_b = 1;
+    else {
+        mw__type t = type_of(b_direct, 3);
+        tmp_off[1] = scratch(b, &t, &tmp_len[1]);
+        mw__ref r = {MW__BASE_ARENA, tmp_off[1]};
+        if (emit_copy(b, n->id, r, &t, rb, &tb->type, 1.0f)) return -1;
+        rb = r;
+        trans_b = 0;
+    }
+    int swap = 0, permute_out = 0;
+    mw__type tc = type_of(c_direct, 3);
+    if (seq_equals(&n->type, c_direct, 3))
+        swap = 0;
+    else if (seq_equals(&n->type, c_trans, 3))
+        swap = 1;
+    else {
+        permute_out = 1;
+        tmp_off[2] = scratch(b, &tc, &tmp_len[2]);
+        rc = (mw__ref){MW__BASE_ARENA, tmp_off[2]};
+    }
+    int64_t B = group_size(&bt, b->pl), M = group_size(&m, b->pl);
+    int64_t N = group_size(&nn, b->pl), K = group_size(&k, b->pl);
+    mw__ins *in = emit(b, MW__I_GEMM, n->id);
+    if (!in) return -1;
+    mw__k_gemm *gm = &in->k.gemm;
+    if (!swap) {
+        *gm = (mw__k_gemm){.batch = B, .m = M, .n = N, .k = K, .trans_a = trans_a,
+                           .trans_b = trans_b, .lda = trans_a ? M : K, .ldb = trans_b ? K : N,
+                           .ldc = N, .stride_a = M * K, .stride_b = K * N, .stride_c = M * N};
+        in->ref[1] = ra;
+        in->ref[2] = rb;
+    } else {
+        /* C^T (N x M) = B^T (N x K) * A^T (K x M) */
+        *gm = (mw__k_gemm){.batch = B, .m = N, .n = M, .k = K, .trans_a = !trans_b,
+                           .trans_b = !trans_a, .lda = trans_b ? K : N, .ldb = trans_a ? M : K,
+                           .ldc = M, .stride_a = K * N, .stride_b = M * K, .stride_c = M * N};
+        in->ref[1] = rb;
+        in->ref[2] = ra;
+    }
+    in->ref[0] = rc;
+    if (permute_out && emit_copy(b, n->id, b->ref[n->id], &n->type, rc, &tc, 1.0f)) return -1;
+    for (int i = 0; i < 3; i++)
+        if (tmp_off[i] >= 0 && arena_release(&b->ar, tmp_off[i], tmp_len[i])) return -1;
+    return 0;
+}
+
+static int lower_node(builder *b, const mw_tensor *n) {
+    const mw__placement *pl = b->pl;
+    ltype lo = local_type(&n->type, pl);
+    mw__ref out = b->ref[n->id];
+    switch (n->op) {
+    case MW__OP_INPUT:
+    case MW__OP_PARAM:
+    case MW__OP_SHARD: return 0;
+    case MW__OP_FILL: {
+        mw__ins *in = emit(b, MW__I_FILL, n->id);
+        if (!in) return -1;
+        in->ref[0] = out;
+        in->k.fill = (mw__k_fill){.value = n->scalar, .count = lo.numel};
+        return 0;
+    }
+    case MW__OP_ADD:
+    case MW__OP_SUB:
+    case MW__OP_MUL:
+    case MW__OP_DIV: {
+        const mw_tensor *a = n->in[0], *c = n->in[1];
+        ltype la = local_type(&a->type, pl), lc = local_type(&c->type, pl);
+        mw__ins *in = emit(b, MW__I_BINARY, n->id);
+        if (!in) return -1;
+        in->ref[0] = out;
+        in->ref[1] = b->ref[a->id];
+        in->ref[2] = b->ref[c->id];
+        in->k.binary.op = (mw__binop)(n->op - MW__OP_ADD);
+        nd_over(&in->k.binary.nd, &n->type, &lo);
+        memcpy(in->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
+        map_strides(&n->type, &a->type, &la, in->k.binary.nd.stride[1]);
+        map_strides(&n->type, &c->type, &lc, in->k.binary.nd.stride[2]);
+        mw__nd_simplify(&in->k.binary.nd, 3);
+        return 0;
+    }
+    case MW__OP_SCALE:
+    case MW__OP_PERMUTE:
+    case MW__OP_BROADCAST:
+        return emit_copy(b, n->id, out, &n->type, b->ref[n->in[0]->id], &n->in[0]->type,
+                         n->op == MW__OP_SCALE ? n->scalar : 1.0f);
+    case MW__OP_SUM: {
+        const mw_tensor *a = n->in[0];
+        ltype la = local_type(&a->type, pl);
+        mw__ins *in = emit(b, MW__I_REDUCE, n->id);
+        if (!in) return -1;
+        in->ref[0] = out;
+        in->ref[1] = b->ref[a->id];
+        in->k.reduce.alpha = 1.0f;
+        in->k.reduce.out_count = lo.numel;
+        nd_over(&in->k.reduce.nd, &a->type, &la);
+        map_strides(&a->type, &n->type, &lo, in->k.reduce.nd.stride[0]);
+        memcpy(in->k.reduce.nd.stride[1], la.stride, sizeof la.stride);
+        mw__nd_simplify(&in->k.reduce.nd, 2);
+        return 0;
+    }
+    case MW__OP_ALLREDUCE: {
+        if (emit_copy(b, n->id, out, &n->type, b->ref[n->in[0]->id], &n->in[0]->type, 1.0f))
+            return -1;
+        mw__ins *in = emit(b, MW__I_ALLREDUCE, n->id);
+        if (!in) return -1;
+        in->ref[0] = out;
+        in->count = lo.numel;
+        in->group = n->in[0]->type.partial;
+        return 0;
+    }
+    case MW__OP_CONTRACT: return lower_contract(b, n);
+    case MW__OP_COUNT: break;
+    }
+    return -1;
+}
+
+/* Where each input (or shard of it) lives on this device. */
+static int add_view(builder *b, const mw_tensor *n) {
+    const mw_tensor *leaf = n;
+    while (leaf->op == MW__OP_SHARD) leaf = leaf->in[0];
+    mw__plan *p = b->p;
+    mw__view *v = &p->views[p->nviews];
+    memset(v, 0, sizeof *v);
+    v->input = leaf->leaf;
+    v->dtype = n->type.dtype;
+    v->rank = n->type.rank;
+    v->count = 1;
+    int64_t stride = 1;
+    int partial_seen = 0;
+    v->contiguous = 1;
+    for (int i = n->type.rank - 1; i >= 0; i--) {
+        const mw__axis *a = &n->type.ax[i];
+        v->global[i] = a->size;
+        if (a->mesh >= 0) {
+            int parts = b->pl->size[a->mesh], c = b->pl->coord[a->mesh];
+            v->lo[i] = mw__split_lo(a->size, parts, c);
+            v->len[i] = mw__split_len(a->size, parts, c);
+        } else {
+            v->lo[i] = 0;
+            v->len[i] = a->size;
+        }
+        /* Contiguous iff, going outwards, once an axis is cut every outer axis has length 1. */
+        if (partial_seen && v->len[i] != 1) v->contiguous = 0;
+        if (v->len[i] != v->global[i]) partial_seen = 1;
+        v->host_offset += v->lo[i] * stride;
+        stride *= a->size;
+        v->count *= v->len[i];
+    }
+    b->ref[n->id] = (mw__ref){MW__BASE_VIEW0 + p->nviews, 0};
+    p->nviews++;
+    return 0;
+}
+
+static int cmp_slot(const void *x, const void *y) {
+    const mw__param_slot *a = *(const mw__param_slot *const *)x;
+    const mw__param_slot *c = *(const mw__param_slot *const *)y;
+    int ka = a->grad_node < 0 ? 1 << 30 : a->grad_node;
+    int kc = c->grad_node < 0 ? 1 << 30 : c->grad_node;
+    return (ka > kc) - (ka < kc);
+}
+
+mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
+                         const mw__placement *pl, int host_memory, int64_t bucket_elems,
+                         mw__plan *out) {
+    memset(out, 0, sizeof *out);
+    int nn = g->nnodes;
+    builder b = {.g = g, .pl = pl, .p = out};
+    char *live = calloc((size_t)nn, 1);
+    b.ref = calloc((size_t)nn, sizeof *b.ref);
+    b.in_arena = calloc((size_t)nn, 1);
+    b.last_use = calloc((size_t)nn, sizeof *b.last_use);
+    int *grad_of = malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
+    mw__param_slot **order = calloc((size_t)g->nparams + 1, sizeof *order);
+    out->views = calloc((size_t)g->ninputs * 4 + (size_t)nn, sizeof *out->views);
+    out->params = calloc((size_t)g->nparams + 1, sizeof *out->params);
+    out->nparams = g->nparams;
+    if (!live || !b.ref || !b.in_arena || !b.last_use || !grad_of || !order || !out->views ||
+        !out->params)
+        goto oom;
+
+    /* Live nodes: ancestors of the loss and of the gradients. */
+    for (int i = 0; i < nn; i++) grad_of[i] = -1;
+    live[loss->id] = 1;
+    for (int p = 0; p < g->nparams; p++)
+        if (param_grads[p]) {
+            live[param_grads[p]->id] = 1;
+            grad_of[param_grads[p]->id] = p;
+        }
+    for (int i = nn - 1; i >= 0; i--)
+        if (live[i])
+            for (int k = 0; k < g->nodes[i]->nin; k++) live[g->nodes[i]->in[k]->id] = 1;
+    for (int i = 0; i < nn; i++) {
+        b.last_use[i] = i;
+        if (!live[i]) continue;
+        for (int k = 0; k < g->nodes[i]->nin; k++) b.last_use[g->nodes[i]->in[k]->id] = i;
+    }
+    b.last_use[loss->id] = nn; /* read by the host after the step */
+
+    /* The flat parameter/gradient layout: in the order backward finishes the gradients. */
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (t->op != MW__OP_PARAM) continue;
+        mw__param_slot *s = &out->params[t->leaf];
+        s->count = local_type(&t->type, pl).numel;
+        s->grad_node = param_grads[t->leaf] ? param_grads[t->leaf]->id : -1;
+        s->group = param_grads[t->leaf] ? param_grads[t->leaf]->type.partial : 0;
+        order[t->leaf] = s;
+    }
+    qsort(order, (size_t)g->nparams, sizeof *order, cmp_slot);
+    for (int i = 0; i < g->nparams; i++) {
+        order[i]->off = out->param_elems;
+        out->param_elems += order[i]->count;
+    }
+
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (!live[i]) continue;
+        if (t->op == MW__OP_PARAM) {
+            b.ref[i] = (mw__ref){MW__BASE_PARAMS, out->params[t->leaf].off};
+        } else if (t->op == MW__OP_INPUT || t->op == MW__OP_SHARD) {
+            /* A shard chain only needs the view of its last link. */
+            int used = 0;
+            for (int j = i + 1; j < nn && !used; j++)
+                for (int k = 0; k < g->nodes[j]->nin; k++)
+                    used |= live[j] && g->nodes[j]->in[k] == t && g->nodes[j]->op != MW__OP_SHARD;
+            if (used && add_view(&b, t)) goto oom;
+        }
+    }
+
+    /* Views that cannot be read in place get a staging buffer for the whole step. */
+    for (int v = 0; v < out->nviews; v++) {
+        mw__view *w = &out->views[v];
+        w->staging = (mw__ref){MW__BASE_ARENA, -1};
+        if (!w->contiguous || !host_memory)
+            w->staging.off = arena_alloc(&b.ar, w->count);
+    }
+
+    /* Gradient buckets: runs of consecutive slots partial over the same group, at most
+     * bucket_elems long (a larger gradient is a bucket of its own), each reduced right after the
+     * node that finishes its last gradient. */
+    int bucket_first = 0;
+    int i_order = 0;
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (i == loss->id + 1) out->fwd_end = out->nins;
+        if (!live[i]) continue;
+        if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
+            int64_t n = local_type(&t->type, pl).numel;
+            if (grad_of[i] >= 0) {
+                b.ref[i] = (mw__ref){MW__BASE_GRADS, out->params[grad_of[i]].off};
+            } else {
+                b.ref[i] = (mw__ref){MW__BASE_ARENA, arena_alloc(&b.ar, n)};
+                b.in_arena[i] = 1;
+            }
+            if (lower_node(&b, t)) goto oom;
+        }
+        for (int k = 0; k < t->nin; k++) {
+            int a = t->in[k]->id;
+            if (b.last_use[a] == i && b.in_arena[a]) {
+                b.in_arena[a] = 0;
+                if (arena_release(&b.ar, b.ref[a].off, local_type(&g->nodes[a]->type, pl).numel))
+                    goto oom;
+            }
+        }
+        /* Close every bucket whose gradients are now all final. */
+        while (i_order < g->nparams && order[i_order]->grad_node == i) {
+            mw__param_slot *s = order[i_order++];
+            mw__param_slot *first = order[bucket_first];
+            int64_t len = s->off + s->count - first->off;
+            int next_same = i_order < g->nparams && order[i_order]->grad_node >= 0 &&
+                            order[i_order]->group == s->group;
+            int64_t next_len =
+                next_same ? order[i_order]->off + order[i_order]->count - first->off : 0;
+            if (!s->group) {
+                bucket_first = i_order;
+                continue;
+            }
+            if (next_same && next_len <= bucket_elems) continue;
+            mw__ins *in = emit(&b, MW__I_GRAD_BUCKET, i);
+            if (!in) goto oom;
+            in->ref[0] = (mw__ref){MW__BASE_GRADS, first->off};
+            in->count = len;
+            in->group = s->group;
+            bucket_first = i_order;
+        }
+    }
+    if (loss->id + 1 >= nn) out->fwd_end = out->nins;
+    out->bwd_end = out->nins;
+    out->loss = b.ref[loss->id];
+    out->arena_elems = b.ar.top;
+
+    free(live);
+    free(b.ref);
+    free(b.in_arena);
+    free(b.last_use);
+    free(grad_of);
+    free(order);
+    free(b.ar.free);
+    return MW_OK;
+oom:
+    free(live);
+    free(b.ref);
+    free(b.in_arena);
+    free(b.last_use);
+    free(grad_of);
+    free(order);
+    free(b.ar.free);
+    mw__plan_free(out);
+    return mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
+}
+
+void mw__plan_free(mw__plan *p) {
+    if (!p) return;
+    free(p->ins);
+    free(p->views);
+    free(p->params);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,103 @@
+/* Internal: compiling a graph for one device. The plan is a straight list of instructions (device
+ * kernels and collectives) over buffers named by (base, offset), plus the sizes of the buffers to
+ * allocate once: an arena for activations (reused by liveness), the flat parameter buffer and the
+ * flat gradient buffer, and the device-side views of the inputs. */
+#ifndef MW__PLAN_H
+#define MW__PLAN_H
+
+#include <stdint.h>
+
+#include "core/graph_impl.h"
+#include "devices/device.h"
+
+enum {
+    MW__BASE_ARENA = 0,
+    MW__BASE_PARAMS = 1,
+    MW__BASE_GRADS = 2,
+    MW__BASE_VIEW0 = 3 /* MW__BASE_VIEW0 + v: input view v */
+};
+
+typedef struct mw__ref {
+    int base;
+    int64_t off; /* in elements */
+} mw__ref;
+
+typedef enum mw__ins_kind {
+    MW__I_BINARY,
+    MW__I_COPY,
+    MW__I_REDUCE,
+    MW__I_GEMM,
+    MW__I_FILL,
+    MW__I_ALLREDUCE, /* in place over ref[0], count elements, among the devices of `group` */
+    MW__I_GRAD_BUCKET /* the same, over a bucket of the flat gradient buffer */
+} mw__ins_kind;
+
+typedef struct mw__ins {
+    mw__ins_kind kind;
+    int node;      /* graph node it implements (for messages) */
+    mw__ref ref[3]; /* out, a, b */
+    int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
+    uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
+    union {
+        mw__k_binary binary;
+        mw__k_copy copy;
+        mw__k_reduce reduce;
+        mw__k_gemm gemm;
+        mw__k_fill fill;
+    } k; /* pointers are filled in from ref[] when the instruction runs */
+} mw__ins;
+
+/* An input as one device sees it: a box of the host array (rows [lo, lo+len) of each axis). When
+ * the box is contiguous in the host array, host-memory devices read it in place. */
+typedef struct mw__view {
+    int input;                 /* input leaf index */
+    mw_dtype dtype;
+    int rank;
+    int64_t global[MW_MAX_RANK];
+    int64_t lo[MW_MAX_RANK], len[MW_MAX_RANK];
+    int64_t count;             /* local elements */
+    int64_t host_offset;       /* element offset of the box's first element */
+    int contiguous;
+    mw__ref staging;           /* arena buffer when not read in place (off -1: in place) */
+} mw__view;
+
+typedef struct mw__param_slot {
+    int64_t off, count; /* in the flat parameter and gradient buffers (same layout) */
+    int grad_node;      /* node computing its gradient, or -1 (gradient is zero) */
+    uint32_t group;     /* mesh names its gradient is partial over (0: needs no reduction) */
+} mw__param_slot;
+
+/* How one device sits in the mesh, per graph mesh name. */
+typedef struct mw__placement {
+    int nmesh;                         /* graph mesh names */
+    int size[MW__MAX_MESH_NAMES];      /* devices along that mesh axis */
+    int coord[MW__MAX_MESH_NAMES];     /* this device's coordinate along it */
+} mw__placement;
+
+typedef struct mw__plan {
+    mw__ins *ins;
+    int nins, cap;
+    int fwd_end; /* [0, fwd_end): forward up to the loss */
+    int bwd_end; /* [fwd_end, bwd_end): backward and the gradient reductions */
+    int64_t arena_elems, param_elems;
+    mw__view *views;
+    int nviews;
+    mw__param_slot *params; /* by parameter leaf index */
+    int nparams;
+    mw__ref loss;
+} mw__plan;
+
+/* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of
+ * parameter i (or NULL); host_memory says whether the device reads host arrays in place;
+ * bucket_elems bounds a gradient bucket. */
+mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
+                         const mw__placement *pl, int host_memory, int64_t bucket_elems,
+                         mw__plan *out);
+void mw__plan_free(mw__plan *p);
+
+/* The local size of a global axis of size n split over `parts` devices, at coordinate c: shards
+ * differ by at most one row; the first n % parts devices get the extra row. */
+int64_t mw__split_len(int64_t n, int parts, int c);
+int64_t mw__split_lo(int64_t n, int parts, int c);
+
+#endif

@@ -1,0 +1,324 @@
+/* The CPU backend: host memory, OpenBLAS for contractions, plain C loops (written so the compiler
+ * vectorises the contiguous cases) for everything else. Each virtual CPU device is one worker
+ * thread; BLAS runs single-threaded inside it (the trainer sets OpenBLAS's thread count). */
+#define _GNU_SOURCE /* sched_setaffinity */
+#include <cblas.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "devices/device.h"
+
+/* Pins the calling worker to the index-th CPU this process may use, when there are at least as
+ * many such CPUs as there are devices (oversubscribed devices are left to the scheduler). */
+static void pin_to_core(int index, int ndevices) {
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int count = CPU_COUNT(&allowed);
+    if (count < ndevices || count < 2) return;
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed)) continue;
+        if (seen++ == index % count) {
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            sched_setaffinity(0, sizeof one, &one); /* best effort: an unpinned worker still works */
+            return;
+        }
+    }
+}
+
+static mw_status cpu_init(mw__device *dev) {
+    if (dev->pin > 0) pin_to_core(dev->index, dev->pin);
+    return MW_OK;
+}
+
+static void cpu_shutdown(mw__device *dev) { (void)dev; }
+
+static mw_status cpu_alloc(mw__device *dev, size_t bytes, void **out) {
+    size_t n = (bytes + 63) / 64 * 64;
+    *out = n ? aligned_alloc(64, n) : NULL;
+    if (n && !*out)
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory allocating %zu bytes", dev->name, n);
+    return MW_OK;
+}
+
+static void cpu_free(mw__device *dev, void *p) {
+    (void)dev;
+    free(p);
+}
+
+static mw_status cpu_memcpy(mw__device *dev, void *dst, const void *src, size_t bytes) {
+    (void)dev;
+    if (bytes) memcpy(dst, src, bytes);
+    return MW_OK;
+}
+
+static mw_status cpu_sync(mw__device *dev) {
+    (void)dev;
+    return MW_OK;
+}
+
+/* Walks every index of nd but the last dim, calling body(o0, o1, o2) with the element offsets of
+ * each operand at the start of an innermost row. */
+#define ND_ROWS(nd, nops, body)                                                                   \
+    do {                                                                                         \
+        int r_ = (nd)->rank;                                                                     \
+        int64_t idx_[MW__ND_MAX] = {0};                                                          \
+        int64_t o_[3] = {0, 0, 0};                                                               \
+        for (;;) {                                                                               \
+            int64_t o0 = o_[0], o1 = o_[1], o2 = o_[2];                                          \
+            (void)o0, (void)o1, (void)o2;                                                        \
+            body;                                                                                \
+            int d_ = r_ - 2;                                                                     \
+            while (d_ >= 0) {                                                                    \
+                for (int k_ = 0; k_ < (nops); k_++) o_[k_] += (nd)->stride[k_][d_];              \
+                if (++idx_[d_] < (nd)->dims[d_]) break;                                          \
+                for (int k_ = 0; k_ < (nops); k_++) o_[k_] -= (nd)->stride[k_][d_] * (nd)->dims[d_]; \
+                idx_[d_] = 0;                                                                    \
+                d_--;                                                                            \
+            }                                                                                    \
+            if (d_ < 0) break;                                                                   \
+        }                                                                                        \
+    } while (0)
+
+static inline float apply(mw__binop op, float a, float b) {
+    switch (op) {
+    case MW__BIN_ADD: return a + b;
+    case MW__BIN_SUB: return a - b;
+    case MW__BIN_MUL: return a * b;
+    case MW__BIN_DIV: return a / b;
+    }
+    return 0.0f;
+}
+
+/* One innermost row of a binary op; the common stride patterns get loops the compiler vectorises. */
+#define BIN_ROW(OPEXPR)                                                                           \
+    do {                                                                                         \
+        if (sa == 1 && sb == 1)                                                                  \
+            for (int64_t i = 0; i < n; i++) {                                                    \
+                float x = a[i], y = b[i];                                                        \
+                out[i] = OPEXPR;                                                                 \
+            }                                                                                    \
+        else if (sa == 1 && sb == 0) {                                                           \
+            float y = b[0];                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                    \
+                float x = a[i];                                                                  \
+                out[i] = OPEXPR;                                                                 \
+            }                                                                                    \
+        } else if (sa == 0 && sb == 1) {                                                         \
+            float x = a[0];                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                                    \
+                float y = b[i];                                                                  \
+                out[i] = OPEXPR;                                                                 \
+            }                                                                                    \
+        } else                                                                                   \
+            for (int64_t i = 0; i < n; i++) {                                                    \
+                float x = a[i * sa], y = b[i * sb];                                              \
+                out[i * so] = OPEXPR;                                                            \
+            }                                                                                    \
+    } while (0)
+
+static void binary_row(mw__binop op, int64_t n, float *restrict out, int64_t so,
+                       const float *restrict a, int64_t sa, const float *restrict b, int64_t sb) {
+    if (so != 1) {
+        for (int64_t i = 0; i < n; i++) out[i * so] = apply(op, a[i * sa], b[i * sb]);
+        return;
+    }
+    switch (op) {
+    case MW__BIN_ADD: BIN_ROW(x + y); break;
+    case MW__BIN_SUB: BIN_ROW(x - y); break;
+    case MW__BIN_MUL: BIN_ROW(x * y); break;
+    case MW__BIN_DIV: BIN_ROW(x / y); break;
+    }
+}
+
+static mw_status cpu_binary(mw__device *dev, const mw__k_binary *k) {
+    (void)dev;
+    const mw__nd *nd = &k->nd;
+    if (nd->rank == 0) {
+        k->out[0] = apply(k->op, k->a[0], k->b[0]);
+        return MW_OK;
+    }
+    int l = nd->rank - 1;
+    ND_ROWS(nd, 3,
+            binary_row(k->op, nd->dims[l], k->out + o0, nd->stride[0][l], k->a + o1,
+                       nd->stride[1][l], k->b + o2, nd->stride[2][l]));
+    return MW_OK;
+}
+
+static void copy_row(float alpha, int64_t n, float *restrict out, int64_t so,
+                     const float *restrict a, int64_t sa) {
+    if (so == 1 && sa == 1 && alpha == 1.0f)
+        memcpy(out, a, (size_t)n * sizeof *out);
+    else if (so == 1 && sa == 1)
+        for (int64_t i = 0; i < n; i++) out[i] = alpha * a[i];
+    else if (so == 1 && sa == 0) {
+        float v = alpha * a[0];
+        for (int64_t i = 0; i < n; i++) out[i] = v;
+    } else
+        for (int64_t i = 0; i < n; i++) out[i * so] = alpha * a[i * sa];
+}
+
+static mw_status cpu_copy(mw__device *dev, const mw__k_copy *k) {
+    (void)dev;
+    const mw__nd *nd = &k->nd;
+    if (nd->rank == 0) {
+        k->out[0] = k->alpha * k->a[0];
+        return MW_OK;
+    }
+    int l = nd->rank - 1;
+    ND_ROWS(nd, 2,
+            copy_row(k->alpha, nd->dims[l], k->out + o0, nd->stride[0][l], k->a + o1,
+                     nd->stride[1][l]));
+    return MW_OK;
+}
+
+/* Sum of a row in a fixed order: eight interleaved partial sums, then combined pairwise. The
+ * order depends only on n, so results are repeatable. */
+static float sum_row(int64_t n, const float *restrict a, int64_t sa) {
+    if (sa != 1) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < n; i++) s += a[i * sa];
+        return s;
+    }
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += a[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static mw_status cpu_reduce(mw__device *dev, const mw__k_reduce *k) {
+    (void)dev;
+    const mw__nd *nd = &k->nd;
+    memset(k->out, 0, (size_t)k->out_count * sizeof *k->out);
+    if (nd->rank == 0) {
+        k->out[0] = k->a[0];
+    } else {
+        int l = nd->rank - 1;
+        int64_t n = nd->dims[l], so = nd->stride[0][l], sa = nd->stride[1][l];
+        ND_ROWS(nd, 2, {
+            float *restrict out = k->out + o0;
+            const float *restrict a = k->a + o1;
+            if (so == 0)
+                out[0] += sum_row(n, a, sa);
+            else if (so == 1 && sa == 1)
+                for (int64_t i = 0; i < n; i++) out[i] += a[i];
+            else
+                for (int64_t i = 0; i < n; i++) out[i * so] += a[i * sa];
+        });
+    }
+    if (k->alpha != 1.0f)
+        for (int64_t i = 0; i < k->out_count; i++) k->out[i] *= k->alpha;
+    return MW_OK;
+}
+
+static mw_status cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
+    (void)dev;
+    for (int64_t bi = 0; bi < k->batch; bi++) {
+        const float *a = k->a + bi * k->stride_a, *b = k->b + bi * k->stride_b;
+        float *c = k->c + bi * k->stride_c;
+        if (k->n == 1 && k->m == 1) {
+            /* A and B are contiguous vectors of length K whatever their transposition. */
+            c[0] = cblas_sdot((int)k->k, a, 1, b, 1);
+        } else if (k->n == 1) {
+            /* C (M) = op(A) * b, with b a contiguous K-vector. */
+            if (k->trans_a)
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->m, 1.0f, a, (int)k->lda,
+                            b, 1, 0.0f, c, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a,
+                            (int)k->lda, b, 1, 0.0f, c, 1);
+        } else if (k->m == 1) {
+            /* C (N) = op(B)^T * a, with a a contiguous K-vector. */
+            if (k->trans_b)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b,
+                            (int)k->ldb, a, 1, 0.0f, c, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->n, 1.0f, b, (int)k->ldb,
+                            a, 1, 0.0f, c, 1);
+        } else {
+            cblas_sgemm(CblasRowMajor, k->trans_a ? CblasTrans : CblasNoTrans,
+                        k->trans_b ? CblasTrans : CblasNoTrans, (int)k->m, (int)k->n, (int)k->k,
+                        1.0f, a, (int)k->lda, b, (int)k->ldb, 0.0f, c, (int)k->ldc);
+        }
+    }
+    return MW_OK;
+}
+
+static mw_status cpu_fill(mw__device *dev, const mw__k_fill *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++) k->out[i] = k->value;
+    return MW_OK;
+}
+
+static mw_status cpu_sgd(mw__device *dev, const mw__k_sgd *k) {
+    (void)dev;
+    float *restrict p = k->p;
+    const float *restrict g = k->g;
+    for (int64_t i = 0; i < k->count; i++) p[i] -= k->lr * g[i];
+    return MW_OK;
+}
+
+const mw__device_vtable mw__cpu_device = {
+    .kind = "cpu",
+    .host_memory = 1,
+    .init = cpu_init,
+    .shutdown = cpu_shutdown,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .sync = cpu_sync,
+    .binary = cpu_binary,
+    .copy = cpu_copy,
+    .reduce = cpu_reduce,
+    .gemm = cpu_gemm,
+    .fill = cpu_fill,
+    .sgd = cpu_sgd,
+};
+
+int mw__cpu_set_blas_threads(int n) {
+    int prev = openblas_get_num_threads();
+    if (n > 0 && n != prev) openblas_set_num_threads(n);
+    return prev;
+}
+
+const char *mw_blas_core(void) {
+    const char *core = openblas_get_corename();
+    return core ? core : "unknown";
+}
+
+/* True when /proc/cpuinfo lists the flag (Linux; elsewhere the warning is simply not given). */
+static int cpu_has_flag(const char *flag) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    size_t n = strlen(flag);
+    while (!found && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        for (const char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
+            found = (p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n');
+        break;
+    }
+    fclose(f);
+    return found;
+}
+
+const char *mw_blas_warning(void) {
+    static char msg[256];
+    const char *core = mw_blas_core();
+    static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen"};
+    for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+        if (strstr(core, wide[i])) return "";
+    if (!cpu_has_flag("avx512f")) return "";
+    snprintf(msg, sizeof msg,
+             "OpenBLAS runs its generic %s kernels on a CPU with AVX-512; "
+             "OPENBLAS_CORETYPE=SkylakeX selects the fast ones",
+             core);
+    return msg;
+}

@@ -1,0 +1,24 @@
+/* Internal: meshes. */
+#ifndef MW__MESH_IMPL_H
+#define MW__MESH_IMPL_H
+
+#include "devices/device.h"
+#include "meshwit/mesh.h"
+
+struct mw_mesh {
+    const mw__device_vtable *vt; /* every device of a mesh has the same backend */
+    int ndevices;
+    char device_name[MW_MAX_DEVICES][32]; /* "cpu:0", "cuda:0", "cuda:0#1" */
+    int ordinal[MW_MAX_DEVICES];          /* backend number (GPU id; CPU: index) */
+    int naxes;
+    char axis_name[MW_MAX_MESH_AXES][MW_MAX_NAME];
+    int axis_size[MW_MAX_MESH_AXES];
+    char desc[64 + MW_MAX_DEVICES * 40];
+};
+
+/* Index of the mesh axis called name, or -1. */
+int mw__mesh_axis(const mw_mesh *m, const char *name);
+/* Coordinate of device d along mesh axis a (row-major: the last axis varies fastest). */
+int mw__mesh_coord(const mw_mesh *m, int d, int a);
+
+#endif

@@ -1,0 +1,734 @@
+/* The trainer: compiles the graph for every device of the mesh, runs one worker thread per device
+ * and drives steps. The host hands every worker the same command under a mutex and waits until
+ * all are done; inside a step, workers meet only in the collectives. A failing worker aborts the
+ * communicators so no peer is left waiting, and the host reports the root cause. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/autodiff.h"
+#include "core/error.h"
+#include "core/graph_impl.h"
+#include "core/init.h"
+#include "core/plan.h"
+#include "devices/cpu/cpu.h"
+#include "meshwit.h"
+#include "parallel/mesh_impl.h"
+#include "parallel/reducer.h"
+
+#define MAX_GROUPS 16
+
+typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT } cmd;
+
+typedef struct worker {
+    mw_trainer *tr;
+    int index;
+    pthread_t thread;
+    int started;
+    mw__device dev;
+    mw__plan plan;
+    void *arena, *params, *grads;
+    char **bases; /* per plan base: resolved address (views rebound every step) */
+    mw__comm *comm[MAX_GROUPS];
+    int rank[MAX_GROUPS];
+    mw_status status;
+    char msg[MW__MSG_SIZE];
+} worker;
+
+/* The communicators of one group mask: devices that agree on every mesh axis outside the mask
+ * reduce together. */
+typedef struct group {
+    uint32_t mask; /* graph mesh names */
+    int ncomms;
+    mw__comm **comms;
+} group;
+
+struct mw_trainer {
+    mw_graph *g; /* the trainer's own copy, extended with the backward pass */
+    mw_tensor *loss;
+    mw_tensor **grads;
+    mw_mesh *mesh;
+    mw_trainer_config cfg;
+    const mw__reducer_vtable *reducer;
+    int mesh_axis_of[MW__MAX_MESH_NAMES]; /* graph mesh name -> mesh axis */
+    group groups[MAX_GROUPS];
+    int ngroups;
+    int nworkers;
+    worker *w;
+    float *init_values; /* flat initial parameters, only during start-up */
+    const mw_feed *feeds; /* the current step's, ordered by input leaf */
+    const mw_feed **feed_of;
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    int sync_ready;
+    /* Commands: written under mu; workers and host spin briefly on these before sleeping. */
+    _Atomic uint64_t generation;
+    _Atomic int command;
+    _Atomic int remaining;
+    int64_t steps;
+    int blas_prev;
+};
+
+/* --- worker side ----------------------------------------------------------------------------- */
+
+static int group_index(const mw_trainer *tr, uint32_t mask) {
+    for (int i = 0; i < tr->ngroups; i++)
+        if (tr->groups[i].mask == mask) return i;
+    return -1;
+}
+
+static void *ptr(worker *w, mw__ref r) { return w->bases[r.base] + r.off * 4; }
+
+static mw_status run_ins(worker *w, mw__ins *in) {
+    const mw__device_vtable *vt = w->dev.vt;
+    mw__device *dev = &w->dev;
+    switch (in->kind) {
+    case MW__I_BINARY:
+        in->k.binary.out = ptr(w, in->ref[0]);
+        in->k.binary.a = ptr(w, in->ref[1]);
+        in->k.binary.b = ptr(w, in->ref[2]);
+        return vt->binary(dev, &in->k.binary);
+    case MW__I_COPY:
+        in->k.copy.out = ptr(w, in->ref[0]);
+        in->k.copy.a = ptr(w, in->ref[1]);
+        return vt->copy(dev, &in->k.copy);
+    case MW__I_REDUCE:
+        in->k.reduce.out = ptr(w, in->ref[0]);
+        in->k.reduce.a = ptr(w, in->ref[1]);
+        return vt->reduce(dev, &in->k.reduce);
+    case MW__I_GEMM:
+        in->k.gemm.c = ptr(w, in->ref[0]);
+        in->k.gemm.a = ptr(w, in->ref[1]);
+        in->k.gemm.b = ptr(w, in->ref[2]);
+        return vt->gemm(dev, &in->k.gemm);
+    case MW__I_FILL: in->k.fill.out = ptr(w, in->ref[0]); return vt->fill(dev, &in->k.fill);
+    case MW__I_ALLREDUCE:
+    case MW__I_GRAD_BUCKET: {
+        int gi = group_index(w->tr, in->group);
+        if (!w->comm[gi]) return MW_OK; /* a group of one device */
+        mw_status st = vt->sync(dev);
+        if (st) return st;
+        return w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
+                                            (size_t)in->count);
+    }
+    }
+    return mw__error(MW_ERR_UNSUPPORTED, "unknown instruction %d", (int)in->kind);
+}
+
+/* Copies the box of a host array that view v covers into its staging buffer, one contiguous
+ * run at a time. */
+static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst) {
+    int r = v->rank;
+    /* Innermost run: trailing axes that are whole, plus the first cut one. */
+    int inner = r - 1;
+    int64_t run = r ? v->len[r - 1] : 1;
+    while (inner > 0 && v->len[inner] == v->global[inner]) run *= v->len[--inner];
+    if (inner < 0) inner = 0;
+    int64_t stride[MW_MAX_RANK], s = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= v->global[i];
+    }
+    int64_t idx[MW_MAX_RANK] = {0};
+    size_t bytes = (size_t)run * 4;
+    for (int64_t done = 0; done < v->count; done += run) {
+        int64_t off = 0;
+        for (int i = 0; i < inner; i++) off += (v->lo[i] + idx[i]) * stride[i];
+        if (r) off += v->lo[inner] * stride[inner];
+        mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * 4, bytes);
+        if (st) return st;
+        dst += bytes;
+        for (int i = inner - 1; i >= 0; i--) {
+            if (++idx[i] < v->len[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return MW_OK;
+}
+
+static mw_status bind_views(worker *w) {
+    for (int v = 0; v < w->plan.nviews; v++) {
+        const mw__view *view = &w->plan.views[v];
+        const char *host = w->tr->feed_of[view->input]->data;
+        if (view->staging.off < 0) {
+            w->bases[MW__BASE_VIEW0 + v] = (char *)host + view->host_offset * 4;
+            continue;
+        }
+        char *dst = (char *)w->arena + view->staging.off * 4;
+        w->bases[MW__BASE_VIEW0 + v] = dst;
+        mw_status st = stage_view(w, view, host, dst);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+static mw_status run_range(worker *w, int from, int to) {
+    for (int i = from; i < to; i++) {
+        mw_status st = run_ins(w, &w->plan.ins[i]);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+static mw_status worker_init(worker *w) {
+    const mw__device_vtable *vt = w->dev.vt;
+    mw_status st = vt->init(&w->dev);
+    if (st) return st;
+    mw__plan *p = &w->plan;
+    size_t pbytes = (size_t)p->param_elems * 4;
+    if ((st = vt->alloc(&w->dev, (size_t)p->arena_elems * 4, &w->arena)) ||
+        (st = vt->alloc(&w->dev, pbytes, &w->params)) ||
+        (st = vt->alloc(&w->dev, pbytes, &w->grads)))
+        return st;
+    w->bases[MW__BASE_ARENA] = w->arena;
+    w->bases[MW__BASE_PARAMS] = w->params;
+    w->bases[MW__BASE_GRADS] = w->grads;
+    if ((st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
+    /* A parameter the loss does not depend on keeps a zero gradient. */
+    mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
+    if ((st = vt->fill(&w->dev, &zero))) return st;
+    return vt->sync(&w->dev);
+}
+
+static mw_status worker_run(worker *w, cmd c) {
+    mw_status st;
+    switch (c) {
+    case CMD_INIT: return worker_init(w);
+    case CMD_EVAL:
+        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.fwd_end))) return st;
+        return w->dev.vt->sync(&w->dev);
+    case CMD_GRADS:
+    case CMD_STEP:
+        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if (c == CMD_STEP) {
+            mw__k_sgd k = {.lr = w->tr->cfg.optimizer.lr,
+                           .count = w->plan.param_elems,
+                           .p = w->params,
+                           .g = w->grads};
+            if ((st = w->dev.vt->sgd(&w->dev, &k))) return st;
+        }
+        return w->dev.vt->sync(&w->dev);
+    case CMD_NONE:
+    case CMD_QUIT: break;
+    }
+    return MW_OK;
+}
+
+static void abort_all(mw_trainer *tr) {
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        for (int c = 0; c < tr->groups[gi].ncomms; c++)
+            tr->reducer->abort(tr->groups[gi].comms[c]);
+}
+
+/* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
+ * of them; so a waiter first spins (yielding the core, since devices may outnumber cores) for
+ * about SPIN_NS, and only then sleeps on the condition variable. */
+#define SPIN_NS 200000
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int spin_until_changed(_Atomic uint64_t *v, uint64_t old) {
+    int64_t deadline = 0;
+    for (int i = 0;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) != old) return 1;
+        if ((i & 63) == 63) {
+            int64_t t = now_ns();
+            if (!deadline)
+                deadline = t + SPIN_NS;
+            else if (t > deadline)
+                return 0;
+        }
+        sched_yield();
+    }
+}
+
+static int spin_until_zero(_Atomic int *v) {
+    int64_t deadline = 0;
+    for (int i = 0;; i++) {
+        if (atomic_load_explicit(v, memory_order_acquire) == 0) return 1;
+        if ((i & 63) == 63) {
+            int64_t t = now_ns();
+            if (!deadline)
+                deadline = t + SPIN_NS;
+            else if (t > deadline)
+                return 0;
+        }
+        sched_yield();
+    }
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    mw_trainer *tr = w->tr;
+    uint64_t seen = 0;
+    for (;;) {
+        if (!spin_until_changed(&tr->generation, seen)) {
+            pthread_mutex_lock(&tr->mu);
+            while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        seen = atomic_load(&tr->generation);
+        cmd c = (cmd)atomic_load(&tr->command);
+
+        mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
+        w->status = st;
+        if (st) {
+            snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+            abort_all(tr); /* release every peer waiting in a collective */
+        }
+        if (c == CMD_QUIT) {
+            if (w->arena || w->params || w->grads) {
+                w->dev.vt->free(&w->dev, w->arena);
+                w->dev.vt->free(&w->dev, w->params);
+                w->dev.vt->free(&w->dev, w->grads);
+            }
+            w->dev.vt->shutdown(&w->dev);
+        }
+        if (atomic_fetch_sub(&tr->remaining, 1) == 1) {
+            pthread_mutex_lock(&tr->mu); /* a host asleep in done is woken under the lock */
+            pthread_cond_signal(&tr->done);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        if (c == CMD_QUIT) return NULL;
+    }
+}
+
+/* --- host side -------------------------------------------------------------------------------- */
+
+/* Runs one command on every worker and waits; on failure reports the root cause: the first device
+ * whose error is not just "aborted because a peer failed". */
+static void post(mw_trainer *tr, cmd c, int workers) {
+    pthread_mutex_lock(&tr->mu);
+    atomic_store(&tr->command, (int)c);
+    atomic_store(&tr->remaining, workers);
+    atomic_fetch_add(&tr->generation, 1);
+    pthread_cond_broadcast(&tr->start);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+static void wait_done(mw_trainer *tr) {
+    if (spin_until_zero(&tr->remaining)) return;
+    pthread_mutex_lock(&tr->mu);
+    while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+static mw_status dispatch(mw_trainer *tr, cmd c) {
+    post(tr, c, tr->nworkers);
+    wait_done(tr);
+    worker *cause = NULL;
+    for (int i = 0; i < tr->nworkers; i++) {
+        worker *w = &tr->w[i];
+        if (w->status && (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
+            cause = w;
+    }
+    if (!cause) return MW_OK;
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        for (int k = 0; k < tr->groups[gi].ncomms; k++)
+            tr->reducer->reset(tr->groups[gi].comms[k]);
+    mw_status st = cause->status;
+    for (int i = 0; i < tr->nworkers; i++) tr->w[i].status = MW_OK;
+    return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
+}
+
+static mw_status check_feeds(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
+    mw_graph *g = tr->g;
+    if (nfeeds < 0 || (nfeeds > 0 && !feeds))
+        return mw__error(MW_ERR_INVALID, "feeds: %d feeds given with a NULL array", nfeeds);
+    for (int i = 0; i < g->ninputs; i++) tr->feed_of[i] = NULL;
+    for (int f = 0; f < nfeeds; f++) {
+        const mw_feed *fd = &feeds[f];
+        const mw_tensor *in = NULL;
+        for (int i = 0; i < g->nnodes && !in; i++)
+            if (g->nodes[i]->op == MW__OP_INPUT && fd->name && strcmp(g->nodes[i]->name, fd->name) == 0)
+                in = g->nodes[i];
+        if (!in)
+            return mw__error(MW_ERR_INVALID, "feed '%s': the graph has no input of that name",
+                             fd->name ? fd->name : "(null)");
+        if (tr->feed_of[in->leaf])
+            return mw__error(MW_ERR_INVALID, "feed '%s' is given twice", fd->name);
+        int64_t n = mw__type_numel(&in->type);
+        if (fd->count != n) {
+            char d[256];
+            return mw__error(MW_ERR_INVALID, "feed '%s' has %lld elements but input %s holds %lld",
+                             fd->name, (long long)fd->count,
+                             mw__type_describe(g, &in->type, d, sizeof d), (long long)n);
+        }
+        if (!fd->data) return mw__error(MW_ERR_INVALID, "feed '%s': data is NULL", fd->name);
+        tr->feed_of[in->leaf] = fd;
+    }
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == MW__OP_INPUT && !tr->feed_of[g->nodes[i]->leaf])
+            return mw__error(MW_ERR_INVALID, "input '%s' is not fed", g->nodes[i]->name);
+    return MW_OK;
+}
+
+static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nfeeds,
+                             float *loss) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "trainer is NULL");
+    mw_status st = check_feeds(tr, feeds, nfeeds);
+    if (st) return st;
+    if ((st = dispatch(tr, c))) return st;
+    if (c == CMD_STEP) tr->steps++;
+    if (loss) {
+        worker *w = &tr->w[0];
+        return w->dev.vt->download(&w->dev, loss, ptr(w, w->plan.loss), sizeof *loss);
+    }
+    return MW_OK;
+}
+
+mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    return run_command(tr, CMD_STEP, feeds, nfeeds, loss);
+}
+
+mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    return run_command(tr, CMD_GRADS, feeds, nfeeds, loss);
+}
+
+mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    return run_command(tr, CMD_EVAL, feeds, nfeeds, loss);
+}
+
+static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
+                            const mw__param_slot **out) {
+    if (!tr || !name) return mw__error(MW_ERR_INVALID, "trainer or parameter name is NULL");
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *t = tr->g->nodes[i];
+        if (t->op != MW__OP_PARAM || strcmp(t->name, name) != 0) continue;
+        const mw__param_slot *s = &tr->w[0].plan.params[t->leaf];
+        if (s->count != count)
+            return mw__error(MW_ERR_SHAPE, "parameter '%s' has %lld elements, not %lld", name,
+                             (long long)s->count, (long long)count);
+        *out = s;
+        return MW_OK;
+    }
+    return mw__error(MW_ERR_AXIS, "the graph has no parameter named '%s'", name);
+}
+
+static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count,
+                           int grads) {
+    const mw__param_slot *s;
+    mw_status st = find_param(tr, name, count, &s);
+    if (st) return st;
+    if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
+    worker *w = &tr->w[0];
+    const char *base = grads ? w->grads : w->params;
+    return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
+}
+
+mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count) {
+    return read_flat(tr, name, dst, count, 0);
+}
+
+mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count) {
+    return read_flat(tr, name, dst, count, 1);
+}
+
+mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
+                                 int64_t count) {
+    const mw__param_slot *s;
+    mw_status st = find_param(tr, name, count, &s);
+    if (st) return st;
+    if (count && !src) return mw__error(MW_ERR_INVALID, "source is NULL");
+    for (int i = 0; i < tr->nworkers; i++) {
+        worker *w = &tr->w[i];
+        st = w->dev.vt->upload(&w->dev, (char *)w->params + s->off * 4, src, (size_t)count * 4);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+int64_t mw_trainer_steps(const mw_trainer *tr) { return tr ? tr->steps : 0; }
+
+int mw_trainer_devices(const mw_trainer *tr) { return tr ? tr->nworkers : 0; }
+
+int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis) {
+    if (!tr || !axis || device < 0 || device >= tr->nworkers) return -1;
+    const mw_graph *g = tr->g;
+    int name = mw__graph_find_name(g, axis);
+    if (name < 0) return -1;
+    int64_t found = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw__type *t = &g->nodes[i]->type;
+        int j = mw__type_find_name(t, name);
+        if (j < 0) continue;
+        const mw__axis *a = &t->ax[j];
+        if (a->mesh < 0) {
+            if (found < 0) found = a->size;
+            continue;
+        }
+        int ma = tr->mesh_axis_of[a->mesh];
+        return mw__split_len(a->size, tr->mesh->axis_size[ma], mw__mesh_coord(tr->mesh, device, ma));
+    }
+    return found;
+}
+
+/* --- construction ------------------------------------------------------------------------------ */
+
+/* After autodiff: every gradient must be a node of its own that nothing else reads, since it is
+ * written straight into the flat gradient buffer and reduced there in place. */
+static mw_status own_gradients(mw_trainer *tr) {
+    mw_graph *g = tr->g;
+    int n = g->nnodes;
+    int *readers = calloc((size_t)n, sizeof *readers);
+    char *claimed = calloc((size_t)n, 1);
+    if (!readers || !claimed) {
+        free(readers);
+        free(claimed);
+        return mw__error(MW_ERR_NOMEM, "out of memory preparing gradients");
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i]->nin; k++) readers[g->nodes[i]->in[k]->id]++;
+    for (int p = 0; p < g->nparams && g->status == MW_OK; p++) {
+        mw_tensor *gr = tr->grads[p];
+        if (!gr) continue;
+        mw__op op = gr->op;
+        if (gr->id < n && (claimed[gr->id] || readers[gr->id] || gr->id <= tr->loss->id ||
+                           op == MW__OP_FILL || op == MW__OP_INPUT || op == MW__OP_PARAM ||
+                           op == MW__OP_SHARD))
+            tr->grads[p] = mw_scale(g, gr, 1.0f);
+        else if (gr->id < n)
+            claimed[gr->id] = 1;
+    }
+    free(readers);
+    free(claimed);
+    return g->status ? mw__error_copy(g->status, g->error) : MW_OK;
+}
+
+/* Resolves the graph's mesh names to mesh axes and checks that every sharded axis can be placed. */
+static mw_status place(mw_trainer *tr) {
+    const mw_graph *g = tr->g;
+    for (int m = 0; m < g->nmesh_names; m++) {
+        int a = mw__mesh_axis(tr->mesh, g->mesh_names[m]);
+        if (a < 0)
+            return mw__error(MW_ERR_SHARDING,
+                             "the graph shards over mesh axis '%s', but %s has no such axis",
+                             g->mesh_names[m], tr->mesh->desc);
+        tr->mesh_axis_of[m] = a;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (t->op != MW__OP_SHARD) continue;
+        const mw__axis *a = &t->type.ax[t->shard_axis];
+        int parts = tr->mesh->axis_size[tr->mesh_axis_of[a->mesh]];
+        if (a->size < parts)
+            return mw__error(MW_ERR_SHARDING,
+                             "axis %s@%s of input '%s' has %lld rows but mesh axis %s has %d "
+                             "devices: every device needs at least one row",
+                             g->names[a->name], g->mesh_names[a->mesh], t->in[0]->name,
+                             (long long)a->size, g->mesh_names[a->mesh], parts);
+    }
+    return MW_OK;
+}
+
+/* Makes the communicators of every group mask the plans use. */
+static mw_status make_groups(mw_trainer *tr) {
+    mw_mesh *mesh = tr->mesh;
+    const mw__plan *p = &tr->w[0].plan;
+    for (int i = 0; i < p->nins; i++) {
+        const mw__ins *in = &p->ins[i];
+        if ((in->kind != MW__I_ALLREDUCE && in->kind != MW__I_GRAD_BUCKET) ||
+            group_index(tr, in->group) >= 0)
+            continue;
+        if (tr->ngroups == MAX_GROUPS)
+            return mw__error(MW_ERR_UNSUPPORTED, "more than %d reduction groups", MAX_GROUPS);
+        tr->groups[tr->ngroups++] = (group){.mask = in->group};
+    }
+    for (int gi = 0; gi < tr->ngroups; gi++) {
+        group *gr = &tr->groups[gi];
+        int in_group[MW_MAX_MESH_AXES] = {0}, members = 1;
+        for (int m = 0; m < tr->g->nmesh_names; m++)
+            if (gr->mask & (1u << m)) in_group[tr->mesh_axis_of[m]] = 1;
+        for (int a = 0; a < mesh->naxes; a++)
+            if (in_group[a]) members *= mesh->axis_size[a];
+        if (members == 1) continue; /* nothing to reduce: worker comm stays NULL */
+        gr->ncomms = mesh->ndevices / members;
+        gr->comms = calloc((size_t)gr->ncomms, sizeof *gr->comms);
+        if (!gr->comms) return mw__error(MW_ERR_NOMEM, "out of memory making communicators");
+        /* Class of a device: its coordinates off the group's axes; rank: on them. */
+        int assigned = 0;
+        for (int c = 0; c < gr->ncomms; c++) {
+            mw__device *devs[MW_MAX_DEVICES];
+            int n = 0, cls = -1;
+            for (int d = 0; d < mesh->ndevices; d++) {
+                int k = 0, r = 0;
+                for (int a = 0; a < mesh->naxes; a++) {
+                    int x = mw__mesh_coord(mesh, d, a);
+                    if (in_group[a])
+                        r = r * mesh->axis_size[a] + x;
+                    else
+                        k = k * mesh->axis_size[a] + x;
+                }
+                if (k != c) continue;
+                (void)cls;
+                tr->w[d].rank[gi] = r;
+                devs[r] = &tr->w[d].dev;
+                n++;
+            }
+            mw__comm_options opt = {0};
+            mw_status st = tr->reducer->comm_new(n, devs, &opt, &gr->comms[c]);
+            if (st) return st;
+            for (int d = 0; d < mesh->ndevices; d++) {
+                int k = 0;
+                for (int a = 0; a < mesh->naxes; a++)
+                    if (!in_group[a]) k = k * mesh->axis_size[a] + mw__mesh_coord(mesh, d, a);
+                if (k == c) tr->w[d].comm[gi] = gr->comms[c];
+            }
+            assigned += n;
+        }
+        if (assigned != mesh->ndevices)
+            return mw__error(MW_ERR_STATE, "internal: reduction groups do not cover the mesh");
+    }
+    return MW_OK;
+}
+
+static mw_status start_workers(mw_trainer *tr) {
+    for (int i = 0; i < tr->nworkers; i++) {
+        if (pthread_create(&tr->w[i].thread, NULL, worker_main, &tr->w[i]) != 0)
+            return mw__error(MW_ERR_DEVICE, "could not start the worker thread of %s",
+                             tr->w[i].dev.name);
+        tr->w[i].started = 1;
+    }
+    return MW_OK;
+}
+
+void mw_trainer_free(mw_trainer *tr) {
+    if (!tr) return;
+    int running = 0;
+    for (int i = 0; i < tr->nworkers; i++) running += tr->w[i].started;
+    if (running) {
+        post(tr, CMD_QUIT, running);
+        wait_done(tr);
+        for (int i = 0; i < tr->nworkers; i++)
+            if (tr->w[i].started) pthread_join(tr->w[i].thread, NULL);
+    }
+    if (tr->sync_ready) {
+        pthread_mutex_destroy(&tr->mu);
+        pthread_cond_destroy(&tr->start);
+        pthread_cond_destroy(&tr->done);
+    }
+    for (int gi = 0; gi < tr->ngroups; gi++) {
+        for (int c = 0; c < tr->groups[gi].ncomms; c++)
+            tr->reducer->comm_free(tr->groups[gi].comms[c]);
+        free(tr->groups[gi].comms);
+    }
+    if (tr->w)
+        for (int i = 0; i < tr->nworkers; i++) {
+            mw__plan_free(&tr->w[i].plan);
+            free(tr->w[i].bases);
+        }
+    if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
+    free(tr->w);
+    free(tr->feed_of);
+    free(tr->grads);
+    free(tr->init_values);
+    mw_graph_free(tr->g);
+    free(tr);
+}
+
+static mw_status init_values(mw_trainer *tr) {
+    const mw__plan *p = &tr->w[0].plan;
+    tr->init_values = malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
+    if (!tr->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *t = tr->g->nodes[i];
+        if (t->op == MW__OP_PARAM) mw__param_init(tr->g, t, tr->init_values + p->params[t->leaf].off);
+    }
+    return MW_OK;
+}
+
+static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss) {
+    mw_status st = mw__graph_clone(graph, &tr->g);
+    if (st) return st;
+    mw_graph *g = tr->g;
+    tr->loss = mw__replicated(g, g->nodes[loss->id]);
+    tr->grads = calloc((size_t)g->nparams + 1, sizeof *tr->grads);
+    tr->feed_of = calloc((size_t)g->ninputs + 1, sizeof *tr->feed_of);
+    if (!tr->loss || !tr->grads || !tr->feed_of)
+        return g->status ? mw__error_copy(g->status, g->error)
+                         : mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) ||
+        (st = place(tr)))
+        return st;
+
+    mw_mesh *mesh = tr->mesh;
+    tr->nworkers = mesh->ndevices;
+    tr->w = calloc((size_t)tr->nworkers, sizeof *tr->w);
+    if (!tr->w) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
+    size_t bucket = tr->cfg.bucket_bytes ? tr->cfg.bucket_bytes : (size_t)1 << 20;
+    int cores_ok = tr->cfg.pin_threads >= 0;
+    for (int d = 0; d < tr->nworkers; d++) {
+        worker *w = &tr->w[d];
+        w->tr = tr;
+        w->index = d;
+        w->dev = (mw__device){.vt = mesh->vt, .index = d, .ordinal = mesh->ordinal[d],
+                              .pin = cores_ok ? mesh->ndevices : 0};
+        snprintf(w->dev.name, sizeof w->dev.name, "%s", mesh->device_name[d]);
+        mw__placement pl = {.nmesh = g->nmesh_names};
+        for (int m = 0; m < g->nmesh_names; m++) {
+            int a = tr->mesh_axis_of[m];
+            pl.size[m] = mesh->axis_size[a];
+            pl.coord[m] = mw__mesh_coord(mesh, d, a);
+        }
+        if ((st = mw__plan_build(g, tr->loss, tr->grads, &pl, mesh->vt->host_memory,
+                                 (int64_t)(bucket / 4), &w->plan)))
+            return st;
+        w->bases = calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
+        if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
+    }
+    if ((st = make_groups(tr)) || (st = init_values(tr))) return st;
+
+    if (mesh->vt == &mw__cpu_device && tr->cfg.blas_threads >= 0)
+        tr->blas_prev = mw__cpu_set_blas_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
+    if (pthread_mutex_init(&tr->mu, NULL) || pthread_cond_init(&tr->start, NULL) ||
+        pthread_cond_init(&tr->done, NULL))
+        return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
+    tr->sync_ready = 1;
+    if ((st = start_workers(tr)) || (st = dispatch(tr, CMD_INIT))) return st;
+    free(tr->init_values);
+    tr->init_values = NULL;
+    return MW_OK;
+}
+
+mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                         const mw_trainer_config *config, mw_trainer **out) {
+    if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
+    *out = NULL;
+    if (!graph || !mesh) return mw__error(MW_ERR_INVALID, "mw_trainer_new: graph or mesh is NULL");
+    if (graph->status)
+        return mw__error_copy(graph->status, graph->error);
+    if (!loss || loss->g != graph)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_new: the loss is NULL or from another graph");
+    if (loss->type.rank != 0 || loss->type.dtype != MW_F32) {
+        char d[256];
+        return mw__error(MW_ERR_SHAPE, "mw_trainer_new: the loss must be an f32 scalar, not %s",
+                         mw__type_describe(graph, &loss->type, d, sizeof d));
+    }
+    mw_trainer *tr = calloc(1, sizeof *tr);
+    if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
+    tr->mesh = mesh;
+    tr->reducer = &mw__reducer_shm;
+    tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
+    if (tr->cfg.optimizer.kind != MW_SGD) {
+        int kind = (int)tr->cfg.optimizer.kind;
+        free(tr);
+        return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);
+    }
+    mw_status st = trainer_build(tr, graph, loss);
+    if (st) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        mw_trainer_free(tr);
+        return mw__error_copy(st, msg);
+    }
+    *out = tr;
+    return MW_OK;
+}
