@@ -64,6 +64,49 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (na && accumulate(g, grads, a, mw__contract_to(g, gy, b, &a->type))) return -1;
         if (nb && accumulate(g, grads, b, mw__contract_to(g, gy, a, &b->type))) return -1;
         return 0;
+    case MW__OP_ALIAS: {
+        /* The same data under a's axes. */
+        mw_tensor proto = {.op = MW__OP_ALIAS, .nin = 1, .in = {gy}, .type = a->type};
+        proto.type.partial = gy->type.partial;
+        return na ? accumulate(g, grads, a, mw__node_new(g, &proto)) : 0;
+    }
+    case MW__OP_SLICE:
+    case MW__OP_PAD:
+        return na ? accumulate(g, grads, a,
+                               mw__slice_node(g, n->op == MW__OP_SLICE ? MW__OP_PAD : MW__OP_SLICE,
+                                              gy, &a->type, n->axis, n->start, n->len))
+                  : 0;
+    case MW__OP_GELU:
+        return na ? accumulate(g, grads, a,
+                               mw__backward_op(g, MW__OP_GELU_GRAD, &a->type, gy, a, NULL, n))
+                  : 0;
+    case MW__OP_LAYERNORM: {
+        mw_tensor *w = n->in[1], *bias = n->in[2];
+        if (na && accumulate(g, grads, a, mw__backward_op(g, MW__OP_LN_DX, &a->type, gy, a, w, n)))
+            return -1;
+        if (nb && accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, a, NULL, n)))
+            return -1;
+        if (needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* sums over rows */
+        return 0;
+    }
+    case MW__OP_SOFTMAX:
+        return na ? accumulate(g, grads, a,
+                               mw__backward_op(g, MW__OP_SOFTMAX_GRAD, &a->type, gy, n, NULL, n))
+                  : 0;
+    case MW__OP_EMBED:
+        return na ? accumulate(g, grads, a,
+                               mw__backward_op(g, MW__OP_EMBED_GRAD, &a->type, gy, b, NULL, n))
+                  : 0;
+    case MW__OP_XENT:
+        return na ? accumulate(g, grads, a,
+                               mw__backward_op(g, MW__OP_XENT_GRAD, &a->type, gy, a, b, n))
+                  : 0;
+    case MW__OP_GELU_GRAD:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW:
+    case MW__OP_SOFTMAX_GRAD:
+    case MW__OP_EMBED_GRAD:
+    case MW__OP_XENT_GRAD:
     case MW__OP_COUNT: break;
     }
     mw__graph_fail(g, MW_ERR_UNSUPPORTED, "autodiff: op %d has no gradient rule", (int)n->op);

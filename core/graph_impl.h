@@ -24,6 +24,20 @@ typedef enum mw__op {
     MW__OP_SUM,       /* x summed over the axes the output lacks */
     MW__OP_CONTRACT,  /* einsum over names; axes absent from the output are summed */
     MW__OP_ALLREDUCE, /* partial sum -> replicated value (a collective) */
+    MW__OP_ALIAS,     /* the same data under other axes: split, merge, rename */
+    MW__OP_SLICE,     /* rows [start, start+len) of axis `axis` of x (dropped when len is 0) */
+    MW__OP_PAD,       /* the adjoint of SLICE: x placed at `start` of axis `axis`, zeros around */
+    MW__OP_GELU,
+    MW__OP_GELU_GRAD,    /* (gy, x) */
+    MW__OP_LAYERNORM,    /* (x, w, b) over the last axis */
+    MW__OP_LN_DX,        /* (gy, x, w) */
+    MW__OP_LN_DW,        /* (gy, x) */
+    MW__OP_SOFTMAX,      /* over the last axis; `flag` = causal over the last two */
+    MW__OP_SOFTMAX_GRAD, /* (gy, y) */
+    MW__OP_EMBED,        /* (table, ids) */
+    MW__OP_EMBED_GRAD,   /* (gy, ids) */
+    MW__OP_XENT,         /* (logits, targets) over the last axis, first `count` columns */
+    MW__OP_XENT_GRAD,    /* (gy, logits, targets) */
     MW__OP_COUNT
 } mw__op;
 
@@ -50,8 +64,12 @@ struct mw_tensor {
     mw__op op;
     mw__type type;
     int nin;
-    mw_tensor *in[2];
-    float scalar;       /* SCALE factor, FILL value */
+    mw_tensor *in[3];
+    float scalar;       /* SCALE factor, FILL value, softmax scale, layer-norm epsilon */
+    int axis;           /* SLICE / PAD: the axis (of the larger tensor) */
+    int64_t start, len; /* SLICE / PAD: the rows; len 0 means the axis is dropped (a select) */
+    int flag;           /* SOFTMAX: causal */
+    int64_t count;      /* XENT: valid columns */
     int leaf;           /* INPUT / PARAM: index among the graph's inputs / params */
     int shard_axis;     /* SHARD: the axis (index into type) that was sharded */
     mw_init init;       /* PARAM */
@@ -100,6 +118,14 @@ mw_tensor *mw__replicated(mw_graph *g, mw_tensor *x);
 /* x rearranged (and, where x lacks axes, broadcast, and where x has extra axes, summed) to match
  * `target`'s axes and order. */
 mw_tensor *mw__to_type(mw_graph *g, mw_tensor *x, const mw__type *target);
+
+/* SLICE or PAD node of x with result type t. */
+mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *t, int axis,
+                          int64_t start, int64_t len);
+/* A backward op (GELU_GRAD, LN_DX, ...) with result type t; copies the forward node's
+ * parameters (scale, causal flag, valid count) from fwd. */
+mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor *a, mw_tensor *b,
+                           mw_tensor *c, const mw_tensor *fwd);
 
 /* Records the graph's first error (also as the thread's last error); returns NULL for chaining. */
 mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...)

@@ -116,6 +116,7 @@ typedef struct builder {
     mw__plan *p;
     arena ar;
     mw__ref *ref;    /* per node: where its value lives */
+    int *root;       /* per node: the node owning its buffer (itself unless an alias) */
     char *in_arena;  /* per node: ref is an arena buffer to release after its last use */
     int *last_use;   /* per node */
 } builder;
@@ -281,6 +282,132 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     return 0;
 }
 
+/* Strides of the larger tensor `big` of a slice/pad, over the dims of the smaller one; the sliced
+ * axis sits at position `axis` of big (absent from small when len is 0). */
+static void slice_strides(const mw_tensor *n, const ltype *big, int64_t *out, int small_rank) {
+    for (int j = 0; j < small_rank; j++)
+        out[j] = big->stride[n->len == 0 && j >= n->axis ? j + 1 : j];
+}
+
+static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
+    const mw_tensor *x = n->in[0];
+    int slice = n->op == MW__OP_SLICE;
+    const mw_tensor *big = slice ? x : n, *small = slice ? n : x;
+    ltype lb = local_type(&big->type, b->pl), ls = local_type(&small->type, b->pl);
+    mw__ref src = b->ref[x->id];
+    if (!slice) {
+        mw__ins *f = emit(b, MW__I_FILL, n->id);
+        if (!f) return -1;
+        f->ref[0] = out;
+        f->k.fill = (mw__k_fill){.value = 0.0f, .count = lb.numel};
+    }
+    mw__ins *in = emit(b, MW__I_COPY, n->id);
+    if (!in) return -1;
+    int64_t shift = n->start * lb.stride[n->axis];
+    in->ref[0] = out;
+    in->ref[1] = src;
+    if (slice)
+        in->ref[1].off += shift;
+    else
+        in->ref[0].off += shift;
+    in->k.copy.alpha = 1.0f;
+    nd_over(&in->k.copy.nd, &small->type, &ls);
+    if (slice) {
+        memcpy(in->k.copy.nd.stride[0], ls.stride, sizeof ls.stride);
+        slice_strides(n, &lb, in->k.copy.nd.stride[1], small->type.rank);
+    } else {
+        slice_strides(n, &lb, in->k.copy.nd.stride[0], small->type.rank);
+        memcpy(in->k.copy.nd.stride[1], ls.stride, sizeof ls.stride);
+    }
+    mw__nd_simplify(&in->k.copy.nd, 2);
+    return 0;
+}
+
+/* An instruction reading the buffers of n's inputs (in order) and writing n's. */
+static mw__ins *emit_io(builder *b, mw__ins_kind kind, const mw_tensor *n, mw__ref out) {
+    mw__ins *in = emit(b, kind, n->id);
+    if (!in) return NULL;
+    in->ref[0] = out;
+    for (int k = 0; k < n->nin; k++) in->ref[k + 1] = b->ref[n->in[k]->id];
+    return in;
+}
+
+static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out) {
+    const ltype la = local_type(&n->in[0]->type, b->pl);
+    mw__ins *in;
+    switch (n->op) {
+    case MW__OP_GELU:
+        if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
+        in->k.unary = (mw__k_unary){.op = MW__UN_GELU, .count = lo->numel};
+        return 0;
+    case MW__OP_GELU_GRAD:
+        if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
+        in->k.unary_grad = (mw__k_unary_grad){.op = MW__UN_GELU, .count = lo->numel};
+        return 0;
+    case MW__OP_LAYERNORM:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW: {
+        /* Rows of the normalised (last) axis of x: input 0 for LAYERNORM, input 1 otherwise. */
+        const ltype lx = local_type(&n->in[n->op == MW__OP_LAYERNORM ? 0 : 1]->type, b->pl);
+        int64_t len = lx.size[lx.rank - 1], rows = lx.numel / len;
+        mw__ins_kind kind = n->op == MW__OP_LAYERNORM ? MW__I_LAYERNORM
+                            : n->op == MW__OP_LN_DX   ? MW__I_LN_DX
+                                                      : MW__I_LN_DW;
+        if (!(in = emit_io(b, kind, n, out))) return -1;
+        if (kind == MW__I_LAYERNORM)
+            in->k.layernorm = (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar};
+        else
+            in->k.ln_grad = (mw__k_layernorm_grad){.rows = rows, .n = len, .eps = n->scalar};
+        return 0;
+    }
+    case MW__OP_SOFTMAX:
+    case MW__OP_SOFTMAX_GRAD: {
+        int64_t k = lo->size[lo->rank - 1], s = n->flag ? lo->size[lo->rank - 2] : 1;
+        int64_t outer = lo->numel / (k * s);
+        if (n->op == MW__OP_SOFTMAX) {
+            if (!(in = emit_io(b, MW__I_SOFTMAX, n, out))) return -1;
+            in->k.softmax = (mw__k_softmax){.outer = outer, .s = s, .k = k, .causal = n->flag,
+                                            .scale = n->scalar};
+        } else {
+            if (!(in = emit_io(b, MW__I_SOFTMAX_GRAD, n, out))) return -1;
+            in->k.softmax_grad = (mw__k_softmax_grad){.outer = outer, .s = s, .k = k,
+                                                      .causal = n->flag, .scale = n->scalar};
+        }
+        return 0;
+    }
+    case MW__OP_EMBED:
+    case MW__OP_EMBED_GRAD: {
+        const mw_tensor *table = n->op == MW__OP_EMBED ? n->in[0] : n;
+        const mw_tensor *ids = n->in[1];
+        int64_t vocab = table->type.ax[0].size, dim = table->type.ax[1].size;
+        int64_t nids = local_type(&ids->type, b->pl).numel;
+        if (n->op == MW__OP_EMBED) {
+            if (!(in = emit_io(b, MW__I_EMBED, n, out))) return -1;
+            in->k.embed = (mw__k_embed){.n_ids = nids, .vocab = vocab, .dim = dim};
+        } else {
+            if (!(in = emit_io(b, MW__I_EMBED_GRAD, n, out))) return -1;
+            in->k.embed_grad = (mw__k_embed_grad){.n_ids = nids, .vocab = vocab, .dim = dim};
+        }
+        return 0;
+    }
+    case MW__OP_XENT:
+    case MW__OP_XENT_GRAD: {
+        const ltype ll = n->op == MW__OP_XENT ? la : *lo;
+        int64_t v = ll.size[ll.rank - 1], rows = ll.numel / v;
+        if (n->op == MW__OP_XENT) {
+            if (!(in = emit_io(b, MW__I_XENT, n, out))) return -1;
+            in->k.xent = (mw__k_xent){.rows = rows, .v = v, .valid = n->count};
+        } else {
+            if (!(in = emit_io(b, MW__I_XENT_GRAD, n, out))) return -1;
+            in->k.xent_grad = (mw__k_xent_grad){.rows = rows, .v = v, .valid = n->count};
+        }
+        return 0;
+    }
+    default: break;
+    }
+    return -1;
+}
+
 static int lower_node(builder *b, const mw_tensor *n) {
     const mw__placement *pl = b->pl;
     ltype lo = local_type(&n->type, pl);
@@ -288,7 +415,21 @@ static int lower_node(builder *b, const mw_tensor *n) {
     switch (n->op) {
     case MW__OP_INPUT:
     case MW__OP_PARAM:
-    case MW__OP_SHARD: return 0;
+    case MW__OP_SHARD:
+    case MW__OP_ALIAS: return 0;
+    case MW__OP_SLICE:
+    case MW__OP_PAD: return lower_slice(b, n, out);
+    case MW__OP_GELU:
+    case MW__OP_GELU_GRAD:
+    case MW__OP_LAYERNORM:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW:
+    case MW__OP_SOFTMAX:
+    case MW__OP_SOFTMAX_GRAD:
+    case MW__OP_EMBED:
+    case MW__OP_EMBED_GRAD:
+    case MW__OP_XENT:
+    case MW__OP_XENT_GRAD: return lower_nn(b, n, &lo, out);
     case MW__OP_FILL: {
         mw__ins *in = emit(b, MW__I_FILL, n->id);
         if (!in) return -1;
@@ -406,13 +547,14 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.ref = calloc((size_t)nn, sizeof *b.ref);
     b.in_arena = calloc((size_t)nn, 1);
     b.last_use = calloc((size_t)nn, sizeof *b.last_use);
+    b.root = calloc((size_t)nn, sizeof *b.root);
     int *grad_of = malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
     mw__param_slot **order = calloc((size_t)g->nparams + 1, sizeof *order);
     out->views = calloc((size_t)g->ninputs * 4 + (size_t)nn, sizeof *out->views);
     out->params = calloc((size_t)g->nparams + 1, sizeof *out->params);
     out->nparams = g->nparams;
-    if (!live || !b.ref || !b.in_arena || !b.last_use || !grad_of || !order || !out->views ||
-        !out->params)
+    if (!live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of || !order ||
+        !out->views || !out->params)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -427,11 +569,14 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         if (live[i])
             for (int k = 0; k < g->nodes[i]->nin; k++) live[g->nodes[i]->in[k]->id] = 1;
     for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
+        b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id] : i;
         b.last_use[i] = i;
         if (!live[i]) continue;
-        for (int k = 0; k < g->nodes[i]->nin; k++) b.last_use[g->nodes[i]->in[k]->id] = i;
+        /* A buffer lives until the last use of any alias of it. */
+        for (int k = 0; k < t->nin; k++) b.last_use[b.root[t->in[k]->id]] = i;
     }
-    b.last_use[loss->id] = nn; /* read by the host after the step */
+    b.last_use[b.root[loss->id]] = nn; /* read by the host after the step */
 
     /* The flat parameter/gradient layout: in the order backward finishes the gradients. */
     for (int i = 0; i < nn; i++) {
@@ -481,7 +626,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         const mw_tensor *t = g->nodes[i];
         if (i == loss->id + 1) out->fwd_end = out->nins;
         if (!live[i]) continue;
-        if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
+        if (t->op == MW__OP_ALIAS) {
+            b.ref[i] = b.ref[t->in[0]->id];
+        } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
                 b.ref[i] = (mw__ref){MW__BASE_GRADS, out->params[grad_of[i]].off};
@@ -492,7 +639,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             if (lower_node(&b, t)) goto oom;
         }
         for (int k = 0; k < t->nin; k++) {
-            int a = t->in[k]->id;
+            int a = b.root[t->in[k]->id];
             if (b.last_use[a] == i && b.in_arena[a]) {
                 b.in_arena[a] = 0;
                 if (arena_release(&b.ar, b.ref[a].off, local_type(&g->nodes[a]->type, pl).numel))
@@ -530,6 +677,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     free(b.ref);
     free(b.in_arena);
     free(b.last_use);
+    free(b.root);
     free(grad_of);
     free(order);
     free(b.ar.free);
@@ -539,6 +687,7 @@ oom:
     free(b.ref);
     free(b.in_arena);
     free(b.last_use);
+    free(b.root);
     free(grad_of);
     free(order);
     free(b.ar.free);

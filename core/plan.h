@@ -28,14 +28,25 @@ typedef enum mw__ins_kind {
     MW__I_REDUCE,
     MW__I_GEMM,
     MW__I_FILL,
-    MW__I_ALLREDUCE, /* in place over ref[0], count elements, among the devices of `group` */
-    MW__I_GRAD_BUCKET /* the same, over a bucket of the flat gradient buffer */
+    MW__I_ALLREDUCE,  /* in place over ref[0], count elements, among the devices of `group` */
+    MW__I_GRAD_BUCKET, /* the same, over a bucket of the flat gradient buffer */
+    MW__I_UNARY,
+    MW__I_UNARY_GRAD,
+    MW__I_LAYERNORM,
+    MW__I_LN_DX,
+    MW__I_LN_DW,
+    MW__I_SOFTMAX,
+    MW__I_SOFTMAX_GRAD,
+    MW__I_EMBED,
+    MW__I_EMBED_GRAD,
+    MW__I_XENT,
+    MW__I_XENT_GRAD
 } mw__ins_kind;
 
 typedef struct mw__ins {
     mw__ins_kind kind;
     int node;      /* graph node it implements (for messages) */
-    mw__ref ref[3]; /* out, a, b */
+    mw__ref ref[4]; /* out, then the inputs in the order of the kernel's fields */
     int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
     uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
     union {
@@ -44,6 +55,16 @@ typedef struct mw__ins {
         mw__k_reduce reduce;
         mw__k_gemm gemm;
         mw__k_fill fill;
+        mw__k_unary unary;
+        mw__k_unary_grad unary_grad;
+        mw__k_layernorm layernorm;
+        mw__k_layernorm_grad ln_grad;
+        mw__k_softmax softmax;
+        mw__k_softmax_grad softmax_grad;
+        mw__k_embed embed;
+        mw__k_embed_grad embed_grad;
+        mw__k_xent xent;
+        mw__k_xent_grad xent_grad;
     } k; /* pointers are filled in from ref[] when the instruction runs */
 } mw__ins;
 

@@ -77,6 +77,114 @@ typedef struct mw__k_sgd {
     const float *g;
 } mw__k_sgd;
 
+/* Elementwise unary ops and their gradients (math in devices/math.h). */
+typedef enum mw__unop { MW__UN_GELU } mw__unop;
+
+/* out[i] = f(a[i]) */
+typedef struct mw__k_unary {
+    mw__unop op;
+    int64_t count;
+    float *out;
+    const float *a;
+} mw__k_unary;
+
+/* out[i] = gy[i] * f'(x[i]) */
+typedef struct mw__k_unary_grad {
+    mw__unop op;
+    int64_t count;
+    float *out;
+    const float *gy, *x;
+} mw__k_unary_grad;
+
+/* Layer norm over contiguous rows of n: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var+eps)
+ * with the biased variance. */
+typedef struct mw__k_layernorm {
+    int64_t rows, n;
+    float eps;
+    float *out;
+    const float *x, *w, *b;
+} mw__k_layernorm;
+
+/* Layer norm backward. dx: the input gradient (w given); dw: sum over rows of gy * xhat (w NULL,
+ * out has n elements). Statistics are recomputed from x. */
+typedef struct mw__k_layernorm_grad {
+    int64_t rows, n;
+    float eps;
+    float *out;
+    const float *gy, *x, *w;
+} mw__k_layernorm_grad;
+
+/* Softmax over contiguous rows of k, of `outer` blocks of s rows: out = softmax(scale * a). When
+ * causal, row i of a block sees only columns j <= i + (k - s); the rest are 0. */
+typedef struct mw__k_softmax {
+    int64_t outer, s, k;
+    int causal;
+    float scale;
+    float *out;
+    const float *a;
+} mw__k_softmax;
+
+/* Its backward from the forward output p: out = scale * p * (gy - sum_j gy_j p_j). */
+typedef struct mw__k_softmax_grad {
+    int64_t outer, s, k;
+    int causal;
+    float scale;
+    float *out;
+    const float *gy, *p;
+} mw__k_softmax_grad;
+
+/* Embedding lookup: out[i, :] = table[ids[i], :] (rows of dim). An id outside [0, vocab) is an
+ * error (MW_ERR_INVALID naming the id and its position). */
+typedef struct mw__k_embed {
+    int64_t n_ids, vocab, dim;
+    float *out;
+    const int32_t *ids;
+    const float *table;
+} mw__k_embed;
+
+/* Its backward: out (vocab x dim) = 0, then out[ids[i], :] += gy[i, :] in order of i. */
+typedef struct mw__k_embed_grad {
+    int64_t n_ids, vocab, dim;
+    float *out;
+    const int32_t *ids;
+    const float *gy;
+} mw__k_embed_grad;
+
+/* Softmax cross-entropy per row of v logits, over the first `valid` columns only:
+ * out[r] = logsumexp(logits[r, :valid]) - logits[r, target[r]]. A target outside [0, valid) is
+ * an error (MW_ERR_INVALID). */
+typedef struct mw__k_xent {
+    int64_t rows, v, valid;
+    float *out;
+    const float *logits;
+    const int32_t *targets;
+} mw__k_xent;
+
+/* Its backward: out[r, j] = gy[r] * (softmax_j - [j == target]) for j < valid, 0 beyond. */
+typedef struct mw__k_xent_grad {
+    int64_t rows, v, valid;
+    float *out;
+    const float *gy, *logits;
+    const int32_t *targets;
+} mw__k_xent_grad;
+
+/* out[0] = sum of a[i]^2, accumulated in double in a fixed order (deterministic). */
+typedef struct mw__k_sumsq {
+    int64_t count;
+    float *out;
+    const float *a;
+} mw__k_sumsq;
+
+/* AdamW on one parameter: g' = grad_scale * g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+ * p -= lr * (m / bias1 / (sqrt(v / bias2) + eps) + weight_decay * p), where bias1 = 1 - b1^t and
+ * bias2 = 1 - b2^t (the decoupled weight decay of AdamW). */
+typedef struct mw__k_adamw {
+    int64_t count;
+    float lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale;
+    float *p, *m, *v;
+    const float *g;
+} mw__k_adamw;
+
 typedef struct mw__device mw__device;
 
 typedef struct mw__device_vtable {
@@ -95,6 +203,19 @@ typedef struct mw__device_vtable {
     mw_status (*gemm)(mw__device *dev, const mw__k_gemm *k);
     mw_status (*fill)(mw__device *dev, const mw__k_fill *k);
     mw_status (*sgd)(mw__device *dev, const mw__k_sgd *k);
+    mw_status (*unary)(mw__device *dev, const mw__k_unary *k);
+    mw_status (*unary_grad)(mw__device *dev, const mw__k_unary_grad *k);
+    mw_status (*layernorm)(mw__device *dev, const mw__k_layernorm *k);
+    mw_status (*layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k);
+    mw_status (*layernorm_dw)(mw__device *dev, const mw__k_layernorm_grad *k);
+    mw_status (*softmax)(mw__device *dev, const mw__k_softmax *k);
+    mw_status (*softmax_grad)(mw__device *dev, const mw__k_softmax_grad *k);
+    mw_status (*embed)(mw__device *dev, const mw__k_embed *k);
+    mw_status (*embed_grad)(mw__device *dev, const mw__k_embed_grad *k);
+    mw_status (*xent)(mw__device *dev, const mw__k_xent *k);
+    mw_status (*xent_grad)(mw__device *dev, const mw__k_xent_grad *k);
+    mw_status (*sumsq)(mw__device *dev, const mw__k_sumsq *k);
+    mw_status (*adamw)(mw__device *dev, const mw__k_adamw *k);
 } mw__device_vtable;
 
 struct mw__device {

@@ -2,6 +2,7 @@
  * and drives steps. The host hands every worker the same command under a mutex and waits until
  * all are done; inside a step, workers meet only in the collectives. A failing worker aborts the
  * communicators so no peer is left waiting, and the host reports the root cause. */
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -32,6 +33,8 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
+    void *moments; /* AdamW: m then v, each param_elems long */
+    float *scratch; /* device scalars: the gradient square-norm */
     char **bases; /* per plan base: resolved address (views rebound every step) */
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
@@ -70,6 +73,8 @@ struct mw_trainer {
     _Atomic int command;
     _Atomic int remaining;
     int64_t steps;
+    float step_lr;   /* for the step being run */
+    float grad_norm; /* of the last step */
     int blas_prev;
 };
 
@@ -106,6 +111,59 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         in->k.gemm.b = ptr(w, in->ref[2]);
         return vt->gemm(dev, &in->k.gemm);
     case MW__I_FILL: in->k.fill.out = ptr(w, in->ref[0]); return vt->fill(dev, &in->k.fill);
+    case MW__I_UNARY:
+        in->k.unary.out = ptr(w, in->ref[0]);
+        in->k.unary.a = ptr(w, in->ref[1]);
+        return vt->unary(dev, &in->k.unary);
+    case MW__I_UNARY_GRAD:
+        in->k.unary_grad.out = ptr(w, in->ref[0]);
+        in->k.unary_grad.gy = ptr(w, in->ref[1]);
+        in->k.unary_grad.x = ptr(w, in->ref[2]);
+        return vt->unary_grad(dev, &in->k.unary_grad);
+    case MW__I_LAYERNORM:
+        in->k.layernorm.out = ptr(w, in->ref[0]);
+        in->k.layernorm.x = ptr(w, in->ref[1]);
+        in->k.layernorm.w = ptr(w, in->ref[2]);
+        in->k.layernorm.b = ptr(w, in->ref[3]);
+        return vt->layernorm(dev, &in->k.layernorm);
+    case MW__I_LN_DX:
+    case MW__I_LN_DW:
+        in->k.ln_grad.out = ptr(w, in->ref[0]);
+        in->k.ln_grad.gy = ptr(w, in->ref[1]);
+        in->k.ln_grad.x = ptr(w, in->ref[2]);
+        in->k.ln_grad.w = in->kind == MW__I_LN_DX ? ptr(w, in->ref[3]) : NULL;
+        return in->kind == MW__I_LN_DX ? vt->layernorm_dx(dev, &in->k.ln_grad)
+                                       : vt->layernorm_dw(dev, &in->k.ln_grad);
+    case MW__I_SOFTMAX:
+        in->k.softmax.out = ptr(w, in->ref[0]);
+        in->k.softmax.a = ptr(w, in->ref[1]);
+        return vt->softmax(dev, &in->k.softmax);
+    case MW__I_SOFTMAX_GRAD:
+        in->k.softmax_grad.out = ptr(w, in->ref[0]);
+        in->k.softmax_grad.gy = ptr(w, in->ref[1]);
+        in->k.softmax_grad.p = ptr(w, in->ref[2]);
+        return vt->softmax_grad(dev, &in->k.softmax_grad);
+    case MW__I_EMBED:
+        in->k.embed.out = ptr(w, in->ref[0]);
+        in->k.embed.table = ptr(w, in->ref[1]);
+        in->k.embed.ids = ptr(w, in->ref[2]);
+        return vt->embed(dev, &in->k.embed);
+    case MW__I_EMBED_GRAD:
+        in->k.embed_grad.out = ptr(w, in->ref[0]);
+        in->k.embed_grad.gy = ptr(w, in->ref[1]);
+        in->k.embed_grad.ids = ptr(w, in->ref[2]);
+        return vt->embed_grad(dev, &in->k.embed_grad);
+    case MW__I_XENT:
+        in->k.xent.out = ptr(w, in->ref[0]);
+        in->k.xent.logits = ptr(w, in->ref[1]);
+        in->k.xent.targets = ptr(w, in->ref[2]);
+        return vt->xent(dev, &in->k.xent);
+    case MW__I_XENT_GRAD:
+        in->k.xent_grad.out = ptr(w, in->ref[0]);
+        in->k.xent_grad.gy = ptr(w, in->ref[1]);
+        in->k.xent_grad.logits = ptr(w, in->ref[2]);
+        in->k.xent_grad.targets = ptr(w, in->ref[3]);
+        return vt->xent_grad(dev, &in->k.xent_grad);
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
@@ -174,6 +232,46 @@ static mw_status run_range(worker *w, int from, int to) {
     return MW_OK;
 }
 
+/* The optimizer step on this replica. The gradients are already all-reduced, so every replica
+ * computes the same norm and the same update. */
+static mw_status update(worker *w) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_status st;
+    float scale = 1.0f;
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW) {
+        mw__k_sumsq k = {.count = w->plan.param_elems, .out = w->scratch, .a = w->grads};
+        float sq;
+        if ((st = vt->sumsq(&w->dev, &k)) ||
+            (st = vt->download(&w->dev, &sq, w->scratch, sizeof sq)))
+            return st;
+        float norm = sqrtf(sq);
+        if (w->index == 0) tr->grad_norm = norm;
+        if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
+    }
+    float lr = tr->step_lr;
+    if (o->kind == MW_SGD) {
+        mw__k_sgd k = {.lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
+        return vt->sgd(&w->dev, &k);
+    }
+    double t = (double)tr->steps + 1;
+    float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
+    float *m = w->moments, *v = m + w->plan.param_elems;
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *pn = tr->g->nodes[i];
+        if (pn->op != MW__OP_PARAM) continue;
+        const mw__param_slot *s = &w->plan.params[pn->leaf];
+        mw__k_adamw k = {.count = s->count, .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2,
+                         .eps = o->eps, .weight_decay = pn->type.rank >= 2 ? o->weight_decay : 0,
+                         .bias1 = bias1, .bias2 = bias2, .grad_scale = scale,
+                         .p = (float *)w->params + s->off, .m = m + s->off, .v = v + s->off,
+                         .g = (const float *)w->grads + s->off};
+        if ((st = vt->adamw(&w->dev, &k))) return st;
+    }
+    return MW_OK;
+}
+
 static mw_status worker_init(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;
     mw_status st = vt->init(&w->dev);
@@ -184,6 +282,12 @@ static mw_status worker_init(worker *w) {
         (st = vt->alloc(&w->dev, pbytes, &w->params)) ||
         (st = vt->alloc(&w->dev, pbytes, &w->grads)))
         return st;
+    if ((st = vt->alloc(&w->dev, 64, (void **)&w->scratch))) return st;
+    if (w->tr->cfg.optimizer.kind == MW_ADAMW) {
+        if ((st = vt->alloc(&w->dev, 2 * pbytes, &w->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = 2 * p->param_elems, .out = w->moments};
+        if ((st = vt->fill(&w->dev, &z))) return st;
+    }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
@@ -204,13 +308,7 @@ static mw_status worker_run(worker *w, cmd c) {
     case CMD_GRADS:
     case CMD_STEP:
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
-        if (c == CMD_STEP) {
-            mw__k_sgd k = {.lr = w->tr->cfg.optimizer.lr,
-                           .count = w->plan.param_elems,
-                           .p = w->params,
-                           .g = w->grads};
-            if ((st = w->dev.vt->sgd(&w->dev, &k))) return st;
-        }
+        if (c == CMD_STEP && (st = update(w))) return st;
         return w->dev.vt->sync(&w->dev);
     case CMD_NONE:
     case CMD_QUIT: break;
@@ -285,11 +383,11 @@ static void *worker_main(void *arg) {
             abort_all(tr); /* release every peer waiting in a collective */
         }
         if (c == CMD_QUIT) {
-            if (w->arena || w->params || w->grads) {
-                w->dev.vt->free(&w->dev, w->arena);
-                w->dev.vt->free(&w->dev, w->params);
-                w->dev.vt->free(&w->dev, w->grads);
-            }
+            w->dev.vt->free(&w->dev, w->arena);
+            w->dev.vt->free(&w->dev, w->params);
+            w->dev.vt->free(&w->dev, w->grads);
+            w->dev.vt->free(&w->dev, w->moments);
+            w->dev.vt->free(&w->dev, w->scratch);
             w->dev.vt->shutdown(&w->dev);
         }
         if (atomic_fetch_sub(&tr->remaining, 1) == 1) {
@@ -385,7 +483,23 @@ static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nf
     return MW_OK;
 }
 
+float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
+    if (!tr) return 0.0f;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    if (o->warmup_steps > 0 && step < o->warmup_steps)
+        return o->lr * (float)(step + 1) / (float)o->warmup_steps;
+    if (o->decay_steps <= 0) return o->lr;
+    float min_lr = o->lr * o->min_lr_ratio;
+    if (step >= o->decay_steps) return min_lr;
+    double ratio = (double)(step - o->warmup_steps) / (double)(o->decay_steps - o->warmup_steps);
+    double coeff = 0.5 * (1.0 + cos(3.141592653589793 * ratio));
+    return min_lr + (float)coeff * (o->lr - min_lr);
+}
+
+float mw_trainer_grad_norm(const mw_trainer *tr) { return tr ? tr->grad_norm : 0.0f; }
+
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (tr) tr->step_lr = mw_trainer_lr(tr, tr->steps);
     return run_command(tr, CMD_STEP, feeds, nfeeds, loss);
 }
 
@@ -493,7 +607,7 @@ static mw_status own_gradients(mw_trainer *tr) {
         mw__op op = gr->op;
         if (gr->id < n && (claimed[gr->id] || readers[gr->id] || gr->id <= tr->loss->id ||
                            op == MW__OP_FILL || op == MW__OP_INPUT || op == MW__OP_PARAM ||
-                           op == MW__OP_SHARD))
+                           op == MW__OP_SHARD || op == MW__OP_ALIAS))
             tr->grads[p] = mw_scale(g, gr, 1.0f);
         else if (gr->id < n)
             claimed[gr->id] = 1;
@@ -717,7 +831,7 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     tr->mesh = mesh;
     tr->reducer = &mw__reducer_shm;
     tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
-    if (tr->cfg.optimizer.kind != MW_SGD) {
+    if (tr->cfg.optimizer.kind != MW_SGD && tr->cfg.optimizer.kind != MW_ADAMW) {
         int kind = (int)tr->cfg.optimizer.kind;
         free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);

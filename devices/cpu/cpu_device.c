@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "devices/cpu/cpu_nn.h"
 #include "devices/device.h"
 
 /* Pins the calling worker to the index-th CPU this process may use, when there are at least as
@@ -279,6 +280,19 @@ const mw__device_vtable mw__cpu_device = {
     .gemm = cpu_gemm,
     .fill = cpu_fill,
     .sgd = cpu_sgd,
+    .unary = mw__cpu_unary,
+    .unary_grad = mw__cpu_unary_grad,
+    .layernorm = mw__cpu_layernorm,
+    .layernorm_dx = mw__cpu_layernorm_dx,
+    .layernorm_dw = mw__cpu_layernorm_dw,
+    .softmax = mw__cpu_softmax,
+    .softmax_grad = mw__cpu_softmax_grad,
+    .embed = mw__cpu_embed,
+    .embed_grad = mw__cpu_embed_grad,
+    .xent = mw__cpu_xent,
+    .xent_grad = mw__cpu_xent_grad,
+    .sumsq = mw__cpu_sumsq,
+    .adamw = mw__cpu_adamw,
 };
 
 int mw__cpu_set_blas_threads(int n) {

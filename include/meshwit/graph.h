@@ -145,6 +145,56 @@ mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_
 mw_tensor *mw_sum(mw_graph *g, mw_tensor *x, const char *axes);
 mw_tensor *mw_mean(mw_graph *g, mw_tensor *x, const char *axes);
 
+/* --- reshaping (no data moves unless said) -------------------------------------------------- */
+
+/* x with axis `axis` called `new_name`. Errors: MW_ERR_AXIS (no such axis, or the new name is
+ * taken), MW_ERR_SHARDING (renaming a sharded axis). */
+mw_tensor *mw_rename(mw_graph *g, mw_tensor *x, const char *axis, const char *new_name);
+
+/* Splits axis `axis` into consecutive axes "Head=12,HeadDim=64" (one size may be left out and is
+ * inferred); the memory layout is unchanged. Errors: MW_ERR_SHAPE (sizes whose product is not
+ * the axis size), MW_ERR_AXIS, MW_ERR_SHARDING (splitting a sharded axis). */
+mw_tensor *mw_split(mw_graph *g, mw_tensor *x, const char *axis, const char *new_axes);
+
+/* Merges the adjacent axes "Head,HeadDim" (in that order in x) into one axis `new_name`. */
+mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new_name);
+
+/* Rows [start, start + len) of axis `axis` (a copy), named `new_name` (NULL keeps the name). */
+mw_tensor *mw_slice(mw_graph *g, mw_tensor *x, const char *axis, int64_t start, int64_t len,
+                    const char *new_name);
+
+/* Row `index` of axis `axis`, which is dropped (a copy). */
+mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index);
+
+/* --- neural-network ops ------------------------------------------------------------------------ */
+
+/* GELU, tanh approximation, elementwise. */
+mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x);
+
+/* Layer norm over axis `axis` (which must be x's last axis), then * w + b, where w and b have
+ * exactly that one axis. Errors: MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING (a sharded axis). */
+mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
+                        float eps);
+
+/* softmax(scale * x) over axis `axis`, which must be x's last axis. */
+mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale);
+
+/* Causal softmax(scale * x) over `key_axis`, where x's last two axes are `query_axis` then
+ * `key_axis`: query i attends to keys j <= i (+ the difference of the two sizes). */
+mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
+                             const char *key_axis, float scale);
+
+/* Rows of `table` ([vocab_axis, Dim]: the vocabulary axis first) picked by the i32 tensor `ids`:
+ * the result has ids' axes then Dim. An id outside the vocabulary fails the step with
+ * MW_ERR_INVALID naming it. */
+mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const char *vocab_axis);
+
+/* Softmax cross-entropy of `logits` (last axis `vocab_axis`) against i32 `targets` (logits' other
+ * axes, same order): one loss per row, over the first `valid` classes (0: all; the rest are
+ * padding). A target outside [0, valid) fails the step with MW_ERR_INVALID. */
+mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
+                            const char *vocab_axis, int64_t valid);
+
 /* --- inspection ------------------------------------------------------------------------------- */
 
 int mw_tensor_rank(const mw_tensor *t);

@@ -23,12 +23,21 @@ extern "C" {
 #endif
 
 typedef enum mw_optimizer_kind {
-    MW_SGD = 0 /* p -= lr * grad */
+    MW_SGD = 0,  /* p -= lr * grad */
+    MW_ADAMW = 1 /* Adam with decoupled weight decay, applied to matrices (rank >= 2) only */
 } mw_optimizer_kind;
 
+/* The optimizer and its learning-rate schedule. Fields a kind does not use are ignored. */
 typedef struct mw_optimizer {
     mw_optimizer_kind kind;
-    float lr;
+    float lr;           /* peak learning rate */
+    float beta1, beta2; /* AdamW moment decay rates (e.g. 0.9, 0.95) */
+    float eps;          /* AdamW denominator term (e.g. 1e-8) */
+    float weight_decay; /* AdamW decoupled weight decay (e.g. 0.1) */
+    float grad_clip;    /* > 0: scale gradients so their global L2 norm is at most this */
+    int warmup_steps;   /* lr rises linearly over the first warmup_steps steps */
+    int decay_steps;    /* > 0: cosine decay from lr to lr * min_lr_ratio by this step */
+    float min_lr_ratio;
 } mw_optimizer;
 
 typedef struct mw_trainer_config {
@@ -90,6 +99,13 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
 
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
+
+/* The learning rate the schedule gives step `step` (0-based). */
+float mw_trainer_lr(const mw_trainer *tr, int64_t step);
+
+/* Global L2 norm of the (all-reduced) gradients of the last step, before clipping; 0 before the
+ * first step or when the optimizer does not compute it (SGD without clipping). */
+float mw_trainer_grad_norm(const mw_trainer *tr);
 
 /* Number of devices the trainer runs on, and the number of rows of axis `axis` (base name) that
  * device `device` holds (its full size when the axis is not sharded); -1 when unknown. */

@@ -1,0 +1,398 @@
+/* Reshaping and neural-network ops: their rules (by axis name) and the internal backward ops. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/graph_impl.h"
+
+#define DESC(t, buf) mw__type_describe(g, &(t)->type, buf, sizeof buf)
+
+static int usable(mw_graph *g, const char *op, mw_tensor *const *xs, int n) {
+    if (!g || g->status) return 0;
+    for (int i = 0; i < n; i++) {
+        if (!xs[i]) {
+            mw__graph_fail(g, MW_ERR_INVALID, "%s: operand %d is NULL", op, i);
+            return 0;
+        }
+        if (xs[i]->g != g) {
+            mw__graph_fail(g, MW_ERR_INVALID, "%s: operand %d belongs to another graph", op, i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int want_dtype(mw_graph *g, const char *op, const char *what, mw_tensor *x, mw_dtype d) {
+    if (x->type.dtype == d) return 1;
+    char dx[256];
+    mw__graph_fail(g, MW_ERR_SHAPE, "%s: %s %s must be %s", op, what, DESC(x, dx),
+                   d == MW_F32 ? "f32" : "i32");
+    return 0;
+}
+
+/* Index of the axis named `name` in x, or -1 with the graph error set. */
+static int axis_of(mw_graph *g, const char *op, mw_tensor *x, const char *name) {
+    int id = name ? mw__graph_find_name(g, name) : -1;
+    int i = id < 0 ? -1 : mw__type_find_name(&x->type, id);
+    if (i < 0) {
+        char dx[256];
+        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, name ? name : "(null)",
+                       DESC(x, dx));
+    }
+    return i;
+}
+
+static int unsharded(mw_graph *g, const char *op, mw_tensor *x, int i) {
+    if (x->type.ax[i].mesh < 0) return 1;
+    char dx[256];
+    mw__graph_fail(g, MW_ERR_SHARDING,
+                   "%s: axis %s of %s is sharded; this op needs the whole axis on every device", op,
+                   g->names[x->type.ax[i].name], DESC(x, dx));
+    return 0;
+}
+
+/* A new axis name that x does not have yet; -1 with the error set. */
+static int fresh_name(mw_graph *g, const char *op, const mw__type *t, const char *name, int skip_lo,
+                      int skip_hi) {
+    if (!name || !*name || strchr(name, '@') || strchr(name, ',') || strchr(name, '=')) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: bad axis name '%s'", op, name ? name : "(null)");
+        return -1;
+    }
+    int id = mw__graph_intern(g, name);
+    if (id < 0) return -1;
+    for (int i = 0; i < t->rank; i++)
+        if ((i < skip_lo || i > skip_hi) && t->ax[i].name == id) {
+            mw__graph_fail(g, MW_ERR_AXIS, "%s: the tensor already has an axis named '%s'", op,
+                           name);
+            return -1;
+        }
+    return id;
+}
+
+static mw_tensor *alias(mw_graph *g, mw_tensor *x, const mw__type *t) {
+    mw_tensor proto = {.op = MW__OP_ALIAS, .nin = 1, .in = {x}, .type = *t};
+    proto.type.partial = x->type.partial;
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_rename(mw_graph *g, mw_tensor *x, const char *axis, const char *new_name) {
+    if (!usable(g, "mw_rename", &x, 1)) return NULL;
+    int i = axis_of(g, "mw_rename", x, axis);
+    if (i < 0 || !unsharded(g, "mw_rename", x, i)) return NULL;
+    int id = fresh_name(g, "mw_rename", &x->type, new_name, i, i);
+    if (id < 0) return NULL;
+    mw__type t = x->type;
+    t.ax[i].name = id;
+    return alias(g, x, &t);
+}
+
+mw_tensor *mw_split(mw_graph *g, mw_tensor *x, const char *axis, const char *new_axes) {
+    if (!usable(g, "mw_split", &x, 1)) return NULL;
+    int i = axis_of(g, "mw_split", x, axis);
+    if (i < 0 || !unsharded(g, "mw_split", x, i)) return NULL;
+    mw__axis parts[MW_MAX_RANK];
+    int n = 0, unknown = -1;
+    int64_t known = 1;
+    const char *p = new_axes ? new_axes : "";
+    char buf[MW_MAX_NAME];
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        size_t nlen = eq ? (size_t)(eq - p) : len;
+        if (nlen == 0 || nlen >= sizeof buf || n == MW_MAX_RANK ||
+            x->type.rank - 1 + n + 1 > MW_MAX_RANK)
+            return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: malformed axis list '%s'",
+                                  new_axes);
+        memcpy(buf, p, nlen);
+        buf[nlen] = '\0';
+        int id = fresh_name(g, "mw_split", &x->type, buf, i, i);
+        if (id < 0) return NULL;
+        for (int j = 0; j < n; j++)
+            if (parts[j].name == id)
+                return mw__graph_fail(g, MW_ERR_AXIS, "mw_split: axis '%s' named twice", buf);
+        int64_t size = -1;
+        if (eq) {
+            char *end;
+            size = strtoll(eq + 1, &end, 10);
+            if (end != p + len || size < 1)
+                return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: bad size in '%s'", new_axes);
+            known *= size;
+        } else if (unknown >= 0) {
+            return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: only one size may be left out "
+                                  "in '%s'", new_axes);
+        } else {
+            unknown = n;
+        }
+        parts[n++] = (mw__axis){.name = id, .mesh = -1, .size = size};
+        p = e ? e + 1 : p + len;
+    }
+    int64_t total = x->type.ax[i].size;
+    if (n == 0) return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: no axes given");
+    if (unknown >= 0) {
+        if (total % known)
+            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_split: axis %s of size %lld is not "
+                                  "divisible by %lld", axis, (long long)total, (long long)known);
+        parts[unknown].size = total / known;
+        known = total;
+    }
+    if (known != total)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "mw_split: '%s' holds %lld elements but axis %s has "
+                              "%lld", new_axes, (long long)known, axis, (long long)total);
+    mw__type t = x->type;
+    t.rank = x->type.rank - 1 + n;
+    for (int j = 0; j < n; j++) t.ax[i + j] = parts[j];
+    for (int j = i + 1; j < x->type.rank; j++) t.ax[j + n - 1] = x->type.ax[j];
+    return alias(g, x, &t);
+}
+
+mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new_name) {
+    if (!usable(g, "mw_merge", &x, 1)) return NULL;
+    int first = -1, n = 0;
+    int64_t size = 1;
+    const char *p = axes ? axes : "";
+    char buf[MW_MAX_NAME];
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len >= sizeof buf)
+            return mw__graph_fail(g, MW_ERR_INVALID, "mw_merge: malformed axis list '%s'", axes);
+        memcpy(buf, p, len);
+        buf[len] = '\0';
+        int i = axis_of(g, "mw_merge", x, buf);
+        if (i < 0 || !unsharded(g, "mw_merge", x, i)) return NULL;
+        if (n == 0)
+            first = i;
+        else if (i != first + n)
+            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_merge: axes '%s' are not adjacent and in "
+                                  "that order", axes);
+        size *= x->type.ax[i].size;
+        n++;
+        p = e ? e + 1 : p + len;
+    }
+    if (n == 0) return mw__graph_fail(g, MW_ERR_INVALID, "mw_merge: no axes given");
+    mw__type t = x->type;
+    /* The merged axes themselves may carry the new name. */
+    int id = fresh_name(g, "mw_merge", &t, new_name, first, first + n - 1);
+    if (id < 0) return NULL;
+    t.ax[first] = (mw__axis){.name = id, .mesh = -1, .size = size};
+    for (int j = first + n; j < x->type.rank; j++) t.ax[j - n + 1] = x->type.ax[j];
+    t.rank = x->type.rank - n + 1;
+    return alias(g, x, &t);
+}
+
+mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *t, int axis,
+                          int64_t start, int64_t len) {
+    mw_tensor proto = {.op = op, .nin = 1, .in = {x}, .type = *t, .axis = axis, .start = start,
+                       .len = len};
+    proto.type.partial = x->type.partial;
+    return mw__node_new(g, &proto);
+}
+
+static mw_tensor *slice(mw_graph *g, const char *op, mw_tensor *x, const char *axis, int64_t start,
+                        int64_t len, const char *new_name) {
+    if (!usable(g, op, &x, 1)) return NULL;
+    int i = axis_of(g, op, x, axis);
+    if (i < 0 || !unsharded(g, op, x, i)) return NULL;
+    int64_t size = x->type.ax[i].size, rows = len ? len : 1;
+    if (start < 0 || rows < 1 || start + rows > size)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: rows [%lld, %lld) are outside axis %s of size "
+                              "%lld", op, (long long)start, (long long)(start + rows), axis,
+                              (long long)size);
+    mw__type t = x->type;
+    if (len == 0) {
+        for (int j = i + 1; j < t.rank; j++) t.ax[j - 1] = t.ax[j];
+        t.rank--;
+    } else {
+        t.ax[i].size = len;
+        if (new_name) {
+            int id = fresh_name(g, op, &t, new_name, i, i);
+            if (id < 0) return NULL;
+            t.ax[i].name = id;
+        }
+    }
+    return mw__slice_node(g, MW__OP_SLICE, x, &t, i, start, len);
+}
+
+mw_tensor *mw_slice(mw_graph *g, mw_tensor *x, const char *axis, int64_t start, int64_t len,
+                    const char *new_name) {
+    if (len < 1 && g && !g->status)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "mw_slice: length %lld is not positive",
+                              (long long)len);
+    return slice(g, "mw_slice", x, axis, start, len, new_name);
+}
+
+mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index) {
+    return slice(g, "mw_select", x, axis, index, 0, NULL);
+}
+
+mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x) {
+    if (!usable(g, "mw_gelu", &x, 1) || !want_dtype(g, "mw_gelu", "x", x, MW_F32)) return NULL;
+    x = mw__replicated(g, x);
+    mw_tensor proto = {.op = MW__OP_GELU, .nin = 1, .in = {x}, .type = x->type};
+    return x ? mw__node_new(g, &proto) : NULL;
+}
+
+/* The last axis of x must be `axis`, unsharded. */
+static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis) {
+    int i = axis_of(g, op, x, axis);
+    if (i < 0 || !unsharded(g, op, x, i)) return -1;
+    if (i != x->type.rank - 1) {
+        char dx[256];
+        mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must be the last axis of %s (permute it "
+                       "there first, e.g. with mw_contract's result order)", op, axis, DESC(x, dx));
+        return -1;
+    }
+    return i;
+}
+
+mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
+                        float eps) {
+    mw_tensor *xs[3] = {x, w, b};
+    if (!usable(g, "mw_layernorm", xs, 3)) return NULL;
+    if (!want_dtype(g, "mw_layernorm", "x", x, MW_F32) ||
+        !want_dtype(g, "mw_layernorm", "w", w, MW_F32) ||
+        !want_dtype(g, "mw_layernorm", "b", b, MW_F32))
+        return NULL;
+    int i = last_axis(g, "mw_layernorm", x, axis);
+    if (i < 0) return NULL;
+    for (int k = 1; k < 3; k++) {
+        const mw__type *t = &xs[k]->type;
+        if (t->rank != 1 || t->ax[0].name != x->type.ax[i].name || t->ax[0].mesh >= 0 ||
+            t->ax[0].size != x->type.ax[i].size) {
+            char dx[256], dw[256];
+            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_layernorm: %s %s must have exactly the "
+                                  "axis %s of x %s", k == 1 ? "w" : "b", DESC(xs[k], dw), axis,
+                                  DESC(x, dx));
+        }
+    }
+    x = mw__replicated(g, x);
+    w = mw__replicated(g, w);
+    b = mw__replicated(g, b);
+    if (!x || !w || !b) return NULL;
+    mw_tensor proto = {.op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type,
+                       .scalar = eps};
+    return mw__node_new(g, &proto);
+}
+
+static mw_tensor *softmax(mw_graph *g, const char *op, mw_tensor *x, float scale, int causal) {
+    x = mw__replicated(g, x);
+    mw_tensor proto = {.op = MW__OP_SOFTMAX, .nin = 1, .in = {x}, .type = x->type,
+                       .scalar = scale, .flag = causal};
+    (void)op;
+    return x ? mw__node_new(g, &proto) : NULL;
+}
+
+mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale) {
+    if (!usable(g, "mw_softmax", &x, 1) || !want_dtype(g, "mw_softmax", "x", x, MW_F32) ||
+        last_axis(g, "mw_softmax", x, axis) < 0)
+        return NULL;
+    return softmax(g, "mw_softmax", x, scale, 0);
+}
+
+mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
+                             const char *key_axis, float scale) {
+    const char *op = "mw_causal_softmax";
+    if (!usable(g, op, &x, 1) || !want_dtype(g, op, "x", x, MW_F32) ||
+        last_axis(g, op, x, key_axis) < 0)
+        return NULL;
+    int q = axis_of(g, op, x, query_axis);
+    if (q < 0 || !unsharded(g, op, x, q)) return NULL;
+    if (q != x->type.rank - 2) {
+        char dx[256];
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must come right before %s in %s", op,
+                              query_axis, key_axis, DESC(x, dx));
+    }
+    return softmax(g, op, x, scale, 1);
+}
+
+mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const char *vocab_axis) {
+    const char *op = "mw_embedding";
+    mw_tensor *xs[2] = {table, ids};
+    if (!usable(g, op, xs, 2) || !want_dtype(g, op, "table", table, MW_F32) ||
+        !want_dtype(g, op, "ids", ids, MW_I32))
+        return NULL;
+    int v = axis_of(g, op, table, vocab_axis);
+    if (v < 0 || !unsharded(g, op, table, v)) return NULL;
+    char dt[256], di[256];
+    if (v != 0 || table->type.rank != 2 || table->type.ax[1].mesh >= 0)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: table %s must be [%s, Dim], unsharded", op,
+                              DESC(table, dt), vocab_axis);
+    if (mw__type_find_name(&ids->type, table->type.ax[1].name) >= 0 ||
+        ids->type.rank + 1 > MW_MAX_RANK)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: ids %s already has the axis %s of table %s",
+                              op, DESC(ids, di), g->names[table->type.ax[1].name],
+                              DESC(table, dt));
+    table = mw__replicated(g, table);
+    if (!table) return NULL;
+    mw_tensor proto = {.op = MW__OP_EMBED, .nin = 2, .in = {table, ids}, .type = ids->type};
+    proto.type.dtype = MW_F32;
+    proto.type.ax[proto.type.rank++] = table->type.ax[1];
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
+                            const char *vocab_axis, int64_t valid) {
+    const char *op = "mw_cross_entropy";
+    mw_tensor *xs[2] = {logits, targets};
+    if (!usable(g, op, xs, 2) || !want_dtype(g, op, "logits", logits, MW_F32) ||
+        !want_dtype(g, op, "targets", targets, MW_I32))
+        return NULL;
+    int v = last_axis(g, op, logits, vocab_axis);
+    if (v < 0) return NULL;
+    int64_t size = logits->type.ax[v].size;
+    if (valid < 0 || valid > size)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: %lld valid classes but axis %s has %lld", op,
+                              (long long)valid, vocab_axis, (long long)size);
+    int ok = targets->type.rank == logits->type.rank - 1;
+    for (int i = 0; ok && i < targets->type.rank; i++)
+        ok = targets->type.ax[i].name == logits->type.ax[i].name &&
+             targets->type.ax[i].mesh == logits->type.ax[i].mesh &&
+             targets->type.ax[i].size == logits->type.ax[i].size;
+    if (!ok) {
+        char dl[256], dt[256];
+        for (int i = 0; i < targets->type.rank; i++) {
+            int j = mw__type_find_name(&logits->type, targets->type.ax[i].name);
+            if (j >= 0 && logits->type.ax[j].mesh != targets->type.ax[i].mesh)
+                return mw__graph_fail(g, MW_ERR_SHARDING,
+                                      "%s: logits %s and targets %s are sharded differently along "
+                                      "%s: shard both the same way with mw_shard",
+                                      op, DESC(logits, dl), DESC(targets, dt),
+                                      g->names[targets->type.ax[i].name]);
+        }
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: targets %s must have the axes of logits %s "
+                              "without %s, in the same order", op, DESC(targets, dt),
+                              DESC(logits, dl), vocab_axis);
+    }
+    logits = mw__replicated(g, logits);
+    if (!logits) return NULL;
+    mw_tensor proto = {.op = MW__OP_XENT, .nin = 2, .in = {logits, targets},
+                       .type = targets->type, .count = valid ? valid : size};
+    proto.type.dtype = MW_F32;
+    return mw__node_new(g, &proto);
+}
+
+/* --- backward ops (made by autodiff only) -------------------------------------------------------- */
+
+mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor *a, mw_tensor *b,
+                           mw_tensor *c, const mw_tensor *fwd) {
+    if (!a || !b) return NULL;
+    mw_tensor proto = {.op = op, .nin = c ? 3 : 2, .in = {a, b, c}, .type = *t};
+    proto.type.partial = 0;
+    for (int k = 0; k < proto.nin; k++) {
+        if (proto.in[k]->type.dtype == MW_F32) proto.in[k] = mw__replicated(g, proto.in[k]);
+        if (!proto.in[k]) return NULL;
+        /* Summing over a sharded axis leaves a partial sum, as everywhere. */
+        const mw__type *ti = &proto.in[k]->type;
+        for (int i = 0; i < ti->rank; i++)
+            if (ti->ax[i].mesh >= 0 && mw__type_find(t, &ti->ax[i]) < 0)
+                proto.type.partial |= 1u << ti->ax[i].mesh;
+    }
+    if (fwd) {
+        proto.scalar = fwd->scalar;
+        proto.flag = fwd->flag;
+        proto.count = fwd->count;
+    }
+    return mw__node_new(g, &proto);
+}

@@ -1,0 +1,205 @@
+/* CPU kernels of the neural-network ops and the optimizers: straight loops over contiguous rows,
+ * in a fixed order (so results are repeatable), with the per-element math of devices/math.h. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "devices/cpu/cpu_nn.h"
+#include "devices/math.h"
+
+mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__gelu(k->a[i]);
+    return MW_OK;
+}
+
+mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++) k->out[i] = k->gy[i] * mw__gelu_grad(k->x[i]);
+    return MW_OK;
+}
+
+/* Mean and reciprocal standard deviation of one row (two passes, in double for stability). */
+static void row_stats(const float *x, int64_t n, float eps, float *mean, float *rstd) {
+    double s = 0.0, v = 0.0;
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    double m = s / (double)n;
+    for (int64_t j = 0; j < n; j++) v += (x[j] - m) * (x[j] - m);
+    *mean = (float)m;
+    *rstd = (float)(1.0 / sqrt(v / (double)n + eps));
+}
+
+mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
+    (void)dev;
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n;
+        float *y = k->out + r * k->n, mean, rstd;
+        row_stats(x, k->n, k->eps, &mean, &rstd);
+        for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j] + k->b[j];
+    }
+    return MW_OK;
+}
+
+mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
+    (void)dev;
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
+        float *dx = k->out + r * k->n, mean, rstd;
+        row_stats(x, k->n, k->eps, &mean, &rstd);
+        /* dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy w */
+        double m1 = 0.0, m2 = 0.0;
+        for (int64_t j = 0; j < k->n; j++) {
+            float d = gy[j] * k->w[j], xh = (x[j] - mean) * rstd;
+            m1 += d;
+            m2 += d * xh;
+        }
+        float a = (float)(m1 / (double)k->n), c = (float)(m2 / (double)k->n);
+        for (int64_t j = 0; j < k->n; j++) {
+            float d = gy[j] * k->w[j], xh = (x[j] - mean) * rstd;
+            dx[j] = rstd * (d - a - xh * c);
+        }
+    }
+    return MW_OK;
+}
+
+mw_status mw__cpu_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
+    (void)dev;
+    memset(k->out, 0, (size_t)k->n * sizeof *k->out);
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
+        float mean, rstd;
+        row_stats(x, k->n, k->eps, &mean, &rstd);
+        for (int64_t j = 0; j < k->n; j++) k->out[j] += gy[j] * (x[j] - mean) * rstd;
+    }
+    return MW_OK;
+}
+
+/* Columns row i of a block may see. */
+static int64_t visible(int causal, int64_t i, int64_t s, int64_t k) {
+    if (!causal) return k;
+    int64_t v = i + (k - s) + 1;
+    return v < 0 ? 0 : v > k ? k : v;
+}
+
+mw_status mw__cpu_softmax(mw__device *dev, const mw__k_softmax *k) {
+    (void)dev;
+    for (int64_t o = 0; o < k->outer; o++)
+        for (int64_t i = 0; i < k->s; i++) {
+            int64_t row = o * k->s + i, n = visible(k->causal, i, k->s, k->k);
+            const float *a = k->a + row * k->k;
+            float *y = k->out + row * k->k;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n; j++) mx = fmaxf(mx, k->scale * a[j]);
+            double sum = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                y[j] = expf(k->scale * a[j] - mx);
+                sum += y[j];
+            }
+            float inv = n ? (float)(1.0 / sum) : 0.0f;
+            for (int64_t j = 0; j < n; j++) y[j] *= inv;
+            for (int64_t j = n; j < k->k; j++) y[j] = 0.0f;
+        }
+    return MW_OK;
+}
+
+mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
+    (void)dev;
+    for (int64_t o = 0; o < k->outer; o++)
+        for (int64_t i = 0; i < k->s; i++) {
+            int64_t row = o * k->s + i, n = visible(k->causal, i, k->s, k->k);
+            const float *p = k->p + row * k->k, *gy = k->gy + row * k->k;
+            float *dx = k->out + row * k->k;
+            double dot = 0.0;
+            for (int64_t j = 0; j < n; j++) dot += (double)gy[j] * p[j];
+            for (int64_t j = 0; j < n; j++) dx[j] = k->scale * p[j] * (gy[j] - (float)dot);
+            for (int64_t j = n; j < k->k; j++) dx[j] = 0.0f;
+        }
+    return MW_OK;
+}
+
+mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
+    for (int64_t i = 0; i < k->n_ids; i++) {
+        int32_t id = k->ids[i];
+        if (id < 0 || id >= k->vocab)
+            return mw__error(MW_ERR_INVALID,
+                             "%s: embedding id %d at position %lld is outside the vocabulary "
+                             "[0, %lld)",
+                             dev->name, id, (long long)i, (long long)k->vocab);
+        memcpy(k->out + i * k->dim, k->table + (int64_t)id * k->dim, (size_t)k->dim * 4);
+    }
+    return MW_OK;
+}
+
+mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
+    memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
+    for (int64_t i = 0; i < k->n_ids; i++) {
+        int32_t id = k->ids[i];
+        if (id < 0 || id >= k->vocab)
+            return mw__error(MW_ERR_INVALID, "%s: embedding id %d at position %lld is outside "
+                             "the vocabulary [0, %lld)", dev->name, id, (long long)i,
+                             (long long)k->vocab);
+        float *dst = k->out + (int64_t)id * k->dim;
+        const float *src = k->gy + i * k->dim;
+        for (int64_t j = 0; j < k->dim; j++) dst[j] += src[j];
+    }
+    return MW_OK;
+}
+
+/* log-sum-exp over the first `valid` logits of a row, in double. */
+static double row_lse(const float *x, int64_t valid, float *max_out) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < valid; j++) mx = fmaxf(mx, x[j]);
+    double s = 0.0;
+    for (int64_t j = 0; j < valid; j++) s += exp((double)(x[j] - mx));
+    *max_out = mx;
+    return mx + log(s);
+}
+
+static mw_status bad_target(mw__device *dev, int32_t t, int64_t row, int64_t valid) {
+    return mw__error(MW_ERR_INVALID,
+                     "%s: target %d at position %lld is outside the classes [0, %lld)", dev->name,
+                     t, (long long)row, (long long)valid);
+}
+
+mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
+    for (int64_t r = 0; r < k->rows; r++) {
+        int32_t t = k->targets[r];
+        if (t < 0 || t >= k->valid) return bad_target(dev, t, r, k->valid);
+        const float *x = k->logits + r * k->v;
+        float mx;
+        k->out[r] = (float)(row_lse(x, k->valid, &mx) - x[t]);
+    }
+    return MW_OK;
+}
+
+mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
+    for (int64_t r = 0; r < k->rows; r++) {
+        int32_t t = k->targets[r];
+        if (t < 0 || t >= k->valid) return bad_target(dev, t, r, k->valid);
+        const float *x = k->logits + r * k->v;
+        float *dx = k->out + r * k->v, mx;
+        double lse = row_lse(x, k->valid, &mx);
+        float gy = k->gy[r];
+        for (int64_t j = 0; j < k->valid; j++)
+            dx[j] = gy * ((float)exp((double)x[j] - lse) - (j == t ? 1.0f : 0.0f));
+        for (int64_t j = k->valid; j < k->v; j++) dx[j] = 0.0f;
+    }
+    return MW_OK;
+}
+
+mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
+    (void)dev;
+    double s = 0.0;
+    for (int64_t i = 0; i < k->count; i++) s += (double)k->a[i] * k->a[i];
+    k->out[0] = (float)s;
+    return MW_OK;
+}
+
+mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++)
+        k->p[i] = mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
+                                   k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1,
+                                   k->bias2);
+    return MW_OK;
+}

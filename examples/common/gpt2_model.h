@@ -1,0 +1,63 @@
+/* GPT-2 as a meshwit graph: the model builder shared by the gpt2 example, the bench and the tests,
+ * and llm.c's model-file format for moving weights to and from existing GPT-2 tooling.
+ *
+ * The model (pre-LayerNorm, GELU, learned positions, output head tied to the token embedding):
+ *   tokens [Batch, Seq] -> wte[Vocab, Embed] lookup + wpe[Ctx, Embed] rows 0..Seq-1
+ *   L x { x += attn(ln1(x)); x += mlp(ln2(x)) } -> lnf -> logits = x . wte -> cross-entropy
+ * Parameters are named as in llm.c ("wte", "wpe", then per layer "h<l>.ln1w", "h<l>.ln1b",
+ * "h<l>.qkvw", "h<l>.qkvb", "h<l>.attprojw", "h<l>.attprojb", "h<l>.ln2w", "h<l>.ln2b",
+ * "h<l>.fcw", "h<l>.fcb", "h<l>.fcprojw", "h<l>.fcprojb", then "lnfw", "lnfb"); a linear layer's
+ * weight is [Out, In] as in PyTorch and llm.c. */
+#ifndef GPT2_MODEL_H
+#define GPT2_MODEL_H
+
+#include <stdint.h>
+
+#include "meshwit.h"
+
+typedef struct gpt2_config {
+    int layers, heads, channels;
+    int max_seq;      /* context length the position table holds (llm.c's maxT) */
+    int vocab;        /* real vocabulary size (llm.c's V) */
+    int padded_vocab; /* rows of wte (llm.c's Vp, >= vocab); logits beyond vocab are ignored */
+} gpt2_config;
+
+/* Named presets: "tiny" (CPU-sized, byte vocabulary), "small" (a larger CPU model),
+ * "gpt2-124m" (12 layers, 12 heads, 768 channels, context 1024, vocab 50257 padded to 50304).
+ * Returns 0, or -1 for an unknown name. */
+int gpt2_preset(const char *name, gpt2_config *out);
+
+/* Checks a config (positive sizes, channels divisible by heads, padded_vocab >= vocab); on error
+ * writes a message into err and returns -1. */
+int gpt2_config_check(const gpt2_config *c, char *err, size_t errsize);
+
+/* Number of parameters. */
+int64_t gpt2_num_params(const gpt2_config *c);
+
+/* The tensors of a built model. */
+typedef struct gpt2_graph {
+    mw_tensor *tokens, *targets; /* i32 inputs "tokens" and "targets", [Batch, Seq] */
+    mw_tensor *logits;           /* [Batch(@X), Seq, Vocab] */
+    mw_tensor *loss;             /* mean cross-entropy over all tokens (replicated scalar) */
+} gpt2_graph;
+
+/* Traces GPT-2 for batches of `batch` sequences of `seq` tokens (seq <= max_seq) into g. When
+ * mesh_axis is not NULL, tokens and targets are sharded along Batch over that mesh axis: the only
+ * difference between single-device and data-parallel training. Returns the graph's status. */
+mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, const char *mesh_axis,
+                     gpt2_graph *out);
+
+/* llm.c model files (fp32, version 3): a 256 x int32 header (magic 20240326, version 3, maxT, V,
+ * L, NH, C, Vp) and the parameters in llm.c's order, each layer's tensors stacked over L.
+ * gpt2_read_header fills *c from a file's header; gpt2_load copies a file's weights into the
+ * trainer after checking the header matches c; gpt2_save writes the trainer's weights. All
+ * return MW_OK or an error with a message in mw_last_error()-style text written to err:
+ * MW_ERR_IO (open/read/write failure), MW_ERR_FORMAT (bad magic or version, truncated file,
+ * header that disagrees with c: the message names the field and both values). */
+mw_status gpt2_read_header(const char *path, gpt2_config *c, char *err, size_t errsize);
+mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
+                    size_t errsize);
+mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
+                    size_t errsize);
+
+#endif
