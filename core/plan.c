@@ -538,8 +538,8 @@ static int cmp_slot(const void *x, const void *y) {
 }
 
 mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
-                         const mw__placement *pl, int host_memory, int64_t bucket_elems,
-                         mw__plan *out) {
+                         mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
+                         int host_memory, int64_t bucket_elems, mw__plan *out) {
     memset(out, 0, sizeof *out);
     int nn = g->nnodes;
     builder b = {.g = g, .pl = pl, .p = out};
@@ -553,13 +553,16 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->views = calloc((size_t)g->ninputs * 4 + (size_t)nn, sizeof *out->views);
     out->params = calloc((size_t)g->nparams + 1, sizeof *out->params);
     out->nparams = g->nparams;
-    if (!live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of || !order ||
+    out->outputs = calloc((size_t)noutputs + 1, sizeof *out->outputs);
+    out->noutputs = noutputs;
+    if (!out->outputs ||!live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of || !order ||
         !out->views || !out->params)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
     for (int i = 0; i < nn; i++) grad_of[i] = -1;
     live[loss->id] = 1;
+    for (int o = 0; o < noutputs; o++) live[outputs[o]->id] = 1;
     for (int p = 0; p < g->nparams; p++)
         if (param_grads[p]) {
             live[param_grads[p]->id] = 1;
@@ -577,6 +580,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         for (int k = 0; k < t->nin; k++) b.last_use[b.root[t->in[k]->id]] = i;
     }
     b.last_use[b.root[loss->id]] = nn; /* read by the host after the step */
+    for (int o = 0; o < noutputs; o++) b.last_use[b.root[outputs[o]->id]] = nn;
 
     /* The flat parameter/gradient layout: in the order backward finishes the gradients. */
     for (int i = 0; i < nn; i++) {
@@ -620,11 +624,15 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     /* Gradient buckets: runs of consecutive slots partial over the same group, at most
      * bucket_elems long (a larger gradient is a bucket of its own), each reduced right after the
      * node that finishes its last gradient. */
+    /* The forward pass ends with the loss or the last requested output, whichever is later. */
+    int fwd_last = loss->id;
+    for (int o = 0; o < noutputs; o++)
+        if (outputs[o]->id > fwd_last) fwd_last = outputs[o]->id;
     int bucket_first = 0;
     int i_order = 0;
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
-        if (i == loss->id + 1) out->fwd_end = out->nins;
+        if (i == fwd_last + 1) out->fwd_end = out->nins;
         if (!live[i]) continue;
         if (t->op == MW__OP_ALIAS) {
             b.ref[i] = b.ref[t->in[0]->id];
@@ -668,9 +676,10 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             bucket_first = i_order;
         }
     }
-    if (loss->id + 1 >= nn) out->fwd_end = out->nins;
+    if (fwd_last + 1 >= nn) out->fwd_end = out->nins;
     out->bwd_end = out->nins;
     out->loss = b.ref[loss->id];
+    for (int o = 0; o < noutputs; o++) out->outputs[o] = b.ref[outputs[o]->id];
     out->arena_elems = b.ar.top;
 
     free(live);
@@ -700,5 +709,6 @@ void mw__plan_free(mw__plan *p) {
     free(p->ins);
     free(p->views);
     free(p->params);
+    free(p->outputs);
     memset(p, 0, sizeof *p);
 }

@@ -106,14 +106,16 @@ typedef struct mw__plan {
     mw__param_slot *params; /* by parameter leaf index */
     int nparams;
     mw__ref loss;
+    mw__ref *outputs; /* where each requested output lives (kept to the end of the step) */
+    int noutputs;
 } mw__plan;
 
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of
  * parameter i (or NULL); host_memory says whether the device reads host arrays in place;
  * bucket_elems bounds a gradient bucket. */
 mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
-                         const mw__placement *pl, int host_memory, int64_t bucket_elems,
-                         mw__plan *out);
+                         mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
+                         int host_memory, int64_t bucket_elems, mw__plan *out);
 void mw__plan_free(mw__plan *p);
 
 /* The local size of a global axis of size n split over `parts` devices, at coordinate c: shards

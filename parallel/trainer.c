@@ -54,6 +54,8 @@ struct mw_trainer {
     mw_graph *g; /* the trainer's own copy, extended with the backward pass */
     mw_tensor *loss;
     mw_tensor **grads;
+    mw_tensor **outputs; /* in the trainer's graph */
+    const mw_tensor **user_outputs; /* the caller's handles, same order */
     mw_mesh *mesh;
     mw_trainer_config cfg;
     const mw__reducer_vtable *reducer;
@@ -560,6 +562,56 @@ mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *
     return MW_OK;
 }
 
+mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
+                                 int64_t count) {
+    if (!tr || !output || (count && !dst))
+        return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: NULL argument");
+    int o = 0;
+    while (o < tr->cfg.noutputs && tr->user_outputs[o] != output) o++;
+    if (o == tr->cfg.noutputs)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: not an output of the trainer "
+                         "(list it in mw_trainer_config.outputs)");
+    const mw__type *t = &tr->outputs[o]->type;
+    if (count != mw__type_numel(t))
+        return mw__error(MW_ERR_SHAPE, "mw_trainer_read_output: the output has %lld elements, "
+                         "not %lld", (long long)mw__type_numel(t), (long long)count);
+    /* Each device holds a box of the global array; copy every box's rows into place. */
+    for (int d = 0; d < tr->nworkers; d++) {
+        worker *w = &tr->w[d];
+        int64_t lo[MW_MAX_RANK], len[MW_MAX_RANK], stride[MW_MAX_RANK], s = 1, local = 1;
+        int sharded = 0;
+        for (int i = t->rank - 1; i >= 0; i--) {
+            const mw__axis *a = &t->ax[i];
+            lo[i] = 0;
+            len[i] = a->size;
+            if (a->mesh >= 0) {
+                int ma = tr->mesh_axis_of[a->mesh], c = mw__mesh_coord(tr->mesh, d, ma);
+                lo[i] = mw__split_lo(a->size, tr->mesh->axis_size[ma], c);
+                len[i] = mw__split_len(a->size, tr->mesh->axis_size[ma], c);
+                sharded = 1;
+            }
+            stride[i] = s;
+            s *= a->size;
+            local *= len[i];
+        }
+        if (!sharded && d > 0) break; /* replicated: device 0 has it all */
+        const char *src = ptr(w, w->plan.outputs[o]);
+        int64_t run = t->rank ? len[t->rank - 1] : 1;
+        int64_t idx[MW_MAX_RANK] = {0};
+        for (int64_t done = 0; done < local; done += run) {
+            int64_t off = 0;
+            for (int i = 0; i < t->rank; i++) off += (lo[i] + idx[i]) * stride[i];
+            mw_status st = w->dev.vt->download(&w->dev, dst + off, src + done * 4, (size_t)run * 4);
+            if (st) return st;
+            for (int i = t->rank - 2; i >= 0; i--) {
+                if (++idx[i] < len[i]) break;
+                idx[i] = 0;
+            }
+        }
+    }
+    return MW_OK;
+}
+
 int64_t mw_trainer_steps(const mw_trainer *tr) { return tr ? tr->steps : 0; }
 
 int mw_trainer_devices(const mw_trainer *tr) { return tr ? tr->nworkers : 0; }
@@ -743,6 +795,8 @@ void mw_trainer_free(mw_trainer *tr) {
     free(tr->w);
     free(tr->feed_of);
     free(tr->grads);
+    free(tr->outputs);
+    free(tr->user_outputs);
     free(tr->init_values);
     mw_graph_free(tr->g);
     free(tr);
@@ -769,6 +823,21 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     if (!tr->loss || !tr->grads || !tr->feed_of)
         return g->status ? mw__error_copy(g->status, g->error)
                          : mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    int no = tr->cfg.noutputs;
+    tr->outputs = calloc((size_t)no + 1, sizeof *tr->outputs);
+    tr->user_outputs = calloc((size_t)no + 1, sizeof *tr->user_outputs);
+    if (!tr->outputs || !tr->user_outputs)
+        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    for (int o = 0; o < no; o++) {
+        const mw_tensor *u = tr->cfg.outputs ? tr->cfg.outputs[o] : NULL;
+        if (!u || u->g != graph)
+            return mw__error(MW_ERR_INVALID, "mw_trainer_new: output %d is NULL or from another "
+                             "graph", o);
+        tr->user_outputs[o] = u;
+        tr->outputs[o] = mw__replicated(g, g->nodes[u->id]);
+        if (!tr->outputs[o]) return mw__error_copy(g->status, g->error);
+    }
+    tr->cfg.outputs = NULL; /* borrowed only during construction */
     if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) ||
         (st = place(tr)))
         return st;
@@ -792,8 +861,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
             pl.size[m] = mesh->axis_size[a];
             pl.coord[m] = mw__mesh_coord(mesh, d, a);
         }
-        if ((st = mw__plan_build(g, tr->loss, tr->grads, &pl, mesh->vt->host_memory,
-                                 (int64_t)(bucket / 4), &w->plan)))
+        if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
+                                 mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
             return st;
         w->bases = calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");

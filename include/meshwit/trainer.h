@@ -51,6 +51,10 @@ typedef struct mw_trainer_config {
      * devices sets it when it is made (0, the default, means 1 thread, so that devices do not
      * compete for cores) and restores the previous value when it is freed; -1 leaves it alone. */
     int blas_threads;
+    /* Tensors of the graph (besides the loss) whose values the host reads after a step or eval
+     * with mw_trainer_read_output, e.g. logits for sampling. Borrowed during mw_trainer_new. */
+    mw_tensor *const *outputs;
+    int noutputs;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -96,6 +100,13 @@ mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *
 
 /* Copies the all-reduced gradient of parameter `name` from the last step or compute_grads. */
 mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count);
+
+/* Copies the value of `output` (one of config->outputs) from the last step or eval into dst
+ * (count = its global element count, row-major in its axis order), gathering the shards of a
+ * sharded output from every device. Errors: MW_ERR_INVALID (not a configured output),
+ * MW_ERR_SHAPE (wrong count). */
+mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
+                                 int64_t count);
 
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
