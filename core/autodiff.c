@@ -84,7 +84,8 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         mw_tensor *w = n->in[1], *bias = n->in[2];
         if (na && accumulate(g, grads, a, mw__backward_op(g, MW__OP_LN_DX, &a->type, gy, a, w, n)))
             return -1;
-        if (nb && accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, a, NULL, n)))
+        if (nb &&
+            accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, a, NULL, n)))
             return -1;
         if (needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* sums over rows */
         return 0;

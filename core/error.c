@@ -1,5 +1,6 @@
 /* Status names and the per-thread last-error message. */
 #include "core/error.h"
+#include "meshwit.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,4 +66,11 @@ mw_status mw__error_copy(mw_status status, const char *msg) {
         last_error[n] = '\0';
     }
     return status;
+}
+
+#define MW__STR(x) #x
+#define MW__VERSION(a, b, c) MW__STR(a) "." MW__STR(b) "." MW__STR(c)
+
+const char *mw_version(void) {
+    return MW__VERSION(MESHWIT_VERSION_MAJOR, MESHWIT_VERSION_MINOR, MESHWIT_VERSION_PATCH);
 }

@@ -168,8 +168,8 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
         return -1;
     }
     if (axes.rank < 0 || axes.rank > MW_MAX_RANK) {
-        mw__graph_fail(g, MW_ERR_SHAPE, "%s '%s': rank %d is outside 0..%d", what, name,
-                       axes.rank, MW_MAX_RANK);
+        mw__graph_fail(g, MW_ERR_SHAPE, "%s '%s': rank %d is outside 0..%d", what, name, axes.rank,
+                       MW_MAX_RANK);
         return -1;
     }
     memset(out, 0, sizeof *out);
@@ -217,8 +217,8 @@ mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init) {
     mw_tensor proto = {.op = MW__OP_PARAM, .init = init};
     if (leaf_type(g, "mw_param", name, MW_F32, axes, &proto.type)) return NULL;
     if (init.kind < MW_INIT_KIND_ZEROS || init.kind > MW_INIT_KIND_UNIFORM)
-        return mw__graph_fail(g, MW_ERR_INVALID, "mw_param '%s': unknown initialiser kind %d",
-                              name, (int)init.kind);
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_param '%s': unknown initialiser kind %d", name,
+                              (int)init.kind);
     snprintf(proto.name, sizeof proto.name, "%s", name);
     proto.leaf = g->nparams;
     mw_tensor *t = mw__node_new(g, &proto);

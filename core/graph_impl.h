@@ -10,11 +10,11 @@
 #define MW__MAX_MESH_NAMES 16 /* distinct mesh-axis names one graph may shard over */
 
 typedef enum mw__op {
-    MW__OP_INPUT,     /* fed by the host every step */
-    MW__OP_PARAM,     /* trained, replicated */
-    MW__OP_SHARD,     /* an input with one axis relabelled Batch -> Batch@X (an alias, no data) */
-    MW__OP_FILL,      /* every element = scalar */
-    MW__OP_ADD,       /* binary elementwise with subset broadcasting */
+    MW__OP_INPUT, /* fed by the host every step */
+    MW__OP_PARAM, /* trained, replicated */
+    MW__OP_SHARD, /* an input with one axis relabelled Batch -> Batch@X (an alias, no data) */
+    MW__OP_FILL,  /* every element = scalar */
+    MW__OP_ADD,   /* binary elementwise with subset broadcasting */
     MW__OP_SUB,
     MW__OP_MUL,
     MW__OP_DIV,
@@ -65,14 +65,14 @@ struct mw_tensor {
     mw__type type;
     int nin;
     mw_tensor *in[3];
-    float scalar;       /* SCALE factor, FILL value, softmax scale, layer-norm epsilon */
-    int axis;           /* SLICE / PAD: the axis (of the larger tensor) */
-    int64_t start, len; /* SLICE / PAD: the rows; len 0 means the axis is dropped (a select) */
-    int flag;           /* SOFTMAX: causal */
-    int64_t count;      /* XENT: valid columns */
-    int leaf;           /* INPUT / PARAM: index among the graph's inputs / params */
-    int shard_axis;     /* SHARD: the axis (index into type) that was sharded */
-    mw_init init;       /* PARAM */
+    float scalar;           /* SCALE factor, FILL value, softmax scale, layer-norm epsilon */
+    int axis;               /* SLICE / PAD: the axis (of the larger tensor) */
+    int64_t start, len;     /* SLICE / PAD: the rows; len 0 means the axis is dropped (a select) */
+    int flag;               /* SOFTMAX: causal */
+    int64_t count;          /* XENT: valid columns */
+    int leaf;               /* INPUT / PARAM: index among the graph's inputs / params */
+    int shard_axis;         /* SHARD: the axis (index into type) that was sharded */
+    mw_init init;           /* PARAM */
     char name[MW_MAX_NAME]; /* INPUT / PARAM */
 };
 

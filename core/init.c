@@ -11,7 +11,9 @@ static uint64_t splitmix64(uint64_t *s) {
 }
 
 /* Uniform in (0, 1): 53 random bits, never exactly 0. */
-static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0; }
+static double uniform01(uint64_t *s) {
+    return ((double)(splitmix64(s) >> 11) + 0.5) / 9007199254740992.0;
+}
 
 void mw__param_init(const mw_graph *g, const mw_tensor *p, float *dst) {
     int64_t n = mw__type_numel(&p->type);

@@ -120,8 +120,10 @@ mw_tensor *mw_split(mw_graph *g, mw_tensor *x, const char *axis, const char *new
                 return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: bad size in '%s'", new_axes);
             known *= size;
         } else if (unknown >= 0) {
-            return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: only one size may be left out "
-                                  "in '%s'", new_axes);
+            return mw__graph_fail(g, MW_ERR_INVALID,
+                                  "mw_split: only one size may be left out "
+                                  "in '%s'",
+                                  new_axes);
         } else {
             unknown = n;
         }
@@ -132,14 +134,18 @@ mw_tensor *mw_split(mw_graph *g, mw_tensor *x, const char *axis, const char *new
     if (n == 0) return mw__graph_fail(g, MW_ERR_INVALID, "mw_split: no axes given");
     if (unknown >= 0) {
         if (total % known)
-            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_split: axis %s of size %lld is not "
-                                  "divisible by %lld", axis, (long long)total, (long long)known);
+            return mw__graph_fail(g, MW_ERR_SHAPE,
+                                  "mw_split: axis %s of size %lld is not "
+                                  "divisible by %lld",
+                                  axis, (long long)total, (long long)known);
         parts[unknown].size = total / known;
         known = total;
     }
     if (known != total)
-        return mw__graph_fail(g, MW_ERR_SHAPE, "mw_split: '%s' holds %lld elements but axis %s has "
-                              "%lld", new_axes, (long long)known, axis, (long long)total);
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "mw_split: '%s' holds %lld elements but axis %s has "
+                              "%lld",
+                              new_axes, (long long)known, axis, (long long)total);
     mw__type t = x->type;
     t.rank = x->type.rank - 1 + n;
     for (int j = 0; j < n; j++) t.ax[i + j] = parts[j];
@@ -165,8 +171,10 @@ mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new
         if (n == 0)
             first = i;
         else if (i != first + n)
-            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_merge: axes '%s' are not adjacent and in "
-                                  "that order", axes);
+            return mw__graph_fail(g, MW_ERR_SHAPE,
+                                  "mw_merge: axes '%s' are not adjacent and in "
+                                  "that order",
+                                  axes);
         size *= x->type.ax[i].size;
         n++;
         p = e ? e + 1 : p + len;
@@ -184,8 +192,8 @@ mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new
 
 mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *t, int axis,
                           int64_t start, int64_t len) {
-    mw_tensor proto = {.op = op, .nin = 1, .in = {x}, .type = *t, .axis = axis, .start = start,
-                       .len = len};
+    mw_tensor proto = {
+        .op = op, .nin = 1, .in = {x}, .type = *t, .axis = axis, .start = start, .len = len};
     proto.type.partial = x->type.partial;
     return mw__node_new(g, &proto);
 }
@@ -197,8 +205,10 @@ static mw_tensor *slice(mw_graph *g, const char *op, mw_tensor *x, const char *a
     if (i < 0 || !unsharded(g, op, x, i)) return NULL;
     int64_t size = x->type.ax[i].size, rows = len ? len : 1;
     if (start < 0 || rows < 1 || start + rows > size)
-        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: rows [%lld, %lld) are outside axis %s of size "
-                              "%lld", op, (long long)start, (long long)(start + rows), axis,
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: rows [%lld, %lld) are outside axis %s of size "
+                              "%lld",
+                              op, (long long)start, (long long)(start + rows), axis,
                               (long long)size);
     mw__type t = x->type;
     if (len == 0) {
@@ -240,8 +250,10 @@ static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis
     if (i < 0 || !unsharded(g, op, x, i)) return -1;
     if (i != x->type.rank - 1) {
         char dx[256];
-        mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must be the last axis of %s (permute it "
-                       "there first, e.g. with mw_contract's result order)", op, axis, DESC(x, dx));
+        mw__graph_fail(g, MW_ERR_SHAPE,
+                       "%s: axis %s must be the last axis of %s (permute it "
+                       "there first, e.g. with mw_contract's result order)",
+                       op, axis, DESC(x, dx));
         return -1;
     }
     return i;
@@ -262,24 +274,29 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
         if (t->rank != 1 || t->ax[0].name != x->type.ax[i].name || t->ax[0].mesh >= 0 ||
             t->ax[0].size != x->type.ax[i].size) {
             char dx[256], dw[256];
-            return mw__graph_fail(g, MW_ERR_SHAPE, "mw_layernorm: %s %s must have exactly the "
-                                  "axis %s of x %s", k == 1 ? "w" : "b", DESC(xs[k], dw), axis,
-                                  DESC(x, dx));
+            return mw__graph_fail(g, MW_ERR_SHAPE,
+                                  "mw_layernorm: %s %s must have exactly the "
+                                  "axis %s of x %s",
+                                  k == 1 ? "w" : "b", DESC(xs[k], dw), axis, DESC(x, dx));
         }
     }
     x = mw__replicated(g, x);
     w = mw__replicated(g, w);
     b = mw__replicated(g, b);
     if (!x || !w || !b) return NULL;
-    mw_tensor proto = {.op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type,
-                       .scalar = eps};
+    mw_tensor proto = {
+        .op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type, .scalar = eps};
     return mw__node_new(g, &proto);
 }
 
 static mw_tensor *softmax(mw_graph *g, const char *op, mw_tensor *x, float scale, int causal) {
     x = mw__replicated(g, x);
-    mw_tensor proto = {.op = MW__OP_SOFTMAX, .nin = 1, .in = {x}, .type = x->type,
-                       .scalar = scale, .flag = causal};
+    mw_tensor proto = {.op = MW__OP_SOFTMAX,
+                       .nin = 1,
+                       .in = {x},
+                       .type = x->type,
+                       .scalar = scale,
+                       .flag = causal};
     (void)op;
     return x ? mw__node_new(g, &proto) : NULL;
 }
@@ -321,9 +338,8 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
                               DESC(table, dt), vocab_axis);
     if (mw__type_find_name(&ids->type, table->type.ax[1].name) >= 0 ||
         ids->type.rank + 1 > MW_MAX_RANK)
-        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: ids %s already has the axis %s of table %s",
-                              op, DESC(ids, di), g->names[table->type.ax[1].name],
-                              DESC(table, dt));
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: ids %s already has the axis %s of table %s", op,
+                              DESC(ids, di), g->names[table->type.ax[1].name], DESC(table, dt));
     table = mw__replicated(g, table);
     if (!table) return NULL;
     mw_tensor proto = {.op = MW__OP_EMBED, .nin = 2, .in = {table, ids}, .type = ids->type};
@@ -361,19 +377,24 @@ mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
                                       op, DESC(logits, dl), DESC(targets, dt),
                                       g->names[targets->type.ax[i].name]);
         }
-        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: targets %s must have the axes of logits %s "
-                              "without %s, in the same order", op, DESC(targets, dt),
-                              DESC(logits, dl), vocab_axis);
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: targets %s must have the axes of logits %s "
+                              "without %s, in the same order",
+                              op, DESC(targets, dt), DESC(logits, dl), vocab_axis);
     }
     logits = mw__replicated(g, logits);
     if (!logits) return NULL;
-    mw_tensor proto = {.op = MW__OP_XENT, .nin = 2, .in = {logits, targets},
-                       .type = targets->type, .count = valid ? valid : size};
+    mw_tensor proto = {.op = MW__OP_XENT,
+                       .nin = 2,
+                       .in = {logits, targets},
+                       .type = targets->type,
+                       .count = valid ? valid : size};
     proto.type.dtype = MW_F32;
     return mw__node_new(g, &proto);
 }
 
-/* --- backward ops (made by autodiff only) -------------------------------------------------------- */
+/* --- backward ops (made by autodiff only) --------------------------------------------------------
+ */
 
 mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor *a, mw_tensor *b,
                            mw_tensor *c, const mw_tensor *fwd) {

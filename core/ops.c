@@ -225,8 +225,7 @@ mw_tensor *mw_dot(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *axis) {
         return mw__graph_fail(g, MW_ERR_AXIS, "mw_dot: no axis named '%s' in %s %s",
                               axis ? axis : "(null)", ka < 0 ? "a" : "b",
                               ka < 0 ? DESC(a, da) : DESC(b, db));
-    if (check_sharding(g, "mw_dot", a, "a", b, "b") || check_sizes(g, "mw_dot", a, b))
-        return NULL;
+    if (check_sharding(g, "mw_dot", a, "a", b, "b") || check_sizes(g, "mw_dot", a, b)) return NULL;
     mw__type out = {.dtype = MW_F32};
     /* Shared axes once (a's order), then a's own, then b's own. */
     for (int pass = 0; pass < 3; pass++) {
@@ -299,8 +298,10 @@ mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_
             ax = j >= 0 ? &b->type.ax[j] : NULL;
         }
         if (!ax)
-            return mw__graph_fail(g, MW_ERR_AXIS, "mw_contract: result axis '%s' is in neither "
-                                  "operand", g->names[names[i]]);
+            return mw__graph_fail(g, MW_ERR_AXIS,
+                                  "mw_contract: result axis '%s' is in neither "
+                                  "operand",
+                                  g->names[names[i]]);
         out.ax[i] = *ax;
     }
     return contract_checked(g, "mw_contract", a, b, &out);

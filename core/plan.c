@@ -87,7 +87,8 @@ static int arena_release(arena *a, int64_t off, int64_t n) {
     return arena_push(a, i, (block){off, n});
 }
 
-/* --- local shapes ------------------------------------------------------------------------------ */
+/* --- local shapes ------------------------------------------------------------------------------
+ */
 
 typedef struct ltype {
     int rank;
@@ -100,25 +101,26 @@ static ltype local_type(const mw__type *t, const mw__placement *pl) {
     ltype l = {.rank = t->rank, .numel = 1};
     for (int i = t->rank - 1; i >= 0; i--) {
         const mw__axis *a = &t->ax[i];
-        l.size[i] = a->mesh >= 0 ? mw__split_len(a->size, pl->size[a->mesh], pl->coord[a->mesh])
-                                 : a->size;
+        l.size[i] =
+            a->mesh >= 0 ? mw__split_len(a->size, pl->size[a->mesh], pl->coord[a->mesh]) : a->size;
         l.stride[i] = l.numel;
         l.numel *= l.size[i];
     }
     return l;
 }
 
-/* --- building ------------------------------------------------------------------------------------ */
+/* --- building ------------------------------------------------------------------------------------
+ */
 
 typedef struct builder {
     const mw_graph *g;
     const mw__placement *pl;
     mw__plan *p;
     arena ar;
-    mw__ref *ref;    /* per node: where its value lives */
-    int *root;       /* per node: the node owning its buffer (itself unless an alias) */
-    char *in_arena;  /* per node: ref is an arena buffer to release after its last use */
-    int *last_use;   /* per node */
+    mw__ref *ref;   /* per node: where its value lives */
+    int *root;      /* per node: the node owning its buffer (itself unless an alias) */
+    char *in_arena; /* per node: ref is an arena buffer to release after its last use */
+    int *last_use;  /* per node */
 } builder;
 
 static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
@@ -262,16 +264,34 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     if (!in) return -1;
     mw__k_gemm *gm = &in->k.gemm;
     if (!swap) {
-        *gm = (mw__k_gemm){.batch = B, .m = M, .n = N, .k = K, .trans_a = trans_a,
-                           .trans_b = trans_b, .lda = trans_a ? M : K, .ldb = trans_b ? K : N,
-                           .ldc = N, .stride_a = M * K, .stride_b = K * N, .stride_c = M * N};
+        *gm = (mw__k_gemm){.batch = B,
+                           .m = M,
+                           .n = N,
+                           .k = K,
+                           .trans_a = trans_a,
+                           .trans_b = trans_b,
+                           .lda = trans_a ? M : K,
+                           .ldb = trans_b ? K : N,
+                           .ldc = N,
+                           .stride_a = M * K,
+                           .stride_b = K * N,
+                           .stride_c = M * N};
         in->ref[1] = ra;
         in->ref[2] = rb;
     } else {
         /* C^T (N x M) = B^T (N x K) * A^T (K x M) */
-        *gm = (mw__k_gemm){.batch = B, .m = N, .n = M, .k = K, .trans_a = !trans_b,
-                           .trans_b = !trans_a, .lda = trans_b ? K : N, .ldb = trans_a ? M : K,
-                           .ldc = M, .stride_a = K * N, .stride_b = M * K, .stride_c = M * N};
+        *gm = (mw__k_gemm){.batch = B,
+                           .m = N,
+                           .n = M,
+                           .k = K,
+                           .trans_a = !trans_b,
+                           .trans_b = !trans_a,
+                           .lda = trans_b ? K : N,
+                           .ldb = trans_a ? M : K,
+                           .ldc = M,
+                           .stride_a = K * N,
+                           .stride_b = M * K,
+                           .stride_c = M * N};
         in->ref[1] = rb;
         in->ref[2] = ra;
     }
@@ -366,12 +386,12 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
         int64_t outer = lo->numel / (k * s);
         if (n->op == MW__OP_SOFTMAX) {
             if (!(in = emit_io(b, MW__I_SOFTMAX, n, out))) return -1;
-            in->k.softmax = (mw__k_softmax){.outer = outer, .s = s, .k = k, .causal = n->flag,
-                                            .scale = n->scalar};
+            in->k.softmax = (mw__k_softmax){
+                .outer = outer, .s = s, .k = k, .causal = n->flag, .scale = n->scalar};
         } else {
             if (!(in = emit_io(b, MW__I_SOFTMAX_GRAD, n, out))) return -1;
-            in->k.softmax_grad = (mw__k_softmax_grad){.outer = outer, .s = s, .k = k,
-                                                      .causal = n->flag, .scale = n->scalar};
+            in->k.softmax_grad = (mw__k_softmax_grad){
+                .outer = outer, .s = s, .k = k, .causal = n->flag, .scale = n->scalar};
         }
         return 0;
     }
@@ -555,8 +575,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->nparams = g->nparams;
     out->outputs = calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
-    if (!out->outputs ||!live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of || !order ||
-        !out->views || !out->params)
+    if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
+        !order || !out->views || !out->params)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -617,8 +637,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     for (int v = 0; v < out->nviews; v++) {
         mw__view *w = &out->views[v];
         w->staging = (mw__ref){MW__BASE_ARENA, -1};
-        if (!w->contiguous || !host_memory)
-            w->staging.off = arena_alloc(&b.ar, w->count);
+        if (!w->contiguous || !host_memory) w->staging.off = arena_alloc(&b.ar, w->count);
     }
 
     /* Gradient buckets: runs of consecutive slots partial over the same group, at most

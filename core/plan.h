@@ -28,7 +28,7 @@ typedef enum mw__ins_kind {
     MW__I_REDUCE,
     MW__I_GEMM,
     MW__I_FILL,
-    MW__I_ALLREDUCE,  /* in place over ref[0], count elements, among the devices of `group` */
+    MW__I_ALLREDUCE,   /* in place over ref[0], count elements, among the devices of `group` */
     MW__I_GRAD_BUCKET, /* the same, over a bucket of the flat gradient buffer */
     MW__I_UNARY,
     MW__I_UNARY_GRAD,
@@ -45,7 +45,7 @@ typedef enum mw__ins_kind {
 
 typedef struct mw__ins {
     mw__ins_kind kind;
-    int node;      /* graph node it implements (for messages) */
+    int node;       /* graph node it implements (for messages) */
     mw__ref ref[4]; /* out, then the inputs in the order of the kernel's fields */
     int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
     uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
@@ -71,15 +71,15 @@ typedef struct mw__ins {
 /* An input as one device sees it: a box of the host array (rows [lo, lo+len) of each axis). When
  * the box is contiguous in the host array, host-memory devices read it in place. */
 typedef struct mw__view {
-    int input;                 /* input leaf index */
+    int input; /* input leaf index */
     mw_dtype dtype;
     int rank;
     int64_t global[MW_MAX_RANK];
     int64_t lo[MW_MAX_RANK], len[MW_MAX_RANK];
-    int64_t count;             /* local elements */
-    int64_t host_offset;       /* element offset of the box's first element */
+    int64_t count;       /* local elements */
+    int64_t host_offset; /* element offset of the box's first element */
     int contiguous;
-    mw__ref staging;           /* arena buffer when not read in place (off -1: in place) */
+    mw__ref staging; /* arena buffer when not read in place (off -1: in place) */
 } mw__view;
 
 typedef struct mw__param_slot {
@@ -90,9 +90,9 @@ typedef struct mw__param_slot {
 
 /* How one device sits in the mesh, per graph mesh name. */
 typedef struct mw__placement {
-    int nmesh;                         /* graph mesh names */
-    int size[MW__MAX_MESH_NAMES];      /* devices along that mesh axis */
-    int coord[MW__MAX_MESH_NAMES];     /* this device's coordinate along it */
+    int nmesh;                     /* graph mesh names */
+    int size[MW__MAX_MESH_NAMES];  /* devices along that mesh axis */
+    int coord[MW__MAX_MESH_NAMES]; /* this device's coordinate along it */
 } mw__placement;
 
 typedef struct mw__plan {

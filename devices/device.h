@@ -188,10 +188,10 @@ typedef struct mw__k_adamw {
 typedef struct mw__device mw__device;
 
 typedef struct mw__device_vtable {
-    const char *kind;   /* "cpu", "cuda" */
-    int host_memory;    /* buffers are plain host memory: inputs can be read in place */
-    mw_status (*init)(mw__device *dev);      /* on the worker thread, once */
-    void (*shutdown)(mw__device *dev);       /* on the worker thread, once */
+    const char *kind; /* "cpu", "cuda" */
+    int host_memory;  /* buffers are plain host memory: inputs can be read in place */
+    mw_status (*init)(mw__device *dev);                            /* on the worker thread, once */
+    void (*shutdown)(mw__device *dev);                             /* on the worker thread, once */
     mw_status (*alloc)(mw__device *dev, size_t bytes, void **out); /* 64-byte aligned */
     void (*free)(mw__device *dev, void *p);
     mw_status (*upload)(mw__device *dev, void *dst, const void *src, size_t bytes);

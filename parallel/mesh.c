@@ -21,8 +21,7 @@ int mw_cuda_device_count(void) {
 #endif
 }
 
-static const char spec_help[] =
-    "expected cpu, cpu:N (N >= 1), cuda:I[,J...], cuda:all or cuda:IxN";
+static const char spec_help[] = "expected cpu, cpu:N (N >= 1), cuda:I[,J...], cuda:all or cuda:IxN";
 
 /* Parses a positive decimal integer filling all of [s, end); -1 when it is not one. */
 static long parse_count(const char *s, const char *end) {
@@ -44,8 +43,8 @@ static mw_status parse_cpu(mw_mesh *m, const char *spec, const char *rest) {
         return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
     }
     if (n < 1)
-        return mw__error(MW_ERR_DEVICE, "device spec '%s' asks for no devices: use cpu:N with N >= 1",
-                         spec);
+        return mw__error(MW_ERR_DEVICE,
+                         "device spec '%s' asks for no devices: use cpu:N with N >= 1", spec);
     if (n > MW_MAX_DEVICES)
         return mw__error(MW_ERR_DEVICE, "device spec '%s' asks for %ld devices; at most %d", spec,
                          n, MW_MAX_DEVICES);
@@ -155,8 +154,10 @@ static mw_status parse_axes(mw_mesh *m, const char *axes) {
         if (eq) {
             long v = parse_count(eq + 1, e);
             if (v < 1)
-                return mw__error(MW_ERR_INVALID, "mesh axes '%s': size of %s is not a positive "
-                                 "integer", axes, m->axis_name[a]);
+                return mw__error(MW_ERR_INVALID,
+                                 "mesh axes '%s': size of %s is not a positive "
+                                 "integer",
+                                 axes, m->axis_name[a]);
             m->axis_size[a] = (int)v;
             product *= (int)v;
         } else if (unsized >= 0) {

@@ -33,9 +33,9 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
-    void *moments; /* AdamW: m then v, each param_elems long */
+    void *moments;  /* AdamW: m then v, each param_elems long */
     float *scratch; /* device scalars: the gradient square-norm */
-    char **bases; /* per plan base: resolved address (views rebound every step) */
+    char **bases;   /* per plan base: resolved address (views rebound every step) */
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
     mw_status status;
@@ -54,7 +54,7 @@ struct mw_trainer {
     mw_graph *g; /* the trainer's own copy, extended with the backward pass */
     mw_tensor *loss;
     mw_tensor **grads;
-    mw_tensor **outputs; /* in the trainer's graph */
+    mw_tensor **outputs;            /* in the trainer's graph */
     const mw_tensor **user_outputs; /* the caller's handles, same order */
     mw_mesh *mesh;
     mw_trainer_config cfg;
@@ -64,7 +64,7 @@ struct mw_trainer {
     int ngroups;
     int nworkers;
     worker *w;
-    float *init_values; /* flat initial parameters, only during start-up */
+    float *init_values;   /* flat initial parameters, only during start-up */
     const mw_feed *feeds; /* the current step's, ordered by input leaf */
     const mw_feed **feed_of;
     pthread_mutex_t mu;
@@ -173,7 +173,7 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         mw_status st = vt->sync(dev);
         if (st) return st;
         return w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
-                                            (size_t)in->count);
+                                             (size_t)in->count);
     }
     }
     return mw__error(MW_ERR_UNSUPPORTED, "unknown instruction %d", (int)in->kind);
@@ -254,7 +254,8 @@ static mw_status update(worker *w) {
     }
     float lr = tr->step_lr;
     if (o->kind == MW_SGD) {
-        mw__k_sgd k = {.lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
+        mw__k_sgd k = {
+            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
         return vt->sgd(&w->dev, &k);
     }
     double t = (double)tr->steps + 1;
@@ -264,10 +265,18 @@ static mw_status update(worker *w) {
         const mw_tensor *pn = tr->g->nodes[i];
         if (pn->op != MW__OP_PARAM) continue;
         const mw__param_slot *s = &w->plan.params[pn->leaf];
-        mw__k_adamw k = {.count = s->count, .lr = lr, .beta1 = o->beta1, .beta2 = o->beta2,
-                         .eps = o->eps, .weight_decay = pn->type.rank >= 2 ? o->weight_decay : 0,
-                         .bias1 = bias1, .bias2 = bias2, .grad_scale = scale,
-                         .p = (float *)w->params + s->off, .m = m + s->off, .v = v + s->off,
+        mw__k_adamw k = {.count = s->count,
+                         .lr = lr,
+                         .beta1 = o->beta1,
+                         .beta2 = o->beta2,
+                         .eps = o->eps,
+                         .weight_decay = pn->type.rank >= 2 ? o->weight_decay : 0,
+                         .bias1 = bias1,
+                         .bias2 = bias2,
+                         .grad_scale = scale,
+                         .p = (float *)w->params + s->off,
+                         .m = m + s->off,
+                         .v = v + s->off,
                          .g = (const float *)w->grads + s->off};
         if ((st = vt->adamw(&w->dev, &k))) return st;
     }
@@ -320,8 +329,7 @@ static mw_status worker_run(worker *w, cmd c) {
 
 static void abort_all(mw_trainer *tr) {
     for (int gi = 0; gi < tr->ngroups; gi++)
-        for (int c = 0; c < tr->groups[gi].ncomms; c++)
-            tr->reducer->abort(tr->groups[gi].comms[c]);
+        for (int c = 0; c < tr->groups[gi].ncomms; c++) tr->reducer->abort(tr->groups[gi].comms[c]);
 }
 
 /* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
@@ -427,13 +435,13 @@ static mw_status dispatch(mw_trainer *tr, cmd c) {
     worker *cause = NULL;
     for (int i = 0; i < tr->nworkers; i++) {
         worker *w = &tr->w[i];
-        if (w->status && (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
+        if (w->status &&
+            (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
             cause = w;
     }
     if (!cause) return MW_OK;
     for (int gi = 0; gi < tr->ngroups; gi++)
-        for (int k = 0; k < tr->groups[gi].ncomms; k++)
-            tr->reducer->reset(tr->groups[gi].comms[k]);
+        for (int k = 0; k < tr->groups[gi].ncomms; k++) tr->reducer->reset(tr->groups[gi].comms[k]);
     mw_status st = cause->status;
     for (int i = 0; i < tr->nworkers; i++) tr->w[i].status = MW_OK;
     return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
@@ -448,7 +456,8 @@ static mw_status check_feeds(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
         const mw_feed *fd = &feeds[f];
         const mw_tensor *in = NULL;
         for (int i = 0; i < g->nnodes && !in; i++)
-            if (g->nodes[i]->op == MW__OP_INPUT && fd->name && strcmp(g->nodes[i]->name, fd->name) == 0)
+            if (g->nodes[i]->op == MW__OP_INPUT && fd->name &&
+                strcmp(g->nodes[i]->name, fd->name) == 0)
                 in = g->nodes[i];
         if (!in)
             return mw__error(MW_ERR_INVALID, "feed '%s': the graph has no input of that name",
@@ -471,8 +480,7 @@ static mw_status check_feeds(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
     return MW_OK;
 }
 
-static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nfeeds,
-                             float *loss) {
+static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nfeeds, float *loss) {
     if (!tr) return mw__error(MW_ERR_INVALID, "trainer is NULL");
     mw_status st = check_feeds(tr, feeds, nfeeds);
     if (st) return st;
@@ -529,8 +537,7 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
     return mw__error(MW_ERR_AXIS, "the graph has no parameter named '%s'", name);
 }
 
-static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count,
-                           int grads) {
+static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count, int grads) {
     const mw__param_slot *s;
     mw_status st = find_param(tr, name, count, &s);
     if (st) return st;
@@ -570,11 +577,13 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     while (o < tr->cfg.noutputs && tr->user_outputs[o] != output) o++;
     if (o == tr->cfg.noutputs)
         return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: not an output of the trainer "
-                         "(list it in mw_trainer_config.outputs)");
+                                         "(list it in mw_trainer_config.outputs)");
     const mw__type *t = &tr->outputs[o]->type;
     if (count != mw__type_numel(t))
-        return mw__error(MW_ERR_SHAPE, "mw_trainer_read_output: the output has %lld elements, "
-                         "not %lld", (long long)mw__type_numel(t), (long long)count);
+        return mw__error(MW_ERR_SHAPE,
+                         "mw_trainer_read_output: the output has %lld elements, "
+                         "not %lld",
+                         (long long)mw__type_numel(t), (long long)count);
     /* Each device holds a box of the global array; copy every box's rows into place. */
     for (int d = 0; d < tr->nworkers; d++) {
         worker *w = &tr->w[d];
@@ -632,12 +641,14 @@ int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis
             continue;
         }
         int ma = tr->mesh_axis_of[a->mesh];
-        return mw__split_len(a->size, tr->mesh->axis_size[ma], mw__mesh_coord(tr->mesh, device, ma));
+        return mw__split_len(a->size, tr->mesh->axis_size[ma],
+                             mw__mesh_coord(tr->mesh, device, ma));
     }
     return found;
 }
 
-/* --- construction ------------------------------------------------------------------------------ */
+/* --- construction ------------------------------------------------------------------------------
+ */
 
 /* After autodiff: every gradient must be a node of its own that nothing else reads, since it is
  * written straight into the flat gradient buffer and reduced there in place. */
@@ -657,9 +668,9 @@ static mw_status own_gradients(mw_trainer *tr) {
         mw_tensor *gr = tr->grads[p];
         if (!gr) continue;
         mw__op op = gr->op;
-        if (gr->id < n && (claimed[gr->id] || readers[gr->id] || gr->id <= tr->loss->id ||
-                           op == MW__OP_FILL || op == MW__OP_INPUT || op == MW__OP_PARAM ||
-                           op == MW__OP_SHARD || op == MW__OP_ALIAS))
+        if (gr->id < n &&
+            (claimed[gr->id] || readers[gr->id] || gr->id <= tr->loss->id || op == MW__OP_FILL ||
+             op == MW__OP_INPUT || op == MW__OP_PARAM || op == MW__OP_SHARD || op == MW__OP_ALIAS))
             tr->grads[p] = mw_scale(g, gr, 1.0f);
         else if (gr->id < n)
             claimed[gr->id] = 1;
@@ -808,7 +819,8 @@ static mw_status init_values(mw_trainer *tr) {
     if (!tr->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *t = tr->g->nodes[i];
-        if (t->op == MW__OP_PARAM) mw__param_init(tr->g, t, tr->init_values + p->params[t->leaf].off);
+        if (t->op == MW__OP_PARAM)
+            mw__param_init(tr->g, t, tr->init_values + p->params[t->leaf].off);
     }
     return MW_OK;
 }
@@ -831,15 +843,16 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     for (int o = 0; o < no; o++) {
         const mw_tensor *u = tr->cfg.outputs ? tr->cfg.outputs[o] : NULL;
         if (!u || u->g != graph)
-            return mw__error(MW_ERR_INVALID, "mw_trainer_new: output %d is NULL or from another "
-                             "graph", o);
+            return mw__error(MW_ERR_INVALID,
+                             "mw_trainer_new: output %d is NULL or from another "
+                             "graph",
+                             o);
         tr->user_outputs[o] = u;
         tr->outputs[o] = mw__replicated(g, g->nodes[u->id]);
         if (!tr->outputs[o]) return mw__error_copy(g->status, g->error);
     }
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) ||
-        (st = place(tr)))
+    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) || (st = place(tr)))
         return st;
 
     mw_mesh *mesh = tr->mesh;
@@ -852,7 +865,9 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         worker *w = &tr->w[d];
         w->tr = tr;
         w->index = d;
-        w->dev = (mw__device){.vt = mesh->vt, .index = d, .ordinal = mesh->ordinal[d],
+        w->dev = (mw__device){.vt = mesh->vt,
+                              .index = d,
+                              .ordinal = mesh->ordinal[d],
                               .pin = cores_ok ? mesh->ndevices : 0};
         snprintf(w->dev.name, sizeof w->dev.name, "%s", mesh->device_name[d]);
         mw__placement pl = {.nmesh = g->nmesh_names};
@@ -886,8 +901,7 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
     *out = NULL;
     if (!graph || !mesh) return mw__error(MW_ERR_INVALID, "mw_trainer_new: graph or mesh is NULL");
-    if (graph->status)
-        return mw__error_copy(graph->status, graph->error);
+    if (graph->status) return mw__error_copy(graph->status, graph->error);
     if (!loss || loss->g != graph)
         return mw__error(MW_ERR_INVALID, "mw_trainer_new: the loss is NULL or from another graph");
     if (loss->type.rank != 0 || loss->type.dtype != MW_F32) {

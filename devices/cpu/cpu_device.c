@@ -24,7 +24,8 @@ static void pin_to_core(int index, int ndevices) {
         if (seen++ == index % count) {
             CPU_ZERO(&one);
             CPU_SET(cpu, &one);
-            sched_setaffinity(0, sizeof one, &one); /* best effort: an unpinned worker still works */
+            sched_setaffinity(0, sizeof one,
+                              &one); /* best effort: an unpinned worker still works */
             return;
         }
     }
@@ -63,25 +64,26 @@ static mw_status cpu_sync(mw__device *dev) {
 
 /* Walks every index of nd but the last dim, calling body(o0, o1, o2) with the element offsets of
  * each operand at the start of an innermost row. */
-#define ND_ROWS(nd, nops, body)                                                                   \
-    do {                                                                                         \
-        int r_ = (nd)->rank;                                                                     \
-        int64_t idx_[MW__ND_MAX] = {0};                                                          \
-        int64_t o_[3] = {0, 0, 0};                                                               \
-        for (;;) {                                                                               \
-            int64_t o0 = o_[0], o1 = o_[1], o2 = o_[2];                                          \
-            (void)o0, (void)o1, (void)o2;                                                        \
-            body;                                                                                \
-            int d_ = r_ - 2;                                                                     \
-            while (d_ >= 0) {                                                                    \
-                for (int k_ = 0; k_ < (nops); k_++) o_[k_] += (nd)->stride[k_][d_];              \
-                if (++idx_[d_] < (nd)->dims[d_]) break;                                          \
-                for (int k_ = 0; k_ < (nops); k_++) o_[k_] -= (nd)->stride[k_][d_] * (nd)->dims[d_]; \
-                idx_[d_] = 0;                                                                    \
-                d_--;                                                                            \
-            }                                                                                    \
-            if (d_ < 0) break;                                                                   \
-        }                                                                                        \
+#define ND_ROWS(nd, nops, body)                                                                    \
+    do {                                                                                           \
+        int r_ = (nd)->rank;                                                                       \
+        int64_t idx_[MW__ND_MAX] = {0};                                                            \
+        int64_t o_[3] = {0, 0, 0};                                                                 \
+        for (;;) {                                                                                 \
+            int64_t o0 = o_[0], o1 = o_[1], o2 = o_[2];                                            \
+            (void)o0, (void)o1, (void)o2;                                                          \
+            body;                                                                                  \
+            int d_ = r_ - 2;                                                                       \
+            while (d_ >= 0) {                                                                      \
+                for (int k_ = 0; k_ < (nops); k_++) o_[k_] += (nd)->stride[k_][d_];                \
+                if (++idx_[d_] < (nd)->dims[d_]) break;                                            \
+                for (int k_ = 0; k_ < (nops); k_++)                                                \
+                    o_[k_] -= (nd)->stride[k_][d_] * (nd)->dims[d_];                               \
+                idx_[d_] = 0;                                                                      \
+                d_--;                                                                              \
+            }                                                                                      \
+            if (d_ < 0) break;                                                                     \
+        }                                                                                          \
     } while (0)
 
 static inline float apply(mw__binop op, float a, float b) {
@@ -94,31 +96,32 @@ static inline float apply(mw__binop op, float a, float b) {
     return 0.0f;
 }
 
-/* One innermost row of a binary op; the common stride patterns get loops the compiler vectorises. */
-#define BIN_ROW(OPEXPR)                                                                           \
-    do {                                                                                         \
-        if (sa == 1 && sb == 1)                                                                  \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                float x = a[i], y = b[i];                                                        \
-                out[i] = OPEXPR;                                                                 \
-            }                                                                                    \
-        else if (sa == 1 && sb == 0) {                                                           \
-            float y = b[0];                                                                      \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                float x = a[i];                                                                  \
-                out[i] = OPEXPR;                                                                 \
-            }                                                                                    \
-        } else if (sa == 0 && sb == 1) {                                                         \
-            float x = a[0];                                                                      \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                float y = b[i];                                                                  \
-                out[i] = OPEXPR;                                                                 \
-            }                                                                                    \
-        } else                                                                                   \
-            for (int64_t i = 0; i < n; i++) {                                                    \
-                float x = a[i * sa], y = b[i * sb];                                              \
-                out[i * so] = OPEXPR;                                                            \
-            }                                                                                    \
+/* One innermost row of a binary op; the common stride patterns get loops the compiler vectorises.
+ */
+#define BIN_ROW(OPEXPR)                                                                            \
+    do {                                                                                           \
+        if (sa == 1 && sb == 1)                                                                    \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float x = a[i], y = b[i];                                                          \
+                out[i] = OPEXPR;                                                                   \
+            }                                                                                      \
+        else if (sa == 1 && sb == 0) {                                                             \
+            float y = b[0];                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float x = a[i];                                                                    \
+                out[i] = OPEXPR;                                                                   \
+            }                                                                                      \
+        } else if (sa == 0 && sb == 1) {                                                           \
+            float x = a[0];                                                                        \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float y = b[i];                                                                    \
+                out[i] = OPEXPR;                                                                   \
+            }                                                                                      \
+        } else                                                                                     \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                float x = a[i * sa], y = b[i * sb];                                                \
+                out[i * so] = OPEXPR;                                                              \
+            }                                                                                      \
     } while (0)
 
 static void binary_row(mw__binop op, int64_t n, float *restrict out, int64_t so,
@@ -231,13 +234,13 @@ static mw_status cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
                 cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->m, 1.0f, a, (int)k->lda,
                             b, 1, 0.0f, c, 1);
             else
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a,
-                            (int)k->lda, b, 1, 0.0f, c, 1);
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a, (int)k->lda,
+                            b, 1, 0.0f, c, 1);
         } else if (k->m == 1) {
             /* C (N) = op(B)^T * a, with a a contiguous K-vector. */
             if (k->trans_b)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b,
-                            (int)k->ldb, a, 1, 0.0f, c, 1);
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b, (int)k->ldb,
+                            a, 1, 0.0f, c, 1);
             else
                 cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->n, 1.0f, b, (int)k->ldb,
                             a, 1, 0.0f, c, 1);

@@ -135,9 +135,10 @@ mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
         if (id < 0 || id >= k->vocab)
-            return mw__error(MW_ERR_INVALID, "%s: embedding id %d at position %lld is outside "
-                             "the vocabulary [0, %lld)", dev->name, id, (long long)i,
-                             (long long)k->vocab);
+            return mw__error(MW_ERR_INVALID,
+                             "%s: embedding id %d at position %lld is outside "
+                             "the vocabulary [0, %lld)",
+                             dev->name, id, (long long)i, (long long)k->vocab);
         float *dst = k->out + (int64_t)id * k->dim;
         const float *src = k->gy + i * k->dim;
         for (int64_t j = 0; j < k->dim; j++) dst[j] += src[j];
@@ -199,7 +200,6 @@ mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++)
         k->p[i] = mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
-                                   k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1,
-                                   k->bias2);
+                                   k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1, k->bias2);
     return MW_OK;
 }

@@ -11,12 +11,27 @@ int gpt2_preset(const char *name, gpt2_config *out) {
         const char *name;
         gpt2_config c;
     } presets[] = {
-        {"tiny", {.layers = 4, .heads = 4, .channels = 128, .max_seq = 128, .vocab = 256,
-                  .padded_vocab = 256}},
-        {"small", {.layers = 6, .heads = 6, .channels = 384, .max_seq = 256, .vocab = 256,
-                   .padded_vocab = 256}},
-        {"gpt2-124m", {.layers = 12, .heads = 12, .channels = 768, .max_seq = 1024,
-                       .vocab = 50257, .padded_vocab = 50304}},
+        {"tiny",
+         {.layers = 4,
+          .heads = 4,
+          .channels = 128,
+          .max_seq = 128,
+          .vocab = 256,
+          .padded_vocab = 256}},
+        {"small",
+         {.layers = 6,
+          .heads = 6,
+          .channels = 384,
+          .max_seq = 256,
+          .vocab = 256,
+          .padded_vocab = 256}},
+        {"gpt2-124m",
+         {.layers = 12,
+          .heads = 12,
+          .channels = 768,
+          .max_seq = 1024,
+          .vocab = 50257,
+          .padded_vocab = 50304}},
     };
     for (size_t i = 0; i < sizeof presets / sizeof *presets; i++)
         if (strcmp(presets[i].name, name) == 0) {
@@ -42,8 +57,8 @@ int gpt2_config_check(const gpt2_config *c, char *err, size_t errsize) {
 
 int64_t gpt2_num_params(const gpt2_config *c) {
     int64_t C = c->channels, L = c->layers;
-    int64_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                        4 * C * C + C;
+    int64_t per_layer =
+        2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
     return (int64_t)c->padded_vocab * C + (int64_t)c->max_seq * C + L * per_layer + 2 * C;
 }
 
@@ -67,8 +82,8 @@ static mw_tensor *linear(tracer *t, mw_tensor *x, int layer, const char *wname, 
                          const char *in, int64_t in_size, const char *out, int64_t out_size,
                          float std) {
     mw_graph *g = t->g;
-    mw_tensor *w = param(t, layer, wname, MW_AXES({out, out_size}, {in, in_size}),
-                         MW_INIT_NORMAL(std));
+    mw_tensor *w =
+        param(t, layer, wname, MW_AXES({out, out_size}, {in, in_size}), MW_INIT_NORMAL(std));
     mw_tensor *b = param(t, layer, bname, MW_AXES({out, out_size}), MW_INIT_ZEROS);
     return mw_add(g, mw_dot(g, x, w, in), b);
 }
@@ -113,8 +128,8 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
                            MW_INIT_NORMAL(std));
     mw_tensor *wpe =
         param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f));
-    mw_tensor *x = mw_add(g, mw_embedding(g, wte, tokens, "Vocab"),
-                          mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
+    mw_tensor *x =
+        mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
     for (int l = 0; l < L; l++) {
         mw_tensor *h = layernorm(&t, x, l, "ln1w", "ln1b", C);
         mw_tensor *qkv = linear(&t, h, l, "qkvw", "qkvb", "Embed", C, "QKV", 3 * C, std);

@@ -166,7 +166,8 @@ mw_tensor *mw_slice(mw_graph *g, mw_tensor *x, const char *axis, int64_t start, 
 /* Row `index` of axis `axis`, which is dropped (a copy). */
 mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index);
 
-/* --- neural-network ops ------------------------------------------------------------------------ */
+/* --- neural-network ops ------------------------------------------------------------------------
+ */
 
 /* GELU, tanh approximation, elementwise. */
 mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x);
