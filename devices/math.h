@@ -5,6 +5,8 @@
 #define MW__MATH_H
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define MW__HD __host__ __device__ __forceinline__
@@ -14,15 +16,41 @@
 
 #define MW__GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+/* e^x in plain arithmetic, so loops over it vectorise (libm's expf is a call per element):
+ * x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial to r^6 (error ~1e-7 relative),
+ * 2^n built in the exponent bits. Inputs below -87 give ~1e-38 (not 0), above 88 give ~1e38. */
+MW__HD float mw__expf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* Round x/ln2 to the nearest integer with the 1.5 * 2^23 trick (exact in round-to-nearest). */
+    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    float r = (x - n * 0.693145752f) - n * 1.42860677e-6f; /* ln2 split in two for accuracy */
+    float p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh through one exponential: (1 - e^-2|u|) / (1 + e^-2|u|) with u's sign. Absolute error
+ * ~1e-7, which is all GELU needs, at a fraction of the cost of libm's tanhf. */
+MW__HD float mw__tanh(float u) {
+    float t = mw__expf(-2.0f * fabsf(u));
+    return copysignf((1.0f - t) / (1.0f + t), u);
+}
+
 /* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 MW__HD float mw__gelu(float x) {
     float u = MW__GELU_K * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(u));
+    return 0.5f * x * (1.0f + mw__tanh(u));
 }
 
 MW__HD float mw__gelu_grad(float x) {
     float u = MW__GELU_K * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
+    float t = mw__tanh(u);
     float du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }

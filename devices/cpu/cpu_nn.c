@@ -9,13 +9,17 @@
 
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
-    for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__gelu(k->a[i]);
+    float *restrict out = k->out;
+    const float *restrict a = k->a;
+    for (int64_t i = 0; i < k->count; i++) out[i] = mw__gelu(a[i]);
     return MW_OK;
 }
 
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
-    for (int64_t i = 0; i < k->count; i++) k->out[i] = k->gy[i] * mw__gelu_grad(k->x[i]);
+    float *restrict out = k->out;
+    const float *restrict gy = k->gy, *restrict x = k->x;
+    for (int64_t i = 0; i < k->count; i++) out[i] = gy[i] * mw__gelu_grad(x[i]);
     return MW_OK;
 }
 
