@@ -40,6 +40,7 @@ typedef struct worker {
     int rank[MAX_GROUPS];
     mw_status status;
     char msg[MW__MSG_SIZE];
+    double reduce_ms, update_ms; /* of the current command */
 } worker;
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask
@@ -75,12 +76,19 @@ struct mw_trainer {
     _Atomic int command;
     _Atomic int remaining;
     int64_t steps;
-    float step_lr;   /* for the step being run */
-    float grad_norm; /* of the last step */
+    mw_step_stats stats; /* of the last command */
+    float step_lr;       /* for the step being run */
+    float grad_norm;     /* of the last step */
     int blas_prev;
 };
 
 /* --- worker side ----------------------------------------------------------------------------- */
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static int group_index(const mw_trainer *tr, uint32_t mask) {
     for (int i = 0; i < tr->ngroups; i++)
@@ -172,8 +180,11 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         if (!w->comm[gi]) return MW_OK; /* a group of one device */
         mw_status st = vt->sync(dev);
         if (st) return st;
-        return w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
-                                             (size_t)in->count);
+        int64_t t0 = now_ns();
+        st = w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
+                                           (size_t)in->count);
+        w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
+        return st;
     }
     }
     return mw__error(MW_ERR_UNSUPPORTED, "unknown instruction %d", (int)in->kind);
@@ -242,7 +253,7 @@ static mw_status update(worker *w) {
     const mw_optimizer *o = &tr->cfg.optimizer;
     mw_status st;
     float scale = 1.0f;
-    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW) {
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite) {
         mw__k_sumsq k = {.count = w->plan.param_elems, .out = w->scratch, .a = w->grads};
         float sq;
         if ((st = vt->sumsq(&w->dev, &k)) ||
@@ -250,6 +261,11 @@ static mw_status update(worker *w) {
             return st;
         float norm = sqrtf(sq);
         if (w->index == 0) tr->grad_norm = norm;
+        if (tr->cfg.check_finite && !isfinite(norm))
+            return mw__error(MW_ERR_NONFINITE,
+                             "the gradients hold NaN or Inf (norm %g); no "
+                             "parameter was updated",
+                             norm);
         if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
     }
     float lr = tr->step_lr;
@@ -319,7 +335,22 @@ static mw_status worker_run(worker *w, cmd c) {
     case CMD_GRADS:
     case CMD_STEP:
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
-        if (c == CMD_STEP && (st = update(w))) return st;
+        if (c == CMD_STEP && w->tr->cfg.check_finite) {
+            /* The loss is replicated: every device sees the same value and stops alike. */
+            float loss;
+            if ((st = w->dev.vt->download(&w->dev, &loss, ptr(w, w->plan.loss), sizeof loss)))
+                return st;
+            if (!isfinite(loss))
+                return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated",
+                                 loss);
+        }
+        if (c == CMD_STEP) {
+            int64_t t0 = now_ns();
+            st = update(w);
+            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
+            w->update_ms = (double)(now_ns() - t0) * 1e-6;
+            return st;
+        }
         return w->dev.vt->sync(&w->dev);
     case CMD_NONE:
     case CMD_QUIT: break;
@@ -336,12 +367,6 @@ static void abort_all(mw_trainer *tr) {
  * of them; so a waiter first spins (yielding the core, since devices may outnumber cores) for
  * about SPIN_NS, and only then sleeps on the condition variable. */
 #define SPIN_NS 200000
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static int spin_until_changed(_Atomic uint64_t *v, uint64_t old) {
     int64_t deadline = 0;
@@ -386,6 +411,7 @@ static void *worker_main(void *arg) {
         seen = atomic_load(&tr->generation);
         cmd c = (cmd)atomic_load(&tr->command);
 
+        w->reduce_ms = w->update_ms = 0.0;
         mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
         w->status = st;
         if (st) {
@@ -430,8 +456,12 @@ static void wait_done(mw_trainer *tr) {
 }
 
 static mw_status dispatch(mw_trainer *tr, cmd c) {
+    int64_t t0 = now_ns();
     post(tr, c, tr->nworkers);
     wait_done(tr);
+    tr->stats = (mw_step_stats){.step_ms = (double)(now_ns() - t0) * 1e-6,
+                                .reduce_ms = tr->w[0].reduce_ms,
+                                .update_ms = tr->w[0].update_ms};
     worker *cause = NULL;
     for (int i = 0; i < tr->nworkers; i++) {
         worker *w = &tr->w[i];
@@ -621,6 +651,12 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     return MW_OK;
 }
 
+mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
+    if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_stats: NULL argument");
+    *out = tr->stats;
+    return MW_OK;
+}
+
 int64_t mw_trainer_steps(const mw_trainer *tr) { return tr ? tr->steps : 0; }
 
 int mw_trainer_devices(const mw_trainer *tr) { return tr ? tr->nworkers : 0; }
@@ -750,7 +786,7 @@ static mw_status make_groups(mw_trainer *tr) {
                 devs[r] = &tr->w[d].dev;
                 n++;
             }
-            mw__comm_options opt = {0};
+            mw__comm_options opt = {.timeout_ms = tr->cfg.collective_timeout_ms};
             mw_status st = tr->reducer->comm_new(n, devs, &opt, &gr->comms[c]);
             if (st) return st;
             for (int d = 0; d < mesh->ndevices; d++) {

@@ -55,6 +55,12 @@ typedef struct mw_trainer_config {
      * with mw_trainer_read_output, e.g. logits for sampling. Borrowed during mw_trainer_new. */
     mw_tensor *const *outputs;
     int noutputs;
+    /* A collective whose peers do not all arrive within this many milliseconds fails the step
+     * with MW_ERR_TIMEOUT instead of waiting forever (0: wait forever). */
+    int collective_timeout_ms;
+    /* Non-zero: a step whose loss or gradients hold NaN or Inf fails with MW_ERR_NONFINITE before
+     * any parameter is touched. */
+    int check_finite;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -107,6 +113,16 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
  * MW_ERR_SHAPE (wrong count). */
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count);
+
+/* Timings of the last step, eval or compute_grads, for profiling and the bench. */
+typedef struct mw_step_stats {
+    double step_ms;   /* wall time of the whole command, as the host saw it */
+    double reduce_ms; /* device 0's time inside collectives (gradient buckets and forward
+                         all-reduces), including waiting for peers */
+    double update_ms; /* device 0's time in the optimizer update */
+} mw_step_stats;
+
+mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
 
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
