@@ -119,8 +119,7 @@ char *mw__type_describe(const mw_graph *g, const mw__type *t, char *buf, size_t 
                               mw__axis_label(g, &t->ax[i], label, sizeof label),
                               (long long)t->ax[i].size);
     }
-    if (n < size) n += (size_t)snprintf(buf + n, size - n, "]");
-    if (t->partial && n < size) snprintf(buf + n, size - n, " (partial)");
+    if (n < size) snprintf(buf + n, size - n, "]");
     return buf;
 }
 
@@ -232,6 +231,11 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: NULL tensor, axis or mesh axis");
     char desc[256];
     mw__type_describe(g, &x->type, desc, sizeof desc);
+    if (x->op == MW__OP_PARAM)
+        return mw__graph_fail(g, MW_ERR_SHARDING,
+                              "mw_shard: parameter '%s' %s is replicated on every device; only "
+                              "inputs can be sharded",
+                              x->name, desc);
     if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD)
         return mw__graph_fail(g, MW_ERR_SHARDING,
                               "mw_shard: %s is computed, not an input; shard the inputs it is "
