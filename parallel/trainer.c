@@ -41,6 +41,11 @@ typedef struct worker {
     mw_status status;
     char msg[MW__MSG_SIZE];
     double reduce_ms, update_ms; /* of the current command */
+    mw_phase phase;              /* where the current command is, for messages */
+    int fault_armed;             /* testing hook: fail at fault_phase of step fault_step */
+    mw_phase fault_phase;
+    int64_t fault_step;
+    mw_status fault_status;
 } worker;
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask
@@ -63,6 +68,7 @@ struct mw_trainer {
     int mesh_axis_of[MW__MAX_MESH_NAMES]; /* graph mesh name -> mesh axis */
     group groups[MAX_GROUPS];
     int ngroups;
+    mw__comm *all; /* every device: the barrier before the update (NULL for one device) */
     int nworkers;
     worker *w;
     float *init_values;   /* flat initial parameters, only during start-up */
@@ -237,10 +243,28 @@ static mw_status bind_views(worker *w) {
     return MW_OK;
 }
 
+static mw_phase phase_of(const worker *w, int i) {
+    mw__ins_kind k = w->plan.ins[i].kind;
+    if (i < w->plan.fwd_end)
+        return k == MW__I_ALLREDUCE ? MW_PHASE_FORWARD_COLLECTIVE : MW_PHASE_FORWARD;
+    return k == MW__I_GRAD_BUCKET ? MW_PHASE_GRAD_REDUCE : MW_PHASE_BACKWARD;
+}
+
+/* Enters a phase; fires the injected fault when it is the armed one. */
+static mw_status enter(worker *w, mw_phase phase) {
+    w->phase = phase;
+    if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->tr->steps) {
+        w->fault_armed = 0;
+        return mw__error(w->fault_status, "injected fault");
+    }
+    return MW_OK;
+}
+
 static mw_status run_range(worker *w, int from, int to) {
     for (int i = from; i < to; i++) {
-        mw_status st = run_ins(w, &w->plan.ins[i]);
-        if (st) return st;
+        mw_phase ph = phase_of(w, i);
+        mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
+        if (st || (st = run_ins(w, &w->plan.ins[i]))) return st;
     }
     return MW_OK;
 }
@@ -346,7 +370,11 @@ static mw_status worker_run(worker *w, cmd c) {
         }
         if (c == CMD_STEP) {
             int64_t t0 = now_ns();
-            st = update(w);
+            st = enter(w, MW_PHASE_UPDATE);
+            /* Nobody updates unless everybody got this far: replicas stay identical when a device
+             * fails before its update. */
+            if (st == MW_OK && w->tr->all) st = w->tr->reducer->barrier(w->tr->all, w->index);
+            if (st == MW_OK) st = update(w);
             if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
             w->update_ms = (double)(now_ns() - t0) * 1e-6;
             return st;
@@ -359,6 +387,7 @@ static mw_status worker_run(worker *w, cmd c) {
 }
 
 static void abort_all(mw_trainer *tr) {
+    if (tr->all) tr->reducer->abort(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++)
         for (int c = 0; c < tr->groups[gi].ncomms; c++) tr->reducer->abort(tr->groups[gi].comms[c]);
 }
@@ -470,11 +499,14 @@ static mw_status dispatch(mw_trainer *tr, cmd c) {
             cause = w;
     }
     if (!cause) return MW_OK;
+    if (tr->all) tr->reducer->reset(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++)
         for (int k = 0; k < tr->groups[gi].ncomms; k++) tr->reducer->reset(tr->groups[gi].comms[k]);
     mw_status st = cause->status;
     for (int i = 0; i < tr->nworkers; i++) tr->w[i].status = MW_OK;
-    return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
+    if (c == CMD_INIT) return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
+    return mw__error(st, "device %s, %s of step %lld: %s", cause->dev.name,
+                     mw_phase_name(cause->phase), (long long)tr->steps, cause->msg);
 }
 
 static mw_status check_feeds(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
@@ -651,6 +683,30 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     return MW_OK;
 }
 
+const char *mw_phase_name(mw_phase phase) {
+    switch (phase) {
+    case MW_PHASE_FORWARD: return "forward";
+    case MW_PHASE_FORWARD_COLLECTIVE: return "forward collective";
+    case MW_PHASE_BACKWARD: return "backward";
+    case MW_PHASE_GRAD_REDUCE: return "gradient reduction";
+    case MW_PHASE_UPDATE: return "update";
+    }
+    return "unknown phase";
+}
+
+mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
+                                  mw_status status) {
+    if (!tr || device < 0 || device >= tr->nworkers || status == MW_OK ||
+        phase < MW_PHASE_FORWARD || phase > MW_PHASE_UPDATE)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_fault: bad device, phase or status");
+    worker *w = &tr->w[device];
+    w->fault_phase = phase;
+    w->fault_step = step;
+    w->fault_status = status;
+    w->fault_armed = 1;
+    return MW_OK;
+}
+
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
     if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_stats: NULL argument");
     *out = tr->stats;
@@ -745,6 +801,13 @@ static mw_status place(mw_trainer *tr) {
 /* Makes the communicators of every group mask the plans use. */
 static mw_status make_groups(mw_trainer *tr) {
     mw_mesh *mesh = tr->mesh;
+    if (mesh->ndevices > 1) {
+        mw__device *devs[MW_MAX_DEVICES];
+        for (int d = 0; d < mesh->ndevices; d++) devs[d] = &tr->w[d].dev;
+        mw__comm_options opt = {.timeout_ms = tr->cfg.collective_timeout_ms};
+        mw_status st = tr->reducer->comm_new(mesh->ndevices, devs, &opt, &tr->all);
+        if (st) return st;
+    }
     const mw__plan *p = &tr->w[0].plan;
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
@@ -828,6 +891,7 @@ void mw_trainer_free(mw_trainer *tr) {
         pthread_cond_destroy(&tr->start);
         pthread_cond_destroy(&tr->done);
     }
+    if (tr->all) tr->reducer->comm_free(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++) {
         for (int c = 0; c < tr->groups[gi].ncomms; c++)
             tr->reducer->comm_free(tr->groups[gi].comms[c]);

@@ -124,6 +124,25 @@ typedef struct mw_step_stats {
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
 
+/* The phases of a step, as named in error messages and by the fault-injection hook. */
+typedef enum mw_phase {
+    MW_PHASE_FORWARD = 0,
+    MW_PHASE_FORWARD_COLLECTIVE, /* an all-reduce the SPMD rules put in the forward pass */
+    MW_PHASE_BACKWARD,
+    MW_PHASE_GRAD_REDUCE, /* the bucketed gradient all-reduce */
+    MW_PHASE_UPDATE       /* the optimizer */
+} mw_phase;
+
+/* "forward", "forward collective", "backward", "gradient reduction", "update". */
+const char *mw_phase_name(mw_phase phase);
+
+/* Testing hook: makes device `device` fail with `status` when it reaches `phase` of step `step`
+ * (the value mw_trainer_steps has when that step starts), once. The step then returns `status`
+ * with a message naming the device, the phase and "injected fault"; every worker is released.
+ * Errors: MW_ERR_INVALID for a device out of range or status MW_OK. */
+mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
+                                  mw_status status);
+
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
 

@@ -1,0 +1,109 @@
+/* A device that fails mid-step: every phase, the error names the device and the phase, no
+ * parameter changes, every worker is released, and the trainer goes on as if the step had not
+ * been tried. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "linreg_model.h"
+#include "meshwit.h"
+
+#define ROWS 257
+#define FEATURES 8
+
+typedef struct rig {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    linreg_data data;
+    mw_feed feeds[2];
+} rig;
+
+static void rig_make(rig *r, const char *devices, int timeout_ms) {
+    memset(r, 0, sizeof *r);
+    cr_assert_eq(linreg_data_make(ROWS, FEATURES, 7, &r->data), MW_OK);
+    cr_assert_eq(mw_graph_new(&r->g), MW_OK);
+    mw_tensor *loss;
+    cr_assert_eq(linreg_build(r->g, ROWS, FEATURES, 1, "X", &loss), MW_OK);
+    cr_assert_eq(mw_mesh_new(devices, "X", &r->mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f},
+                             .collective_timeout_ms = timeout_ms};
+    cr_assert_eq(mw_trainer_new(r->g, loss, r->mesh, &cfg, &r->tr), MW_OK, "%s", mw_last_error());
+    r->feeds[0] = (mw_feed){"x", r->data.x, ROWS * FEATURES};
+    r->feeds[1] = (mw_feed){"y", r->data.y, ROWS};
+}
+
+static void rig_free(rig *r) {
+    mw_trainer_free(r->tr);
+    mw_mesh_free(r->mesh);
+    mw_graph_free(r->g);
+    linreg_data_free(&r->data);
+}
+
+static void read_weights(rig *r, float *w, float *b) {
+    cr_assert_eq(mw_trainer_read_param(r->tr, "weights", w, FEATURES), MW_OK);
+    cr_assert_eq(mw_trainer_read_param(r->tr, "bias", b, 1), MW_OK);
+}
+
+/* Fault at `phase` of step 2 on `device`: the step fails as promised, and afterwards the trainer
+ * produces exactly (bit for bit) what a trainer that never failed produces. */
+static void check_fault(const char *devices, int device, mw_phase phase) {
+    rig r, clean;
+    rig_make(&r, devices, 0);
+    rig_make(&clean, devices, 0);
+    for (int s = 0; s < 2; s++) {
+        cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
+        cr_assert_eq(mw_trainer_step(clean.tr, clean.feeds, 2, NULL), MW_OK);
+    }
+    float w0[FEATURES], b0, w1[FEATURES], b1;
+    read_weights(&r, w0, &b0);
+    cr_assert_eq(mw_trainer_inject_fault(r.tr, device, phase, 2, MW_ERR_DEVICE), MW_OK);
+    mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
+    cr_assert_eq(st, MW_ERR_DEVICE, "phase %s gave %s", mw_phase_name(phase), mw_status_name(st));
+    const char *msg = mw_last_error();
+    char dev[16];
+    snprintf(dev, sizeof dev, "cpu:%d", device);
+    cr_assert(strstr(msg, dev), "message does not name %s: %s", dev, msg);
+    cr_assert(strstr(msg, mw_phase_name(phase)), "message does not name the phase: %s", msg);
+    cr_assert(strstr(msg, "injected fault"), "message does not give the cause: %s", msg);
+    cr_assert_eq(mw_trainer_steps(r.tr), 2);
+    read_weights(&r, w1, &b1);
+    cr_assert(memcmp(w0, w1, sizeof w0) == 0 && b0 == b1, "a failed step changed parameters");
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_step(clean.tr, clean.feeds, 2, NULL), MW_OK);
+    }
+    float wc[FEATURES], bc;
+    read_weights(&r, w1, &b1);
+    read_weights(&clean, wc, &bc);
+    cr_assert(memcmp(w1, wc, sizeof w1) == 0 && b1 == bc, "the trainer diverged after a fault");
+    rig_free(&r);
+    rig_free(&clean);
+}
+
+Test(faults, every_phase_on_every_device) {
+    const mw_phase phases[] = {MW_PHASE_FORWARD, MW_PHASE_FORWARD_COLLECTIVE, MW_PHASE_BACKWARD,
+                               MW_PHASE_GRAD_REDUCE, MW_PHASE_UPDATE};
+    for (size_t p = 0; p < sizeof phases / sizeof *phases; p++)
+        for (int d = 0; d < 3; d++) check_fault("cpu:3", d, phases[p]);
+}
+
+Test(faults, single_device) {
+    check_fault("cpu:1", 0, MW_PHASE_BACKWARD);
+    check_fault("cpu:1", 0, MW_PHASE_UPDATE);
+}
+
+Test(faults, bad_hook_arguments) {
+    rig r;
+    rig_make(&r, "cpu:2", 0);
+    cr_assert_eq(mw_trainer_inject_fault(r.tr, 2, MW_PHASE_FORWARD, 0, MW_ERR_DEVICE),
+                 MW_ERR_INVALID);
+    cr_assert_eq(mw_trainer_inject_fault(r.tr, 0, MW_PHASE_FORWARD, 0, MW_OK), MW_ERR_INVALID);
+    rig_free(&r);
+}
+
+Test(faults, phase_names) {
+    cr_assert_str_eq(mw_phase_name(MW_PHASE_FORWARD), "forward");
+    cr_assert_str_eq(mw_phase_name(MW_PHASE_GRAD_REDUCE), "gradient reduction");
+    cr_assert_str_eq(mw_phase_name(MW_PHASE_UPDATE), "update");
+}
