@@ -121,28 +121,29 @@ mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
     return MW_OK;
 }
 
+/* A bad id or target: the position is within the device's shard of the batch. */
+static mw_status out_of_range(const char *what, int32_t v, int64_t pos, int64_t limit) {
+    return mw__error(MW_ERR_INVALID,
+                     "%s %d at position %lld of this device's shard is outside [0, %lld)", what, v,
+                     (long long)pos, (long long)limit);
+}
+
 mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
+    (void)dev;
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab)
-            return mw__error(MW_ERR_INVALID,
-                             "%s: embedding id %d at position %lld is outside the vocabulary "
-                             "[0, %lld)",
-                             dev->name, id, (long long)i, (long long)k->vocab);
+        if (id < 0 || id >= k->vocab) return out_of_range("embedding id", id, i, k->vocab);
         memcpy(k->out + i * k->dim, k->table + (int64_t)id * k->dim, (size_t)k->dim * 4);
     }
     return MW_OK;
 }
 
 mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
+    (void)dev;
     memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab)
-            return mw__error(MW_ERR_INVALID,
-                             "%s: embedding id %d at position %lld is outside "
-                             "the vocabulary [0, %lld)",
-                             dev->name, id, (long long)i, (long long)k->vocab);
+        if (id < 0 || id >= k->vocab) return out_of_range("embedding id", id, i, k->vocab);
         float *dst = k->out + (int64_t)id * k->dim;
         const float *src = k->gy + i * k->dim;
         for (int64_t j = 0; j < k->dim; j++) dst[j] += src[j];
@@ -160,16 +161,11 @@ static double row_lse(const float *x, int64_t valid, float *max_out) {
     return mx + log(s);
 }
 
-static mw_status bad_target(mw__device *dev, int32_t t, int64_t row, int64_t valid) {
-    return mw__error(MW_ERR_INVALID,
-                     "%s: target %d at position %lld is outside the classes [0, %lld)", dev->name,
-                     t, (long long)row, (long long)valid);
-}
-
 mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
+    (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return bad_target(dev, t, r, k->valid);
+        if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float mx;
         k->out[r] = (float)(row_lse(x, k->valid, &mx) - x[t]);
@@ -178,9 +174,10 @@ mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
 }
 
 mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
+    (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return bad_target(dev, t, r, k->valid);
+        if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float *dx = k->out + r * k->v, mx;
         double lse = row_lse(x, k->valid, &mx);
