@@ -5,6 +5,7 @@
  * comes out partial: the trainer all-reduces it in buckets). */
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/autodiff.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
@@ -116,11 +117,11 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
 
 mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
     int n = g->nnodes;
-    char *needs = calloc((size_t)n + 1, 1);
-    mw_tensor **grads = calloc((size_t)n + 1, sizeof *grads);
+    char *needs = mw__calloc((size_t)n + 1, 1);
+    mw_tensor **grads = mw__calloc((size_t)n + 1, sizeof *grads);
     if (!needs || !grads) {
-        free(needs);
-        free(grads);
+        mw__free(needs);
+        mw__free(grads);
         return mw__error(MW_ERR_NOMEM, "out of memory in autodiff");
     }
     /* A node needs a gradient when a parameter flows into it. */
@@ -140,8 +141,8 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
         mw_tensor *t = g->nodes[i];
         if (t->op == MW__OP_PARAM) param_grads[t->leaf] = grads[i];
     }
-    free(needs);
-    free(grads);
+    mw__free(needs);
+    mw__free(grads);
     if (g->status) return mw__error_copy(g->status, g->error);
     return MW_OK;
 }

@@ -4,13 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
 
 mw_status mw_graph_new(mw_graph **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_graph_new: out is NULL");
     *out = NULL;
-    mw_graph *g = calloc(1, sizeof *g);
+    mw_graph *g = mw__calloc(1, sizeof *g);
     if (!g) return mw__error(MW_ERR_NOMEM, "mw_graph_new: out of memory");
     g->seed = 1337;
     *out = g;
@@ -19,10 +20,10 @@ mw_status mw_graph_new(mw_graph **out) {
 
 void mw_graph_free(mw_graph *g) {
     if (!g) return;
-    for (int i = 0; i < g->nnodes; i++) free(g->nodes[i]);
-    free(g->nodes);
-    free(g->names);
-    free(g);
+    for (int i = 0; i < g->nnodes; i++) mw__free(g->nodes[i]);
+    mw__free(g->nodes);
+    mw__free(g->names);
+    mw__free(g);
 }
 
 mw_status mw_graph_status(const mw_graph *g) { return g ? g->status : MW_ERR_INVALID; }
@@ -63,7 +64,7 @@ int mw__graph_intern(mw_graph *g, const char *name) {
     }
     if (g->nnames == g->names_cap) {
         int cap = g->names_cap ? 2 * g->names_cap : 16;
-        void *p = realloc(g->names, (size_t)cap * sizeof *g->names);
+        void *p = mw__realloc(g->names, (size_t)cap * sizeof *g->names);
         if (!p) {
             mw__graph_fail(g, MW_ERR_NOMEM, "out of memory interning axis name '%s'", name);
             return -1;
@@ -78,12 +79,12 @@ int mw__graph_intern(mw_graph *g, const char *name) {
 mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto) {
     if (g->nnodes == g->cap) {
         int cap = g->cap ? 2 * g->cap : 64;
-        void *p = realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
+        void *p = mw__realloc(g->nodes, (size_t)cap * sizeof *g->nodes);
         if (!p) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
         g->nodes = p;
         g->cap = cap;
     }
-    mw_tensor *t = malloc(sizeof *t);
+    mw_tensor *t = mw__malloc(sizeof *t);
     if (!t) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
     *t = *proto;
     t->g = g;
@@ -292,7 +293,7 @@ char *mw_tensor_describe(const mw_tensor *t, char *buf, size_t size) {
 
 mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
     *out = NULL;
-    mw_graph *c = calloc(1, sizeof *c);
+    mw_graph *c = mw__calloc(1, sizeof *c);
     if (!c) return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
     *c = *g;
     c->nodes = NULL;
@@ -300,7 +301,7 @@ mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
     c->nnodes = c->cap = 0;
     c->names_cap = g->nnames;
     if (g->nnames) {
-        c->names = malloc((size_t)g->nnames * sizeof *c->names);
+        c->names = mw__malloc((size_t)g->nnames * sizeof *c->names);
         if (!c->names) goto oom;
         memcpy(c->names, g->names, (size_t)g->nnames * sizeof *c->names);
     }

@@ -1,6 +1,7 @@
 /* Compiling a graph for one device: local shapes, buffer planning by liveness, and lowering of
  * every node to device kernels (contractions to batched GEMMs) and collectives. */
 #include "core/plan.h"
+#include "core/alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ typedef struct arena {
 static int arena_push(arena *a, int at, block b) {
     if (a->nfree == a->cap) {
         int cap = a->cap ? 2 * a->cap : 32;
-        block *p = realloc(a->free, (size_t)cap * sizeof *p);
+        block *p = mw__realloc(a->free, (size_t)cap * sizeof *p);
         if (!p) return -1;
         a->free = p;
         a->cap = cap;
@@ -127,7 +128,7 @@ static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
     mw__plan *p = b->p;
     if (p->nins == p->cap) {
         int cap = p->cap ? 2 * p->cap : 64;
-        mw__ins *n = realloc(p->ins, (size_t)cap * sizeof *n);
+        mw__ins *n = mw__realloc(p->ins, (size_t)cap * sizeof *n);
         if (!n) return NULL;
         p->ins = n;
         p->cap = cap;
@@ -563,17 +564,18 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     memset(out, 0, sizeof *out);
     int nn = g->nnodes;
     builder b = {.g = g, .pl = pl, .p = out};
-    char *live = calloc((size_t)nn, 1);
-    b.ref = calloc((size_t)nn, sizeof *b.ref);
-    b.in_arena = calloc((size_t)nn, 1);
-    b.last_use = calloc((size_t)nn, sizeof *b.last_use);
-    b.root = calloc((size_t)nn, sizeof *b.root);
-    int *grad_of = malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
-    mw__param_slot **order = calloc((size_t)g->nparams + 1, sizeof *order);
-    out->views = calloc((size_t)g->ninputs * 4 + (size_t)nn, sizeof *out->views);
-    out->params = calloc((size_t)g->nparams + 1, sizeof *out->params);
+    char *live = mw__calloc((size_t)nn, 1);
+    b.ref = mw__calloc((size_t)nn, sizeof *b.ref);
+    b.in_arena = mw__calloc((size_t)nn, 1);
+    b.last_use = mw__calloc((size_t)nn, sizeof *b.last_use);
+    b.root = mw__calloc((size_t)nn, sizeof *b.root);
+    int *grad_of =
+        mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
+    mw__param_slot **order = mw__calloc((size_t)g->nparams + 1, sizeof *order);
+    out->views = mw__calloc((size_t)g->ninputs * 4 + (size_t)nn, sizeof *out->views);
+    out->params = mw__calloc((size_t)g->nparams + 1, sizeof *out->params);
     out->nparams = g->nparams;
-    out->outputs = calloc((size_t)noutputs + 1, sizeof *out->outputs);
+    out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
         !order || !out->views || !out->params)
@@ -701,33 +703,33 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     for (int o = 0; o < noutputs; o++) out->outputs[o] = b.ref[outputs[o]->id];
     out->arena_elems = b.ar.top;
 
-    free(live);
-    free(b.ref);
-    free(b.in_arena);
-    free(b.last_use);
-    free(b.root);
-    free(grad_of);
-    free(order);
-    free(b.ar.free);
+    mw__free(live);
+    mw__free(b.ref);
+    mw__free(b.in_arena);
+    mw__free(b.last_use);
+    mw__free(b.root);
+    mw__free(grad_of);
+    mw__free(order);
+    mw__free(b.ar.free);
     return MW_OK;
 oom:
-    free(live);
-    free(b.ref);
-    free(b.in_arena);
-    free(b.last_use);
-    free(b.root);
-    free(grad_of);
-    free(order);
-    free(b.ar.free);
+    mw__free(live);
+    mw__free(b.ref);
+    mw__free(b.in_arena);
+    mw__free(b.last_use);
+    mw__free(b.root);
+    mw__free(grad_of);
+    mw__free(order);
+    mw__free(b.ar.free);
     mw__plan_free(out);
     return mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
 }
 
 void mw__plan_free(mw__plan *p) {
     if (!p) return;
-    free(p->ins);
-    free(p->views);
-    free(p->params);
-    free(p->outputs);
+    mw__free(p->ins);
+    mw__free(p->views);
+    mw__free(p->params);
+    mw__free(p->outputs);
     memset(p, 0, sizeof *p);
 }

@@ -13,6 +13,7 @@
 #include "meshwit/graph.h"
 #include "meshwit/mesh.h"
 #include "meshwit/status.h"
+#include "meshwit/testing.h"
 #include "meshwit/trainer.h"
 
 #ifdef __cplusplus

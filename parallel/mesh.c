@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "parallel/mesh_impl.h"
 
@@ -186,7 +187,7 @@ mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_mesh_new: out is NULL");
     *out = NULL;
     if (!devices) return mw__error(MW_ERR_DEVICE, "mw_mesh_new: device spec is NULL");
-    mw_mesh *m = calloc(1, sizeof *m);
+    mw_mesh *m = mw__calloc(1, sizeof *m);
     if (!m) return mw__error(MW_ERR_NOMEM, "mw_mesh_new: out of memory");
     mw_status st;
     if (strncmp(devices, "cpu", 3) == 0)
@@ -197,7 +198,7 @@ mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
         st = mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", devices, spec_help);
     if (st == MW_OK) st = parse_axes(m, axes);
     if (st != MW_OK) {
-        free(m);
+        mw__free(m);
         return st;
     }
     size_t n = (size_t)snprintf(m->desc, sizeof m->desc, "Mesh(");
@@ -212,7 +213,7 @@ mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
     return MW_OK;
 }
 
-void mw_mesh_free(mw_mesh *mesh) { free(mesh); }
+void mw_mesh_free(mw_mesh *mesh) { mw__free(mesh); }
 
 int mw_mesh_size(const mw_mesh *mesh) { return mesh ? mesh->ndevices : 0; }
 

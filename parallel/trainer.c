@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/autodiff.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
@@ -83,6 +85,7 @@ struct mw_trainer {
     _Atomic int remaining;
     int64_t steps;
     mw_step_stats stats; /* of the last command */
+    int host_spins;      /* more cores than workers: the host spins before sleeping */
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;
@@ -478,7 +481,8 @@ static void post(mw_trainer *tr, cmd c, int workers) {
 }
 
 static void wait_done(mw_trainer *tr) {
-    if (spin_until_zero(&tr->remaining)) return;
+    /* Spinning pays only when a core is free for the host; otherwise it slows the workers. */
+    if (tr->host_spins && spin_until_zero(&tr->remaining)) return;
     pthread_mutex_lock(&tr->mu);
     while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
     pthread_mutex_unlock(&tr->mu);
@@ -747,11 +751,11 @@ int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis
 static mw_status own_gradients(mw_trainer *tr) {
     mw_graph *g = tr->g;
     int n = g->nnodes;
-    int *readers = calloc((size_t)n, sizeof *readers);
-    char *claimed = calloc((size_t)n, 1);
+    int *readers = mw__calloc((size_t)n, sizeof *readers);
+    char *claimed = mw__calloc((size_t)n, 1);
     if (!readers || !claimed) {
-        free(readers);
-        free(claimed);
+        mw__free(readers);
+        mw__free(claimed);
         return mw__error(MW_ERR_NOMEM, "out of memory preparing gradients");
     }
     for (int i = 0; i < n; i++)
@@ -767,8 +771,8 @@ static mw_status own_gradients(mw_trainer *tr) {
         else if (gr->id < n)
             claimed[gr->id] = 1;
     }
-    free(readers);
-    free(claimed);
+    mw__free(readers);
+    mw__free(claimed);
     return g->status ? mw__error_copy(g->status, g->error) : MW_OK;
 }
 
@@ -826,9 +830,10 @@ static mw_status make_groups(mw_trainer *tr) {
         for (int a = 0; a < mesh->naxes; a++)
             if (in_group[a]) members *= mesh->axis_size[a];
         if (members == 1) continue; /* nothing to reduce: worker comm stays NULL */
-        gr->ncomms = mesh->ndevices / members;
-        gr->comms = calloc((size_t)gr->ncomms, sizeof *gr->comms);
+        int ncomms = mesh->ndevices / members;
+        gr->comms = mw__calloc((size_t)ncomms, sizeof *gr->comms);
         if (!gr->comms) return mw__error(MW_ERR_NOMEM, "out of memory making communicators");
+        gr->ncomms = ncomms;
         /* Class of a device: its coordinates off the group's axes; rank: on them. */
         int assigned = 0;
         for (int c = 0; c < gr->ncomms; c++) {
@@ -879,7 +884,7 @@ static mw_status start_workers(mw_trainer *tr) {
 void mw_trainer_free(mw_trainer *tr) {
     if (!tr) return;
     int running = 0;
-    for (int i = 0; i < tr->nworkers; i++) running += tr->w[i].started;
+    for (int i = 0; tr->w && i < tr->nworkers; i++) running += tr->w[i].started;
     if (running) {
         post(tr, CMD_QUIT, running);
         wait_done(tr);
@@ -895,27 +900,27 @@ void mw_trainer_free(mw_trainer *tr) {
     for (int gi = 0; gi < tr->ngroups; gi++) {
         for (int c = 0; c < tr->groups[gi].ncomms; c++)
             tr->reducer->comm_free(tr->groups[gi].comms[c]);
-        free(tr->groups[gi].comms);
+        mw__free(tr->groups[gi].comms);
     }
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
             mw__plan_free(&tr->w[i].plan);
-            free(tr->w[i].bases);
+            mw__free(tr->w[i].bases);
         }
     if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
-    free(tr->w);
-    free(tr->feed_of);
-    free(tr->grads);
-    free(tr->outputs);
-    free(tr->user_outputs);
-    free(tr->init_values);
+    mw__free(tr->w);
+    mw__free(tr->feed_of);
+    mw__free(tr->grads);
+    mw__free(tr->outputs);
+    mw__free(tr->user_outputs);
+    mw__free(tr->init_values);
     mw_graph_free(tr->g);
-    free(tr);
+    mw__free(tr);
 }
 
 static mw_status init_values(mw_trainer *tr) {
     const mw__plan *p = &tr->w[0].plan;
-    tr->init_values = malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
+    tr->init_values = mw__malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
     if (!tr->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *t = tr->g->nodes[i];
@@ -930,14 +935,14 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     if (st) return st;
     mw_graph *g = tr->g;
     tr->loss = mw__replicated(g, g->nodes[loss->id]);
-    tr->grads = calloc((size_t)g->nparams + 1, sizeof *tr->grads);
-    tr->feed_of = calloc((size_t)g->ninputs + 1, sizeof *tr->feed_of);
+    tr->grads = mw__calloc((size_t)g->nparams + 1, sizeof *tr->grads);
+    tr->feed_of = mw__calloc((size_t)g->ninputs + 1, sizeof *tr->feed_of);
     if (!tr->loss || !tr->grads || !tr->feed_of)
         return g->status ? mw__error_copy(g->status, g->error)
                          : mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     int no = tr->cfg.noutputs;
-    tr->outputs = calloc((size_t)no + 1, sizeof *tr->outputs);
-    tr->user_outputs = calloc((size_t)no + 1, sizeof *tr->user_outputs);
+    tr->outputs = mw__calloc((size_t)no + 1, sizeof *tr->outputs);
+    tr->user_outputs = mw__calloc((size_t)no + 1, sizeof *tr->user_outputs);
     if (!tr->outputs || !tr->user_outputs)
         return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     for (int o = 0; o < no; o++) {
@@ -957,7 +962,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
 
     mw_mesh *mesh = tr->mesh;
     tr->nworkers = mesh->ndevices;
-    tr->w = calloc((size_t)tr->nworkers, sizeof *tr->w);
+    tr->host_spins = sysconf(_SC_NPROCESSORS_ONLN) > tr->nworkers;
+    tr->w = mw__calloc((size_t)tr->nworkers, sizeof *tr->w);
     if (!tr->w) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     size_t bucket = tr->cfg.bucket_bytes ? tr->cfg.bucket_bytes : (size_t)1 << 20;
     int cores_ok = tr->cfg.pin_threads >= 0;
@@ -979,7 +985,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
                                  mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
             return st;
-        w->bases = calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
+        w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     }
     if ((st = make_groups(tr)) || (st = init_values(tr))) return st;
@@ -991,7 +997,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
     tr->sync_ready = 1;
     if ((st = start_workers(tr)) || (st = dispatch(tr, CMD_INIT))) return st;
-    free(tr->init_values);
+    mw__free(tr->init_values);
     tr->init_values = NULL;
     return MW_OK;
 }
@@ -1009,14 +1015,14 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
         return mw__error(MW_ERR_SHAPE, "mw_trainer_new: the loss must be an f32 scalar, not %s",
                          mw__type_describe(graph, &loss->type, d, sizeof d));
     }
-    mw_trainer *tr = calloc(1, sizeof *tr);
+    mw_trainer *tr = mw__calloc(1, sizeof *tr);
     if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
     tr->mesh = mesh;
     tr->reducer = &mw__reducer_shm;
     tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
     if (tr->cfg.optimizer.kind != MW_SGD && tr->cfg.optimizer.kind != MW_ADAMW) {
         int kind = (int)tr->cfg.optimizer.kind;
-        free(tr);
+        mw__free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);
     }
     mw_status st = trainer_build(tr, graph, loss);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu_nn.h"
 #include "devices/device.h"
@@ -40,7 +41,7 @@ static void cpu_shutdown(mw__device *dev) { (void)dev; }
 
 static mw_status cpu_alloc(mw__device *dev, size_t bytes, void **out) {
     size_t n = (bytes + 63) / 64 * 64;
-    *out = n ? aligned_alloc(64, n) : NULL;
+    *out = n ? mw__aligned_alloc(64, n) : NULL;
     if (n && !*out)
         return mw__error(MW_ERR_NOMEM, "%s: out of memory allocating %zu bytes", dev->name, n);
     return MW_OK;
@@ -48,7 +49,7 @@ static mw_status cpu_alloc(mw__device *dev, size_t bytes, void **out) {
 
 static void cpu_free(mw__device *dev, void *p) {
     (void)dev;
-    free(p);
+    mw__free(p);
 }
 
 static mw_status cpu_memcpy(mw__device *dev, void *dst, const void *src, size_t bytes) {

@@ -31,8 +31,7 @@ struct CUstream_st *mw__cuda_stream(const mw__device *dev);
  * bufs[q][i] = s for every q; waits until done. The buffers are device memory of dev's GPU
  * (nbufs <= MW_MAX_DEVICES). Call from dev's worker thread. Errors: MW_ERR_INVALID, and a CUDA
  * failure as MW_ERR_DEVICE. */
-mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, size_t lo,
-                              size_t hi);
+mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, size_t lo, size_t hi);
 
 #ifdef __cplusplus
 }
