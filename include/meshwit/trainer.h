@@ -114,6 +114,22 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count);
 
+/* Saves the whole training state to `path`: parameters, optimizer moments, the step count (and so
+ * the learning-rate schedule's position), and `user_bytes` bytes of the caller's own state (its
+ * RNG, its data position) copied from `user`. The file carries a magic, a version and a checksum,
+ * and is written atomically (a temporary file, flushed and synced, then renamed over `path`): a
+ * failed save leaves the previous checkpoint intact. Errors: MW_ERR_IO, MW_ERR_NOMEM. */
+mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
+
+/* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
+ * any mesh); copies the caller's state into user (at most `capacity` bytes; its size to
+ * *user_bytes when not NULL). Resuming reproduces the uninterrupted run bit for bit on the same
+ * mesh. The file is checked completely before the trainer changes: MW_ERR_IO (cannot read),
+ * MW_ERR_FORMAT (bad magic or version, truncated, checksum mismatch, another model or optimizer,
+ * caller state larger than capacity), MW_ERR_NOMEM. */
+mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t capacity,
+                          size_t *user_bytes);
+
 /* Timings of the last step, eval or compute_grads, for profiling and the bench. */
 typedef struct mw_step_stats {
     double step_ms;   /* wall time of the whole command, as the host saw it */

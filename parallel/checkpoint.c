@@ -1,0 +1,234 @@
+/* Resumable training state: parameters, optimizer moments, the step (which fixes the
+ * learning-rate schedule's position) and an opaque block of the caller's own state (its RNG, its
+ * data position), written atomically and checked completely before anything is restored.
+ *
+ * Layout (little-endian, as the host writes it):
+ *   "MWCKPT01" | u32 version | u32 optimizer | i64 step | u32 nparams | u32 moments (0 or 2)
+ *   | u64 param elements | u64 user bytes
+ *   | per parameter: name (MW_MAX_NAME bytes, zero padded) and i64 count
+ *   | parameters (each in its declared order) | moments m then v (same order, AdamW) | user bytes
+ *   | u64 FNV-1a checksum of everything before it */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "parallel/trainer_impl.h"
+
+#define MAGIC "MWCKPT01"
+#define VERSION 1u
+
+typedef struct header {
+    char magic[8];
+    uint32_t version, optimizer;
+    int64_t step;
+    uint32_t nparams, moments;
+    uint64_t elems, user_bytes;
+} header;
+
+typedef struct entry {
+    char name[MW_MAX_NAME];
+    int64_t count;
+} entry;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* The parameters in declaration order, with their slots on device 0. */
+static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
+    int n = 0;
+    for (int i = 0; i < tr->g->nnodes; i++)
+        if (tr->g->nodes[i]->op == MW__OP_PARAM) out[tr->g->nodes[i]->leaf] = tr->g->nodes[i], n++;
+    return n;
+}
+
+/* Copies between the flat host image (params, then m, then v, each in declaration order) and the
+ * devices: from device 0 when saving, into every device when loading. */
+static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
+                          int moments, int to_devices) {
+    int64_t elems = tr->w[0].plan.param_elems;
+    for (int d = 0; d < (to_devices ? tr->nworkers : 1); d++) {
+        worker *w = &tr->w[d];
+        for (int part = 0; part <= moments; part++) {
+            char *base = part == 0 ? w->params : (char *)w->moments + (part - 1) * elems * 4;
+            float *img = image + part * elems;
+            for (int p = 0; p < nparams; p++) {
+                const mw__param_slot *s = &w->plan.params[params[p]->leaf];
+                mw_status st =
+                    to_devices ? w->dev.vt->upload(&w->dev, base + s->off * 4, img, s->count * 4)
+                               : w->dev.vt->download(&w->dev, img, base + s->off * 4, s->count * 4);
+                if (st) return st;
+                img += s->count;
+            }
+        }
+    }
+    return MW_OK;
+}
+
+mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
+    if (!tr || !path || (user_bytes && !user))
+        return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
+    const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
+    if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
+    int nparams = params_in_order(tr, params);
+    int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
+    int64_t elems = tr->w[0].plan.param_elems;
+    float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
+    mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
+                         : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
+    char tmp[4096];
+    FILE *f = NULL;
+    if (st == MW_OK && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        st = mw__error(MW_ERR_INVALID, "mw_trainer_save: path too long");
+    if (st == MW_OK && !(f = fopen(tmp, "wb")))
+        st = mw__error(MW_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (st == MW_OK) {
+        header h = {.version = VERSION,
+                    .optimizer = (uint32_t)tr->cfg.optimizer.kind,
+                    .step = tr->steps,
+                    .nparams = (uint32_t)nparams,
+                    .moments = (uint32_t)moments,
+                    .elems = (uint64_t)elems,
+                    .user_bytes = user_bytes};
+        memcpy(h.magic, MAGIC, 8);
+        uint64_t sum = fnv1a(0xCBF29CE484222325ull, &h, sizeof h);
+        int ok = fwrite(&h, sizeof h, 1, f) == 1;
+        for (int p = 0; ok && p < nparams; p++) {
+            entry e = {.count = tr->w[0].plan.params[params[p]->leaf].count};
+            snprintf(e.name, sizeof e.name, "%s", params[p]->name);
+            sum = fnv1a(sum, &e, sizeof e);
+            ok = fwrite(&e, sizeof e, 1, f) == 1;
+        }
+        size_t data = (size_t)(elems * (1 + moments)) * sizeof *image;
+        sum = fnv1a(fnv1a(sum, image, data), user, user_bytes);
+        ok = ok && fwrite(image, 1, data, f) == data &&
+             fwrite(user, 1, user_bytes, f) == user_bytes && fwrite(&sum, sizeof sum, 1, f) == 1;
+        ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+        ok = (fclose(f) == 0) && ok;
+        /* The old checkpoint is replaced only by a complete new one. */
+        if (!ok || rename(tmp, path) != 0) {
+            st = mw__error(MW_ERR_IO, "cannot write checkpoint %s: %s", path, strerror(errno));
+            remove(tmp);
+        }
+    }
+    mw__free(image);
+    mw__free(params);
+    return st;
+}
+
+/* Reads the whole file; MW_ERR_IO when it cannot be read. */
+static mw_status slurp(const char *path, unsigned char **data, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return mw__error(MW_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    mw_status st = MW_OK;
+    long n = -1;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s", path);
+    *data = st ? NULL : mw__malloc((size_t)n + 1);
+    if (st == MW_OK && !*data) st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
+    if (st == MW_OK && fread(*data, 1, (size_t)n, f) != (size_t)n)
+        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s", path);
+    fclose(f);
+    if (st) {
+        mw__free(*data);
+        *data = NULL;
+    }
+    *size = (size_t)(n < 0 ? 0 : n);
+    return st;
+}
+
+/* Checks a file image against the trainer; on success *h is its header. */
+static mw_status validate(mw_trainer *tr, const char *path, const unsigned char *data, size_t size,
+                          const mw_tensor **params, int nparams, header *h) {
+    if (size < sizeof *h + 8)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is truncated: %zu bytes", path, size);
+    memcpy(h, data, sizeof *h);
+    if (memcmp(h->magic, MAGIC, 8) != 0)
+        return mw__error(MW_ERR_FORMAT, "%s is not a meshwit checkpoint (bad magic)", path);
+    if (h->version != VERSION)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s has version %u; this build reads %u", path,
+                         h->version, VERSION);
+    if (h->nparams > 1u << 20 || h->elems > (uint64_t)1 << 40 || h->moments > 2 ||
+        h->user_bytes > (uint64_t)1 << 40)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s has a corrupt header", path);
+    uint64_t expect = sizeof *h + (uint64_t)h->nparams * sizeof(entry) +
+                      h->elems * (1 + h->moments) * 4 + h->user_bytes + 8;
+    if (size != expect)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is %s: expected %llu bytes, found %zu", path,
+                         size < expect ? "truncated" : "too long", (unsigned long long)expect,
+                         size);
+    uint64_t sum;
+    memcpy(&sum, data + size - 8, 8);
+    if (sum != fnv1a(0xCBF29CE484222325ull, data, size - 8))
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is damaged (checksum mismatch)", path);
+    int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
+    if (h->optimizer != (uint32_t)tr->cfg.optimizer.kind || h->moments != (uint32_t)moments)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s was written with another optimizer", path);
+    if (h->nparams != (uint32_t)nparams)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s holds %u parameters; the model has %d", path,
+                         h->nparams, nparams);
+    const unsigned char *p = data + sizeof *h;
+    for (int i = 0; i < nparams; i++, p += sizeof(entry)) {
+        entry e;
+        memcpy(&e, p, sizeof e);
+        e.name[MW_MAX_NAME - 1] = '\0';
+        int64_t count = tr->w[0].plan.params[params[i]->leaf].count;
+        if (strcmp(e.name, params[i]->name) != 0 || e.count != count)
+            return mw__error(MW_ERR_FORMAT,
+                             "checkpoint %s: parameter %d is '%s' with %lld "
+                             "values; the model's is '%s' with %lld",
+                             path, i, e.name, (long long)e.count, params[i]->name,
+                             (long long)count);
+    }
+    /* Per-parameter sizes agree, so the totals do unless the header lies. */
+    if (h->elems != (uint64_t)tr->w[0].plan.param_elems)
+        return mw__error(MW_ERR_FORMAT,
+                         "checkpoint %s holds %u parameters (%llu values); the "
+                         "model has %d (%lld)",
+                         path, h->nparams, (unsigned long long)h->elems, nparams,
+                         (long long)tr->w[0].plan.param_elems);
+    return MW_OK;
+}
+
+mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t capacity,
+                          size_t *user_bytes) {
+    if (!tr || !path || (capacity && !user))
+        return mw__error(MW_ERR_INVALID, "mw_trainer_load: NULL argument");
+    const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
+    if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_load: out of memory");
+    int nparams = params_in_order(tr, params);
+    unsigned char *data = NULL;
+    size_t size = 0;
+    header h;
+    mw_status st = slurp(path, &data, &size);
+    if (st == MW_OK) st = validate(tr, path, data, size, params, nparams, &h);
+    if (st == MW_OK && h.user_bytes > capacity)
+        st = mw__error(MW_ERR_FORMAT,
+                       "checkpoint %s carries %llu bytes of caller state; the "
+                       "buffer holds %zu",
+                       path, (unsigned long long)h.user_bytes, capacity);
+    if (st == MW_OK) {
+        /* Everything checked: only now does the trainer change. */
+        const unsigned char *body = data + sizeof h + (size_t)h.nparams * sizeof(entry);
+        size_t values = (size_t)h.elems * (1 + h.moments) * 4;
+        float *image = mw__malloc(values + 4);
+        if (!image) st = mw__error(MW_ERR_NOMEM, "mw_trainer_load: out of memory");
+        if (st == MW_OK) {
+            memcpy(image, body, values);
+            st = transfer(tr, image, params, nparams, (int)h.moments, 1);
+            mw__free(image);
+        }
+        if (st == MW_OK) {
+            tr->steps = h.step;
+            if (h.user_bytes) memcpy(user, body + values, (size_t)h.user_bytes);
+            if (user_bytes) *user_bytes = (size_t)h.user_bytes;
+        }
+    }
+    mw__free(data);
+    mw__free(params);
+    return st;
+}

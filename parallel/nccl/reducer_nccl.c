@@ -1,0 +1,326 @@
+/* The NCCL reducer: collectives among CUDA devices on distinct GPUs of this process, one NCCL
+ * rank per device, each rank's operations on its device's compute stream (so they run in order
+ * with its kernels).
+ *
+ * Communicators are non-blocking (ncclConfig_t.blocking = 0), created together for all ranks in
+ * one group (what ncclCommInitAll does, with a config). A non-blocking communicator never blocks
+ * the calling thread, also not while NCCL connects ranks at their first collective, so a rank
+ * waiting for a peer keeps polling and can honour abort and timeout.
+ *
+ * An all-reduce enqueues ncclAllReduce (in place, ncclFloat, ncclSum) on the rank's stream and
+ * waits until the stream has run it, polling; so when it returns the sum is in buf, as in the
+ * other reducers. Determinism: NCCL's result is the same bits on every rank and on every run with
+ * the same GPUs, sizes and NCCL settings, but its summation order follows its ring or tree, not
+ * rank order: it agrees with the rank-order sum to float rounding only.
+ *
+ * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
+ * thread may be inside an NCCL call on it would be a use after free. Hence:
+ * - abort() only sets a flag (and aborts the host communicator used for barriers): safe from any
+ *   thread at any time. A rank polling inside a collective sees it and returns MW_ERR_ABORTED;
+ *   its NCCL kernel may still be waiting on the GPU for a peer that never came, and the rank
+ *   notes that the communicators are no longer in step.
+ * - reset(), which the host calls when no rank is inside a collective, calls ncclCommAbort on
+ *   every rank's communicator when any operation was left incomplete: that stops the waiting
+ *   kernels, so the streams drain; then it creates new communicators. When every operation
+ *   completed, the communicators are still in step and are kept.
+ * - comm_free() uses ncclCommAbort too: it never waits for a peer (ncclCommDestroy may). */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "devices/cuda/cuda.h"
+#include "meshwit/mesh.h"
+#include "parallel/reducer_select.h"
+
+enum { WHY_ABORT = 1, WHY_TIMEOUT = 2, WHY_FAILED = 3 };
+
+#define INIT_TIMEOUT_MIN_MS 120000
+
+typedef struct nccl_comm {
+    int nranks;
+    int timeout_ms;
+    mw__device **devs;
+    ncclComm_t *comms;
+    mw__comm *sync;        /* host communicator (shared memory) for barriers */
+    _Atomic int aborted;   /* set by abort() or a failing rank; cleared by reset() */
+    _Atomic int why;       /* the first abort's cause | (rank + 1) << 4 */
+    _Atomic int in_flight; /* an operation was left incomplete: reset() re-creates */
+    int broken;            /* re-creating failed: every call reports broken_msg */
+    char broken_msg[MW__MSG_SIZE];
+} nccl_comm;
+
+static nccl_comm *as_nccl(mw__comm *c) { return (nccl_comm *)c; }
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void set_abort(nccl_comm *c, int why, int rank) {
+    int none = 0;
+    atomic_compare_exchange_strong(&c->why, &none, why | (rank + 1) << 4);
+    atomic_store(&c->aborted, 1);
+    mw__reducer_shm.abort(c->sync);
+}
+
+static mw_status nccl_fail(nccl_comm *c, int rank, const char *call, ncclResult_t res) {
+    const char *detail = ncclGetLastError(rank >= 0 ? c->comms[rank] : NULL);
+    mw_status st = mw__error(
+        MW_ERR_DEVICE, "%s: %s failed: %s%s%s", rank >= 0 ? c->devs[rank]->name : "nccl", call,
+        ncclGetErrorString(res), detail && *detail ? ": " : "", detail ? detail : "");
+    set_abort(c, WHY_FAILED, rank);
+    return st;
+}
+
+static mw_status aborted_error(nccl_comm *c, int rank, int entering) {
+    int why = atomic_load(&c->why), by = (why >> 4) - 1;
+    char cause[96];
+    switch (why & 15) {
+    case WHY_TIMEOUT:
+        snprintf(cause, sizeof cause, "rank %d timed out after %d ms", by, c->timeout_ms);
+        break;
+    case WHY_FAILED: snprintf(cause, sizeof cause, "rank %d failed in NCCL", by); break;
+    default: snprintf(cause, sizeof cause, "a peer failed and aborted the communicator"); break;
+    }
+    if (entering)
+        return mw__error(MW_ERR_ABORTED,
+                         "all-reduce (nccl) aborted: rank %d entered after the communicator was "
+                         "aborted (%s); reset it first",
+                         rank, cause);
+    return mw__error(MW_ERR_ABORTED,
+                     "all-reduce (nccl) aborted: rank %d was waiting for its "
+                     "peers (%s)",
+                     rank, cause);
+}
+
+static void destroy_comms(nccl_comm *c) {
+    for (int r = 0; r < c->nranks; r++)
+        if (c->comms[r]) {
+            ncclCommAbort(c->comms[r]);
+            c->comms[r] = NULL;
+        }
+}
+
+/* Creates every rank's communicator in one group and waits until all are ready. */
+static mw_status make_comms(nccl_comm *c) {
+    ncclUniqueId id;
+    ncclResult_t res = ncclGetUniqueId(&id);
+    if (res != ncclSuccess) return nccl_fail(c, -1, "ncclGetUniqueId", res);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    mw_status st = MW_OK;
+    res = ncclGroupStart();
+    if (res != ncclSuccess) return nccl_fail(c, -1, "ncclGroupStart", res);
+    for (int r = 0; r < c->nranks && !st; r++) {
+        cudaError_t e = cudaSetDevice(c->devs[r]->ordinal);
+        if (e != cudaSuccess) {
+            st = mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", c->devs[r]->name,
+                           cudaGetErrorString(e));
+            break;
+        }
+        res = ncclCommInitRankConfig(&c->comms[r], c->nranks, id, r, &cfg);
+        if (res != ncclSuccess && res != ncclInProgress)
+            st = nccl_fail(c, r, "ncclCommInitRankConfig", res);
+    }
+    res = ncclGroupEnd();
+    if (!st && res != ncclSuccess && res != ncclInProgress)
+        st = nccl_fail(c, -1, "ncclGroupEnd", res);
+    /* Creation takes from tens of milliseconds to seconds: the collective timeout bounds it only
+     * loosely, so that a short one does not fail a healthy start. */
+    double deadline = c->timeout_ms > 0 ? now_ms() + INIT_TIMEOUT_MIN_MS + c->timeout_ms : 0;
+    for (int r = 0; r < c->nranks && !st; r++) {
+        ncclResult_t state = ncclInProgress;
+        while (!st && state == ncclInProgress) {
+            res = ncclCommGetAsyncError(c->comms[r], &state);
+            if (res != ncclSuccess)
+                st = nccl_fail(c, r, "ncclCommGetAsyncError", res);
+            else if (state != ncclSuccess && state != ncclInProgress)
+                st = nccl_fail(c, r, "ncclCommInitRankConfig", state);
+            else if (state == ncclInProgress && deadline > 0 && now_ms() > deadline)
+                st = mw__error(MW_ERR_TIMEOUT, "%s: creating the NCCL communicator took over %d ms",
+                               c->devs[r]->name, INIT_TIMEOUT_MIN_MS + c->timeout_ms);
+            else if (state == ncclInProgress)
+                sched_yield();
+        }
+    }
+    if (st) destroy_comms(c);
+    return st;
+}
+
+static void nccl_comm_free(mw__comm *comm) {
+    nccl_comm *c = as_nccl(comm);
+    if (!c) return;
+    if (c->comms) destroy_comms(c);
+    mw__reducer_shm.comm_free(c->sync);
+    mw__free(c->comms);
+    mw__free(c->devs);
+    mw__free(c);
+}
+
+static mw_status nccl_comm_new(int nranks, struct mw__device *const *devices,
+                               const mw__comm_options *opt, mw__comm **out) {
+    if (!out) return mw__error(MW_ERR_INVALID, "nccl comm_new: out is NULL");
+    *out = NULL;
+    if (nranks < 1 || nranks > MW_MAX_DEVICES || !devices)
+        return mw__error(MW_ERR_INVALID,
+                         "nccl comm_new: %d ranks (expected 1..%d, with their "
+                         "devices)",
+                         nranks, MW_MAX_DEVICES);
+    for (int r = 0; r < nranks; r++) {
+        if (!devices[r] || devices[r]->vt != &mw__cuda_device)
+            return mw__error(MW_ERR_INVALID, "nccl comm_new: rank %d is not a CUDA device", r);
+        for (int q = 0; q < r; q++)
+            if (devices[q]->ordinal == devices[r]->ordinal)
+                return mw__error(MW_ERR_INVALID,
+                                 "nccl comm_new: %s and %s share GPU %d; NCCL needs one rank per "
+                                 "GPU (devices on one GPU reduce with the cuda-local reducer)",
+                                 devices[q]->name, devices[r]->name, devices[r]->ordinal);
+    }
+    nccl_comm *c = mw__calloc(1, sizeof *c);
+    if (!c) return mw__error(MW_ERR_NOMEM, "nccl comm_new: out of memory");
+    c->nranks = nranks;
+    c->timeout_ms = opt ? opt->timeout_ms : 0;
+    atomic_init(&c->aborted, 0);
+    atomic_init(&c->why, 0);
+    atomic_init(&c->in_flight, 0);
+    c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
+    c->comms = mw__calloc((size_t)nranks, sizeof *c->comms);
+    if (!c->devs || !c->comms) {
+        nccl_comm_free((mw__comm *)c);
+        return mw__error(MW_ERR_NOMEM, "nccl comm_new: out of memory");
+    }
+    for (int r = 0; r < nranks; r++) c->devs[r] = devices[r];
+    mw_status st = mw__reducer_shm.comm_new(nranks, NULL, opt, &c->sync);
+    if (st == MW_OK) st = make_comms(c);
+    if (st) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        nccl_comm_free((mw__comm *)c);
+        return mw__error_copy(st, msg);
+    }
+    *out = (mw__comm *)c;
+    return MW_OK;
+}
+
+/* Waits, polling, until `done` says the rank's operation finished; gives up on abort or timeout
+ * (leaving the operation in flight for reset() to clear). */
+typedef enum wait_for { WAIT_ENQUEUED, WAIT_COMPLETE } wait_for;
+
+static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t stream,
+                         double deadline) {
+    ncclComm_t nc = c->comms[rank];
+    for (unsigned spins = 1;; spins++) {
+        if (what == WAIT_ENQUEUED || spins % 64 == 0) {
+            ncclResult_t state;
+            ncclResult_t res = ncclCommGetAsyncError(nc, &state);
+            if (res != ncclSuccess) return nccl_fail(c, rank, "ncclCommGetAsyncError", res);
+            if (state != ncclSuccess && state != ncclInProgress)
+                return nccl_fail(c, rank, "ncclAllReduce", state);
+            if (what == WAIT_ENQUEUED && state == ncclSuccess) return MW_OK;
+        }
+        if (what == WAIT_COMPLETE) {
+            cudaError_t e = cudaStreamQuery(stream);
+            if (e == cudaSuccess) return MW_OK;
+            if (e != cudaErrorNotReady) {
+                set_abort(c, WHY_FAILED, rank);
+                return mw__error(MW_ERR_DEVICE, "%s: waiting for ncclAllReduce: %s",
+                                 c->devs[rank]->name, cudaGetErrorString(e));
+            }
+        }
+        if (atomic_load_explicit(&c->aborted, memory_order_acquire)) {
+            atomic_store(&c->in_flight, 1);
+            return aborted_error(c, rank, 0);
+        }
+        if (deadline > 0 && spins % 256 == 0 && now_ms() > deadline) {
+            atomic_store(&c->in_flight, 1);
+            set_abort(c, WHY_TIMEOUT, rank);
+            return mw__error(MW_ERR_TIMEOUT,
+                             "all-reduce (nccl) timed out after %d ms: rank %d waited for its "
+                             "peers",
+                             c->timeout_ms, rank);
+        }
+        sched_yield();
+    }
+}
+
+static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    nccl_comm *c = as_nccl(comm);
+    if (!c) return mw__error(MW_ERR_INVALID, "all-reduce (nccl): communicator is NULL");
+    if (rank < 0 || rank >= c->nranks) {
+        set_abort(c, WHY_FAILED, -1);
+        return mw__error(MW_ERR_INVALID, "all-reduce (nccl): rank %d out of range 0..%d", rank,
+                         c->nranks - 1);
+    }
+    if (c->broken) return mw__error(MW_ERR_DEVICE, "all-reduce (nccl): %s", c->broken_msg);
+    if (atomic_load_explicit(&c->aborted, memory_order_acquire)) return aborted_error(c, rank, 1);
+    if (n == 0) return MW_OK; /* every rank passes the same n */
+    mw__device *dev = c->devs[rank];
+    cudaStream_t stream = (cudaStream_t)mw__cuda_stream(dev);
+    if (!buf || !stream) {
+        set_abort(c, WHY_FAILED, rank);
+        return mw__error(MW_ERR_INVALID, "all-reduce (nccl): rank %d: %s", rank,
+                         buf ? "its device is not initialised" : "NULL buffer");
+    }
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    if (e != cudaSuccess) {
+        set_abort(c, WHY_FAILED, rank);
+        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", dev->name,
+                         cudaGetErrorString(e));
+    }
+    double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
+    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[rank], stream);
+    if (res != ncclSuccess && res != ncclInProgress) {
+        atomic_store(&c->in_flight, 1);
+        return nccl_fail(c, rank, "ncclAllReduce", res);
+    }
+    mw_status st = MW_OK;
+    if (res == ncclInProgress) st = wait_op(c, rank, WAIT_ENQUEUED, stream, deadline);
+    if (st == MW_OK) st = wait_op(c, rank, WAIT_COMPLETE, stream, deadline);
+    return st;
+}
+
+static mw_status nccl_barrier(mw__comm *comm, int rank) {
+    nccl_comm *c = as_nccl(comm);
+    if (!c) return mw__error(MW_ERR_INVALID, "barrier (nccl): communicator is NULL");
+    return mw__reducer_shm.barrier(c->sync, rank);
+}
+
+static void nccl_abort(mw__comm *comm) {
+    if (comm) set_abort(as_nccl(comm), WHY_ABORT, -1);
+}
+
+static void nccl_reset(mw__comm *comm) {
+    nccl_comm *c = as_nccl(comm);
+    if (!c) return;
+    if (atomic_load(&c->in_flight) || c->broken) {
+        destroy_comms(c); /* stops kernels still waiting for a peer */
+        mw_status st = make_comms(c);
+        c->broken = st != MW_OK;
+        if (st)
+            snprintf(c->broken_msg, sizeof c->broken_msg,
+                     "the communicator could not be re-created after an abort: %s",
+                     mw_last_error());
+    }
+    atomic_store(&c->in_flight, 0);
+    atomic_store(&c->why, 0);
+    atomic_store(&c->aborted, 0);
+    mw__reducer_shm.reset(c->sync);
+}
+
+const mw__reducer_vtable mw__reducer_nccl = {
+    .name = "nccl",
+    .comm_new = nccl_comm_new,
+    .comm_free = nccl_comm_free,
+    .allreduce_sum = nccl_allreduce_sum,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .reset = nccl_reset,
+};

@@ -1,0 +1,84 @@
+/* Internal: the trainer's state, shared by trainer.c (steps) and checkpoint.c (saving and
+ * restoring the training state). */
+#ifndef MW__TRAINER_IMPL_H
+#define MW__TRAINER_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/error.h"
+#include "core/graph_impl.h"
+#include "core/plan.h"
+#include "meshwit.h"
+#include "parallel/mesh_impl.h"
+#include "parallel/reducer.h"
+
+#define MAX_GROUPS 16
+
+typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT } cmd;
+
+typedef struct worker {
+    mw_trainer *tr;
+    int index;
+    pthread_t thread;
+    int started;
+    mw__device dev;
+    mw__plan plan;
+    void *arena, *params, *grads;
+    void *moments;  /* AdamW: m then v, each param_elems long */
+    float *scratch; /* device scalars: the gradient square-norm */
+    char **bases;   /* per plan base: resolved address (views rebound every step) */
+    mw__comm *comm[MAX_GROUPS];
+    int rank[MAX_GROUPS];
+    mw_status status;
+    char msg[MW__MSG_SIZE];
+    double reduce_ms, update_ms; /* of the current command */
+    mw_phase phase;              /* where the current command is, for messages */
+    int fault_armed;             /* testing hook: fail at fault_phase of step fault_step */
+    mw_phase fault_phase;
+    int64_t fault_step;
+    mw_status fault_status;
+} worker;
+
+/* The communicators of one group mask: devices that agree on every mesh axis outside the mask
+ * reduce together. */
+typedef struct group {
+    uint32_t mask; /* graph mesh names */
+    int ncomms;
+    mw__comm **comms;
+} group;
+
+struct mw_trainer {
+    mw_graph *g; /* the trainer's own copy, extended with the backward pass */
+    mw_tensor *loss;
+    mw_tensor **grads;
+    mw_tensor **outputs;            /* in the trainer's graph */
+    const mw_tensor **user_outputs; /* the caller's handles, same order */
+    mw_mesh *mesh;
+    mw_trainer_config cfg;
+    const mw__reducer_vtable *reducer;
+    int mesh_axis_of[MW__MAX_MESH_NAMES]; /* graph mesh name -> mesh axis */
+    group groups[MAX_GROUPS];
+    int ngroups;
+    mw__comm *all; /* every device: the barrier before the update (NULL for one device) */
+    int nworkers;
+    worker *w;
+    float *init_values;   /* flat initial parameters, only during start-up */
+    const mw_feed *feeds; /* the current step's, ordered by input leaf */
+    const mw_feed **feed_of;
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    int sync_ready;
+    /* Commands: written under mu; workers and host spin briefly on these before sleeping. */
+    _Atomic uint64_t generation;
+    _Atomic int command;
+    _Atomic int remaining;
+    int64_t steps;
+    mw_step_stats stats; /* of the last command */
+    int host_spins;      /* more cores than workers: the host spins before sleeping */
+    float step_lr;       /* for the step being run */
+    float grad_norm;     /* of the last step */
+    int blas_prev;
+};
+
+#endif

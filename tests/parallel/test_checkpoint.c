@@ -1,0 +1,218 @@
+/* Resumable checkpoints: a resumed run equals the uninterrupted one bit for bit, and a damaged,
+ * truncated or mismatched file is refused with the trainer and the old file untouched. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpt2_model.h"
+#include "meshwit.h"
+
+#define B 4
+#define T 8
+
+static const gpt2_config config = {
+    .layers = 1, .heads = 2, .channels = 16, .max_seq = 8, .vocab = 32, .padded_vocab = 32};
+
+typedef struct run {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+} run;
+
+static void run_make(run *r, const gpt2_config *c, const char *devices) {
+    gpt2_graph m;
+    cr_assert_eq(mw_graph_new(&r->g), MW_OK);
+    cr_assert_eq(gpt2_build(r->g, c, B, T, "X", &m), MW_OK, "%s", mw_graph_error(r->g));
+    cr_assert_eq(mw_mesh_new(devices, "X", &r->mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                           .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f,
+                                           .warmup_steps = 2, .decay_steps = 8,
+                                           .min_lr_ratio = 0.1f}};
+    cr_assert_eq(mw_trainer_new(r->g, m.loss, r->mesh, &cfg, &r->tr), MW_OK, "%s", mw_last_error());
+}
+
+static void run_free(run *r) {
+    mw_trainer_free(r->tr);
+    mw_mesh_free(r->mesh);
+    mw_graph_free(r->g);
+}
+
+/* The batch of step k depends only on k (the "data position"). */
+static void step(run *r, int k) {
+    int32_t tok[B * T + 1];
+    for (int i = 0; i < B * T + 1; i++) tok[i] = (int32_t)((i * 7 + k * 13 + i / 5) % 32);
+    mw_feed f[2] = {{"tokens", tok, B * T}, {"targets", tok + 1, B * T}};
+    cr_assert_eq(mw_trainer_step(r->tr, f, 2, NULL), MW_OK, "%s", mw_last_error());
+}
+
+static float *snapshot(run *r, const char *name, int64_t n) {
+    float *v = malloc((size_t)n * sizeof *v);
+    cr_assert_eq(mw_trainer_read_param(r->tr, name, v, n), MW_OK);
+    return v;
+}
+
+static char dir[64];
+static char path[128];
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/mw_ckpt_XXXXXX");
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/state.mwc", dir);
+}
+
+static void teardown(void) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(checkpoint, .init = setup, .fini = teardown);
+
+Test(checkpoint, resume_is_bitwise_identical) {
+    run whole, first, resumed;
+    run_make(&whole, &config, "cpu:2");
+    for (int k = 0; k < 6; k++) step(&whole, k);
+
+    run_make(&first, &config, "cpu:2");
+    for (int k = 0; k < 3; k++) step(&first, k);
+    uint64_t position = 3;
+    cr_assert_eq(mw_trainer_save(first.tr, path, &position, sizeof position), MW_OK, "%s",
+                 mw_last_error());
+    run_free(&first);
+
+    run_make(&resumed, &config, "cpu:2");
+    uint64_t restored = 0;
+    size_t n = 0;
+    cr_assert_eq(mw_trainer_load(resumed.tr, path, &restored, sizeof restored, &n), MW_OK, "%s",
+                 mw_last_error());
+    cr_assert_eq(n, sizeof restored);
+    cr_assert_eq(restored, 3);
+    cr_assert_eq(mw_trainer_steps(resumed.tr), 3);
+    for (int k = (int)restored; k < 6; k++) step(&resumed, k);
+
+    const char *names[] = {"wte", "h0.qkvw", "h0.ln2b", "lnfw"};
+    const int64_t sizes[] = {32 * 16, 48 * 16, 16, 16};
+    for (int i = 0; i < 4; i++) {
+        float *a = snapshot(&whole, names[i], sizes[i]),
+              *b = snapshot(&resumed, names[i], sizes[i]);
+        cr_assert(memcmp(a, b, (size_t)sizes[i] * sizeof *a) == 0, "%s differs after resume",
+                  names[i]);
+        free(a);
+        free(b);
+    }
+    run_free(&whole);
+    run_free(&resumed);
+}
+
+/* Writes a copy of the checkpoint with `edit` applied and checks the load fails as expected,
+ * leaving the trainer as it was. */
+static void refuse(run *r, void (*edit)(unsigned char *, long *), mw_status want,
+                   const char *words) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f);
+    unsigned char *buf = malloc(1 << 20);
+    long n = (long)fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    edit(buf, &n);
+    char bad[160];
+    snprintf(bad, sizeof bad, "%s/bad.mwc", dir);
+    f = fopen(bad, "wb");
+    cr_assert(f);
+    fwrite(buf, 1, (size_t)n, f);
+    fclose(f);
+    free(buf);
+    float *before = snapshot(r, "wte", 32 * 16);
+    int64_t steps = mw_trainer_steps(r->tr);
+    mw_status st = mw_trainer_load(r->tr, bad, NULL, 0, NULL);
+    cr_assert_eq(st, want, "got %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), words), "message lacks '%s': %s", words, mw_last_error());
+    float *after = snapshot(r, "wte", 32 * 16);
+    cr_assert(memcmp(before, after, 32 * 16 * sizeof *before) == 0, "a refused load changed wte");
+    cr_assert_eq(mw_trainer_steps(r->tr), steps);
+    free(before);
+    free(after);
+}
+
+static void flip_body(unsigned char *b, long *n) { b[*n / 2] ^= 0x40; }
+static void truncate_half(unsigned char *b, long *n) { (void)b, *n /= 2; }
+static void drop_last(unsigned char *b, long *n) { (void)b, *n -= 1; }
+static void bad_magic(unsigned char *b, long *n) { (void)n, b[0] = 'X'; }
+static void empty(unsigned char *b, long *n) { (void)b, *n = 0; }
+
+Test(checkpoint, damaged_files_are_refused) {
+    run r;
+    run_make(&r, &config, "cpu:2");
+    step(&r, 0);
+    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
+    step(&r, 1);
+    refuse(&r, flip_body, MW_ERR_FORMAT, "checksum");
+    refuse(&r, truncate_half, MW_ERR_FORMAT, "truncated");
+    refuse(&r, drop_last, MW_ERR_FORMAT, "truncated");
+    refuse(&r, bad_magic, MW_ERR_FORMAT, "not a meshwit checkpoint");
+    refuse(&r, empty, MW_ERR_FORMAT, "truncated");
+    cr_assert_eq(mw_trainer_load(r.tr, "/nonexistent/x.mwc", NULL, 0, NULL), MW_ERR_IO);
+    run_free(&r);
+}
+
+Test(checkpoint, another_model_is_refused) {
+    run r, other;
+    run_make(&r, &config, "cpu:1");
+    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
+    gpt2_config wider = config;
+    wider.channels = 32;
+    run_make(&other, &wider, "cpu:1");
+    cr_assert_eq(mw_trainer_load(other.tr, path, NULL, 0, NULL), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "wte"), "%s", mw_last_error());
+    run_free(&r);
+    run_free(&other);
+}
+
+Test(checkpoint, caller_state_larger_than_buffer_is_refused) {
+    run r;
+    run_make(&r, &config, "cpu:1");
+    char state[32] = "data position and rng";
+    cr_assert_eq(mw_trainer_save(r.tr, path, state, sizeof state), MW_OK);
+    char small[8];
+    cr_assert_eq(mw_trainer_load(r.tr, path, small, sizeof small, NULL), MW_ERR_FORMAT);
+    run_free(&r);
+}
+
+Test(checkpoint, failed_save_keeps_the_previous_file) {
+    run r;
+    run_make(&r, &config, "cpu:1");
+    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
+    struct stat before, after;
+    cr_assert_eq(stat(path, &before), 0);
+    /* A directory where the temporary file must go makes the save fail. */
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    step(&r, 0);
+    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_ERR_IO);
+    cr_assert_eq(stat(path, &after), 0);
+    cr_assert_eq(before.st_size, after.st_size);
+    cr_assert_eq(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+    rmdir(tmp);
+    /* The old file still loads. */
+    cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_steps(r.tr), 0);
+    run_free(&r);
+}
+
+Test(checkpoint, out_of_memory_while_loading) {
+    run r;
+    run_make(&r, &config, "cpu:2");
+    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
+    mw_test_fail_allocation(0);
+    cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_OK);
+    int64_t total = mw_test_allocations();
+    for (int64_t n = 1; n <= total; n++) {
+        mw_test_fail_allocation(n);
+        cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_ERR_NOMEM);
+    }
+    mw_test_fail_allocation(0);
+    run_free(&r);
+}
