@@ -10,8 +10,7 @@
 #include "parallel/mesh_impl.h"
 
 #ifdef MESHWIT_HAVE_CUDA
-int mw__cuda_device_count(void);
-extern const mw__device_vtable mw__cuda_device;
+#include "devices/cuda/cuda.h"
 #endif
 
 int mw_cuda_device_count(void) {

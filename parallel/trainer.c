@@ -22,6 +22,7 @@
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/reducer.h"
+#include "parallel/reducer_select.h"
 #include "parallel/trainer_impl.h"
 
 /* --- worker side ----------------------------------------------------------------------------- */
@@ -309,7 +310,7 @@ static mw_status worker_run(worker *w, cmd c) {
             st = enter(w, MW_PHASE_UPDATE);
             /* Nobody updates unless everybody got this far: replicas stay identical when a device
              * fails before its update. */
-            if (st == MW_OK && w->tr->all) st = w->tr->reducer->barrier(w->tr->all, w->index);
+            if (st == MW_OK && w->tr->all) st = mw__reducer_shm.barrier(w->tr->all, w->index);
             if (st == MW_OK) st = update(w);
             if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
             w->update_ms = (double)(now_ns() - t0) * 1e-6;
@@ -323,7 +324,7 @@ static mw_status worker_run(worker *w, cmd c) {
 }
 
 static void abort_all(mw_trainer *tr) {
-    if (tr->all) tr->reducer->abort(tr->all);
+    if (tr->all) mw__reducer_shm.abort(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++)
         for (int c = 0; c < tr->groups[gi].ncomms; c++) tr->reducer->abort(tr->groups[gi].comms[c]);
 }
@@ -436,7 +437,7 @@ static mw_status dispatch(mw_trainer *tr, cmd c) {
             cause = w;
     }
     if (!cause) return MW_OK;
-    if (tr->all) tr->reducer->reset(tr->all);
+    if (tr->all) mw__reducer_shm.reset(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++)
         for (int k = 0; k < tr->groups[gi].ncomms; k++) tr->reducer->reset(tr->groups[gi].comms[k]);
     mw_status st = cause->status;
@@ -742,7 +743,8 @@ static mw_status make_groups(mw_trainer *tr) {
         mw__device *devs[MW_MAX_DEVICES];
         for (int d = 0; d < mesh->ndevices; d++) devs[d] = &tr->w[d].dev;
         mw__comm_options opt = {.timeout_ms = tr->cfg.collective_timeout_ms};
-        mw_status st = tr->reducer->comm_new(mesh->ndevices, devs, &opt, &tr->all);
+        /* A host barrier: the shared-memory reducer serves it for every kind of device. */
+        mw_status st = mw__reducer_shm.comm_new(mesh->ndevices, devs, &opt, &tr->all);
         if (st) return st;
     }
     const mw__plan *p = &tr->w[0].plan;
@@ -829,7 +831,7 @@ void mw_trainer_free(mw_trainer *tr) {
         pthread_cond_destroy(&tr->start);
         pthread_cond_destroy(&tr->done);
     }
-    if (tr->all) tr->reducer->comm_free(tr->all);
+    if (tr->all) mw__reducer_shm.comm_free(tr->all);
     for (int gi = 0; gi < tr->ngroups; gi++) {
         for (int c = 0; c < tr->groups[gi].ncomms; c++)
             tr->reducer->comm_free(tr->groups[gi].comms[c]);
@@ -951,7 +953,11 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     mw_trainer *tr = mw__calloc(1, sizeof *tr);
     if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
     tr->mesh = mesh;
-    tr->reducer = &mw__reducer_shm;
+    tr->reducer = mw__reducer_for(mesh->vt->kind, mesh->ndevices, mesh->ordinal);
+    if (!tr->reducer) {
+        mw__free(tr);
+        return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);
+    }
     tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
     if (tr->cfg.optimizer.kind != MW_SGD && tr->cfg.optimizer.kind != MW_ADAMW) {
         int kind = (int)tr->cfg.optimizer.kind;

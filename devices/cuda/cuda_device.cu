@@ -24,6 +24,7 @@
 #include <string.h>
 
 extern "C" {
+#include "core/alloc.h"
 #include "core/error.h"
 #include "devices/device.h"
 #include "meshwit/mesh.h"
@@ -706,7 +707,7 @@ static void release(mw__device *dev, cuda_impl *im) {
         if (im->stream) cudaStreamDestroy(im->stream);
     }
     (void)cudaGetLastError(); /* a failure while tearing down is not the next call's error */
-    free(im);
+    mw__free(im);
 }
 
 static mw_status init_impl(mw__device *dev, cuda_impl *im) {
@@ -733,7 +734,7 @@ static mw_status cuda_init(mw__device *dev) {
     if (dev->impl) return MW_OK;
     mw_status st = bind(dev);
     if (st) return st;
-    cuda_impl *im = (cuda_impl *)calloc(1, sizeof *im);
+    cuda_impl *im = (cuda_impl *)mw__calloc(1, sizeof *im);
     if (!im) return mw__error(MW_ERR_NOMEM, "%s: out of host memory initialising", dev->name);
     if ((st = init_impl(dev, im))) {
         char msg[MW__MSG_SIZE];
@@ -993,7 +994,7 @@ static mw_status cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *
 }
 
 #define LN_MAX_PARTS 1024
-#define LN_SHARED_MAX_FLOATS 12288 /* 48 KiB: the default dynamic shared memory limit */
+#define LN_SHARED_MAX_FLOATS 8192 /* 32 KiB, well inside the 48 KiB a block gets by default */
 
 static mw_status cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
     ENTER(dev);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
 #include "meshwit/mesh.h"
@@ -46,6 +47,16 @@ static mw_status relabel(mw_status st, const char *what) {
     return mw__error(st, "%s (cuda-local): %s", what, msg);
 }
 
+static void local_comm_free(mw__comm *comm) {
+    local_comm *c = as_local(comm);
+    if (!c) return;
+    mw__reducer_shm.comm_free(c->sync);
+    mw__free(c->devs);
+    mw__free(c->bufs);
+    mw__free(c->lens);
+    mw__free(c);
+}
+
 static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
                                 const mw__comm_options *opt, mw__comm **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "cuda-local comm_new: out is NULL");
@@ -66,37 +77,24 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
                              devices[0]->name, devices[r]->name, devices[0]->ordinal,
                              devices[r]->ordinal);
     }
-    local_comm *c = calloc(1, sizeof *c);
+    local_comm *c = mw__calloc(1, sizeof *c);
     if (!c) return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
     c->nranks = nranks;
-    c->devs = calloc((size_t)nranks, sizeof *c->devs);
-    c->bufs = calloc((size_t)nranks, sizeof *c->bufs);
-    c->lens = calloc((size_t)nranks, sizeof *c->lens);
-    mw_status st = MW_OK;
-    if (!c->devs || !c->bufs || !c->lens)
-        st = mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
-    else
-        st = mw__reducer_shm.comm_new(nranks, NULL, opt, &c->sync);
-    if (st) {
-        free(c->devs);
-        free(c->bufs);
-        free(c->lens);
-        free(c);
-        return st;
+    c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
+    c->bufs = mw__calloc((size_t)nranks, sizeof *c->bufs);
+    c->lens = mw__calloc((size_t)nranks, sizeof *c->lens);
+    if (!c->devs || !c->bufs || !c->lens) {
+        local_comm_free((mw__comm *)c);
+        return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
     }
     for (int r = 0; r < nranks; r++) c->devs[r] = devices[r];
+    mw_status st = mw__reducer_shm.comm_new(nranks, NULL, opt, &c->sync);
+    if (st) {
+        local_comm_free((mw__comm *)c);
+        return st;
+    }
     *out = (mw__comm *)c;
     return MW_OK;
-}
-
-static void local_comm_free(mw__comm *comm) {
-    local_comm *c = as_local(comm);
-    if (!c) return;
-    mw__reducer_shm.comm_free(c->sync);
-    free(c->devs);
-    free(c->bufs);
-    free(c->lens);
-    free(c);
 }
 
 static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {

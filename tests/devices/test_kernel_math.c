@@ -1,0 +1,184 @@
+/* The per-element math every backend shares (devices/math.h), checked on the host: the CUDA
+ * kernels compile the same functions, so this covers their formulas without a GPU. */
+#include <criterion/criterion.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "devices/device.h"
+#include "devices/math.h"
+
+static double gelu_ref(double x) {
+    double k = sqrt(2.0 / 3.14159265358979323846);
+    return 0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+/* Tolerance of the float derivative: 1 + t and 1 - t^2 lose everything but ulp(1) = 6e-8 where
+ * tanh saturates, and that error is multiplied by 0.5 |x| du/dx; 4x that bound is ~1.7x the
+ * largest error seen on a grid of 400001 points over [-10, 10]. */
+static double gelu_grad_tol(double x) {
+    double du = sqrt(2.0 / 3.14159265358979323846) * (1.0 + 3.0 * 0.044715 * x * x);
+    return 4.0 * 6e-8 * (1.0 + 0.5 * fabs(x) * du);
+}
+
+static double gelu_grad_ref(double x) {
+    double k = sqrt(2.0 / 3.14159265358979323846);
+    double t = tanh(k * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* Points over [-10, 10] with a fine step, and a few far out where tanh saturates. */
+#define NPOINTS 4001
+static float point(int i) { return -10.0f + 20.0f * (float)i / (float)(NPOINTS - 1); }
+static const float far_points[] = {-60.0f, -30.0f, -15.0f, 15.0f, 30.0f, 60.0f};
+
+Test(kernel_math, gelu_matches_double_reference) {
+    /* mw__tanh has an absolute error of ~1e-7 and GELU multiplies it by x/2; a few float
+     * roundings add ~2 ulp of the result: |err| <= 2e-7 (1 + |x|) + 4 ulp covers both with a
+     * factor ~2 to spare. */
+    for (int i = 0; i < NPOINTS; i++) {
+        float x = point(i);
+        double ref = gelu_ref(x), got = mw__gelu(x);
+        double tol = 2e-7 * (1.0 + fabs(x)) + 4.0 * FLT_EPSILON * fabs(ref);
+        cr_assert(fabs(got - ref) <= tol, "gelu(%.9g) = %.9g, reference %.9g (tolerance %.3g)", x,
+                  got, ref, tol);
+    }
+    for (size_t i = 0; i < sizeof far_points / sizeof *far_points; i++) {
+        float x = far_points[i];
+        double ref = gelu_ref(x), got = mw__gelu(x);
+        cr_assert(fabs(got - ref) <= 4.0 * FLT_EPSILON * fabs(ref) + 1e-30,
+                  "gelu(%g) = %.9g, reference %.9g", x, got, ref);
+    }
+    cr_assert_eq(mw__gelu(0.0f), 0.0f);
+}
+
+Test(kernel_math, gelu_grad_matches_double_reference) {
+    for (int i = 0; i < NPOINTS; i++) {
+        float x = point(i);
+        double ref = gelu_grad_ref(x), got = mw__gelu_grad(x), tol = gelu_grad_tol(x);
+        cr_assert(fabs(got - ref) <= tol, "gelu'(%.9g) = %.9g, reference %.9g (tolerance %.3g)", x,
+                  got, ref, tol);
+    }
+    cr_assert_float_eq(mw__gelu_grad(0.0f), 0.5f, 1e-7);
+    cr_assert_float_eq(mw__gelu_grad(60.0f), 1.0f, 1e-6);
+    cr_assert_float_eq(mw__gelu_grad(-60.0f), 0.0f, 1e-6);
+}
+
+Test(kernel_math, gelu_grad_matches_finite_differences) {
+    /* Central differences of the double reference with h = 1e-4 have a truncation error of
+     * h^2 |f'''| / 6 < 1e-8 and a rounding error ~1e-12: the float derivative must agree to its
+     * own tolerance (above) plus 1e-8. */
+    const double h = 1e-4;
+    for (int i = 0; i < NPOINTS; i += 3) {
+        float x = point(i);
+        double fd = (gelu_ref((double)x + h) - gelu_ref((double)x - h)) / (2.0 * h);
+        double got = mw__gelu_grad(x);
+        cr_assert(fabs(got - fd) <= gelu_grad_tol(x) + 1e-8,
+                  "gelu'(%.9g) = %.9g, finite difference %.9g", x, got, fd);
+    }
+    /* The float pair agree with each other: differences of mw__gelu itself, h = 1e-2, carry a
+     * truncation error < 1e-5 and a rounding error of ~2 ulp(gelu) / 2h < 1e-4 over [-10, 10]. */
+    const float hf = 1e-2f;
+    for (int i = 0; i < NPOINTS; i += 7) {
+        float x = point(i);
+        double fd = ((double)mw__gelu(x + hf) - (double)mw__gelu(x - hf)) / (2.0 * hf);
+        double got = mw__gelu_grad(x);
+        cr_assert(fabs(got - fd) <= 2e-4, "gelu'(%.9g) = %.9g, float finite difference %.9g", x,
+                  got, fd);
+    }
+}
+
+/* One AdamW step in double, as device.h states it. */
+static double adamw_ref(double p, double g, double *m, double *v, double lr, double b1, double b2,
+                        double eps, double wd, int t) {
+    *m = b1 * *m + (1.0 - b1) * g;
+    *v = b2 * *v + (1.0 - b2) * g * g;
+    double mhat = *m / (1.0 - pow(b1, t)), vhat = *v / (1.0 - pow(b2, t));
+    return p - lr * (mhat / (sqrt(vhat) + eps) + wd * p);
+}
+
+Test(kernel_math, adamw_matches_hand_computed_steps) {
+    /* p = 1, lr 0.1, betas 0.9 / 0.999, eps 1e-8, weight decay 0.01.
+     * Step 1, g = 0.5: m = 0.05, v = 0.00025, m/bias1 = 0.5, v/bias2 = 0.25, sqrt = 0.5,
+     *   p = 1 - 0.1 * (0.5 / (0.5 + 1e-8) + 0.01 * 1) = 0.899000002.
+     * Step 2, g = -0.25: m = 0.045 - 0.025 = 0.02, v = 0.00024975 + 0.0000625 = 0.00031225,
+     *   bias1 = 0.19, bias2 = 0.001999, m/bias1 = 0.105263158, sqrt(v/bias2) = 0.395225381,
+     *   p = 0.899000002 - 0.1 * (0.266337284 + 0.00899000002) = 0.871467299.
+     * Float keeps ~7 digits through a handful of operations: 1e-6 relative; except v, whose
+     * factor 1 - 0.999f is 1.0000467e-3 (0.999 is not a float): 1e-4 relative. The same factor
+     * divides v again through bias2, so p does not see it. */
+    float p = 1.0f, m = 0.0f, v = 0.0f;
+    float b1 = 0.9f, b2 = 0.999f;
+    p = mw__adamw_update(p, 0.5f, &m, &v, 0.1f, b1, b2, 1e-8f, 0.01f, 1.0f - b1, 1.0f - b2);
+    cr_assert_float_eq(m, 0.05f, 0.05 * 1e-6);
+    cr_assert_float_eq(v, 0.00025f, 0.00025 * 1e-4);
+    cr_assert_float_eq(p, 0.899000002f, 1e-6);
+    p = mw__adamw_update(p, -0.25f, &m, &v, 0.1f, b1, b2, 1e-8f, 0.01f, 1.0f - b1 * b1,
+                         1.0f - b2 * b2);
+    cr_assert_float_eq(m, 0.02f, 0.02 * 1e-6);
+    cr_assert_float_eq(v, 0.00031225f, 0.00031225 * 1e-4);
+    cr_assert_float_eq(p, 0.871467299f, 1e-6);
+}
+
+static uint64_t rng_state = 0x243f6a8885a308d3u;
+static double uniform(double lo, double hi) {
+    rng_state = rng_state * 6364136223846793005u + 1442695040888963407u;
+    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+Test(kernel_math, adamw_tracks_double_reference_over_steps) {
+    /* Ten steps on random parameters and gradients, the float state carried across steps as a
+     * kernel does. Each step adds a few float roundings of the update (|update| <= lr * (~1 +
+     * wd |p|)) and of p, so after ten steps |p - ref| <= 1e-5 (1 + |ref|) with room to spare. */
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    for (int trial = 0; trial < 200; trial++) {
+        float p = (float)uniform(-2, 2), m = 0.0f, v = 0.0f;
+        double pd = p, md = 0.0, vd = 0.0;
+        for (int t = 1; t <= 10; t++) {
+            float g = (float)uniform(-3, 3);
+            float bias1 = (float)(1.0 - pow(b1, t)), bias2 = (float)(1.0 - pow(b2, t));
+            p = mw__adamw_update(p, g, &m, &v, (float)lr, (float)b1, (float)b2, (float)eps,
+                                 (float)wd, bias1, bias2);
+            pd = adamw_ref(pd, g, &md, &vd, lr, b1, b2, eps, wd, t);
+            cr_assert(fabs(p - pd) <= 1e-5 * (1.0 + fabs(pd)),
+                      "trial %d step %d: p = %.9g, reference %.9g", trial, t, p, pd);
+            cr_assert(fabs(m - md) <= 1e-6 * (1.0 + fabs(md)),
+                      "trial %d step %d: m = %.9g, "
+                      "reference %.9g",
+                      trial, t, m, md);
+            cr_assert(fabs(v - vd) <= 1e-6 * (1.0 + fabs(vd)),
+                      "trial %d step %d: v = %.9g, "
+                      "reference %.9g",
+                      trial, t, v, vd);
+        }
+    }
+}
+
+Test(kernel_math, adamw_zero_gradient_only_decays) {
+    /* With g = 0 and fresh moments the update is the weight decay alone: p (1 - lr wd). */
+    float m = 0.0f, v = 0.0f;
+    float p = mw__adamw_update(2.0f, 0.0f, &m, &v, 0.5f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.1f, 0.001f);
+    cr_assert_eq(m, 0.0f);
+    cr_assert_eq(v, 0.0f);
+    cr_assert_float_eq(p, 2.0f * (1.0f - 0.05f), 1e-7);
+}
+
+Test(kernel_math, binop_codes_match_the_enum) {
+    /* Kernels pass mw__binop values as the int code: the two must agree exactly. */
+    cr_assert_eq(mw__binop_apply(MW__BIN_ADD, 1.5f, 0.25f), 1.75f);
+    cr_assert_eq(mw__binop_apply(MW__BIN_SUB, 1.5f, 0.25f), 1.25f);
+    cr_assert_eq(mw__binop_apply(MW__BIN_MUL, 1.5f, 0.25f), 0.375f);
+    cr_assert_eq(mw__binop_apply(MW__BIN_DIV, 1.5f, 0.25f), 6.0f);
+    for (int i = 0; i < 1000; i++) {
+        float a = (float)uniform(-100, 100), b = (float)uniform(-100, 100);
+        cr_assert_eq(mw__binop_apply(MW__BIN_ADD, a, b), a + b);
+        cr_assert_eq(mw__binop_apply(MW__BIN_SUB, a, b), a - b);
+        cr_assert_eq(mw__binop_apply(MW__BIN_MUL, a, b), a * b);
+        cr_assert_eq(mw__binop_apply(MW__BIN_DIV, a, b), a / b);
+    }
+    /* IEEE special cases go through unchanged. */
+    cr_assert(isinf(mw__binop_apply(MW__BIN_DIV, 1.0f, 0.0f)));
+    cr_assert(isnan(mw__binop_apply(MW__BIN_DIV, 0.0f, 0.0f)));
+    cr_assert(isnan(mw__binop_apply(MW__BIN_SUB, INFINITY, INFINITY)));
+}

@@ -1,0 +1,1011 @@
+/* The CUDA backend against the CPU backend, kernel by kernel, on random inputs, and the GPU
+ * reducers. Every test that needs a GPU skips itself (reported as skipped) when none is visible;
+ * the few that do not (device count, selection, failing cleanly) run everywhere.
+ *
+ * Tolerances. Kernels that do one IEEE operation per element (binary, copy, fill, embedding and
+ * its gradient, which adds in the same order) must match bit for bit. Sums in a different order
+ * are held to the worst-case bound of float summation: two orders of n terms differ by at most
+ * (n - 1) * FLT_EPSILON * sum |term|. Kernels with exp/tanh get a few ulps per transcendental,
+ * stated at each test. */
+#include <criterion/criterion.h>
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "devices/device.h"
+#include "parallel/reducer_select.h"
+
+#ifndef MESHWIT_HAVE_CUDA
+
+Test(gpu, cuda_backend) { cr_skip("no CUDA device: this build of meshwit has no CUDA backend"); }
+
+Test(gpu, reducer_selection_without_cuda) {
+    int ord[2] = {0, 0};
+    cr_assert_eq(mw__reducer_for("cpu", 2, ord), &mw__reducer_shm);
+    cr_assert_null(mw__reducer_for("cuda", 2, ord));
+}
+
+#else
+
+#include "devices/cuda/cuda.h"
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (mw__cuda_device_count() == 0)                                                          \
+            cr_skip("no CUDA device: mw__cuda_device_count() is 0, so the GPU tests are skipped"); \
+        start();                                                                                   \
+    } while (0)
+
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        mw_status st_ = (call);                                                                    \
+        cr_assert_eq(st_, MW_OK, "%s returned %s: %s", #call, mw_status_name(st_),                 \
+                     mw_last_error());                                                             \
+    } while (0)
+
+/* --- harness ---------------------------------------------------------------------------------- */
+
+#define MAX_BUFS 256
+
+static mw__device cpu, gpu;
+static void *gpu_bufs[MAX_BUFS];
+static int ngpu_bufs;
+
+static mw__device make_device(const mw__device_vtable *vt, const char *name, int index,
+                              int ordinal) {
+    mw__device d;
+    memset(&d, 0, sizeof d);
+    d.vt = vt;
+    snprintf(d.name, sizeof d.name, "%s", name);
+    d.index = index;
+    d.ordinal = ordinal;
+    return d;
+}
+
+static void start(void) {
+    cpu = make_device(&mw__cpu_device, "cpu:0", 0, 0);
+    gpu = make_device(&mw__cuda_device, "cuda:0", 0, 0);
+    OK(cpu.vt->init(&cpu));
+    OK(gpu.vt->init(&gpu));
+}
+
+static void finish(void) {
+    for (int i = 0; i < ngpu_bufs; i++) gpu.vt->free(&gpu, gpu_bufs[i]);
+    ngpu_bufs = 0;
+    if (gpu.impl) gpu.vt->shutdown(&gpu);
+}
+
+TestSuite(gpu, .fini = finish);
+
+static uint64_t rng = 0x9e3779b97f4a7c15u;
+
+static double uniform(double lo, double hi) {
+    rng += 0x9e3779b97f4a7c15u;
+    uint64_t z = rng;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
+}
+
+static void *host_alloc(size_t bytes) {
+    void *p = calloc(bytes ? bytes : 1, 1);
+    cr_assert_not_null(p, "out of host memory");
+    return p;
+}
+
+static float *rand_floats(int64_t n, double lo, double hi) {
+    float *p = host_alloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(lo, hi);
+    return p;
+}
+
+static float *zeros(int64_t n) { return host_alloc((size_t)n * sizeof(float)); }
+
+/* A device copy of n bytes of host memory (at least one byte is allocated). */
+static void *put(const void *host, size_t bytes) {
+    cr_assert_lt(ngpu_bufs, MAX_BUFS);
+    void *d = NULL;
+    OK(gpu.vt->alloc(&gpu, bytes ? bytes : 4, &d));
+    cr_assert_not_null(d);
+    gpu_bufs[ngpu_bufs++] = d;
+    if (bytes) OK(gpu.vt->upload(&gpu, d, host, bytes));
+    return d;
+}
+
+static float *putf(const float *host, int64_t n) { return put(host, (size_t)n * sizeof(float)); }
+
+static void get(void *host, const void *dev, size_t bytes) {
+    OK(gpu.vt->sync(&gpu));
+    if (bytes) OK(gpu.vt->download(&gpu, host, dev, bytes));
+}
+
+static float *getf(const float *dev, int64_t n) {
+    float *h = zeros(n);
+    get(h, dev, (size_t)n * sizeof(float));
+    return h;
+}
+
+static void expect_equal(const char *what, const float *got, const float *ref, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(got[i] == ref[i] || (isnan(got[i]) && isnan(ref[i])),
+                  "%s: element %lld is %.9g on the GPU and %.9g on the CPU", what, (long long)i,
+                  got[i], ref[i]);
+}
+
+/* |got - ref| <= tol[i] (or atol + rtol |ref| when tol is NULL). */
+static void expect_close(const char *what, const float *got, const float *ref, int64_t n,
+                         const double *tol, double atol, double rtol) {
+    for (int64_t i = 0; i < n; i++) {
+        double t = tol ? tol[i] : atol + rtol * fabs(ref[i]);
+        cr_assert(fabs((double)got[i] - ref[i]) <= t,
+                  "%s: element %lld is %.9g on the GPU and %.9g on the CPU (tolerance %.3g)", what,
+                  (long long)i, got[i], ref[i], t);
+    }
+}
+
+static mw__nd nd_of(int rank, const int64_t *dims, const int64_t *s0, const int64_t *s1,
+                    const int64_t *s2) {
+    mw__nd nd;
+    memset(&nd, 0, sizeof nd);
+    nd.rank = rank;
+    for (int d = 0; d < rank; d++) {
+        nd.dims[d] = dims[d];
+        nd.stride[0][d] = s0[d];
+        nd.stride[1][d] = s1[d];
+        nd.stride[2][d] = s2 ? s2[d] : 0;
+    }
+    return nd;
+}
+
+/* Operand k's element offset at the row-major index i of nd. */
+static int64_t nd_offset(const mw__nd *nd, int k, int64_t i) {
+    int64_t off = 0;
+    for (int d = nd->rank - 1; d >= 0; d--) {
+        off += i % nd->dims[d] * nd->stride[k][d];
+        i /= nd->dims[d];
+    }
+    return off;
+}
+
+static int64_t nd_count(const mw__nd *nd) {
+    int64_t n = 1;
+    for (int d = 0; d < nd->rank; d++) n *= nd->dims[d];
+    return n;
+}
+
+/* --- no GPU needed ---------------------------------------------------------------------------- */
+
+Test(gpu, device_count_never_fails) {
+    int n = mw__cuda_device_count();
+    cr_assert_geq(n, 0);
+    cr_assert_eq(mw__cuda_device_count(), n, "the count must be stable");
+}
+
+Test(gpu, missing_gpu_is_an_error_not_a_crash) {
+    /* A GPU id past the last one: init and alloc fail with a message naming the device. */
+    int n = mw__cuda_device_count();
+    mw__device d = make_device(&mw__cuda_device, "cuda:77", 0, n + 77);
+    mw_status st = d.vt->init(&d);
+    cr_assert_eq(st, MW_ERR_DEVICE, "init gave %s", mw_status_name(st));
+    cr_assert(strstr(mw_last_error(), "cuda:77") != NULL, "message: %s", mw_last_error());
+    cr_assert_null(d.impl);
+    cr_assert_null(mw__cuda_stream(&d));
+    void *p = (void *)1;
+    st = d.vt->alloc(&d, 1024, &p);
+    cr_assert_eq(st, MW_ERR_DEVICE, "alloc gave %s", mw_status_name(st));
+    cr_assert_null(p);
+    d.vt->shutdown(&d); /* harmless without init */
+}
+
+Test(gpu, reducer_selection) {
+    int same[3] = {0, 0, 0}, distinct[3] = {0, 1, 2}, mixed[3] = {0, 0, 1};
+    cr_assert_eq(mw__reducer_for("cpu", 3, distinct), &mw__reducer_shm);
+    cr_assert_eq(mw__reducer_for("cuda", 3, same), &mw__reducer_cuda_local);
+    cr_assert_eq(mw__reducer_for("cuda", 1, same), &mw__reducer_cuda_local);
+#ifdef MESHWIT_HAVE_NCCL
+    cr_assert_eq(mw__reducer_for("cuda", 3, distinct), &mw__reducer_nccl);
+#else
+    cr_assert_null(mw__reducer_for("cuda", 3, distinct));
+#endif
+    cr_assert_null(mw__reducer_for("cuda", 3, mixed));
+    cr_assert_null(mw__reducer_for("tpu", 3, same));
+    cr_assert_null(mw__reducer_for(NULL, 3, same));
+}
+
+/* --- element-wise ----------------------------------------------------------------------------- */
+
+static void binary_case(const char *what, mw__nd nd, int64_t na, int64_t nb, int64_t nout) {
+    static const mw__binop ops[] = {MW__BIN_ADD, MW__BIN_SUB, MW__BIN_MUL, MW__BIN_DIV};
+    float *a = rand_floats(na, -3, 3), *b = rand_floats(nb, 0.5, 3);
+    float *ga = putf(a, na), *gb = putf(b, nb), *gout = putf(zeros(nout), nout);
+    for (int o = 0; o < 4; o++) {
+        float *ref = zeros(nout);
+        mw__k_binary k = {.op = ops[o], .nd = nd, .out = ref, .a = a, .b = b};
+        OK(cpu.vt->binary(&cpu, &k));
+        k.out = gout;
+        k.a = ga;
+        k.b = gb;
+        OK(gpu.vt->binary(&gpu, &k));
+        char label[96];
+        snprintf(label, sizeof label, "binary %s, op %d", what, (int)ops[o]);
+        expect_equal(label, getf(gout, nout), ref, nout);
+    }
+}
+
+Test(gpu, binary_matches_cpu_exactly) {
+    NEED_GPU();
+    int64_t d1[] = {1000}, one[] = {1};
+    binary_case("contiguous", nd_of(1, d1, one, one, one), 1000, 1000, 1000);
+    /* out [4,5,6]; a stored as [6,5,4] (permuted); b [5] broadcast over the rest. */
+    int64_t d3[] = {4, 5, 6}, so[] = {30, 6, 1}, sa[] = {1, 4, 20}, sb[] = {0, 1, 0};
+    binary_case("permuted and broadcast", nd_of(3, d3, so, sa, sb), 120, 5, 120);
+    /* A scalar b over a [7, 9] a. */
+    int64_t d2[] = {7, 9}, s2[] = {9, 1}, s0[] = {0, 0};
+    binary_case("scalar", nd_of(2, d2, s2, s2, s0), 63, 1, 63);
+    binary_case("rank 0", nd_of(0, NULL, NULL, NULL, NULL), 1, 1, 1);
+}
+
+static void copy_case(const char *what, mw__nd nd, float alpha, int64_t na, int64_t nout) {
+    float *a = rand_floats(na, -3, 3), *ref = zeros(nout);
+    float *ga = putf(a, na), *gout = putf(ref, nout);
+    mw__k_copy k = {.alpha = alpha, .nd = nd, .out = ref, .a = a};
+    OK(cpu.vt->copy(&cpu, &k));
+    k.out = gout;
+    k.a = ga;
+    OK(gpu.vt->copy(&gpu, &k));
+    expect_equal(what, getf(gout, nout), ref, nout);
+}
+
+Test(gpu, copy_matches_cpu_exactly) {
+    NEED_GPU();
+    int64_t d1[] = {5000}, one[] = {1};
+    copy_case("contiguous", nd_of(1, d1, one, one, NULL), 1.0f, 5000, 5000);
+    copy_case("scaled", nd_of(1, d1, one, one, NULL), 0.5f, 5000, 5000);
+    int64_t dt[] = {37, 53}, st_out[] = {53, 1}, st_a[] = {1, 37};
+    copy_case("transpose", nd_of(2, dt, st_out, st_a, NULL), -2.0f, 37 * 53, 37 * 53);
+    int64_t db[] = {11, 13}, sbo[] = {13, 1}, sba[] = {0, 1};
+    copy_case("broadcast rows", nd_of(2, db, sbo, sba, NULL), 1.0f, 13, 11 * 13);
+    copy_case("rank 0", nd_of(0, NULL, NULL, NULL, NULL), 3.0f, 1, 1);
+}
+
+Test(gpu, fill_and_sgd) {
+    NEED_GPU();
+    int64_t n = 100003;
+    float *gout = putf(zeros(n), n);
+    float values[] = {1.5f, 0.0f, -0.0f};
+    for (int v = 0; v < 3; v++) {
+        float *ref = zeros(n);
+        mw__k_fill k = {.value = values[v], .count = n, .out = ref};
+        OK(cpu.vt->fill(&cpu, &k));
+        k.out = gout;
+        OK(gpu.vt->fill(&gpu, &k));
+        float *got = getf(gout, n);
+        expect_equal("fill", got, ref, n);
+        for (int64_t i = 0; i < n; i += 997)
+            cr_assert_eq(signbit(got[i]), signbit(ref[i]), "fill: sign of element %lld",
+                         (long long)i);
+    }
+    /* p - lr g: the GPU may fuse it into one rounding, the CPU rounds twice: they differ by at
+     * most one rounding of each, 2 ulp of |p| + |lr g|. */
+    float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -10, 10);
+    float *gp = putf(p, n), *gg = putf(g, n);
+    mw__k_sgd k = {.lr = 0.01f, .count = n, .p = p, .g = g};
+    OK(cpu.vt->sgd(&cpu, &k));
+    float *p0 = getf(gp, n);
+    k.p = gp;
+    k.g = gg;
+    OK(gpu.vt->sgd(&gpu, &k));
+    double *tol = host_alloc((size_t)n * sizeof *tol);
+    for (int64_t i = 0; i < n; i++) tol[i] = 2.0 * FLT_EPSILON * (fabs(p0[i]) + fabs(0.01 * g[i]));
+    expect_close("sgd", getf(gp, n), p, n, tol, 0, 0);
+}
+
+Test(gpu, gelu_and_its_gradient) {
+    NEED_GPU();
+    int64_t n = 100003;
+    float *x = rand_floats(n, -6, 6), *gy = rand_floats(n, -2, 2);
+    float *gx = putf(x, n), *ggy = putf(gy, n), *gout = putf(zeros(n), n);
+    /* Same formula on both; the GPU fuses multiply-adds inside mw__expf's polynomial and the
+     * GELU expression, the CPU does not: a few ulps of the result, plus the tanh's ~1e-7
+     * absolute error times |x| / 2 on each side, hence 4e-7 (1 + |x|) + 4 ulp. */
+    float *ref = zeros(n);
+    mw__k_unary u = {.op = MW__UN_GELU, .count = n, .out = ref, .a = x};
+    OK(cpu.vt->unary(&cpu, &u));
+    u.out = gout;
+    u.a = gx;
+    OK(gpu.vt->unary(&gpu, &u));
+    double *tol = host_alloc((size_t)n * sizeof *tol);
+    for (int64_t i = 0; i < n; i++)
+        tol[i] = 4e-7 * (1.0 + fabs(x[i])) + 4.0 * FLT_EPSILON * fabs(ref[i]);
+    expect_close("gelu", getf(gout, n), ref, n, tol, 0, 0);
+    /* The derivative: where tanh saturates, 1 + t and 1 - t^2 keep only ulp(1) = 6e-8, times
+     * 0.5 |x| du/dx (see tests/devices/test_kernel_math.c); both sides may err so, hence twice
+     * that bound, times |gy|, and an ulp of the product each side. */
+    mw__k_unary_grad ug = {.op = MW__UN_GELU, .count = n, .out = ref, .gy = gy, .x = x};
+    OK(cpu.vt->unary_grad(&cpu, &ug));
+    ug.out = gout;
+    ug.gy = ggy;
+    ug.x = gx;
+    OK(gpu.vt->unary_grad(&gpu, &ug));
+    for (int64_t i = 0; i < n; i++) {
+        double du = 0.7978845608 * (1.0 + 3.0 * 0.044715 * x[i] * x[i]);
+        tol[i] = fabs(gy[i]) * 2.0 * 2.4e-7 * (1.0 + 0.5 * fabs(x[i]) * du) +
+                 2.0 * FLT_EPSILON * fabs(ref[i]) + 1e-30;
+    }
+    expect_close("gelu gradient", getf(gout, n), ref, n, tol, 0, 0);
+}
+
+Test(gpu, adamw) {
+    NEED_GPU();
+    int64_t n = 100003;
+    float *p = rand_floats(n, -1, 1), *m = rand_floats(n, -0.1, 0.1), *v = rand_floats(n, 0, 0.01);
+    float *g = rand_floats(n, -1, 1);
+    float *gp = putf(p, n), *gm = putf(m, n), *gv = putf(v, n), *gg = putf(g, n);
+    mw__k_adamw k = {.count = n,
+                     .lr = 1e-3f,
+                     .beta1 = 0.9f,
+                     .beta2 = 0.95f,
+                     .eps = 1e-8f,
+                     .weight_decay = 0.1f,
+                     .bias1 = 0.271f,
+                     .bias2 = 0.142625f,
+                     .grad_scale = 0.5f,
+                     .p = p,
+                     .m = m,
+                     .v = v,
+                     .g = g};
+    OK(cpu.vt->adamw(&cpu, &k));
+    k.p = gp;
+    k.m = gm;
+    k.v = gv;
+    k.g = gg;
+    float *p0 = getf(gp, n), *m0 = getf(gm, n), *v0 = getf(gv, n);
+    OK(gpu.vt->adamw(&gpu, &k));
+    /* Same formula; fused multiply-adds round some sums of products once instead of twice: m and
+     * v differ by an ulp or two of their two terms; p by a few ulps of |p| and of the update
+     * lr |mhat / (sqrt(vhat) + eps) + wd p|, whose ratio inherits the ulps of m and v. */
+    double *tm = host_alloc((size_t)n * sizeof *tm), *tv = host_alloc((size_t)n * sizeof *tv);
+    double *tp = host_alloc((size_t)n * sizeof *tp);
+    for (int64_t i = 0; i < n; i++) {
+        double gs = 0.5 * g[i];
+        tm[i] = 4.0 * FLT_EPSILON * (0.9 * fabs(m0[i]) + 0.1 * fabs(gs));
+        tv[i] = 4.0 * FLT_EPSILON * (0.95 * v0[i] + 0.05 * gs * gs) + 1e-30;
+        double mh = (0.9 * m0[i] + 0.1 * gs) / 0.271,
+               vh = (0.95 * v0[i] + 0.05 * gs * gs) / 0.142625;
+        double upd = 1e-3 * fabs(mh / (sqrt(vh) + 1e-8) + 0.1 * p0[i]);
+        tp[i] = 8.0 * FLT_EPSILON * (fabs(p0[i]) + upd);
+    }
+    expect_close("adamw m", getf(gm, n), m, n, tm, 0, 0);
+    expect_close("adamw v", getf(gv, n), v, n, tv, 0, 0);
+    expect_close("adamw p", getf(gp, n), p, n, tp, 0, 0);
+}
+
+/* --- reductions ------------------------------------------------------------------------------- */
+
+static void reduce_case(const char *what, mw__nd nd, float alpha, int64_t na, int64_t nout) {
+    float *a = rand_floats(na, -1, 1), *ref = zeros(nout);
+    float *ga = putf(a, na), *gout = putf(rand_floats(nout, 5, 6), nout); /* garbage first */
+    mw__k_reduce k = {.alpha = alpha, .nd = nd, .out_count = nout, .out = ref, .a = a};
+    OK(cpu.vt->reduce(&cpu, &k));
+    k.out = gout;
+    k.a = ga;
+    OK(gpu.vt->reduce(&gpu, &k));
+    /* Per output: terms n and sum |term|, for the summation bound. */
+    double *abs_sum = host_alloc((size_t)nout * sizeof *abs_sum);
+    int64_t *terms = host_alloc((size_t)nout * sizeof *terms);
+    for (int64_t i = 0, total = nd_count(&nd); i < total; i++) {
+        int64_t o = nd_offset(&nd, 0, i);
+        abs_sum[o] += fabs(alpha * a[nd_offset(&nd, 1, i)]);
+        terms[o]++;
+    }
+    double *tol = host_alloc((size_t)nout * sizeof *tol);
+    for (int64_t o = 0; o < nout; o++) tol[o] = (double)(terms[o] + 1) * FLT_EPSILON * abs_sum[o];
+    expect_close(what, getf(gout, nout), ref, nout, tol, 0, 0);
+    /* Deterministic: a second run gives the same bits. */
+    float *first = getf(gout, nout);
+    OK(gpu.vt->reduce(&gpu, &k));
+    expect_equal("reduce rerun", getf(gout, nout), first, nout);
+}
+
+Test(gpu, reduce_matches_cpu) {
+    NEED_GPU();
+    { /* Column sums of [1000, 37]. */
+        int64_t d[] = {1000, 37}, so[] = {0, 1}, sa[] = {37, 1};
+        reduce_case("column sums", nd_of(2, d, so, sa, NULL), 0.25f, 37000, 37);
+    }
+    { /* Row sums of [300, 1000]. */
+        int64_t d[] = {300, 1000}, so[] = {1, 0}, sa[] = {1000, 1};
+        reduce_case("row sums", nd_of(2, d, so, sa, NULL), 1.0f, 300000, 300);
+    }
+    { /* Everything into one scalar. */
+        int64_t d[] = {1000003}, so[] = {0}, sa[] = {1};
+        reduce_case("full sum", nd_of(1, d, so, sa, NULL), 1.0f / 1000003, 1000003, 1);
+    }
+    { /* The middle dim of [7, 500, 9]. */
+        int64_t d[] = {7, 500, 9}, so[] = {9, 0, 1}, sa[] = {4500, 9, 1};
+        reduce_case("middle dim", nd_of(3, d, so, sa, NULL), 1.0f, 31500, 63);
+    }
+    { /* Dims 0 and 2 of [20, 30, 40]: two reduced dims. */
+        int64_t d[] = {20, 30, 40}, so[] = {0, 1, 0}, sa[] = {1200, 40, 1};
+        reduce_case("outer and inner dims", nd_of(3, d, so, sa, NULL), 2.0f, 24000, 30);
+    }
+    { /* A transposed walk: a stored [37, 1000], summed over its rows. */
+        int64_t d[] = {1000, 37}, so[] = {0, 1}, sa[] = {1, 1000};
+        reduce_case("transposed", nd_of(2, d, so, sa, NULL), 1.0f, 37000, 37);
+    }
+    { /* Nothing reduced: a scaled copy. */
+        int64_t d[] = {5, 7}, so[] = {7, 1}, sa[] = {7, 1};
+        reduce_case("no reduced dim", nd_of(2, d, so, sa, NULL), 3.0f, 35, 35);
+    }
+}
+
+Test(gpu, sumsq_matches_cpu) {
+    NEED_GPU();
+    static const int64_t counts[] = {0, 5, 1000003};
+    float *gout = putf(zeros(1), 1);
+    for (int c = 0; c < 3; c++) {
+        int64_t n = counts[c];
+        float *a = rand_floats(n, -2, 2), ref = -1.0f;
+        float *ga = putf(a, n);
+        mw__k_sumsq k = {.count = n, .out = &ref, .a = a};
+        OK(cpu.vt->sumsq(&cpu, &k));
+        k.out = gout;
+        k.a = ga;
+        OK(gpu.vt->sumsq(&gpu, &k));
+        /* Both sum exact float squares in double (error ~n 1e-16 relative) and round once. */
+        expect_close("sumsq", getf(gout, 1), &ref, 1, NULL, 0, 2.0 * FLT_EPSILON);
+    }
+}
+
+/* --- gemm ------------------------------------------------------------------------------------- */
+
+static void gemm_case(int64_t batch, int64_t m, int64_t n, int64_t kk, int ta, int tb, int pad) {
+    int64_t ra = ta ? kk : m, ca = ta ? m : kk, rb = tb ? n : kk, cb = tb ? kk : n;
+    int64_t lda = ca + pad, ldb = cb + pad, ldc = n + pad;
+    int64_t sa = ra * lda + 5, sb = rb * ldb + 3, sc = m * ldc + 7;
+    float *a = rand_floats(batch * sa, -1, 1), *b = rand_floats(batch * sb, -1, 1);
+    float *ref = zeros(batch * sc), *ga = putf(a, batch * sa), *gb = putf(b, batch * sb);
+    float *gc = putf(ref, batch * sc);
+    mw__k_gemm k = {.batch = batch,
+                    .m = m,
+                    .n = n,
+                    .k = kk,
+                    .trans_a = ta,
+                    .trans_b = tb,
+                    .lda = lda,
+                    .ldb = ldb,
+                    .ldc = ldc,
+                    .stride_a = sa,
+                    .stride_b = sb,
+                    .stride_c = sc,
+                    .c = ref,
+                    .a = a,
+                    .b = b};
+    OK(cpu.vt->gemm(&cpu, &k));
+    k.c = gc;
+    k.a = ga;
+    k.b = gb;
+    OK(gpu.vt->gemm(&gpu, &k));
+    float *got = getf(gc, batch * sc);
+    /* Dot products of length K in any order (and with fused multiply-adds): the difference is
+     * at most (K + 1) FLT_EPSILON sum |a_il b_lj|. Padding elements must stay 0. */
+    for (int64_t bi = 0; bi < batch; bi++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0;
+                for (int64_t l = 0; l < kk; l++) {
+                    float x = ta ? a[bi * sa + l * lda + i] : a[bi * sa + i * lda + l];
+                    float y = tb ? b[bi * sb + j * ldb + l] : b[bi * sb + l * ldb + j];
+                    s += fabs((double)x * y);
+                }
+                int64_t at = bi * sc + i * ldc + j;
+                double tol = (double)(kk + 1) * FLT_EPSILON * s;
+                cr_assert(fabs((double)got[at] - ref[at]) <= tol,
+                          "gemm %lldx%lldx%lld ta %d tb %d: C[%lld][%lld][%lld] is %.9g on the "
+                          "GPU and %.9g on the CPU (tolerance %.3g)",
+                          (long long)m, (long long)n, (long long)kk, ta, tb, (long long)bi,
+                          (long long)i, (long long)j, got[at], ref[at], tol);
+            }
+    for (int64_t bi = 0; bi < batch; bi++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = n; j < ldc; j++)
+                cr_assert_eq(got[bi * sc + i * ldc + j], 0.0f, "gemm wrote into C's padding");
+}
+
+Test(gpu, gemm_matches_cpu) {
+    NEED_GPU();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            gemm_case(3, 33, 17, 65, ta, tb, 3);
+            gemm_case(1, 64, 64, 64, ta, tb, 0);
+        }
+    /* The CPU's vector paths: contiguous vectors, so no padding. */
+    gemm_case(2, 1, 40, 50, 0, 0, 0);
+    gemm_case(2, 1, 40, 50, 0, 1, 0);
+    gemm_case(2, 40, 1, 50, 0, 0, 0);
+    gemm_case(2, 40, 1, 50, 1, 0, 0);
+    gemm_case(1, 1, 1, 64, 0, 1, 0);
+}
+
+/* --- layer norm ------------------------------------------------------------------------------- */
+
+/* Row mean and rstd in double, for tolerances. */
+static void stats(const float *x, int64_t n, float eps, double *mean, double *rstd) {
+    double s = 0, q = 0;
+    for (int64_t j = 0; j < n; j++) s += x[j];
+    *mean = s / (double)n;
+    for (int64_t j = 0; j < n; j++) q += (x[j] - *mean) * (x[j] - *mean);
+    *rstd = 1.0 / sqrt(q / (double)n + eps);
+}
+
+static float *ln_input(int64_t rows, int64_t n) {
+    float *x = rand_floats(rows * n, -2, 2);
+    for (int64_t r = 0; r < rows; r++) {
+        float shift = (float)uniform(-3, 3); /* rows with a mean away from 0 */
+        for (int64_t j = 0; j < n; j++) x[r * n + j] += shift;
+    }
+    return x;
+}
+
+Test(gpu, layernorm_forward_and_input_gradient) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{37, 300}, {5, 1000}, {64, 5}};
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
+        float eps = 1e-5f;
+        float *x = ln_input(rows, n), *w = rand_floats(n, 0.5, 1.5), *b = rand_floats(n, -0.5, 0.5);
+        float *gy = rand_floats(len, -1, 1), *ref = zeros(len);
+        float *gx = putf(x, len), *gw = putf(w, n), *gb = putf(b, n), *ggy = putf(gy, len);
+        float *gout = putf(ref, len);
+        mw__k_layernorm k = {.rows = rows, .n = n, .eps = eps, .out = ref, .x = x, .w = w, .b = b};
+        OK(cpu.vt->layernorm(&cpu, &k));
+        k.out = gout;
+        k.x = gx;
+        k.w = gw;
+        k.b = gb;
+        OK(gpu.vt->layernorm(&gpu, &k));
+        /* Mean and rstd are summed in double on both sides and rounded to float: they agree to
+         * an ulp; the row formula has 3 roundings (2 when fused). So 8 ulp of the terms:
+         * |xhat w| + |b| + ulp(mean) rstd |w|. */
+        double *tol = host_alloc((size_t)len * sizeof *tol);
+        for (int64_t r = 0; r < rows; r++) {
+            double mean, rstd;
+            stats(x + r * n, n, eps, &mean, &rstd);
+            for (int64_t j = 0; j < n; j++) {
+                double xhat = (x[r * n + j] - mean) * rstd;
+                tol[r * n + j] =
+                    8.0 * FLT_EPSILON *
+                    (fabs(xhat * w[j]) + fabs(b[j]) + (fabs(mean) + 1.0) * rstd * w[j]);
+            }
+        }
+        expect_close("layernorm", getf(gout, len), ref, len, tol, 0, 0);
+
+        mw__k_layernorm_grad d = {
+            .rows = rows, .n = n, .eps = eps, .out = ref, .gy = gy, .x = x, .w = w};
+        OK(cpu.vt->layernorm_dx(&cpu, &d));
+        d.out = gout;
+        d.gy = ggy;
+        d.x = gx;
+        d.w = gw;
+        OK(gpu.vt->layernorm_dx(&gpu, &d));
+        /* dx = rstd (dy - c1 - xhat c2): c1, c2 are double means rounded to float (an ulp each,
+         * ulp of |dy| and |xhat c2| after cancellation); 8 ulp of rstd (|dy| + |c1| + |xhat c2|)
+         * plus the mean/rstd ulps as above. */
+        for (int64_t r = 0; r < rows; r++) {
+            double mean, rstd, c1 = 0, c2 = 0;
+            stats(x + r * n, n, eps, &mean, &rstd);
+            for (int64_t j = 0; j < n; j++) {
+                double dy = (double)gy[r * n + j] * w[j];
+                c1 += dy;
+                c2 += dy * (x[r * n + j] - mean) * rstd;
+            }
+            c1 /= (double)n;
+            c2 /= (double)n;
+            for (int64_t j = 0; j < n; j++) {
+                double dy = (double)gy[r * n + j] * w[j], xhat = (x[r * n + j] - mean) * rstd;
+                tol[r * n + j] =
+                    8.0 * FLT_EPSILON * rstd *
+                    (fabs(dy) + fabs(c1) + fabs(xhat * c2) + (fabs(mean) + 1.0) * rstd * fabs(c2));
+            }
+        }
+        expect_close("layernorm dx", getf(gout, len), ref, len, tol, 0, 0);
+    }
+}
+
+Test(gpu, layernorm_weight_gradient) {
+    NEED_GPU();
+    /* Many rows (split over blocks), a row too wide for shared memory, a single row. */
+    static const int64_t shapes[][2] = {{3000, 200}, {40, 13000}, {1, 7}};
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
+        float eps = 1e-5f;
+        float *x = ln_input(rows, n), *gy = rand_floats(len, -1, 1), *ref = zeros(n);
+        float *gx = putf(x, len), *ggy = putf(gy, len), *gout = putf(rand_floats(n, 1, 2), n);
+        mw__k_layernorm_grad d = {
+            .rows = rows, .n = n, .eps = eps, .out = ref, .gy = gy, .x = x, .w = NULL};
+        OK(cpu.vt->layernorm_dw(&cpu, &d));
+        d.out = gout;
+        d.gy = ggy;
+        d.x = gx;
+        OK(gpu.vt->layernorm_dw(&gpu, &d));
+        /* Each term gy (x - mean) rstd agrees to ~4 ulp of |gy| (|x| + |mean|) rstd (the float
+         * mean and rstd may differ by an ulp); the sums over rows by the summation bound. */
+        double *tol = host_alloc((size_t)n * sizeof *tol);
+        for (int64_t r = 0; r < rows; r++) {
+            double mean, rstd;
+            stats(x + r * n, n, eps, &mean, &rstd);
+            for (int64_t j = 0; j < n; j++)
+                tol[j] += fabs(gy[r * n + j]) * (fabs(x[r * n + j]) + fabs(mean)) * rstd;
+        }
+        for (int64_t j = 0; j < n; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
+        expect_close("layernorm dw", getf(gout, n), ref, n, tol, 0, 0);
+        float *first = getf(gout, n);
+        OK(gpu.vt->layernorm_dw(&gpu, &d));
+        expect_equal("layernorm dw rerun", getf(gout, n), first, n);
+    }
+}
+
+/* --- softmax ---------------------------------------------------------------------------------- */
+
+Test(gpu, softmax_and_its_gradient) {
+    NEED_GPU();
+    /* outer, s, k, causal: causal with k > s (an offset), square, plain rows longer than a
+     * warp, and k < s (the first rows see nothing). */
+    static const int64_t cases[][4] = {
+        {3, 17, 40, 1}, {2, 33, 33, 1}, {4, 5, 1000, 0}, {2, 8, 4, 1}};
+    static const float scales[] = {0.125f, 1.0f, 0.5f, 1.0f};
+    for (int c = 0; c < 4; c++) {
+        int64_t outer = cases[c][0], s = cases[c][1], k = cases[c][2], len = outer * s * k;
+        int causal = (int)cases[c][3];
+        float *a = rand_floats(len, -4, 4), *ref = zeros(len);
+        float *ga = putf(a, len), *gout = putf(rand_floats(len, 1, 2), len);
+        mw__k_softmax f = {.outer = outer,
+                           .s = s,
+                           .k = k,
+                           .causal = causal,
+                           .scale = scales[c],
+                           .out = ref,
+                           .a = a};
+        OK(cpu.vt->softmax(&cpu, &f));
+        f.out = gout;
+        f.a = ga;
+        OK(gpu.vt->softmax(&gpu, &f));
+        /* out = expf(scale a - max) * (float)(1 / double sum): the GPU may fuse the argument
+         * (half an ulp of |scale a| <= 4, so 2.4e-7 relative after exp), expf is within 2 ulp on
+         * the GPU and 1 on the host, the reciprocal within an ulp, one product each side: under
+         * 9 ulp relative; 16 ulp. Masked columns: exactly 0 on both. */
+        expect_close("softmax", getf(gout, len), ref, len, NULL, 0, 16.0 * FLT_EPSILON);
+
+        float *gy = rand_floats(len, -1, 1), *gref = zeros(len);
+        float *gp = putf(ref, len), *ggy = putf(gy, len);
+        mw__k_softmax_grad b = {.outer = outer,
+                                .s = s,
+                                .k = k,
+                                .causal = causal,
+                                .scale = scales[c],
+                                .out = gref,
+                                .gy = gy,
+                                .p = ref};
+        OK(cpu.vt->softmax_grad(&cpu, &b));
+        b.out = gout;
+        b.gy = ggy;
+        b.p = gp;
+        OK(gpu.vt->softmax_grad(&gpu, &b));
+        /* scale p (gy - dot), dot summed in double and rounded: (gy - dot) is good to an ulp of
+         * |gy| + |dot| each side, then two products: 4 ulp of scale p (|gy| + |dot|). */
+        double *tol = host_alloc((size_t)len * sizeof *tol);
+        for (int64_t r = 0; r < outer * s; r++) {
+            double dot = 0;
+            for (int64_t j = 0; j < k; j++) dot += (double)gy[r * k + j] * ref[r * k + j];
+            for (int64_t j = 0; j < k; j++)
+                tol[r * k + j] = 4.0 * FLT_EPSILON * scales[c] * ref[r * k + j] *
+                                 (fabs(gy[r * k + j]) + fabs(dot));
+        }
+        expect_close("softmax gradient", getf(gout, len), gref, len, tol, 0, 0);
+    }
+}
+
+/* --- embedding -------------------------------------------------------------------------------- */
+
+static int32_t *rand_ids(int64_t n, int32_t hi) {
+    int32_t *ids = host_alloc((size_t)n * sizeof *ids);
+    for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)uniform(0, hi);
+    return ids;
+}
+
+Test(gpu, embedding_and_its_gradient_exactly) {
+    NEED_GPU();
+    static const int64_t cases[][3] = {{50, 33, 100}, {40, 300, 500}, {3, 5, 1000}};
+    for (int c = 0; c < 3; c++) {
+        int64_t vocab = cases[c][0], dim = cases[c][1], n_ids = cases[c][2];
+        int32_t *ids = rand_ids(n_ids, (int32_t)(vocab > 10 ? vocab * 3 / 4 : vocab));
+        float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
+        int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
+        float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
+        mw__k_embed e = {
+            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
+        OK(cpu.vt->embed(&cpu, &e));
+        e.out = gout;
+        e.ids = gids;
+        e.table = gtable;
+        OK(gpu.vt->embed(&gpu, &e));
+        expect_equal("embed", getf(gout, n_ids * dim), ref, n_ids * dim);
+
+        /* The gradient adds rows in order of position on both sides: the same bits; rows no
+         * id names (a quarter of the vocabulary here) are zero. */
+        float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
+        float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
+        mw__k_embed_grad g = {
+            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
+        OK(cpu.vt->embed_grad(&cpu, &g));
+        g.out = gg;
+        g.ids = gids;
+        g.gy = ggy;
+        OK(gpu.vt->embed_grad(&gpu, &g));
+        expect_equal("embed gradient", getf(gg, vocab * dim), gref, vocab * dim);
+    }
+}
+
+/* Runs a kernel expected to fail on data: the error may show at the launch or at the next sync. */
+static mw_status then_sync(mw_status st) { return st ? st : gpu.vt->sync(&gpu); }
+
+Test(gpu, bad_embedding_id_fails_at_sync) {
+    NEED_GPU();
+    int64_t vocab = 50, dim = 8, n = 20;
+    int32_t *ids = rand_ids(n, 50);
+    ids[7] = 50;
+    ids[12] = -3;
+    int32_t *gids = put(ids, (size_t)n * sizeof *ids);
+    float *gtable = putf(rand_floats(vocab * dim, -1, 1), vocab * dim);
+    float *gout = putf(zeros(n * dim), n * dim);
+    mw__k_embed e = {
+        .n_ids = n, .vocab = vocab, .dim = dim, .out = gout, .ids = gids, .table = gtable};
+    mw_status st = then_sync(gpu.vt->embed(&gpu, &e));
+    cr_assert_eq(st, MW_ERR_INVALID, "got %s", mw_status_name(st));
+    /* The first bad position is reported, with its id and the vocabulary. */
+    const char *msg = mw_last_error();
+    cr_assert(strstr(msg, "cuda:0") && strstr(msg, "id 50") && strstr(msg, "position 7") &&
+                  strstr(msg, "[0, 50)"),
+              "message: %s", msg);
+    /* Reported once: the device is usable again. */
+    ids[7] = 1;
+    ids[12] = 2;
+    OK(gpu.vt->upload(&gpu, gids, ids, (size_t)n * sizeof *ids));
+    OK(then_sync(gpu.vt->embed(&gpu, &e)));
+    /* The gradient checks ids too. */
+    ids[3] = 99;
+    OK(gpu.vt->upload(&gpu, gids, ids, (size_t)n * sizeof *ids));
+    float *gg = putf(zeros(vocab * dim), vocab * dim);
+    mw__k_embed_grad g = {
+        .n_ids = n, .vocab = vocab, .dim = dim, .out = gg, .ids = gids, .gy = gout};
+    st = then_sync(gpu.vt->embed_grad(&gpu, &g));
+    cr_assert_eq(st, MW_ERR_INVALID, "got %s", mw_status_name(st));
+    cr_assert(strstr(mw_last_error(), "id 99 at position 3"), "message: %s", mw_last_error());
+}
+
+/* --- cross-entropy ---------------------------------------------------------------------------- */
+
+Test(gpu, cross_entropy_and_its_gradient) {
+    NEED_GPU();
+    static const int64_t cases[][3] = {{20, 1000, 997}, {7, 50304, 50257}, {3, 5, 5}};
+    for (int c = 0; c < 3; c++) {
+        int64_t rows = cases[c][0], v = cases[c][1], valid = cases[c][2];
+        float *logits = rand_floats(rows * v, -5, 5), ref[32];
+        int32_t *t = rand_ids(rows, (int32_t)valid);
+        float *gl = putf(logits, rows * v), *gout = putf(zeros(rows), rows);
+        int32_t *gt = put(t, (size_t)rows * sizeof *t);
+        mw__k_xent x = {
+            .rows = rows, .v = v, .valid = valid, .out = ref, .logits = logits, .targets = t};
+        OK(cpu.vt->xent(&cpu, &x));
+        x.out = gout;
+        x.logits = gl;
+        x.targets = gt;
+        OK(gpu.vt->xent(&gpu, &x));
+        /* lse - l[t] with lse in double on both sides (the GPU sums float expf, within 2 ulp
+         * each): lse agrees to ~3 ulp(1) absolute; one rounding of the result. */
+        expect_close("cross-entropy", getf(gout, rows), ref, rows, NULL, 4e-7, 2.0 * FLT_EPSILON);
+
+        float *gy = rand_floats(rows, -2, 2), *gref = zeros(rows * v);
+        float *ggy = putf(gy, rows), *gg = putf(rand_floats(rows * v, 1, 2), rows * v);
+        mw__k_xent_grad xg = {.rows = rows,
+                              .v = v,
+                              .valid = valid,
+                              .out = gref,
+                              .gy = gy,
+                              .logits = logits,
+                              .targets = t};
+        OK(cpu.vt->xent_grad(&cpu, &xg));
+        xg.out = gg;
+        xg.gy = ggy;
+        xg.logits = gl;
+        xg.targets = gt;
+        OK(gpu.vt->xent_grad(&gpu, &xg));
+        /* softmax_j = e^(l_j - lse): both form the exponent in double; the GPU rounds it to
+         * float (half an ulp of a value below 32: |l| <= 5, lse <= 5 + log v < 16, so < 1e-6
+         * absolute, 1e-6 relative after the exponential) and calls expf (2 ulp), the host rounds
+         * e^(.) once: 4e-6 relative of |gy| p_j is twice that, plus an ulp of 1 each side where
+         * the target's 1 is subtracted. */
+        double *tol = host_alloc((size_t)(rows * v) * sizeof *tol);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < v; j++) {
+                double p = gy[r] != 0 ? gref[r * v + j] / gy[r] + (j == t[r]) : 0;
+                tol[r * v + j] =
+                    fabs(gy[r]) * (4e-6 * fabs(p) + (j == t[r] ? 2.0 * FLT_EPSILON : 0)) + 1e-30;
+            }
+        expect_close("cross-entropy gradient", getf(gg, rows * v), gref, rows * v, tol, 0, 0);
+    }
+}
+
+Test(gpu, bad_target_fails_at_sync) {
+    NEED_GPU();
+    int64_t rows = 4, v = 10, valid = 8;
+    int32_t t[4] = {1, 2, 9, 3};
+    float *gl = putf(rand_floats(rows * v, -1, 1), rows * v), *gout = putf(zeros(rows), rows);
+    int32_t *gt = put(t, sizeof t);
+    mw__k_xent x = {.rows = rows, .v = v, .valid = valid, .out = gout, .logits = gl, .targets = gt};
+    mw_status st = then_sync(gpu.vt->xent(&gpu, &x));
+    cr_assert_eq(st, MW_ERR_INVALID, "got %s", mw_status_name(st));
+    cr_assert(strstr(mw_last_error(), "target 9 at position 2") &&
+                  strstr(mw_last_error(), "[0, 8)"),
+              "message: %s", mw_last_error());
+    t[2] = 7;
+    OK(gpu.vt->upload(&gpu, gt, t, sizeof t));
+    OK(then_sync(gpu.vt->xent(&gpu, &x)));
+}
+
+/* --- reducers --------------------------------------------------------------------------------- */
+
+#define MAXR 4
+
+typedef struct rank_job {
+    pthread_t thread;
+    const mw__reducer_vtable *R;
+    mw__comm *comm;
+    int rank;
+    mw__device *dev;
+    float *buf;
+    size_t n;
+    mw_status st;
+    char msg[MW__MSG_SIZE];
+} rank_job;
+
+static void *rank_main(void *arg) {
+    rank_job *j = arg;
+    j->st = j->R->allreduce_sum(j->comm, j->rank, j->buf, j->n);
+    snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+/* Runs an all-reduce on p threads over devs[r]; returns every rank's result on the host (rank
+ * r's at out + r n). Asserts only on this thread. */
+static void run_allreduce(const mw__reducer_vtable *R, mw__comm *comm, int p, mw__device **devs,
+                          float **dbufs, size_t n, float *out) {
+    rank_job jobs[MAXR];
+    for (int r = 0; r < p; r++) {
+        jobs[r] =
+            (rank_job){.R = R, .comm = comm, .rank = r, .dev = devs[r], .buf = dbufs[r], .n = n};
+        cr_assert_eq(pthread_create(&jobs[r].thread, NULL, rank_main, &jobs[r]), 0);
+    }
+    for (int r = 0; r < p; r++) pthread_join(jobs[r].thread, NULL);
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(jobs[r].st, MW_OK, "%s all-reduce: rank %d got %s: %s", R->name, r,
+                     mw_status_name(jobs[r].st), jobs[r].msg);
+        if (n) OK(devs[r]->vt->download(devs[r], out + (size_t)r * n, dbufs[r], n * sizeof(float)));
+    }
+}
+
+Test(gpu, cuda_local_reducer_sums_in_rank_order) {
+    NEED_GPU();
+    static const size_t lens[] = {0, 1, 7, 100003};
+    for (int p = 1; p <= 3; p++) {
+        mw__device devs[MAXR], *dp[MAXR];
+        for (int r = 0; r < p; r++) {
+            char name[32];
+            snprintf(name, sizeof name, "cuda:0#%d", r);
+            devs[r] = make_device(&mw__cuda_device, name, r, 0);
+            OK(devs[r].vt->init(&devs[r]));
+            dp[r] = &devs[r];
+        }
+        mw__comm *comm = NULL;
+        mw__comm_options opt = {.timeout_ms = 60000};
+        OK(mw__reducer_cuda_local.comm_new(p, dp, &opt, &comm));
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            size_t n = lens[li];
+            float *in[MAXR], *dbufs[MAXR], *out = zeros((int64_t)(n * (size_t)p) + 1);
+            for (int r = 0; r < p; r++) {
+                in[r] = rand_floats((int64_t)n, -1, 1);
+                OK(devs[r].vt->alloc(&devs[r], n ? n * sizeof(float) : 4, (void **)&dbufs[r]));
+                if (n) OK(devs[r].vt->upload(&devs[r], dbufs[r], in[r], n * sizeof(float)));
+            }
+            run_allreduce(&mw__reducer_cuda_local, comm, p, dp, dbufs, n, out);
+            for (size_t i = 0; i < n; i++) {
+                float s = in[0][i];
+                for (int r = 1; r < p; r++) s += in[r][i]; /* rank order, in float */
+                for (int r = 0; r < p; r++)
+                    cr_assert_eq(out[(size_t)r * n + i], s,
+                                 "%d ranks, n %zu: rank %d element %zu is %.9g, expected %.9g", p,
+                                 n, r, i, out[(size_t)r * n + i], s);
+            }
+            for (int r = 0; r < p; r++) devs[r].vt->free(&devs[r], dbufs[r]);
+        }
+        mw__reducer_cuda_local.comm_free(comm);
+        for (int r = 0; r < p; r++) devs[r].vt->shutdown(&devs[r]);
+    }
+}
+
+Test(gpu, cuda_local_reducer_times_out_and_resets) {
+    NEED_GPU();
+    mw__device devs[2], *dp[2];
+    for (int r = 0; r < 2; r++) {
+        devs[r] = make_device(&mw__cuda_device, r ? "cuda:0#1" : "cuda:0#0", r, 0);
+        OK(devs[r].vt->init(&devs[r]));
+        dp[r] = &devs[r];
+    }
+    mw__comm *comm = NULL;
+    mw__comm_options opt = {.timeout_ms = 200};
+    OK(mw__reducer_cuda_local.comm_new(2, dp, &opt, &comm));
+    float *d0, *d1, host[64];
+    OK(devs[0].vt->alloc(&devs[0], sizeof host, (void **)&d0));
+    OK(devs[1].vt->alloc(&devs[1], sizeof host, (void **)&d1));
+    for (int i = 0; i < 64; i++) host[i] = (float)i;
+    OK(devs[0].vt->upload(&devs[0], d0, host, sizeof host));
+    OK(devs[1].vt->upload(&devs[1], d1, host, sizeof host));
+    /* Rank 1 never comes. */
+    mw_status st = mw__reducer_cuda_local.allreduce_sum(comm, 0, d0, 64);
+    cr_assert_eq(st, MW_ERR_TIMEOUT, "got %s: %s", mw_status_name(st), mw_last_error());
+    /* Aborted until reset; then a full collective works. */
+    st = mw__reducer_cuda_local.allreduce_sum(comm, 1, d1, 64);
+    cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
+    mw__reducer_cuda_local.reset(comm);
+    float *bufs[2] = {d0, d1}, out[128];
+    run_allreduce(&mw__reducer_cuda_local, comm, 2, dp, bufs, 64, out);
+    for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 2.0f * (float)i);
+    mw__reducer_cuda_local.comm_free(comm);
+    devs[0].vt->free(&devs[0], d0);
+    devs[1].vt->free(&devs[1], d1);
+    for (int r = 0; r < 2; r++) devs[r].vt->shutdown(&devs[r]);
+}
+
+#ifdef MESHWIT_HAVE_NCCL
+Test(gpu, nccl_reducer_one_rank) {
+    NEED_GPU();
+    mw__device *dp[1] = {&gpu};
+    mw__comm *comm = NULL;
+    mw__comm_options opt = {.timeout_ms = 60000};
+    OK(mw__reducer_nccl.comm_new(1, dp, &opt, &comm));
+    size_t n = 100003;
+    float *in = rand_floats((int64_t)n, -1, 1), *d = putf(in, (int64_t)n), *out = zeros((int64_t)n);
+    run_allreduce(&mw__reducer_nccl, comm, 1, dp, &d, n, out);
+    expect_equal("nccl all-reduce of one rank", out, in, (int64_t)n);
+    OK(mw__reducer_nccl.barrier(comm, 0));
+    /* Abort releases later calls until reset; nothing was in flight, so reset keeps the
+     * communicator and it works again. */
+    mw__reducer_nccl.abort(comm);
+    mw_status st = mw__reducer_nccl.allreduce_sum(comm, 0, d, n);
+    cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
+    mw__reducer_nccl.reset(comm);
+    run_allreduce(&mw__reducer_nccl, comm, 1, dp, &d, n, out);
+    expect_equal("nccl all-reduce after reset", out, in, (int64_t)n);
+    mw__reducer_nccl.comm_free(comm);
+}
+
+Test(gpu, nccl_refuses_two_ranks_on_one_gpu) {
+    NEED_GPU();
+    mw__device other = make_device(&mw__cuda_device, "cuda:0#1", 1, 0);
+    mw__device *dp[2] = {&gpu, &other};
+    mw__comm *comm = NULL;
+    mw_status st = mw__reducer_nccl.comm_new(2, dp, NULL, &comm);
+    cr_assert_eq(st, MW_ERR_INVALID, "got %s", mw_status_name(st));
+    cr_assert(strstr(mw_last_error(), "cuda-local"), "message: %s", mw_last_error());
+    cr_assert_null(comm);
+}
+#endif
+
+#endif /* MESHWIT_HAVE_CUDA */
