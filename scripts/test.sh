@@ -66,7 +66,7 @@ skip() {
 
 source_files() {
     local dirs=() d
-    for d in core devices parallel include examples bench tests; do
+    for d in core devices parallel include examples bench tests fuzz; do
         [ -d "$d" ] && dirs+=("$d")
     done
     [ "${#dirs[@]}" -gt 0 ] || return 0
@@ -121,6 +121,12 @@ do_tsan() {
     TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L '^stress$'
 }
 
+do_fuzz() {
+    # libFuzzer harnesses of the file readers: replay the kept regressions, then fuzz each
+    # target for a bounded time.
+    bash scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+}
+
 do_bench() {
     build/meshwit-bench --quick --json build/bench.json
 }
@@ -132,6 +138,7 @@ stage ctest do_ctest
 if [ "$QUICK" -eq 1 ]; then
     skip asan "--quick"
     skip tsan "--quick"
+    skip fuzz "--quick"
 else
     stage asan do_asan
     if compgen -G "tests/stress/*.c" >/dev/null; then
@@ -139,6 +146,7 @@ else
     else
         skip tsan "no tests/stress/*.c"
     fi
+    stage fuzz do_fuzz
 fi
 if [ -x build/meshwit-bench ]; then
     stage bench do_bench

@@ -1,0 +1,34 @@
+/* libFuzzer harness: the resumable-checkpoint loader (mw_trainer_load) on arbitrary bytes. */
+#include <stdint.h>
+
+#include "fuzz_common.h"
+#include "gpt2_model.h"
+#include "meshwit.h"
+
+/* Kept for the whole run (reachable, so not reported as leaks). */
+static mw_graph *g;
+static mw_mesh *mesh;
+static mw_trainer *trainer;
+
+/* The model the seed checkpoints were written for (make_seeds.c). */
+const gpt2_config mw_fuzz_config = {
+    .layers = 1, .heads = 2, .channels = 8, .max_seq = 4, .vocab = 16, .padded_vocab = 16};
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    gpt2_graph m;
+    mw_trainer_config cfg = {
+        .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
+    if (mw_graph_new(&g) || gpt2_build(g, &mw_fuzz_config, 2, 4, NULL, &m) ||
+        mw_mesh_new("cpu:1", "X", &mesh) || mw_trainer_new(g, m.loss, mesh, &cfg, &trainer))
+        return 1;
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *path = fuzz_file(data, size);
+    char user[256];
+    size_t n;
+    if (path) mw_trainer_load(trainer, path, user, sizeof user, &n);
+    return 0;
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses under fuzz/ with clang (AddressSanitizer + UBSan), replays the
+# regression inputs kept in fuzz/regressions/<target>/, then fuzzes each target for SECONDS
+# (default 20) from seeds written by fuzz/make_seeds.c. A crash fails the script; its input is
+# left in build-fuzz/crashes/<target>/ to be fixed and added to fuzz/regressions/<target>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-20}"
+out=build-fuzz
+mkdir -p "$out"
+cc=clang
+flags=(-std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I include -I .
+       -I examples/common)
+sources=(core/*.c parallel/*.c devices/cpu/*.c examples/common/*.c)
+blas=$(pkg-config --cflags --libs openblas)
+# shellcheck disable=SC2086
+"$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=}" fuzz/make_seeds.c "${sources[@]}" $blas \
+    -lpthread -lm -o "$out/make_seeds"
+for target in checkpoint model_file token_file; do
+    # shellcheck disable=SC2086
+    "$cc" "${flags[@]}" "fuzz/fuzz_$target.c" "${sources[@]}" $blas -lpthread -lm \
+        -o "$out/fuzz_$target"
+    mkdir -p "$out/seeds/$target" "$out/crashes/$target"
+done
+"$out/make_seeds" "$out/seeds"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+for target in checkpoint model_file token_file; do
+    echo "fuzz: $target: replaying fuzz/regressions/$target"
+    "$out/fuzz_$target" -runs=0 "fuzz/regressions/$target" "$out/seeds/$target" 2>&1 | tail -n 2
+    echo "fuzz: $target: fuzzing for ${seconds}s"
+    "$out/fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 \
+        -artifact_prefix="$out/crashes/$target/" "$out/seeds/$target" 2>&1 | tail -n 3
+done
+echo "fuzz: no crash"
