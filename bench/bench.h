@@ -24,9 +24,9 @@ void mwb_record_num(mwb_record *r, const char *key, double value);
 typedef struct mwb_ctx {
     const char *const *devices; /* --devices values, in order; cases use their defaults if none */
     int ndevices;
-    int quick;                  /* --quick: fewer repeats, smaller sizes (for CI smoke runs) */
+    int quick; /* --quick: fewer repeats, smaller sizes (for CI smoke runs) */
     void (*emit)(struct mwb_ctx *ctx, const mwb_record *r); /* appends to JSON/CSV output */
-    void *driver;               /* the driver's own state */
+    void *driver;                                           /* the driver's own state */
 } mwb_ctx;
 
 /* A case prints its own table to stdout, emits one record per configuration and returns 0, or
@@ -35,6 +35,8 @@ typedef int (*mwb_case_fn)(mwb_ctx *ctx);
 
 int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
+int mwb_case_scaling(mwb_ctx *ctx);
+int mwb_case_gpt2(mwb_ctx *ctx);
 
 /* Monotonic time in seconds. */
 double mwb_now(void);

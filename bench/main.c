@@ -1,0 +1,363 @@
+/* meshwit-bench: runs the benchmark cases, prints their tables and writes JSON/CSV records. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "meshwit.h"
+
+typedef struct bench_case {
+    const char *name;
+    mwb_case_fn run;
+    const char *what;
+} bench_case;
+
+static const bench_case cases[] = {
+    {"linreg", mwb_case_linreg, "linear regression 8192 x 64: single vs sharded ms/step"},
+    {"reduce", mwb_case_reduce, "all-reduce time and bandwidth of the reducers"},
+    {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
+    {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* The driver's state behind mwb_ctx.driver: every record emitted so far. */
+typedef struct driver {
+    mwb_record *records;
+    int count;
+    int capacity;
+    int dropped; /* records lost to an allocation failure */
+} driver;
+
+/* --- the interface for cases ------------------------------------------------------------------ */
+
+double mwb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double mwb_median(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The field called key: an existing one (so setting a key twice replaces it) or a new one; NULL
+ * when the record is full, which is a bug in the case: say so once. */
+static int field_slot(mwb_record *r, const char *key) {
+    for (int i = 0; i < r->nfields; i++)
+        if (strncmp(r->f[i].key, key, sizeof r->f[i].key - 1) == 0) return i;
+    if (r->nfields >= MWB_MAX_FIELDS) {
+        static int warned;
+        if (!warned++) fprintf(stderr, "meshwit-bench: record full, field '%s' dropped\n", key);
+        return -1;
+    }
+    int i = r->nfields++;
+    snprintf(r->f[i].key, sizeof r->f[i].key, "%s", key);
+    return i;
+}
+
+void mwb_record_str(mwb_record *r, const char *key, const char *value) {
+    int i = field_slot(r, key);
+    if (i < 0) return;
+    r->f[i].is_str = 1;
+    r->f[i].num = 0.0;
+    snprintf(r->f[i].str, sizeof r->f[i].str, "%s", value ? value : "");
+}
+
+void mwb_record_num(mwb_record *r, const char *key, double value) {
+    int i = field_slot(r, key);
+    if (i < 0) return;
+    r->f[i].is_str = 0;
+    r->f[i].num = value;
+    r->f[i].str[0] = '\0';
+}
+
+static void emit(mwb_ctx *ctx, const mwb_record *r) {
+    driver *d = ctx->driver;
+    if (d->count == d->capacity) {
+        int cap = d->capacity ? 2 * d->capacity : 16;
+        mwb_record *grown = realloc(d->records, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            d->dropped++;
+            return;
+        }
+        d->records = grown;
+        d->capacity = cap;
+    }
+    d->records[d->count++] = *r;
+}
+
+/* --- output files ----------------------------------------------------------------------------- */
+
+/* Integers exactly (sizes, counts), other numbers with 6 significant digits. */
+static void format_number(double v, char *buf, size_t size) {
+    if (v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, size, "%.0f", v);
+    } else {
+        snprintf(buf, size, "%.6g", v);
+    }
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            fprintf(f, "\\%c", *p);
+        } else if (*p < 0x20) {
+            fprintf(f, "\\u%04x", *p);
+        } else {
+            fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+/* An array of objects, one per record, fields in the order the case set them; a non-finite number
+ * (which JSON cannot hold) is written as null. */
+static void write_json(FILE *f, const driver *d) {
+    fputs("[\n", f);
+    for (int i = 0; i < d->count; i++) {
+        const mwb_record *r = &d->records[i];
+        fputs("  {", f);
+        for (int k = 0; k < r->nfields; k++) {
+            if (k) fputs(", ", f);
+            json_string(f, r->f[k].key);
+            fputs(": ", f);
+            if (r->f[k].is_str) {
+                json_string(f, r->f[k].str);
+            } else if (!isfinite(r->f[k].num)) {
+                fputs("null", f);
+            } else {
+                char num[48];
+                format_number(r->f[k].num, num, sizeof num);
+                fputs(num, f);
+            }
+        }
+        fputs(i + 1 < d->count ? "},\n" : "}\n", f);
+    }
+    fputs("]\n", f);
+}
+
+static void csv_cell(FILE *f, const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* One table: a header with every field name in order of first appearance over all records, then
+ * one row per record, empty where a record lacks a field (or its number is not finite). */
+static int write_csv(FILE *f, const driver *d) {
+    int ncols = 0;
+    const char **cols = malloc(((size_t)d->count * MWB_MAX_FIELDS + 1) * sizeof *cols);
+    if (!cols) return -1;
+    for (int i = 0; i < d->count; i++) {
+        for (int k = 0; k < d->records[i].nfields; k++) {
+            const char *key = d->records[i].f[k].key;
+            int c = 0;
+            while (c < ncols && strcmp(cols[c], key) != 0) c++;
+            if (c == ncols) cols[ncols++] = key;
+        }
+    }
+    for (int c = 0; c < ncols; c++) {
+        if (c) fputc(',', f);
+        csv_cell(f, cols[c]);
+    }
+    fputc('\n', f);
+    for (int i = 0; i < d->count; i++) {
+        const mwb_record *r = &d->records[i];
+        for (int c = 0; c < ncols; c++) {
+            if (c) fputc(',', f);
+            for (int k = 0; k < r->nfields; k++) {
+                if (strcmp(r->f[k].key, cols[c]) != 0) continue;
+                if (r->f[k].is_str) {
+                    csv_cell(f, r->f[k].str);
+                } else if (isfinite(r->f[k].num)) {
+                    char num[48];
+                    format_number(r->f[k].num, num, sizeof num);
+                    fputs(num, f);
+                }
+                break;
+            }
+        }
+        fputc('\n', f);
+    }
+    free(cols);
+    return 0;
+}
+
+/* Writes and closes f; 0 on success. */
+static int finish_file(FILE *f, const char *path, const driver *d, int csv) {
+    int bad = csv ? write_csv(f, d) : (write_json(f, d), 0);
+    if (ferror(f)) bad = -1;
+    if (fclose(f) != 0) bad = -1;
+    if (bad) fprintf(stderr, "meshwit-bench: cannot write %s\n", path);
+    return bad;
+}
+
+/* --- the program ------------------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: meshwit-bench [CASE...] [--devices SPEC]... [--json FILE] [--csv FILE] "
+               "[--quick]\n"
+               "\n"
+               "Cases (default: all):\n");
+    for (int i = 0; i < NCASES; i++) fprintf(f, "  %-8s %s\n", cases[i].name, cases[i].what);
+    fprintf(f,
+            "\n"
+            "  --devices SPEC  a device spec to measure (repeatable; e.g. cpu:2, cuda:0,1);\n"
+            "                  each case has its own defaults when none is given\n"
+            "  --json FILE     write every record to FILE as a JSON array of objects\n"
+            "  --csv FILE      write every record to FILE as one CSV table: a header row naming\n"
+            "                  every field of every case (case, devices, mode, ..., ms_per_step,\n"
+            "                  ...), then one row per record; a field a case does not have is an\n"
+            "                  empty cell. Filter on the case column in a spreadsheet, or in\n"
+            "                  gnuplot: set datafile separator ','; set key autotitle columnhead\n"
+            "  --quick         fewer repeats (a smoke run, not a measurement)\n"
+            "  --help          this text\n"
+            "\n"
+            "Each case prints a table; times are medians of repeats. Exit status: 0 ok, 1 a case\n"
+            "or an output file failed, 2 bad arguments or an unknown case.\n");
+}
+
+static void print_header(void) {
+    char model[256] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f)) {
+            char *colon = strchr(line, ':');
+            if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+            colon += 1 + strspn(colon + 1, " \t");
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(model, sizeof model, "%s", colon);
+            break;
+        }
+        fclose(f);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("meshwit-bench %s\n", mw_version());
+    printf("machine: %ld cores online, %s\n", cores, model);
+    printf("BLAS core: %s\n", mw_blas_core());
+    const char *warning = mw_blas_warning();
+    if (warning && *warning) printf("warning: %s\n", warning);
+    printf("\n");
+    fflush(stdout);
+}
+
+static const bench_case *find_case(const char *name) {
+    for (int i = 0; i < NCASES; i++)
+        if (strcmp(cases[i].name, name) == 0) return &cases[i];
+    return NULL;
+}
+
+/* "--name value" or "--name=value": the value, or NULL when arg is not --name (*missing set when
+ * the value is absent). */
+static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+    const bench_case **run = calloc((size_t)argc + NCASES, sizeof *run);
+    const char **devices = calloc((size_t)argc + 1, sizeof *devices);
+    if (!run || !devices) {
+        fprintf(stderr, "meshwit-bench: out of memory\n");
+        return 2;
+    }
+    int nrun = 0, ndevices = 0, quick = 0, rc = 0;
+    const char *json_path = NULL, *csv_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v;
+        int missing = 0;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            usage(stdout);
+            goto done;
+        } else if (strcmp(arg, "--quick") == 0) {
+            quick = 1;
+        } else if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+            devices[ndevices++] = v;
+        } else if ((v = option_value(argc, argv, &i, "--json", &missing))) {
+            json_path = v;
+        } else if ((v = option_value(argc, argv, &i, "--csv", &missing))) {
+            csv_path = v;
+        } else if (missing) {
+            fprintf(stderr, "meshwit-bench: %s needs a value (see --help)\n", arg);
+            rc = 2;
+        } else if (arg[0] == '-') {
+            fprintf(stderr, "meshwit-bench: unknown option '%s' (see --help)\n", arg);
+            rc = 2;
+        } else if (!(run[nrun++] = find_case(arg))) {
+            fprintf(stderr, "meshwit-bench: unknown case '%s'; cases:", arg);
+            for (int c = 0; c < NCASES; c++) fprintf(stderr, " %s", cases[c].name);
+            fprintf(stderr, "\n");
+            rc = 2;
+        }
+        if (rc) goto done;
+    }
+    if (nrun == 0)
+        for (int c = 0; c < NCASES; c++) run[nrun++] = &cases[c];
+
+    /* Open the outputs first: a bad path should not cost a whole run. */
+    FILE *json = NULL, *csv = NULL;
+    if (json_path && !(json = fopen(json_path, "w"))) {
+        perror(json_path);
+        rc = 2;
+        goto done;
+    }
+    if (csv_path && !(csv = fopen(csv_path, "w"))) {
+        perror(csv_path);
+        if (json) fclose(json);
+        rc = 2;
+        goto done;
+    }
+
+    print_header();
+    driver d = {0};
+    mwb_ctx ctx = {devices, ndevices, quick, emit, &d};
+    for (int i = 0; i < nrun; i++) {
+        printf("== %s: %s\n", run[i]->name, run[i]->what);
+        fflush(stdout);
+        if (run[i]->run(&ctx) != 0) {
+            fprintf(stderr, "meshwit-bench: case %s failed\n", run[i]->name);
+            rc = 1;
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    if (d.dropped) {
+        fprintf(stderr, "meshwit-bench: out of memory, %d records not written\n", d.dropped);
+        rc = 1;
+    }
+    if (json && finish_file(json, json_path, &d, 0)) rc = 1;
+    if (csv && finish_file(csv, csv_path, &d, 1)) rc = 1;
+    free(d.records);
+
+done:
+    free(run);
+    free(devices);
+    return rc;
+}

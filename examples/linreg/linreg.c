@@ -1,0 +1,251 @@
+/* linreg: the same linear-regression model trained on one device, then sharded over a mesh.
+ *
+ * Only the data's axis changes between the two runs (Batch becomes Batch@X); the library inserts
+ * the collectives. The program checks that both runs end with the same parameters.
+ *
+ * Exit status: 0 when the sharded parameters match single device within 1e-5, 1 when they do not,
+ * 2 on bad arguments or a library error. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/linreg_model.h"
+
+/* Largest |sharded - single| accepted: float sums taken in another order differ by ulps. */
+#define TOLERANCE 1e-5
+
+typedef struct options {
+    const char *devices;
+    int64_t rows;
+    int64_t features;
+    int64_t steps;
+    double lr;
+    uint64_t seed;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: linreg [options]\n"
+            "Trains y = X.w + b by full-batch gradient descent on one device, then with the batch\n"
+            "sharded over a mesh, and checks that both give the same parameters.\n"
+            "\n"
+            "  --devices SPEC   devices of the sharded run (default cpu:2; e.g. cpu:4, cuda:0,1)\n"
+            "  --rows N         rows of X (default 8192)\n"
+            "  --features N     columns of X (default 64)\n"
+            "  --steps N        training steps (default 200)\n"
+            "  --lr X           learning rate (default 0.05)\n"
+            "  --seed N         data seed (default 1)\n"
+            "  --help           this text\n"
+            "\n"
+            "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
+            "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error.\n",
+            TOLERANCE);
+}
+
+static int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') return -1;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_lr(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v <= 0.0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Accepts "--name value" and "--name=value". Returns the value, or NULL when arg is not --name. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+/* 0 ok, 1 --help, -1 bad arguments (already reported). */
+static int parse_args(int argc, char **argv, options *o) {
+    *o = (options){"cpu:2", 8192, 64, 200, 0.05, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v;
+        int missing = 0, bad = 0;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+            o->devices = v;
+        } else if ((v = option_value(argc, argv, &i, "--rows", &missing))) {
+            bad = parse_i64(v, 1, INT64_C(1) << 40, &o->rows);
+        } else if ((v = option_value(argc, argv, &i, "--features", &missing))) {
+            bad = parse_i64(v, 1, INT64_C(1) << 30, &o->features);
+        } else if ((v = option_value(argc, argv, &i, "--steps", &missing))) {
+            bad = parse_i64(v, 1, 1000000000, &o->steps);
+        } else if ((v = option_value(argc, argv, &i, "--lr", &missing))) {
+            bad = parse_lr(v, &o->lr);
+        } else if ((v = option_value(argc, argv, &i, "--seed", &missing))) {
+            bad = parse_u64(v, &o->seed);
+        } else if (!missing) {
+            fprintf(stderr, "linreg: unknown argument '%s' (see --help)\n", arg);
+            return -1;
+        }
+        if (missing) {
+            fprintf(stderr, "linreg: %s needs a value (see --help)\n", arg);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "linreg: bad value '%s' for %.*s (see --help)\n", v,
+                    (int)strcspn(arg, "="), arg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Reports a failed library call; returns the exit status for it. */
+static int fail(mw_status st, const char *what, const char *subject) {
+    fflush(stdout);
+    const char *msg = mw_last_error();
+    fprintf(stderr, "linreg: %s%s: %s [%s]%s%s\n", what, subject ? subject : "", mw_strerror(st),
+            mw_status_name(st), *msg ? ": " : "", msg);
+    return 2;
+}
+
+static void print_run(const char *label, int64_t steps, const linreg_result *r) {
+    printf("%-15s%" PRId64 " steps in %6.3f s  (%5.2f ms/step)\n", label, steps, r->seconds,
+           1e3 * r->seconds / (double)steps);
+    printf("               final bias %+.4f, weights[0] %+.4f\n", r->bias, r->weight0);
+    fflush(stdout);
+}
+
+/* "batch Batch@X x Feature, 4096 rows per device" (or "2731-2730" when uneven). */
+static void print_batch(mw_trainer *tr) {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int d = 0; d < mw_trainer_devices(tr); d++) {
+        int64_t n = mw_trainer_local_size(tr, d, "Batch");
+        if (n < lo) lo = n;
+        if (n > hi) hi = n;
+    }
+    printf("batch Batch@%s x Feature, ", LINREG_MESH_AXIS);
+    if (lo == hi) {
+        printf("%" PRId64 " row%s per device\n", hi, hi == 1 ? "" : "s");
+    } else {
+        printf("%" PRId64 "-%" PRId64 " rows per device\n", hi, lo);
+    }
+}
+
+/* Trains one model on `mesh` and reads back its parameters into weights[] and *bias. */
+static int train(const options *o, const linreg_data *data, mw_mesh *mesh, int sharded,
+                 float *weights, float *bias) {
+    linreg_model m;
+    mw_status st = linreg_model_new(mesh, o->rows, o->features, sharded, (float)o->lr, &m);
+    if (st != MW_OK) return fail(st, "cannot make the trainer on ", mw_mesh_describe(mesh));
+    if (sharded) print_batch(m.trainer);
+
+    linreg_result r;
+    st = linreg_train(m.trainer, data, (int)o->steps, &r);
+    if (st == MW_OK) st = linreg_read_params(m.trainer, o->features, weights, bias);
+    linreg_model_free(&m);
+    if (st != MW_OK) return fail(st, "training failed", NULL);
+    print_run(sharded ? "sharded" : "single device", o->steps, &r);
+    return 0;
+}
+
+static double max_abs_diff(const float *a, const float *b, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= m)) m = d; /* keeps a NaN */
+    }
+    return m;
+}
+
+static int all_finite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return 0;
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc > 0) usage(stdout);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+
+    char single_spec[32];
+    linreg_single_device(o.devices, single_spec, sizeof single_spec);
+    mw_mesh *single_mesh = NULL, *mesh = NULL;
+    linreg_data data = {0};
+    /* weights then bias, for each run */
+    float *single = NULL, *sharded = NULL;
+
+    /* Check both device specs before spending time on training. */
+    mw_status st = mw_mesh_new(o.devices, LINREG_MESH_AXIS, &mesh);
+    if (st != MW_OK) {
+        rc = fail(st, "cannot make a mesh over --devices ", o.devices);
+        goto done;
+    }
+    st = mw_mesh_new(single_spec, LINREG_MESH_AXIS, &single_mesh);
+    if (st != MW_OK) {
+        rc = fail(st, "cannot make the single-device mesh ", single_spec);
+        goto done;
+    }
+    st = linreg_data_make(o.rows, o.features, o.seed, &data);
+    single = malloc(2 * ((size_t)o.features + 1) * sizeof(float));
+    if (st != MW_OK || !single) {
+        fprintf(stderr, "linreg: cannot make %" PRId64 " x %" PRId64 " data: %s\n", o.rows,
+                o.features, mw_strerror(st != MW_OK ? st : MW_ERR_NOMEM));
+        rc = 2;
+        goto done;
+    }
+    sharded = single + o.features + 1;
+
+    rc = train(&o, &data, single_mesh, 0, single, single + o.features);
+    if (rc) goto done;
+    printf("%s\n", mw_mesh_describe(mesh));
+    rc = train(&o, &data, mesh, 1, sharded, sharded + o.features);
+    if (rc) goto done;
+
+    double diff = max_abs_diff(single, sharded, o.features + 1);
+    printf("max abs difference sharded vs single device: %.3g (tolerance %g)\n", diff, TOLERANCE);
+    if (!all_finite(single, o.features + 1)) {
+        fflush(stdout);
+        fprintf(stderr, "linreg: training diverged (non-finite parameters); try a smaller --lr\n");
+        rc = 1;
+    } else if (!(diff <= TOLERANCE)) {
+        fflush(stdout);
+        fprintf(stderr,
+                "linreg: the sharded run does not match single device: weights/bias differ by "
+                "%.3g, more than %g\n",
+                diff, TOLERANCE);
+        rc = 1;
+    }
+
+done:
+    free(single);
+    linreg_data_free(&data);
+    mw_mesh_free(mesh);
+    mw_mesh_free(single_mesh);
+    return rc;
+}
