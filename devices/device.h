@@ -216,6 +216,13 @@ typedef struct mw__device_vtable {
     mw_status (*xent_grad)(mw__device *dev, const mw__k_xent_grad *k);
     mw_status (*sumsq)(mw__device *dev, const mw__k_sumsq *k);
     mw_status (*adamw)(mw__device *dev, const mw__k_adamw *k);
+    /* Optional (NULL on host-memory backends): page-locked host buffers, and a copy into the
+     * device queued on its stream, from such a buffer, which must stay unchanged until the next
+     * sync. The trainer packs each step's input shards into one and uploads them without
+     * waiting. */
+    mw_status (*host_alloc)(mw__device *dev, size_t bytes, void **out);
+    void (*host_free)(mw__device *dev, void *p);
+    mw_status (*upload_async)(mw__device *dev, void *dst, const void *src, size_t bytes);
 } mw__device_vtable;
 
 struct mw__device {

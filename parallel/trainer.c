@@ -135,7 +135,8 @@ static mw_status run_ins(worker *w, mw__ins *in) {
 
 /* Copies the box of a host array that view v covers into its staging buffer, one contiguous
  * run at a time. */
-static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst) {
+static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst,
+                            int dst_on_host) {
     int r = v->rank;
     /* Innermost run: trailing axes that are whole, plus the first cut one. */
     int inner = r - 1;
@@ -153,8 +154,12 @@ static mw_status stage_view(worker *w, const mw__view *v, const char *host, char
         int64_t off = 0;
         for (int i = 0; i < inner; i++) off += (v->lo[i] + idx[i]) * stride[i];
         if (r) off += v->lo[inner] * stride[inner];
-        mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * 4, bytes);
-        if (st) return st;
+        if (dst_on_host) {
+            memcpy(dst, host + off * 4, bytes);
+        } else {
+            mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * 4, bytes);
+            if (st) return st;
+        }
         dst += bytes;
         for (int i = inner - 1; i >= 0; i--) {
             if (++idx[i] < v->len[i]) break;
@@ -164,7 +169,12 @@ static mw_status stage_view(worker *w, const mw__view *v, const char *host, char
     return MW_OK;
 }
 
+/* Points every input view at this step's data: in place in the host array when the device reads
+ * host memory and the shard is contiguous; otherwise staged into the device. A device with
+ * page-locked buffers gets each shard packed into one and sent with a single queued copy. */
 static mw_status bind_views(worker *w) {
+    const mw__device_vtable *vt = w->dev.vt;
+    size_t pinned_off = 0;
     for (int v = 0; v < w->plan.nviews; v++) {
         const mw__view *view = &w->plan.views[v];
         const char *host = w->tr->feed_of[view->input]->data;
@@ -174,7 +184,18 @@ static mw_status bind_views(worker *w) {
         }
         char *dst = (char *)w->arena + view->staging.off * 4;
         w->bases[MW__BASE_VIEW0 + v] = dst;
-        mw_status st = stage_view(w, view, host, dst);
+        mw_status st;
+        if (vt->host_memory) {
+            st = stage_view(w, view, host, dst, 1);
+        } else if (w->pinned) {
+            char *pack = (char *)w->pinned + pinned_off;
+            size_t bytes = (size_t)view->count * 4;
+            pinned_off += bytes;
+            st = stage_view(w, view, host, pack, 1);
+            if (st == MW_OK) st = vt->upload_async(&w->dev, dst, pack, bytes);
+        } else {
+            st = stage_view(w, view, host, dst, 0);
+        }
         if (st) return st;
     }
     return MW_OK;
@@ -271,6 +292,12 @@ static mw_status worker_init(worker *w) {
         (st = vt->alloc(&w->dev, pbytes, &w->grads)))
         return st;
     if ((st = vt->alloc(&w->dev, 64, (void **)&w->scratch))) return st;
+    if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
+        size_t staged = 0;
+        for (int v = 0; v < p->nviews; v++)
+            if (p->views[v].staging.off >= 0) staged += (size_t)p->views[v].count * 4;
+        if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
+    }
     if (w->tr->cfg.optimizer.kind == MW_ADAMW) {
         if ((st = vt->alloc(&w->dev, 2 * pbytes, &w->moments))) return st;
         mw__k_fill z = {.value = 0.0f, .count = 2 * p->param_elems, .out = w->moments};
@@ -390,6 +417,7 @@ static void *worker_main(void *arg) {
             w->dev.vt->free(&w->dev, w->grads);
             w->dev.vt->free(&w->dev, w->moments);
             w->dev.vt->free(&w->dev, w->scratch);
+            if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
             w->dev.vt->shutdown(&w->dev);
         }
         if (atomic_fetch_sub(&tr->remaining, 1) == 1) {

@@ -27,6 +27,7 @@ typedef struct worker {
     void *arena, *params, *grads;
     void *moments;  /* AdamW: m then v, each param_elems long */
     float *scratch; /* device scalars: the gradient square-norm */
+    void *pinned;   /* page-locked staging of the input shards (devices that offer it) */
     char **bases;   /* per plan base: resolved address (views rebound every step) */
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];

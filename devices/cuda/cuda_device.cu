@@ -798,6 +798,36 @@ static mw_status cuda_download(mw__device *dev, void *dst, const void *src, size
     return copy_sync(dev, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
+static mw_status cuda_host_alloc(mw__device *dev, size_t bytes, void **out) {
+    *out = NULL;
+    if (!bytes) return MW_OK;
+    mw_status st = bind(dev);
+    if (st) return st;
+    cudaError_t e = cudaMallocHost(out, bytes);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        (void)cudaGetLastError();
+        return mw__error(e == cudaErrorMemoryAllocation ? MW_ERR_NOMEM : MW_ERR_DEVICE,
+                         "%s: cudaMallocHost of %zu bytes failed: %s", dev->name, bytes,
+                         cudaGetErrorString(e));
+    }
+    return MW_OK;
+}
+
+static void cuda_host_free(mw__device *dev, void *p) {
+    if (!p || cudaSetDevice(dev->ordinal) != cudaSuccess) return;
+    cudaFreeHost(p);
+    (void)cudaGetLastError();
+}
+
+/* Queued on the stream: the kernels that read dst run after it, and nothing waits here. */
+static mw_status cuda_upload_async(mw__device *dev, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return MW_OK;
+    ENTER(dev);
+    CU(dev, cudaMemcpyAsync, dst, src, bytes, cudaMemcpyHostToDevice, im->stream);
+    return MW_OK;
+}
+
 static mw_status cuda_sync(mw__device *dev) {
     ENTER(dev);
     CU(dev, cudaStreamSynchronize, im->stream);
@@ -1168,4 +1198,7 @@ extern "C" const mw__device_vtable mw__cuda_device = {
     cuda_xent_grad,    /* xent_grad */
     cuda_sumsq,        /* sumsq */
     cuda_adamw,        /* adamw */
+    cuda_host_alloc,   /* host_alloc */
+    cuda_host_free,    /* host_free */
+    cuda_upload_async, /* upload_async */
 };
