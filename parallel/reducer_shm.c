@@ -4,7 +4,9 @@
  * Synchronisation. All ranks share one atomic word, `sync`: its low bits count arrivals since the
  * last reset, its top bit says the communicator was aborted. Every collective is made of "steps"
  * that all ranks take in the same order; rank r's k-th step is complete when the count reaches
- * k * nranks, so a waiter spins (pause, then sched_yield) on one word and needs no barrier object.
+ * k * nranks, so a waiter watches one word (pause, then sched_yield, then short sleeps) and needs
+ * no barrier object. (Per-rank flags would spare the shared line, but could not make the
+ * decision below atomic; with at most a handful of ranks per host the one line costs little.)
  * Putting the abort bit in the same word as the count is what makes abort safe: an arrival that
  * may be refused increments the count with a compare-exchange that fails once the bit is set, so
  * a step's count can only reach its target if every rank arrived before the abort. Every rank
@@ -26,9 +28,13 @@
  * alternate by step parity: a rank refills the slot of step s only at step s + 2, after passing
  * step s + 1, which every peer reaches only after it finished reading step s's slots.
  *
+ * Every collective starts with a refusable step that also publishes what the rank called (op,
+ * length, buffer); all ranks then check the same descriptors, so a rank that passed a different
+ * length fails on every rank instead of writing past a buffer. A zero-length all-reduce takes
+ * that step too, so ranks always agree on which collective an abort stopped.
+ *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
  * the same bits on every rank, on every run and whichever path ran. */
-#include "core/alloc.h"
 #include "parallel/reducer.h"
 
 #include <sched.h>
@@ -41,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 
 #define LINE 128 /* padding: two 64-byte lines, since adjacent-line prefetch pairs them */
@@ -52,6 +59,9 @@
 #define SMALL_MAX_FLOATS 512
 /* Floats per chunk of the large path: 8 KiB stays in L1 while the peers' chunks are added. */
 #define CHUNK_FLOATS 2048
+/* Waiting: yield for this long, then sleep this long between looks at the counter. */
+#define YIELD_MS 2.0
+#define SLEEP_NS 20000L
 #define ABORT_BIT (UINT64_C(1) << 63)
 #define COUNT_MASK (ABORT_BIT - 1)
 
@@ -90,7 +100,7 @@ struct mw__comm {
 /* GCC only: clang 14 makes the resolvers of static clones global symbols, which would clash.
  * Not under ThreadSanitizer: the dynamic loader runs the (instrumented) resolver before the
  * sanitizer's runtime is up, and the program crashes at load. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) &&      \
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) &&       \
     !defined(__SANITIZE_THREAD__)
 #define VEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -104,7 +114,8 @@ VEC_CLONES static void add_into(float *restrict d, const float *restrict s, size
     for (; i < n; i++) d[i] += s[i];
 }
 
-VEC_CLONES static void add_two(float *restrict d, const float *restrict a, const float *restrict b, size_t n) {
+VEC_CLONES static void add_two(float *restrict d, const float *restrict a, const float *restrict b,
+                               size_t n) {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (size_t j = 0; j < 16; j++) d[i + j] = a[i + j] + b[i + j];
@@ -209,8 +220,9 @@ static mw_status aborted_error(mw__comm *c, int rank, int op, uint64_t step, int
     char why[160];
     describe_why(c, why, sizeof why);
     if (entering)
-        return mw__error(MW_ERR_ABORTED, "%s aborted: rank %d entered after the communicator was "
-                                         "aborted (%s); reset it first",
+        return mw__error(MW_ERR_ABORTED,
+                         "%s aborted: rank %d entered after the communicator was aborted (%s); "
+                         "reset it first",
                          op_name(op), rank, why);
     int peer = missing_rank(c, rank, step);
     if (peer < 0)
@@ -241,26 +253,45 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
     me->step = step;
     if (((v + 1) & COUNT_MASK) >= target) return MW_OK; /* the last to arrive */
 
-    double deadline = 0;
-    if (refusable && c->timeout_ms > 0) deadline = now_ms() + c->timeout_ms;
-    for (unsigned spins = 1;; spins++) {
+    /* Spin a few microseconds (a peer that is running arrives soon), then yield (a peer may be
+     * waiting for this core), then, after YIELD_MS, sleep between looks so that a long wait (an
+     * unbalanced step) does not take a core from the ranks still computing. The clock is read
+     * only once spinning is over. */
+    double started = 0, deadline = 0;
+    for (unsigned spins = 0;; spins++) {
         v = atomic_load_explicit(&c->sync, memory_order_acquire);
         if ((v & COUNT_MASK) >= target) return MW_OK;
         if (refusable && (v & ABORT_BIT)) return aborted_error(c, rank, op, step, 0);
-        if (spins < (unsigned)c->spins_before_yield)
+        if (spins < (unsigned)c->spins_before_yield) {
             cpu_relax();
-        else
+            continue;
+        }
+        unsigned k = spins - (unsigned)c->spins_before_yield;
+        if (k % 16 != 0) {
             sched_yield();
-        if (deadline > 0 && spins % 1024 == 0 && now_ms() > deadline) {
+            continue;
+        }
+        double now = now_ms();
+        if (k == 0) {
+            started = now;
+            if (refusable && c->timeout_ms > 0) deadline = now + c->timeout_ms;
+        }
+        if (deadline > 0 && now > deadline) {
             int peer = missing_rank(c, rank, step);
             uint64_t old = set_abort(c, pack_why(CAUSE_TIMEOUT, rank, peer, c->timeout_ms));
             if ((old & COUNT_MASK) >= target) return MW_OK; /* everyone arrived just in time */
             if (peer < 0)
-                return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for "
-                                                 "its peers",
+                return mw__error(MW_ERR_TIMEOUT,
+                                 "%s timed out after %d ms: rank %d waited for its peers",
                                  op_name(op), c->timeout_ms, rank);
             return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
                              op_name(op), c->timeout_ms, rank, peer);
+        }
+        if (now - started < YIELD_MS) {
+            sched_yield();
+        } else {
+            struct timespec nap = {0, SLEEP_NS};
+            nanosleep(&nap, NULL);
         }
     }
 }

@@ -213,7 +213,10 @@ static mw_status enter(worker *w, mw_phase phase) {
     w->phase = phase;
     if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->tr->steps) {
         w->fault_armed = 0;
-        return mw__error(w->fault_status, "injected fault");
+        if (w->fault_status != MW_OK) return mw__error(w->fault_status, "injected fault");
+        struct timespec ts = {w->fault_ms / 1000, (long)(w->fault_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
     }
     return MW_OK;
 }
@@ -669,6 +672,20 @@ mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, in
     w->fault_phase = phase;
     w->fault_step = step;
     w->fault_status = status;
+    w->fault_armed = 1;
+    return MW_OK;
+}
+
+mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step,
+                                  int ms) {
+    if (!tr || device < 0 || device >= tr->nworkers || ms <= 0 || phase < MW_PHASE_FORWARD ||
+        phase > MW_PHASE_UPDATE)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_stall: bad device, phase or time");
+    worker *w = &tr->w[device];
+    w->fault_phase = phase;
+    w->fault_step = step;
+    w->fault_status = MW_OK;
+    w->fault_ms = ms;
     w->fault_armed = 1;
     return MW_OK;
 }

@@ -38,7 +38,8 @@ typedef struct worker {
     int fault_armed;             /* testing hook: fail at fault_phase of step fault_step */
     mw_phase fault_phase;
     int64_t fault_step;
-    mw_status fault_status;
+    mw_status fault_status; /* MW_OK: a stall of fault_ms instead of a failure */
+    int fault_ms;
 } worker;
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask

@@ -159,6 +159,11 @@ const char *mw_phase_name(mw_phase phase);
 mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
                                   mw_status status);
 
+/* Testing hook: makes device `device` stall for `ms` milliseconds when it reaches `phase` of step
+ * `step`, once; with mw_trainer_config.collective_timeout_ms below `ms`, its peers give up
+ * waiting and the step fails with MW_ERR_TIMEOUT. Errors: MW_ERR_INVALID. */
+mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step, int ms);
+
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
 

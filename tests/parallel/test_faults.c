@@ -2,8 +2,10 @@
  * parameter changes, every worker is released, and the trainer goes on as if the step had not
  * been tried. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "linreg_model.h"
 #include "meshwit.h"
@@ -106,4 +108,57 @@ Test(faults, phase_names) {
     cr_assert_str_eq(mw_phase_name(MW_PHASE_FORWARD), "forward");
     cr_assert_str_eq(mw_phase_name(MW_PHASE_GRAD_REDUCE), "gradient reduction");
     cr_assert_str_eq(mw_phase_name(MW_PHASE_UPDATE), "update");
+}
+
+/* A device that stalls past the collective timeout: its peers give up with MW_ERR_TIMEOUT in
+ * bounded time, and the trainer then goes on normally. */
+Test(faults, stalled_peer_times_out, .timeout = 30) {
+    rig r;
+    rig_make(&r, "cpu:2", 200);
+    cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_inject_stall(r.tr, 1, MW_PHASE_GRAD_REDUCE, 1, 1500), MW_OK);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_eq(st, MW_ERR_TIMEOUT, "got %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "cpu:0"), "%s", mw_last_error());
+    /* Bounded: the step ends once the stalled device wakes (1.5 s), never hangs. */
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_assert_lt(s, 20.0);
+    cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_steps(r.tr), 2);
+    rig_free(&r);
+}
+
+/* With check_finite, a NaN loss stops the step before the update. */
+Test(faults, non_finite_loss_stops_the_step) {
+    linreg_data d;
+    cr_assert_eq(linreg_data_make(ROWS, FEATURES, 7, &d), MW_OK);
+    mw_graph *g;
+    mw_tensor *loss;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    cr_assert_eq(linreg_build(g, ROWS, FEATURES, 1, "X", &loss), MW_OK);
+    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f}, .check_finite = 1};
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK);
+    mw_feed feeds[2] = {{"x", d.x, ROWS * FEATURES}, {"y", d.y, ROWS}};
+    cr_assert_eq(mw_trainer_step(tr, feeds, 2, NULL), MW_OK);
+    float w0[FEATURES], w1[FEATURES];
+    cr_assert_eq(mw_trainer_read_param(tr, "weights", w0, FEATURES), MW_OK);
+    float saved = d.y[ROWS - 1];
+    d.y[ROWS - 1] = NAN; /* on the last device's shard */
+    mw_status st = mw_trainer_step(tr, feeds, 2, NULL);
+    cr_assert_eq(st, MW_ERR_NONFINITE, "got %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "no parameter was updated"), "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_param(tr, "weights", w1, FEATURES), MW_OK);
+    cr_assert(memcmp(w0, w1, sizeof w0) == 0);
+    d.y[ROWS - 1] = saved;
+    cr_assert_eq(mw_trainer_step(tr, feeds, 2, NULL), MW_OK);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    linreg_data_free(&d);
 }
