@@ -37,6 +37,7 @@ int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
+int mwb_case_soak(mwb_ctx *ctx);
 
 /* Monotonic time in seconds. */
 double mwb_now(void);

@@ -20,6 +20,7 @@ static const bench_case cases[] = {
     {"reduce", mwb_case_reduce, "all-reduce time and bandwidth of the reducers"},
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
+    {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
