@@ -1,0 +1,476 @@
+/* The shared-memory reducer: sums against a double-precision reference and against the exact
+ * rank-order float sum, determinism, back-to-back collectives, abort, timeout and barrier.
+ * Worker threads only record what they saw; the test thread asserts after joining them. */
+#include <criterion/criterion.h>
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "meshwit/testing.h"
+#include "parallel/reducer.h"
+
+#define MAXP 8
+
+/* Every test has a timeout (generous for sanitizer builds on a loaded machine), so a collective
+ * that never returns fails its test instead of hanging the suite. */
+
+typedef struct worker worker;
+typedef void (*rank_fn)(worker *w);
+
+struct worker {
+    pthread_t thread;
+    mw__comm *comm;
+    int rank, p;
+    rank_fn fn;
+    void *arg;
+    float *buf;
+    size_t n;
+    mw_status st;
+    char msg[MW__MSG_SIZE];
+    double elapsed_ms;
+    long failures;
+};
+
+static const mw__reducer_vtable *R = &mw__reducer_shm;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static void *thread_main(void *arg) {
+    worker *w = arg;
+    w->fn(w);
+    return NULL;
+}
+
+/* Runs fn on p threads, one per rank, and joins them. */
+static void run_ranks(mw__comm *comm, int p, worker *w, rank_fn fn, void *arg) {
+    for (int r = 0; r < p; r++) {
+        w[r].comm = comm;
+        w[r].rank = r;
+        w[r].p = p;
+        w[r].fn = fn;
+        w[r].arg = arg;
+        cr_assert_eq(pthread_create(&w[r].thread, NULL, thread_main, &w[r]), 0);
+    }
+    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
+}
+
+static mw__comm *new_comm(int p, int timeout_ms) {
+    mw__comm *comm = NULL;
+    mw__comm_options opt = {.timeout_ms = timeout_ms};
+    mw_status st = R->comm_new(p, NULL, &opt, &comm);
+    cr_assert_eq(st, MW_OK, "comm_new(%d): %s", p, mw_last_error());
+    cr_assert_not_null(comm);
+    return comm;
+}
+
+/* A reproducible value in [-1, 1) for rank r, element i. */
+static float input(uint32_t seed, int r, size_t i) {
+    uint64_t x = (uint64_t)seed * 0x9e3779b97f4a7c15u ^ (uint64_t)r << 40 ^ (uint64_t)i;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdu;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53u;
+    x ^= x >> 33;
+    return (float)((double)(x >> 40) / (double)(1u << 23)) - 1.0f;
+}
+
+static void fill(worker *w, int p, size_t n, uint32_t seed) {
+    for (int r = 0; r < p; r++) {
+        w[r].n = n;
+        w[r].buf = malloc((n ? n : 1) * sizeof(float));
+        cr_assert_not_null(w[r].buf);
+        for (size_t i = 0; i < n; i++) w[r].buf[i] = input(seed, r, i);
+    }
+}
+
+static void release(worker *w, int p) {
+    for (int r = 0; r < p; r++) {
+        free(w[r].buf);
+        w[r].buf = NULL;
+    }
+}
+
+static void do_allreduce(worker *w) {
+    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n);
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+}
+
+static void assert_all_ok(worker *w, int p, const char *what) {
+    for (int r = 0; r < p; r++)
+        cr_assert_eq(w[r].st, MW_OK, "%s: rank %d got %s: %s", what, r, mw_status_name(w[r].st),
+                     w[r].msg);
+}
+
+Test(reducer, matches_double_reference, .timeout = 60) {
+    static const size_t lens[] = {0, 1, 7, 1023, (1u << 20) + 3};
+    for (int p = 1; p <= MAXP; p++) {
+        mw__comm *comm = new_comm(p, 0);
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            size_t n = lens[k];
+            worker w[MAXP] = {0};
+            uint32_t seed = (uint32_t)(p * 100 + k);
+            fill(w, p, n, seed);
+            run_ranks(comm, p, w, do_allreduce, NULL);
+            assert_all_ok(w, p, "all-reduce");
+            for (size_t i = 0; i < n; i++) {
+                double ref = 0, mag = 0;
+                for (int r = 0; r < p; r++) {
+                    ref += input(seed, r, i);
+                    mag += fabs(input(seed, r, i));
+                }
+                /* Adding p floats in sequence rounds p - 1 times, each by at most FLT_EPSILON/2
+                 * of a partial sum bounded by sum|x|: |error| <= (p-1) * FLT_EPSILON/2 * sum|x|.
+                 * rtol = p * FLT_EPSILON on sum|x| covers it with margin; the double reference
+                 * of at most 8 floats is exact to ~1e-16. atol only matters when all inputs are
+                 * 0. (sum|x| rather than |ref|: the bound must hold under cancellation.) */
+                double tol = FLT_MIN + p * FLT_EPSILON * mag;
+                for (int r = 0; r < p; r++)
+                    cr_assert(fabs(w[r].buf[i] - ref) <= tol,
+                              "p=%d n=%zu rank %d element %zu: got %.9g, reference %.17g", p, n, r,
+                              i, (double)w[r].buf[i], ref);
+            }
+            release(w, p);
+        }
+        R->comm_free(comm);
+    }
+}
+
+/* Inputs whose float sum depends on the order of addition: magnitudes spread over 2^-20..2^20. */
+static float order_input(uint32_t seed, int r, size_t i) {
+    float x = input(seed, r, i);
+    int e = (int)((i * 7 + (size_t)r * 13) % 41) - 20;
+    return ldexpf(x, e);
+}
+
+Test(reducer, exact_rank_order, .timeout = 60) {
+    /* Both sides of the small-path limit (512 floats) and uneven slices on the large path. */
+    static const size_t lens[] = {7, 333, 512, 513, 4097, 100003};
+    for (int p = 2; p <= MAXP; p++) {
+        mw__comm *comm = new_comm(p, 0);
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            size_t n = lens[k];
+            uint32_t seed = (uint32_t)(7 + p * 10 + k);
+            worker w[MAXP] = {0};
+            for (int r = 0; r < p; r++) {
+                w[r].n = n;
+                w[r].buf = malloc(n * sizeof(float));
+                cr_assert_not_null(w[r].buf);
+                for (size_t i = 0; i < n; i++) w[r].buf[i] = order_input(seed, r, i);
+            }
+            run_ranks(comm, p, w, do_allreduce, NULL);
+            assert_all_ok(w, p, "all-reduce");
+            size_t order_sensitive = 0;
+            for (size_t i = 0; i < n; i++) {
+                volatile float fwd = order_input(seed, 0, i), rev = order_input(seed, p - 1, i);
+                for (int r = 1; r < p; r++) fwd = fwd + order_input(seed, r, i);
+                for (int r = p - 2; r >= 0; r--) rev = rev + order_input(seed, r, i);
+                float f = fwd, b = rev;
+                if (memcmp(&f, &b, sizeof f) != 0) order_sensitive++;
+                for (int r = 0; r < p; r++)
+                    cr_assert(memcmp(&w[r].buf[i], &f, sizeof f) == 0,
+                              "p=%d n=%zu rank %d element %zu: got %a, rank-order sum %a", p, n, r,
+                              i, (double)w[r].buf[i], (double)f);
+            }
+            /* Otherwise the test could not tell rank order from another order (with two ranks
+             * there is only one: float addition commutes). */
+            if (p > 2 && n > 100)
+                cr_assert_gt(order_sensitive, n / 20, "p=%d n=%zu: inputs are not order-sensitive",
+                             p, n);
+            release(w, p);
+        }
+        R->comm_free(comm);
+    }
+}
+
+Test(reducer, bitwise_identical_across_runs_and_ranks, .timeout = 60) {
+    static const int ps[] = {3, 5, 8};
+    static const size_t lens[] = {333, 5000, 262147};
+    for (size_t a = 0; a < sizeof ps / sizeof ps[0]; a++) {
+        int p = ps[a];
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            size_t n = lens[k];
+            float *first = malloc(n * sizeof(float));
+            cr_assert_not_null(first);
+            for (int run = 0; run < 3; run++) {
+                mw__comm *comm = new_comm(p, 0); /* a fresh communicator each run */
+                worker w[MAXP] = {0};
+                for (int r = 0; r < p; r++) {
+                    w[r].n = n;
+                    w[r].buf = malloc(n * sizeof(float));
+                    cr_assert_not_null(w[r].buf);
+                    for (size_t i = 0; i < n; i++) w[r].buf[i] = order_input(99, r, i);
+                }
+                run_ranks(comm, p, w, do_allreduce, NULL);
+                assert_all_ok(w, p, "all-reduce");
+                if (run == 0) memcpy(first, w[0].buf, n * sizeof(float));
+                for (int r = 0; r < p; r++)
+                    cr_assert(memcmp(w[r].buf, first, n * sizeof(float)) == 0,
+                              "p=%d n=%zu run %d rank %d differs from run 0 rank 0", p, n, run, r);
+                release(w, p);
+                R->comm_free(comm);
+            }
+            free(first);
+        }
+    }
+}
+
+/* Many collectives of changing sizes (both paths, and 0) on one communicator, with barriers in
+ * between. Integer-valued inputs make every sum exact, so each rank checks its own results. */
+#define SEQ_LEN 300
+static size_t seq_len(int k) {
+    static const size_t fixed[] = {0, 1, 16, 512, 513, 4097, 8191, 70001}; /* small path: <= 512 */
+    if (k % 3 == 0) return fixed[(size_t)k / 3 % 8];
+    return (size_t)((input(1234, 0, (size_t)k) + 1.0f) * 30000.0f);
+}
+
+static void do_sequence(worker *w) {
+    float *buf = malloc(70001 * sizeof(float));
+    if (!buf) {
+        R->abort(w->comm); /* the peers must not wait for this rank */
+        w->st = MW_ERR_NOMEM;
+        return;
+    }
+    for (int k = 0; k < SEQ_LEN && w->st == MW_OK; k++) {
+        size_t n = seq_len(k);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (float)((w->rank + 1) * (int)((i + (size_t)k) % 97));
+        w->st = R->allreduce_sum(w->comm, w->rank, buf, n);
+        float pp = (float)(w->p * (w->p + 1) / 2);
+        for (size_t i = 0; i < n && w->st == MW_OK; i++)
+            if (buf[i] != pp * (float)((i + (size_t)k) % 97)) w->failures++;
+        if (w->st == MW_OK && k % 7 == 0) w->st = R->barrier(w->comm, w->rank);
+    }
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+    free(buf);
+}
+
+Test(reducer, many_consecutive_collectives, .timeout = 60) {
+    for (int p = 2; p <= 5; p++) {
+        mw__comm *comm = new_comm(p, 0);
+        worker w[MAXP] = {0};
+        run_ranks(comm, p, w, do_sequence, NULL);
+        assert_all_ok(w, p, "sequence");
+        for (int r = 0; r < p; r++)
+            cr_assert_eq(w[r].failures, 0, "p=%d rank %d: %ld wrong elements", p, r, w[r].failures);
+        R->comm_free(comm);
+    }
+}
+
+/* Rank 0 fails: instead of entering, it aborts the communicator while the others wait. */
+static void abort_or_allreduce(worker *w) {
+    _Atomic int *entering = w->arg;
+    if (w->rank == 0) {
+        while (atomic_load(entering) < w->p - 1) sleep_ms(1);
+        sleep_ms(50); /* let them reach the wait */
+        R->abort(w->comm);
+        w->st = MW_OK;
+        return;
+    }
+    atomic_fetch_add(entering, 1);
+    do_allreduce(w);
+}
+
+static void check_works(mw__comm *comm, int p, size_t n) {
+    worker w[MAXP] = {0};
+    fill(w, p, n, 5);
+    run_ranks(comm, p, w, do_allreduce, NULL);
+    assert_all_ok(w, p, "all-reduce after reset");
+    for (size_t i = 0; i < n; i++) {
+        float want = input(5, 0, i);
+        for (int r = 1; r < p; r++) want += input(5, r, i);
+        for (int r = 0; r < p; r++) cr_assert_eq(w[r].buf[i], want);
+    }
+    release(w, p);
+}
+
+Test(reducer, abort_releases_waiters_and_reset_recovers, .timeout = 60) {
+    static const size_t lens[] = {100, 200000};
+    int p = 3;
+    mw__comm *comm = new_comm(p, 0);
+    for (size_t k = 0; k < 2; k++) {
+        worker w[MAXP] = {0};
+        fill(w, p, lens[k], 3);
+        _Atomic int entering = 0;
+        run_ranks(comm, p, w, abort_or_allreduce, (void *)&entering);
+        for (int r = 1; r < p; r++) {
+            cr_assert_eq(w[r].st, MW_ERR_ABORTED, "rank %d got %s", r, mw_status_name(w[r].st));
+            char want[64];
+            snprintf(want, sizeof want, "rank %d was waiting for rank 0", r);
+            cr_assert(strstr(w[r].msg, want), "message \"%s\" lacks \"%s\"", w[r].msg, want);
+        }
+        release(w, p);
+
+        /* Still aborted: a rank entering now is refused at once. */
+        float x = 1;
+        cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1), MW_ERR_ABORTED);
+        cr_assert(strstr(mw_last_error(), "entered after the communicator was aborted"), "%s",
+                  mw_last_error());
+        cr_assert_eq(R->barrier(comm, 2), MW_ERR_ABORTED);
+
+        R->reset(comm);
+        check_works(comm, p, lens[k]);
+    }
+    R->comm_free(comm);
+}
+
+/* The last rank never arrives; the others must give up after timeout_ms. */
+static void all_but_last(worker *w) {
+    if (w->rank == w->p - 1) {
+        w->st = MW_OK;
+        return;
+    }
+    double t0 = now_ms();
+    do_allreduce(w);
+    w->elapsed_ms = now_ms() - t0;
+}
+
+Test(reducer, timeout_when_a_rank_never_arrives, .timeout = 60) {
+    static const size_t lens[] = {10, 300000};
+    int p = 3, timeout_ms = 200;
+    mw__comm *comm = new_comm(p, timeout_ms);
+    for (size_t k = 0; k < 2; k++) {
+        worker w[MAXP] = {0};
+        fill(w, p, lens[k], 4);
+        run_ranks(comm, p, w, all_but_last, NULL);
+        int timed_out = 0;
+        for (int r = 0; r < p - 1; r++) {
+            cr_assert(w[r].st == MW_ERR_TIMEOUT || w[r].st == MW_ERR_ABORTED, "rank %d got %s: %s",
+                      r, mw_status_name(w[r].st), w[r].msg);
+            if (w[r].st == MW_ERR_TIMEOUT) {
+                timed_out++;
+                /* Never early: it must have waited the whole timeout. */
+                cr_assert_geq(w[r].elapsed_ms, timeout_ms - 1, "gave up after %.1f ms",
+                              w[r].elapsed_ms);
+                char want[96];
+                snprintf(want, sizeof want, "timed out after %d ms: rank %d waited for rank %d",
+                         timeout_ms, r, p - 1);
+                cr_assert(strstr(w[r].msg, want), "message \"%s\" lacks \"%s\"", w[r].msg, want);
+            } else {
+                cr_assert(strstr(w[r].msg, "timed out"), "message \"%s\" lacks the cause",
+                          w[r].msg);
+            }
+        }
+        cr_assert_geq(timed_out, 1);
+        release(w, p);
+        R->reset(comm);
+        check_works(comm, p, lens[k]);
+    }
+    R->comm_free(comm);
+}
+
+/* Each rank counts itself in before barrier k; after it, all p of round k must be in. */
+typedef struct barrier_arg {
+    _Atomic long count;
+} barrier_arg;
+
+static void do_barriers(worker *w) {
+    barrier_arg *a = w->arg;
+    for (long k = 0; k < 500; k++) {
+        atomic_fetch_add(&a->count, 1);
+        w->st = R->barrier(w->comm, w->rank);
+        if (w->st != MW_OK) break;
+        if (atomic_load(&a->count) < (k + 1) * w->p) w->failures++;
+    }
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+}
+
+Test(reducer, barrier_waits_for_everyone, .timeout = 60) {
+    for (int p = 1; p <= 6; p++) {
+        mw__comm *comm = new_comm(p, 0);
+        barrier_arg a = {0};
+        worker w[MAXP] = {0};
+        run_ranks(comm, p, w, do_barriers, &a);
+        assert_all_ok(w, p, "barrier");
+        for (int r = 0; r < p; r++)
+            cr_assert_eq(w[r].failures, 0, "p=%d rank %d left %ld barriers early", p, r,
+                         w[r].failures);
+        R->comm_free(comm);
+    }
+}
+
+/* A contract violation must fail on every rank rather than write past a buffer. */
+static void mismatched_lengths(worker *w) {
+    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n - (size_t)w->rank);
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+}
+
+Test(reducer, mismatched_lengths_fail_on_every_rank, .timeout = 60) {
+    int p = 2;
+    mw__comm *comm = new_comm(p, 0);
+    worker w[MAXP] = {0};
+    fill(w, p, 4097, 6); /* rank 0 takes the large path, rank 1 the small one */
+    run_ranks(comm, p, w, mismatched_lengths, NULL);
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(w[r].st, MW_ERR_INVALID, "rank %d got %s", r, mw_status_name(w[r].st));
+        cr_assert(strstr(w[r].msg, "rank 0 has 4097 floats, rank 1 has 4096"), "%s", w[r].msg);
+        for (size_t i = 0; i < 4096; i++) cr_assert_eq(w[r].buf[i], input(6, r, i));
+    }
+    release(w, p);
+    check_works(comm, p, 5000); /* nothing to reset: every rank stayed in step */
+    R->comm_free(comm);
+}
+
+Test(reducer, invalid_arguments, .timeout = 60) {
+    mw__comm *comm = NULL;
+    cr_assert_eq(R->comm_new(0, NULL, NULL, &comm), MW_ERR_INVALID);
+    cr_assert_null(comm);
+    cr_assert(strstr(mw_last_error(), "0 ranks"), "%s", mw_last_error());
+    mw__comm_options bad = {.timeout_ms = -1};
+    cr_assert_eq(R->comm_new(2, NULL, &bad, &comm), MW_ERR_INVALID);
+    R->comm_free(NULL);
+
+    comm = new_comm(2, 0);
+    float x = 1;
+    cr_assert_eq(R->allreduce_sum(comm, 2, &x, 1), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "rank 2 out of range"), "%s", mw_last_error());
+    /* A bad call aborts the communicator so the peer is not left waiting. */
+    cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1), MW_ERR_ABORTED);
+    R->reset(comm);
+    cr_assert_eq(R->allreduce_sum(comm, 0, NULL, 5), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "rank 0 passed a NULL buffer"), "%s", mw_last_error());
+    cr_assert_eq(R->barrier(comm, 1), MW_ERR_ABORTED);
+    cr_assert(strstr(mw_last_error(), "rank 0 passed an invalid argument"), "%s", mw_last_error());
+    R->reset(comm);
+    check_works(comm, 2, 10);
+    R->comm_free(comm);
+}
+
+Test(reducer, out_of_memory_in_comm_new, .timeout = 60) {
+    /* Every allocation comm_new makes, failed in turn, must give MW_ERR_NOMEM and no object. */
+    int failures = 0;
+    for (int64_t k = 1; k < 20; k++) {
+        mw__comm *comm = (mw__comm *)&failures; /* must be overwritten with NULL */
+        mw_test_fail_allocation(k);
+        mw_status st = R->comm_new(4, NULL, NULL, &comm);
+        int64_t made = mw_test_allocations();
+        mw_test_fail_allocation(0);
+        if (st == MW_OK) {
+            cr_assert_lt(made, k, "allocation %lld was to fail but comm_new succeeded",
+                         (long long)k);
+            R->comm_free(comm);
+            break;
+        }
+        failures++;
+        cr_assert_eq(st, MW_ERR_NOMEM, "allocation %lld: %s", (long long)k, mw_status_name(st));
+        cr_assert_null(comm);
+        cr_assert(strstr(mw_last_error(), "out of memory"), "%s", mw_last_error());
+    }
+    cr_assert_geq(failures, 1);
+}
