@@ -1,0 +1,229 @@
+/* Bench case "gpt2": ms/step and tokens/s of the tiny GPT-2 (the gpt2 example's default model and
+ * batch) on one CPU device with one BLAS thread, on one device with two BLAS threads (what a user
+ * would try instead of sharding), and data-parallel over cpu:2 and cpu:4 (oversubscribed on a
+ * 2-core machine), plus every --devices spec given.
+ *
+ * Each configuration runs in its own forked process, which builds the model, runs WARMUP steps,
+ * then REPEATS repeats of STEPS steps, and reports the median ms/step and its peak resident set
+ * (getrusage's ru_maxrss is process-wide and only grows, so measuring every configuration in one
+ * process would report the largest so far; a fresh child reports its own, plus the few MB of the
+ * bench binary it starts as a copy of). Nothing is built in the parent, so no worker thread or
+ * BLAS pool is running when it forks. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../examples/common/gpt2_data.h"
+#include "../examples/common/gpt2_model.h"
+#include "bench.h"
+
+#define BATCH 32 /* the gpt2 example's defaults */
+#define SEQ 32
+#define DATA_BYTES (1 << 18)
+#define WARMUP 3
+#define REPEATS 5
+#define STEPS 5
+#define QUICK_WARMUP 1
+#define QUICK_REPEATS 3
+#define QUICK_STEPS 2
+
+typedef struct config {
+    const char *devices;
+    int blas_threads; /* mw_trainer_config.blas_threads: 0 is one per device */
+} config;
+
+/* What a child sends back through its pipe. */
+typedef struct result {
+    int ok;
+    double ms;      /* median ms/step */
+    double peak_mb; /* ru_maxrss of the child */
+    char error[400];
+} result;
+
+static void child_error(result *r, const char *what, mw_status st) {
+    snprintf(r->error, sizeof r->error, "%s: %s [%s]: %s", what, mw_strerror(st),
+             mw_status_name(st), mw_last_error());
+}
+
+/* Builds and times one configuration; runs in the child. */
+static void measure(const config *cf, int quick, result *r) {
+    gpt2_config c;
+    gpt2_preset("tiny", &c);
+    gpt2_tokens data = {0};
+    gpt2_batch batch = {0};
+    mw_mesh *mesh = NULL;
+    mw_graph *g = NULL;
+    mw_trainer *tr = NULL;
+    gpt2_graph m;
+    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &data);
+    if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &batch);
+    if (st != MW_OK) {
+        child_error(r, "cannot make the data", st);
+        goto done;
+    }
+    if ((st = mw_mesh_new(cf->devices, "X", &mesh)) != MW_OK) {
+        child_error(r, "cannot make the mesh", st);
+        goto done;
+    }
+    mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
+                                          .lr = 1e-3f,
+                                          .beta1 = 0.9f,
+                                          .beta2 = 0.95f,
+                                          .eps = 1e-8f,
+                                          .weight_decay = 0.1f,
+                                          .grad_clip = 1.0f},
+                            .blas_threads = cf->blas_threads};
+    st = mw_graph_new(&g);
+    if (st == MW_OK) st = gpt2_build(g, &c, BATCH, SEQ, "X", &m);
+    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
+    if (st != MW_OK) {
+        child_error(r, "cannot build the model", st);
+        goto done;
+    }
+    int warmup = quick ? QUICK_WARMUP : WARMUP, repeats = quick ? QUICK_REPEATS : REPEATS,
+        steps = quick ? QUICK_STEPS : STEPS;
+    double ms[REPEATS];
+    gpt2_rng rng;
+    gpt2_rng_seed(&rng, 1);
+    mw_feed feeds[2];
+    gpt2_batch_feeds(&batch, feeds);
+    for (int rep = -1; rep < repeats; rep++) { /* repeat -1 is the warm-up */
+        int n = rep < 0 ? warmup : steps;
+        double t = 0.0;
+        for (int s = 0; s < n; s++) {
+            gpt2_batch_random(&batch, &data, &rng); /* untimed: the host's part, not the step's */
+            double t0 = mwb_now();
+            if ((st = mw_trainer_step(tr, feeds, 2, NULL)) != MW_OK) {
+                child_error(r, "a step failed", st);
+                goto done;
+            }
+            t += mwb_now() - t0;
+        }
+        if (rep >= 0) ms[rep] = 1e3 * t / n;
+    }
+    r->ms = mwb_median(ms, repeats);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
+    r->ok = 1;
+done:
+    mw_trainer_free(tr);
+    mw_graph_free(g);
+    mw_mesh_free(mesh);
+    gpt2_batch_free(&batch);
+    gpt2_tokens_free(&data);
+}
+
+/* Runs measure() in a child process and collects its result. */
+static void run_isolated(const config *cf, int quick, result *r) {
+    memset(r, 0, sizeof *r);
+    int fd[2];
+    if (pipe(fd) != 0) {
+        snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(r->error, sizeof r->error, "fork: %s", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        measure(cf, quick, r);
+        ssize_t w = write(fd[1], r, sizeof *r);
+        _exit(w == (ssize_t)sizeof *r ? 0 : 1);
+    }
+    close(fd[1]);
+    ssize_t got = 0, n;
+    while (got < (ssize_t)sizeof *r &&
+           ((n = read(fd[0], (char *)r + got, sizeof *r - (size_t)got)) > 0 ||
+            (n < 0 && errno == EINTR)))
+        if (n > 0) got += n;
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (got != (ssize_t)sizeof *r) {
+        memset(r, 0, sizeof *r);
+        if (WIFSIGNALED(status))
+            snprintf(r->error, sizeof r->error, "the measuring process died of signal %d",
+                     WTERMSIG(status));
+        else
+            snprintf(r->error, sizeof r->error, "the measuring process exited with %d",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+}
+
+static void emit(mwb_ctx *ctx, const config *cf, const result *r, double speedup, int64_t params,
+                 int quick) {
+    mwb_record rec = {0};
+    mwb_record_str(&rec, "case", "gpt2");
+    mwb_record_str(&rec, "devices", cf->devices);
+    mwb_record_num(&rec, "blas_threads", cf->blas_threads > 0 ? cf->blas_threads : 1);
+    mwb_record_num(&rec, "batch", BATCH);
+    mwb_record_num(&rec, "seq", SEQ);
+    mwb_record_num(&rec, "params", (double)params);
+    mwb_record_num(&rec, "repeats", quick ? QUICK_REPEATS : REPEATS);
+    mwb_record_num(&rec, "steps_per_repeat", quick ? QUICK_STEPS : STEPS);
+    mwb_record_num(&rec, "ms_per_step", r->ms);
+    mwb_record_num(&rec, "tokens_per_s", BATCH * SEQ / (r->ms * 1e-3));
+    mwb_record_num(&rec, "speedup", speedup);
+    mwb_record_num(&rec, "peak_rss_mb", r->peak_mb);
+    ctx->emit(ctx, &rec);
+}
+
+int mwb_case_gpt2(mwb_ctx *ctx) {
+    static const config defaults[] = {{"cpu:1", 1}, {"cpu:1", 2}, {"cpu:2", 0}, {"cpu:4", 0}};
+    int ndefault = ctx->quick ? 1 : (int)(sizeof defaults / sizeof *defaults);
+    int n = ndefault + (ctx->quick ? 1 : 0) + ctx->ndevices;
+    config *cfs = malloc((size_t)n * sizeof *cfs);
+    if (!cfs) {
+        fprintf(stderr, "gpt2: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < ndefault; i++) cfs[i] = defaults[i];
+    if (ctx->quick) cfs[ndefault] = defaults[2]; /* cpu:1 and cpu:2 only */
+    for (int i = 0; i < ctx->ndevices; i++)
+        cfs[n - ctx->ndevices + i] = (config){ctx->devices[i], 0};
+
+    gpt2_config c;
+    gpt2_preset("tiny", &c);
+    int64_t params = gpt2_num_params(&c);
+    printf("tiny GPT-2 (%lld parameters), batch %d x %d random windows, AdamW; median of %d x %d "
+           "steps after %d warm-up; each configuration in its own process\n",
+           (long long)params, BATCH, SEQ, ctx->quick ? QUICK_REPEATS : REPEATS,
+           ctx->quick ? QUICK_STEPS : STEPS, ctx->quick ? QUICK_WARMUP : WARMUP);
+    printf("%-16s %6s %10s %10s %9s %14s\n", "devices", "BLAS", "ms/step", "tokens/s", "speedup",
+           "peak RSS (MB)");
+    fflush(stdout);
+    int failed = 0;
+    double base_ms = 0.0;
+    for (int i = 0; i < n; i++) {
+        result r;
+        run_isolated(&cfs[i], ctx->quick, &r);
+        if (!r.ok) {
+            fprintf(stderr, "gpt2: %s (BLAS threads %d): %s\n", cfs[i].devices,
+                    cfs[i].blas_threads > 0 ? cfs[i].blas_threads : 1, r.error);
+            failed = 1;
+            continue;
+        }
+        if (i == 0) base_ms = r.ms;                            /* cpu:1 with one BLAS thread */
+        double speedup = base_ms > 0.0 ? base_ms / r.ms : NAN; /* NAN: cpu:1 failed */
+        printf("%-16s %6d %10.1f %10.0f %8.2fx %14.1f\n", cfs[i].devices,
+               cfs[i].blas_threads > 0 ? cfs[i].blas_threads : 1, r.ms, BATCH * SEQ / (r.ms * 1e-3),
+               speedup, r.peak_mb);
+        fflush(stdout);
+        emit(ctx, &cfs[i], &r, speedup, params, ctx->quick);
+    }
+    free(cfs);
+    return failed;
+}

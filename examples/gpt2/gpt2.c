@@ -1,0 +1,698 @@
+/* gpt2: trains GPT-2 data-parallel over a mesh of devices, on byte-level text, llm.c token shards
+ * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files.
+ *
+ * One training step: make a global batch [B, T] on the host (random windows, or file order with
+ * --sequential), feed it; the trainer shards it along Batch over the mesh, all-reduces the
+ * gradients and updates every replica with AdamW.
+ *
+ * Exit status: 0 done, 2 bad arguments, bad data or a library error. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/gpt2_data.h"
+#include "../common/gpt2_model.h"
+
+#define MESH_AXIS "X"
+#define VAL_FRACTION 0.1 /* held out of --data (or the default corpus) when no --val-data */
+
+typedef struct options {
+    const char *devices, *data, *val_data, *preset, *load, *save, *prompt;
+    gpt2_data_format format;
+    int preset_given; /* --preset: the model's sizes are not taken from the --load file */
+    gpt2_config model;
+    int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
+    int cosine, sequential, eval_only;
+    uint64_t seed;
+    double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: gpt2 [options]\n"
+        "Trains GPT-2 data-parallel over a mesh of devices. Without --data it trains on a\n"
+        "built-in corpus of arithmetic lines (\"123+456=579\"), byte-level, 10%% held out for\n"
+        "validation.\n"
+        "\n"
+        "devices and data\n"
+        "  --devices SPEC      devices, sharding the batch over all of them (default cpu:2;\n"
+        "                      e.g. cpu:1, cpu:4, cuda:0,1)\n"
+        "  --data FILE         training data: any file as bytes (vocab 256), or an llm.c token\n"
+        "                      shard (uint16 GPT-2 tokens); the last 10%% is held out unless\n"
+        "                      --val-data is given. With --eval-only: the data evaluated, whole\n"
+        "  --val-data FILE     validation data (with --eval-only: evaluated instead of --data)\n"
+        "  --data-format F     auto (default: a token shard when the name ends in .bin or the\n"
+        "                      file starts with its magic), text or tokens\n"
+        "model\n"
+        "  --preset NAME       tiny (default; 4 layers, 128 channels, context 128, bytes),\n"
+        "                      small, gpt2-124m (context 1024, vocab 50257 padded to 50304)\n"
+        "  --layers N, --heads N, --channels N, --context N, --vocab N, --padded-vocab N\n"
+        "                      override the preset's sizes (--vocab pads to a multiple of 128)\n"
+        "  --load FILE         start from an llm.c model file (fp32); without --preset the model\n"
+        "                      takes its sizes from the file (sizes given must agree with it)\n"
+        "  --save FILE         write an llm.c model file after training\n"
+        "training\n"
+        "  --batch N           global batch, in sequences (default 32)\n"
+        "  --seq N             tokens per sequence (default 32)\n"
+        "  --steps N           training steps (default 600)\n"
+        "  --seed N            seed of the initial weights, the batches and sampling (default 1)\n"
+        "  --sequential        batches in file order (llm.c's windows) instead of random ones\n"
+        "  --lr X              peak learning rate (default 2e-3)\n"
+        "  --beta1 X, --beta2 X, --eps X, --weight-decay X\n"
+        "                      AdamW (defaults 0.9, 0.95, 1e-8, 0.1)\n"
+        "  --warmup N          steps of linear warm-up (default 20)\n"
+        "  --schedule S        cosine (default: decays to --min-lr-ratio x lr by the last step)\n"
+        "                      or constant\n"
+        "  --min-lr-ratio X    the cosine schedule's final fraction of lr (default 0.1)\n"
+        "  --grad-clip X       clip the global gradient norm to X; 0 turns it off (default 1)\n"
+        "  --val-every N       validation loss every N steps and at the end; 0: never\n"
+        "                      (default 100)\n"
+        "  --val-batches N     sequential batches per validation (default 8)\n"
+        "evaluation and sampling\n"
+        "  --eval-only         print the loss over --eval-batches sequential batches, no training\n"
+        "  --eval-batches N    (default 16)\n"
+        "  --sample N          generate N tokens at the end (default 200; 0: none)\n"
+        "  --temperature X     sampling temperature; 0 picks the likeliest token (default 0.7)\n"
+        "  --prompt TEXT       start of the sample, byte-level data only (default a newline)\n"
+        "  --help              this text\n"
+        "\n"
+        "Prints one line per step, \"step N: loss X  (M ms/step, K tokens/s)\", \"val loss X\"\n"
+        "at intervals and \"final loss X\" (the last training loss). Losses are in nats/token.\n"
+        "Exit status: 0 done, 2 bad arguments, bad data or an error.\n");
+}
+
+/* --- arguments -------------------------------------------------------------------------------- */
+
+static int parse_int(const char *s, long min, long max, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_double(const char *s, double min, double max, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') return -1;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Accepts "--name value" and "--name=value". Returns the value, or NULL when arg is not --name. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
+    size_t n = strlen(name);
+    const char *arg = argv[*i];
+    if (strncmp(arg, name, n) != 0) return NULL;
+    if (arg[n] == '=') return arg + n + 1;
+    if (arg[n] != '\0') return NULL;
+    if (*i + 1 >= argc) {
+        *missing = 1;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+/* Explicit model sizes, applied over the preset (or the --load file's header) once all arguments
+ * are read; 0 when not given. */
+typedef struct sizes {
+    int layers, heads, channels, context, vocab, padded_vocab;
+} sizes;
+
+/* 0 ok, 1 --help, -1 bad arguments (already reported). */
+static int parse_args(int argc, char **argv, options *o, sizes *sz) {
+    *o = (options){.devices = "cpu:2",
+                   .preset = "tiny",
+                   .prompt = "\n",
+                   .batch = 32,
+                   .seq = 32,
+                   .steps = 600,
+                   .warmup = 20,
+                   .val_every = 100,
+                   .val_batches = 8,
+                   .sample = 200,
+                   .eval_batches = 16,
+                   .cosine = 1,
+                   .seed = 1,
+                   .lr = 2e-3,
+                   .beta1 = 0.9,
+                   .beta2 = 0.95,
+                   .eps = 1e-8,
+                   .weight_decay = 0.1,
+                   .grad_clip = 1.0,
+                   .min_lr_ratio = 0.1,
+                   .temperature = 0.7};
+    memset(sz, 0, sizeof *sz);
+    const long big = 1L << 30;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v;
+        int missing = 0, bad = 0;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if (strcmp(arg, "--sequential") == 0) {
+            o->sequential = 1;
+        } else if (strcmp(arg, "--eval-only") == 0) {
+            o->eval_only = 1;
+        } else if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+            o->devices = v;
+        } else if ((v = option_value(argc, argv, &i, "--data", &missing))) {
+            o->data = v;
+        } else if ((v = option_value(argc, argv, &i, "--val-data", &missing))) {
+            o->val_data = v;
+        } else if ((v = option_value(argc, argv, &i, "--data-format", &missing))) {
+            if (strcmp(v, "auto") == 0)
+                o->format = GPT2_DATA_AUTO;
+            else if (strcmp(v, "text") == 0)
+                o->format = GPT2_DATA_TEXT;
+            else if (strcmp(v, "tokens") == 0)
+                o->format = GPT2_DATA_SHARD;
+            else
+                bad = 1;
+        } else if ((v = option_value(argc, argv, &i, "--preset", &missing))) {
+            gpt2_config c;
+            o->preset = v;
+            o->preset_given = 1;
+            if (gpt2_preset(v, &c) != 0) {
+                fprintf(stderr, "gpt2: unknown preset '%s' (tiny, small, gpt2-124m)\n", v);
+                return -1;
+            }
+        } else if ((v = option_value(argc, argv, &i, "--layers", &missing))) {
+            bad = parse_int(v, 1, 1000, &sz->layers);
+        } else if ((v = option_value(argc, argv, &i, "--heads", &missing))) {
+            bad = parse_int(v, 1, 1000, &sz->heads);
+        } else if ((v = option_value(argc, argv, &i, "--channels", &missing))) {
+            bad = parse_int(v, 1, 1L << 16, &sz->channels);
+        } else if ((v = option_value(argc, argv, &i, "--context", &missing))) {
+            bad = parse_int(v, 1, 1L << 20, &sz->context);
+        } else if ((v = option_value(argc, argv, &i, "--vocab", &missing))) {
+            bad = parse_int(v, 1, 65536, &sz->vocab);
+        } else if ((v = option_value(argc, argv, &i, "--padded-vocab", &missing))) {
+            bad = parse_int(v, 1, 1L << 20, &sz->padded_vocab);
+        } else if ((v = option_value(argc, argv, &i, "--load", &missing))) {
+            o->load = v;
+        } else if ((v = option_value(argc, argv, &i, "--save", &missing))) {
+            o->save = v;
+        } else if ((v = option_value(argc, argv, &i, "--batch", &missing))) {
+            bad = parse_int(v, 1, big, &o->batch);
+        } else if ((v = option_value(argc, argv, &i, "--seq", &missing))) {
+            bad = parse_int(v, 1, 1L << 20, &o->seq);
+        } else if ((v = option_value(argc, argv, &i, "--steps", &missing))) {
+            bad = parse_int(v, 0, big, &o->steps);
+        } else if ((v = option_value(argc, argv, &i, "--seed", &missing))) {
+            bad = parse_u64(v, &o->seed);
+        } else if ((v = option_value(argc, argv, &i, "--lr", &missing))) {
+            bad = parse_double(v, 0.0, 1e3, &o->lr);
+        } else if ((v = option_value(argc, argv, &i, "--beta1", &missing))) {
+            bad = parse_double(v, 0.0, 0.999999, &o->beta1);
+        } else if ((v = option_value(argc, argv, &i, "--beta2", &missing))) {
+            bad = parse_double(v, 0.0, 0.999999, &o->beta2);
+        } else if ((v = option_value(argc, argv, &i, "--eps", &missing))) {
+            bad = parse_double(v, 0.0, 1.0, &o->eps);
+        } else if ((v = option_value(argc, argv, &i, "--weight-decay", &missing))) {
+            bad = parse_double(v, 0.0, 1e3, &o->weight_decay);
+        } else if ((v = option_value(argc, argv, &i, "--warmup", &missing))) {
+            bad = parse_int(v, 0, big, &o->warmup);
+        } else if ((v = option_value(argc, argv, &i, "--schedule", &missing))) {
+            if (strcmp(v, "cosine") == 0)
+                o->cosine = 1;
+            else if (strcmp(v, "constant") == 0)
+                o->cosine = 0;
+            else
+                bad = 1;
+        } else if ((v = option_value(argc, argv, &i, "--min-lr-ratio", &missing))) {
+            bad = parse_double(v, 0.0, 1.0, &o->min_lr_ratio);
+        } else if ((v = option_value(argc, argv, &i, "--grad-clip", &missing))) {
+            bad = parse_double(v, 0.0, 1e30, &o->grad_clip);
+        } else if ((v = option_value(argc, argv, &i, "--val-every", &missing))) {
+            bad = parse_int(v, 0, big, &o->val_every);
+        } else if ((v = option_value(argc, argv, &i, "--val-batches", &missing))) {
+            bad = parse_int(v, 1, big, &o->val_batches);
+        } else if ((v = option_value(argc, argv, &i, "--eval-batches", &missing))) {
+            bad = parse_int(v, 1, big, &o->eval_batches);
+        } else if ((v = option_value(argc, argv, &i, "--sample", &missing))) {
+            bad = parse_int(v, 0, big, &o->sample);
+        } else if ((v = option_value(argc, argv, &i, "--temperature", &missing))) {
+            bad = parse_double(v, 0.0, 1e3, &o->temperature);
+        } else if ((v = option_value(argc, argv, &i, "--prompt", &missing))) {
+            o->prompt = v;
+        } else if (!missing) {
+            fprintf(stderr, "gpt2: unknown argument '%s' (see --help)\n", arg);
+            return -1;
+        }
+        if (missing) {
+            fprintf(stderr, "gpt2: %s needs a value (see --help)\n", arg);
+            return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "gpt2: bad value '%s' for %.*s (see --help)\n", v,
+                    (int)strcspn(arg, "="), arg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The model: the --load file's header (unless --preset is given) or the preset, then the explicit
+ * sizes, which gpt2_load later checks against the file. 0, or -1 with the error reported. */
+static int choose_model(options *o, const sizes *sz) {
+    char err[512];
+    if (o->load && !o->preset_given) {
+        mw_status st = gpt2_read_header(o->load, &o->model, err, sizeof err);
+        if (st != MW_OK) {
+            fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
+            return -1;
+        }
+    } else {
+        gpt2_preset(o->preset, &o->model);
+    }
+    gpt2_config *c = &o->model;
+    if (sz->layers) c->layers = sz->layers;
+    if (sz->heads) c->heads = sz->heads;
+    if (sz->channels) c->channels = sz->channels;
+    if (sz->context) c->max_seq = sz->context;
+    if (sz->vocab) c->vocab = sz->vocab, c->padded_vocab = (sz->vocab + 127) / 128 * 128;
+    if (sz->padded_vocab) c->padded_vocab = sz->padded_vocab;
+    if (gpt2_config_check(c, err, sizeof err) != 0) {
+        fprintf(stderr, "gpt2: bad model size: %s\n", err);
+        return -1;
+    }
+    if (o->seq > c->max_seq) {
+        fprintf(stderr, "gpt2: --seq %d is longer than the model's context %d\n", o->seq,
+                c->max_seq);
+        return -1;
+    }
+    return 0;
+}
+
+/* --- the run ---------------------------------------------------------------------------------- */
+
+typedef struct run {
+    options o;
+    gpt2_tokens data, val_file; /* owned */
+    gpt2_tokens train, val;     /* views */
+    int byte_level;             /* text data: tokens are bytes */
+    int corpus;                 /* the built-in arithmetic corpus */
+    mw_mesh *mesh;
+    mw_graph *graph;
+    gpt2_graph model;
+    mw_trainer *tr;
+    gpt2_batch batch;
+    gpt2_rng rng;
+} run;
+
+/* Reports a failed library call; returns the exit status for it. */
+static int fail(mw_status st, const char *what) {
+    fflush(stdout);
+    const char *msg = mw_last_error();
+    fprintf(stderr, "gpt2: %s: %s [%s]%s%s\n", what, mw_strerror(st), mw_status_name(st),
+            *msg ? ": " : "", msg);
+    return 2;
+}
+
+/* Reports an error with its own message (from the data and model-file functions). */
+static int fail_msg(mw_status st, const char *msg) {
+    fflush(stdout);
+    fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), msg);
+    return 2;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Loads or generates the data and splits it; checks every token against the vocabulary and that
+ * the sets hold a batch. Returns 0 or the exit status. */
+static int prepare_data(run *r) {
+    const options *o = &r->o;
+    char err[512];
+    mw_status st;
+    if (o->data) {
+        st = gpt2_tokens_load(o->data, o->format, &r->data, err, sizeof err);
+        if (st != MW_OK) return fail_msg(st, err);
+        r->byte_level = gpt2_data_detect(o->data, o->format) == GPT2_DATA_TEXT;
+    } else {
+        st = gpt2_corpus_generate(GPT2_CORPUS_SEED, GPT2_CORPUS_BYTES, &r->data);
+        if (st != MW_OK) return fail_msg(st, "cannot generate the default corpus");
+        r->byte_level = r->corpus = 1;
+    }
+    if (o->val_data) {
+        st = gpt2_tokens_load(o->val_data, o->format, &r->val_file, err, sizeof err);
+        if (st != MW_OK) return fail_msg(st, err);
+        r->train = (gpt2_tokens){r->data.ids, r->data.count, 0};
+        r->val = (gpt2_tokens){r->val_file.ids, r->val_file.count, 0};
+    } else if (o->eval_only && o->data) {
+        r->val = (gpt2_tokens){r->data.ids, r->data.count, 0}; /* the whole file is evaluated */
+    } else {
+        gpt2_tokens_split(&r->data, VAL_FRACTION, &r->train, &r->val);
+    }
+    const char *data_name = o->data ? o->data : "the default corpus";
+    const char *val_name = o->val_data ? o->val_data : "the validation data";
+    if (!o->eval_only) {
+        st = gpt2_tokens_check_vocab(&r->train, o->model.vocab, data_name, err, sizeof err);
+        if (st != MW_OK) {
+            fail_msg(st, err);
+            if (!r->byte_level)
+                fprintf(stderr, "gpt2: (GPT-2 tokens need --preset gpt2-124m or --vocab 50257)\n");
+            return 2;
+        }
+        st = gpt2_batch_check(&r->train, o->batch, o->seq, !o->sequential, data_name, err,
+                              sizeof err);
+        if (st != MW_OK) return fail_msg(st, err);
+    }
+    if (o->eval_only || o->val_every > 0) {
+        st = gpt2_tokens_check_vocab(&r->val, o->model.vocab, val_name, err, sizeof err);
+        if (st == MW_OK)
+            st = gpt2_batch_check(&r->val, o->batch, o->seq, 0, val_name, err, sizeof err);
+        if (st != MW_OK) {
+            fail_msg(st, err);
+            if (!o->eval_only && !o->val_data)
+                fprintf(stderr,
+                        "gpt2: (the last 10%% of %s is held out for validation; give "
+                        "--val-data, smaller --batch/--seq, or --val-every 0)\n",
+                        data_name);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void print_setup(const run *r) {
+    const options *o = &r->o;
+    const gpt2_config *c = &o->model;
+    printf("meshwit %s, BLAS core %s\n", mw_version(), mw_blas_core());
+    if (*mw_blas_warning()) printf("warning: %s\n", mw_blas_warning());
+    printf("%s\n", mw_mesh_describe(r->mesh));
+    printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (padded %d): %lld "
+           "parameters\n",
+           c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
+           (long long)gpt2_num_params(c));
+    const char *name = o->data ? o->data : "default corpus (arithmetic lines, generated)";
+    printf("data: %s, %s, %lld tokens", name, r->byte_level ? "bytes" : "llm.c tokens",
+           (long long)r->data.count);
+    if (o->eval_only) {
+        printf("; evaluating %lld tokens\n", (long long)r->val.count);
+    } else {
+        printf("; train %lld, val %lld%s\n", (long long)r->train.count, (long long)r->val.count,
+               o->val_data ? " (--val-data)" : " (held out)");
+        printf("unigram entropy (the loss of a model that knows only token frequencies): train "
+               "%.4f, val %.4f nats/token\n",
+               gpt2_tokens_entropy(&r->train), gpt2_tokens_entropy(&r->val));
+        printf("batch %d x %d (%s windows), %d steps, AdamW lr %g (%s, warm-up %d), grad clip "
+               "%g\n",
+               o->batch, o->seq, o->sequential ? "sequential" : "random", o->steps, o->lr,
+               o->cosine ? "cosine" : "constant", o->warmup, o->grad_clip);
+    }
+    fflush(stdout);
+}
+
+/* Builds the model for batch x seq over `mesh` (sharded along Batch when mesh_axis is not NULL).
+ * outputs: the logits are read back (for sampling). */
+static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, int outputs,
+                       mw_graph **g, gpt2_graph *m, mw_trainer **tr) {
+    mw_status st = mw_graph_new(g);
+    if (st != MW_OK) return st;
+    mw_graph_set_seed(*g, o->seed);
+    st = gpt2_build(*g, &o->model, batch, seq, outputs ? NULL : MESH_AXIS, m);
+    if (st != MW_OK) return st;
+    mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
+                                           .lr = (float)o->lr,
+                                           .beta1 = (float)o->beta1,
+                                           .beta2 = (float)o->beta2,
+                                           .eps = (float)o->eps,
+                                           .weight_decay = (float)o->weight_decay,
+                                           .grad_clip = (float)o->grad_clip,
+                                           .warmup_steps = o->warmup,
+                                           .decay_steps = o->cosine ? o->steps : 0,
+                                           .min_lr_ratio = (float)o->min_lr_ratio}};
+    if (outputs) {
+        cfg.outputs = &m->logits;
+        cfg.noutputs = 1;
+    }
+    return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
+}
+
+/* Mean loss over the first n sequential batches of t (fewer when t holds fewer). */
+static mw_status evaluate(run *r, const gpt2_tokens *t, int n, float *loss, int *used) {
+    int64_t avail = gpt2_batch_count(t, r->o.batch, r->o.seq);
+    if (n > avail) n = (int)avail;
+    double sum = 0.0;
+    mw_feed feeds[2];
+    gpt2_batch_feeds(&r->batch, feeds);
+    for (int k = 0; k < n; k++) {
+        float l;
+        gpt2_batch_sequential(&r->batch, t, k);
+        mw_status st = mw_trainer_eval(r->tr, feeds, 2, &l);
+        if (st != MW_OK) return st;
+        sum += l;
+    }
+    *loss = (float)(sum / n);
+    if (used) *used = n;
+    return MW_OK;
+}
+
+static int train(run *r) {
+    const options *o = &r->o;
+    mw_feed feeds[2];
+    gpt2_batch_feeds(&r->batch, feeds);
+    float loss = NAN, val;
+    for (int s = 0; s < o->steps; s++) {
+        double t0 = now();
+        if (o->sequential)
+            gpt2_batch_sequential(&r->batch, &r->train, s);
+        else
+            gpt2_batch_random(&r->batch, &r->train, &r->rng);
+        mw_status st = mw_trainer_step(r->tr, feeds, 2, &loss);
+        if (st != MW_OK) return fail(st, "training step failed");
+        double ms = 1e3 * (now() - t0);
+        printf("step %d: loss %.4f  (%.1f ms/step, %.0f tokens/s)\n", s + 1, loss, ms,
+               (double)o->batch * o->seq / (ms * 1e-3));
+        fflush(stdout);
+        if (!isfinite(loss)) {
+            fprintf(stderr, "gpt2: the loss is %f at step %d; try a lower --lr\n", loss, s + 1);
+            return 2;
+        }
+        if (o->val_every > 0 && ((s + 1) % o->val_every == 0 || s + 1 == o->steps)) {
+            st = evaluate(r, &r->val, o->val_batches, &val, NULL);
+            if (st != MW_OK) return fail(st, "validation failed");
+            printf("val loss %.4f  (after step %d)\n", val, s + 1);
+            fflush(stdout);
+        }
+    }
+    if (o->steps > 0) printf("final loss %.4f\n", loss);
+    return 0;
+}
+
+/* Copies every parameter of the model from one trainer to another. */
+static mw_status copy_params(mw_trainer *dst, mw_trainer *src, const gpt2_config *c) {
+    static const char *const layer_params[] = {"ln1w",     "ln1b",     "qkvw",    "qkvb",
+                                               "attprojw", "attprojb", "ln2w",    "ln2b",
+                                               "fcw",      "fcb",      "fcprojw", "fcprojb"};
+    const int64_t C = c->channels;
+    const int64_t layer_sizes[] = {C, C, 3 * C * C, 3 * C, C * C,     C,
+                                   C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+    const int64_t wte = (int64_t)c->padded_vocab * C, wpe = (int64_t)c->max_seq * C;
+    int64_t largest = 4 * C * C;
+    if (wte > largest) largest = wte;
+    if (wpe > largest) largest = wpe;
+    float *buf = malloc((size_t)largest * sizeof *buf);
+    if (!buf) return MW_ERR_NOMEM;
+    struct {
+        const char *name;
+        int64_t n;
+    } whole[] = {{"wte", wte}, {"wpe", wpe}, {"lnfw", C}, {"lnfb", C}};
+    mw_status st = MW_OK;
+    for (size_t i = 0; i < sizeof whole / sizeof *whole && st == MW_OK; i++) {
+        st = mw_trainer_read_param(src, whole[i].name, buf, whole[i].n);
+        if (st == MW_OK) st = mw_trainer_write_param(dst, whole[i].name, buf, whole[i].n);
+    }
+    for (int l = 0; l < c->layers && st == MW_OK; l++)
+        for (size_t i = 0; i < sizeof layer_params / sizeof *layer_params && st == MW_OK; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "h%d.%s", l, layer_params[i]);
+            st = mw_trainer_read_param(src, name, buf, layer_sizes[i]);
+            if (st == MW_OK) st = mw_trainer_write_param(dst, name, buf, layer_sizes[i]);
+        }
+    free(buf);
+    return st;
+}
+
+/* A token drawn from softmax(logits / temperature) over the first `vocab` entries (the likeliest
+ * one at temperature 0). */
+static int draw(const float *logits, int vocab, double temperature, gpt2_rng *rng) {
+    int best = 0;
+    for (int v = 1; v < vocab; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (temperature <= 0.0) return best;
+    double total = 0.0;
+    for (int v = 0; v < vocab; v++) total += exp((logits[v] - logits[best]) / temperature);
+    double u = gpt2_rng_uniform(rng) * total, acc = 0.0;
+    for (int v = 0; v < vocab; v++) {
+        acc += exp((logits[v] - logits[best]) / temperature);
+        if (u < acc) return v;
+    }
+    return best;
+}
+
+/* A byte as itself, except control characters other than newline and tab, which could upset the
+ * terminal; a BPE token as its id. */
+static void print_token(int token, int byte_level) {
+    if (!byte_level)
+        printf("%d ", token);
+    else if ((token < 0x20 && token != '\n' && token != '\t') || token == 0x7f)
+        printf("\\x%02x", token);
+    else
+        putchar(token);
+}
+
+/* Generates o->sample tokens with a batch-1 copy of the model on one CPU device: each new token
+ * is drawn from the logits at the last position of the window of the latest seq tokens. */
+static int sample(run *r) {
+    const options *o = &r->o;
+    const gpt2_config *c = &o->model;
+    const int T = o->seq, V = c->vocab, Vp = c->padded_vocab;
+    mw_mesh *mesh = NULL;
+    mw_graph *g = NULL;
+    mw_trainer *tr = NULL;
+    gpt2_graph m;
+    int rc = 0, n = 0, cap = o->sample + (int)strlen(o->prompt) + 1;
+    int32_t *hist = malloc((size_t)cap * sizeof *hist), *tokens = calloc((size_t)T, 4),
+            *targets = calloc((size_t)T, 4);
+    float *logits = malloc((size_t)T * (size_t)Vp * sizeof *logits);
+    char *text = malloc((size_t)cap);
+    mw_status st = hist && tokens && targets && logits && text ? MW_OK : MW_ERR_NOMEM;
+    if (st == MW_OK) st = mw_mesh_new("cpu:1", NULL, &mesh);
+    if (st == MW_OK) st = build(o, 1, T, mesh, 1, &g, &m, &tr);
+    if (st == MW_OK) st = copy_params(tr, r->tr, c);
+    if (st != MW_OK) {
+        rc = fail(st, "cannot set up sampling");
+        goto done;
+    }
+    if (r->byte_level)
+        for (const char *p = o->prompt; *p; p++) hist[n++] = (unsigned char)*p;
+    else
+        hist[n++] = V == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
+    int prompt_len = n;
+    printf("sample (%d tokens, temperature %g):\n", o->sample, o->temperature);
+    if (r->byte_level) fwrite(o->prompt, 1, strlen(o->prompt), stdout);
+    mw_feed feeds[2] = {{"tokens", tokens, T}, {"targets", targets, T}};
+    for (int i = 0; i < o->sample; i++) {
+        int start = n > T ? n - T : 0, len = n - start;
+        memcpy(tokens, hist + start, (size_t)len * sizeof *tokens);
+        float unused;
+        st = mw_trainer_eval(tr, feeds, 2, &unused);
+        if (st == MW_OK) st = mw_trainer_read_output(tr, m.logits, logits, (int64_t)T * Vp);
+        if (st != MW_OK) {
+            rc = fail(st, "sampling failed");
+            goto done;
+        }
+        hist[n] = draw(logits + (size_t)(len - 1) * (size_t)Vp, V, o->temperature, &r->rng);
+        print_token(hist[n++], r->byte_level);
+        fflush(stdout);
+    }
+    printf("\n");
+    if (r->corpus) {
+        for (int i = 0; i < n; i++) text[i] = (char)hist[i];
+        int lines, ok, correct; /* the first line counts when the prompt ends one */
+        gpt2_corpus_score(text + prompt_len, (size_t)(n - prompt_len),
+                          o->prompt[strlen(o->prompt) - 1] == '\n', &lines, &ok, &correct);
+        printf("sample: %d complete lines, %d well formed, %d correct arithmetic\n", lines, ok,
+               correct);
+    }
+done:
+    mw_trainer_free(tr);
+    mw_graph_free(g);
+    mw_mesh_free(mesh);
+    free(hist);
+    free(tokens);
+    free(targets);
+    free(logits);
+    free(text);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    run r = {0};
+    sizes sz;
+    int rc = parse_args(argc, argv, &r.o, &sz);
+    if (rc > 0) usage(stdout);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    if (choose_model(&r.o, &sz) != 0) return 2;
+    options *o = &r.o;
+    if (o->prompt[0] == '\0') {
+        fprintf(stderr, "gpt2: --prompt must not be empty\n");
+        return 2;
+    }
+    gpt2_rng_seed(&r.rng, o->seed);
+    char err[512];
+    mw_status st;
+    if ((rc = prepare_data(&r)) != 0) goto done;
+    if (!r.byte_level && strcmp(o->prompt, "\n") != 0) {
+        fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
+                        "<|endoftext|>)\n");
+        rc = 2;
+        goto done;
+    }
+    if ((st = mw_mesh_new(o->devices, MESH_AXIS, &r.mesh)) != MW_OK) {
+        rc = fail(st, "cannot make the mesh");
+        goto done;
+    }
+    print_setup(&r);
+    if ((st = gpt2_batch_new(o->batch, o->seq, &r.batch)) != MW_OK ||
+        (st = build(o, o->batch, o->seq, r.mesh, 0, &r.graph, &r.model, &r.tr)) != MW_OK) {
+        rc = fail(st, "cannot build the model");
+        goto done;
+    }
+    if (o->load) {
+        if ((st = gpt2_load(r.tr, &o->model, o->load, err, sizeof err)) != MW_OK) {
+            rc = fail_msg(st, err);
+            goto done;
+        }
+        printf("loaded %s\n", o->load);
+    }
+    if (o->eval_only) {
+        float loss;
+        int used;
+        if ((st = evaluate(&r, &r.val, o->eval_batches, &loss, &used)) != MW_OK) {
+            rc = fail(st, "evaluation failed");
+            goto done;
+        }
+        printf("eval loss %.4f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
+        goto done;
+    }
+    if ((rc = train(&r)) != 0) goto done;
+    if (o->save) {
+        if ((st = gpt2_save(r.tr, &o->model, o->save, err, sizeof err)) != MW_OK) {
+            rc = fail_msg(st, err);
+            goto done;
+        }
+        printf("saved %s\n", o->save);
+    }
+    if (o->sample > 0) rc = sample(&r);
+done:
+    fflush(stdout);
+    mw_trainer_free(r.tr);
+    mw_graph_free(r.graph);
+    mw_mesh_free(r.mesh);
+    gpt2_batch_free(&r.batch);
+    gpt2_tokens_free(&r.val_file);
+    gpt2_tokens_free(&r.data);
+    return rc;
+}
