@@ -21,12 +21,12 @@
 #define VAL_FRACTION 0.1 /* held out of --data (or the default corpus) when no --val-data */
 
 typedef struct options {
-    const char *devices, *data, *val_data, *preset, *load, *save, *prompt;
+    const char *devices, *data, *val_data, *preset, *load, *save, *prompt, *checkpoint;
     gpt2_data_format format;
     int preset_given; /* --preset: the model's sizes are not taken from the --load file */
     gpt2_config model;
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
-    int cosine, sequential, eval_only;
+    int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -56,6 +56,12 @@ static void usage(FILE *f) {
         "  --load FILE         start from an llm.c model file (fp32); without --preset the model\n"
         "                      takes its sizes from the file (sizes given must agree with it)\n"
         "  --save FILE         write an llm.c model file after training\n"
+        "  --checkpoint FILE   resumable training state (parameters, AdamW moments, step, data\n"
+        "                      position and RNG), written atomically every --checkpoint-every N\n"
+        "                      steps (default 100) and at the end\n"
+        "  --resume            continue from --checkpoint FILE exactly where it stopped\n"
+        "  --stop-at N         stop after step N as if interrupted (the schedule still spans\n"
+        "                      --steps; with --checkpoint the state at step N is saved)\n"
         "training\n"
         "  --batch N           global batch, in sequences (default 32)\n"
         "  --seq N             tokens per sequence (default 32)\n"
@@ -147,6 +153,7 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                    .warmup = 20,
                    .val_every = 100,
                    .val_batches = 8,
+                   .checkpoint_every = 100,
                    .sample = 200,
                    .eval_batches = 16,
                    .cosine = 1,
@@ -169,6 +176,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->sequential = 1;
         } else if (strcmp(arg, "--eval-only") == 0) {
             o->eval_only = 1;
+        } else if (strcmp(arg, "--resume") == 0) {
+            o->resume = 1;
         } else if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
         } else if ((v = option_value(argc, argv, &i, "--data", &missing))) {
@@ -208,6 +217,12 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->load = v;
         } else if ((v = option_value(argc, argv, &i, "--save", &missing))) {
             o->save = v;
+        } else if ((v = option_value(argc, argv, &i, "--checkpoint", &missing))) {
+            o->checkpoint = v;
+        } else if ((v = option_value(argc, argv, &i, "--stop-at", &missing))) {
+            bad = parse_int(v, 1, big, &o->stop_at);
+        } else if ((v = option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
+            bad = parse_int(v, 1, big, &o->checkpoint_every);
         } else if ((v = option_value(argc, argv, &i, "--batch", &missing))) {
             bad = parse_int(v, 1, big, &o->batch);
         } else if ((v = option_value(argc, argv, &i, "--seq", &missing))) {
@@ -468,12 +483,26 @@ static mw_status evaluate(run *r, const gpt2_tokens *t, int n, float *loss, int 
     return MW_OK;
 }
 
+/* The example's own part of a checkpoint: where the data stream and the sampler stand. */
+typedef struct resume_state {
+    uint64_t magic; /* RESUME_MAGIC */
+    uint64_t rng;
+    int64_t step;
+} resume_state;
+
+#define RESUME_MAGIC 0x6770743272657375ull /* "gpt2resu" */
+
+static mw_status save_checkpoint(run *r) {
+    resume_state rs = {RESUME_MAGIC, r->rng.state, mw_trainer_steps(r->tr)};
+    return mw_trainer_save(r->tr, r->o.checkpoint, &rs, sizeof rs);
+}
+
 static int train(run *r) {
     const options *o = &r->o;
     mw_feed feeds[2];
     gpt2_batch_feeds(&r->batch, feeds);
     float loss = NAN, val;
-    for (int s = 0; s < o->steps; s++) {
+    for (int s = (int)mw_trainer_steps(r->tr); s < o->steps; s++) {
         double t0 = now();
         if (o->sequential)
             gpt2_batch_sequential(&r->batch, &r->train, s);
@@ -489,11 +518,19 @@ static int train(run *r) {
             fprintf(stderr, "gpt2: the loss is %f at step %d; try a lower --lr\n", loss, s + 1);
             return 2;
         }
+        int stop = o->stop_at > 0 && s + 1 == o->stop_at;
+        if (o->checkpoint && ((s + 1) % o->checkpoint_every == 0 || s + 1 == o->steps || stop)) {
+            if ((st = save_checkpoint(r)) != MW_OK) return fail(st, "cannot write the checkpoint");
+        }
         if (o->val_every > 0 && ((s + 1) % o->val_every == 0 || s + 1 == o->steps)) {
             st = evaluate(r, &r->val, o->val_batches, &val, NULL);
             if (st != MW_OK) return fail(st, "validation failed");
             printf("val loss %.4f  (after step %d)\n", val, s + 1);
             fflush(stdout);
+        }
+        if (stop) {
+            printf("stopped after step %d (--stop-at)\n", s + 1);
+            return 0;
         }
     }
     if (o->steps > 0) printf("final loss %.4f\n", loss);
@@ -666,6 +703,26 @@ int main(int argc, char **argv) {
             goto done;
         }
         printf("loaded %s\n", o->load);
+    }
+    if (o->resume) {
+        resume_state rs;
+        size_t n = 0;
+        if (!o->checkpoint) {
+            fprintf(stderr, "gpt2: --resume needs --checkpoint FILE\n");
+            rc = 2;
+            goto done;
+        }
+        if ((st = mw_trainer_load(r.tr, o->checkpoint, &rs, sizeof rs, &n)) != MW_OK) {
+            rc = fail(st, "cannot resume");
+            goto done;
+        }
+        if (n != sizeof rs || rs.magic != RESUME_MAGIC) {
+            fprintf(stderr, "gpt2: %s was not written by this program\n", o->checkpoint);
+            rc = 2;
+            goto done;
+        }
+        r.rng.state = rs.rng;
+        printf("resumed %s at step %lld\n", o->checkpoint, (long long)rs.step);
     }
     if (o->eval_only) {
         float loss;
