@@ -38,6 +38,7 @@ int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
 int mwb_case_soak(mwb_ctx *ctx);
+int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
 
 /* Monotonic time in seconds. */
 double mwb_now(void);

@@ -21,6 +21,7 @@ static const bench_case cases[] = {
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
+    {"mpi", mwb_case_mpi, "all-reduce between processes (under mpirun) vs inside one process"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

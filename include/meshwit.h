@@ -2,7 +2,7 @@
  *
  * The umbrella header. See meshwit/graph.h (tracing models), meshwit/mesh.h (devices and meshes)
  * and meshwit/trainer.h (compiling and running steps); every fallible call returns an mw_status
- * (meshwit/status.h). */
+ * (meshwit/status.h); meshwit/distributed.h runs meshes across processes through MPI. */
 #ifndef MESHWIT_H
 #define MESHWIT_H
 
@@ -10,6 +10,7 @@
 #define MESHWIT_VERSION_MINOR 1
 #define MESHWIT_VERSION_PATCH 0
 
+#include "meshwit/distributed.h"
 #include "meshwit/graph.h"
 #include "meshwit/mesh.h"
 #include "meshwit/status.h"

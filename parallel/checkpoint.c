@@ -53,8 +53,8 @@ static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
  * devices: from device 0 when saving, into every device when loading. */
 static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
                           int moments, int to_devices) {
-    int64_t elems = tr->w[0].plan.param_elems;
-    for (int d = 0; d < (to_devices ? tr->nworkers : 1); d++) {
+    int64_t elems = tr->w[tr->first].plan.param_elems;
+    for (int d = tr->first; d < tr->first + (to_devices ? tr->nlocal : 1); d++) {
         worker *w = &tr->w[d];
         for (int part = 0; part <= moments; part++) {
             char *base = part == 0 ? w->params : (char *)w->moments + (part - 1) * elems * 4;
@@ -79,7 +79,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
     int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
-    int64_t elems = tr->w[0].plan.param_elems;
+    int64_t elems = tr->w[tr->first].plan.param_elems;
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
     mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
                          : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
@@ -101,7 +101,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
         uint64_t sum = fnv1a(0xCBF29CE484222325ull, &h, sizeof h);
         int ok = fwrite(&h, sizeof h, 1, f) == 1;
         for (int p = 0; ok && p < nparams; p++) {
-            entry e = {.count = tr->w[0].plan.params[params[p]->leaf].count};
+            entry e = {.count = tr->w[tr->first].plan.params[params[p]->leaf].count};
             snprintf(e.name, sizeof e.name, "%s", params[p]->name);
             sum = fnv1a(sum, &e, sizeof e);
             ok = fwrite(&e, sizeof e, 1, f) == 1;
@@ -109,7 +109,8 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
         size_t data = (size_t)(elems * (1 + moments)) * sizeof *image;
         sum = fnv1a(fnv1a(sum, image, data), user, user_bytes);
         ok = ok && fwrite(image, 1, data, f) == data &&
-             fwrite(user, 1, user_bytes, f) == user_bytes && fwrite(&sum, sizeof sum, 1, f) == 1;
+             (user_bytes == 0 || fwrite(user, 1, user_bytes, f) == user_bytes) &&
+             fwrite(&sum, sizeof sum, 1, f) == 1;
         ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
         ok = (fclose(f) == 0) && ok;
         /* The old checkpoint is replaced only by a complete new one. */
@@ -179,7 +180,7 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
         entry e;
         memcpy(&e, p, sizeof e);
         e.name[MW_MAX_NAME - 1] = '\0';
-        int64_t count = tr->w[0].plan.params[params[i]->leaf].count;
+        int64_t count = tr->w[tr->first].plan.params[params[i]->leaf].count;
         if (strcmp(e.name, params[i]->name) != 0 || e.count != count)
             return mw__error(MW_ERR_FORMAT,
                              "checkpoint %s: parameter %d is '%s' with %lld "
@@ -188,12 +189,12 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
                              (long long)count);
     }
     /* Per-parameter sizes agree, so the totals do unless the header lies. */
-    if (h->elems != (uint64_t)tr->w[0].plan.param_elems)
+    if (h->elems != (uint64_t)tr->w[tr->first].plan.param_elems)
         return mw__error(MW_ERR_FORMAT,
                          "checkpoint %s holds %u parameters (%llu values); the "
                          "model has %d (%lld)",
                          path, h->nparams, (unsigned long long)h->elems, nparams,
-                         (long long)tr->w[0].plan.param_elems);
+                         (long long)tr->w[tr->first].plan.param_elems);
     return MW_OK;
 }
 

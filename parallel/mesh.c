@@ -7,10 +7,31 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "meshwit.h"
 #include "parallel/mesh_impl.h"
 
 #ifdef MESHWIT_HAVE_CUDA
 #include "devices/cuda/cuda.h"
+#endif
+
+#ifndef MESHWIT_HAVE_MPI
+/* A build without MPI: always one process. */
+int mw__dist_size(void) { return 1; }
+int mw__dist_rank(void) { return 0; }
+mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
+    memcpy(out, mine, (size_t)n * sizeof *out);
+    return MW_OK;
+}
+mw_status mw_distributed_init(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    return MW_OK;
+}
+void mw_distributed_finalize(void) {}
+int mw_distributed_rank(void) { return 0; }
+int mw_distributed_size(void) { return 1; }
+int mw_distributed_available(void) { return 0; }
+void mw_distributed_abort(int code) { exit(code); }
 #endif
 
 int mw_cuda_device_count(void) {
@@ -182,19 +203,81 @@ static mw_status parse_axes(mw_mesh *m, const char *axes) {
     return MW_OK;
 }
 
-mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
+static mw_status parse_spec(mw_mesh *m, const char *devices) {
+    if (strncmp(devices, "cpu", 3) == 0) return parse_cpu(m, devices, devices + 3);
+    if (strncmp(devices, "cuda", 4) == 0) return parse_cuda(m, devices, devices + 4);
+    return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", devices, spec_help);
+}
+
+/* Joins every process's devices into one list: process 0's first. Every process takes part even
+ * when its own spec failed, so that all of them return the same status instead of some waiting
+ * forever. */
+static mw_status span_processes(mw_mesh *m, mw_status local_st) {
+    int nprocs = mw__dist_size(), me = mw__dist_rank();
+    int mine[2] = {local_st == MW_OK ? (m->vt == &mw__cpu_device ? 1 : 2) : 0,
+                   local_st == MW_OK ? m->ndevices : 0};
+    int all[2 * MW_MAX_DEVICES];
+    if (nprocs > MW_MAX_DEVICES)
+        return mw__error(MW_ERR_DEVICE, "%d processes: a mesh holds at most %d devices", nprocs,
+                         MW_MAX_DEVICES);
+    mw_status st = mw__dist_allgather_ints(mine, 2, all);
+    if (st) return st;
+    if (local_st) return local_st;
+    int total = 0, first = 0;
+    for (int p = 0; p < nprocs; p++) {
+        if (all[2 * p] == 0)
+            return mw__error(MW_ERR_DEVICE, "process %d of %d could not parse its device spec", p,
+                             nprocs);
+        if (all[2 * p] != all[0])
+            return mw__error(MW_ERR_DEVICE,
+                             "processes 0 and %d have devices of different kinds (%s and %s); "
+                             "every device of a mesh has the same backend",
+                             p, all[0] == 1 ? "cpu" : "cuda", all[2 * p] == 1 ? "cpu" : "cuda");
+        if (p < me) first += all[2 * p + 1];
+        total += all[2 * p + 1];
+    }
+    if (total > MW_MAX_DEVICES)
+        return mw__error(MW_ERR_DEVICE, "%d processes hold %d devices; a mesh holds at most %d",
+                         nprocs, total, MW_MAX_DEVICES);
+    /* Move the local devices into place, then name everyone's. */
+    char local_name[MW_MAX_DEVICES][32];
+    int local_ordinal[MW_MAX_DEVICES];
+    memcpy(local_name, m->device_name, sizeof local_name);
+    memcpy(local_ordinal, m->ordinal, sizeof local_ordinal);
+    const char *kind = m->vt->kind;
+    for (int p = 0, d = 0; p < nprocs; p++)
+        for (int i = 0; i < all[2 * p + 1]; i++, d++) {
+            char name[64]; /* room for any rank and local name; names are cut to 31 characters */
+            m->proc_of[d] = p;
+            m->ordinal[d] = p == me ? local_ordinal[i] : i;
+            if (p == me)
+                snprintf(name, sizeof name, "rank%d/%.31s", p, local_name[i]);
+            else
+                snprintf(name, sizeof name, "rank%d/%.8s:%d", p, kind, i);
+            snprintf(m->device_name[d], sizeof m->device_name[d], "%.31s", name);
+        }
+    m->ndevices = total;
+    m->nprocs = nprocs;
+    m->proc = me;
+    m->local_first = first;
+    m->local_count = all[2 * me + 1];
+    return MW_OK;
+}
+
+static mw_status mesh_make(const char *devices, const char *axes, int local, mw_mesh **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_mesh_new: out is NULL");
     *out = NULL;
     if (!devices) return mw__error(MW_ERR_DEVICE, "mw_mesh_new: device spec is NULL");
     mw_mesh *m = mw__calloc(1, sizeof *m);
     if (!m) return mw__error(MW_ERR_NOMEM, "mw_mesh_new: out of memory");
-    mw_status st;
-    if (strncmp(devices, "cpu", 3) == 0)
-        st = parse_cpu(m, devices, devices + 3);
-    else if (strncmp(devices, "cuda", 4) == 0)
-        st = parse_cuda(m, devices, devices + 4);
-    else
-        st = mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", devices, spec_help);
+    mw_status st = parse_spec(m, devices);
+    m->nprocs = 1;
+    if (!local && mw__dist_size() > 1) {
+        st = span_processes(m, st);
+    } else if (st == MW_OK) {
+        m->local_count = m->ndevices;
+        for (int d = 0; d < m->ndevices; d++) m->proc_of[d] = 0;
+    }
     if (st == MW_OK) st = parse_axes(m, axes);
     if (st != MW_OK) {
         mw__free(m);
@@ -210,6 +293,21 @@ mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
                               m->device_name[d]);
     *out = m;
     return MW_OK;
+}
+
+mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out) {
+    return mesh_make(devices, axes, 0, out);
+}
+
+mw_status mw_mesh_new_local(const char *devices, const char *axes, mw_mesh **out) {
+    return mesh_make(devices, axes, 1, out);
+}
+
+int mw_mesh_processes(const mw_mesh *mesh) { return mesh ? mesh->nprocs : 0; }
+
+int mw_mesh_local_devices(const mw_mesh *mesh, int *first) {
+    if (first) *first = mesh ? mesh->local_first : 0;
+    return mesh ? mesh->local_count : 0;
 }
 
 void mw_mesh_free(mw_mesh *mesh) { mw__free(mesh); }

@@ -14,11 +14,25 @@ struct mw_mesh {
     char axis_name[MW_MAX_MESH_AXES][MW_MAX_NAME];
     int axis_size[MW_MAX_MESH_AXES];
     char desc[64 + MW_MAX_DEVICES * 40];
+    /* Processes the mesh spans (1: a process-local mesh). Devices are numbered process by process
+     * (rank 0's first), each process's in its own spec's order; this process holds devices
+     * [local_first, local_first + local_count). */
+    int nprocs;
+    int proc;
+    int local_first, local_count;
+    int proc_of[MW_MAX_DEVICES];
 };
 
 /* Index of the mesh axis called name, or -1. */
 int mw__mesh_axis(const mw_mesh *m, const char *name);
 /* Coordinate of device d along mesh axis a (row-major: the last axis varies fastest). */
 int mw__mesh_coord(const mw_mesh *m, int d, int a);
+
+/* The MPI world, when meshwit was built with MPI and it is initialised (parallel/mpi/dist.c);
+ * otherwise a world of one process (mesh.c). */
+int mw__dist_size(void);
+int mw__dist_rank(void);
+/* All-gathers n ints from every process into out[proc * n + i] (collective over the world). */
+mw_status mw__dist_allgather_ints(const int *mine, int n, int *out);
 
 #endif

@@ -25,6 +25,12 @@ struct mw__device;
 
 typedef struct mw__comm_options {
     int timeout_ms; /* 0: wait forever */
+    /* Reducers between processes only: the MPI world rank of each rank's process (nranks
+     * entries), and this process's. devices[r] is NULL for a rank of another process. Every
+     * process calls comm_new for every communicator in the same order, also one with no rank of
+     * its own (it then gets *out == NULL). NULL: every rank is in this process. */
+    const int *proc_of;
+    int self_proc;
 } mw__comm_options;
 
 typedef struct mw__reducer_vtable {
@@ -45,5 +51,9 @@ typedef struct mw__reducer_vtable {
 /* The shared-memory reducer for devices that share the host's address space (virtual CPU
  * devices). */
 extern const mw__reducer_vtable mw__reducer_shm;
+
+/* Between processes (builds with MESHWIT_HAVE_MPI only): the shared-memory reducer inside each
+ * process, MPI between processes (parallel/mpi/reducer_mpi.c). */
+extern const mw__reducer_vtable mw__reducer_mpi_hier;
 
 #endif

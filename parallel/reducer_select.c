@@ -3,6 +3,21 @@
 
 #include <string.h>
 
+const mw__reducer_vtable *mw__reducer_for_procs(const char *device_kind, int ndevices,
+                                                const int *ordinals, int nprocs) {
+    if (nprocs <= 1) return mw__reducer_for(device_kind, ndevices, ordinals);
+    if (!device_kind || ndevices < 1) return NULL;
+#ifdef MESHWIT_HAVE_MPI
+    if (strcmp(device_kind, "cpu") == 0) return &mw__reducer_mpi_hier;
+#ifdef MESHWIT_HAVE_NCCL
+    /* One GPU per rank across processes; NCCL refuses two ranks on a device. */
+    if (strcmp(device_kind, "cuda") == 0) return &mw__reducer_nccl_mpi;
+#endif
+#endif
+    (void)ordinals;
+    return NULL;
+}
+
 const mw__reducer_vtable *mw__reducer_for(const char *device_kind, int ndevices,
                                           const int *ordinals) {
     if (!device_kind || ndevices < 1) return NULL;

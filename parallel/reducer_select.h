@@ -11,6 +11,10 @@ extern const mw__reducer_vtable mw__reducer_nccl;
  * MESHWIT_HAVE_CUDA only). */
 extern const mw__reducer_vtable mw__reducer_cuda_local;
 
+/* NCCL among GPUs of several processes, its communicators set up from a unique id broadcast
+ * over MPI (builds with MESHWIT_HAVE_NCCL and MESHWIT_HAVE_MPI only). */
+extern const mw__reducer_vtable mw__reducer_nccl_mpi;
+
 /* The reducer for a mesh of ndevices devices of backend device_kind ("cpu", "cuda") whose
  * backend numbers are ordinals[0..ndevices): the shared-memory reducer for "cpu"; for "cuda", the
  * local one when every device is on the same GPU and NCCL when all are on distinct GPUs. NULL
@@ -18,5 +22,10 @@ extern const mw__reducer_vtable mw__reducer_cuda_local;
  * GPUs). The result is static; never free it. */
 const mw__reducer_vtable *mw__reducer_for(const char *device_kind, int ndevices,
                                           const int *ordinals);
+
+/* The same for a mesh spanning nprocs processes: for nprocs > 1 the hierarchical reducer (cpu)
+ * or NCCL over MPI (cuda), NULL in a build without them; for nprocs <= 1, mw__reducer_for. */
+const mw__reducer_vtable *mw__reducer_for_procs(const char *device_kind, int ndevices,
+                                                const int *ordinals, int nprocs);
 
 #endif

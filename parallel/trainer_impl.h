@@ -63,7 +63,14 @@ struct mw_trainer {
     group groups[MAX_GROUPS];
     int ngroups;
     mw__comm *all; /* every device: the barrier before the update (NULL for one device) */
-    int nworkers;
+    const mw__reducer_vtable *all_reducer; /* of `all`: shared memory, or across processes */
+    int nworkers;                          /* devices of the mesh, all processes together */
+    /* This process's workers: w[first .. first + nlocal). On a mesh spanning processes the
+     * others are placeholders that are never planned or started. */
+    int first, nlocal;
+    /* A command failed on a mesh spanning processes: peers may still be inside a collective that
+     * cannot be cancelled, so no further command may start collectives. */
+    int broken;
     worker *w;
     float *init_values;   /* flat initial parameters, only during start-up */
     const mw_feed *feeds; /* the current step's, ordered by input leaf */
@@ -77,7 +84,6 @@ struct mw_trainer {
     _Atomic int remaining;
     int64_t steps;
     mw_step_stats stats; /* of the last command */
-    int host_spins;      /* more cores than workers: the host spins before sleeping */
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;

@@ -494,6 +494,7 @@ typedef struct resume_state {
 
 static mw_status save_checkpoint(run *r) {
     resume_state rs = {RESUME_MAGIC, r->rng.state, mw_trainer_steps(r->tr)};
+    if (mw_distributed_rank() > 0) return MW_OK; /* replicas are identical: one writer */
     return mw_trainer_save(r->tr, r->o.checkpoint, &rs, sizeof rs);
 }
 
@@ -615,7 +616,7 @@ static int sample(run *r) {
     float *logits = malloc((size_t)T * (size_t)Vp * sizeof *logits);
     char *text = malloc((size_t)cap);
     mw_status st = hist && tokens && targets && logits && text ? MW_OK : MW_ERR_NOMEM;
-    if (st == MW_OK) st = mw_mesh_new("cpu:1", NULL, &mesh);
+    if (st == MW_OK) st = mw_mesh_new_local("cpu:1", NULL, &mesh); /* each process on its own */
     if (st == MW_OK) st = build(o, 1, T, mesh, 1, &g, &m, &tr);
     if (st == MW_OK) st = copy_params(tr, r->tr, c);
     if (st != MW_OK) {
@@ -665,7 +666,23 @@ done:
     return rc;
 }
 
+static int run_main(int argc, char **argv);
+
 int main(int argc, char **argv) {
+    /* Under mpirun the mesh spans every process; only rank 0 prints. */
+    if (mw_distributed_init(&argc, &argv) != MW_OK) {
+        fprintf(stderr, "gpt2: %s\n", mw_last_error());
+        return 2;
+    }
+    if (mw_distributed_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2;
+    int rc = run_main(argc, argv);
+    /* A process that failed alone would leave its peers waiting: end the whole job. */
+    if (rc != 0 && mw_distributed_size() > 1) mw_distributed_abort(rc);
+    mw_distributed_finalize();
+    return rc;
+}
+
+static int run_main(int argc, char **argv) {
     run r = {0};
     sizes sz;
     int rc = parse_args(argc, argv, &r.o, &sz);
@@ -735,7 +752,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if ((rc = train(&r)) != 0) goto done;
-    if (o->save) {
+    if (o->save && mw_distributed_rank() == 0) { /* one writer */
         if ((st = gpt2_save(r.tr, &o->model, o->save, err, sizeof err)) != MW_OK) {
             rc = fail_msg(st, err);
             goto done;

@@ -7,6 +7,15 @@
  * A mesh arranges those devices on named axes: "X" puts all of them on one axis X;
  * "Host=2,X=2" makes a 2 x 2 mesh (the last axis varies fastest over the device list).
  *
+ * Across processes (a build with MPI, under `mpirun -np P` after mw_distributed_init): a mesh
+ * spans every process. Each process passes its own local spec ("cpu:1", "cuda:0"); the devices
+ * are numbered process by process (rank 0's first, each process's in its spec's order) and named
+ * "rank<r>/<device>", e.g. "Mesh(X -> 4) over rank0/cpu:0, rank0/cpu:1, rank1/cpu:0, rank1/cpu:1".
+ * "Host=2,X=2" then puts the processes on axis Host and each process's devices on X. Every
+ * process must make the same meshes and trainers in the same order with the same axes (making a
+ * distributed mesh or trainer is a collective call). A trainer on such a mesh runs workers only
+ * for this process's devices, and each of them reads only its own rows of the global batch.
+ *
  * Thread-safety: a mesh is immutable once made and may be shared by trainers on any thread. */
 #ifndef MESHWIT_MESH_H
 #define MESHWIT_MESH_H
@@ -23,10 +32,23 @@ extern "C" {
 typedef struct mw_mesh mw_mesh;
 
 /* Parses `devices` and arranges them on `axes` (NULL means one axis "X" over all devices; a
- * single name without a size takes all devices). *out is owned by the caller (mw_mesh_free).
+ * single name without a size takes all devices). Under mpirun the mesh spans all processes (see
+ * above); MW_ERR_DEVICE then also reports a process whose spec failed or whose devices are of
+ * another kind. *out is owned by the caller (mw_mesh_free).
  * Errors: MW_ERR_DEVICE (malformed spec, "cpu:0", a GPU that does not exist or a build without
  * CUDA), MW_ERR_INVALID (axis sizes whose product is not the device count, a bad axis name). */
 mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out);
+
+/* Like mw_mesh_new, but the mesh holds only this process's devices even under mpirun (e.g. a
+ * single-device baseline that every process runs on its own). Never a collective call. */
+mw_status mw_mesh_new_local(const char *devices, const char *axes, mw_mesh **out);
+
+/* Number of processes the mesh spans (1 for a process-local mesh; 0 for NULL). */
+int mw_mesh_processes(const mw_mesh *mesh);
+
+/* Number of the mesh's devices that belong to this process; their global indices start at
+ * *first (when first is not NULL). */
+int mw_mesh_local_devices(const mw_mesh *mesh, int *first);
 
 /* NULL is a no-op. Trainers using the mesh must be freed first. */
 void mw_mesh_free(mw_mesh *mesh);

@@ -56,7 +56,8 @@ typedef struct mw_trainer_config {
     mw_tensor *const *outputs;
     int noutputs;
     /* A collective whose peers do not all arrive within this many milliseconds fails the step
-     * with MW_ERR_TIMEOUT instead of waiting forever (0: wait forever). */
+     * with MW_ERR_TIMEOUT instead of waiting forever (0: wait forever; on a mesh spanning
+     * processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS for the waits between processes). */
     int collective_timeout_ms;
     /* Non-zero: a step whose loss or gradients hold NaN or Inf fails with MW_ERR_NONFINITE before
      * any parameter is touched. */
@@ -73,7 +74,10 @@ typedef struct mw_feed {
 
 typedef struct mw_trainer mw_trainer;
 
-/* Makes a trainer that minimises `loss` (a replicated f32 scalar of `graph`) over `mesh`. The
+/* Makes a trainer that minimises `loss` (a replicated f32 scalar of `graph`) over `mesh`. On a
+ * mesh spanning processes this is a collective call (every process makes the same trainers in
+ * the same order) and the trainer runs workers for this process's devices only; read_param and
+ * the loss come from this process's first device (replicas are identical everywhere). The
  * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
  * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
  * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
@@ -110,7 +114,8 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
 /* Copies the value of `output` (one of config->outputs) from the last step or eval into dst
  * (count = its global element count, row-major in its axis order), gathering the shards of a
  * sharded output from every device. Errors: MW_ERR_INVALID (not a configured output),
- * MW_ERR_SHAPE (wrong count). */
+ * MW_ERR_SHAPE (wrong count), MW_ERR_UNSUPPORTED (a sharded output of a mesh spanning processes:
+ * other processes hold some of its rows). */
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count);
 
@@ -155,7 +160,8 @@ const char *mw_phase_name(mw_phase phase);
 /* Testing hook: makes device `device` fail with `status` when it reaches `phase` of step `step`
  * (the value mw_trainer_steps has when that step starts), once. The step then returns `status`
  * with a message naming the device, the phase and "injected fault"; every worker is released.
- * Errors: MW_ERR_INVALID for a device out of range or status MW_OK. */
+ * On a mesh spanning processes, `device` must be one of this process's (mw_mesh_local_devices).
+ * Errors: MW_ERR_INVALID for a device out of range or of another process, or status MW_OK. */
 mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
                                   mw_status status);
 

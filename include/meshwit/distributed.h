@@ -1,0 +1,60 @@
+/* meshwit: several processes, on one host or many, through MPI.
+ *
+ * Launch one process per host (or per GPU) with mpirun, call mw_distributed_init first thing in
+ * main, and make meshes as usual: under mpirun with more than one process, mw_mesh_new spans all
+ * of them (meshwit/mesh.h). Gradients are reduced hierarchically: in shared memory among a
+ * process's CPU devices, over MPI between processes, then back out in shared memory; GPUs across
+ * processes use NCCL communicators set up over MPI.
+ *
+ *   mpirun -np 4 --host a:2,b:2 build/linreg --devices cpu:1
+ *
+ * In a build without MPI (MESHWIT_MPI=OFF, or no MPI found) every call below is a no-op that
+ * describes a world of one process, so the same program runs unchanged.
+ *
+ * Failures. A collective between processes waits at most mw_trainer_config.collective_timeout_ms
+ * (on a mesh that spans processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS, not forever) and
+ * then fails the step with MW_ERR_TIMEOUT. A step that fails on a mesh spanning processes leaves
+ * the trainer unusable (peers may still be inside an MPI collective that cannot be cancelled;
+ * MW_ERR_NONFINITE from check_finite is the exception, since every process stops alike):
+ * further steps return MW_ERR_STATE. The program should then report the error and call
+ * mw_distributed_abort, which ends every process of the job. A process that exits with a non-zero
+ * status also makes mpirun end the job. */
+#ifndef MESHWIT_DISTRIBUTED_H
+#define MESHWIT_DISTRIBUTED_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cross-process collective timeout used when a trainer's config gives 0: 60 s. */
+#define MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS 60000
+
+/* Initialises MPI (MPI_Init_thread, asking for MPI_THREAD_MULTIPLE) when meshwit was built with
+ * MPI, the process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in
+ * the environment) and MPI is not initialised yet; otherwise a no-op. argc and argv may be NULL.
+ * A program that initialised MPI itself may skip this call. Errors: MW_ERR_DEVICE (MPI failed to
+ * initialise). Call from the main thread before any other meshwit call. */
+mw_status mw_distributed_init(int *argc, char ***argv);
+
+/* Finalises MPI when mw_distributed_init initialised it; otherwise a no-op. Call after every
+ * trainer and mesh is freed. */
+void mw_distributed_finalize(void);
+
+/* This process's rank and the number of processes (0 and 1 when MPI is not in use). */
+int mw_distributed_rank(void);
+int mw_distributed_size(void);
+
+/* Non-zero when this build of meshwit has MPI support. */
+int mw_distributed_available(void);
+
+/* Ends the whole job with exit status `code`: MPI_Abort on MPI_COMM_WORLD when MPI is in use,
+ * exit(code) otherwise. Does not return. The one meshwit call that ends the process: call it from
+ * programs, after reporting the error, never from a library. */
+void mw_distributed_abort(int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,308 @@
+/* NCCL between processes: CUDA devices of several processes (one GPU per rank), as llm.c sets
+ * them up. The process holding rank 0 calls ncclGetUniqueId and broadcasts the id over MPI; every
+ * process then creates one NCCL communicator per local device with ncclCommInitRankConfig (its
+ * rank in the group), in one NCCL group call. Collectives run as in the in-process NCCL reducer
+ * (parallel/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on the
+ * device's stream, polled until the stream ran it, so abort and timeout are honoured.
+ *
+ * Barriers and the id broadcast use a hierarchical host communicator (parallel/mpi/
+ * reducer_mpi.c), made alongside. Summation order is NCCL's (ring or tree): the same bits on
+ * every rank and run for fixed GPUs, sizes and NCCL settings, equal to the rank-order sum to float
+ * rounding. After an abort with an operation in flight the communicators cannot be re-created
+ * without every process taking part, so the communicator stays broken (MW_ERR_STATE): end the
+ * job with mw_distributed_abort. Builds with MESHWIT_HAVE_NCCL and MESHWIT_HAVE_MPI only. */
+#if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "devices/cuda/cuda.h"
+#include "meshwit/distributed.h"
+#include "meshwit/mesh.h"
+#include "parallel/mpi/mpi_impl.h"
+#include "parallel/reducer_select.h"
+
+#define INIT_TIMEOUT_MIN_MS 120000
+
+typedef struct nccl_mpi_comm {
+    int nranks;
+    int *local_of; /* group rank -> index among this process's ranks, or -1 */
+    int nlocal;
+    mw__device **devs; /* by local index */
+    ncclComm_t *comms; /* by local index */
+    mw__comm *host;    /* hierarchical host communicator: barriers */
+    int timeout_ms;
+    _Atomic int aborted;
+    _Atomic int broken; /* an operation was left in flight */
+} nccl_mpi_comm;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static mw_status nccl_error(const char *who, const char *call, ncclResult_t res) {
+    return mw__error(MW_ERR_DEVICE, "%s: %s failed: %s", who, call, ncclGetErrorString(res));
+}
+
+static void destroy_comms(nccl_mpi_comm *c) {
+    for (int i = 0; c->comms && i < c->nlocal; i++)
+        if (c->comms[i]) {
+            ncclCommAbort(c->comms[i]); /* never waits for a peer, unlike ncclCommDestroy */
+            c->comms[i] = NULL;
+        }
+}
+
+static void nm_comm_free(mw__comm *comm) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    if (!c) return;
+    destroy_comms(c);
+    mw__reducer_mpi_hier.comm_free(c->host);
+    mw__free(c->comms);
+    mw__free(c->devs);
+    mw__free(c->local_of);
+    mw__free(c);
+}
+
+/* Broadcasts the unique id from the process holding rank 0 to every process of the group. A
+ * sub-communicator of the world, ordered by world rank, made only for this. */
+static mw_status share_id(const int *proc_of, int nranks, int self, ncclUniqueId *id) {
+    int nlocal = 0;
+    for (int r = 0; r < nranks; r++) nlocal += proc_of[r] == self;
+    MPI_Comm comm;
+    mw__mpi_lock();
+    int rc = MPI_Comm_split(MPI_COMM_WORLD, nlocal ? 0 : MPI_UNDEFINED, self, &comm);
+    mw__mpi_unlock();
+    if (rc != MPI_SUCCESS)
+        return mw__error(MW_ERR_DEVICE, "nccl-mpi: MPI_Comm_split failed (%d)", rc);
+    if (!nlocal) return MW_OK;
+    /* The root's position in comm: processes of the group with a lower world rank. */
+    int root = 0;
+    for (int r = 0; r < nranks; r++) {
+        int first = 1;
+        for (int q = 0; q < r; q++) first &= proc_of[q] != proc_of[r];
+        if (first && proc_of[r] < proc_of[0]) root++;
+    }
+    ncclResult_t res = ncclSuccess;
+    if (self == proc_of[0]) res = ncclGetUniqueId(id);
+    /* Broadcast even after a failure, so that no process waits forever; the root reports it. */
+    mw__mpi_lock();
+    rc = MPI_Bcast(id, (int)sizeof *id, MPI_BYTE, root, comm);
+    MPI_Comm_free(&comm);
+    mw__mpi_unlock();
+    if (res != ncclSuccess) return nccl_error("nccl-mpi", "ncclGetUniqueId", res);
+    if (rc != MPI_SUCCESS)
+        return mw__error(MW_ERR_DEVICE, "nccl-mpi: MPI_Bcast of the NCCL id failed (%d)", rc);
+    return MW_OK;
+}
+
+static mw_status make_comms(nccl_mpi_comm *c, const ncclUniqueId *id) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    mw_status st = MW_OK;
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) return nccl_error("nccl-mpi", "ncclGroupStart", res);
+    for (int r = 0; r < c->nranks && !st; r++) {
+        int i = c->local_of[r];
+        if (i < 0) continue;
+        cudaError_t e = cudaSetDevice(c->devs[i]->ordinal);
+        if (e != cudaSuccess) {
+            st = mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", c->devs[i]->name,
+                           cudaGetErrorString(e));
+            break;
+        }
+        res = ncclCommInitRankConfig(&c->comms[i], c->nranks, *id, r, &cfg);
+        if (res != ncclSuccess && res != ncclInProgress)
+            st = nccl_error(c->devs[i]->name, "ncclCommInitRankConfig", res);
+    }
+    res = ncclGroupEnd();
+    if (!st && res != ncclSuccess && res != ncclInProgress)
+        st = nccl_error("nccl-mpi", "ncclGroupEnd", res);
+    double deadline = now_ms() + INIT_TIMEOUT_MIN_MS + c->timeout_ms;
+    for (int i = 0; i < c->nlocal && !st; i++) {
+        ncclResult_t state = ncclInProgress;
+        while (!st && state == ncclInProgress) {
+            res = ncclCommGetAsyncError(c->comms[i], &state);
+            if (res != ncclSuccess)
+                st = nccl_error(c->devs[i]->name, "ncclCommGetAsyncError", res);
+            else if (state != ncclSuccess && state != ncclInProgress)
+                st = nccl_error(c->devs[i]->name, "ncclCommInitRankConfig", state);
+            else if (state == ncclInProgress && now_ms() > deadline)
+                st = mw__error(MW_ERR_TIMEOUT,
+                               "%s: creating the NCCL communicator across processes took over "
+                               "%d ms",
+                               c->devs[i]->name, INIT_TIMEOUT_MIN_MS + c->timeout_ms);
+            else if (state == ncclInProgress)
+                sched_yield();
+        }
+    }
+    if (st) destroy_comms(c);
+    return st;
+}
+
+static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
+                             const mw__comm_options *opt, mw__comm **out) {
+    if (!out) return mw__error(MW_ERR_INVALID, "nccl-mpi comm_new: out is NULL");
+    *out = NULL;
+    if (!opt || !opt->proc_of || !devices || nranks < 1 || nranks > MW_MAX_DEVICES)
+        return mw__error(MW_ERR_INVALID, "nccl-mpi comm_new: %d ranks without their processes",
+                         nranks);
+    /* The host communicator first: it makes its MPI communicator on every process. */
+    mw__comm *host = NULL;
+    mw_status st = mw__reducer_mpi_hier.comm_new(nranks, devices, opt, &host);
+    if (st) return st;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    int multi = 0;
+    for (int r = 0; r < nranks; r++) multi |= opt->proc_of[r] != opt->proc_of[0];
+    if (multi)
+        st = share_id(opt->proc_of, nranks, opt->self_proc, &id);
+    else if (opt->proc_of[0] == opt->self_proc) {
+        ncclResult_t res = ncclGetUniqueId(&id);
+        if (res != ncclSuccess) st = nccl_error("nccl-mpi", "ncclGetUniqueId", res);
+    }
+    if (st || !host) { /* an error, or no rank in this process */
+        mw__reducer_mpi_hier.comm_free(host);
+        return st;
+    }
+    nccl_mpi_comm *c = mw__calloc(1, sizeof *c);
+    if (!c) {
+        mw__reducer_mpi_hier.comm_free(host);
+        return mw__error(MW_ERR_NOMEM, "nccl-mpi comm_new: out of memory");
+    }
+    c->host = host;
+    c->nranks = nranks;
+    int user_timeout = opt->timeout_ms;
+    c->timeout_ms = user_timeout ? user_timeout : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
+    c->local_of = mw__malloc((size_t)nranks * sizeof *c->local_of);
+    c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
+    c->comms = mw__calloc((size_t)nranks, sizeof *c->comms);
+    if (!c->local_of || !c->devs || !c->comms) {
+        nm_comm_free((mw__comm *)c);
+        return mw__error(MW_ERR_NOMEM, "nccl-mpi comm_new: out of memory");
+    }
+    for (int r = 0; r < nranks; r++) {
+        c->local_of[r] = opt->proc_of[r] == opt->self_proc ? c->nlocal++ : -1;
+        if (c->local_of[r] >= 0) {
+            if (!devices[r] || devices[r]->vt != &mw__cuda_device) {
+                nm_comm_free((mw__comm *)c);
+                return mw__error(MW_ERR_INVALID, "nccl-mpi comm_new: rank %d is not a CUDA device",
+                                 r);
+            }
+            c->devs[c->local_of[r]] = devices[r];
+        }
+    }
+    if ((st = make_comms(c, &id))) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        nm_comm_free((mw__comm *)c);
+        return mw__error_copy(st, msg);
+    }
+    *out = (mw__comm *)c;
+    return MW_OK;
+}
+
+static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    if (!c || rank < 0 || rank >= c->nranks || c->local_of[rank] < 0)
+        return mw__error(MW_ERR_INVALID, "all-reduce (nccl-mpi): rank %d is not of this process",
+                         rank);
+    if (atomic_load(&c->broken))
+        return mw__error(MW_ERR_STATE, "all-reduce (nccl-mpi): an earlier collective between "
+                                       "processes was abandoned; end the job");
+    if (atomic_load(&c->aborted))
+        return mw__error(MW_ERR_ABORTED, "all-reduce (nccl-mpi): the communicator was aborted");
+    if (n == 0) return MW_OK;
+    int i = c->local_of[rank];
+    mw__device *dev = c->devs[i];
+    cudaStream_t stream = (cudaStream_t)mw__cuda_stream(dev);
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    if (e != cudaSuccess)
+        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", dev->name,
+                         cudaGetErrorString(e));
+    double deadline = now_ms() + c->timeout_ms;
+    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[i], stream);
+    if (res != ncclSuccess && res != ncclInProgress) {
+        atomic_store(&c->broken, 1);
+        return nccl_error(dev->name, "ncclAllReduce", res);
+    }
+    for (unsigned spins = 1;; spins++) {
+        if (spins % 64 == 0 || res == ncclInProgress) {
+            ncclResult_t state;
+            res = ncclCommGetAsyncError(c->comms[i], &state);
+            if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+                atomic_store(&c->broken, 1);
+                return nccl_error(dev->name, "ncclAllReduce", res != ncclSuccess ? res : state);
+            }
+            res = state;
+        }
+        if (res == ncclSuccess) {
+            e = cudaStreamQuery(stream);
+            if (e == cudaSuccess) return MW_OK;
+            if (e != cudaErrorNotReady) {
+                atomic_store(&c->broken, 1);
+                return mw__error(MW_ERR_DEVICE, "%s: waiting for ncclAllReduce: %s", dev->name,
+                                 cudaGetErrorString(e));
+            }
+        }
+        if (atomic_load_explicit(&c->aborted, memory_order_acquire)) {
+            atomic_store(&c->broken, 1);
+            return mw__error(MW_ERR_ABORTED,
+                             "all-reduce (nccl-mpi) aborted: %s was waiting for "
+                             "its peers",
+                             dev->name);
+        }
+        if (spins % 256 == 0 && now_ms() > deadline) {
+            atomic_store(&c->broken, 1);
+            return mw__error(MW_ERR_TIMEOUT,
+                             "all-reduce (nccl-mpi): %s waited more than %d ms for its peers in "
+                             "other processes (one of them failed or stalls; end the job with "
+                             "mw_distributed_abort)",
+                             dev->name, c->timeout_ms);
+        }
+        sched_yield();
+    }
+}
+
+static mw_status nm_barrier(mw__comm *comm, int rank) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    if (!c) return mw__error(MW_ERR_INVALID, "barrier (nccl-mpi): communicator is NULL");
+    return mw__reducer_mpi_hier.barrier(c->host, rank);
+}
+
+static void nm_abort(mw__comm *comm) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    if (!c) return;
+    atomic_store(&c->aborted, 1);
+    mw__reducer_mpi_hier.abort(c->host);
+}
+
+static void nm_reset(mw__comm *comm) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    if (!c) return;
+    mw__reducer_mpi_hier.reset(c->host);
+    atomic_store(&c->aborted, 0);
+}
+
+const mw__reducer_vtable mw__reducer_nccl_mpi = {
+    .name = "nccl-mpi",
+    .comm_new = nm_comm_new,
+    .comm_free = nm_comm_free,
+    .allreduce_sum = nm_allreduce_sum,
+    .barrier = nm_barrier,
+    .abort = nm_abort,
+    .reset = nm_reset,
+};
+
+#else
+/* ISO C forbids an empty translation unit. */
+typedef int mw__nccl_mpi_unused;
+#endif

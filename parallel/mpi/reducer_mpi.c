@@ -1,0 +1,300 @@
+/* The hierarchical reducer: collectives among devices of several processes. Inside a process the
+ * shared-memory reducer does the work; between processes one thread per process (the leader: the
+ * process's lowest rank in the communicator) talks MPI on a communicator of its own.
+ *
+ * All-reduce, in three moves:
+ *   1. the process's ranks all-reduce in shared memory (sum in rank order);
+ *   2. the leader exchanges the process sums with the other leaders: MPI_Iallgather of the sums
+ *      (in chunks of CHUNK_FLOATS, through scratch allocated with the communicator), then every
+ *      leader adds them up in process order. MPI_Allreduce would move fewer bytes for many
+ *      processes, but the MPI standard does not fix its order of additions (Open MPI picks an
+ *      algorithm by size and count); with the gather every process computes the same bits, and
+ *      the same bits on every run, for a fixed layout of devices over processes;
+ *   3. the other ranks zero their buffers and the process all-reduces once more in shared memory,
+ *      which copies the leader's result to all of them (x + 0 + ... + 0 == x).
+ * A group whose ranks all live in one process is just the shared-memory reducer.
+ *
+ * Waiting. Only non-blocking MPI is used, polled with MPI_Test, so a leader notices an abort from
+ * a local peer and gives up after timeout_ms (MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS when 0). An MPI
+ * collective cannot be cancelled: after a leader gave up, the communicator is poisoned and every
+ * later collective fails with MW_ERR_STATE (the job should end with mw_distributed_abort). */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "meshwit/distributed.h"
+#include "parallel/mpi/mpi_impl.h"
+#include "parallel/reducer.h"
+
+#define CHUNK_FLOATS ((size_t)1 << 18) /* 1 MiB per process per MPI_Iallgather */
+#define MAX_RANKS 4096
+
+typedef struct hier_comm {
+    int nranks;
+    int *local_of; /* rank -> index among this process's ranks, -1 for another process's */
+    int nlocal;
+    mw__comm *local; /* shared memory among this process's ranks; NULL for one rank */
+    int multi;       /* the ranks span processes */
+    MPI_Comm comm;   /* the leaders, ordered by world rank */
+    int nprocs;
+    int timeout_ms; /* between processes */
+    float *scratch; /* nprocs * CHUNK_FLOATS */
+    _Atomic int aborted;
+    _Atomic int poisoned; /* set by the leader, read by every rank */
+    char procs[96];       /* "0, 1, 2" for messages */
+} hier_comm;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void hier_comm_free(mw__comm *comm) {
+    hier_comm *c = (hier_comm *)comm;
+    if (!c) return;
+    if (c->local) mw__reducer_shm.comm_free(c->local);
+    if (c->multi && c->comm != MPI_COMM_NULL && mw__mpi_active()) {
+        mw__mpi_lock();
+        MPI_Comm_free(&c->comm);
+        mw__mpi_unlock();
+    }
+    mw__free(c->scratch);
+    mw__free(c->local_of);
+    mw__free(c);
+}
+
+static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
+                               const mw__comm_options *opt, mw__comm **out) {
+    if (!out) return mw__error(MW_ERR_INVALID, "mpi comm_new: out is NULL");
+    *out = NULL;
+    if (nranks < 1 || nranks > MAX_RANKS)
+        return mw__error(MW_ERR_INVALID, "mpi comm_new: %d ranks (expected 1..%d)", nranks,
+                         MAX_RANKS);
+    if (opt && opt->timeout_ms < 0)
+        return mw__error(MW_ERR_INVALID, "mpi comm_new: timeout_ms is %d (expected >= 0)",
+                         opt->timeout_ms);
+    const int *proc_of = opt ? opt->proc_of : NULL;
+    int self = proc_of ? opt->self_proc : 0;
+    int multi = 0, nlocal = 0;
+    for (int r = 0; r < nranks; r++) {
+        if (proc_of && proc_of[r] != proc_of[0]) multi = 1;
+        if (!proc_of || proc_of[r] == self) nlocal++;
+    }
+    if (multi && !mw__mpi_active())
+        return mw__error(MW_ERR_STATE, "mpi comm_new: ranks span processes but MPI is not "
+                                       "initialised (call mw_distributed_init)");
+    MPI_Comm split = MPI_COMM_NULL;
+    if (multi) {
+        /* Collective over the world: every process calls it, also one without ranks here. */
+        mw__mpi_lock();
+        int rc = MPI_Comm_split(MPI_COMM_WORLD, nlocal ? 0 : MPI_UNDEFINED, self, &split);
+        mw__mpi_unlock();
+        if (rc != MPI_SUCCESS)
+            return mw__error(MW_ERR_DEVICE, "mpi comm_new: MPI_Comm_split failed (%d)", rc);
+    }
+    if (nlocal == 0) return MW_OK;
+    hier_comm *c = mw__calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->comm = split;
+    c->multi = multi;
+    c->nranks = nranks;
+    c->nlocal = nlocal;
+    c->local_of = mw__malloc((size_t)nranks * sizeof *c->local_of);
+    if (!c->local_of) goto nomem;
+    for (int r = 0, i = 0; r < nranks; r++)
+        c->local_of[r] = !proc_of || proc_of[r] == self ? i++ : -1;
+    int user_timeout = opt ? opt->timeout_ms : 0;
+    c->timeout_ms = user_timeout ? user_timeout : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
+    if (multi) {
+        MPI_Comm_size(split, &c->nprocs);
+        c->scratch = mw__malloc((size_t)c->nprocs * CHUNK_FLOATS * sizeof(float));
+        if (!c->scratch) goto nomem;
+        size_t n = 0;
+        for (int r = 0, last = -1; r < nranks; r++) {
+            int seen = 0;
+            for (int q = 0; q < r; q++) seen |= proc_of[q] == proc_of[r];
+            if (seen || n + 16 >= sizeof c->procs) continue;
+            n += (size_t)snprintf(c->procs + n, sizeof c->procs - n, "%s%d", last < 0 ? "" : ", ",
+                                  proc_of[r]);
+            last = proc_of[r];
+        }
+    }
+    if (nlocal > 1) {
+        struct mw__device *locals[MAX_RANKS];
+        for (int r = 0; r < nranks; r++)
+            if (c->local_of[r] >= 0) locals[c->local_of[r]] = devices ? devices[r] : NULL;
+        /* Locally, peers wait on the leader while it waits on MPI: give the leader's clearer
+         * timeout time to fire first. */
+        mw__comm_options lo = {.timeout_ms = multi ? 2 * c->timeout_ms : user_timeout};
+        mw_status st = mw__reducer_shm.comm_new(nlocal, locals, &lo, &c->local);
+        if (st) {
+            hier_comm_free((mw__comm *)c);
+            return st;
+        }
+    }
+    *out = (mw__comm *)c;
+    return MW_OK;
+nomem:
+    if (c) {
+        hier_comm_free((mw__comm *)c);
+    } else if (split != MPI_COMM_NULL) {
+        mw__mpi_lock();
+        MPI_Comm_free(&split);
+        mw__mpi_unlock();
+    }
+    return mw__error(MW_ERR_NOMEM, "mpi comm_new: out of memory");
+}
+
+/* Polls one non-blocking MPI call to completion, an abort, or the timeout. */
+static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) {
+    double deadline = now_ms() + c->timeout_ms;
+    for (int i = 0;; i++) {
+        int done = 0;
+        mw__mpi_lock();
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        mw__mpi_unlock();
+        if (rc != MPI_SUCCESS) {
+            c->poisoned = 1;
+            return mw__error(MW_ERR_DEVICE, "%s between processes %s failed in MPI (%d)", what,
+                             c->procs, rc);
+        }
+        if (done) return MW_OK;
+        if (atomic_load_explicit(&c->aborted, memory_order_acquire)) {
+            c->poisoned = 1;
+            return mw__error(MW_ERR_ABORTED,
+                             "%s between processes %s aborted because a device of this process "
+                             "failed",
+                             what, c->procs);
+        }
+        if ((i & 63) == 63 && now_ms() > deadline) {
+            c->poisoned = 1;
+            return mw__error(MW_ERR_TIMEOUT,
+                             "%s between processes %s: not every process arrived within %d ms "
+                             "(one of them failed or stalls; end the job with "
+                             "mw_distributed_abort)",
+                             what, c->procs, c->timeout_ms);
+        }
+        if (i < 2000) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 20000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* The leaders' exchange: buf becomes the sum of every process's buf, in process order. */
+static mw_status exchange(hier_comm *c, float *buf, size_t n) {
+    for (size_t off = 0; off < n; off += CHUNK_FLOATS) {
+        size_t len = n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS;
+        MPI_Request req;
+        mw__mpi_lock();
+        int rc = MPI_Iallgather(buf + off, (int)len, MPI_FLOAT, c->scratch, (int)len, MPI_FLOAT,
+                                c->comm, &req);
+        mw__mpi_unlock();
+        if (rc != MPI_SUCCESS) {
+            c->poisoned = 1;
+            return mw__error(MW_ERR_DEVICE,
+                             "all-reduce between processes %s: MPI_Iallgather "
+                             "failed (%d)",
+                             c->procs, rc);
+        }
+        mw_status st = wait_request(c, &req, "all-reduce");
+        if (st) return st;
+        float *restrict d = buf + off;
+        const float *restrict s = c->scratch;
+        memcpy(d, s, len * sizeof *d);
+        for (int p = 1; p < c->nprocs; p++) {
+            s = c->scratch + (size_t)p * len;
+            for (size_t j = 0; j < len; j++) d[j] += s[j];
+        }
+    }
+    return MW_OK;
+}
+
+static mw_status check_rank(hier_comm *c, int rank, const char *what) {
+    if (!c) return mw__error(MW_ERR_INVALID, "mpi %s: communicator is NULL", what);
+    if (rank < 0 || rank >= c->nranks || c->local_of[rank] < 0)
+        return mw__error(MW_ERR_INVALID, "mpi %s: rank %d is not a rank of this process", what,
+                         rank);
+    if (c->poisoned)
+        return mw__error(MW_ERR_STATE,
+                         "a collective between processes %s failed earlier and cannot be "
+                         "resumed; end the job (mw_distributed_abort)",
+                         c->procs);
+    return MW_OK;
+}
+
+static mw_status hier_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = check_rank(c, rank, "all-reduce");
+    if (st) return st;
+    int li = c->local_of[rank];
+    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
+    if (!c->multi) return MW_OK;
+    if (li == 0) {
+        st = n ? exchange(c, buf, n) : MW_OK;
+        if (st) {
+            if (c->local) mw__reducer_shm.abort(c->local);
+            return st;
+        }
+    } else {
+        memset(buf, 0, n * sizeof *buf);
+    }
+    return c->local ? mw__reducer_shm.allreduce_sum(c->local, li, buf, n) : MW_OK;
+}
+
+static mw_status hier_barrier(mw__comm *comm, int rank) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = check_rank(c, rank, "barrier");
+    if (st) return st;
+    int li = c->local_of[rank];
+    if (c->local && (st = mw__reducer_shm.barrier(c->local, li))) return st;
+    if (!c->multi) return MW_OK;
+    if (li == 0) {
+        MPI_Request req;
+        mw__mpi_lock();
+        int rc = MPI_Ibarrier(c->comm, &req);
+        mw__mpi_unlock();
+        st = rc == MPI_SUCCESS ? wait_request(c, &req, "barrier")
+                               : mw__error(MW_ERR_DEVICE,
+                                           "barrier between processes %s: "
+                                           "MPI_Ibarrier failed (%d)",
+                                           c->procs, rc);
+        if (st) {
+            if (rc != MPI_SUCCESS) c->poisoned = 1;
+            if (c->local) mw__reducer_shm.abort(c->local);
+            return st;
+        }
+    }
+    return c->local ? mw__reducer_shm.barrier(c->local, li) : MW_OK;
+}
+
+static void hier_abort(mw__comm *comm) {
+    hier_comm *c = (hier_comm *)comm;
+    if (!c) return;
+    atomic_store_explicit(&c->aborted, 1, memory_order_release);
+    if (c->local) mw__reducer_shm.abort(c->local);
+}
+
+static void hier_reset(mw__comm *comm) {
+    hier_comm *c = (hier_comm *)comm;
+    if (!c) return;
+    if (c->local) mw__reducer_shm.reset(c->local);
+    atomic_store_explicit(&c->aborted, 0, memory_order_release);
+}
+
+const mw__reducer_vtable mw__reducer_mpi_hier = {
+    .name = "mpi-hier",
+    .comm_new = hier_comm_new,
+    .comm_free = hier_comm_free,
+    .allreduce_sum = hier_allreduce_sum,
+    .barrier = hier_barrier,
+    .abort = hier_abort,
+    .reset = hier_reset,
+};
