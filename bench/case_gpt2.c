@@ -163,6 +163,20 @@ static void run_isolated(const config *cf, int quick, result *r) {
     }
 }
 
+/* Model FLOPs of one training token: 6 per parameter (forward 2, backward 4) plus attention's
+ * 12 L C T (scores and weighted sums, forward and backward), as in the usual MFU accounting. */
+static double flops_per_token(const gpt2_config *c) {
+    return 6.0 * (double)gpt2_num_params(c) + 12.0 * c->layers * c->channels * (double)SEQ;
+}
+
+/* The peak FLOP/s to compare with, from MESHWIT_PEAK_TFLOPS (e.g. 67 for an H100/H200's FP32
+ * peak); 0 when unset. */
+static double peak_flops(void) {
+    const char *v = getenv("MESHWIT_PEAK_TFLOPS");
+    double t = v ? atof(v) : 0.0;
+    return t > 0.0 ? t * 1e12 : 0.0;
+}
+
 static void emit(mwb_ctx *ctx, const config *cf, const result *r, double speedup, int64_t params,
                  int quick) {
     mwb_record rec = {0};
@@ -178,6 +192,11 @@ static void emit(mwb_ctx *ctx, const config *cf, const result *r, double speedup
     mwb_record_num(&rec, "tokens_per_s", BATCH * SEQ / (r->ms * 1e-3));
     mwb_record_num(&rec, "speedup", speedup);
     mwb_record_num(&rec, "peak_rss_mb", r->peak_mb);
+    gpt2_config c;
+    gpt2_preset("tiny", &c);
+    double achieved = BATCH * SEQ / (r->ms * 1e-3) * flops_per_token(&c);
+    mwb_record_num(&rec, "model_gflops", achieved * 1e-9);
+    if (peak_flops() > 0.0) mwb_record_num(&rec, "mfu", achieved / peak_flops());
     ctx->emit(ctx, &rec);
 }
 
@@ -202,8 +221,10 @@ int mwb_case_gpt2(mwb_ctx *ctx) {
            "steps after %d warm-up; each configuration in its own process\n",
            (long long)params, BATCH, SEQ, ctx->quick ? QUICK_REPEATS : REPEATS,
            ctx->quick ? QUICK_STEPS : STEPS, ctx->quick ? QUICK_WARMUP : WARMUP);
-    printf("%-16s %6s %10s %10s %9s %14s\n", "devices", "BLAS", "ms/step", "tokens/s", "speedup",
-           "peak RSS (MB)");
+    printf("model FLOPs per token %.3g (6 N + 12 L C T); MFU against MESHWIT_PEAK_TFLOPS%s\n",
+           flops_per_token(&c), peak_flops() > 0.0 ? "" : " (unset: no MFU column)");
+    printf("%-16s %6s %10s %10s %9s %14s %13s %6s\n", "devices", "BLAS", "ms/step", "tokens/s",
+           "speedup", "peak RSS (MB)", "model GFLOP/s", "MFU");
     fflush(stdout);
     int failed = 0;
     double base_ms = 0.0;
@@ -218,9 +239,13 @@ int mwb_case_gpt2(mwb_ctx *ctx) {
         }
         if (i == 0) base_ms = r.ms;                            /* cpu:1 with one BLAS thread */
         double speedup = base_ms > 0.0 ? base_ms / r.ms : NAN; /* NAN: cpu:1 failed */
-        printf("%-16s %6d %10.1f %10.0f %8.2fx %14.1f\n", cfs[i].devices,
+        double gflops = BATCH * SEQ / (r.ms * 1e-3) * flops_per_token(&c) * 1e-9;
+        char mfu[16] = "-";
+        if (peak_flops() > 0.0)
+            snprintf(mfu, sizeof mfu, "%.1f%%", 100 * gflops * 1e9 / peak_flops());
+        printf("%-16s %6d %10.1f %10.0f %8.2fx %14.1f %13.1f %6s\n", cfs[i].devices,
                cfs[i].blas_threads > 0 ? cfs[i].blas_threads : 1, r.ms, BATCH * SEQ / (r.ms * 1e-3),
-               speedup, r.peak_mb);
+               speedup, r.peak_mb, gflops, mfu);
         fflush(stdout);
         emit(ctx, &cfs[i], &r, speedup, params, ctx->quick);
     }
