@@ -26,8 +26,11 @@ done
 "$out/make_seeds" "$out/seeds"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 for target in checkpoint model_file token_file; do
-    echo "fuzz: $target: replaying fuzz/regressions/$target"
-    "$out/fuzz_$target" -runs=0 "fuzz/regressions/$target" "$out/seeds/$target" 2>&1 | tail -n 2
+    # A target with no kept crash has no folder (git keeps no empty folders).
+    regressions=()
+    [ -d "fuzz/regressions/$target" ] && regressions=("fuzz/regressions/$target")
+    echo "fuzz: $target: replaying ${regressions[*]:-no kept inputs} and the seeds"
+    "$out/fuzz_$target" -runs=0 "${regressions[@]}" "$out/seeds/$target" 2>&1 | tail -n 2
     echo "fuzz: $target: fuzzing for ${seconds}s"
     "$out/fuzz_$target" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=65536 \
         -artifact_prefix="$out/crashes/$target/" "$out/seeds/$target" 2>&1 | tail -n 3
