@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../examples/common/cli.h"
 #include "bench.h"
 #include "meshwit.h"
 
@@ -268,21 +269,6 @@ static const bench_case *find_case(const char *name) {
     return NULL;
 }
 
-/* "--name value" or "--name=value": the value, or NULL when arg is not --name (*missing set when
- * the value is absent). */
-static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    const char *arg = argv[*i];
-    if (strncmp(arg, name, n) != 0) return NULL;
-    if (arg[n] == '=') return arg + n + 1;
-    if (arg[n] != '\0') return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 int main(int argc, char **argv) {
     const bench_case **run = calloc((size_t)argc + NCASES, sizeof *run);
     const char **devices = calloc((size_t)argc + 1, sizeof *devices);
@@ -300,11 +286,11 @@ int main(int argc, char **argv) {
             goto done;
         } else if (strcmp(arg, "--quick") == 0) {
             quick = 1;
-        } else if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             devices[ndevices++] = v;
-        } else if ((v = option_value(argc, argv, &i, "--json", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--json", &missing))) {
             json_path = v;
-        } else if ((v = option_value(argc, argv, &i, "--csv", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--csv", &missing))) {
             csv_path = v;
         } else if (missing) {
             fprintf(stderr, "meshwit-bench: %s needs a value (see --help)\n", arg);

@@ -204,6 +204,40 @@ static int64_t group_size(const axlist *gr, const mw__placement *pl) {
     return local_type(&t, pl).numel;
 }
 
+/* A batched row-major GEMM of M x K by K x N, each operand stored transposed when its flag is set.
+ */
+static mw__k_gemm gemm_of(int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a,
+                          int trans_b) {
+    return (mw__k_gemm){.batch = batch,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .trans_a = trans_a,
+                        .trans_b = trans_b,
+                        .lda = trans_a ? m : k,
+                        .ldb = trans_b ? k : n,
+                        .ldc = n,
+                        .stride_a = m * k,
+                        .stride_b = k * n,
+                        .stride_c = m * n};
+}
+
+/* How GEMM reads one operand of type t: 0 in the `direct` group order, 1 in the `trans` one, or,
+ * when neither is t's layout, 0 after a permuting copy into scratch (*ref then points there and
+ * *tmp_off / *tmp_len name the scratch to release). -1 on failure. */
+static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *const *direct,
+                        const axlist *const *trans, mw__ref *ref, int64_t *tmp_off,
+                        int64_t *tmp_len) {
+    if (seq_equals(t, direct, 3)) return 0;
+    if (seq_equals(t, trans, 3)) return 1;
+    mw__type want = type_of(direct, 3);
+    *tmp_off = scratch(b, &want, tmp_len);
+    mw__ref r = {MW__BASE_ARENA, *tmp_off};
+    if (emit_copy(b, node, r, &want, *ref, t, 1.0f)) return -1;
+    *ref = r;
+    return 0;
+}
+
 /* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
  * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
 static int lower_contract(builder *b, const mw_tensor *n) {
@@ -220,34 +254,14 @@ static int lower_contract(builder *b, const mw_tensor *n) {
 
     int64_t tmp_off[3] = {-1, -1, -1}, tmp_len[3] = {0};
     mw__ref ra = b->ref[ta->id], rb = b->ref[tb->id], rc = b->ref[n->id];
-    int trans_a, trans_b;
     const axlist *a_direct[] = {&bt, &m, &k}, *a_trans[] = {&bt, &k, &m};
     const axlist *b_direct[] = {&bt, &k, &nn}, *b_trans[] = {&bt, &nn, &k};
     const axlist *c_direct[] = {&bt, &m, &nn}, *c_trans[] = {&bt, &nn, &m};
-    if (seq_equals(&ta->type, a_direct, 3))
-        trans_a = 0;
-    else if (seq_equals(&ta->type, a_trans, 3))
-        trans_a = 1;
-    else {
-        mw__type t = type_of(a_direct, 3);
-        tmp_off[0] = scratch(b, &t, &tmp_len[0]);
-        mw__ref r = {MW__BASE_ARENA, tmp_off[0]};
-        if (emit_copy(b, n->id, r, &t, ra, &ta->type, 1.0f)) return -1;
-        ra = r;
-        trans_a = 0;
-    }
-    if (seq_equals(&tb->type, b_direct, 3))
-        trans_b = 0;
-    else if (seq_equals(&tb->type, b_trans, 3))
-        trans_b = 1;
-    else {
-        mw__type t = type_of(b_direct, 3);
-        tmp_off[1] = scratch(b, &t, &tmp_len[1]);
-        mw__ref r = {MW__BASE_ARENA, tmp_off[1]};
-        if (emit_copy(b, n->id, r, &t, rb, &tb->type, 1.0f)) return -1;
-        rb = r;
-        trans_b = 0;
-    }
+    int trans_a =
+        gemm_operand(b, n->id, &ta->type, a_direct, a_trans, &ra, &tmp_off[0], &tmp_len[0]);
+    int trans_b =
+        gemm_operand(b, n->id, &tb->type, b_direct, b_trans, &rb, &tmp_off[1], &tmp_len[1]);
+    if (trans_a < 0 || trans_b < 0) return -1;
     int swap = 0, permute_out = 0;
     mw__type tc = type_of(c_direct, 3);
     if (seq_equals(&n->type, c_direct, 3))
@@ -264,38 +278,11 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     mw__ins *in = emit(b, MW__I_GEMM, n->id);
     if (!in) return -1;
     mw__k_gemm *gm = &in->k.gemm;
-    if (!swap) {
-        *gm = (mw__k_gemm){.batch = B,
-                           .m = M,
-                           .n = N,
-                           .k = K,
-                           .trans_a = trans_a,
-                           .trans_b = trans_b,
-                           .lda = trans_a ? M : K,
-                           .ldb = trans_b ? K : N,
-                           .ldc = N,
-                           .stride_a = M * K,
-                           .stride_b = K * N,
-                           .stride_c = M * N};
-        in->ref[1] = ra;
-        in->ref[2] = rb;
-    } else {
-        /* C^T (N x M) = B^T (N x K) * A^T (K x M) */
-        *gm = (mw__k_gemm){.batch = B,
-                           .m = N,
-                           .n = M,
-                           .k = K,
-                           .trans_a = !trans_b,
-                           .trans_b = !trans_a,
-                           .lda = trans_b ? K : N,
-                           .ldb = trans_a ? M : K,
-                           .ldc = M,
-                           .stride_a = K * N,
-                           .stride_b = M * K,
-                           .stride_c = M * N};
-        in->ref[1] = rb;
-        in->ref[2] = ra;
-    }
+    /* Swapped: C^T (N x M) = B^T (N x K) * A^T (K x M), the same kernel with the roles exchanged.
+     */
+    *gm = swap ? gemm_of(B, N, M, K, !trans_b, !trans_a) : gemm_of(B, M, N, K, trans_a, trans_b);
+    in->ref[1] = swap ? rb : ra;
+    in->ref[2] = swap ? ra : rb;
     in->ref[0] = rc;
     if (permute_out && emit_copy(b, n->id, b->ref[n->id], &n->type, rc, &tc, 1.0f)) return -1;
     for (int i = 0; i < 3; i++)

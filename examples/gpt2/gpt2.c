@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/cli.h"
 #include "../common/gpt2_data.h"
 #include "../common/gpt2_model.h"
 
@@ -122,20 +123,6 @@ static int parse_u64(const char *s, uint64_t *out) {
     return 0;
 }
 
-/* Accepts "--name value" and "--name=value". Returns the value, or NULL when arg is not --name. */
-static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    const char *arg = argv[*i];
-    if (strncmp(arg, name, n) != 0) return NULL;
-    if (arg[n] == '=') return arg + n + 1;
-    if (arg[n] != '\0') return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 /* Explicit model sizes, applied over the preset (or the --load file's header) once all arguments
  * are read; 0 when not given. */
 typedef struct sizes {
@@ -169,8 +156,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
     memset(sz, 0, sizeof *sz);
     const long big = 1L << 30;
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v;
-        int missing = 0, bad = 0;
+        const char *arg = argv[i], *v = NULL;
+        int missing = 0, bad = 0, matched = 1;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
         if (strcmp(arg, "--sequential") == 0) {
             o->sequential = 1;
@@ -178,13 +165,13 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->eval_only = 1;
         } else if (strcmp(arg, "--resume") == 0) {
             o->resume = 1;
-        } else if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
-        } else if ((v = option_value(argc, argv, &i, "--data", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
             o->data = v;
-        } else if ((v = option_value(argc, argv, &i, "--val-data", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--val-data", &missing))) {
             o->val_data = v;
-        } else if ((v = option_value(argc, argv, &i, "--data-format", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--data-format", &missing))) {
             if (strcmp(v, "auto") == 0)
                 o->format = GPT2_DATA_AUTO;
             else if (strcmp(v, "text") == 0)
@@ -193,7 +180,7 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                 o->format = GPT2_DATA_SHARD;
             else
                 bad = 1;
-        } else if ((v = option_value(argc, argv, &i, "--preset", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--preset", &missing))) {
             gpt2_config c;
             o->preset = v;
             o->preset_given = 1;
@@ -201,84 +188,75 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                 fprintf(stderr, "gpt2: unknown preset '%s' (tiny, small, gpt2-124m)\n", v);
                 return -1;
             }
-        } else if ((v = option_value(argc, argv, &i, "--layers", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--layers", &missing))) {
             bad = parse_int(v, 1, 1000, &sz->layers);
-        } else if ((v = option_value(argc, argv, &i, "--heads", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--heads", &missing))) {
             bad = parse_int(v, 1, 1000, &sz->heads);
-        } else if ((v = option_value(argc, argv, &i, "--channels", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--channels", &missing))) {
             bad = parse_int(v, 1, 1L << 16, &sz->channels);
-        } else if ((v = option_value(argc, argv, &i, "--context", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--context", &missing))) {
             bad = parse_int(v, 1, 1L << 20, &sz->context);
-        } else if ((v = option_value(argc, argv, &i, "--vocab", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--vocab", &missing))) {
             bad = parse_int(v, 1, 65536, &sz->vocab);
-        } else if ((v = option_value(argc, argv, &i, "--padded-vocab", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--padded-vocab", &missing))) {
             bad = parse_int(v, 1, 1L << 20, &sz->padded_vocab);
-        } else if ((v = option_value(argc, argv, &i, "--load", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--load", &missing))) {
             o->load = v;
-        } else if ((v = option_value(argc, argv, &i, "--save", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--save", &missing))) {
             o->save = v;
-        } else if ((v = option_value(argc, argv, &i, "--checkpoint", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint", &missing))) {
             o->checkpoint = v;
-        } else if ((v = option_value(argc, argv, &i, "--stop-at", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--stop-at", &missing))) {
             bad = parse_int(v, 1, big, &o->stop_at);
-        } else if ((v = option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
             bad = parse_int(v, 1, big, &o->checkpoint_every);
-        } else if ((v = option_value(argc, argv, &i, "--batch", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--batch", &missing))) {
             bad = parse_int(v, 1, big, &o->batch);
-        } else if ((v = option_value(argc, argv, &i, "--seq", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--seq", &missing))) {
             bad = parse_int(v, 1, 1L << 20, &o->seq);
-        } else if ((v = option_value(argc, argv, &i, "--steps", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
             bad = parse_int(v, 0, big, &o->steps);
-        } else if ((v = option_value(argc, argv, &i, "--seed", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
             bad = parse_u64(v, &o->seed);
-        } else if ((v = option_value(argc, argv, &i, "--lr", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
             bad = parse_double(v, 0.0, 1e3, &o->lr);
-        } else if ((v = option_value(argc, argv, &i, "--beta1", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--beta1", &missing))) {
             bad = parse_double(v, 0.0, 0.999999, &o->beta1);
-        } else if ((v = option_value(argc, argv, &i, "--beta2", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--beta2", &missing))) {
             bad = parse_double(v, 0.0, 0.999999, &o->beta2);
-        } else if ((v = option_value(argc, argv, &i, "--eps", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--eps", &missing))) {
             bad = parse_double(v, 0.0, 1.0, &o->eps);
-        } else if ((v = option_value(argc, argv, &i, "--weight-decay", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--weight-decay", &missing))) {
             bad = parse_double(v, 0.0, 1e3, &o->weight_decay);
-        } else if ((v = option_value(argc, argv, &i, "--warmup", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
             bad = parse_int(v, 0, big, &o->warmup);
-        } else if ((v = option_value(argc, argv, &i, "--schedule", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--schedule", &missing))) {
             if (strcmp(v, "cosine") == 0)
                 o->cosine = 1;
             else if (strcmp(v, "constant") == 0)
                 o->cosine = 0;
             else
                 bad = 1;
-        } else if ((v = option_value(argc, argv, &i, "--min-lr-ratio", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--min-lr-ratio", &missing))) {
             bad = parse_double(v, 0.0, 1.0, &o->min_lr_ratio);
-        } else if ((v = option_value(argc, argv, &i, "--grad-clip", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--grad-clip", &missing))) {
             bad = parse_double(v, 0.0, 1e30, &o->grad_clip);
-        } else if ((v = option_value(argc, argv, &i, "--val-every", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--val-every", &missing))) {
             bad = parse_int(v, 0, big, &o->val_every);
-        } else if ((v = option_value(argc, argv, &i, "--val-batches", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--val-batches", &missing))) {
             bad = parse_int(v, 1, big, &o->val_batches);
-        } else if ((v = option_value(argc, argv, &i, "--eval-batches", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--eval-batches", &missing))) {
             bad = parse_int(v, 1, big, &o->eval_batches);
-        } else if ((v = option_value(argc, argv, &i, "--sample", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--sample", &missing))) {
             bad = parse_int(v, 0, big, &o->sample);
-        } else if ((v = option_value(argc, argv, &i, "--temperature", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--temperature", &missing))) {
             bad = parse_double(v, 0.0, 1e3, &o->temperature);
-        } else if ((v = option_value(argc, argv, &i, "--prompt", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--prompt", &missing))) {
             o->prompt = v;
-        } else if (!missing) {
-            fprintf(stderr, "gpt2: unknown argument '%s' (see --help)\n", arg);
-            return -1;
+        } else {
+            matched = 0;
         }
-        if (missing) {
-            fprintf(stderr, "gpt2: %s needs a value (see --help)\n", arg);
-            return -1;
-        }
-        if (bad) {
-            fprintf(stderr, "gpt2: bad value '%s' for %.*s (see --help)\n", v,
-                    (int)strcspn(arg, "="), arg);
-            return -1;
-        }
+        if (cli_report("gpt2", arg, v, matched, missing, bad)) return -1;
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/cli.h"
 #include "../common/linreg_model.h"
 
 /* Largest |sharded - single| accepted: float sums taken in another order differ by ulps. */
@@ -78,52 +79,29 @@ static int parse_lr(const char *s, double *out) {
     return 0;
 }
 
-/* Accepts "--name value" and "--name=value". Returns the value, or NULL when arg is not --name. */
-static const char *option_value(int argc, char **argv, int *i, const char *name, int *missing) {
-    size_t n = strlen(name);
-    const char *arg = argv[*i];
-    if (strncmp(arg, name, n) != 0) return NULL;
-    if (arg[n] == '=') return arg + n + 1;
-    if (arg[n] != '\0') return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 /* 0 ok, 1 --help, -1 bad arguments (already reported). */
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){"cpu:2", 8192, 64, 200, 0.05, 1};
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v;
-        int missing = 0, bad = 0;
+        const char *arg = argv[i], *v = NULL;
+        int missing = 0, bad = 0, matched = 1;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        if ((v = option_value(argc, argv, &i, "--devices", &missing))) {
+        if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
-        } else if ((v = option_value(argc, argv, &i, "--rows", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--rows", &missing))) {
             bad = parse_i64(v, 1, INT64_C(1) << 40, &o->rows);
-        } else if ((v = option_value(argc, argv, &i, "--features", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--features", &missing))) {
             bad = parse_i64(v, 1, INT64_C(1) << 30, &o->features);
-        } else if ((v = option_value(argc, argv, &i, "--steps", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
             bad = parse_i64(v, 1, 1000000000, &o->steps);
-        } else if ((v = option_value(argc, argv, &i, "--lr", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
             bad = parse_lr(v, &o->lr);
-        } else if ((v = option_value(argc, argv, &i, "--seed", &missing))) {
+        } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
             bad = parse_u64(v, &o->seed);
-        } else if (!missing) {
-            fprintf(stderr, "linreg: unknown argument '%s' (see --help)\n", arg);
-            return -1;
+        } else {
+            matched = 0;
         }
-        if (missing) {
-            fprintf(stderr, "linreg: %s needs a value (see --help)\n", arg);
-            return -1;
-        }
-        if (bad) {
-            fprintf(stderr, "linreg: bad value '%s' for %.*s (see --help)\n", v,
-                    (int)strcspn(arg, "="), arg);
-            return -1;
-        }
+        if (cli_report("linreg", arg, v, matched, missing, bad)) return -1;
     }
     return 0;
 }
