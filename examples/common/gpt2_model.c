@@ -44,6 +44,13 @@ int gpt2_preset(const char *name, gpt2_config *out) {
 int gpt2_config_check(const gpt2_config *c, char *err, size_t errsize) {
     if (c->layers < 1 || c->heads < 1 || c->channels < 1 || c->max_seq < 1 || c->vocab < 1)
         snprintf(err, errsize, "layers, heads, channels, context and vocab must be positive");
+    /* Bounds far beyond any real GPT-2 that keep every size computation within int64 (a damaged
+     * file header must not overflow them). */
+    else if (c->layers > 4096 || c->channels > 65536 || c->max_seq > (1 << 24) ||
+             c->padded_vocab > (1 << 24))
+        snprintf(err, errsize,
+                 "sizes out of range (layers <= 4096, channels <= 65536, context and "
+                 "vocab <= 16777216)");
     else if (c->channels % c->heads)
         snprintf(err, errsize, "channels (%d) must be divisible by heads (%d)", c->channels,
                  c->heads);
