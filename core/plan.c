@@ -549,6 +549,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
                          int host_memory, int64_t bucket_elems, mw__plan *out) {
     memset(out, 0, sizeof *out);
+    int failed = 1;
     int nn = g->nnodes;
     builder b = {.g = g, .pl = pl, .p = out};
     char *live = mw__calloc((size_t)nn, 1);
@@ -689,7 +690,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->loss = b.ref[loss->id];
     for (int o = 0; o < noutputs; o++) out->outputs[o] = b.ref[outputs[o]->id];
     out->arena_elems = b.ar.top;
-
+    failed = 0;
+oom: /* every allocation failure above jumps here with failed still set */
     mw__free(live);
     mw__free(b.ref);
     mw__free(b.in_arena);
@@ -698,16 +700,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     mw__free(grad_of);
     mw__free(order);
     mw__free(b.ar.free);
-    return MW_OK;
-oom:
-    mw__free(live);
-    mw__free(b.ref);
-    mw__free(b.in_arena);
-    mw__free(b.last_use);
-    mw__free(b.root);
-    mw__free(grad_of);
-    mw__free(order);
-    mw__free(b.ar.free);
+    if (!failed) return MW_OK;
     mw__plan_free(out);
     return mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
 }
