@@ -95,34 +95,6 @@ static void usage(FILE *f) {
 
 /* --- arguments -------------------------------------------------------------------------------- */
 
-static int parse_int(const char *s, long min, long max, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-static int parse_double(const char *s, double min, double max, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (*s == '-') return -1;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
-
 /* Explicit model sizes, applied over the preset (or the --load file's header) once all arguments
  * are read; 0 when not given. */
 typedef struct sizes {
@@ -189,17 +161,17 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                 return -1;
             }
         } else if ((v = cli_option_value(argc, argv, &i, "--layers", &missing))) {
-            bad = parse_int(v, 1, 1000, &sz->layers);
+            bad = cli_parse_int(v, 1, 1000, &sz->layers);
         } else if ((v = cli_option_value(argc, argv, &i, "--heads", &missing))) {
-            bad = parse_int(v, 1, 1000, &sz->heads);
+            bad = cli_parse_int(v, 1, 1000, &sz->heads);
         } else if ((v = cli_option_value(argc, argv, &i, "--channels", &missing))) {
-            bad = parse_int(v, 1, 1L << 16, &sz->channels);
+            bad = cli_parse_int(v, 1, 1L << 16, &sz->channels);
         } else if ((v = cli_option_value(argc, argv, &i, "--context", &missing))) {
-            bad = parse_int(v, 1, 1L << 20, &sz->context);
+            bad = cli_parse_int(v, 1, 1L << 20, &sz->context);
         } else if ((v = cli_option_value(argc, argv, &i, "--vocab", &missing))) {
-            bad = parse_int(v, 1, 65536, &sz->vocab);
+            bad = cli_parse_int(v, 1, 65536, &sz->vocab);
         } else if ((v = cli_option_value(argc, argv, &i, "--padded-vocab", &missing))) {
-            bad = parse_int(v, 1, 1L << 20, &sz->padded_vocab);
+            bad = cli_parse_int(v, 1, 1L << 20, &sz->padded_vocab);
         } else if ((v = cli_option_value(argc, argv, &i, "--load", &missing))) {
             o->load = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--save", &missing))) {
@@ -207,29 +179,29 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
         } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint", &missing))) {
             o->checkpoint = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--stop-at", &missing))) {
-            bad = parse_int(v, 1, big, &o->stop_at);
+            bad = cli_parse_int(v, 1, big, &o->stop_at);
         } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
-            bad = parse_int(v, 1, big, &o->checkpoint_every);
+            bad = cli_parse_int(v, 1, big, &o->checkpoint_every);
         } else if ((v = cli_option_value(argc, argv, &i, "--batch", &missing))) {
-            bad = parse_int(v, 1, big, &o->batch);
+            bad = cli_parse_int(v, 1, big, &o->batch);
         } else if ((v = cli_option_value(argc, argv, &i, "--seq", &missing))) {
-            bad = parse_int(v, 1, 1L << 20, &o->seq);
+            bad = cli_parse_int(v, 1, 1L << 20, &o->seq);
         } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
-            bad = parse_int(v, 0, big, &o->steps);
+            bad = cli_parse_int(v, 0, big, &o->steps);
         } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-            bad = parse_u64(v, &o->seed);
+            bad = cli_parse_u64(v, &o->seed);
         } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
-            bad = parse_double(v, 0.0, 1e3, &o->lr);
+            bad = cli_parse_double(v, 0.0, 1e3, &o->lr);
         } else if ((v = cli_option_value(argc, argv, &i, "--beta1", &missing))) {
-            bad = parse_double(v, 0.0, 0.999999, &o->beta1);
+            bad = cli_parse_double(v, 0.0, 0.999999, &o->beta1);
         } else if ((v = cli_option_value(argc, argv, &i, "--beta2", &missing))) {
-            bad = parse_double(v, 0.0, 0.999999, &o->beta2);
+            bad = cli_parse_double(v, 0.0, 0.999999, &o->beta2);
         } else if ((v = cli_option_value(argc, argv, &i, "--eps", &missing))) {
-            bad = parse_double(v, 0.0, 1.0, &o->eps);
+            bad = cli_parse_double(v, 0.0, 1.0, &o->eps);
         } else if ((v = cli_option_value(argc, argv, &i, "--weight-decay", &missing))) {
-            bad = parse_double(v, 0.0, 1e3, &o->weight_decay);
+            bad = cli_parse_double(v, 0.0, 1e3, &o->weight_decay);
         } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
-            bad = parse_int(v, 0, big, &o->warmup);
+            bad = cli_parse_int(v, 0, big, &o->warmup);
         } else if ((v = cli_option_value(argc, argv, &i, "--schedule", &missing))) {
             if (strcmp(v, "cosine") == 0)
                 o->cosine = 1;
@@ -238,19 +210,19 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             else
                 bad = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--min-lr-ratio", &missing))) {
-            bad = parse_double(v, 0.0, 1.0, &o->min_lr_ratio);
+            bad = cli_parse_double(v, 0.0, 1.0, &o->min_lr_ratio);
         } else if ((v = cli_option_value(argc, argv, &i, "--grad-clip", &missing))) {
-            bad = parse_double(v, 0.0, 1e30, &o->grad_clip);
+            bad = cli_parse_double(v, 0.0, 1e30, &o->grad_clip);
         } else if ((v = cli_option_value(argc, argv, &i, "--val-every", &missing))) {
-            bad = parse_int(v, 0, big, &o->val_every);
+            bad = cli_parse_int(v, 0, big, &o->val_every);
         } else if ((v = cli_option_value(argc, argv, &i, "--val-batches", &missing))) {
-            bad = parse_int(v, 1, big, &o->val_batches);
+            bad = cli_parse_int(v, 1, big, &o->val_batches);
         } else if ((v = cli_option_value(argc, argv, &i, "--eval-batches", &missing))) {
-            bad = parse_int(v, 1, big, &o->eval_batches);
+            bad = cli_parse_int(v, 1, big, &o->eval_batches);
         } else if ((v = cli_option_value(argc, argv, &i, "--sample", &missing))) {
-            bad = parse_int(v, 0, big, &o->sample);
+            bad = cli_parse_int(v, 0, big, &o->sample);
         } else if ((v = cli_option_value(argc, argv, &i, "--temperature", &missing))) {
-            bad = parse_double(v, 0.0, 1e3, &o->temperature);
+            bad = cli_parse_double(v, 0.0, 1e3, &o->temperature);
         } else if ((v = cli_option_value(argc, argv, &i, "--prompt", &missing))) {
             o->prompt = v;
         } else {

@@ -51,34 +51,6 @@ static void usage(FILE *f) {
             TOLERANCE);
 }
 
-static int parse_i64(const char *s, int64_t min, int64_t max, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < min || v > max) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    if (*s == '-') return -1;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_lr(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v <= 0.0) return -1;
-    *out = v;
-    return 0;
-}
-
 /* 0 ok, 1 --help, -1 bad arguments (already reported). */
 static int parse_args(int argc, char **argv, options *o) {
     *o = (options){"cpu:2", 8192, 64, 200, 0.05, 1};
@@ -89,15 +61,16 @@ static int parse_args(int argc, char **argv, options *o) {
         if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--rows", &missing))) {
-            bad = parse_i64(v, 1, INT64_C(1) << 40, &o->rows);
+            bad = cli_parse_i64(v, 1, INT64_C(1) << 40, &o->rows);
         } else if ((v = cli_option_value(argc, argv, &i, "--features", &missing))) {
-            bad = parse_i64(v, 1, INT64_C(1) << 30, &o->features);
+            bad = cli_parse_i64(v, 1, INT64_C(1) << 30, &o->features);
         } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
-            bad = parse_i64(v, 1, 1000000000, &o->steps);
+            bad = cli_parse_i64(v, 1, 1000000000, &o->steps);
         } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
-            bad = parse_lr(v, &o->lr);
+            /* a positive learning rate */
+            bad = cli_parse_double(v, 0.0, HUGE_VAL, &o->lr) || o->lr == 0.0;
         } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-            bad = parse_u64(v, &o->seed);
+            bad = cli_parse_u64(v, &o->seed);
         } else {
             matched = 0;
         }
