@@ -103,6 +103,19 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         return na ? accumulate(g, grads, a,
                                mw__backward_op(g, MW__OP_XENT_GRAD, &a->type, gy, a, b, n))
                   : 0;
+    case MW__OP_ATTENTION: {
+        if (!na) return 0;
+        /* The kernel reads gy in the forward output's axis order. */
+        mw_tensor *d = mw__backward_op(g, MW__OP_ATTENTION_GRAD, &a->type,
+                                       mw__to_type(g, gy, &n->type), a, NULL, n);
+        if (d) {
+            d->axis = n->axis;
+            d->start = n->start;
+            d->len = n->len;
+        }
+        return accumulate(g, grads, a, d);
+    }
+    case MW__OP_ATTENTION_GRAD:
     case MW__OP_GELU_GRAD:
     case MW__OP_LN_DX:
     case MW__OP_LN_DW:

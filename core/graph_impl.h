@@ -38,6 +38,9 @@ typedef enum mw__op {
     MW__OP_EMBED_GRAD,   /* (gy, ids) */
     MW__OP_XENT,         /* (logits, targets) over the last axis, first `count` columns */
     MW__OP_XENT_GRAD,    /* (gy, logits, targets) */
+    MW__OP_ATTENTION,    /* (qkv): axis = part axis, start = seq axis, len = feature axis (of qkv);
+                            flag = causal, scalar = scale */
+    MW__OP_ATTENTION_GRAD, /* (gy, qkv): the gradient of qkv; same fields as ATTENTION */
     MW__OP_COUNT
 } mw__op;
 

@@ -324,6 +324,42 @@ mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
     return softmax(g, op, x, scale, 1);
 }
 
+mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
+                        const char *feature_axis, int causal, float scale) {
+    const char *op = "mw_attention";
+    if (!usable(g, op, &qkv, 1) || !want_dtype(g, op, "qkv", qkv, MW_F32)) return NULL;
+    int p = axis_of(g, op, qkv, part_axis);
+    int s = p < 0 ? -1 : axis_of(g, op, qkv, seq_axis);
+    int f = s < 0 ? -1 : axis_of(g, op, qkv, feature_axis);
+    if (f < 0 || !unsharded(g, op, qkv, p) || !unsharded(g, op, qkv, s) ||
+        !unsharded(g, op, qkv, f))
+        return NULL;
+    char dx[256];
+    if (qkv->type.ax[p].size != 3)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s of %s must have size 3 (q, k, v)", op,
+                              part_axis, DESC(qkv, dx));
+    if (f != qkv->type.rank - 1)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must be the last axis of %s", op,
+                              feature_axis, DESC(qkv, dx));
+    if (p == s)
+        return mw__graph_fail(g, MW_ERR_AXIS, "%s: the part and sequence axes are both '%s'", op,
+                              part_axis);
+    qkv = mw__replicated(g, qkv);
+    if (!qkv) return NULL;
+    mw_tensor proto = {.op = MW__OP_ATTENTION,
+                       .nin = 1,
+                       .in = {qkv},
+                       .type = qkv->type,
+                       .scalar = scale,
+                       .flag = causal != 0,
+                       .axis = p,
+                       .start = s,
+                       .len = f};
+    proto.type.rank--;
+    for (int i = p; i < proto.type.rank; i++) proto.type.ax[i] = qkv->type.ax[i + 1];
+    return mw__node_new(g, &proto);
+}
+
 mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const char *vocab_axis) {
     const char *op = "mw_embedding";
     mw_tensor *xs[2] = {table, ids};

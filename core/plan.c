@@ -416,6 +416,47 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     return -1;
 }
 
+/* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
+ * over the slices, and a scratch buffer for one block of scores (two in the backward pass), held
+ * only while the kernel runs. */
+static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
+    int grad = n->op == MW__OP_ATTENTION_GRAD;
+    const mw_tensor *qkv = n->in[grad ? 1 : 0];
+    const mw_tensor *o = grad ? n->in[0] : n; /* a tensor of the attention's output type */
+    ltype lq = local_type(&qkv->type, b->pl), lo = local_type(&o->type, b->pl);
+    int p = n->axis, s = (int)n->start, f = (int)n->len;
+    mw__k_attention k = {.causal = n->flag,
+                         .scale = n->scalar,
+                         .t = lq.size[s],
+                         .d = lq.size[f],
+                         .seq_qkv = lq.stride[s],
+                         .part = lq.stride[p]};
+    /* The output's axes are qkv's without the part axis, in the same order. */
+    int os = s - (s > p), of = f - (f > p);
+    k.seq_out = lo.stride[os];
+    if (lq.stride[f] != 1 || lo.stride[of] != 1) return -1;
+    k.walk.rank = 0;
+    for (int i = 0; i < qkv->type.rank; i++) {
+        if (i == p || i == s || i == f) continue;
+        int oi = i - (i > p);
+        k.walk.dims[k.walk.rank] = lq.size[i];
+        k.walk.stride[0][k.walk.rank] = lo.stride[oi];
+        k.walk.stride[1][k.walk.rank] = lq.stride[i];
+        k.walk.rank++;
+    }
+    int64_t blk = k.t < MW__ATTN_BLOCK ? k.t : MW__ATTN_BLOCK;
+    k.scratch_elems = (grad ? 2 : 1) * blk * k.t;
+    int64_t soff = arena_alloc(&b->ar, k.scratch_elems);
+    mw__ins *in = emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
+    if (!in) return -1;
+    in->ref[0] = out;
+    in->ref[1] = b->ref[n->in[0]->id];
+    if (grad) in->ref[2] = b->ref[n->in[1]->id];
+    in->ref[grad ? 3 : 2] = (mw__ref){MW__BASE_ARENA, soff};
+    in->k.attention = k;
+    return arena_release(&b->ar, soff, k.scratch_elems);
+}
+
 static int lower_node(builder *b, const mw_tensor *n) {
     const mw__placement *pl = b->pl;
     ltype lo = local_type(&n->type, pl);
@@ -438,6 +479,8 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_EMBED_GRAD:
     case MW__OP_XENT:
     case MW__OP_XENT_GRAD: return lower_nn(b, n, &lo, out);
+    case MW__OP_ATTENTION:
+    case MW__OP_ATTENTION_GRAD: return lower_attention(b, n, out);
     case MW__OP_FILL: {
         mw__ins *in = emit(b, MW__I_FILL, n->id);
         if (!in) return -1;

@@ -40,7 +40,9 @@ typedef enum mw__ins_kind {
     MW__I_EMBED,
     MW__I_EMBED_GRAD,
     MW__I_XENT,
-    MW__I_XENT_GRAD
+    MW__I_XENT_GRAD,
+    MW__I_ATTENTION,     /* ref: out, qkv, scratch */
+    MW__I_ATTENTION_GRAD /* ref: d(qkv), gy, qkv, scratch */
 } mw__ins_kind;
 
 typedef struct mw__ins {
@@ -65,6 +67,7 @@ typedef struct mw__ins {
         mw__k_embed_grad embed_grad;
         mw__k_xent xent;
         mw__k_xent_grad xent_grad;
+        mw__k_attention attention;
     } k; /* pointers are filled in from ref[] when the instruction runs */
 } mw__ins;
 

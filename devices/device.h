@@ -185,6 +185,25 @@ typedef struct mw__k_adamw {
     const float *g;
 } mw__k_adamw;
 
+/* Fused self-attention (mw_attention) over `outer` independent (batch, head) slices. For slice
+ * s, walk.dims/stride give its offset: operand 0 in out (or gy), operand 1 in qkv. Within a
+ * slice, position i of q starts at qkv + i * seq_qkv, k and v lie `part` elements after q and
+ * 2 * part after it; position i of out (gy) starts at out + i * seq_out; the d features of a
+ * position are contiguous. Forward: out_i = sum_j softmax_j(scale * q_i . k_j) v_j, over j <= i
+ * when causal. Backward (grad): out is d(qkv), laid out like qkv, from gy = d(out); the scores
+ * are recomputed. scratch holds scratch_elems floats the kernel may use as it likes. */
+#define MW__ATTN_BLOCK 64 /* query rows per block of scores */
+typedef struct mw__k_attention {
+    int causal;
+    float scale;
+    int64_t t, d;
+    int64_t seq_qkv, seq_out, part;
+    mw__nd walk; /* the batch axes: operand 0 = out (forward) or gy (backward), 1 = qkv */
+    int64_t scratch_elems;
+    float *out, *scratch;
+    const float *qkv, *gy;
+} mw__k_attention;
+
 typedef struct mw__device mw__device;
 
 typedef struct mw__device_vtable {
@@ -223,6 +242,10 @@ typedef struct mw__device_vtable {
     mw_status (*host_alloc)(mw__device *dev, size_t bytes, void **out);
     void (*host_free)(mw__device *dev, void *p);
     mw_status (*upload_async)(mw__device *dev, void *dst, const void *src, size_t bytes);
+    /* Fused attention (NULL where a backend lacks it: a graph using mw_attention is then refused
+     * with MW_ERR_UNSUPPORTED when the trainer is made). */
+    mw_status (*attention)(mw__device *dev, const mw__k_attention *k);
+    mw_status (*attention_grad)(mw__device *dev, const mw__k_attention *k);
 } mw__device_vtable;
 
 struct mw__device {

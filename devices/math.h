@@ -18,18 +18,24 @@
 
 /* e^x in plain arithmetic, so loops over it vectorise (libm's expf is a call per element):
  * x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial to r^6 (error ~1e-7 relative),
- * 2^n built in the exponent bits. Inputs below -87 give ~1e-38 (not 0), above 88 give ~1e38. */
+ * 2^n built in the exponent bits. Inputs below -87 give ~1e-38 (not 0), above 88 give ~1e38.
+ * Branch-free and defined for every input: a NaN stays NaN (the clamps let it through and the
+ * exponent is built with unsigned integer arithmetic, never a float-to-int conversion of it). */
 MW__HD float mw__expf(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
-    /* Round x/ln2 to the nearest integer with the 1.5 * 2^23 trick (exact in round-to-nearest). */
-    float n = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
+    /* Round x/ln2 to the nearest integer with the 1.5 * 2^23 trick (exact in round-to-nearest):
+     * the low mantissa bits of t then hold n + 2^22 as an integer. */
+    float t = x * 1.44269504f + 12582912.0f;
+    float n = t - 12582912.0f;
     float r = (x - n * 0.693145752f) - n * 1.42860677e-6f; /* ln2 split in two for accuracy */
     float p =
         1.0f +
         r * (1.0f +
              r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t tb;
+    memcpy(&tb, &t, sizeof tb);
+    uint32_t bits = (tb - 0x4B400000u + 127u) << 23; /* (n + 127) << 23, modulo 2^32 */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;

@@ -121,6 +121,17 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         in->k.xent_grad.logits = ptr(w, in->ref[2]);
         in->k.xent_grad.targets = ptr(w, in->ref[3]);
         return vt->xent_grad(dev, &in->k.xent_grad);
+    case MW__I_ATTENTION:
+        in->k.attention.out = ptr(w, in->ref[0]);
+        in->k.attention.qkv = ptr(w, in->ref[1]);
+        in->k.attention.scratch = ptr(w, in->ref[2]);
+        return vt->attention(dev, &in->k.attention);
+    case MW__I_ATTENTION_GRAD:
+        in->k.attention.out = ptr(w, in->ref[0]);
+        in->k.attention.gy = ptr(w, in->ref[1]);
+        in->k.attention.qkv = ptr(w, in->ref[2]);
+        in->k.attention.scratch = ptr(w, in->ref[3]);
+        return vt->attention_grad(dev, &in->k.attention);
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
@@ -996,6 +1007,16 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
                                  mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
             return st;
+        for (int i = 0; i < w->plan.nins; i++) {
+            mw__ins_kind kind = w->plan.ins[i].kind;
+            if ((kind == MW__I_ATTENTION && !mesh->vt->attention) ||
+                (kind == MW__I_ATTENTION_GRAD && !mesh->vt->attention_grad))
+                return mw__error(MW_ERR_UNSUPPORTED,
+                                 "device %s (%s backend) has no fused attention kernel "
+                                 "(mw_attention); write the attention out with mw_contract and "
+                                 "mw_causal_softmax for this device",
+                                 w->dev.name, mesh->vt->kind);
+        }
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     }

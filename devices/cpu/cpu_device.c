@@ -297,6 +297,8 @@ const mw__device_vtable mw__cpu_device = {
     .xent_grad = mw__cpu_xent_grad,
     .sumsq = mw__cpu_sumsq,
     .adamw = mw__cpu_adamw,
+    .attention = mw__cpu_attention,
+    .attention_grad = mw__cpu_attention_grad,
 };
 
 int mw__cpu_set_blas_threads(int n) {

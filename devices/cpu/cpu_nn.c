@@ -5,8 +5,10 @@
 
 #include "core/error.h"
 #include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/rows.h"
 #include "devices/math.h"
 
+MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
     float *restrict out = k->out;
@@ -15,6 +17,7 @@ mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
     float *restrict out = k->out;
@@ -23,16 +26,32 @@ mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     return MW_OK;
 }
 
-/* Mean and reciprocal standard deviation of one row (two passes, in double for stability). */
-static void row_stats(const float *x, int64_t n, float eps, float *mean, float *rstd) {
-    double s = 0.0, v = 0.0;
-    for (int64_t j = 0; j < n; j++) s += x[j];
-    double m = s / (double)n;
-    for (int64_t j = 0; j < n; j++) v += (x[j] - m) * (x[j] - m);
-    *mean = (float)m;
-    *rstd = (float)(1.0 / sqrt(v / (double)n + eps));
+/* Mean and reciprocal standard deviation of one row: two passes, each summed in double over
+ * eight interleaved lanes (a fixed order that vectorises). */
+static inline void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
+                             float *rstd) {
+    double acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += x[j];
+    double m = MW__SUM8(acc) / (double)n;
+    double dv[8] = {0};
+    float mf = (float)m;
+    for (j = 0; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float d = x[j + l] - mf;
+            dv[l] += (double)(d * d);
+        }
+    for (int l = 0; j < n; j++, l++) {
+        float d = x[j] - mf;
+        dv[l] += (double)(d * d);
+    }
+    *mean = mf;
+    *rstd = (float)(1.0 / sqrt(MW__SUM8(dv) / (double)n + eps));
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
@@ -44,6 +63,7 @@ mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
@@ -66,6 +86,7 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     memset(k->out, 0, (size_t)k->n * sizeof *k->out);
@@ -85,6 +106,7 @@ static int64_t visible(int causal, int64_t i, int64_t s, int64_t k) {
     return v < 0 ? 0 : v > k ? k : v;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_softmax(mw__device *dev, const mw__k_softmax *k) {
     (void)dev;
     for (int64_t o = 0; o < k->outer; o++)
@@ -92,20 +114,13 @@ mw_status mw__cpu_softmax(mw__device *dev, const mw__k_softmax *k) {
             int64_t row = o * k->s + i, n = visible(k->causal, i, k->s, k->k);
             const float *a = k->a + row * k->k;
             float *y = k->out + row * k->k;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; j++) mx = fmaxf(mx, k->scale * a[j]);
-            double sum = 0.0;
-            for (int64_t j = 0; j < n; j++) {
-                y[j] = expf(k->scale * a[j] - mx);
-                sum += y[j];
-            }
-            float inv = n ? (float)(1.0 / sum) : 0.0f;
-            for (int64_t j = 0; j < n; j++) y[j] *= inv;
+            mw__row_softmax(a, y, n, k->scale);
             for (int64_t j = n; j < k->k; j++) y[j] = 0.0f;
         }
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
     (void)dev;
     for (int64_t o = 0; o < k->outer; o++)
@@ -113,9 +128,8 @@ mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
             int64_t row = o * k->s + i, n = visible(k->causal, i, k->s, k->k);
             const float *p = k->p + row * k->k, *gy = k->gy + row * k->k;
             float *dx = k->out + row * k->k;
-            double dot = 0.0;
-            for (int64_t j = 0; j < n; j++) dot += (double)gy[j] * p[j];
-            for (int64_t j = 0; j < n; j++) dx[j] = k->scale * p[j] * (gy[j] - (float)dot);
+            float dot = mw__row_dot(gy, p, n);
+            for (int64_t j = 0; j < n; j++) dx[j] = k->scale * p[j] * (gy[j] - dot);
             for (int64_t j = n; j < k->k; j++) dx[j] = 0.0f;
         }
     return MW_OK;
@@ -138,6 +152,7 @@ mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     (void)dev;
     memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
@@ -151,52 +166,61 @@ mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     return MW_OK;
 }
 
-/* log-sum-exp over the first `valid` logits of a row, in double. */
-static double row_lse(const float *x, int64_t valid, float *max_out) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < valid; j++) mx = fmaxf(mx, x[j]);
-    double s = 0.0;
-    for (int64_t j = 0; j < valid; j++) s += exp((double)(x[j] - mx));
-    *max_out = mx;
-    return mx + log(s);
+/* log-sum-exp over the first `valid` logits of a row: the exponentials in float (vectorised),
+ * summed in eight lanes in double, the logarithm in double. */
+static inline double row_lse(const float *restrict x, int64_t valid) {
+    float mx = mw__row_max(x, valid, 1.0f);
+    double acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= valid; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)mw__expf(x[j + l] - mx);
+    for (int l = 0; j < valid; j++, l++) acc[l] += (double)mw__expf(x[j] - mx);
+    return (double)mx + log(MW__SUM8(acc));
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
         if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
-        float mx;
-        k->out[r] = (float)(row_lse(x, k->valid, &mx) - x[t]);
+        k->out[r] = (float)(row_lse(x, k->valid) - x[t]);
     }
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
         if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
-        float *dx = k->out + r * k->v, mx;
-        double lse = row_lse(x, k->valid, &mx);
+        float *dx = k->out + r * k->v;
+        float lse = (float)row_lse(x, k->valid);
         float gy = k->gy[r];
-        for (int64_t j = 0; j < k->valid; j++)
-            dx[j] = gy * ((float)exp((double)x[j] - lse) - (j == t ? 1.0f : 0.0f));
+        for (int64_t j = 0; j < k->valid; j++) dx[j] = gy * mw__expf(x[j] - lse);
+        dx[t] -= gy;
         for (int64_t j = k->valid; j < k->v; j++) dx[j] = 0.0f;
     }
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     (void)dev;
-    double s = 0.0;
-    for (int64_t i = 0; i < k->count; i++) s += (double)k->a[i] * k->a[i];
-    k->out[0] = (float)s;
+    const float *restrict a = k->a;
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= k->count; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * a[i + l];
+    for (int l = 0; i < k->count; i++, l++) acc[l] += (double)a[i] * a[i];
+    k->out[0] = (float)MW__SUM8(acc);
     return MW_OK;
 }
 
+MW__CPU_CLONES
 mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++)

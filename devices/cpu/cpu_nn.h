@@ -17,5 +17,7 @@ mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k);
 mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k);
 mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k);
 mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k);
+mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k);
+mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k);
 
 #endif

@@ -102,19 +102,15 @@ static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, c
     return mw_layernorm(t->g, x, lw, lb, "Embed", 1e-5f);
 }
 
-/* Causal self-attention on qkv [Batch, Seq, QKV=3C] laid out as llm.c's (q, k, v) x heads. */
+/* Causal self-attention on qkv [Batch, Seq, QKV=3C] laid out as llm.c's (q, k, v) x heads: the
+ * fused kernel reads q, k and v where they lie, per (batch, head). */
 static mw_tensor *attention(tracer *t, mw_tensor *qkv, const gpt2_config *c) {
     mw_graph *g = t->g;
     char split[64];
     int hd = c->channels / c->heads;
     snprintf(split, sizeof split, "Part=3,Head=%d,HeadDim=%d", c->heads, hd);
     mw_tensor *parts = mw_split(g, qkv, "QKV", split);
-    mw_tensor *q = mw_select(g, parts, "Part", 0);
-    mw_tensor *k = mw_rename(g, mw_select(g, parts, "Part", 1), "Seq", "Key");
-    mw_tensor *v = mw_rename(g, mw_select(g, parts, "Part", 2), "Seq", "Key");
-    mw_tensor *scores = mw_contract(g, q, k, "Batch,Head,Seq,Key");
-    mw_tensor *p = mw_causal_softmax(g, scores, "Seq", "Key", 1.0f / sqrtf((float)hd));
-    mw_tensor *y = mw_contract(g, p, v, "Batch,Seq,Head,HeadDim");
+    mw_tensor *y = mw_attention(g, parts, "Part", "Seq", "HeadDim", 1, 1.0f / sqrtf((float)hd));
     return mw_merge(g, y, "Head,HeadDim", "Embed");
 }
 

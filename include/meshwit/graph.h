@@ -180,6 +180,20 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
 /* softmax(scale * x) over axis `axis`, which must be x's last axis. */
 mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale);
 
+/* Fused multi-head self-attention, softmax(scale * q k^T) v per position, on a tensor that holds
+ * queries, keys and values side by side: qkv has an axis `part_axis` of size 3 (q, k, v in that
+ * order), a sequence axis `seq_axis` and a feature axis `feature_axis` (the head dimension, which
+ * must be qkv's last axis); every other axis (Batch, Head, ...) is a batch of independent
+ * attentions. The result has qkv's axes without `part_axis`, in the same order. causal non-zero:
+ * position i attends to positions j <= i only. The same numbers as contract, (causal) softmax and
+ * contract written out, but the kernel never holds a whole Seq x Seq score tensor (rows of scores
+ * are made per block of queries, the masked half is never computed) and the backward pass
+ * recomputes the scores instead of keeping them. The sequence and feature axes must not be
+ * sharded; the batch axes may be. Errors: MW_ERR_AXIS (an axis missing), MW_ERR_SHAPE (part axis
+ * not of size 3, feature axis not last, not f32), MW_ERR_SHARDING. */
+mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
+                        const char *feature_axis, int causal, float scale);
+
 /* Causal softmax(scale * x) over `key_axis`, where x's last two axes are `query_axis` then
  * `key_axis`: query i attends to keys j <= i (+ the difference of the two sizes). */
 mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,

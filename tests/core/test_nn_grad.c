@@ -493,6 +493,21 @@ Test(nn_grad, causal_self_attention) {
     case_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
 }
 
+/* The fused kernel on the same layout: qkv [Batch, Seq, Part, Head, HeadDim], causal or not. */
+static void check_fused_attention(int causal) {
+    grad_case c;
+    case_begin(&c);
+    mw_graph *g = c.g;
+    mw_tensor *qkv = case_param(&c, "qkv", MW_AXES({"Batch", 2}, {"Seq", 5}, {"QKV", 12}), 1.0f);
+    mw_tensor *parts = mw_split(g, qkv, "QKV", "Part=3,Head=2,HeadDim=2");
+    mw_tensor *y = mw_attention(g, parts, "Part", "Seq", "HeadDim", causal, 1.0f / sqrtf(2.0f));
+    case_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
+}
+
+Test(nn_grad, fused_attention_causal) { check_fused_attention(1); }
+
+Test(nn_grad, fused_attention_full) { check_fused_attention(0); }
+
 /* A pre-LN residual block, x + gelu(ln(x) . W^T + b), renamed back to x's axes: x reaches the
  * output twice, once through the residual add. */
 Test(nn_grad, residual_block) {

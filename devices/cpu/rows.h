@@ -1,0 +1,64 @@
+/* Internal: row helpers shared by the CPU kernels. Static inline, so each kernel compiled for
+ * several vector units (simd.h) gets them compiled for the same unit. Every sum is taken over
+ * eight interleaved lanes combined in a fixed order, so results depend only on the data and the
+ * row length. */
+#ifndef MW__CPU_ROWS_H
+#define MW__CPU_ROWS_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "devices/cpu/simd.h"
+#include "devices/math.h"
+
+/* max of scale * a[j] over a row; a NaN anywhere makes it NaN. */
+static inline float mw__row_max(const float *restrict a, int64_t n, float scale) {
+    float m[8];
+    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float v = scale * a[j + l];
+            m[l] = v > m[l] || v != v ? v : m[l];
+        }
+    for (int l = 0; j < n; j++, l++) {
+        float v = scale * a[j];
+        m[l] = v > m[l] || v != v ? v : m[l];
+    }
+    float r = m[0];
+    for (int l = 1; l < 8; l++) r = m[l] > r || m[l] != m[l] ? m[l] : r;
+    return r;
+}
+
+/* sum of a[j] * b[j] over a row. */
+static inline float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
+    float acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[j + l] * b[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += a[j] * b[j];
+    return MW__SUM8(acc);
+}
+
+/* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. */
+static inline void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
+    if (n <= 0) return;
+    float mx = mw__row_max(a, n, scale);
+    float acc[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) {
+            float e = mw__expf(scale * a[j + l] - mx);
+            y[j + l] = e;
+            acc[l] += e;
+        }
+    for (int l = 0; j < n; j++, l++) {
+        float e = mw__expf(scale * a[j] - mx);
+        y[j] = e;
+        acc[l] += e;
+    }
+    float inv = 1.0f / MW__SUM8(acc);
+    for (j = 0; j < n; j++) y[j] *= inv;
+}
+
+#endif

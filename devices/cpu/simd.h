@@ -1,0 +1,23 @@
+/* Internal: how the CPU kernels get wide vector code without a -march flag on the whole build.
+ * A hot kernel is compiled several times (AVX-512, AVX2+FMA, baseline x86-64) and the loader picks
+ * the widest version the CPU supports (GCC/Clang function multi-versioning). The loops are plain C
+ * written so that the compiler vectorises them: no branches in the body, partial sums in eight
+ * interleaved lanes. A given machine always runs the same version, so results repeat bit for bit
+ * there; two machines with different vector units may differ in the last bits (fused
+ * multiply-add). */
+#ifndef MW__CPU_SIMD_H
+#define MW__CPU_SIMD_H
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) &&                            \
+    !defined(MESHWIT_NO_CLONES) && !defined(__SANITIZE_THREAD__)
+#define MW__CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MW__CPU_CLONES
+#endif
+
+/* The eight lanes of an accumulator combined pairwise, always in the same order. */
+#define MW__SUM8(acc)                                                                              \
+    ((((acc)[0] + (acc)[4]) + ((acc)[1] + (acc)[5])) +                                             \
+     (((acc)[2] + (acc)[6]) + ((acc)[3] + (acc)[7])))
+
+#endif

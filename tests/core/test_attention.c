@@ -1,0 +1,244 @@
+/* Fused attention (mw_attention) against an independent reference: attention and its gradient
+ * written out in double precision in this file, on sequences long enough for several query
+ * blocks (MW__ATTN_BLOCK is 64), causal and not, with the batch and head axes in either order;
+ * and bitwise repeatability. The finite-difference check of the gradient on a small case is in
+ * test_nn_grad.c. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshwit.h"
+
+/* Deterministic values in [-1, 1). */
+static void fill(float *x, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
+    }
+}
+
+typedef struct dims {
+    int b, t, h, d;
+} dims;
+
+/* Element (b, t, part, h, e) of qkv laid out [Batch, Seq, Part, Head, HeadDim]. */
+static int64_t qi(dims s, int b, int t, int part, int h, int e) {
+    return ((((int64_t)b * s.t + t) * 3 + part) * s.h + h) * s.d + e;
+}
+
+/* Element (b, t, h, e) of out laid out [Batch, Seq, Head, HeadDim]. */
+static int64_t oi(dims s, int b, int t, int h, int e) {
+    return (((int64_t)b * s.t + t) * s.h + h) * s.d + e;
+}
+
+/* out = attention(qkv); dqkv = d(sum(out * r)) / d qkv, all in double. */
+static void reference(dims s, int causal, double scale, const float *qkv, const float *r,
+                      double *out, double *dqkv) {
+    double *p = malloc(sizeof(double) * (size_t)s.t), *dp = malloc(sizeof(double) * (size_t)s.t);
+    memset(dqkv, 0, sizeof(double) * (size_t)s.b * s.t * 3 * s.h * s.d);
+    for (int b = 0; b < s.b; b++)
+        for (int h = 0; h < s.h; h++)
+            for (int i = 0; i < s.t; i++) {
+                int n = causal ? i + 1 : s.t;
+                double mx = -INFINITY, sum = 0, dsum = 0;
+                for (int j = 0; j < n; j++) {
+                    double dot = 0;
+                    for (int e = 0; e < s.d; e++)
+                        dot += (double)qkv[qi(s, b, i, 0, h, e)] * qkv[qi(s, b, j, 1, h, e)];
+                    p[j] = scale * dot;
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < n; j++) sum += p[j] = exp(p[j] - mx);
+                for (int j = 0; j < n; j++) p[j] /= sum;
+                for (int e = 0; e < s.d; e++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += p[j] * qkv[qi(s, b, j, 2, h, e)];
+                    out[oi(s, b, i, h, e)] = o;
+                }
+                /* dO = r; dP_j = dO . v_j; dS_j = P_j (dP_j - sum_k P_k dP_k) */
+                for (int j = 0; j < n; j++) {
+                    dp[j] = 0;
+                    for (int e = 0; e < s.d; e++)
+                        dp[j] += (double)r[oi(s, b, i, h, e)] * qkv[qi(s, b, j, 2, h, e)];
+                    dsum += p[j] * dp[j];
+                }
+                for (int j = 0; j < n; j++) {
+                    double ds = p[j] * (dp[j] - dsum) * scale;
+                    for (int e = 0; e < s.d; e++) {
+                        dqkv[qi(s, b, i, 0, h, e)] += ds * qkv[qi(s, b, j, 1, h, e)];
+                        dqkv[qi(s, b, j, 1, h, e)] += ds * qkv[qi(s, b, i, 0, h, e)];
+                        dqkv[qi(s, b, j, 2, h, e)] += p[j] * r[oi(s, b, i, h, e)];
+                    }
+                }
+            }
+    free(p);
+    free(dp);
+}
+
+typedef struct run {
+    float *out, *grad;
+} run;
+
+/* L = sum(attention(qkv) * r) on cpu:1 (or sharded over cpu:2 along Batch); the output in
+ * [Batch, Seq, Head, HeadDim] order and the gradient of qkv. head_first traces qkv as
+ * [Head, Batch, Seq, Part, HeadDim] instead (a permuted copy of the same values). */
+static run run_meshwit(dims s, int causal, float scale, const float *qkv, const float *r,
+                       int sharded, int head_first) {
+    int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    /* head_first: qkv traced as [Head, Batch, Seq, Part, HeadDim], fed a permuted copy. */
+    float *fed = (float *)qkv;
+    mw_tensor *x;
+    if (head_first) {
+        fed = malloc(sizeof(float) * (size_t)nq);
+        for (int h = 0; h < s.h; h++)
+            for (int b = 0; b < s.b; b++)
+                for (int t = 0; t < s.t; t++)
+                    for (int part = 0; part < 3; part++)
+                        memcpy(fed + ((((int64_t)h * s.b + b) * s.t + t) * 3 + part) * s.d,
+                               qkv + qi(s, b, t, part, h, 0), sizeof(float) * s.d);
+        x = mw_input(
+            g, "x", MW_F32,
+            MW_AXES({"Head", s.h}, {"Batch", s.b}, {"Seq", s.t}, {"Part", 3}, {"HeadDim", s.d}));
+    } else {
+        x = mw_input(
+            g, "x", MW_F32,
+            MW_AXES({"Batch", s.b}, {"Seq", s.t}, {"Part", 3}, {"Head", s.h}, {"HeadDim", s.d}));
+    }
+    mw_tensor *rr = mw_input(
+        g, "r", MW_F32, MW_AXES({"Batch", s.b}, {"Seq", s.t}, {"Head", s.h}, {"HeadDim", s.d}));
+    if (sharded) {
+        x = mw_shard(g, x, "Batch", "X");
+        rr = mw_shard(g, rr, "Batch", "X");
+    }
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Part", 3}, {"Head", s.h}, {"HeadDim", s.d}),
+                            MW_INIT_CONST(1.0f));
+    mw_tensor *in = mw_mul(g, x, w); /* qkv itself (w = 1), with a gradient to read: d w */
+    mw_tensor *y = mw_attention(g, in, "Part", "Seq", "HeadDim", causal, scale);
+    mw_tensor *loss = mw_sum(g, mw_mul(g, y, rr), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_tensor *outs[1] = {y};
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = outs, .noutputs = 1};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_mesh_new(sharded ? "cpu:2" : "cpu:1", "X", &mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    mw_feed feeds[2] = {{"x", fed, nq}, {"r", r, no}};
+    float l;
+    cr_assert_eq(mw_trainer_compute_grads(tr, feeds, 2, &l), MW_OK, "%s", mw_last_error());
+    run res = {malloc(sizeof(float) * (size_t)no), malloc(sizeof(float) * (size_t)3 * s.h * s.d)};
+    float *yo = malloc(sizeof(float) * (size_t)no);
+    cr_assert_eq(mw_trainer_read_output(tr, y, yo, no), MW_OK, "%s", mw_last_error());
+    if (head_first) /* [Head, Batch, Seq, HeadDim] -> [Batch, Seq, Head, HeadDim] */
+        for (int h = 0; h < s.h; h++)
+            for (int b = 0; b < s.b; b++)
+                for (int t = 0; t < s.t; t++)
+                    memcpy(res.out + oi(s, b, t, h, 0),
+                           yo + (((int64_t)h * s.b + b) * s.t + t) * s.d, sizeof(float) * s.d);
+    else
+        memcpy(res.out, yo, sizeof(float) * (size_t)no);
+    free(yo);
+    if (fed != qkv) free(fed);
+    cr_assert_eq(mw_trainer_read_grad(tr, "w", res.grad, 3 * s.h * s.d), MW_OK, "%s",
+                 mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    return res;
+}
+
+/* Compares with the double reference. d w[part, h, e] = sum over b, t of dqkv * qkv. Tolerance:
+ * float rounding of sums over at most T terms of O(1) values, ~T * 2^-24 relative to the scale of
+ * the terms, with a wide margin (1e-5 absolute + 1e-4 relative). */
+static void check_case(dims s, int causal, int sharded, int head_first) {
+    int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;
+    float *qkv = malloc(sizeof(float) * (size_t)nq), *r = malloc(sizeof(float) * (size_t)no);
+    fill(qkv, nq, 11);
+    fill(r, no, 12);
+    double *out = malloc(sizeof(double) * (size_t)no), *dq = malloc(sizeof(double) * (size_t)nq);
+    float scale = 1.0f / sqrtf((float)s.d);
+    reference(s, causal, scale, qkv, r, out, dq);
+    run m = run_meshwit(s, causal, scale, qkv, r, sharded, head_first);
+    for (int64_t i = 0; i < no; i++)
+        cr_assert_leq(fabs(m.out[i] - out[i]), 1e-5 + 1e-4 * fabs(out[i]),
+                      "out[%lld] = %.8g, reference %.8g", (long long)i, m.out[i], out[i]);
+    int64_t per = 3 * s.h * s.d;
+    for (int64_t k = 0; k < per; k++) {
+        double want = 0, mag = 0;
+        for (int64_t row = 0; row < (int64_t)s.b * s.t; row++) {
+            want += dq[row * per + k] * qkv[row * per + k];
+            mag += fabs(dq[row * per + k] * qkv[row * per + k]);
+        }
+        cr_assert_leq(fabs(m.grad[k] - want), 1e-5 + 1e-4 * mag, "d w[%lld] = %.8g, reference %.8g",
+                      (long long)k, m.grad[k], want);
+    }
+    free(m.out);
+    free(m.grad);
+    free(qkv);
+    free(r);
+    free(out);
+    free(dq);
+}
+
+TestSuite(attention, .description = "fused attention against a double-precision reference",
+          .timeout = 120);
+
+Test(attention, causal_several_blocks) { check_case((dims){2, 130, 2, 8}, 1, 0, 0); }
+
+Test(attention, full_several_blocks) { check_case((dims){2, 130, 2, 8}, 0, 0, 0); }
+
+Test(attention, one_short_block) { check_case((dims){3, 7, 3, 4}, 1, 0, 0); }
+
+Test(attention, heads_before_batch) { check_case((dims){2, 70, 2, 8}, 1, 0, 1); }
+
+Test(attention, sharded_batch) { check_case((dims){3, 70, 2, 8}, 1, 1, 0); }
+
+Test(attention, repeatable_bit_for_bit) {
+    dims s = {2, 100, 2, 16};
+    int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;
+    float *qkv = malloc(sizeof(float) * (size_t)nq), *r = malloc(sizeof(float) * (size_t)no);
+    fill(qkv, nq, 5);
+    fill(r, no, 6);
+    run a = run_meshwit(s, 1, 0.25f, qkv, r, 0, 0), b = run_meshwit(s, 1, 0.25f, qkv, r, 0, 0);
+    cr_assert_eq(memcmp(a.out, b.out, sizeof(float) * (size_t)no), 0);
+    cr_assert_eq(memcmp(a.grad, b.grad, sizeof(float) * (size_t)3 * s.h * s.d), 0);
+    free(a.out), free(a.grad), free(b.out), free(b.grad), free(qkv), free(r);
+}
+
+TestSuite(attention_errors, .description = "mw_attention's rules", .timeout = 30);
+
+Test(attention_errors, bad_axes) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x =
+        mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Seq", 4}, {"Part", 2}, {"D", 4}));
+    cr_assert_null(mw_attention(g, x, "Part", "Seq", "D", 1, 1.0f));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHAPE);
+    cr_assert(strstr(mw_graph_error(g), "size 3"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Seq", 4}, {"Part", 3}, {"D", 4}));
+    cr_assert_null(mw_attention(g, x, "Part", "Time", "D", 1, 1.0f));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_AXIS);
+    cr_assert(strstr(mw_graph_error(g), "Time"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"D", 4}, {"Part", 3}, {"Seq", 4}));
+    cr_assert_null(mw_attention(g, x, "Part", "Seq", "D", 1, 1.0f));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHAPE);
+    cr_assert(strstr(mw_graph_error(g), "last axis"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_shard(g,
+                 mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Seq", 4}, {"Part", 3}, {"D", 4})),
+                 "Seq", "X");
+    cr_assert_null(mw_attention(g, x, "Part", "Seq", "D", 1, 1.0f));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_graph_error(g), "Seq"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+}
