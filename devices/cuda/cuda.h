@@ -33,6 +33,10 @@ struct CUstream_st *mw__cuda_stream(const mw__device *dev);
  * failure as MW_ERR_DEVICE. */
 mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, size_t lo, size_t hi);
 
+/* Fused attention (devices/cuda/attention.cu), the vtable's attention and attention_grad. */
+mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k);
+mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k);
+
 #ifdef __cplusplus
 }
 #endif

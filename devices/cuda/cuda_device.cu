@@ -1201,4 +1201,6 @@ extern "C" const mw__device_vtable mw__cuda_device = {
     cuda_host_alloc,   /* host_alloc */
     cuda_host_free,    /* host_free */
     cuda_upload_async, /* upload_async */
+    mw__cuda_attention,      /* attention (devices/cuda/attention.cu) */
+    mw__cuda_attention_grad, /* attention_grad */
 };

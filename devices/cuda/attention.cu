@@ -1,0 +1,227 @@
+/* CUDA fused self-attention (mw_attention), the counterpart of devices/cpu/cpu_attention.c.
+ *
+ * Forward: one block per (query row, slice). Its warps compute the row's scores (one warp per key,
+ * lanes over the features, a fixed shuffle tree), the block finds max and sum in a fixed tree, and
+ * each thread sums its output features over the keys in key order. Backward: a first kernel per
+ * query row recomputes the probabilities, writes dQ and keeps the row's log-sum-exp and
+ * D_i = sum_j P_ij dP_ij in scratch; a second kernel per key row walks the queries that see it in
+ * order and accumulates dK and dV. No atomics: every sum has an order fixed by the sizes, so
+ * results repeat bit for bit. Scores of a row live in shared memory (T floats). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/error.h"
+#include "devices/device.h"
+}
+#include "devices/cuda/cuda.h"
+#include "devices/math.h"
+
+#define ATT_THREADS 128
+#define ATT_WARPS (ATT_THREADS / 32)
+#define KV_CHUNK 32 /* queries a key-row block scores at a time */
+
+struct slice_off {
+    int64_t o0, o1;
+};
+
+__device__ static slice_off offsets(const mw__nd &w, int64_t s) {
+    slice_off r = {0, 0};
+    for (int i = w.rank - 1; i >= 0; i--) {
+        int64_t idx = s % w.dims[i];
+        s /= w.dims[i];
+        r.o0 += idx * w.stride[0][i];
+        r.o1 += idx * w.stride[1][i];
+    }
+    return r;
+}
+
+__device__ static float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static float warp_dot(const float *a, const float *b, int64_t d) {
+    float s = 0.0f;
+    for (int64_t e = threadIdx.x % 32; e < d; e += 32) s += a[e] * b[e];
+    return warp_sum(s);
+}
+
+/* Block-wide max (op 0) or sum (op 1) of v, in a fixed tree; every thread gets the result. */
+__device__ static float block_reduce(float v, int op, float *red) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 16; o > 0; o >>= 1) {
+        float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op ? v + u : fmaxf(v, u);
+    }
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < ATT_WARPS; w++) r = op ? r + red[w] : fmaxf(r, red[w]);
+    return r;
+}
+
+/* p[j] = softmax_j(scale q_i . k_j) for j < n, in shared memory; returns the log-sum-exp. */
+__device__ static float row_probs(const mw__k_attention &k, const float *q, const float *kk,
+                                  int64_t i, int64_t n, float *p, float *red) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int64_t j = warp; j < n; j += ATT_WARPS) {
+        float s = warp_dot(q + i * k.seq_qkv, kk + j * k.seq_qkv, k.d);
+        if (lane == 0) p[j] = k.scale * s;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) mx = fmaxf(mx, p[j]);
+    mx = block_reduce(mx, 0, red);
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) {
+        float e = mw__expf(p[j] - mx);
+        p[j] = e;
+        sum += e;
+    }
+    sum = block_reduce(sum, 1, red);
+    float inv = 1.0f / sum;
+    for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) p[j] *= inv;
+    __syncthreads();
+    return mx + logf(sum);
+}
+
+__global__ static void k_attention(mw__k_attention k) {
+    extern __shared__ float smem[];
+    float *red = smem, *p = smem + ATT_WARPS;
+    int64_t i = blockIdx.x, s = blockIdx.y;
+    slice_off off = offsets(k.walk, s);
+    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    int64_t n = k.causal ? i + 1 : k.t;
+    row_probs(k, q, kk, i, n, p, red);
+    float *out = k.out + off.o0 + i * k.seq_out;
+    for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; j++) acc += p[j] * v[j * k.seq_qkv + e];
+        out[e] = acc;
+    }
+}
+
+/* Per query row: dQ, and the row's log-sum-exp and D into scratch. */
+__global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum) {
+    extern __shared__ float smem[];
+    float *red = smem, *p = smem + ATT_WARPS, *dp = p + k.t;
+    int64_t i = blockIdx.x, s = blockIdx.y;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    slice_off off = offsets(k.walk, s);
+    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const float *gy = k.gy + off.o0 + i * k.seq_out;
+    int64_t n = k.causal ? i + 1 : k.t;
+    float l = row_probs(k, q, kk, i, n, p, red);
+    for (int64_t j = warp; j < n; j += ATT_WARPS) {
+        float d = warp_dot(gy, v + j * k.seq_qkv, k.d);
+        if (lane == 0) dp[j] = d;
+    }
+    __syncthreads();
+    float part = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) part += p[j] * dp[j];
+    float D = block_reduce(part, 1, red);
+    for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) dp[j] = p[j] * (dp[j] - D);
+    __syncthreads();
+    float *dq = k.out + off.o1 + i * k.seq_qkv;
+    for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < n; j++) acc += dp[j] * kk[j * k.seq_qkv + e];
+        dq[e] = k.scale * acc;
+    }
+    if (threadIdx.x == 0) {
+        lse[s * k.t + i] = l;
+        dsum[s * k.t + i] = D;
+    }
+}
+
+/* Per key row j: dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i over the queries that
+ * see j, in query order, KV_CHUNK queries at a time. */
+__global__ static void k_attention_dkv(mw__k_attention k, const float *lse, const float *dsum) {
+    __shared__ float ps[KV_CHUNK], ds[KV_CHUNK];
+    int64_t j = blockIdx.x, s = blockIdx.y;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    slice_off off = offsets(k.walk, s);
+    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const float *gy = k.gy + off.o0;
+    float *dk = k.out + off.o1 + k.part + j * k.seq_qkv, *dv = dk + k.part;
+    /* Each thread owns features e = threadIdx.x, + ATT_THREADS, ...; at most 4 per thread. */
+    float ak[4] = {0, 0, 0, 0}, av[4] = {0, 0, 0, 0};
+    for (int64_t i0 = k.causal ? j : 0; i0 < k.t; i0 += KV_CHUNK) {
+        int64_t m = k.t - i0 < KV_CHUNK ? k.t - i0 : KV_CHUNK;
+        for (int64_t c = warp; c < m; c += ATT_WARPS) {
+            int64_t i = i0 + c;
+            float sc = k.scale * warp_dot(q + i * k.seq_qkv, kk + j * k.seq_qkv, k.d);
+            float dpv = warp_dot(gy + i * k.seq_out, v + j * k.seq_qkv, k.d);
+            if (lane == 0) {
+                float pv = mw__expf(sc - lse[s * k.t + i]);
+                ps[c] = pv;
+                ds[c] = pv * (dpv - dsum[s * k.t + i]);
+            }
+        }
+        __syncthreads();
+        for (int r = 0; r < 4; r++) {
+            int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
+            if (e >= k.d) break;
+            for (int64_t c = 0; c < m; c++) {
+                ak[r] += ds[c] * q[(i0 + c) * k.seq_qkv + e];
+                av[r] += ps[c] * gy[(i0 + c) * k.seq_out + e];
+            }
+        }
+        __syncthreads();
+    }
+    for (int r = 0; r < 4; r++) {
+        int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
+        if (e >= k.d) break;
+        dk[e] = k.scale * ak[r];
+        dv[e] = av[r];
+    }
+}
+
+static int64_t slices_of(const mw__nd &w) {
+    int64_t n = 1;
+    for (int i = 0; i < w.rank; i++) n *= w.dims[i];
+    return n;
+}
+
+static mw_status check(const mw__device *dev, const mw__k_attention *k, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return MW_OK;
+    return mw__error(MW_ERR_DEVICE, "%s: %s (t=%lld, d=%lld): %s", dev->name, what, (long long)k->t,
+                     (long long)k->d, cudaGetErrorString(e));
+}
+
+static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_t smem) {
+    if (k->d > 4 * ATT_THREADS || smem > 48 * 1024 || slices_of(k->walk) > 65535)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "%s: fused attention supports head dimensions up to %d, sequences up "
+                         "to %d and 65535 (batch x head) slices; got d=%lld, t=%lld",
+                         dev->name, 4 * ATT_THREADS, (int)(48 * 1024 / 8 - ATT_WARPS),
+                         (long long)k->d, (long long)k->t);
+    return MW_OK;
+}
+
+extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k) {
+    size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
+    mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
+    if (st) return st;
+    dim3 grid((unsigned)k->t, (unsigned)slices_of(k->walk));
+    k_attention<<<grid, ATT_THREADS, smem, mw__cuda_stream(dev)>>>(*k);
+    return check(dev, k, "attention kernel");
+}
+
+extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k) {
+    size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
+    mw_status st = shape_ok(dev, k, smem);
+    if (st) return st;
+    int64_t ns = slices_of(k->walk), blk = k->t < MW__ATTN_BLOCK ? k->t : MW__ATTN_BLOCK;
+    float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
+    dim3 grid((unsigned)k->t, (unsigned)ns);
+    cudaStream_t stream = mw__cuda_stream(dev);
+    k_attention_dq<<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
+    if ((st = check(dev, k, "attention gradient kernel (queries)"))) return st;
+    k_attention_dkv<<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
+    return check(dev, k, "attention gradient kernel (keys and values)");
+}
