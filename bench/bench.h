@@ -37,6 +37,8 @@ int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
+int mwb_case_llmc(mwb_ctx *ctx);    /* llm.c-sized GPT-2 vs PyTorch on the same CPU */
+int mwb_case_profile(mwb_ctx *ctx); /* where a step of it goes, per op */
 int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
 

@@ -9,22 +9,16 @@
  * process would report the largest so far; a fresh child reports its own, plus the few MB of the
  * bench binary it starts as a copy of). Nothing is built in the parent, so no worker thread or
  * BLAS pool is running when it forks. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include "../examples/common/gpt2_data.h"
-#include "../examples/common/gpt2_model.h"
 #include "bench.h"
+#include "gpt2_run.h"
 
 #define BATCH 32 /* the gpt2 example's defaults */
 #define SEQ 32
-#define DATA_BYTES (1 << 18)
 #define WARMUP 3
 #define REPEATS 5
 #define STEPS 5
@@ -37,137 +31,21 @@ typedef struct config {
     int blas_threads; /* mw_trainer_config.blas_threads: 0 is one per device */
 } config;
 
-/* What a child sends back through its pipe. */
-typedef struct result {
-    int ok;
-    double ms;      /* median ms/step */
-    double peak_mb; /* ru_maxrss of the child */
-    char error[400];
-} result;
+typedef mwb_gpt2_result result;
 
-static void child_error(result *r, const char *what, mw_status st) {
-    snprintf(r->error, sizeof r->error, "%s: %s [%s]: %s", what, mw_strerror(st),
-             mw_status_name(st), mw_last_error());
-}
-
-/* Builds and times one configuration; runs in the child. */
-static void measure(const config *cf, int quick, result *r) {
-    gpt2_config c;
-    gpt2_preset("tiny", &c);
-    gpt2_tokens data = {0};
-    gpt2_batch batch = {0};
-    mw_mesh *mesh = NULL;
-    mw_graph *g = NULL;
-    mw_trainer *tr = NULL;
-    gpt2_graph m;
-    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &data);
-    if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &batch);
-    if (st != MW_OK) {
-        child_error(r, "cannot make the data", st);
-        goto done;
-    }
-    if ((st = mw_mesh_new(cf->devices, "X", &mesh)) != MW_OK) {
-        child_error(r, "cannot make the mesh", st);
-        goto done;
-    }
-    mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
-                                          .lr = 1e-3f,
-                                          .beta1 = 0.9f,
-                                          .beta2 = 0.95f,
-                                          .eps = 1e-8f,
-                                          .weight_decay = 0.1f,
-                                          .grad_clip = 1.0f},
-                            .blas_threads = cf->blas_threads};
-    st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build(g, &c, BATCH, SEQ, "X", &m);
-    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
-    if (st != MW_OK) {
-        child_error(r, "cannot build the model", st);
-        goto done;
-    }
-    int warmup = quick ? QUICK_WARMUP : WARMUP, repeats = quick ? QUICK_REPEATS : REPEATS,
-        steps = quick ? QUICK_STEPS : STEPS;
-    double ms[REPEATS];
-    gpt2_rng rng;
-    gpt2_rng_seed(&rng, 1);
-    mw_feed feeds[2];
-    gpt2_batch_feeds(&batch, feeds);
-    for (int rep = -1; rep < repeats; rep++) { /* repeat -1 is the warm-up */
-        int n = rep < 0 ? warmup : steps;
-        double t = 0.0;
-        for (int s = 0; s < n; s++) {
-            gpt2_batch_random(&batch, &data, &rng); /* untimed: the host's part, not the step's */
-            double t0 = mwb_now();
-            if ((st = mw_trainer_step(tr, feeds, 2, NULL)) != MW_OK) {
-                child_error(r, "a step failed", st);
-                goto done;
-            }
-            t += mwb_now() - t0;
-        }
-        if (rep >= 0) ms[rep] = 1e3 * t / n;
-    }
-    r->ms = mwb_median(ms, repeats);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
-    r->ok = 1;
-done:
-    mw_trainer_free(tr);
-    mw_graph_free(g);
-    mw_mesh_free(mesh);
-    gpt2_batch_free(&batch);
-    gpt2_tokens_free(&data);
-}
-
-/* Runs measure() in a child process and collects its result. */
 static void run_isolated(const config *cf, int quick, result *r) {
-    memset(r, 0, sizeof *r);
-    int fd[2];
-    if (pipe(fd) != 0) {
-        snprintf(r->error, sizeof r->error, "pipe: %s", strerror(errno));
-        return;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(r->error, sizeof r->error, "fork: %s", strerror(errno));
-        close(fd[0]);
-        close(fd[1]);
-        return;
-    }
-    if (pid == 0) {
-        close(fd[0]);
-        measure(cf, quick, r);
-        ssize_t w = write(fd[1], r, sizeof *r);
-        _exit(w == (ssize_t)sizeof *r ? 0 : 1);
-    }
-    close(fd[1]);
-    ssize_t got = 0, n;
-    while (got < (ssize_t)sizeof *r &&
-           ((n = read(fd[0], (char *)r + got, sizeof *r - (size_t)got)) > 0 ||
-            (n < 0 && errno == EINTR)))
-        if (n > 0) got += n;
-    close(fd[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    if (got != (ssize_t)sizeof *r) {
-        memset(r, 0, sizeof *r);
-        if (WIFSIGNALED(status))
-            snprintf(r->error, sizeof r->error, "the measuring process died of signal %d",
-                     WTERMSIG(status));
-        else
-            snprintf(r->error, sizeof r->error, "the measuring process exited with %d",
-                     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-    }
+    mwb_gpt2_setup s = {.batch = BATCH,
+                        .seq = SEQ,
+                        .devices = cf->devices,
+                        .blas_threads = cf->blas_threads,
+                        .warmup = quick ? QUICK_WARMUP : WARMUP,
+                        .repeats = quick ? QUICK_REPEATS : REPEATS,
+                        .steps = quick ? QUICK_STEPS : STEPS};
+    gpt2_preset("tiny", &s.model);
+    mwb_gpt2_measure(&s, r);
 }
 
-/* Model FLOPs of one training token: 6 per parameter (forward 2, backward 4) plus attention's
- * 12 L C T (scores and weighted sums, forward and backward), as in the usual MFU accounting. */
-static double flops_per_token(const gpt2_config *c) {
-    return 6.0 * (double)gpt2_num_params(c) + 12.0 * c->layers * c->channels * (double)SEQ;
-}
+static double flops_per_token(const gpt2_config *c) { return mwb_gpt2_flops_per_token(c, SEQ); }
 
 /* The peak FLOP/s to compare with, from MESHWIT_PEAK_TFLOPS (e.g. 67 for an H100/H200's FP32
  * peak); 0 when unset. */

@@ -20,6 +20,8 @@ static const bench_case cases[] = {
     {"linreg", mwb_case_linreg, "linear regression 8192 x 64: single vs sharded ms/step"},
     {"reduce", mwb_case_reduce, "all-reduce time and bandwidth of the reducers"},
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
+    {"llmc", mwb_case_llmc, "llm.c's GPT-2 (L4 C256 T256): cpu:1, cpu:2 vs PyTorch, sgemm rate"},
+    {"profile", mwb_case_profile, "where a step of llm.c's GPT-2 goes, per op and phase"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
     {"mpi", mwb_case_mpi, "all-reduce between processes (under mpirun) vs inside one process"},

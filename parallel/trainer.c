@@ -240,7 +240,18 @@ static mw_status run_range(worker *w, int from, int to) {
     for (int i = from; i < to; i++) {
         mw_phase ph = phase_of(w, i);
         mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
-        if (st || (st = run_ins(w, &w->plan.ins[i]))) return st;
+        if (st) return st;
+        if (!w->prof_cat) {
+            if ((st = run_ins(w, &w->plan.ins[i]))) return st;
+            continue;
+        }
+        /* Profiling: a GPU's kernels are timed by waiting for each. */
+        int64_t t0 = now_ns();
+        if ((st = run_ins(w, &w->plan.ins[i])) ||
+            (!w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
+            return st;
+        w->prof_ms[w->prof_cat[i]] += (double)(now_ns() - t0) * 1e-6;
+        w->prof_calls[w->prof_cat[i]]++;
     }
     return MW_OK;
 }
@@ -359,6 +370,10 @@ static mw_status worker_run(worker *w, cmd c) {
             if (st == MW_OK) st = update(w);
             if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
             w->update_ms = (double)(now_ns() - t0) * 1e-6;
+            if (w->prof_cat) {
+                w->prof_ms[MW__PROF_UPDATE] += w->update_ms;
+                w->prof_calls[MW__PROF_UPDATE]++;
+            }
             return st;
         }
         return w->dev.vt->sync(&w->dev);
@@ -924,6 +939,7 @@ void mw_trainer_free(mw_trainer *tr) {
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
             mw__plan_free(&tr->w[i].plan);
+            mw__profile_free(&tr->w[i]);
             mw__free(tr->w[i].bases);
         }
     if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
@@ -1017,6 +1033,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
                                  "mw_causal_softmax for this device",
                                  w->dev.name, mesh->vt->kind);
         }
+        if (tr->cfg.profile && (st = mw__profile_init(w, g))) return st;
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     }

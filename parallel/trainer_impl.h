@@ -40,7 +40,20 @@ typedef struct worker {
     int64_t fault_step;
     mw_status fault_status; /* MW_OK: a stall of fault_ms instead of a failure */
     int fault_ms;
+    /* Profiling (cfg.profile): a category per instruction, and time and calls per category. */
+    int *prof_cat;
+    double *prof_ms;
+    int64_t *prof_calls;
 } worker;
+
+/* Profile categories (profile.c): (graph op, plain or copy) in each of three phases, plus the
+ * gradient all-reduce and the optimizer. */
+#define MW__PROF_PER_PHASE (2 * MW__OP_COUNT + 2)
+#define MW__PROF_CATS (3 * MW__PROF_PER_PHASE)
+#define MW__PROF_UPDATE (2 * MW__PROF_PER_PHASE + 2 * MW__OP_COUNT + 1)
+/* Fills w->prof_cat for w's plan (allocating the arrays); MW_ERR_NOMEM. */
+mw_status mw__profile_init(worker *w, const mw_graph *g);
+void mw__profile_free(worker *w);
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask
  * reduce together. */

@@ -62,6 +62,10 @@ typedef struct mw_trainer_config {
     /* Non-zero: a step whose loss or gradients hold NaN or Inf fails with MW_ERR_NONFINITE before
      * any parameter is touched. */
     int check_finite;
+    /* Non-zero: time every kernel and collective of every step by op (see mw_trainer_profile).
+     * Costs a clock read per kernel on CPU devices and a stream synchronisation per kernel on
+     * GPUs (so GPU steps get slower while profiling). */
+    int profile;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -144,6 +148,27 @@ typedef struct mw_step_stats {
 } mw_step_stats;
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
+
+/* One row of a profile: the time spent in one kind of kernel in one phase of a step, summed over
+ * the steps since the trainer was made or the profile reset, per device (the mean over this
+ * process's devices). */
+typedef struct mw_profile_row {
+    /* The graph op the kernels implement ("contract", "gelu", "attention_grad", "add", ...), with
+     * ":copy" for the rearranging copies an op needed (an operand a GEMM cannot read in place),
+     * or "gradient all-reduce" / "optimizer". */
+    char op[40];
+    const char *phase; /* "forward", "backward" or "update"; static storage */
+    int64_t calls;     /* kernels run, per device */
+    double ms;         /* milliseconds, per device */
+} mw_profile_row;
+
+/* With mw_trainer_config.profile set: writes up to `capacity` rows, largest time first, and the
+ * number of rows there are to *count (which may exceed capacity; rows may be NULL to ask only
+ * that). Errors: MW_ERR_INVALID (NULL trainer or count, profiling not enabled). */
+mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count);
+
+/* Clears the profile (e.g. after warm-up steps). Not while a step runs. */
+void mw_trainer_profile_reset(mw_trainer *tr);
 
 /* The phases of a step, as named in error messages and by the fault-injection hook. */
 typedef enum mw_phase {

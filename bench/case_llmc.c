@@ -1,0 +1,207 @@
+/* Bench cases "llmc" and "profile": the GPT-2 of llm.c's CPU trainer (4 layers, 4 heads, 256
+ * channels, context 256, vocab 256; 3.3M parameters), batch 8 x 256 tokens, AdamW with clipping.
+ *
+ * llmc: meshwit on cpu:1 and cpu:2 (plus any --devices) against PyTorch on the same CPU, 1 thread,
+ * 2 threads and DDP (gloo) over 2 processes, through bench/peers/torch_gpt2.py run by the Python
+ * in MESHWIT_PEER_PYTHON (default python3; the peers are skipped, visibly, when it cannot import
+ * torch). The configurations take turns, ROUNDS rounds, and each row reports its median, so a
+ * drifting machine affects every column alike. It also measures the single-core sgemm rate
+ * (1024^3) in the same run and reports cpu:1's model FLOP/s as a share of it.
+ *
+ * profile: where a cpu:1 step of the same model goes (and of each --devices spec), per op kind and
+ * phase (mw_trainer_profile). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "gpt2_run.h"
+
+#ifndef MWB_SOURCE_DIR
+#define MWB_SOURCE_DIR "."
+#endif
+
+#define ROUNDS 3
+#define MAX_CONFIGS 12
+
+static void llmc_setup(mwb_gpt2_setup *s, const char *devices, int quick) {
+    memset(s, 0, sizeof *s);
+    s->model = (gpt2_config){.layers = 4,
+                             .heads = 4,
+                             .channels = 256,
+                             .max_seq = 256,
+                             .vocab = 256,
+                             .padded_vocab = 256};
+    s->batch = 8;
+    s->seq = quick ? 64 : 256;
+    s->devices = devices;
+    s->warmup = quick ? 1 : 2;
+    s->repeats = quick ? 1 : 3;
+    s->steps = quick ? 1 : 2;
+}
+
+typedef struct column {
+    char name[40];
+    const char *devices; /* meshwit, or NULL for a peer */
+    const char *peer_args;
+    double ms[ROUNDS];
+    int n;
+} column;
+
+/* Runs the PyTorch peer with extra arguments; its median ms/step, or 0 on failure. */
+static double run_peer(const char *python, const char *script, const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' %s 2>/dev/null", python, script, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0.0;
+    char line[1024], last[1024] = "";
+    while (fgets(line, sizeof line, p)) snprintf(last, sizeof last, "%s", line);
+    int rc = pclose(p);
+    const char *v = strstr(last, "\"ms_per_step\":");
+    return rc == 0 && v ? strtod(v + strlen("\"ms_per_step\":"), NULL) : 0.0;
+}
+
+static int have_torch(const char *python) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", python);
+    return system(cmd) == 0;
+}
+
+int mwb_case_llmc(mwb_ctx *ctx) {
+    mwb_gpt2_setup s;
+    llmc_setup(&s, "cpu:1", ctx->quick);
+    const char *python = getenv("MESHWIT_PEER_PYTHON");
+    if (!python || !*python) python = "python3";
+    char script[512];
+    snprintf(script, sizeof script, "%s/bench/peers/torch_gpt2.py", MWB_SOURCE_DIR);
+    int peers = !ctx->quick && have_torch(python);
+
+    column cols[MAX_CONFIGS];
+    int ncols = 0;
+    const char *mine[MAX_CONFIGS] = {"cpu:1", "cpu:2"};
+    int nmine = 2;
+    for (int i = 0; i < ctx->ndevices && nmine < MAX_CONFIGS - 3; i++)
+        mine[nmine++] = ctx->devices[i];
+    for (int i = 0; i < nmine; i++) {
+        cols[ncols] = (column){.devices = mine[i]};
+        snprintf(cols[ncols++].name, sizeof cols[0].name, "meshwit %s", mine[i]);
+        if (i == 0 && peers)
+            cols[ncols++] = (column){.name = "pytorch 1 thread", .peer_args = "--threads 1"};
+        if (i == 1 && peers) {
+            cols[ncols++] = (column){.name = "pytorch 2 threads", .peer_args = "--threads 2"};
+            cols[ncols++] = (column){.name = "pytorch ddp gloo x2", .peer_args = "--ddp 2"};
+        }
+    }
+    int rounds = ctx->quick ? 1 : ROUNDS;
+    printf("llm.c's GPT-2 (L%d H%d C%d, context %d, vocab %d; %lld parameters), batch %d x %d, "
+           "AdamW + clipping; %d rounds, configurations in turn, median per row\n",
+           s.model.layers, s.model.heads, s.model.channels, s.model.max_seq, s.model.vocab,
+           (long long)gpt2_num_params(&s.model), s.batch, s.seq, rounds);
+    if (!peers)
+        printf("peers: %s\n", ctx->quick ? "skipped in --quick"
+                                         : "skipped: MESHWIT_PEER_PYTHON (default python3) "
+                                           "cannot import torch");
+    printf("BLAS core: %s%s%s\n", mw_blas_core(), *mw_blas_warning() ? "; " : "",
+           mw_blas_warning());
+    double sgemm = ctx->quick ? 0.0 : mwb_sgemm_gflops(1024);
+    fflush(stdout);
+    int failed = 0;
+    for (int round = 0; round < rounds; round++)
+        for (int c = 0; c < ncols; c++) {
+            double ms = 0.0;
+            if (cols[c].devices) {
+                mwb_gpt2_result r;
+                s.devices = cols[c].devices;
+                mwb_gpt2_measure(&s, &r);
+                if (!r.ok) {
+                    fprintf(stderr, "llmc: %s: %s\n", cols[c].name, r.error);
+                    failed = 1;
+                    continue;
+                }
+                ms = r.ms;
+            } else {
+                char args[256];
+                snprintf(args, sizeof args, "%s --batch %d --seq %d --steps %d", cols[c].peer_args,
+                         s.batch, s.seq, s.repeats * s.steps);
+                if ((ms = run_peer(python, script, args)) <= 0.0) {
+                    fprintf(stderr, "llmc: %s: the peer script failed (%s)\n", cols[c].name,
+                            script);
+                    continue;
+                }
+            }
+            cols[c].ms[cols[c].n++] = ms;
+        }
+    double fpt = mwb_gpt2_flops_per_token(&s.model, s.seq), tokens = (double)s.batch * s.seq;
+    double ref_ms[2] = {0, 0}; /* meshwit cpu:1, cpu:2 */
+    for (int c = 0; c < ncols; c++) {
+        if (!cols[c].n) continue;
+        double ms = mwb_median(cols[c].ms, cols[c].n);
+        if (cols[c].devices && strcmp(cols[c].devices, "cpu:1") == 0) ref_ms[0] = ms;
+        if (cols[c].devices && strcmp(cols[c].devices, "cpu:2") == 0) ref_ms[1] = ms;
+    }
+    printf("%-22s %10s %10s %13s %14s %16s\n", "run", "ms/step", "tokens/s", "model GFLOP/s",
+           "vs cpu:1 (x)", "vs cpu:2 (x)");
+    for (int c = 0; c < ncols; c++) {
+        if (!cols[c].n) continue;
+        double ms = mwb_median(cols[c].ms, cols[c].n), gf = tokens / (ms * 1e-3) * fpt * 1e-9;
+        printf("%-22s %10.1f %10.0f %13.1f %14.2f %16.2f\n", cols[c].name, ms, tokens / (ms * 1e-3),
+               gf, ref_ms[0] > 0 ? ms / ref_ms[0] : NAN, ref_ms[1] > 0 ? ms / ref_ms[1] : NAN);
+        mwb_record rec = {0};
+        mwb_record_str(&rec, "case", "llmc");
+        mwb_record_str(&rec, "devices", cols[c].devices ? cols[c].devices : "-");
+        mwb_record_str(&rec, "mode", cols[c].name);
+        mwb_record_num(&rec, "batch", s.batch);
+        mwb_record_num(&rec, "seq", s.seq);
+        mwb_record_num(&rec, "rounds", cols[c].n);
+        mwb_record_num(&rec, "ms_per_step", ms);
+        mwb_record_num(&rec, "tokens_per_s", tokens / (ms * 1e-3));
+        mwb_record_num(&rec, "model_gflops", gf);
+        if (sgemm > 0) mwb_record_num(&rec, "sgemm_1core_gflops", sgemm);
+        ctx->emit(ctx, &rec);
+    }
+    if (sgemm > 0 && ref_ms[0] > 0) {
+        double gf = tokens / (ref_ms[0] * 1e-3) * fpt * 1e-9;
+        printf("single-core sgemm 1024^3: %.1f GFLOP/s; meshwit cpu:1 runs the model at %.1f "
+               "GFLOP/s = %.0f%% of it\n",
+               sgemm, gf, 100.0 * gf / sgemm);
+    }
+    return failed;
+}
+
+int mwb_case_profile(mwb_ctx *ctx) {
+    const char *specs[MAX_CONFIGS] = {"cpu:1"};
+    int n = 1;
+    for (int i = 0; i < ctx->ndevices && i < MAX_CONFIGS; i++) specs[i] = ctx->devices[i];
+    if (ctx->ndevices) n = ctx->ndevices < MAX_CONFIGS ? ctx->ndevices : MAX_CONFIGS;
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        mwb_gpt2_setup s;
+        llmc_setup(&s, specs[i], ctx->quick);
+        s.profile = 1;
+        mwb_gpt2_result r;
+        mwb_gpt2_measure(&s, &r);
+        if (!r.ok) {
+            fprintf(stderr, "profile: %s: %s\n", specs[i], r.error);
+            failed = 1;
+            continue;
+        }
+        int steps = s.repeats * s.steps;
+        printf("%s: llm.c's GPT-2, batch %d x %d: %.1f ms/step (median), per op over %d steps "
+               "(per device):\n",
+               specs[i], s.batch, s.seq, r.ms, steps);
+        mwb_print_profile(&r, steps);
+        for (int k = 0; k < r.nprofile; k++) {
+            mwb_record rec = {0};
+            mwb_record_str(&rec, "case", "profile");
+            mwb_record_str(&rec, "devices", specs[i]);
+            mwb_record_str(&rec, "op", r.profile[k].op);
+            mwb_record_str(&rec, "phase", r.profile[k].phase);
+            mwb_record_num(&rec, "calls_per_step", (double)r.profile[k].calls / steps);
+            mwb_record_num(&rec, "ms_per_step", r.profile[k].ms / steps);
+            ctx->emit(ctx, &rec);
+        }
+        fflush(stdout);
+    }
+    return failed;
+}

@@ -1,0 +1,47 @@
+/* meshwit-bench: timing GPT-2 training steps in a child process (shared by the gpt2, llmc and
+ * contention cases). */
+#ifndef MWB_GPT2_RUN_H
+#define MWB_GPT2_RUN_H
+
+#include "../examples/common/gpt2_model.h"
+#include "meshwit.h"
+
+#define MWB_MAX_PROFILE 48
+
+typedef struct mwb_gpt2_setup {
+    gpt2_config model;
+    int batch, seq;
+    const char *devices;
+    int blas_threads; /* mw_trainer_config.blas_threads: 0 is one per device */
+    int warmup, repeats, steps;
+    int profile; /* collect a per-op profile of the timed steps */
+} mwb_gpt2_setup;
+
+/* What the child sends back. */
+typedef struct mwb_gpt2_result {
+    int ok;
+    double ms;      /* median ms/step over the repeats */
+    double cpu_ms;  /* CPU time of the process per timed step (user + system) */
+    double peak_mb; /* ru_maxrss of the child */
+    double first_loss, last_loss;
+    int nprofile;
+    mw_profile_row profile[MWB_MAX_PROFILE];
+    char error[400];
+} mwb_gpt2_result;
+
+/* Builds the model and times it in a forked child: warmup steps, then repeats x steps; random
+ * windows of the generated arithmetic corpus. Nothing runs in the parent, so no worker thread or
+ * BLAS pool exists when it forks. */
+void mwb_gpt2_measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r);
+
+/* Model FLOPs per training token: 6 per parameter plus attention's 12 L C T. */
+double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq);
+
+/* Single-core sgemm rate in GFLOP/s at n x n x n (median of a few), measured in a child with one
+ * BLAS thread; 0 on failure. */
+double mwb_sgemm_gflops(int n);
+
+/* Prints a profile as a table: op, phase, calls/step, ms/step, share of the summed time. */
+void mwb_print_profile(const mwb_gpt2_result *r, int steps);
+
+#endif

@@ -1,0 +1,112 @@
+/* Per-op profiling of a trainer's steps: every instruction of a worker's plan belongs to one
+ * category (the graph op it implements, whether it is that op's rearranging copy, the phase);
+ * the executor adds each instruction's time to its category (trainer.c), and
+ * mw_trainer_profile sums the categories over this process's devices into rows. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "parallel/trainer_impl.h"
+
+/* Names of the graph ops, in mw__op order. */
+static const char *const op_names[MW__OP_COUNT] = {
+    "input",         "param",
+    "shard",         "fill",
+    "add",           "sub",
+    "mul",           "div",
+    "scale",         "permute",
+    "broadcast",     "sum",
+    "contract",      "all-reduce",
+    "alias",         "slice",
+    "pad",           "gelu",
+    "gelu_grad",     "layernorm",
+    "layernorm_dx",  "layernorm_dw",
+    "softmax",       "softmax_grad",
+    "embedding",     "embedding_grad",
+    "cross_entropy", "cross_entropy_grad",
+    "attention",     "attention_grad",
+};
+_Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
+
+static const char *const phase_names[3] = {"forward", "backward", "update"};
+
+static int category(const mw_graph *g, const mw__plan *p, int i) {
+    const mw__ins *in = &p->ins[i];
+    int phase = i < p->fwd_end ? 0 : 1;
+    if (in->kind == MW__I_GRAD_BUCKET) return phase * MW__PROF_PER_PHASE + 2 * MW__OP_COUNT;
+    mw__op op = g->nodes[in->node]->op;
+    /* A copy is the op's own work for the ops that are copies; otherwise it rearranges an
+     * operand (or, for an all-reduce, the value before the collective). */
+    int copy = in->kind == MW__I_COPY && op != MW__OP_SCALE && op != MW__OP_PERMUTE &&
+               op != MW__OP_BROADCAST && op != MW__OP_SLICE && op != MW__OP_PAD;
+    return phase * MW__PROF_PER_PHASE + 2 * (int)op + copy;
+}
+
+mw_status mw__profile_init(worker *w, const mw_graph *g) {
+    w->prof_cat = mw__calloc((size_t)w->plan.nins + 1, sizeof *w->prof_cat);
+    w->prof_ms = mw__calloc(MW__PROF_CATS, sizeof *w->prof_ms);
+    w->prof_calls = mw__calloc(MW__PROF_CATS, sizeof *w->prof_calls);
+    if (!w->prof_cat || !w->prof_ms || !w->prof_calls) {
+        mw__profile_free(w);
+        return mw__error(MW_ERR_NOMEM, "out of memory making the profile");
+    }
+    for (int i = 0; i < w->plan.nins; i++) w->prof_cat[i] = category(g, &w->plan, i);
+    return MW_OK;
+}
+
+void mw__profile_free(worker *w) {
+    mw__free(w->prof_cat);
+    mw__free(w->prof_ms);
+    mw__free(w->prof_calls);
+    w->prof_cat = NULL;
+    w->prof_ms = NULL;
+    w->prof_calls = NULL;
+}
+
+static int by_time(const void *a, const void *b) {
+    double x = ((const mw_profile_row *)a)->ms, y = ((const mw_profile_row *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count) {
+    if (!tr || !count) return mw__error(MW_ERR_INVALID, "mw_trainer_profile: NULL argument");
+    if (!tr->cfg.profile)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_profile: the trainer was made without "
+                                         "mw_trainer_config.profile set");
+    mw_profile_row all[MW__PROF_CATS];
+    int n = 0;
+    for (int c = 0; c < MW__PROF_CATS; c++) {
+        double ms = 0;
+        int64_t calls = 0;
+        for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+            ms += tr->w[d].prof_ms[c];
+            calls += tr->w[d].prof_calls[c];
+        }
+        if (!calls) continue;
+        mw_profile_row *r = &all[n++];
+        int phase = c / MW__PROF_PER_PHASE, k = c % MW__PROF_PER_PHASE;
+        if (k == 2 * MW__OP_COUNT)
+            snprintf(r->op, sizeof r->op, "gradient all-reduce");
+        else if (k == 2 * MW__OP_COUNT + 1)
+            snprintf(r->op, sizeof r->op, "optimizer");
+        else
+            snprintf(r->op, sizeof r->op, "%s%s", op_names[k / 2], k % 2 ? ":copy" : "");
+        r->phase = phase_names[phase];
+        r->ms = ms / tr->nlocal;
+        r->calls = calls / tr->nlocal;
+    }
+    qsort(all, (size_t)n, sizeof *all, by_time);
+    if (rows)
+        for (int i = 0; i < n && i < capacity; i++) rows[i] = all[i];
+    *count = n;
+    return MW_OK;
+}
+
+void mw_trainer_profile_reset(mw_trainer *tr) {
+    if (!tr || !tr->cfg.profile) return;
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        memset(tr->w[d].prof_ms, 0, MW__PROF_CATS * sizeof *tr->w[d].prof_ms);
+        memset(tr->w[d].prof_calls, 0, MW__PROF_CATS * sizeof *tr->w[d].prof_calls);
+    }
+}
