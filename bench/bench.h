@@ -27,6 +27,7 @@ typedef struct mwb_ctx {
     int quick; /* --quick: fewer repeats, smaller sizes (for CI smoke runs) */
     void (*emit)(struct mwb_ctx *ctx, const mwb_record *r); /* appends to JSON/CSV output */
     void *driver;                                           /* the driver's own state */
+    const char *condition; /* NULL, or added to every record as "condition" (e.g. "busy") */
 } mwb_ctx;
 
 /* A case prints its own table to stdout, emits one record per configuration and returns 0, or
@@ -37,8 +38,11 @@ int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
-int mwb_case_llmc(mwb_ctx *ctx);    /* llm.c-sized GPT-2 vs PyTorch on the same CPU */
-int mwb_case_profile(mwb_ctx *ctx); /* where a step of it goes, per op */
+int mwb_case_llmc(mwb_ctx *ctx);       /* llm.c-sized GPT-2 vs PyTorch on the same CPU */
+int mwb_case_profile(mwb_ctx *ctx);    /* where a step of it goes, per op */
+int mwb_case_contention(mwb_ctx *ctx); /* linreg and gpt2 with a competing busy process */
+/* The gpt2 case on exactly these device specs (no defaults); its table and records. */
+int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n);
 int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
 

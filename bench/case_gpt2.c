@@ -78,6 +78,8 @@ static void emit(mwb_ctx *ctx, const config *cf, const result *r, double speedup
     ctx->emit(ctx, &rec);
 }
 
+static int run_configs(mwb_ctx *ctx, const config *cfs, int n);
+
 int mwb_case_gpt2(mwb_ctx *ctx) {
     static const config defaults[] = {{"cpu:1", 1}, {"cpu:1", 2}, {"cpu:2", 0}, {"cpu:4", 0}};
     int ndefault = ctx->quick ? 1 : (int)(sizeof defaults / sizeof *defaults);
@@ -92,6 +94,20 @@ int mwb_case_gpt2(mwb_ctx *ctx) {
     for (int i = 0; i < ctx->ndevices; i++)
         cfs[n - ctx->ndevices + i] = (config){ctx->devices[i], 0};
 
+    int failed = run_configs(ctx, cfs, n);
+    free(cfs);
+    return failed;
+}
+
+int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n) {
+    config cfs[16];
+    if (n > 16) n = 16;
+    for (int i = 0; i < n; i++) cfs[i] = (config){specs[i], 0};
+    return run_configs(ctx, cfs, n);
+}
+
+/* Measures each configuration in turn and prints the table; speedups are against the first. */
+static int run_configs(mwb_ctx *ctx, const config *cfs, int n) {
     gpt2_config c;
     gpt2_preset("tiny", &c);
     int64_t params = gpt2_num_params(&c);
@@ -127,6 +143,5 @@ int mwb_case_gpt2(mwb_ctx *ctx) {
         fflush(stdout);
         emit(ctx, &cfs[i], &r, speedup, params, ctx->quick);
     }
-    free(cfs);
     return failed;
 }

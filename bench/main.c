@@ -22,6 +22,8 @@ static const bench_case cases[] = {
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
     {"llmc", mwb_case_llmc, "llm.c's GPT-2 (L4 C256 T256): cpu:1, cpu:2 vs PyTorch, sgemm rate"},
     {"profile", mwb_case_profile, "where a step of llm.c's GPT-2 goes, per op and phase"},
+    {"contention", mwb_case_contention,
+     "linreg and gpt2, single vs sharded, beside a busy process"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
     {"mpi", mwb_case_mpi, "all-reduce between processes (under mpirun) vs inside one process"},
@@ -98,7 +100,9 @@ static void emit(mwb_ctx *ctx, const mwb_record *r) {
         d->records = grown;
         d->capacity = cap;
     }
-    d->records[d->count++] = *r;
+    d->records[d->count] = *r;
+    if (ctx->condition) mwb_record_str(&d->records[d->count], "condition", ctx->condition);
+    d->count++;
 }
 
 /* --- output files ----------------------------------------------------------------------------- */
@@ -222,7 +226,7 @@ static void usage(FILE *f) {
                "[--quick]\n"
                "\n"
                "Cases (default: all):\n");
-    for (int i = 0; i < NCASES; i++) fprintf(f, "  %-8s %s\n", cases[i].name, cases[i].what);
+    for (int i = 0; i < NCASES; i++) fprintf(f, "  %-10s %s\n", cases[i].name, cases[i].what);
     fprintf(f,
             "\n"
             "  --devices SPEC  a device spec to measure (repeatable; e.g. cpu:2, cuda:0,1);\n"
@@ -327,7 +331,7 @@ int main(int argc, char **argv) {
 
     print_header();
     driver d = {0};
-    mwb_ctx ctx = {devices, ndevices, quick, emit, &d};
+    mwb_ctx ctx = {devices, ndevices, quick, emit, &d, NULL};
     for (int i = 0; i < nrun; i++) {
         printf("== %s: %s\n", run[i]->name, run[i]->what);
         fflush(stdout);

@@ -4,15 +4,16 @@
  * Synchronisation. All ranks share one atomic word, `sync`: its low bits count arrivals since the
  * last reset, its top bit says the communicator was aborted. Every collective is made of "steps"
  * that all ranks take in the same order; rank r's k-th step is complete when the count reaches
- * k * nranks, so a waiter watches one word (pause, then sched_yield, then short sleeps) and needs
- * no barrier object. (Per-rank flags would spare the shared line, but could not make the
- * decision below atomic; with at most a handful of ranks per host the one line costs little.)
- * Putting the abort bit in the same word as the count is what makes abort safe: an arrival that
- * may be refused increments the count with a compare-exchange that fails once the bit is set, so
- * a step's count can only reach its target if every rank arrived before the abort. Every rank
- * therefore makes the same decision from the same word (target reached: proceed, even if the bit
- * was set afterwards; target not reached and bit set: give up), and no rank can be left writing
- * into a buffer whose owner already returned.
+ * k * nranks, so a waiter watches one word and needs no barrier object: it spins briefly, then
+ * sleeps in the kernel (parallel/wait.h) until an arrival wakes it, so that on a busy machine a
+ * waiting rank gives its core to the peer it waits for instead of competing with it. (Per-rank
+ * flags would spare the shared line, but could not make the decision below atomic; with at most a
+ * handful of ranks per host the one line costs little.) Putting the abort bit in the same word as
+ * the count is what makes abort safe: an arrival that may be refused increments the count with a
+ * compare-exchange that fails once the bit is set, so a step's count can only reach its target if
+ * every rank arrived before the abort. Every rank therefore makes the same decision from the same
+ * word (target reached: proceed, even if the bit was set afterwards; target not reached and bit
+ * set: give up), and no rank can be left writing into a buffer whose owner already returned.
  *
  * Large messages (in place, one pass). Each rank publishes its buffer; after the first step rank
  * r owns slice r (64-byte aligned, equal to within one cache line) and, chunk by chunk, sums that
@@ -49,6 +50,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "parallel/wait.h"
 
 #define LINE 128 /* padding: two 64-byte lines, since adjacent-line prefetch pairs them */
 #define MAX_RANKS 4096
@@ -59,9 +61,8 @@
 #define SMALL_MAX_FLOATS 512
 /* Floats per chunk of the large path: 8 KiB stays in L1 while the peers' chunks are added. */
 #define CHUNK_FLOATS 2048
-/* Waiting: yield for this long, then sleep this long between looks at the counter. */
-#define YIELD_MS 2.0
-#define SLEEP_NS 20000L
+/* A sleeping waiter wakes at least this often to check its deadline. */
+#define SLEEP_SLICE_NS 100000000L
 #define ABORT_BIT (UINT64_C(1) << 63)
 #define COUNT_MASK (ABORT_BIT - 1)
 
@@ -85,9 +86,10 @@ typedef struct rank_state {
 struct mw__comm {
     alignas(LINE) _Atomic uint64_t sync; /* arrivals since reset | ABORT_BIT */
     alignas(LINE) _Atomic uint64_t why;  /* the first abort's cause, packed; 0 while none */
+    alignas(LINE) mw__event ev;          /* notified after every arrival and abort */
     int nranks;
     int timeout_ms;
-    int spins_before_yield;
+    int64_t spin_ns;
     float *scratch;
     rank_state *ranks;
 };
@@ -157,18 +159,10 @@ static void reduce_slice(mw__comm *c, int parity, size_t lo, size_t hi) {
 
 /* ---- waiting ---- */
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-static double now_ms(void) {
+static int64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static uint64_t pack_why(int cause, int rank, int peer, int ms) {
@@ -181,7 +175,9 @@ static uint64_t set_abort(mw__comm *c, uint64_t why) {
     uint64_t none = 0;
     atomic_compare_exchange_strong_explicit(&c->why, &none, why, memory_order_relaxed,
                                             memory_order_relaxed);
-    return atomic_fetch_or_explicit(&c->sync, ABORT_BIT, memory_order_acq_rel);
+    uint64_t old = atomic_fetch_or_explicit(&c->sync, ABORT_BIT, memory_order_seq_cst);
+    mw__event_notify(&c->ev);
+    return old;
 }
 
 static void describe_why(mw__comm *c, char *out, size_t size) {
@@ -251,30 +247,24 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
         v = atomic_fetch_add_explicit(&c->sync, 1, memory_order_acq_rel);
     }
     me->step = step;
+    mw__event_notify(&c->ev);
     if (((v + 1) & COUNT_MASK) >= target) return MW_OK; /* the last to arrive */
 
-    /* Spin a few microseconds (a peer that is running arrives soon), then yield (a peer may be
-     * waiting for this core), then, after YIELD_MS, sleep between looks so that a long wait (an
-     * unbalanced step) does not take a core from the ranks still computing. The clock is read
-     * only once spinning is over. */
-    double started = 0, deadline = 0;
+    /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
+     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. */
+    int64_t start = 0, deadline = 0;
     for (unsigned spins = 0;; spins++) {
-        v = atomic_load_explicit(&c->sync, memory_order_acquire);
+        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
         if ((v & COUNT_MASK) >= target) return MW_OK;
         if (refusable && (v & ABORT_BIT)) return aborted_error(c, rank, op, step, 0);
-        if (spins < (unsigned)c->spins_before_yield) {
-            cpu_relax();
+        if (spins % 64 != 63) {
+            mw__cpu_relax();
             continue;
         }
-        unsigned k = spins - (unsigned)c->spins_before_yield;
-        if (k % 16 != 0) {
-            sched_yield();
-            continue;
-        }
-        double now = now_ms();
-        if (k == 0) {
-            started = now;
-            if (refusable && c->timeout_ms > 0) deadline = now + c->timeout_ms;
+        int64_t now = now_ns();
+        if (!start) {
+            start = now;
+            if (refusable && c->timeout_ms > 0) deadline = now + (int64_t)c->timeout_ms * 1000000;
         }
         if (deadline > 0 && now > deadline) {
             int peer = missing_rank(c, rank, step);
@@ -287,12 +277,16 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
             return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
                              op_name(op), c->timeout_ms, rank, peer);
         }
-        if (now - started < YIELD_MS) {
-            sched_yield();
-        } else {
-            struct timespec nap = {0, SLEEP_NS};
-            nanosleep(&nap, NULL);
+        if (now - start < c->spin_ns) continue;
+        uint32_t seen = mw__event_prepare(&c->ev);
+        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
+        if ((v & COUNT_MASK) >= target || (refusable && (v & ABORT_BIT))) {
+            mw__event_cancel(&c->ev);
+            continue;
         }
+        int64_t slice = SLEEP_SLICE_NS;
+        if (deadline > 0 && deadline - now < slice) slice = deadline - now + 1000;
+        mw__event_sleep(&c->ev, seen, slice);
     }
 }
 
@@ -350,9 +344,7 @@ static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
     atomic_init(&c->why, 0);
     c->nranks = nranks;
     c->timeout_ms = opt ? opt->timeout_ms : 0;
-    /* Spinning while a peer waits for a core only delays it: oversubscribed ranks yield early. */
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    c->spins_before_yield = cpus > 0 && nranks > cpus ? 16 : 256;
+    c->spin_ns = mw__spin_ns(nranks);
     c->scratch = scratch;
     c->ranks = ranks;
     for (int r = 0; r < nranks; r++) {
@@ -446,6 +438,7 @@ static void shm_reset(mw__comm *c) {
     }
     atomic_store_explicit(&c->why, 0, memory_order_relaxed);
     atomic_store_explicit(&c->sync, 0, memory_order_release);
+    mw__event_notify(&c->ev);
 }
 
 const mw__reducer_vtable mw__reducer_shm = {

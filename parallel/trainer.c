@@ -23,6 +23,7 @@
 #include "parallel/reducer.h"
 #include "parallel/reducer_select.h"
 #include "parallel/trainer_impl.h"
+#include "parallel/wait.h"
 
 /* --- worker side ----------------------------------------------------------------------------- */
 
@@ -391,27 +392,35 @@ static void abort_all(mw_trainer *tr) {
 }
 
 /* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
- * of them; so a waiter first spins (yielding the core, since devices may outnumber cores) for
- * about SPIN_NS, and only then sleeps on the condition variable. */
-#define SPIN_NS 200000
-
-/* Each sched_yield may hand the core to another thread for a whole time slice, so the deadline
- * is checked after every yield, not every so many. */
-static int spin_until_changed(_Atomic uint64_t *v, uint64_t old) {
-    int64_t deadline = now_ns() + SPIN_NS;
-    for (;;) {
+ * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
+ * threads outnumber cores), then sleeps on the condition variable. It spins with a pause, never
+ * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
+ * core that the thread it waits for needs. */
+static int spin_until_changed(const mw_trainer *tr, _Atomic uint64_t *v, uint64_t old) {
+    int64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
         if (atomic_load_explicit(v, memory_order_acquire) != old) return 1;
-        if (now_ns() > deadline) return 0;
-        sched_yield();
+        if (spins % 64 != 63) {
+            mw__cpu_relax();
+            continue;
+        }
+        int64_t now = now_ns();
+        if (!start) start = now;
+        if (now - start > tr->spin_ns) return 0;
     }
 }
 
-static int spin_until_zero(_Atomic int *v) {
-    int64_t deadline = now_ns() + SPIN_NS;
-    for (;;) {
+static int spin_until_zero(const mw_trainer *tr, _Atomic int *v) {
+    int64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
         if (atomic_load_explicit(v, memory_order_acquire) == 0) return 1;
-        if (now_ns() > deadline) return 0;
-        sched_yield();
+        if (spins % 64 != 63) {
+            mw__cpu_relax();
+            continue;
+        }
+        int64_t now = now_ns();
+        if (!start) start = now;
+        if (now - start > tr->spin_ns) return 0;
     }
 }
 
@@ -420,7 +429,7 @@ static void *worker_main(void *arg) {
     mw_trainer *tr = w->tr;
     uint64_t seen = 0;
     for (;;) {
-        if (!spin_until_changed(&tr->generation, seen)) {
+        if (!spin_until_changed(tr, &tr->generation, seen)) {
             pthread_mutex_lock(&tr->mu);
             while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
             pthread_mutex_unlock(&tr->mu);
@@ -467,9 +476,9 @@ static void post(mw_trainer *tr, cmd c, int workers) {
 }
 
 static void wait_done(mw_trainer *tr) {
-    /* A short, yielding spin: measured on 2 cores with 2 workers it cuts the cost of a step's
-     * hand-off from about 25 us (sleep and wake) to about 8 us, and it yields to the workers. */
-    if (spin_until_zero(&tr->remaining)) return;
+    /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
+     * about 25 us (sleep and wake) to a few. */
+    if (spin_until_zero(tr, &tr->remaining)) return;
     pthread_mutex_lock(&tr->mu);
     while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
     pthread_mutex_unlock(&tr->mu);
@@ -999,11 +1008,12 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     tr->nworkers = mesh->ndevices;
     tr->first = mesh->local_first;
     tr->nlocal = mesh->local_count;
+    tr->spin_ns = mw__spin_ns(tr->nlocal + 1); /* the workers and the host */
     tr->w = mw__calloc((size_t)tr->nworkers, sizeof *tr->w);
     if (!tr->w) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     size_t bucket = tr->cfg.bucket_bytes ? tr->cfg.bucket_bytes : (size_t)1 << 20;
     /* Across processes, the launcher binds processes to cores (mpirun --bind-to). */
-    int cores_ok = tr->cfg.pin_threads >= 0 && mesh->nprocs == 1;
+    int cores_ok = tr->cfg.pin_threads > 0 && mesh->nprocs == 1;
     for (int d = 0; d < tr->nworkers; d++) {
         worker *w = &tr->w[d];
         w->tr = tr;

@@ -100,6 +100,7 @@ struct mw_trainer {
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;
+    int64_t spin_ns; /* how long host and workers spin before they sleep (parallel/wait.h) */
 };
 
 #endif

@@ -137,7 +137,7 @@ mw_status linreg_model_new(mw_mesh *mesh, int64_t rows, int64_t features, int sh
     mw_tensor *loss = NULL;
     if (st == MW_OK) st = linreg_build(out->graph, rows, features, sharded, NULL, &loss);
     if (st == MW_OK) {
-        mw_trainer_config cfg = {.optimizer = {MW_SGD, lr}, .bucket_bytes = 0, .pin_threads = 1};
+        mw_trainer_config cfg = {.optimizer = {MW_SGD, lr}, .bucket_bytes = 0};
         st = mw_trainer_new(out->graph, loss, mesh, &cfg, &out->trainer);
     }
     if (st != MW_OK) linreg_model_free(out);

@@ -44,8 +44,11 @@ typedef struct mw_trainer_config {
     mw_optimizer optimizer;
     /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
     size_t bucket_bytes;
-    /* Pinning of CPU workers to cores: 0 (default) pins each worker to its own core when the
-     * process may use at least as many cores as there are devices; -1 never pins. */
+    /* Pinning of CPU workers to cores: 1 pins each worker to its own core when the process may
+     * use at least as many cores as there are devices; 0 (default) and -1 never pin, so that when
+     * another process keeps a core busy the scheduler can move that core's worker to a core
+     * where a worker waiting in a collective went to sleep (pinned, it would queue behind the
+     * other process while its peers wait). */
     int pin_threads;
     /* OpenBLAS threads per CPU device. OpenBLAS's thread count is process-wide: a trainer on CPU
      * devices sets it when it is made (0, the default, means 1 thread, so that devices do not
