@@ -122,6 +122,11 @@ typedef struct builder {
     int *root;      /* per node: the node owning its buffer (itself unless an alias) */
     char *in_arena; /* per node: ref is an arena buffer to release after its last use */
     int *last_use;  /* per node */
+    /* GEMM epilogues: addend[c] is the ADD whose other operand a CONTRACT c's GEMM accumulates
+     * onto (beta = 1, after copying it into c's buffer), or -1; fused[a] is the CONTRACT whose
+     * buffer that ADD a takes over (a then emits nothing), or -1. */
+    int *addend;
+    int *fused;
 } builder;
 
 static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
@@ -284,7 +289,39 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     in->ref[1] = swap ? rb : ra;
     in->ref[2] = swap ? ra : rb;
     in->ref[0] = rc;
+    /* The sum's type has the product's layout (its axes possibly renamed): the addend is mapped
+     * onto it by name. */
+    const mw_tensor *sum = b->addend[n->id] >= 0 ? b->g->nodes[b->addend[n->id]] : NULL;
+    int addend = -1;
+    if (sum) addend = b->root[sum->in[0]->id] == b->root[n->id] ? sum->in[1]->id : sum->in[0]->id;
+    if (addend >= 0 && !permute_out) {
+        /* out = addend + A B: the addend goes into C first (broadcast as needed), then the GEMM
+         * adds onto it, so the ADD costs no pass of its own. */
+        mw__ins gemm = *in;
+        b->p->nins--;
+        const mw_tensor *x = b->g->nodes[addend];
+        if (emit_copy(b, sum->id, rc, &sum->type, b->ref[addend], &x->type, 1.0f)) return -1;
+        mw__ins *g2 = emit(b, MW__I_GEMM, n->id);
+        if (!g2) return -1;
+        *g2 = gemm;
+        g2->k.gemm.beta = 1.0f;
+    }
     if (permute_out && emit_copy(b, n->id, b->ref[n->id], &n->type, rc, &tc, 1.0f)) return -1;
+    if (addend >= 0 && permute_out) {
+        /* Rare: the product needed a permuting copy; add the addend in place after it. */
+        const mw_tensor *x = b->g->nodes[addend];
+        ltype lo = local_type(&sum->type, b->pl), lx = local_type(&x->type, b->pl);
+        mw__ins *add = emit(b, MW__I_BINARY, n->id);
+        if (!add) return -1;
+        add->ref[0] = add->ref[1] = b->ref[n->id];
+        add->ref[2] = b->ref[addend];
+        add->k.binary.op = MW__BIN_ADD;
+        nd_over(&add->k.binary.nd, &sum->type, &lo);
+        memcpy(add->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
+        memcpy(add->k.binary.nd.stride[1], lo.stride, sizeof lo.stride);
+        map_strides(&sum->type, &x->type, &lx, add->k.binary.nd.stride[2]);
+        mw__nd_simplify(&add->k.binary.nd, 3);
+    }
     for (int i = 0; i < 3; i++)
         if (tmp_off[i] >= 0 && arena_release(&b->ar, tmp_off[i], tmp_len[i])) return -1;
     return 0;
@@ -583,6 +620,61 @@ static int add_view(builder *b, const mw_tensor *n) {
     return 0;
 }
 
+/* Whether t's axes are a subset of u's (by name and sharding). */
+static int axes_within(const mw__type *t, const mw__type *u) {
+    for (int i = 0; i < t->rank; i++)
+        if (mw__type_find(u, &t->ax[i]) < 0) return 0;
+    return 1;
+}
+
+static int same_layout(const mw__type *a, const mw__type *c) {
+    if (a->rank != c->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->ax[i].name != c->ax[i].name || a->ax[i].mesh != c->ax[i].mesh) return 0;
+    return 1;
+}
+
+/* Finds ADDs that a GEMM can absorb: out = x + y where y is (a rename or other alias of) a
+ * contraction that nothing else reads, x was computed before that contraction and has no axis
+ * the sum lacks, nothing is partial, and neither the sum nor the product is a parameter's
+ * gradient (those live in the gradient buffer). The product is then written onto a copy of x:
+ * bias adds (x . W + b) and residual adds (x + proj(h)). */
+static void find_gemm_addends(builder *b, const char *live, const int *grad_of, int *uses) {
+    const mw_graph *g = b->g;
+    int nn = g->nnodes;
+    for (int i = 0; i < nn; i++) b->addend[i] = b->fused[i] = -1;
+    for (int i = 0; i < nn; i++)
+        if (live[i])
+            for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *n = g->nodes[i];
+        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
+            n->type.dtype != MW_F32)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const mw_tensor *y = n->in[k], *x = n->in[1 - k], *c = y;
+            while (c->op == MW__OP_ALIAS && uses[c->id] == 1) c = c->in[0];
+            if (c->op != MW__OP_CONTRACT || uses[c->id] != 1 || c->type.partial ||
+                grad_of[c->id] >= 0 || b->addend[c->id] >= 0 || x->id >= c->id || x->type.partial ||
+                x->type.dtype != MW_F32 || !same_layout(&n->type, &y->type) ||
+                !axes_within(&x->type, &n->type))
+                continue;
+            /* The copy into c's buffer walks c's type: x's axes must be found there too, under
+             * the names the aliases gave them. Only renames that keep every axis are followed. */
+            if (!same_layout(&c->type, &y->type)) {
+                if (c->type.rank != y->type.rank) continue;
+                int ok = 1;
+                for (int a = 0; a < y->type.rank && ok; a++)
+                    ok = c->type.ax[a].size == y->type.ax[a].size;
+                if (!ok) continue;
+            }
+            b->addend[c->id] = i;
+            b->fused[i] = c->id;
+            break;
+        }
+    }
+}
+
 static int cmp_slot(const void *x, const void *y) {
     const mw__param_slot *a = *(const mw__param_slot *const *)x;
     const mw__param_slot *c = *(const mw__param_slot *const *)y;
@@ -603,6 +695,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.in_arena = mw__calloc((size_t)nn, 1);
     b.last_use = mw__calloc((size_t)nn, sizeof *b.last_use);
     b.root = mw__calloc((size_t)nn, sizeof *b.root);
+    b.addend = mw__calloc((size_t)nn + 1, sizeof *b.addend);
+    b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
+    int *uses = mw__calloc((size_t)nn + 1, sizeof *uses);
     int *grad_of =
         mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
     mw__param_slot **order = mw__calloc((size_t)g->nparams + 1, sizeof *order);
@@ -612,7 +707,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
-        !order || !out->views || !out->params)
+        !order || !out->views || !out->params || !b.addend || !b.fused || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -627,9 +722,15 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     for (int i = nn - 1; i >= 0; i--)
         if (live[i])
             for (int k = 0; k < g->nodes[i]->nin; k++) live[g->nodes[i]->in[k]->id] = 1;
+    /* The loss and the outputs are read by the host: never absorbed into a GEMM. */
+    uses[loss->id] += 2;
+    for (int o = 0; o < noutputs; o++) uses[outputs[o]->id] += 2;
+    find_gemm_addends(&b, live, grad_of, uses);
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
-        b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id] : i;
+        b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id]
+                    : b.fused[i] >= 0     ? b.root[b.fused[i]]
+                                          : i;
         b.last_use[i] = i;
         if (!live[i]) continue;
         /* A buffer lives until the last use of any alias of it. */
@@ -691,6 +792,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         if (!live[i]) continue;
         if (t->op == MW__OP_ALIAS) {
             b.ref[i] = b.ref[t->in[0]->id];
+        } else if (b.fused[i] >= 0) {
+            b.ref[i] = b.ref[b.fused[i]]; /* the GEMM already wrote the sum there */
         } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
@@ -743,6 +846,9 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.in_arena);
     mw__free(b.last_use);
     mw__free(b.root);
+    mw__free(b.addend);
+    mw__free(b.fused);
+    mw__free(uses);
     mw__free(grad_of);
     mw__free(order);
     mw__free(b.ar.free);

@@ -52,9 +52,12 @@ typedef struct mw__k_reduce {
     const float *a;
 } mw__k_reduce;
 
-/* C[b] = A[b] * B[b] for b < batch, row-major; A is M x K (K x M when trans_a), B is K x N
- * (N x K when trans_b), C is M x N; leading dimensions are those of the stored matrices. */
+/* C[b] = A[b] * B[b] + beta * C[b] for b < batch, row-major; A is M x K (K x M when trans_a), B
+ * is K x N (N x K when trans_b), C is M x N; leading dimensions are those of the stored matrices.
+ * beta is 0 (C is only written) or 1 (the product is added to what C holds: a bias or residual
+ * the plan copied there first). */
 typedef struct mw__k_gemm {
+    float beta;
     int64_t batch, m, n, k;
     int trans_a, trans_b;
     int64_t lda, ldb, ldc;

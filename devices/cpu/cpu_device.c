@@ -228,27 +228,27 @@ static mw_status cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
         float *c = k->c + bi * k->stride_c;
         if (k->n == 1 && k->m == 1) {
             /* A and B are contiguous vectors of length K whatever their transposition. */
-            c[0] = cblas_sdot((int)k->k, a, 1, b, 1);
+            c[0] = cblas_sdot((int)k->k, a, 1, b, 1) + (k->beta != 0.0f ? k->beta * c[0] : 0.0f);
         } else if (k->n == 1) {
             /* C (M) = op(A) * b, with b a contiguous K-vector. */
             if (k->trans_a)
                 cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->m, 1.0f, a, (int)k->lda,
-                            b, 1, 0.0f, c, 1);
+                            b, 1, k->beta, c, 1);
             else
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a, (int)k->lda,
-                            b, 1, 0.0f, c, 1);
+                            b, 1, k->beta, c, 1);
         } else if (k->m == 1) {
             /* C (N) = op(B)^T * a, with a a contiguous K-vector. */
             if (k->trans_b)
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b, (int)k->ldb,
-                            a, 1, 0.0f, c, 1);
+                            a, 1, k->beta, c, 1);
             else
                 cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->n, 1.0f, b, (int)k->ldb,
-                            a, 1, 0.0f, c, 1);
+                            a, 1, k->beta, c, 1);
         } else {
             cblas_sgemm(CblasRowMajor, k->trans_a ? CblasTrans : CblasNoTrans,
                         k->trans_b ? CblasTrans : CblasNoTrans, (int)k->m, (int)k->n, (int)k->k,
-                        1.0f, a, (int)k->lda, b, (int)k->ldb, 0.0f, c, (int)k->ldc);
+                        1.0f, a, (int)k->lda, b, (int)k->ldb, k->beta, c, (int)k->ldc);
         }
     }
     return MW_OK;

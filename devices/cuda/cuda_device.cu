@@ -953,6 +953,7 @@ static mw_status cuda_gemm(mw__device *dev, const mw__k_gemm *k) {
     ENTER(dev);
     if (k->batch <= 0 || k->m <= 0 || k->n <= 0) return MW_OK;
     if (k->k <= 0) {
+        if (k->beta != 0.0f) return MW_OK; /* C = beta * C with beta 1: unchanged */
         LAUNCH(k_zero_matrices, blocks_for(k->batch * k->m * k->n, THREADS), THREADS, 0, k->batch,
                k->m, k->n, k->ldc, k->stride_c, k->c);
         return launched(dev, "gemm (empty K)");
@@ -964,10 +965,10 @@ static mw_status cuda_gemm(mw__device *dev, const mw__k_gemm *k) {
                          "sizes",
                          dev->name, (long long)k->m, (long long)k->n, (long long)k->k,
                          (long long)k->batch);
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f;
     BLAS(dev, cublasSgemmStridedBatched, im->blas, k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
          k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, (int)k->n, (int)k->m, (int)k->k, &one, k->b,
-         (int)k->ldb, (long long)k->stride_b, k->a, (int)k->lda, (long long)k->stride_a, &zero,
+         (int)k->ldb, (long long)k->stride_b, k->a, (int)k->lda, (long long)k->stride_a, &k->beta,
          k->c, (int)k->ldc, (long long)k->stride_c, (int)k->batch);
     return flagged(dev); /* cuBLAS reports its launch failures in its status */
 }
@@ -1170,37 +1171,37 @@ extern "C" mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, in
 
 /* In the order of mw__device_vtable's members. */
 extern "C" const mw__device_vtable mw__cuda_device = {
-    "cuda",            /* kind */
-    0,                 /* host_memory */
-    cuda_init,         /* init */
-    cuda_shutdown,     /* shutdown */
-    cuda_alloc,        /* alloc */
-    cuda_free,         /* free */
-    cuda_upload,       /* upload */
-    cuda_download,     /* download */
-    cuda_sync,         /* sync */
-    cuda_binary,       /* binary */
-    cuda_copy,         /* copy */
-    cuda_reduce,       /* reduce */
-    cuda_gemm,         /* gemm */
-    cuda_fill,         /* fill */
-    cuda_sgd,          /* sgd */
-    cuda_unary,        /* unary */
-    cuda_unary_grad,   /* unary_grad */
-    cuda_layernorm,    /* layernorm */
-    cuda_layernorm_dx, /* layernorm_dx */
-    cuda_layernorm_dw, /* layernorm_dw */
-    cuda_softmax,      /* softmax */
-    cuda_softmax_grad, /* softmax_grad */
-    cuda_embed,        /* embed */
-    cuda_embed_grad,   /* embed_grad */
-    cuda_xent,         /* xent */
-    cuda_xent_grad,    /* xent_grad */
-    cuda_sumsq,        /* sumsq */
-    cuda_adamw,        /* adamw */
-    cuda_host_alloc,   /* host_alloc */
-    cuda_host_free,    /* host_free */
-    cuda_upload_async, /* upload_async */
+    "cuda",                  /* kind */
+    0,                       /* host_memory */
+    cuda_init,               /* init */
+    cuda_shutdown,           /* shutdown */
+    cuda_alloc,              /* alloc */
+    cuda_free,               /* free */
+    cuda_upload,             /* upload */
+    cuda_download,           /* download */
+    cuda_sync,               /* sync */
+    cuda_binary,             /* binary */
+    cuda_copy,               /* copy */
+    cuda_reduce,             /* reduce */
+    cuda_gemm,               /* gemm */
+    cuda_fill,               /* fill */
+    cuda_sgd,                /* sgd */
+    cuda_unary,              /* unary */
+    cuda_unary_grad,         /* unary_grad */
+    cuda_layernorm,          /* layernorm */
+    cuda_layernorm_dx,       /* layernorm_dx */
+    cuda_layernorm_dw,       /* layernorm_dw */
+    cuda_softmax,            /* softmax */
+    cuda_softmax_grad,       /* softmax_grad */
+    cuda_embed,              /* embed */
+    cuda_embed_grad,         /* embed_grad */
+    cuda_xent,               /* xent */
+    cuda_xent_grad,          /* xent_grad */
+    cuda_sumsq,              /* sumsq */
+    cuda_adamw,              /* adamw */
+    cuda_host_alloc,         /* host_alloc */
+    cuda_host_free,          /* host_free */
+    cuda_upload_async,       /* upload_async */
     mw__cuda_attention,      /* attention (devices/cuda/attention.cu) */
     mw__cuda_attention_grad, /* attention_grad */
 };
