@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/reference_text.h"
 
 #define U 5.9604644775390625e-8 /* 2^-24 */
 #define MAXV 128
@@ -160,23 +161,6 @@ typedef struct record {
     double d[MAXV];
 } record;
 
-typedef struct reffile {
-    FILE *f;
-    char path[512];
-} reffile;
-
-static void ref_open(reffile *r) {
-    const char *file = __FILE__, *slash = strrchr(file, '/');
-    snprintf(r->path, sizeof r->path, "%.*s/../data/forward_ref.txt",
-             slash ? (int)(slash - file) : 1, slash ? file : ".");
-    r->f = fopen(r->path, "r");
-    cr_assert_not_null(r->f, "cannot open %s", r->path);
-    int c;
-    while ((c = fgetc(r->f)) == '#') /* comment lines */
-        while ((c = fgetc(r->f)) != '\n' && c != EOF) continue;
-    ungetc(c, r->f);
-}
-
 static void ref_read(reffile *r, record *rec) {
     cr_assert_eq(fscanf(r->f, "%31s %d", rec->name, &rec->count), 2, "%s: truncated", r->path);
     cr_assert(rec->count >= 0 && rec->count <= MAXV, "%s: record %s has %d values", r->path,
@@ -208,7 +192,7 @@ static void run_case(const char *name) {
         if (strcmp(cases[k].name, name) == 0) c = &cases[k];
     cr_assert_not_null(c, "no case %s", name);
     reffile rf, *r = &rf;
-    ref_open(r);
+    ref_open(r, "forward_ref.txt");
     ref_find(r, name);
     record recs[MAXREC], out;
     int n = 0;
@@ -261,7 +245,7 @@ static void run_case(const char *name) {
 /* The file holds exactly the cases of the table, in its order. */
 Test(forward_ref, reference_file_matches_the_table) {
     reffile r;
-    ref_open(&r);
+    ref_open(&r, "forward_ref.txt");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         record rec;
         ref_read(&r, &rec);
@@ -271,10 +255,7 @@ Test(forward_ref, reference_file_matches_the_table) {
         do ref_read(&r, &rec);
         while (strcmp(rec.name, "out") != 0);
     }
-    char end[16] = "";
-    cr_assert_eq(fscanf(r.f, "%15s", end), 1);
-    cr_assert_str_eq(end, "end", "%s: cases the test does not know", r.path);
-    fclose(r.f);
+    ref_close_at_end(&r);
 }
 
 #define FORWARD_TEST(op)                                                                           \

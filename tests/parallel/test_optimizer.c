@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/reference_text.h"
 
 #define PI 3.14159265358979323846
 #define NW 6 /* W: Out=2 x In=3 */
@@ -349,26 +350,8 @@ Test(optimizer, adamw_clipping_is_visible) {
 
 /* --- PyTorch ---------------------------------------------------------------------------------- */
 
-/* tests/data/optimizer_ref.txt: whitespace-separated records "name count v1 ... vcount" in a
- * fixed order (see tools/optimizer_reference.py). */
-typedef struct reffile {
-    FILE *f;
-    char path[512];
-} reffile;
-
-static void ref_open(reffile *r) {
-    const char *file = __FILE__, *slash = strrchr(file, '/');
-    snprintf(r->path, sizeof r->path, "%.*s/../data/optimizer_ref.txt",
-             slash ? (int)(slash - file) : 1, slash ? file : ".");
-    r->f = fopen(r->path, "r");
-    cr_assert_not_null(r->f, "cannot open %s", r->path);
-    int c;
-    while ((c = fgetc(r->f)) == '#') /* comment lines */
-        while ((c = fgetc(r->f)) != '\n' && c != EOF) continue;
-    ungetc(c, r->f);
-}
-
-/* Reads the next record, which must be called `name` and hold `count` values. */
+/* Reads the next record of tests/data/optimizer_ref.txt (its order: tools/optimizer_reference.py),
+ * which must be called `name` and hold `count` values. */
 static void ref_read(reffile *r, const char *name, int count, double *out) {
     char got[64];
     int n = -1;
@@ -401,7 +384,7 @@ static const char *const ref_params[] = {"W1", "b1", "gain", "W2", "b2"};
 
 static void run_against_pytorch(const char *devices, const char *shard_over) {
     reffile r;
-    ref_open(&r);
+    ref_open(&r, "optimizer_ref.txt");
     int steps = ref_int(&r, "steps"), batch = ref_int(&r, "batch"), in = ref_int(&r, "in"),
         hidden = ref_int(&r, "hidden"), out = ref_int(&r, "out");
     cr_assert(batch * in <= REF_MAX * 4 && in * hidden <= REF_MAX && hidden * out <= REF_MAX);
@@ -482,10 +465,7 @@ static void run_against_pytorch(const char *devices, const char *shard_over) {
                               ref_params[k], i, buf[i], vals[i]);
         }
     }
-    char end[16] = "";
-    cr_assert_eq(fscanf(r.f, "%15s", end), 1);
-    cr_assert_str_eq(end, "end", "%s: trailing records", r.path);
-    fclose(r.f);
+    ref_close_at_end(&r);
     mw_trainer_free(tr);
     mw_mesh_free(mesh);
     mw_graph_free(g);
