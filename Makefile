@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 SOURCE_DIRS := $(wildcard core devices parallel include examples bench tests)
 SOURCES = $(shell find $(SOURCE_DIRS) -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \))
 
-.PHONY: help build test test-quick demo bench format gpu-check clean
+.PHONY: help build test test-quick demo bench format gpu-check clean mutants
 
 help:
 	@echo "make build      configure (Release) and build $(BUILD)/"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench      run meshwit-bench, writing $(BUILD)/bench.json and $(BUILD)/bench.csv"
 	@echo "make format     clang-format -i every source file"
 	@echo "make gpu-check  on a GPU machine: CUDA build in build-gpu/, gpu tests, GPU bench"
+	@echo "make mutants    put each bug of tests/mutants.txt in a scratch copy; its tests must fail"
 	@echo "make clean      remove the build directories"
 
 $(BUILD)/CMakeCache.txt:
@@ -33,6 +34,9 @@ test-quick:
 
 demo:
 	bash scripts/demo.sh
+
+mutants:
+	bash scripts/mutants.sh
 
 bench: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS) --target meshwit-bench
@@ -54,4 +58,4 @@ gpu-check:
 	    --devices cuda:0 --devices cuda:0x2
 
 clean:
-	rm -rf build build-asan build-tsan build-gpu
+	rm -rf build build-asan build-tsan build-gpu build-mutants

@@ -19,9 +19,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     gpt2_graph m;
     mw_trainer_config cfg = {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
-    if (mw_graph_new(&g) || gpt2_build(g, &mw_fuzz_config, 2, 4, NULL, &m) ||
-        mw_mesh_new("cpu:1", "X", &mesh) || mw_trainer_new(g, m.loss, mesh, &cfg, &trainer))
-        return 1;
+    mw_status st;
+    if ((st = mw_graph_new(&g))) fuzz_setup_failed("mw_graph_new", st);
+    if ((st = gpt2_build(g, &mw_fuzz_config, 2, 4, NULL, &m))) fuzz_setup_failed("gpt2_build", st);
+    if ((st = mw_mesh_new("cpu:1", "X", &mesh))) fuzz_setup_failed("mw_mesh_new", st);
+    if ((st = mw_trainer_new(g, m.loss, mesh, &cfg, &trainer)))
+        fuzz_setup_failed("mw_trainer_new", st);
     return 0;
 }
 
@@ -29,6 +32,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size);
     char user[256];
     size_t n;
-    if (path) mw_trainer_load(trainer, path, user, sizeof user, &n);
+    mw_trainer_load(trainer, path, user, sizeof user, &n);
     return 0;
 }

@@ -16,9 +16,12 @@ static const gpt2_config config = {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
     gpt2_graph m;
-    if (mw_graph_new(&g) || gpt2_build(g, &config, 2, 4, NULL, &m) ||
-        mw_mesh_new("cpu:1", "X", &mesh) || mw_trainer_new(g, m.loss, mesh, NULL, &trainer))
-        return 1;
+    mw_status st;
+    if ((st = mw_graph_new(&g))) fuzz_setup_failed("mw_graph_new", st);
+    if ((st = gpt2_build(g, &config, 2, 4, NULL, &m))) fuzz_setup_failed("gpt2_build", st);
+    if ((st = mw_mesh_new("cpu:1", "X", &mesh))) fuzz_setup_failed("mw_mesh_new", st);
+    if ((st = mw_trainer_new(g, m.loss, mesh, NULL, &trainer)))
+        fuzz_setup_failed("mw_trainer_new", st);
     return 0;
 }
 
@@ -26,7 +29,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file(data, size);
     char err[512];
     gpt2_config c;
-    if (!path) return 0;
     gpt2_read_header(path, &c, err, sizeof err);
     gpt2_load(trainer, &config, path, err, sizeof err);
     return 0;

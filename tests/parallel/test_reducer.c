@@ -1,17 +1,21 @@
 /* The shared-memory reducer: sums against a double-precision reference and against the exact
  * rank-order float sum, determinism, back-to-back collectives, abort, timeout and barrier.
  * Worker threads only record what they saw; the test thread asserts after joining them. */
+#define _GNU_SOURCE /* syscall(SYS_gettid) */
 #include <criterion/criterion.h>
 
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "meshwit/testing.h"
@@ -45,11 +49,6 @@ static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
 }
 
 static void *thread_main(void *arg) {
@@ -273,17 +272,40 @@ Test(reducer, many_consecutive_collectives, .timeout = 60) {
     }
 }
 
-/* Rank 0 fails: instead of entering, it aborts the communicator while the others wait. */
+/* Whether thread `tid` of this process is asleep (state S in /proc/self/task/<tid>/stat). */
+static int thread_sleeping(long tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* the thread's name, in parentheses, may hold spaces */
+    return end && end[1] == ' ' && end[2] == 'S';
+}
+
+typedef struct abort_handoff {
+    _Atomic int entering;
+    _Atomic long tid[MAXP];
+} abort_handoff;
+
+/* Rank 0 fails: instead of entering, it aborts the communicator while the others wait. It knows
+ * they wait when it has seen each of them asleep: between announcing itself and returning, a rank
+ * sleeps nowhere but in the reducer's wait for its peers (which naps once a wait has lasted a
+ * couple of milliseconds), so seeing it asleep proves it arrived. */
 static void abort_or_allreduce(worker *w) {
-    _Atomic int *entering = w->arg;
+    abort_handoff *h = w->arg;
     if (w->rank == 0) {
-        while (atomic_load(entering) < w->p - 1) sleep_ms(1);
-        sleep_ms(50); /* let them reach the wait */
+        while (atomic_load(&h->entering) < w->p - 1) sched_yield();
+        for (int r = 1; r < w->p; r++)
+            while (!thread_sleeping(atomic_load(&h->tid[r]))) sched_yield();
         R->abort(w->comm);
         w->st = MW_OK;
         return;
     }
-    atomic_fetch_add(entering, 1);
+    atomic_store(&h->tid[w->rank], (long)syscall(SYS_gettid));
+    atomic_fetch_add(&h->entering, 1);
     do_allreduce(w);
 }
 
@@ -307,8 +329,8 @@ Test(reducer, abort_releases_waiters_and_reset_recovers, .timeout = 60) {
     for (size_t k = 0; k < 2; k++) {
         worker w[MAXP] = {0};
         fill(w, p, lens[k], 3);
-        _Atomic int entering = 0;
-        run_ranks(comm, p, w, abort_or_allreduce, (void *)&entering);
+        abort_handoff handoff = {0};
+        run_ranks(comm, p, w, abort_or_allreduce, &handoff);
         for (int r = 1; r < p; r++) {
             cr_assert_eq(w[r].st, MW_ERR_ABORTED, "rank %d got %s", r, mw_status_name(w[r].st));
             char want[64];
