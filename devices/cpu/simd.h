@@ -8,7 +8,10 @@
 #ifndef MW__CPU_SIMD_H
 #define MW__CPU_SIMD_H
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) &&                            \
+/* GCC with glibc only: clang 14 makes the resolvers of static clones global symbols, and under
+ * ThreadSanitizer the loader would run an instrumented resolver before the runtime is up. Other
+ * builds get the baseline loops (correct, narrower). */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) &&       \
     !defined(MESHWIT_NO_CLONES) && !defined(__SANITIZE_THREAD__)
 #define MW__CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
