@@ -8,6 +8,8 @@
 #ifndef MW__CPU_SIMD_H
 #define MW__CPU_SIMD_H
 
+#include <stdint.h> /* also defines __GLIBC__ where it applies */
+
 /* GCC with glibc only: clang 14 makes the resolvers of static clones global symbols, and under
  * ThreadSanitizer the loader would run an instrumented resolver before the runtime is up. Other
  * builds get the baseline loops (correct, narrower). */
