@@ -182,3 +182,31 @@ Test(kernel_math, binop_codes_match_the_enum) {
     cr_assert(isnan(mw__binop_apply(MW__BIN_DIV, 0.0f, 0.0f)));
     cr_assert(isnan(mw__binop_apply(MW__BIN_SUB, INFINITY, INFINITY)));
 }
+
+/* mw__expf against libm in double: the degree-6 polynomial on |r| <= ln2/2 leaves ~1e-7 relative,
+ * and the reduction and the final scaling add a few roundings; 4e-7 relative is ~2x the largest
+ * error seen on this grid. Below -87 the result is clamped to e^-87 (a tiny positive number, as
+ * documented), above 88 to e^88. */
+Test(kernel_math, expf_matches_double_reference) {
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f + 175.0f * (float)i / 200000.0f;
+        double ref = exp((double)x), got = mw__expf(x);
+        cr_assert(fabs(got - ref) <= 4e-7 * ref, "expf(%.9g) = %.9g, reference %.9g", x, got, ref);
+    }
+    cr_assert_eq(mw__expf(-1000.0f), mw__expf(-87.0f));
+    cr_assert_eq(mw__expf(1000.0f), mw__expf(88.0f));
+    cr_assert(mw__expf(0.0f) == 1.0f);
+}
+
+/* Non-finite inputs give their IEEE answers and no undefined behaviour (the sanitizer build runs
+ * this): NaN stays NaN through exp, tanh and GELU, and the infinities saturate. */
+Test(kernel_math, non_finite_inputs) {
+    cr_assert(isnan(mw__expf(NAN)));
+    cr_assert(isnan(mw__tanh(NAN)));
+    cr_assert(isnan(mw__gelu(NAN)));
+    cr_assert(isnan(mw__gelu_grad(NAN)));
+    cr_assert_eq(mw__expf(-INFINITY), mw__expf(-87.0f));
+    cr_assert_eq(mw__tanh(INFINITY), 1.0f);
+    cr_assert_eq(mw__tanh(-INFINITY), -1.0f);
+    cr_assert(isinf(mw__gelu(INFINITY)) && mw__gelu(INFINITY) > 0);
+}
