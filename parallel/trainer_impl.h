@@ -40,6 +40,7 @@ typedef struct worker {
     int64_t fault_step;
     mw_status fault_status; /* MW_OK: a stall of fault_ms instead of a failure */
     int fault_ms;
+    int skipped; /* the current step skipped its update (skip_nonfinite) */
 } worker;
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask
@@ -87,6 +88,12 @@ struct mw_trainer {
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;
+    /* parallel/consistency.c: a stop requested for this trainer, steps skipped for non-finite
+     * values, and host scratch for the replica checksums (made when first needed). */
+    _Atomic int stop;
+    int64_t skipped;
+    float *replica_buf;
+    uint64_t *replica_sums;
 };
 
 #endif
