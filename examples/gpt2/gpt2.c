@@ -830,6 +830,10 @@ static int run_main(int argc, char **argv) {
         printf("saved %s\n", o->save);
     }
     if (o->sample > 0) rc = sample(&r);
+    if (rc == 0 && cli_stop_signal()) {
+        printf("interrupted while sampling\n");
+        rc = cli_stop_status();
+    }
 done:
     fflush(stdout);
     mw_trainer_free(r.tr);

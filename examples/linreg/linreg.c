@@ -239,8 +239,9 @@ done:
     linreg_data_free(&data);
     mw_mesh_free(mesh);
     mw_mesh_free(single_mesh);
-    /* A process that failed ends the job: its peers may be waiting for it in a collective. */
-    if (rc == 2 && nprocs > 1) mw_distributed_abort(rc);
+    /* A process that failed or was interrupted ends the job: its peers may be waiting for it in
+     * a collective. */
+    if ((rc == 2 || (rc > 128 && cli_stop_signal())) && nprocs > 1) mw_distributed_abort(rc);
     mw_distributed_finalize();
     return rc;
 }

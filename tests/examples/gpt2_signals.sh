@@ -4,10 +4,12 @@
 # exactly the losses of an uninterrupted one; SIGTERM exits 143 the same way; a second signal
 # exits at once. The child runs through sigdefault, so its SIGINT is at the default disposition
 # (a background job of this script would otherwise start with SIGINT ignored).
-# Usage: gpt2_signals.sh PATH_TO_GPT2 PATH_TO_SIGDEFAULT
+# linreg (no checkpoint) stops the same way.
+# Usage: gpt2_signals.sh PATH_TO_GPT2 PATH_TO_SIGDEFAULT [PATH_TO_LINREG]
 set -euo pipefail
 gpt2="$1"
 launch="$2"
+linreg="${3:-}"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 args=(--devices cpu:2 --steps 40 --batch 8 --seq 32 --val-every 0 --sample 0 --layers 2
@@ -76,5 +78,16 @@ interrupt --checkpoint "$dir/twice.mwc" -- INT INT
 [[ $rc == 130 ]] || die "two SIGINTs: exit status $rc, expected 130"
 grep -q '^interrupted at step' "$dir/out" && die "two SIGINTs: the program waited for the step"
 [[ -e "$dir/twice.mwc" ]] && die "two SIGINTs: a checkpoint was written"
+if [[ -n $linreg ]]; then
+    "$launch" "$linreg" --devices cpu:2 --rows 20000 --steps 1000000 > "$dir/out" 2>&1 &
+    pid=$!
+    sleep 1
+    kill -INT "$pid"
+    rc=0
+    wait "$pid" || rc=$?
+    [[ $rc == 130 ]] || { cat "$dir/out" >&2; die "linreg: exit status $rc, expected 130"; }
+    grep -qE '^interrupted at step [0-9]+ of the single-device run$' "$dir/out" \
+        || { cat "$dir/out" >&2; die "linreg: no 'interrupted at step N'"; }
+fi
 echo "gpt2_signals: SIGINT at step $n resumed identically ($(wc -l < "$dir/whole") lines);" \
      "SIGTERM 143; a second signal exits at once"
