@@ -63,7 +63,10 @@ mw_status mw__trainer_stop_point(mw_trainer *tr) {
     if (tr->mesh->nprocs > 1) {
         mw_status st = mw__dist_max_int(mine, &any, tr->cfg.collective_timeout_ms,
                                         "the stop check before a step");
-        if (st) return st;
+        if (st) {
+            tr->broken = 1; /* the request may still be pending: no more collectives */
+            return st;
+        }
     }
     if (!any) return MW_OK;
     return mw__error(MW_ERR_INTERRUPTED,
@@ -307,6 +310,9 @@ static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
 
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
+    if (tr->broken)
+        return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
+                                       "trainer failed across processes; end the job");
     int np = tr->g->nparams;
     const mw__plan *p0 = &tr->w[tr->first].plan;
     mw_status st = replica_scratch(tr);
@@ -332,6 +338,7 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     int nprocs = tr->mesh->nprocs;
     if (nprocs <= 1) return MW_OK;
     st = mw__dist_allgather_u64(first, np, all, tr->cfg.collective_timeout_ms, "the replica check");
+    if (st) tr->broken = 1; /* the request may still be pending */
     for (int p = 1; st == MW_OK && p < nprocs; p++)
         for (int l = 0; l < np; l++)
             if (all[(size_t)p * (size_t)np + (size_t)l] != all[l]) {
