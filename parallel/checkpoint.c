@@ -80,39 +80,51 @@ static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params
     return MW_OK;
 }
 
-/* The temporary file of one save: "<path>.tmp.<pid>.<n>", unique per writer (process and save). */
+/* This host's name for temporary file names ("host" when it has none usable). */
+static void host_name(char *out, size_t size) {
+    if (gethostname(out, size) != 0) out[0] = '\0';
+    out[size - 1] = '\0';
+    for (char *c = out; *c; c++)
+        if (*c == '/') *c = '_';
+    if (!out[0]) snprintf(out, size, "host");
+}
+
+/* The temporary file of one save: "<path>.tmp.<host>.<pid>.<n>", unique per writer (host,
+ * process and save), also when hosts share a file system. */
 static int temp_name(const char *path, char *out, size_t size) {
     static _Atomic unsigned counter;
     unsigned n = atomic_fetch_add(&counter, 1);
-    int len = snprintf(out, size, "%s.tmp.%ld.%u", path, (long)getpid(), n);
+    char host[256];
+    host_name(host, sizeof host);
+    int len = snprintf(out, size, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), n);
     return len < 0 || (size_t)len >= size ? -1 : 0;
 }
 
 /* Removes temporary files of `path` that no running writer owns: "<path>.tmp" (older versions)
- * and "<path>.tmp.<pid>.<n>" of a process that no longer exists. Best effort. */
+ * and "<path>.tmp.<host>.<pid>.<n>" of this host whose process no longer exists (another
+ * host's processes cannot be asked). Best effort. */
 static void remove_stale(const char *path) {
-    char dir[4096];
+    char dir[4096], prefix[512], host[256];
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
     int dlen = slash ? (int)(slash - path) : 1;
+    host_name(host, sizeof host);
     if (snprintf(dir, sizeof dir, "%.*s", dlen, slash ? (slash == path ? "/" : path) : ".") >=
-        (int)sizeof dir)
+            (int)sizeof dir ||
+        snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host) >= (int)sizeof prefix)
         return;
     DIR *d = opendir(dir);
     if (!d) return;
-    size_t blen = strlen(base);
+    size_t blen = strlen(base), plen = strlen(prefix);
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *name = e->d_name;
-        if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".tmp", 4) != 0) continue;
-        const char *rest = name + blen + 4;
-        if (*rest == '.') {
+        if (strncmp(name, base, blen) != 0 || strcmp(name + blen, ".tmp") != 0) {
+            if (strncmp(name, prefix, plen) != 0) continue;
             char *end;
-            long pid = strtol(rest + 1, &end, 10);
-            if (end == rest + 1 || *end != '.' || pid <= 0) continue;
+            long pid = strtol(name + plen, &end, 10);
+            if (end == name + plen || *end != '.' || pid <= 0) continue;
             if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        } else if (*rest != '\0') {
-            continue;
         }
         char full[8192];
         if (snprintf(full, sizeof full, "%s/%s", dir, name) < (int)sizeof full) remove(full);

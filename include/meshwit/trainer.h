@@ -145,10 +145,10 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
  * failed save leaves the previous checkpoint intact. Errors: MW_ERR_IO, MW_ERR_NOMEM. */
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
 
-/* (mw_trainer_save, continued) The temporary file is `path` plus ".tmp.<pid>.<n>", unique per
- * writer, so concurrent writers never share one: the file at `path` always loads and holds one
- * writer's complete state. A successful save removes temporary files of `path` that a writer
- * which no longer runs left behind (a process killed while saving). */
+/* (mw_trainer_save, continued) The temporary file is `path` plus ".tmp.<host>.<pid>.<n>", unique
+ * per writer, so concurrent writers never share one: the file at `path` always loads and holds
+ * one writer's complete state. A successful save removes temporary files of `path` that a writer
+ * of this host which no longer runs left behind (a process killed while saving). */
 
 /* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
  * any mesh); copies the caller's state into user (at most `capacity` bytes; its size to

@@ -285,25 +285,31 @@ Test(checkpoint_trust, odd_files_are_refused_without_blocking, .init = setup, .f
 }
 
 /* A writer killed while saving left temporary files behind: the next save removes them, but
- * not one that a running process is still writing. */
+ * not one that a running process is still writing, nor one of another host (whose processes
+ * this host cannot ask about). */
 Test(checkpoint_trust, stale_temporary_files_are_removed, .init = setup, .fini = teardown) {
     pid_t dead = fork();
     if (dead == 0) _exit(0);
     cr_assert(dead > 0);
     cr_assert_eq(waitpid(dead, NULL, 0), dead);
-    char old[256], stale[256], live[256];
+    char old[512], stale[512], live[512], remote[512], host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
     snprintf(old, sizeof old, "%s.tmp", path);
-    snprintf(stale, sizeof stale, "%s.tmp.%ld.0", path, (long)dead);
-    snprintf(live, sizeof live, "%s.tmp.%ld.3", path, (long)getppid());
+    snprintf(stale, sizeof stale, "%s.tmp.%s.%ld.0", path, host, (long)dead);
+    snprintf(live, sizeof live, "%s.tmp.%s.%ld.3", path, host, (long)getppid());
+    snprintf(remote, sizeof remote, "%s.tmp.%s-elsewhere.%ld.0", path, host, (long)dead);
     write_all(old, (const unsigned char *)"x", 1);
     write_all(stale, (const unsigned char *)"x", 1);
     write_all(live, (const unsigned char *)"x", 1);
+    write_all(remote, (const unsigned char *)"x", 1);
     model m;
     model_make(&m, "cpu:1", NULL);
     cr_assert_eq(mw_trainer_save(m.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
     cr_assert_eq(access(old, F_OK), -1, "the old-style temporary file is still there");
     cr_assert_eq(access(stale, F_OK), -1, "a dead writer's temporary file is still there");
     cr_assert_eq(access(live, F_OK), 0, "a running writer's temporary file was removed");
+    cr_assert_eq(access(remote, F_OK), 0, "another host's temporary file was removed");
     cr_assert_eq(mw_trainer_load(m.tr, path, NULL, 0, NULL), MW_OK);
     model_free(&m);
 }
