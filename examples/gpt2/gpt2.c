@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../common/cli.h"
@@ -684,6 +685,17 @@ done:
     return rc;
 }
 
+/* A --checkpoint that exists must be a regular file (it will be replaced): refused before
+ * training rather than at the first save. */
+static int writable_checkpoint(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "gpt2: --checkpoint %s exists and is not a regular file\n", path);
+        return 0;
+    }
+    return 1; /* absent or a file; any other problem shows at the first save */
+}
+
 /* Every process of an MPI job must train the same model on the same data: compares every flag
  * but --devices, and the data itself, with the other processes. */
 static mw_status agree_flags(const run *r) {
@@ -747,6 +759,10 @@ static int run_main(int argc, char **argv) {
     char err[512];
     mw_status st;
     if ((rc = prepare_data(&r)) != 0) goto done;
+    if (o->checkpoint && !o->resume && !writable_checkpoint(o->checkpoint)) {
+        rc = 2;
+        goto done;
+    }
     if ((st = agree_flags(&r)) != MW_OK) {
         rc = fail(st, "the processes were started differently");
         goto done;

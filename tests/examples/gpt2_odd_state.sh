@@ -29,6 +29,9 @@ for opt in --data --load "--checkpoint"; do
     expect_fail "it is a character device" "${args[@]}" $opt /dev/zero "${extra[@]}"
 done
 
+expect_fail "--checkpoint .*adir exists and is not a regular file" "${args[@]}" --checkpoint \
+    "$dir/adir"
+
 # Contradictory flags and sloppy numbers.
 expect_fail "--stop-at 50 is not before the last step \(--steps 2\)" "${args[@]}" --stop-at 50 \
     --steps 2
