@@ -142,13 +142,12 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
  * the learning-rate schedule's position), and `user_bytes` bytes of the caller's own state (its
  * RNG, its data position) copied from `user`. The file carries a magic, a version and a checksum,
  * and is written atomically (a temporary file, flushed and synced, then renamed over `path`): a
- * failed save leaves the previous checkpoint intact. Errors: MW_ERR_IO, MW_ERR_NOMEM. */
+ * failed save leaves the previous checkpoint intact. The temporary file is `path` plus
+ * ".tmp.<host>.<pid>.<n>", unique per writer, so concurrent writers never share one: the file at
+ * `path` always loads and holds one writer's complete state. A successful save removes temporary
+ * files of `path` that a writer of this host which no longer runs left behind (a process killed
+ * while saving). Errors: MW_ERR_IO, MW_ERR_NOMEM. */
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
-
-/* (mw_trainer_save, continued) The temporary file is `path` plus ".tmp.<host>.<pid>.<n>", unique
- * per writer, so concurrent writers never share one: the file at `path` always loads and holds
- * one writer's complete state. A successful save removes temporary files of `path` that a writer
- * of this host which no longer runs left behind (a process killed while saving). */
 
 /* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
  * any mesh); copies the caller's state into user (at most `capacity` bytes; its size to
@@ -214,8 +213,8 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr);
  * can save a checkpoint and exit). mw_request_stop applies to every trainer of the process and
  * stays set until mw_cancel_stop; mw_trainer_request_stop applies to one trainer and is
  * consumed by the step that reports it. On a mesh spanning processes every step boundary agrees
- * on it: a request in any process stops every process at the same step. eval and
- * compute_grads are not affected. */
+ * on it (one small all-reduce between the processes per step): a request in any process stops
+ * every process at the same step. eval and compute_grads are not affected. */
 void mw_request_stop(void);
 void mw_trainer_request_stop(mw_trainer *tr);
 /* Non-zero while a process-wide stop is requested. */
