@@ -24,6 +24,7 @@ const char *mw_strerror(mw_status status) {
     case MW_ERR_TIMEOUT: return "timed out";
     case MW_ERR_NONFINITE: return "non-finite value";
     case MW_ERR_STATE: return "invalid state";
+    case MW_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown error";
 }
@@ -44,6 +45,7 @@ const char *mw_status_name(mw_status status) {
     case MW_ERR_TIMEOUT: return "MW_ERR_TIMEOUT";
     case MW_ERR_NONFINITE: return "MW_ERR_NONFINITE";
     case MW_ERR_STATE: return "MW_ERR_STATE";
+    case MW_ERR_INTERRUPTED: return "MW_ERR_INTERRUPTED";
     }
     return "MW_ERR_UNKNOWN";
 }

@@ -8,9 +8,16 @@
  *   | per parameter: name (MW_MAX_NAME bytes, zero padded) and i64 count
  *   | parameters (each in its declared order) | moments m then v (same order, AdamW) | user bytes
  *   | u64 FNV-1a checksum of everything before it */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -18,6 +25,7 @@
 
 #define MAGIC "MWCKPT01"
 #define VERSION 1u
+#define MAX_STEP ((int64_t)1 << 53) /* steps beyond this are a forged or damaged header */
 
 typedef struct header {
     char magic[8];
@@ -72,6 +80,58 @@ static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params
     return MW_OK;
 }
 
+/* This host's name for temporary file names ("host" when it has none usable). */
+static void host_name(char *out, size_t size) {
+    if (gethostname(out, size) != 0) out[0] = '\0';
+    out[size - 1] = '\0';
+    for (char *c = out; *c; c++)
+        if (*c == '/') *c = '_';
+    if (!out[0]) snprintf(out, size, "host");
+}
+
+/* The temporary file of one save: "<path>.tmp.<host>.<pid>.<n>", unique per writer (host,
+ * process and save), also when hosts share a file system. */
+static int temp_name(const char *path, char *out, size_t size) {
+    static _Atomic unsigned counter;
+    unsigned n = atomic_fetch_add(&counter, 1);
+    char host[256];
+    host_name(host, sizeof host);
+    int len = snprintf(out, size, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), n);
+    return len < 0 || (size_t)len >= size ? -1 : 0;
+}
+
+/* Removes temporary files of `path` that no running writer owns: "<path>.tmp" (older versions)
+ * and "<path>.tmp.<host>.<pid>.<n>" of this host whose process no longer exists (another
+ * host's processes cannot be asked). Best effort. */
+static void remove_stale(const char *path) {
+    char dir[4096], prefix[512], host[256];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int dlen = slash ? (int)(slash - path) : 1;
+    host_name(host, sizeof host);
+    if (snprintf(dir, sizeof dir, "%.*s", dlen, slash ? (slash == path ? "/" : path) : ".") >=
+            (int)sizeof dir ||
+        snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host) >= (int)sizeof prefix)
+        return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t blen = strlen(base), plen = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, blen) != 0 || strcmp(name + blen, ".tmp") != 0) {
+            if (strncmp(name, prefix, plen) != 0) continue;
+            char *end;
+            long pid = strtol(name + plen, &end, 10);
+            if (end == name + plen || *end != '.' || pid <= 0) continue;
+            if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        }
+        char full[8192];
+        if (snprintf(full, sizeof full, "%s/%s", dir, name) < (int)sizeof full) remove(full);
+    }
+    closedir(d);
+}
+
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
@@ -85,7 +145,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
                          : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     char tmp[4096];
     FILE *f = NULL;
-    if (st == MW_OK && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+    if (st == MW_OK && temp_name(path, tmp, sizeof tmp) != 0)
         st = mw__error(MW_ERR_INVALID, "mw_trainer_save: path too long");
     if (st == MW_OK && !(f = fopen(tmp, "wb")))
         st = mw__error(MW_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
@@ -119,30 +179,58 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
             remove(tmp);
         }
     }
+    if (st == MW_OK) remove_stale(path);
     mw__free(image);
     mw__free(params);
     return st;
 }
 
-/* Reads the whole file; MW_ERR_IO when it cannot be read. */
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+/* Reads the whole file; MW_ERR_IO when it cannot be read. Opening does not block (a FIFO
+ * without a writer would), and anything but a regular file is refused before a read. */
 static mw_status slurp(const char *path, unsigned char **data, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw__error(MW_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    *data = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return mw__error(MW_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
+    struct stat sb;
     mw_status st = MW_OK;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s", path);
-    *data = st ? NULL : mw__malloc((size_t)n + 1);
-    if (st == MW_OK && !*data) st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
-    if (st == MW_OK && fread(*data, 1, (size_t)n, f) != (size_t)n)
-        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s", path);
-    fclose(f);
+    if (fstat(fd, &sb) != 0)
+        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: it is %s, not a regular file", path,
+                       file_kind(sb.st_mode));
+    else if ((uint64_t)sb.st_size > ((uint64_t)1 << 42))
+        st = mw__error(MW_ERR_FORMAT, "checkpoint %s is too large to be one (%lld bytes)", path,
+                       (long long)sb.st_size);
+    size_t n = st ? 0 : (size_t)sb.st_size, got = 0;
+    if (st == MW_OK && !(*data = mw__malloc(n + 1)))
+        st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
+    while (st == MW_OK && got < n) {
+        ssize_t r = read(fd, *data + got, n - got);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (r <= 0)
+            st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: %s", path,
+                           r < 0 ? strerror(errno) : "the file shrank while it was read");
+        else
+            got += (size_t)r;
+    }
+    close(fd);
     if (st) {
         mw__free(*data);
         *data = NULL;
+        return st;
     }
-    *size = (size_t)(n < 0 ? 0 : n);
-    return st;
+    *size = n;
+    return MW_OK;
 }
 
 /* Checks a file image against the trainer; on success *h is its header. */
@@ -169,6 +257,9 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
     memcpy(&sum, data + size - 8, 8);
     if (sum != fnv1a(0xCBF29CE484222325ull, data, size - 8))
         return mw__error(MW_ERR_FORMAT, "checkpoint %s is damaged (checksum mismatch)", path);
+    if (h->step < 0 || h->step > MAX_STEP)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s has step %lld, outside [0, 2^53]", path,
+                         (long long)h->step);
     int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
     if (h->optimizer != (uint32_t)tr->cfg.optimizer.kind || h->moments != (uint32_t)moments)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s was written with another optimizer", path);

@@ -19,6 +19,7 @@
 #include "core/plan.h"
 #include "devices/cpu/cpu.h"
 #include "meshwit.h"
+#include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/reducer.h"
 #include "parallel/reducer_select.h"
@@ -265,7 +266,8 @@ static mw_status update(worker *w) {
     const mw_optimizer *o = &tr->cfg.optimizer;
     mw_status st;
     float scale = 1.0f;
-    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite) {
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite ||
+        tr->cfg.skip_nonfinite) {
         mw__k_sumsq k = {.count = w->plan.param_elems, .out = w->scratch, .a = w->grads};
         float sq;
         if ((st = vt->sumsq(&w->dev, &k)) ||
@@ -273,6 +275,10 @@ static mw_status update(worker *w) {
             return st;
         float norm = sqrtf(sq);
         if (w->index == 0) tr->grad_norm = norm;
+        if (tr->cfg.skip_nonfinite && !isfinite(norm)) {
+            w->skipped = 1; /* every replica has the same gradients and skips alike */
+            return MW_OK;
+        }
         if (tr->cfg.check_finite && !isfinite(norm))
             return mw__error(MW_ERR_NONFINITE,
                              "the gradients hold NaN or Inf (norm %g); no "
@@ -352,12 +358,17 @@ static mw_status worker_run(worker *w, cmd c) {
         return w->dev.vt->sync(&w->dev);
     case CMD_GRADS:
     case CMD_STEP:
+        w->skipped = 0;
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
-        if (c == CMD_STEP && w->tr->cfg.check_finite) {
+        if (c == CMD_STEP && (w->tr->cfg.check_finite || w->tr->cfg.skip_nonfinite)) {
             /* The loss is replicated: every device sees the same value and stops alike. */
             float loss;
             if ((st = w->dev.vt->download(&w->dev, &loss, ptr(w, w->plan.loss), sizeof loss)))
                 return st;
+            if (!isfinite(loss) && w->tr->cfg.skip_nonfinite) {
+                w->skipped = 1;
+                return w->dev.vt->sync(&w->dev);
+            }
             if (!isfinite(loss))
                 return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated",
                                  loss);
@@ -557,7 +568,7 @@ static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nf
     mw_status st = check_feeds(tr, feeds, nfeeds);
     if (st) return st;
     if ((st = dispatch(tr, c))) return st;
-    if (c == CMD_STEP) tr->steps++;
+    if (c == CMD_STEP && (st = mw__trainer_after_step(tr))) return st;
     if (loss) {
         worker *w = &tr->w[tr->first];
         return w->dev.vt->download(&w->dev, loss, ptr(w, w->plan.loss), sizeof *loss);
@@ -581,6 +592,8 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
 float mw_trainer_grad_norm(const mw_trainer *tr) { return tr ? tr->grad_norm : 0.0f; }
 
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    mw_status st = tr && !tr->broken ? mw__trainer_stop_point(tr) : MW_OK;
+    if (st) return st;
     if (tr) tr->step_lr = mw_trainer_lr(tr, tr->steps);
     return run_command(tr, CMD_STEP, feeds, nfeeds, loss);
 }
@@ -958,6 +971,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->outputs);
     mw__free(tr->user_outputs);
     mw__free(tr->init_values);
+    mw__trainer_consistency_free(tr);
     mw_graph_free(tr->g);
     mw__free(tr);
 }
@@ -1047,7 +1061,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     }
-    if ((st = make_groups(tr)) || (st = init_values(tr))) return st;
+    if ((st = make_groups(tr)) || (st = init_values(tr)) || (st = mw__trainer_prepare(tr)))
+        return st;
 
     if (mesh->vt == &mw__cpu_device && tr->cfg.blas_threads >= 0)
         tr->blas_prev = mw__cpu_set_blas_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
@@ -1093,7 +1108,8 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
         mw__free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);
     }
-    mw_status st = trainer_build(tr, graph, loss);
+    mw_status st = mw__trainer_agree(tr, graph, loss);
+    if (st == MW_OK) st = trainer_build(tr, graph, loss);
     if (st) {
         char msg[MW__MSG_SIZE];
         snprintf(msg, sizeof msg, "%s", mw_last_error());

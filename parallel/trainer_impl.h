@@ -44,6 +44,7 @@ typedef struct worker {
     int *prof_cat;
     double *prof_ms;
     int64_t *prof_calls;
+    int skipped; /* the current step skipped its update (skip_nonfinite) */
 } worker;
 
 /* Profile categories (profile.c): (graph op, plain or copy) in each of three phases, plus the
@@ -101,6 +102,12 @@ struct mw_trainer {
     float grad_norm;     /* of the last step */
     int blas_prev;
     int64_t spin_ns; /* how long host and workers spin before they sleep (parallel/wait.h) */
+    /* parallel/consistency.c: a stop requested for this trainer, steps skipped for non-finite
+     * values, and host scratch for the replica checksums (made when first needed). */
+    _Atomic int stop;
+    int64_t skipped;
+    float *replica_buf;
+    uint64_t *replica_sums;
 };
 
 #endif

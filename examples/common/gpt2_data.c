@@ -1,12 +1,13 @@
 /* Token data for GPT-2: loaders, the arithmetic corpus, the split and the batch makers. */
 #include "gpt2_data.h"
 
+#include "cli.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* --- random numbers --------------------------------------------------------------------------- */
 
@@ -33,20 +34,8 @@ uint64_t gpt2_rng_below(gpt2_rng *r, uint64_t n) {
 
 /* Opens a regular file and reports its size; MW_ERR_IO naming the path otherwise. */
 static mw_status open_file(const char *path, FILE **f, int64_t *size, char *err, size_t errsize) {
-    *f = fopen(path, "rb");
-    if (!*f) {
-        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
-        return MW_ERR_IO;
-    }
-    struct stat sb;
-    if (fstat(fileno(*f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errsize, "cannot read %s: not a regular file", path);
-        fclose(*f);
-        *f = NULL;
-        return MW_ERR_IO;
-    }
-    *size = (int64_t)sb.st_size;
-    return MW_OK;
+    *f = cli_open_regular(path, size, err, errsize);
+    return *f ? MW_OK : MW_ERR_IO;
 }
 
 /* Reads exactly n bytes; MW_ERR_IO naming the path when the file ends early or fails. */
@@ -152,7 +141,8 @@ fail:
 
 /* Whether the file starts with the shard magic (any read failure: no). */
 static int has_shard_magic(const char *path) {
-    FILE *f = fopen(path, "rb");
+    char err[8];
+    FILE *f = cli_open_regular(path, NULL, err, sizeof err);
     int32_t magic = 0;
     int yes = f && fread(&magic, sizeof magic, 1, f) == 1 && magic == GPT2_SHARD_MAGIC;
     if (f) fclose(f);

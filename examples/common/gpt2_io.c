@@ -6,13 +6,14 @@
  * linear layer's weight [Out, In] row-major, so a layer's slice of the stack is exactly the
  * parameter's memory and copies without any reordering. */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "gpt2_model.h"
 
 #define MODEL_MAGIC 20240326
@@ -105,17 +106,9 @@ static int64_t file_bytes(const gpt2_config *c) {
  * the header. */
 static mw_status open_model(const char *path, const gpt2_config *expect, FILE **f, gpt2_config *c,
                             char *err, size_t errsize) {
-    *f = fopen(path, "rb");
-    if (!*f) {
-        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
-        return MW_ERR_IO;
-    }
-    struct stat sb;
-    if (fstat(fileno(*f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        snprintf(err, errsize, "cannot read %s: not a regular file", path);
-        goto io_fail;
-    }
-    int64_t size = (int64_t)sb.st_size;
+    int64_t size = 0;
+    *f = cli_open_regular(path, &size, err, errsize);
+    if (!*f) return MW_ERR_IO;
     int32_t h[HEADER_INTS];
     if (size < (int64_t)sizeof h) {
         snprintf(err, errsize,
@@ -203,8 +196,20 @@ static mw_status param_fail(mw_status st, const char *name, const char *path, ch
     return st;
 }
 
+/* Index of the first NaN or Inf of v[0..n), or -1. */
+static int64_t first_nonfinite(const float *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return i;
+    return -1;
+}
+
 mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize) {
+    return gpt2_load_ex(tr, c, path, 0, err, errsize);
+}
+
+mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, int allow_nonfinite,
+                       char *err, size_t errsize) {
     FILE *f;
     gpt2_config file_config;
     mw_status st = open_model(path, c, &f, &file_config, err, errsize);
@@ -224,6 +229,17 @@ mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char
                 snprintf(err, errsize, "cannot read %s at parameter %s: %s", path, name,
                          ferror(f) ? strerror(errno) : "the file ended early");
                 st = MW_ERR_IO;
+            } else if (!allow_nonfinite && first_nonfinite(buf, n) >= 0) {
+                int64_t i = first_nonfinite(buf, n);
+                snprintf(err, errsize,
+                         "%s: parameter %s holds %s at index %lld (the model is damaged; "
+                         "--allow-nonfinite loads it anyway)",
+                         path, name,
+                         isnan(buf[i]) ? "NaN"
+                         : buf[i] > 0  ? "+Inf"
+                                       : "-Inf",
+                         (long long)i);
+                st = MW_ERR_FORMAT;
             } else if ((st = mw_trainer_write_param(tr, name, buf, n)) != MW_OK) {
                 st = param_fail(st, name, path, err, errsize);
             }

@@ -57,6 +57,11 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
 mw_status gpt2_read_header(const char *path, gpt2_config *c, char *err, size_t errsize);
 mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);
+/* gpt2_load refuses a file holding NaN or Inf (MW_ERR_FORMAT naming the parameter and the
+ * index; the parameters before it are already written); gpt2_load_ex with allow_nonfinite loads
+ * such a file as it is. */
+mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, int allow_nonfinite,
+                       char *err, size_t errsize);
 mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);
 

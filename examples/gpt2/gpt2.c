@@ -5,13 +5,18 @@
  * --sequential), feed it; the trainer shards it along Batch over the mesh, all-reduces the
  * gradients and updates every replica with AdamW.
  *
- * Exit status: 0 done, 2 bad arguments, bad data or a library error. */
+ * SIGINT or SIGTERM finishes the step in flight, writes the --checkpoint and exits 130 or 143; a
+ * second signal exits at once. Under mpirun every process must be given the same flags (all but
+ * --devices) and data: they are compared before training starts.
+ *
+ * Exit status: 0 done, 2 bad arguments, bad data or a library error, 130/143 interrupted. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../common/cli.h"
@@ -28,6 +33,7 @@ typedef struct options {
     gpt2_config model;
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
+    int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas;
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -63,6 +69,7 @@ static void usage(FILE *f) {
         "  --resume            continue from --checkpoint FILE exactly where it stopped\n"
         "  --stop-at N         stop after step N as if interrupted (the schedule still spans\n"
         "                      --steps; with --checkpoint the state at step N is saved)\n"
+        "  --allow-nonfinite   load a --load file even when it holds NaN or Inf\n"
         "training\n"
         "  --batch N           global batch, in sequences (default 32)\n"
         "  --seq N             tokens per sequence (default 32)\n"
@@ -80,6 +87,9 @@ static void usage(FILE *f) {
         "  --val-every N       validation loss every N steps and at the end; 0: never\n"
         "                      (default 100)\n"
         "  --val-batches N     sequential batches per validation (default 8)\n"
+        "  --skip-nonfinite    skip a step whose gradients hold NaN or Inf (counted, reported)\n"
+        "                      instead of stopping\n"
+        "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
         "evaluation and sampling\n"
         "  --eval-only         print the loss over --eval-batches sequential batches, no training\n"
         "  --eval-batches N    (default 16)\n"
@@ -90,7 +100,9 @@ static void usage(FILE *f) {
         "\n"
         "Prints one line per step, \"step N: loss X  (M ms/step, K tokens/s)\", \"val loss X\"\n"
         "at intervals and \"final loss X\" (the last training loss). Losses are in nats/token.\n"
-        "Exit status: 0 done, 2 bad arguments, bad data or an error.\n");
+        "SIGINT/SIGTERM (Ctrl-C) finish the current step, write the --checkpoint and exit\n"
+        "130/143 (\"interrupted at step N\"); a second one exits at once.\n"
+        "Exit status: 0 done, 2 bad arguments, bad data or an error, 130/143 interrupted.\n");
 }
 
 /* --- arguments -------------------------------------------------------------------------------- */
@@ -100,6 +112,26 @@ static void usage(FILE *f) {
 typedef struct sizes {
     int layers, heads, channels, context, vocab, padded_vocab;
 } sizes;
+
+/* Flags that contradict each other: -1 (reported), or 0. */
+static int check_flags(const options *o) {
+    const char *why = NULL;
+    char buf[160];
+    if (o->stop_at > 0 && o->stop_at >= o->steps) {
+        snprintf(buf, sizeof buf, "--stop-at %d is not before the last step (--steps %d)",
+                 o->stop_at, o->steps);
+        why = buf;
+    } else if (o->resume && !o->checkpoint) {
+        why = "--resume needs --checkpoint FILE";
+    } else if (o->checkpoint_every_given && !o->checkpoint) {
+        why = "--checkpoint-every needs --checkpoint FILE";
+    } else if (o->eval_only && (o->save || o->stop_at || o->skip_nonfinite)) {
+        why = "--eval-only trains nothing: --save, --stop-at and --skip-nonfinite do not apply";
+    }
+    if (!why) return 0;
+    fprintf(stderr, "gpt2: %s\n", why);
+    return -1;
+}
 
 /* 0 ok, 1 --help, -1 bad arguments (already reported). */
 static int parse_args(int argc, char **argv, options *o, sizes *sz) {
@@ -137,6 +169,12 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->eval_only = 1;
         } else if (strcmp(arg, "--resume") == 0) {
             o->resume = 1;
+        } else if (strcmp(arg, "--allow-nonfinite") == 0) {
+            o->allow_nonfinite = 1;
+        } else if (strcmp(arg, "--skip-nonfinite") == 0) {
+            o->skip_nonfinite = 1;
+        } else if ((v = cli_option_value(argc, argv, &i, "--check-replicas", &missing))) {
+            bad = cli_parse_int(v, 1, big, &o->check_replicas);
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
@@ -182,6 +220,7 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             bad = cli_parse_int(v, 1, big, &o->stop_at);
         } else if ((v = cli_option_value(argc, argv, &i, "--checkpoint-every", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->checkpoint_every);
+            o->checkpoint_every_given = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--batch", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->batch);
         } else if ((v = cli_option_value(argc, argv, &i, "--seq", &missing))) {
@@ -230,7 +269,7 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
         }
         if (cli_report("gpt2", arg, v, matched, missing, bad)) return -1;
     }
-    return 0;
+    return check_flags(o);
 }
 
 /* The model: the --load file's header (unless --preset is given) or the preset, then the explicit
@@ -406,7 +445,9 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, int 
                                            .grad_clip = (float)o->grad_clip,
                                            .warmup_steps = o->warmup,
                                            .decay_steps = o->cosine ? o->steps : 0,
-                                           .min_lr_ratio = (float)o->min_lr_ratio}};
+                                           .min_lr_ratio = (float)o->min_lr_ratio},
+                             .skip_nonfinite = o->skip_nonfinite,
+                             .check_replicas_every = outputs ? 0 : o->check_replicas};
     if (outputs) {
         cfg.outputs = &m->logits;
         cfg.noutputs = 1;
@@ -448,6 +489,21 @@ static mw_status save_checkpoint(run *r) {
     return mw_trainer_save(r->tr, r->o.checkpoint, &rs, sizeof rs);
 }
 
+/* After a stop request: the step in flight has finished; saves the checkpoint when one is
+ * configured. Returns 130 (SIGINT) or 143 (SIGTERM), or 2 when the save fails. */
+static int interrupted(run *r) {
+    long long at = (long long)mw_trainer_steps(r->tr);
+    if (r->o.checkpoint) {
+        mw_status st = save_checkpoint(r);
+        if (st != MW_OK) return fail(st, "interrupted, and cannot write the checkpoint");
+        printf("interrupted at step %lld; resume with --resume\n", at);
+    } else {
+        printf("interrupted at step %lld (no --checkpoint: nothing saved)\n", at);
+    }
+    fflush(stdout);
+    return cli_stop_status();
+}
+
 static int train(run *r) {
     const options *o = &r->o;
     mw_feed feeds[2];
@@ -455,17 +511,27 @@ static int train(run *r) {
     float loss = NAN, val;
     for (int s = (int)mw_trainer_steps(r->tr); s < o->steps; s++) {
         double t0 = now();
+        gpt2_rng before = r->rng; /* an interrupted step leaves the data stream where it was */
         if (o->sequential)
             gpt2_batch_sequential(&r->batch, &r->train, s);
         else
             gpt2_batch_random(&r->batch, &r->train, &r->rng);
+        int64_t skipped = mw_trainer_skipped_steps(r->tr);
         mw_status st = mw_trainer_step(r->tr, feeds, 2, &loss);
+        if (st == MW_ERR_INTERRUPTED) {
+            r->rng = before;
+            return interrupted(r);
+        }
         if (st != MW_OK) return fail(st, "training step failed");
         double ms = 1e3 * (now() - t0);
         printf("step %d: loss %.4f  (%.1f ms/step, %.0f tokens/s)\n", s + 1, loss, ms,
                (double)o->batch * o->seq / (ms * 1e-3));
+        if (mw_trainer_skipped_steps(r->tr) > skipped)
+            printf("step %d skipped: non-finite loss or gradients, nothing updated (%lld "
+                   "skipped so far)\n",
+                   s + 1, (long long)mw_trainer_skipped_steps(r->tr));
         fflush(stdout);
-        if (!isfinite(loss)) {
+        if (!isfinite(loss) && !o->skip_nonfinite) {
             fprintf(stderr, "gpt2: the loss is %f at step %d; try a lower --lr\n", loss, s + 1);
             return 2;
         }
@@ -485,6 +551,9 @@ static int train(run *r) {
         }
     }
     if (o->steps > 0) printf("final loss %.4f\n", loss);
+    if (mw_trainer_skipped_steps(r->tr) > 0)
+        printf("%lld steps skipped for non-finite values\n",
+               (long long)mw_trainer_skipped_steps(r->tr));
     return 0;
 }
 
@@ -581,7 +650,7 @@ static int sample(run *r) {
     printf("sample (%d tokens, temperature %g):\n", o->sample, o->temperature);
     if (r->byte_level) fwrite(o->prompt, 1, strlen(o->prompt), stdout);
     mw_feed feeds[2] = {{"tokens", tokens, T}, {"targets", targets, T}};
-    for (int i = 0; i < o->sample; i++) {
+    for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
         int start = n > T ? n - T : 0, len = n - start;
         memcpy(tokens, hist + start, (size_t)len * sizeof *tokens);
         float unused;
@@ -616,6 +685,48 @@ done:
     return rc;
 }
 
+/* A --checkpoint that exists must be a regular file (it will be replaced): refused before
+ * training rather than at the first save. */
+static int writable_checkpoint(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "gpt2: --checkpoint %s exists and is not a regular file\n", path);
+        return 0;
+    }
+    return 1; /* absent or a file; any other problem shows at the first save */
+}
+
+/* Every process of an MPI job must train the same model on the same data: compares every flag
+ * but --devices, and the data itself, with the other processes. */
+static mw_status agree_flags(const run *r) {
+    if (mw_distributed_size() <= 1) return MW_OK;
+    const options *o = &r->o;
+    const gpt2_config *c = &o->model;
+    uint64_t data = cli_hash(0, r->data.ids, (size_t)r->data.count * sizeof *r->data.ids);
+    uint64_t val = cli_hash(0, r->val_file.ids, (size_t)r->val_file.count * sizeof(uint16_t));
+    char text[2048];
+    snprintf(text, sizeof text,
+             "model: %d layers, %d heads, %d channels, context %d, vocab %d/%d\n"
+             "--data: %lld tokens, hash %016llx\n--val-data: %lld tokens, hash %016llx\n"
+             "--data-format %d\n--load %s\n--batch %d\n--seq %d\n--steps %d\n--seed %llu\n"
+             "--sequential %d\n--lr %.17g\n--beta1 %.17g\n--beta2 %.17g\n--eps %.17g\n"
+             "--weight-decay %.17g\n--grad-clip %.17g\n--warmup %d\n--schedule %s\n"
+             "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
+             "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
+             "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--allow-nonfinite %d\n"
+             "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
+             c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
+             (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
+             (unsigned long long)val, (int)o->format, o->load ? "given" : "none", o->batch, o->seq,
+             o->steps, (unsigned long long)o->seed, o->sequential, o->lr, o->beta1, o->beta2,
+             o->eps, o->weight_decay, o->grad_clip, o->warmup, o->cosine ? "cosine" : "constant",
+             o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
+             o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
+             o->skip_nonfinite, o->check_replicas, o->allow_nonfinite, o->sample, o->temperature,
+             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
+    return mw_distributed_agree("gpt2 flags", text, 0);
+}
+
 static int run_main(int argc, char **argv);
 
 int main(int argc, char **argv) {
@@ -627,7 +738,7 @@ int main(int argc, char **argv) {
     if (mw_distributed_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2;
     int rc = run_main(argc, argv);
     /* A process that failed alone would leave its peers waiting: end the whole job. */
-    if (rc != 0 && mw_distributed_size() > 1) mw_distributed_abort(rc);
+    if (rc != 0 && rc != 130 && rc != 143 && mw_distributed_size() > 1) mw_distributed_abort(rc);
     mw_distributed_finalize();
     return rc;
 }
@@ -648,6 +759,19 @@ static int run_main(int argc, char **argv) {
     char err[512];
     mw_status st;
     if ((rc = prepare_data(&r)) != 0) goto done;
+    if (o->checkpoint && !o->resume && !writable_checkpoint(o->checkpoint)) {
+        rc = 2;
+        goto done;
+    }
+    if ((st = agree_flags(&r)) != MW_OK) {
+        rc = fail(st, "the processes were started differently");
+        goto done;
+    }
+    if (cli_catch_stop_signals() != 0) {
+        fprintf(stderr, "gpt2: cannot install the SIGINT/SIGTERM handler: %s\n", strerror(errno));
+        rc = 2;
+        goto done;
+    }
     if (!r.byte_level && strcmp(o->prompt, "\n") != 0) {
         fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
                         "<|endoftext|>)\n");
@@ -665,7 +789,8 @@ static int run_main(int argc, char **argv) {
         goto done;
     }
     if (o->load) {
-        if ((st = gpt2_load(r.tr, &o->model, o->load, err, sizeof err)) != MW_OK) {
+        st = gpt2_load_ex(r.tr, &o->model, o->load, o->allow_nonfinite, err, sizeof err);
+        if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;
         }
@@ -674,11 +799,6 @@ static int run_main(int argc, char **argv) {
     if (o->resume) {
         resume_state rs;
         size_t n = 0;
-        if (!o->checkpoint) {
-            fprintf(stderr, "gpt2: --resume needs --checkpoint FILE\n");
-            rc = 2;
-            goto done;
-        }
         if ((st = mw_trainer_load(r.tr, o->checkpoint, &rs, sizeof rs, &n)) != MW_OK) {
             rc = fail(st, "cannot resume");
             goto done;
@@ -689,7 +809,17 @@ static int run_main(int argc, char **argv) {
             goto done;
         }
         r.rng.state = rs.rng;
+        if (!o->eval_only && rs.step >= o->steps) {
+            printf("already at step %lld of %d\n", (long long)rs.step, o->steps);
+            goto done;
+        }
         printf("resumed %s at step %lld\n", o->checkpoint, (long long)rs.step);
+    }
+    /* Every process loaded its own --load file or checkpoint: they must hold the same values. */
+    if ((o->load || o->resume) && mw_distributed_size() > 1 &&
+        (st = mw_trainer_check_replicas(r.tr)) != MW_OK) {
+        rc = fail(st, "the processes loaded different weights");
+        goto done;
     }
     if (o->eval_only) {
         float loss;
@@ -699,6 +829,12 @@ static int run_main(int argc, char **argv) {
             goto done;
         }
         printf("eval loss %.4f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
+        if (!isfinite(loss)) {
+            fflush(stdout);
+            fprintf(stderr, "gpt2: the eval loss is %f: the model's outputs are not finite\n",
+                    loss);
+            rc = 2;
+        }
         goto done;
     }
     if ((rc = train(&r)) != 0) goto done;
@@ -710,6 +846,10 @@ static int run_main(int argc, char **argv) {
         printf("saved %s\n", o->save);
     }
     if (o->sample > 0) rc = sample(&r);
+    if (rc == 0 && cli_stop_signal()) {
+        printf("interrupted while sampling\n");
+        rc = cli_stop_status();
+    }
 done:
     fflush(stdout);
     mw_trainer_free(r.tr);

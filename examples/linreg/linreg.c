@@ -7,8 +7,12 @@
  * passes its own --devices and reads only its devices' rows; the single-device baseline runs in
  * every process on its own, and only rank 0 prints.
  *
+ * Under mpirun every process must be given the same flags (all but --devices): they are compared
+ * before training. SIGINT or SIGTERM finishes the step in flight and exits 130 or 143; a second
+ * signal exits at once.
+ *
  * Exit status: 0 when the sharded parameters match single device within 1e-5, 1 when they do not,
- * 2 on bad arguments or a library error. */
+ * 2 on bad arguments or a library error, 130/143 interrupted. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -47,7 +51,8 @@ static void usage(FILE *f) {
             "  --help           this text\n"
             "\n"
             "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
-            "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error.\n",
+            "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error,\n"
+            "130/143 interrupted by SIGINT/SIGTERM.\n",
             TOLERANCE);
 }
 
@@ -122,6 +127,13 @@ static int train(const options *o, const linreg_data *data, mw_mesh *mesh, int s
 
     linreg_result r;
     st = linreg_train(m.trainer, data, (int)o->steps, &r);
+    if (st == MW_ERR_INTERRUPTED) {
+        printf("interrupted at step %lld of the %s run\n", (long long)mw_trainer_steps(m.trainer),
+               sharded ? "sharded" : "single-device");
+        fflush(stdout);
+        linreg_model_free(&m);
+        return cli_stop_status();
+    }
     if (st == MW_OK) st = linreg_read_params(m.trainer, o->features, weights, bias);
     linreg_model_free(&m);
     if (st != MW_OK) return fail(st, "training failed", NULL);
@@ -156,6 +168,20 @@ int main(int argc, char **argv) {
     if (rc != 0) {
         mw_distributed_finalize();
         return rc > 0 ? 0 : 2;
+    }
+
+    char flags[256];
+    snprintf(flags, sizeof flags,
+             "--rows %" PRId64 "\n--features %" PRId64 "\n--steps %" PRId64
+             "\n--lr %.17g\n--seed %" PRIu64 "\n",
+             o.rows, o.features, o.steps, o.lr, o.seed);
+    if ((st = mw_distributed_agree("linreg flags", flags, 0)) != MW_OK) {
+        rc = fail(st, "the processes were started differently", NULL);
+        mw_distributed_abort(rc);
+    }
+    if (cli_catch_stop_signals() != 0) {
+        fprintf(stderr, "linreg: cannot install the SIGINT/SIGTERM handler\n");
+        mw_distributed_abort(2);
     }
 
     char single_spec[32];
@@ -213,8 +239,9 @@ done:
     linreg_data_free(&data);
     mw_mesh_free(mesh);
     mw_mesh_free(single_mesh);
-    /* A process that failed ends the job: its peers may be waiting for it in a collective. */
-    if (rc == 2 && nprocs > 1) mw_distributed_abort(rc);
+    /* A process that failed or was interrupted ends the job: its peers may be waiting for it in
+     * a collective. */
+    if ((rc == 2 || (rc > 128 && cli_stop_signal())) && nprocs > 1) mw_distributed_abort(rc);
     mw_distributed_finalize();
     return rc;
 }

@@ -49,6 +49,14 @@ int mw_distributed_size(void);
 /* Non-zero when this build of meshwit has MPI support. */
 int mw_distributed_available(void);
 
+/* Checks that every process passes the same `text` (lines separated by '\n', e.g. one
+ * "--flag value" per line); collective over all processes, within timeout_ms (0:
+ * MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS). Returns MW_OK when they agree (always with one process);
+ * otherwise MW_ERR_INVALID on every process, with a message naming `what`, the first line that
+ * differs and both ranks ("flags: rank 1: --seed 2; rank 0: --seed 1"), or MW_ERR_TIMEOUT when a
+ * process does not arrive. */
+mw_status mw_distributed_agree(const char *what, const char *text, int timeout_ms);
+
 /* Ends the whole job with exit status `code`: MPI_Abort on MPI_COMM_WORLD when MPI is in use,
  * exit(code) otherwise. Does not return. The one meshwit call that ends the process: call it from
  * programs, after reporting the error, never from a library. */

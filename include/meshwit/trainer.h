@@ -69,6 +69,18 @@ typedef struct mw_trainer_config {
      * Costs a clock read per kernel on CPU devices and a stream synchronisation per kernel on
      * GPUs (so GPU steps get slower while profiling). */
     int profile;
+    /* Non-zero: a step whose loss or gradients hold NaN or Inf (or whose gradient norm overflows
+     * float) is skipped: parameters, optimizer moments and the step count stay as they were, the
+     * step returns MW_OK and mw_trainer_skipped_steps counts it, as mixed-precision loss scaling
+     * needs. Every replica sees the same all-reduced gradients, so all skip alike. Takes
+     * precedence over check_finite. */
+    int skip_nonfinite;
+    /* > 0: after every this many completed steps, the trainer compares a checksum of every
+     * parameter across all replicas (this process's devices and, on a mesh spanning processes,
+     * every process) and fails the step with MW_ERR_STATE, naming the first parameter that
+     * differs and where, when replicas silently diverged. 0: never (mw_trainer_check_replicas
+     * checks on demand). */
+    int check_replicas_every;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -84,7 +96,14 @@ typedef struct mw_trainer mw_trainer;
 /* Makes a trainer that minimises `loss` (a replicated f32 scalar of `graph`) over `mesh`. On a
  * mesh spanning processes this is a collective call (every process makes the same trainers in
  * the same order) and the trainer runs workers for this process's devices only; read_param and
- * the loss come from this process's first device (replicas are identical everywhere). The
+ * the loss come from this process's first device (replicas are identical everywhere). Across
+ * processes it first compares a fingerprint of the graph (every op, name, axis, size and
+ * sharding) and of the configuration (optimizer, buckets, outputs, the options above except
+ * pin_threads, blas_threads and collective_timeout_ms) with every other process, within the
+ * collective timeout: when they differ every process fails with MW_ERR_INVALID naming the first
+ * difference and both ranks ("rank 1: parameter 'h0.fcw' has axes f32[...]; rank 0: ..."), or
+ * MW_ERR_TIMEOUT when a process does not arrive. Then rank 0's initial parameters are broadcast,
+ * so replicas start equal whatever each process's graph seed. The
  * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
  * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
  * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
@@ -130,7 +149,11 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
  * the learning-rate schedule's position), and `user_bytes` bytes of the caller's own state (its
  * RNG, its data position) copied from `user`. The file carries a magic, a version and a checksum,
  * and is written atomically (a temporary file, flushed and synced, then renamed over `path`): a
- * failed save leaves the previous checkpoint intact. Errors: MW_ERR_IO, MW_ERR_NOMEM. */
+ * failed save leaves the previous checkpoint intact. The temporary file is `path` plus
+ * ".tmp.<host>.<pid>.<n>", unique per writer, so concurrent writers never share one: the file at
+ * `path` always loads and holds one writer's complete state. A successful save removes temporary
+ * files of `path` that a writer of this host which no longer runs left behind (a process killed
+ * while saving). Errors: MW_ERR_IO, MW_ERR_NOMEM. */
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
 
 /* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
@@ -138,7 +161,9 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
  * *user_bytes when not NULL). Resuming reproduces the uninterrupted run bit for bit on the same
  * mesh. The file is checked completely before the trainer changes: MW_ERR_IO (cannot read),
  * MW_ERR_FORMAT (bad magic or version, truncated, checksum mismatch, another model or optimizer,
- * caller state larger than capacity), MW_ERR_NOMEM. */
+ * caller state larger than capacity, a step outside [0, 2^53]), MW_ERR_NOMEM. A path that is not
+ * a regular file (a directory, a FIFO, a device) is MW_ERR_IO, said so, before anything is read:
+ * opening never blocks. */
 mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t capacity,
                           size_t *user_bytes);
 
@@ -200,6 +225,29 @@ mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, in
 
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
+
+/* Number of steps skipped for non-finite values (mw_trainer_config.skip_nonfinite). */
+int64_t mw_trainer_skipped_steps(const mw_trainer *tr);
+
+/* Compares a checksum of every parameter across all replicas, as check_replicas_every does;
+ * collective on a mesh spanning processes. Errors: MW_ERR_STATE (replicas differ: the message
+ * names the first parameter, the devices or ranks and the step), MW_ERR_TIMEOUT, MW_ERR_NOMEM. */
+mw_status mw_trainer_check_replicas(mw_trainer *tr);
+
+/* Stopping at a step boundary, e.g. from a SIGINT/SIGTERM handler. Both request functions are
+ * async-signal-safe (they store one lock-free atomic int) and may be called from any thread.
+ * The step in flight finishes; the next mw_trainer_step returns MW_ERR_INTERRUPTED before it
+ * touches anything (parameters and step count as after the last completed step, so the caller
+ * can save a checkpoint and exit). mw_request_stop applies to every trainer of the process and
+ * stays set until mw_cancel_stop; mw_trainer_request_stop applies to one trainer and is
+ * consumed by the step that reports it. On a mesh spanning processes every step boundary agrees
+ * on it (one small all-reduce between the processes per step): a request in any process stops
+ * every process at the same step. eval and compute_grads are not affected. */
+void mw_request_stop(void);
+void mw_trainer_request_stop(mw_trainer *tr);
+/* Non-zero while a process-wide stop is requested. */
+int mw_stop_requested(void);
+void mw_cancel_stop(void);
 
 /* The learning rate the schedule gives step `step` (0-based). */
 float mw_trainer_lr(const mw_trainer *tr, int64_t step);

@@ -1,11 +1,15 @@
-/* The MPI world: initialisation, rank and size, aborting the job, and the one collective the mesh
- * needs. */
+/* The MPI world: initialisation, rank and size, aborting the job, the one collective the mesh
+ * needs, and the collectives with a deadline that the checks between processes use. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit.h"
+#include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/mpi/mpi_impl.h"
 
@@ -98,4 +102,97 @@ mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
     if (rc != MPI_SUCCESS)
         return mw__error(MW_ERR_DEVICE, "MPI_Allgather among the processes failed (%d)", rc);
     return MW_OK;
+}
+
+/* --- collectives with a deadline, for the checks between processes (parallel/consistency.c) ---
+ * Non-blocking MPI polled until done or timeout_ms: a process that never arrives makes the
+ * others fail with MW_ERR_TIMEOUT instead of waiting forever. */
+
+static double dist_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static mw_status dist_wait(MPI_Request *req, int timeout_ms, const char *what) {
+    int limit = timeout_ms > 0 ? timeout_ms : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
+    double deadline = dist_now_ms() + limit;
+    for (int i = 0;; i++) {
+        int done = 0;
+        mw__mpi_lock();
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        mw__mpi_unlock();
+        if (rc != MPI_SUCCESS)
+            return mw__error(MW_ERR_DEVICE, "%s between the processes failed in MPI (%d)", what,
+                             rc);
+        if (done) return MW_OK;
+        if (dist_now_ms() > deadline)
+            return mw__error(MW_ERR_TIMEOUT,
+                             "%s: not every process arrived within %d ms (one of them failed, "
+                             "stalls or runs another program; end the job with "
+                             "mw_distributed_abort)",
+                             what, limit);
+        if (i < 1000) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, 50000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static mw_status dist_started(int rc, MPI_Request *req, int timeout_ms, const char *what) {
+    if (rc != MPI_SUCCESS)
+        return mw__error(MW_ERR_DEVICE, "%s between the processes failed in MPI (%d)", what, rc);
+    return dist_wait(req, timeout_ms, what);
+}
+
+mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
+                                 const char *what) {
+    MPI_Request req;
+    mw__mpi_lock();
+    int rc = MPI_Iallgather(mine, n, MPI_UINT64_T, out, n, MPI_UINT64_T, MPI_COMM_WORLD, &req);
+    mw__mpi_unlock();
+    return dist_started(rc, &req, timeout_ms, what);
+}
+
+mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
+                                    const char *what) {
+    int n = mw__dist_size(), me = mw__dist_rank();
+    int *displs = mw__malloc((size_t)n * sizeof *displs);
+    if (!displs) return mw__error(MW_ERR_NOMEM, "%s: out of memory", what);
+    for (int p = 0, off = 0; p < n; p++) {
+        displs[p] = off;
+        off += counts[p];
+    }
+    MPI_Request req;
+    mw__mpi_lock();
+    int rc = MPI_Iallgatherv(mine, counts[me], MPI_CHAR, out, counts, displs, MPI_CHAR,
+                             MPI_COMM_WORLD, &req);
+    mw__mpi_unlock();
+    mw_status st = dist_started(rc, &req, timeout_ms, what);
+    mw__free(displs);
+    return st;
+}
+
+mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what) {
+    const size_t chunk = (size_t)1 << 28;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        MPI_Request req;
+        mw__mpi_lock();
+        int rc = MPI_Ibcast((char *)buf + off, (int)len, MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+        mw__mpi_unlock();
+        mw_status st = dist_started(rc, &req, timeout_ms, what);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what) {
+    MPI_Request req;
+    mw__mpi_lock();
+    int rc = MPI_Iallreduce(&mine, out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+    mw__mpi_unlock();
+    return dist_started(rc, &req, timeout_ms, what);
 }

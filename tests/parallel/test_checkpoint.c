@@ -186,10 +186,15 @@ Test(checkpoint, failed_save_keeps_the_previous_file) {
     cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
     struct stat before, after;
     cr_assert_eq(stat(path, &before), 0);
-    /* A directory where the temporary file must go makes the save fail. */
-    char tmp[160];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    cr_assert_eq(mkdir(tmp, 0700), 0);
+    /* A directory where the temporary file must go makes the save fail: the next saves of this
+     * process use "<path>.tmp.<host>.<pid>.<n>" with n counting up from 1 here. */
+    char tmp[512], host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    for (int n = 15; n >= 1; n--) {
+        snprintf(tmp, sizeof tmp, "%s.tmp.%s.%ld.%d", path, host, (long)getpid(), n);
+        cr_assert_eq(mkdir(tmp, 0700), 0);
+    }
     step(&r, 0);
     cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_ERR_IO);
     cr_assert_eq(stat(path, &after), 0);

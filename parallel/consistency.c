@@ -1,0 +1,371 @@
+/* Trust between replicas and between processes: a trainer's fingerprint compared across
+ * processes when it is made, rank 0's initial parameters broadcast to every process, stop
+ * requests honoured at step boundaries, skipped non-finite steps counted, and replicas compared
+ * by checksum.
+ *
+ * A fingerprint is a canonical text, one self-describing line per node of the graph and per
+ * option ("parameter 'h0.fcw' has axes f32[Hidden=256, Embed=64], init normal 0.02"), and its
+ * hash. Processes exchange the hashes; only when they differ do they exchange the texts, so that
+ * every process can name the first line that differs and the two ranks. */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "parallel/consistency.h"
+#include "parallel/trainer_impl.h"
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a stop request must be a lock-free store");
+
+/* --- stop requests ---------------------------------------------------------------------------- */
+
+static _Atomic int stop_all;
+
+void mw_request_stop(void) { atomic_store(&stop_all, 1); }
+
+void mw_cancel_stop(void) { atomic_store(&stop_all, 0); }
+
+int mw_stop_requested(void) { return atomic_load(&stop_all); }
+
+void mw_trainer_request_stop(mw_trainer *tr) {
+    if (tr) atomic_store(&tr->stop, 1);
+}
+
+#ifndef MESHWIT_HAVE_MPI
+/* A world of one process: nothing to exchange. */
+mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
+                                 const char *what) {
+    (void)timeout_ms, (void)what;
+    memcpy(out, mine, (size_t)n * sizeof *out);
+    return MW_OK;
+}
+mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
+                                    const char *what) {
+    (void)timeout_ms, (void)what;
+    memcpy(out, mine, (size_t)counts[0]);
+    return MW_OK;
+}
+mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what) {
+    (void)buf, (void)n, (void)timeout_ms, (void)what;
+    return MW_OK;
+}
+mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what) {
+    (void)timeout_ms, (void)what;
+    *out = mine;
+    return MW_OK;
+}
+#endif
+
+mw_status mw__trainer_stop_point(mw_trainer *tr) {
+    int mine = atomic_exchange(&tr->stop, 0) | atomic_load(&stop_all), any = mine;
+    if (tr->mesh->nprocs > 1) {
+        mw_status st = mw__dist_max_int(mine, &any, tr->cfg.collective_timeout_ms,
+                                        "the stop check before a step");
+        if (st) {
+            tr->broken = 1; /* the request may still be pending: no more collectives */
+            return st;
+        }
+    }
+    if (!any) return MW_OK;
+    return mw__error(MW_ERR_INTERRUPTED,
+                     "a stop was requested%s; the trainer stopped after step %lld, unchanged",
+                     mine ? "" : " in another process", (long long)tr->steps);
+}
+
+/* --- canonical text -----------------------------------------------------------------------------
+ */
+
+typedef struct text {
+    char *s;
+    size_t len, cap;
+    int oom;
+} text;
+
+static void add(text *t, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void add(text *t, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (t->oom || n < 0) return;
+    if (t->len + (size_t)n + 2 > t->cap) {
+        size_t cap = 2 * (t->len + (size_t)n + 2) + 256;
+        char *s = mw__realloc(t->s, cap);
+        if (!s) {
+            t->oom = 1;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+    t->s[t->len++] = '\n';
+    t->s[t->len] = '\0';
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+#define FNV_BASIS 0xCBF29CE484222325ull
+
+static const char *const op_names[MW__OP_COUNT] = {"input",         "parameter",
+                                                   "shard",         "fill",
+                                                   "add",           "sub",
+                                                   "mul",           "div",
+                                                   "scale",         "permute",
+                                                   "broadcast",     "sum",
+                                                   "contract",      "all-reduce",
+                                                   "alias",         "slice",
+                                                   "pad",           "gelu",
+                                                   "gelu grad",     "layernorm",
+                                                   "layernorm dx",  "layernorm dw",
+                                                   "softmax",       "softmax grad",
+                                                   "embedding",     "embedding grad",
+                                                   "cross-entropy", "cross-entropy grad"};
+
+static const char *init_name(mw_init_kind k) {
+    switch (k) {
+    case MW_INIT_KIND_ZEROS: return "zeros";
+    case MW_INIT_KIND_CONST: return "constant";
+    case MW_INIT_KIND_NORMAL: return "normal";
+    case MW_INIT_KIND_UNIFORM: return "uniform";
+    }
+    return "unknown";
+}
+
+static void describe_node(text *t, const mw_graph *g, const mw_tensor *n) {
+    char ty[512];
+    mw__type_describe(g, &n->type, ty, sizeof ty);
+    if (n->op == MW__OP_INPUT) {
+        add(t, "input '%s' is %s", n->name, ty);
+    } else if (n->op == MW__OP_PARAM) {
+        add(t, "parameter '%s' has axes %s, init %s %.9g", n->name, ty, init_name(n->init.kind),
+            (double)n->init.value);
+    } else {
+        char ins[64] = "";
+        for (int k = 0, o = 0; k < n->nin && o < (int)sizeof ins; k++)
+            o += snprintf(ins + o, sizeof ins - (size_t)o, "%s%d", k ? ", " : " of nodes ",
+                          n->in[k]->id);
+        add(t, "node %d (%s%s) is %s; scalar %.9g, axis %d, rows %lld+%lld, flag %d, count %lld",
+            n->id, n->op >= 0 && n->op < MW__OP_COUNT ? op_names[n->op] : "?", ins, ty,
+            (double)n->scalar, n->axis, (long long)n->start, (long long)n->len, n->flag,
+            (long long)n->count);
+    }
+}
+
+static void describe_config(text *t, const mw_trainer_config *c, mw_tensor *const *outputs,
+                            int noutputs) {
+    const mw_optimizer *o = &c->optimizer;
+    add(t, "optimizer %s", o->kind == MW_ADAMW ? "AdamW" : "SGD");
+    add(t, "learning rate %.9g", (double)o->lr);
+    add(t, "beta1 %.9g, beta2 %.9g, eps %.9g", (double)o->beta1, (double)o->beta2, (double)o->eps);
+    add(t, "weight decay %.9g", (double)o->weight_decay);
+    add(t, "gradient clip %.9g", (double)o->grad_clip);
+    add(t, "warm-up %d steps, decay %d steps, min lr ratio %.9g", o->warmup_steps, o->decay_steps,
+        (double)o->min_lr_ratio);
+    add(t, "bucket bytes %zu", c->bucket_bytes);
+    add(t, "check_finite %d, skip_nonfinite %d, check_replicas_every %d", c->check_finite,
+        c->skip_nonfinite, c->check_replicas_every);
+    add(t, "%d outputs", noutputs);
+    for (int i = 0; i < noutputs; i++)
+        add(t, "output %d is node %d", i, outputs && outputs[i] ? outputs[i]->id : -1);
+}
+
+/* The line of text s that starts at line index `line` ("(end)" when s has fewer lines). */
+static void line_at(const char *s, size_t len, int line, char *out, size_t size) {
+    size_t i = 0;
+    for (int l = 0; l < line && i < len; i++)
+        if (s[i] == '\n') l++;
+    if (i >= len) {
+        snprintf(out, size, "(nothing: its description ends after %d lines)", line);
+        return;
+    }
+    size_t e = i;
+    while (e < len && s[e] != '\n') e++;
+    snprintf(out, size, "%.*s", (int)(e - i), s + i);
+}
+
+/* Index of the first line where a and b differ. */
+static int first_difference(const char *a, size_t alen, const char *b, size_t blen) {
+    int line = 0;
+    for (size_t i = 0; i < alen || i < blen; i++) {
+        if (i >= alen || i >= blen || a[i] != b[i]) return line;
+        if (a[i] == '\n') line++;
+    }
+    return line;
+}
+
+/* Compares `mine` with every process's text: MW_OK when all agree; else MW_ERR_INVALID naming
+ * the lowest rank that differs from rank 0, the first line that differs and both ranks. */
+static mw_status agree(const char *what, const char *mine, size_t len, int timeout_ms) {
+    int nprocs = mw__dist_size();
+    if (nprocs <= 1) return MW_OK;
+    if (len > (size_t)1 << 30) return mw__error(MW_ERR_INVALID, "%s: description too long", what);
+    uint64_t me[2] = {fnv1a(FNV_BASIS, mine, len), len};
+    uint64_t *all = mw__malloc((size_t)nprocs * sizeof me);
+    if (!all) return mw__error(MW_ERR_NOMEM, "%s: out of memory", what);
+    mw_status st = mw__dist_allgather_u64(me, 2, all, timeout_ms, what);
+    int same = 1;
+    for (int p = 1; st == MW_OK && p < nprocs; p++)
+        same &= all[2 * p] == all[0] && all[2 * p + 1] == all[1];
+    if (st || same) {
+        mw__free(all);
+        return st;
+    }
+    /* They differ: every process gets every text and finds the same first difference. */
+    int *counts = mw__malloc((size_t)nprocs * sizeof *counts);
+    size_t total = 0;
+    for (int p = 0; p < nprocs; p++) total += (size_t)all[2 * p + 1];
+    char *texts = counts ? mw__malloc(total + 1) : NULL;
+    if (!texts) {
+        mw__free(counts);
+        mw__free(all);
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", what);
+    }
+    for (int p = 0; p < nprocs; p++) counts[p] = (int)all[2 * p + 1];
+    st = mw__dist_allgatherv_bytes(mine, counts, texts, timeout_ms, what);
+    if (st == MW_OK) {
+        size_t off = (size_t)counts[0];
+        int p = 1;
+        for (; p < nprocs; off += (size_t)counts[p], p++)
+            if (all[2 * p] != all[0] || counts[p] != counts[0]) break;
+        int line = first_difference(texts + off, (size_t)counts[p], texts, (size_t)counts[0]);
+        char theirs[200], ours[200];
+        line_at(texts + off, (size_t)counts[p], line, theirs, sizeof theirs);
+        line_at(texts, (size_t)counts[0], line, ours, sizeof ours);
+        st = mw__error(MW_ERR_INVALID, "%s: the processes disagree: rank %d: %s; rank 0: %s", what,
+                       p, theirs, ours);
+    }
+    mw__free(texts);
+    mw__free(counts);
+    mw__free(all);
+    return st;
+}
+
+mw_status mw_distributed_agree(const char *what, const char *text_, int timeout_ms) {
+    if (!what || !text_) return mw__error(MW_ERR_INVALID, "mw_distributed_agree: NULL argument");
+    if (timeout_ms < 0)
+        return mw__error(MW_ERR_INVALID, "mw_distributed_agree: timeout_ms is %d", timeout_ms);
+    return agree(what, text_, strlen(text_), timeout_ms);
+}
+
+mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tensor *loss) {
+    if (tr->mesh->nprocs <= 1) return MW_OK;
+    text t = {0};
+    for (int i = 0; i < graph->nnodes; i++) describe_node(&t, graph, graph->nodes[i]);
+    add(&t, "the loss is node %d", loss->id);
+    describe_config(&t, &tr->cfg, tr->cfg.outputs, tr->cfg.noutputs);
+    mw_status st = t.oom ? mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory")
+                         : agree("mw_trainer_new: the model or trainer configuration", t.s, t.len,
+                                 tr->cfg.collective_timeout_ms);
+    mw__free(t.s);
+    return st;
+}
+
+/* The host scratch of the replica check: one replica's parameters, and per-parameter checksums
+ * of the first device, of another device and of every process. */
+static mw_status replica_scratch(mw_trainer *tr) {
+    if (tr->replica_buf) return MW_OK;
+    size_t np = (size_t)tr->g->nparams + 1, nprocs = (size_t)tr->mesh->nprocs;
+    tr->replica_buf = mw__malloc((size_t)(tr->w[tr->first].plan.param_elems + 1) * sizeof(float));
+    tr->replica_sums = mw__malloc(np * (2 + nprocs) * sizeof(uint64_t));
+    if (tr->replica_buf && tr->replica_sums) return MW_OK;
+    mw__trainer_consistency_free(tr);
+    return mw__error(MW_ERR_NOMEM, "out of memory for the replica check");
+}
+
+mw_status mw__trainer_prepare(mw_trainer *tr) {
+    mw_status st = tr->cfg.check_replicas_every > 0 ? replica_scratch(tr) : MW_OK;
+    if (st || tr->mesh->nprocs <= 1) return st;
+    size_t bytes = (size_t)tr->w[tr->first].plan.param_elems * sizeof(float);
+    return mw__dist_bcast_bytes(tr->init_values, bytes, tr->cfg.collective_timeout_ms,
+                                "mw_trainer_new: broadcasting rank 0's initial parameters");
+}
+
+/* --- replicas -----------------------------------------------------------------------------------
+ */
+
+int64_t mw_trainer_skipped_steps(const mw_trainer *tr) { return tr ? tr->skipped : 0; }
+
+/* The parameter nodes of the trainer's graph, by leaf index. */
+static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
+    for (int i = 0; i < tr->g->nnodes; i++)
+        if (tr->g->nodes[i]->op == MW__OP_PARAM && tr->g->nodes[i]->leaf == leaf)
+            return tr->g->nodes[i];
+    return NULL;
+}
+
+mw_status mw_trainer_check_replicas(mw_trainer *tr) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
+    if (tr->broken)
+        return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
+                                       "trainer failed across processes; end the job");
+    int np = tr->g->nparams;
+    const mw__plan *p0 = &tr->w[tr->first].plan;
+    mw_status st = replica_scratch(tr);
+    if (st) return st;
+    uint64_t *first = tr->replica_sums, *other = first + np + 1, *all = other + np + 1;
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        worker *w = &tr->w[d];
+        st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
+                                 (size_t)p0->param_elems * sizeof(float));
+        if (st) return st;
+        uint64_t *sums = d == tr->first ? first : other;
+        for (int l = 0; l < np; l++)
+            sums[l] = fnv1a(FNV_BASIS, tr->replica_buf + p0->params[l].off,
+                            (size_t)p0->params[l].count * sizeof(float));
+        for (int l = 0; d > tr->first && l < np; l++)
+            if (other[l] != first[l])
+                return mw__error(MW_ERR_STATE,
+                                 "replicas diverged by step %lld: parameter '%s' differs between "
+                                 "devices %s and %s",
+                                 (long long)tr->steps, param_of(tr, l)->name, w->dev.name,
+                                 tr->w[tr->first].dev.name);
+    }
+    int nprocs = tr->mesh->nprocs;
+    if (nprocs <= 1) return MW_OK;
+    st = mw__dist_allgather_u64(first, np, all, tr->cfg.collective_timeout_ms, "the replica check");
+    if (st) tr->broken = 1; /* the request may still be pending */
+    for (int p = 1; st == MW_OK && p < nprocs; p++)
+        for (int l = 0; l < np; l++)
+            if (all[(size_t)p * (size_t)np + (size_t)l] != all[l]) {
+                st = mw__error(MW_ERR_STATE,
+                               "replicas diverged by step %lld: parameter '%s' differs between "
+                               "rank %d and rank 0 (checksums %016llx and %016llx)",
+                               (long long)tr->steps, param_of(tr, l)->name, p,
+                               (unsigned long long)all[(size_t)p * (size_t)np + (size_t)l],
+                               (unsigned long long)all[l]);
+                break;
+            }
+    return st;
+}
+
+mw_status mw__trainer_after_step(mw_trainer *tr) {
+    if (tr->w[tr->first].skipped) {
+        tr->skipped++;
+        return MW_OK;
+    }
+    tr->steps++;
+    int every = tr->cfg.check_replicas_every;
+    return every > 0 && tr->steps % every == 0 ? mw_trainer_check_replicas(tr) : MW_OK;
+}
+
+void mw__trainer_consistency_free(mw_trainer *tr) {
+    mw__free(tr->replica_buf);
+    mw__free(tr->replica_sums);
+    tr->replica_buf = NULL;
+    tr->replica_sums = NULL;
+}

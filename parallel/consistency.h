@@ -1,0 +1,38 @@
+/* Internal: trust between replicas and processes (parallel/consistency.c) and the collectives
+ * with a deadline it uses between processes (parallel/mpi/dist.c). */
+#ifndef MW__CONSISTENCY_H
+#define MW__CONSISTENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshwit/status.h"
+
+struct mw_trainer;
+struct mw_graph;
+struct mw_tensor;
+
+/* Before a trainer spanning processes is built: compares the fingerprint of the caller's graph,
+ * loss and the trainer's configuration with every process (no-op for one process). */
+mw_status mw__trainer_agree(struct mw_trainer *tr, const struct mw_graph *graph,
+                            const struct mw_tensor *loss);
+/* After planning, before the workers start: makes the replica check's scratch when it is
+ * configured, and overwrites tr->init_values with rank 0's (across processes). */
+mw_status mw__trainer_prepare(struct mw_trainer *tr);
+/* At a step boundary: MW_ERR_INTERRUPTED when a stop is requested here or, across processes,
+ * in any process. */
+mw_status mw__trainer_stop_point(struct mw_trainer *tr);
+/* After a completed step: counts it (or the skipped one), runs the periodic replica check. */
+mw_status mw__trainer_after_step(struct mw_trainer *tr);
+/* Frees what this module added to the trainer. */
+void mw__trainer_consistency_free(struct mw_trainer *tr);
+
+/* Builds with MPI (parallel/mpi/dist.c); `what` names the check in messages. */
+mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
+                                 const char *what);
+mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
+                                    const char *what);
+mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what);
+mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what);
+
+#endif

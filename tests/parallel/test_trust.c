@@ -1,0 +1,375 @@
+/* Trust within one process: stop requests at step boundaries (also from a real signal handler),
+ * skipped non-finite steps, replica checksums, and checkpoints that are damaged, odd files,
+ * forged or written by several writers at once. (Across processes: tests/mpi/mpi_trust.c.) */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "meshwit.h"
+#include "parallel/trainer_impl.h"
+
+#define ROWS 16
+#define FEATURES 4
+
+/* loss = mean((x . w + b - y)^2) over Batch@X, AdamW. */
+typedef struct model {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    float x[ROWS * FEATURES], y[ROWS];
+    mw_feed feeds[2];
+} model;
+
+static void model_make(model *m, const char *devices, const mw_trainer_config *extra) {
+    memset(m, 0, sizeof *m);
+    cr_assert_eq(mw_graph_new(&m->g), MW_OK);
+    mw_graph *g = m->g;
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", ROWS}, {"Feature", FEATURES}));
+    mw_tensor *y = mw_input(g, "y", MW_F32, MW_AXES({"Batch", ROWS}));
+    x = mw_shard(g, x, "Batch", "X");
+    y = mw_shard(g, y, "Batch", "X");
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Feature", FEATURES}), MW_INIT_NORMAL(0.5f));
+    mw_tensor *b = mw_param(g, "b", MW_SCALAR, MW_INIT_CONST(0.25f));
+    mw_tensor *err = mw_sub(g, mw_add(g, mw_dot(g, x, w, "Feature"), b), y);
+    mw_tensor *loss = mw_mean(g, mw_mul(g, err, err), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new(devices, "X", &m->mesh), MW_OK);
+    mw_trainer_config cfg = extra ? *extra : (mw_trainer_config){0};
+    cfg.optimizer = (mw_optimizer){MW_ADAMW,       .lr = 0.05f,  .beta1 = 0.9f,
+                                   .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    cr_assert_eq(mw_trainer_new(g, loss, m->mesh, &cfg, &m->tr), MW_OK, "%s", mw_last_error());
+    for (int r = 0; r < ROWS; r++) {
+        for (int f = 0; f < FEATURES; f++) m->x[r * FEATURES + f] = (float)((r * 3 + f) % 7) - 3;
+        m->y[r] = (float)(r % 5) - 2;
+    }
+    m->feeds[0] = (mw_feed){"x", m->x, ROWS * FEATURES};
+    m->feeds[1] = (mw_feed){"y", m->y, ROWS};
+}
+
+static void model_free(model *m) {
+    mw_trainer_free(m->tr);
+    mw_mesh_free(m->mesh);
+    mw_graph_free(m->g);
+}
+
+static void params(model *m, float out[FEATURES + 1]) {
+    cr_assert_eq(mw_trainer_read_param(m->tr, "w", out, FEATURES), MW_OK);
+    cr_assert_eq(mw_trainer_read_param(m->tr, "b", out + FEATURES, 1), MW_OK);
+}
+
+/* --- stop requests ------------------------------------------------------------------------------
+ */
+
+Test(stop, trainer_request_stops_the_next_step_once) {
+    model m;
+    model_make(&m, "cpu:2", NULL);
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+    float before[FEATURES + 1], after[FEATURES + 1];
+    params(&m, before);
+    mw_trainer_request_stop(m.tr);
+    float loss = -1.0f;
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, &loss), MW_ERR_INTERRUPTED);
+    cr_assert(strstr(mw_last_error(), "stopped after step 1"), "%s", mw_last_error());
+    cr_assert_eq(loss, -1.0f, "an interrupted step writes no loss");
+    cr_assert_eq(mw_trainer_steps(m.tr), 1);
+    params(&m, after);
+    cr_assert_arr_eq(before, after, sizeof before, "an interrupted step changes nothing");
+    /* Evaluation is not a step; the request was consumed by the step that reported it. */
+    cr_assert_eq(mw_trainer_eval(m.tr, m.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_steps(m.tr), 2);
+    model_free(&m);
+}
+
+static void on_sigint(int sig) {
+    (void)sig;
+    mw_request_stop();
+}
+
+Test(stop, a_signal_handler_stops_every_trainer_until_cancelled) {
+    model a, b;
+    model_make(&a, "cpu:2", NULL);
+    model_make(&b, "cpu:1", NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    cr_assert_eq(sigaction(SIGINT, &sa, NULL), 0);
+    cr_assert_eq(mw_trainer_step(a.tr, a.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(raise(SIGINT), 0);
+    cr_assert(mw_stop_requested());
+    cr_assert_eq(mw_trainer_step(a.tr, a.feeds, 2, NULL), MW_ERR_INTERRUPTED);
+    cr_assert_eq(mw_trainer_step(a.tr, a.feeds, 2, NULL), MW_ERR_INTERRUPTED, "it stays set");
+    cr_assert_eq(mw_trainer_step(b.tr, b.feeds, 2, NULL), MW_ERR_INTERRUPTED);
+    cr_assert_str_eq(mw_status_name(MW_ERR_INTERRUPTED), "MW_ERR_INTERRUPTED");
+    mw_cancel_stop();
+    cr_assert_not(mw_stop_requested());
+    cr_assert_eq(mw_trainer_step(a.tr, a.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_steps(a.tr), 2);
+    model_free(&a);
+    model_free(&b);
+}
+
+/* --- non-finite steps ---------------------------------------------------------------------------
+ */
+
+/* A NaN in the batch (loss and gradients NaN) and huge values (a finite loss, gradients whose
+ * squared norm overflows) are skipped: afterwards the run equals one that never saw them. */
+Test(nonfinite, skipped_steps_leave_parameters_moments_and_count_alone) {
+    mw_trainer_config cfg = {.skip_nonfinite = 1};
+    model m, ref;
+    model_make(&m, "cpu:2", &cfg);
+    model_make(&ref, "cpu:2", NULL);
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_step(ref.tr, ref.feeds, 2, NULL), MW_OK);
+
+    float x = m.x[5];
+    m.x[5] = NAN;
+    float loss = 0.0f;
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, &loss), MW_OK, "%s", mw_last_error());
+    cr_assert(isnan(loss));
+    cr_assert_eq(mw_trainer_skipped_steps(m.tr), 1);
+    cr_assert_eq(mw_trainer_steps(m.tr), 1);
+
+    float big[ROWS * FEATURES], zero[ROWS] = {0};
+    for (int i = 0; i < ROWS * FEATURES; i++) big[i] = 1e15f;
+    mw_feed huge[2] = {{"x", big, ROWS * FEATURES}, {"y", zero, ROWS}};
+    cr_assert_eq(mw_trainer_eval(m.tr, huge, 2, &loss), MW_OK);
+    cr_assert(isfinite(loss), "the loss is finite (%g): the gradient norm must catch it", loss);
+    cr_assert_eq(mw_trainer_step(m.tr, huge, 2, &loss), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_skipped_steps(m.tr), 2);
+    cr_assert_eq(mw_trainer_steps(m.tr), 1);
+    cr_assert(!isfinite(mw_trainer_grad_norm(m.tr)));
+
+    m.x[5] = x;
+    for (int s = 0; s < 3; s++) {
+        cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+        cr_assert_eq(mw_trainer_step(ref.tr, ref.feeds, 2, NULL), MW_OK);
+    }
+    float got[FEATURES + 1], want[FEATURES + 1];
+    params(&m, got);
+    params(&ref, want);
+    cr_assert_arr_eq(got, want, sizeof got, "moments or the step count changed in a skipped step");
+    cr_assert_eq(mw_trainer_steps(m.tr), 4);
+    cr_assert_eq(mw_trainer_skipped_steps(ref.tr), 0);
+    model_free(&m);
+    model_free(&ref);
+}
+
+Test(nonfinite, without_the_option_check_finite_still_fails) {
+    mw_trainer_config cfg = {.check_finite = 1};
+    model m;
+    model_make(&m, "cpu:1", &cfg);
+    m.x[0] = INFINITY;
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_ERR_NONFINITE);
+    cr_assert_eq(mw_trainer_skipped_steps(m.tr), 0);
+    model_free(&m);
+}
+
+/* --- replicas -----------------------------------------------------------------------------------
+ */
+
+Test(replicas, a_diverged_replica_is_named) {
+    mw_trainer_config cfg = {.check_replicas_every = 2};
+    model m;
+    model_make(&m, "cpu:2", &cfg);
+    cr_assert_eq(mw_trainer_check_replicas(m.tr), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+    /* Silent corruption of device 1's copy of b (CPU parameters live in host memory). */
+    mw_trainer *tr = m.tr;
+    const mw_tensor *b = NULL;
+    for (int i = 0; i < tr->g->nnodes; i++)
+        if (tr->g->nodes[i]->op == MW__OP_PARAM && strcmp(tr->g->nodes[i]->name, "b") == 0)
+            b = tr->g->nodes[i];
+    cr_assert(b);
+    ((float *)tr->w[1].params)[tr->w[1].plan.params[b->leaf].off] += 1e-6f;
+    mw_status st = mw_trainer_step(m.tr, m.feeds, 2, NULL);
+    cr_assert_eq(st, MW_ERR_STATE, "step 2 must run the check (%s)", mw_status_name(st));
+    cr_assert(strstr(mw_last_error(), "parameter 'b' differs between devices cpu:1 and cpu:0"),
+              "%s", mw_last_error());
+    model_free(&m);
+}
+
+Test(replicas, one_process_always_agrees) {
+    cr_assert_eq(mw_distributed_agree("flags", "--seed 1\n", 0), MW_OK);
+    cr_assert_eq(mw_distributed_agree(NULL, "x", 0), MW_ERR_INVALID);
+}
+
+/* --- checkpoints --------------------------------------------------------------------------------
+ */
+
+static char dir[64], path[128];
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/mw_trust_XXXXXX");
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/state.mwc", dir);
+}
+
+static void teardown(void) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
+static unsigned char *read_all(const char *p, size_t *n) {
+    FILE *f = fopen(p, "rb");
+    cr_assert(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *d = malloc(*n);
+    cr_assert_eq(fread(d, 1, *n, f), *n);
+    fclose(f);
+    return d;
+}
+
+static void write_all(const char *p, const unsigned char *d, size_t n) {
+    FILE *f = fopen(p, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(d, 1, n, f), n);
+    fclose(f);
+}
+
+/* A forged step (the checksum recomputed, so only the range check can catch it). */
+Test(checkpoint_trust, a_step_out_of_range_is_refused, .init = setup, .fini = teardown) {
+    model m;
+    model_make(&m, "cpu:1", NULL);
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_save(m.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
+    size_t n;
+    unsigned char *d = read_all(path, &n);
+    const int64_t forged[] = {-7, (int64_t)1 << 54};
+    for (int i = 0; i < 2; i++) {
+        memcpy(d + 16, &forged[i], 8); /* after magic, version and optimizer */
+        uint64_t sum = fnv1a(d, n - 8);
+        memcpy(d + n - 8, &sum, 8);
+        write_all(path, d, n);
+        cr_assert_eq(mw_trainer_load(m.tr, path, NULL, 0, NULL), MW_ERR_FORMAT);
+        cr_assert(strstr(mw_last_error(), "outside [0, 2^53]"), "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_steps(m.tr), 1);
+    }
+    free(d);
+    model_free(&m);
+}
+
+Test(checkpoint_trust, odd_files_are_refused_without_blocking, .init = setup, .fini = teardown,
+     .timeout = 60) {
+    model m;
+    model_make(&m, "cpu:1", NULL);
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    struct {
+        const char *path, *kind;
+    } odd[] = {{dir, "it is a directory"}, {fifo, "it is a FIFO"}, {"/dev/null", "character"}};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(mw_trainer_load(m.tr, odd[i].path, NULL, 0, NULL), MW_ERR_IO);
+        cr_assert(strstr(mw_last_error(), odd[i].kind), "%s", mw_last_error());
+    }
+    model_free(&m);
+}
+
+/* A writer killed while saving left temporary files behind: the next save removes them, but
+ * not one that a running process is still writing, nor one of another host (whose processes
+ * this host cannot ask about). */
+Test(checkpoint_trust, stale_temporary_files_are_removed, .init = setup, .fini = teardown) {
+    pid_t dead = fork();
+    if (dead == 0) _exit(0);
+    cr_assert(dead > 0);
+    cr_assert_eq(waitpid(dead, NULL, 0), dead);
+    char old[512], stale[512], live[512], remote[512], host[256] = "";
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    snprintf(old, sizeof old, "%s.tmp", path);
+    snprintf(stale, sizeof stale, "%s.tmp.%s.%ld.0", path, host, (long)dead);
+    snprintf(live, sizeof live, "%s.tmp.%s.%ld.3", path, host, (long)getppid());
+    snprintf(remote, sizeof remote, "%s.tmp.%s-elsewhere.%ld.0", path, host, (long)dead);
+    write_all(old, (const unsigned char *)"x", 1);
+    write_all(stale, (const unsigned char *)"x", 1);
+    write_all(live, (const unsigned char *)"x", 1);
+    write_all(remote, (const unsigned char *)"x", 1);
+    model m;
+    model_make(&m, "cpu:1", NULL);
+    cr_assert_eq(mw_trainer_save(m.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(access(old, F_OK), -1, "the old-style temporary file is still there");
+    cr_assert_eq(access(stale, F_OK), -1, "a dead writer's temporary file is still there");
+    cr_assert_eq(access(live, F_OK), 0, "a running writer's temporary file was removed");
+    cr_assert_eq(access(remote, F_OK), 0, "another host's temporary file was removed");
+    cr_assert_eq(mw_trainer_load(m.tr, path, NULL, 0, NULL), MW_OK);
+    model_free(&m);
+}
+
+#define WRITERS 3
+#define SAVES 40
+
+/* Writers save states that differ in every value (all parameters = k, user bytes = k) to one
+ * path at once while a reader loads it: every load succeeds and holds one writer's state. */
+Test(checkpoint_trust, concurrent_writers_leave_one_complete_state, .init = setup, .fini = teardown,
+     .timeout = 240) {
+    pid_t pids[WRITERS];
+    for (int k = 0; k < WRITERS; k++) {
+        pids[k] = fork();
+        cr_assert(pids[k] >= 0);
+        if (pids[k] > 0) continue;
+        model m;
+        model_make(&m, "cpu:1", NULL);
+        float v[FEATURES + 1];
+        for (int i = 0; i < FEATURES + 1; i++) v[i] = (float)(k + 1);
+        int ok = mw_trainer_write_param(m.tr, "w", v, FEATURES) == MW_OK &&
+                 mw_trainer_write_param(m.tr, "b", v, 1) == MW_OK;
+        uint64_t user[64];
+        for (int i = 0; i < 64; i++) user[i] = (uint64_t)(k + 1) * 0x0101010101010101ull;
+        for (int s = 0; ok && s < SAVES; s++)
+            ok = mw_trainer_save(m.tr, path, user, sizeof user) == MW_OK;
+        if (!ok) fprintf(stderr, "writer %d: %s\n", k, mw_last_error());
+        model_free(&m);
+        _exit(ok ? 0 : 1);
+    }
+    model m;
+    model_make(&m, "cpu:1", NULL);
+    int loads = 0, running = WRITERS;
+    while (running > 0) {
+        for (int k = 0; k < WRITERS; k++) {
+            int status;
+            if (pids[k] > 0 && waitpid(pids[k], &status, WNOHANG) == pids[k]) {
+                cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d failed", k);
+                pids[k] = 0;
+                running--;
+            }
+        }
+        if (access(path, F_OK) != 0) continue;
+        uint64_t user[64];
+        size_t n = 0;
+        cr_assert_eq(mw_trainer_load(m.tr, path, user, sizeof user, &n), MW_OK, "%s",
+                     mw_last_error());
+        float v[FEATURES + 1];
+        params(&m, v);
+        cr_assert(v[0] >= 1.0f && v[0] <= (float)WRITERS && v[0] == floorf(v[0]));
+        for (int i = 0; i < FEATURES + 1; i++) cr_assert_eq(v[i], v[0], "a mixed state");
+        cr_assert_eq(n, sizeof user);
+        for (int i = 0; i < 64; i++)
+            cr_assert_eq(user[i], (uint64_t)v[0] * 0x0101010101010101ull, "a mixed state");
+        loads++;
+    }
+    cr_assert_gt(loads, 0);
+    /* Every writer cleaned up after itself. */
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", dir);
+    cr_assert_neq(system(cmd), 0, "temporary files were left behind");
+    model_free(&m);
+}
