@@ -24,6 +24,8 @@ const char *mw_strerror(mw_status status) {
     case MW_ERR_TIMEOUT: return "timed out";
     case MW_ERR_NONFINITE: return "non-finite value";
     case MW_ERR_STATE: return "invalid state";
+    case MW_ERR_NOT_FOUND: return "not found";
+    case MW_ERR_DTYPE: return "wrong dtype";
     }
     return "unknown error";
 }
@@ -44,6 +46,8 @@ const char *mw_status_name(mw_status status) {
     case MW_ERR_TIMEOUT: return "MW_ERR_TIMEOUT";
     case MW_ERR_NONFINITE: return "MW_ERR_NONFINITE";
     case MW_ERR_STATE: return "MW_ERR_STATE";
+    case MW_ERR_NOT_FOUND: return "MW_ERR_NOT_FOUND";
+    case MW_ERR_DTYPE: return "MW_ERR_DTYPE";
     }
     return "MW_ERR_UNKNOWN";
 }

@@ -185,6 +185,18 @@ typedef struct mw__k_adamw {
     const float *g;
 } mw__k_adamw;
 
+/* SGD with momentum and L2 weight decay, as torch.optim.SGD: g' = grad_scale * g +
+ * weight_decay * p; with momentum, buf = g' on the first step and momentum * buf +
+ * (1 - dampening) * g' after, and the step is g' + momentum * buf (Nesterov) or buf; without
+ * momentum (buf NULL) it is g'. Then p -= lr * step. Math in devices/math_ops.h. */
+typedef struct mw__k_sgd_momentum {
+    int64_t count;
+    float lr, momentum, dampening, weight_decay, grad_scale;
+    int nesterov, first;
+    float *p, *buf;
+    const float *g;
+} mw__k_sgd_momentum;
+
 typedef struct mw__device mw__device;
 
 typedef struct mw__device_vtable {
@@ -223,6 +235,8 @@ typedef struct mw__device_vtable {
     mw_status (*host_alloc)(mw__device *dev, size_t bytes, void **out);
     void (*host_free)(mw__device *dev, void *p);
     mw_status (*upload_async)(mw__device *dev, void *dst, const void *src, size_t bytes);
+    /* Optional: SGD with momentum or weight decay (NULL: the trainer refuses those options). */
+    mw_status (*sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k);
 } mw__device_vtable;
 
 struct mw__device {

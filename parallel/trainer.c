@@ -19,7 +19,9 @@
 #include "core/plan.h"
 #include "devices/cpu/cpu.h"
 #include "meshwit.h"
+#include "parallel/data_errors.h"
 #include "parallel/mesh_impl.h"
+#include "parallel/optimizer.h"
 #include "parallel/reducer.h"
 #include "parallel/reducer_select.h"
 #include "parallel/trainer_impl.h"
@@ -229,7 +231,9 @@ static mw_status run_range(worker *w, int from, int to) {
     for (int i = from; i < to; i++) {
         mw_phase ph = phase_of(w, i);
         mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
-        if (st || (st = run_ins(w, &w->plan.ins[i]))) return st;
+        if (st) return st;
+        if ((st = run_ins(w, &w->plan.ins[i])))
+            return mw__explain_index_error(w, &w->plan.ins[i], st);
     }
     return MW_OK;
 }
@@ -258,11 +262,7 @@ static mw_status update(worker *w) {
         if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
     }
     float lr = tr->step_lr;
-    if (o->kind == MW_SGD) {
-        mw__k_sgd k = {
-            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
-        return vt->sgd(&w->dev, &k);
-    }
+    if (o->kind == MW_SGD) return mw__sgd_update(w, lr, scale);
     double t = (double)tr->steps + 1;
     float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
     float *m = w->moments, *v = m + w->plan.param_elems;
@@ -275,7 +275,7 @@ static mw_status update(worker *w) {
                          .beta1 = o->beta1,
                          .beta2 = o->beta2,
                          .eps = o->eps,
-                         .weight_decay = pn->type.rank >= 2 ? o->weight_decay : 0,
+                         .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0,
                          .bias1 = bias1,
                          .bias2 = bias2,
                          .grad_scale = scale,
@@ -305,9 +305,15 @@ static mw_status worker_init(worker *w) {
             if (p->views[v].staging.off >= 0) staged += (size_t)p->views[v].count * 4;
         if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
     }
-    if (w->tr->cfg.optimizer.kind == MW_ADAMW) {
-        if ((st = vt->alloc(&w->dev, 2 * pbytes, &w->moments))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = 2 * p->param_elems, .out = w->moments};
+    int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
+    if (moments) {
+        if ((st = vt->alloc(&w->dev, (size_t)moments * pbytes, &w->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = moments * p->param_elems, .out = w->moments};
+        if ((st = vt->fill(&w->dev, &z))) return st;
+    }
+    if (w->tr->cfg.grad_accumulation) {
+        if ((st = vt->alloc(&w->dev, pbytes, &w->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = p->param_elems, .out = w->accum};
         if ((st = vt->fill(&w->dev, &z))) return st;
     }
     w->bases[MW__BASE_ARENA] = w->arena;
@@ -329,7 +335,11 @@ static mw_status worker_run(worker *w, cmd c) {
         return w->dev.vt->sync(&w->dev);
     case CMD_GRADS:
     case CMD_STEP:
+    case CMD_ACCUM:
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if (c == CMD_ACCUM)
+            return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
+        if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;
         if (c == CMD_STEP && w->tr->cfg.check_finite) {
             /* The loss is replicated: every device sees the same value and stops alike. */
             float loss;
@@ -414,6 +424,7 @@ static void *worker_main(void *arg) {
             w->dev.vt->free(&w->dev, w->params);
             w->dev.vt->free(&w->dev, w->grads);
             w->dev.vt->free(&w->dev, w->moments);
+            w->dev.vt->free(&w->dev, w->accum);
             w->dev.vt->free(&w->dev, w->scratch);
             if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
             w->dev.vt->shutdown(&w->dev);
@@ -522,6 +533,7 @@ static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nf
     mw_status st = check_feeds(tr, feeds, nfeeds);
     if (st) return st;
     if ((st = dispatch(tr, c))) return st;
+    tr->outputs_ready = 1;
     if (c == CMD_STEP) tr->steps++;
     if (loss) {
         worker *w = &tr->w[tr->first];
@@ -546,8 +558,34 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
 float mw_trainer_grad_norm(const mw_trainer *tr) { return tr ? tr->grad_norm : 0.0f; }
 
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
-    if (tr) tr->step_lr = mw_trainer_lr(tr, tr->steps);
-    return run_command(tr, CMD_STEP, feeds, nfeeds, loss);
+    if (tr) tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->steps);
+    mw_status st = run_command(tr, CMD_STEP, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated = 0;
+    return st;
+}
+
+mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (tr && !tr->cfg.grad_accumulation)
+        return mw__error(MW_ERR_STATE, "mw_trainer_accumulate: the trainer was made without "
+                                       "mw_trainer_config.grad_accumulation");
+    mw_status st = run_command(tr, CMD_ACCUM, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated++;
+    return st;
+}
+
+mw_status mw_trainer_set_lr(mw_trainer *tr, float lr) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_set_lr: trainer is NULL");
+    if (lr == MW_LR_SCHEDULE) {
+        tr->host_lr = -1.0f;
+        return MW_OK;
+    }
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_set_lr: lr is %g; it must be finite and >= 0 (or "
+                         "MW_LR_SCHEDULE)",
+                         lr);
+    tr->host_lr = lr;
+    return MW_OK;
 }
 
 mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
@@ -571,7 +609,7 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
         *out = s;
         return MW_OK;
     }
-    return mw__error(MW_ERR_AXIS, "the graph has no parameter named '%s'", name);
+    return mw__error(MW_ERR_NOT_FOUND, "the graph has no parameter named '%s'", name);
 }
 
 static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count, int grads) {
@@ -613,8 +651,11 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     int o = 0;
     while (o < tr->cfg.noutputs && tr->user_outputs[o] != output) o++;
     if (o == tr->cfg.noutputs)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: not an output of the trainer "
-                                         "(list it in mw_trainer_config.outputs)");
+        return mw__error(MW_ERR_NOT_FOUND, "mw_trainer_read_output: not an output of the trainer "
+                                           "(list it in mw_trainer_config.outputs)");
+    if (!tr->outputs_ready)
+        return mw__error(MW_ERR_STATE, "mw_trainer_read_output: no step, eval or compute_grads "
+                                       "has run yet, so the output has no value");
     const mw__type *t = &tr->outputs[o]->type;
     if (count != mw__type_numel(t))
         return mw__error(MW_ERR_SHAPE,
@@ -922,6 +963,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->outputs);
     mw__free(tr->user_outputs);
     mw__free(tr->init_values);
+    mw__free(tr->decays);
     mw_graph_free(tr->g);
     mw__free(tr);
 }
@@ -942,6 +984,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     mw_status st = mw__graph_clone(graph, &tr->g);
     if (st) return st;
     mw_graph *g = tr->g;
+    if ((st = mw__optimizer_decays(tr))) return st;
     tr->loss = mw__replicated(g, g->nodes[loss->id]);
     tr->grads = mw__calloc((size_t)g->nparams + 1, sizeof *tr->grads);
     tr->feed_of = mw__calloc((size_t)g->ninputs + 1, sizeof *tr->feed_of);
@@ -1040,12 +1083,20 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);
     }
     tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
-    if (tr->cfg.optimizer.kind != MW_SGD && tr->cfg.optimizer.kind != MW_ADAMW) {
-        int kind = (int)tr->cfg.optimizer.kind;
+    tr->host_lr = -1.0f;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_status st = mw__optimizer_resolve(&tr->cfg.optimizer);
+    if (st == MW_OK && o->kind == MW_SGD && (o->momentum > 0.0f || o->weight_decay > 0.0f) &&
+        !mesh->vt->sgd_momentum)
+        st = mw__error(MW_ERR_UNSUPPORTED,
+                       "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
+                       "%s devices",
+                       mesh->vt->kind);
+    if (st) {
         mw__free(tr);
-        return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);
+        return st;
     }
-    mw_status st = trainer_build(tr, graph, loss);
+    st = trainer_build(tr, graph, loss);
     if (st) {
         char msg[MW__MSG_SIZE];
         snprintf(msg, sizeof msg, "%s", mw_last_error());

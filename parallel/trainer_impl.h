@@ -15,7 +15,7 @@
 
 #define MAX_GROUPS 16
 
-typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT } cmd;
+typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT, CMD_ACCUM } cmd;
 
 typedef struct worker {
     mw_trainer *tr;
@@ -25,7 +25,8 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
-    void *moments;  /* AdamW: m then v, each param_elems long */
+    void *moments;  /* AdamW: m then v, each param_elems long; SGD with momentum: its buffer */
+    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients */
     float *scratch; /* device scalars: the gradient square-norm */
     void *pinned;   /* page-locked staging of the input shards (devices that offer it) */
     char **bases;   /* per plan base: resolved address (views rebound every step) */
@@ -87,6 +88,10 @@ struct mw_trainer {
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;
+    unsigned char *decays; /* per parameter leaf: weight decay applies */
+    float host_lr;         /* >= 0: set by mw_trainer_set_lr, in place of the schedule */
+    int accumulated;       /* micro-batches in the accumulator since the last update */
+    int outputs_ready;     /* a command has run: the outputs hold values */
 };
 
 #endif

@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_ops_extra.h"
 #include "devices/device.h"
 
 /* Pins the calling worker to the index-th CPU this process may use, when there are at least as
@@ -297,6 +298,7 @@ const mw__device_vtable mw__cpu_device = {
     .xent_grad = mw__cpu_xent_grad,
     .sumsq = mw__cpu_sumsq,
     .adamw = mw__cpu_adamw,
+    .sgd_momentum = mw__cpu_sgd_momentum,
 };
 
 int mw__cpu_set_blas_threads(int n) {
