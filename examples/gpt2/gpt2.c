@@ -1,5 +1,6 @@
 /* gpt2: trains GPT-2 data-parallel over a mesh of devices, on byte-level text, llm.c token shards
- * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files.
+ * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files and
+ * Hugging Face GPT-2 safetensors.
  *
  * One training step: make a global batch [B, T] on the host (random windows, or file order with
  * --sequential), feed it; the trainer shards it along Batch over the mesh, all-reduces the
@@ -54,9 +55,13 @@ static void usage(FILE *f) {
         "                      small, gpt2-124m (context 1024, vocab 50257 padded to 50304)\n"
         "  --layers N, --heads N, --channels N, --context N, --vocab N, --padded-vocab N\n"
         "                      override the preset's sizes (--vocab pads to a multiple of 128)\n"
-        "  --load FILE         start from an llm.c model file (fp32); without --preset the model\n"
-        "                      takes its sizes from the file (sizes given must agree with it)\n"
-        "  --save FILE         write an llm.c model file after training\n"
+        "  --load FILE         start from a model file: FILE.bin is llm.c's (fp32),\n"
+        "                      FILE.safetensors Hugging Face's GPT-2 (with its config.json\n"
+        "                      beside it); without --preset the model takes its sizes from the\n"
+        "                      file (sizes given must agree with it)\n"
+        "  --save FILE         write the model after training: .bin llm.c's format,\n"
+        "                      .safetensors Hugging Face's (and config.json beside it, so that\n"
+        "                      GPT2LMHeadModel.from_pretrained(folder) reads model.safetensors)\n"
         "  --checkpoint FILE   resumable training state (parameters, AdamW moments, step, data\n"
         "                      position and RNG), written atomically every --checkpoint-every N\n"
         "                      steps (default 100) and at the end\n"
@@ -238,7 +243,9 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
 static int choose_model(options *o, const sizes *sz) {
     char err[512];
     if (o->load && !o->preset_given) {
-        mw_status st = gpt2_read_header(o->load, &o->model, err, sizeof err);
+        mw_status st = gpt2_is_safetensors(o->load)
+                           ? gpt2_hf_read_config(o->load, &o->model, err, sizeof err)
+                           : gpt2_read_header(o->load, &o->model, err, sizeof err);
         if (st != MW_OK) {
             fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
             return -1;
@@ -665,7 +672,9 @@ static int run_main(int argc, char **argv) {
         goto done;
     }
     if (o->load) {
-        if ((st = gpt2_load(r.tr, &o->model, o->load, err, sizeof err)) != MW_OK) {
+        st = gpt2_is_safetensors(o->load) ? gpt2_hf_load(r.tr, &o->model, o->load, err, sizeof err)
+                                          : gpt2_load(r.tr, &o->model, o->load, err, sizeof err);
+        if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;
         }
@@ -698,12 +707,14 @@ static int run_main(int argc, char **argv) {
             rc = fail(st, "evaluation failed");
             goto done;
         }
-        printf("eval loss %.4f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
+        printf("eval loss %.6f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
         goto done;
     }
     if ((rc = train(&r)) != 0) goto done;
     if (o->save && mw_distributed_rank() == 0) { /* one writer */
-        if ((st = gpt2_save(r.tr, &o->model, o->save, err, sizeof err)) != MW_OK) {
+        st = gpt2_is_safetensors(o->save) ? gpt2_hf_save(r.tr, &o->model, o->save, err, sizeof err)
+                                          : gpt2_save(r.tr, &o->model, o->save, err, sizeof err);
+        if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;
         }
