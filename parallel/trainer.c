@@ -294,9 +294,11 @@ static mw_status worker_init(worker *w) {
     if (st) return st;
     mw__plan *p = &w->plan;
     size_t pbytes = (size_t)p->param_elems * 4;
+    mw_trainer *from = w->tr->params_from;
+    if (from) w->params = from->w[w->index].params; /* shared, not copied */
     if ((st = vt->alloc(&w->dev, (size_t)p->arena_elems * 4, &w->arena)) ||
-        (st = vt->alloc(&w->dev, pbytes, &w->params)) ||
-        (st = vt->alloc(&w->dev, pbytes, &w->grads)))
+        (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
+        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
     if ((st = vt->alloc(&w->dev, 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
@@ -319,10 +321,10 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
-    if ((st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
+    if (!from && (st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
-    if ((st = vt->fill(&w->dev, &zero))) return st;
+    if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;
     return vt->sync(&w->dev);
 }
 
@@ -421,7 +423,7 @@ static void *worker_main(void *arg) {
         }
         if (c == CMD_QUIT) {
             w->dev.vt->free(&w->dev, w->arena);
-            w->dev.vt->free(&w->dev, w->params);
+            if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
             w->dev.vt->free(&w->dev, w->grads);
             w->dev.vt->free(&w->dev, w->moments);
             w->dev.vt->free(&w->dev, w->accum);
@@ -1007,8 +1009,11 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         tr->outputs[o] = mw__replicated(g, g->nodes[u->id]);
         if (!tr->outputs[o]) return mw__error_copy(g->status, g->error);
     }
+    if (tr->forward_only) tr->loss = tr->outputs[0];
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) || (st = place(tr)))
+    if ((!tr->forward_only &&
+         ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)))) ||
+        (st = place(tr)))
         return st;
 
     mw_mesh *mesh = tr->mesh;
@@ -1041,6 +1046,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
             return st;
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
+        if (tr->params_from && (st = mw__share_params(tr, w))) return st;
     }
     if ((st = make_groups(tr)) || (st = init_values(tr))) return st;
 
@@ -1056,15 +1062,33 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     return MW_OK;
 }
 
+static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                             const mw_trainer_config *config, int forward_only,
+                             mw_trainer *params_from, mw_trainer **out);
+
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out) {
+    return trainer_new(graph, loss, mesh, config, 0, NULL, out);
+}
+
+mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
+                                  mw_trainer *params_from, mw_trainer **out) {
+    if (!config || config->noutputs < 1 || !config->outputs)
+        return mw__error(MW_ERR_INVALID, "an inference program needs at least one output");
+    return trainer_new(graph, config->outputs[0], mesh, config, 1, params_from, out);
+}
+
+/* A trainer, or a forward-only one whose "loss" is its first output. */
+static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                             const mw_trainer_config *config, int forward_only,
+                             mw_trainer *params_from, mw_trainer **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
     *out = NULL;
     if (!graph || !mesh) return mw__error(MW_ERR_INVALID, "mw_trainer_new: graph or mesh is NULL");
     if (graph->status) return mw__error_copy(graph->status, graph->error);
     if (!loss || loss->g != graph)
         return mw__error(MW_ERR_INVALID, "mw_trainer_new: the loss is NULL or from another graph");
-    if (loss->type.rank != 0 || loss->type.dtype != MW_F32) {
+    if (!forward_only && (loss->type.rank != 0 || loss->type.dtype != MW_F32)) {
         char d[256];
         return mw__error(MW_ERR_SHAPE, "mw_trainer_new: the loss must be an f32 scalar, not %s",
                          mw__type_describe(graph, &loss->type, d, sizeof d));
@@ -1072,6 +1096,8 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     mw_trainer *tr = mw__calloc(1, sizeof *tr);
     if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
     tr->mesh = mesh;
+    tr->forward_only = forward_only;
+    tr->params_from = params_from;
     tr->reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
     tr->all_reducer = &mw__reducer_shm;

@@ -92,6 +92,17 @@ struct mw_trainer {
     float host_lr;         /* >= 0: set by mw_trainer_set_lr, in place of the schedule */
     int accumulated;       /* micro-batches in the accumulator since the last update */
     int outputs_ready;     /* a command has run: the outputs hold values */
+    /* An inference program (infer.c): forward only, no gradients; its parameters are those of
+     * params_from's devices when not NULL (same mesh), else its own. */
+    int forward_only;
+    mw_trainer *params_from;
 };
+
+/* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */
+mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
+                                  mw_trainer *params_from, mw_trainer **out);
+
+/* Points worker w's plan at params_from's parameter buffer (infer.c). */
+mw_status mw__share_params(mw_trainer *tr, worker *w);
 
 #endif
