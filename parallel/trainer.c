@@ -123,6 +123,17 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         in->k.xent_grad.logits = ptr(w, in->ref[2]);
         in->k.xent_grad.targets = ptr(w, in->ref[3]);
         return vt->xent_grad(dev, &in->k.xent_grad);
+    case MW__I_EXTRA:
+        if (!vt->extra)
+            return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement this op yet",
+                             vt->kind);
+        in->k.extra.out = ptr(w, in->ref[0]);
+        in->k.extra.a = ptr(w, in->ref[1]);
+        in->k.extra.b = in->k.extra.op == MW__X_MAP_GRAD ? ptr(w, in->ref[2]) : NULL;
+        /* Dropout's mask: a new one every update and every micro-batch of it. */
+        in->k.extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        in->k.extra.active = w->training;
+        return vt->extra(dev, &in->k.extra);
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
@@ -330,6 +341,7 @@ static mw_status worker_init(worker *w) {
 
 static mw_status worker_run(worker *w, cmd c) {
     mw_status st;
+    w->training = c != CMD_EVAL;
     switch (c) {
     case CMD_INIT: return worker_init(w);
     case CMD_EVAL:

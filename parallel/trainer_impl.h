@@ -41,6 +41,7 @@ typedef struct worker {
     int64_t fault_step;
     mw_status fault_status; /* MW_OK: a stall of fault_ms instead of a failure */
     int fault_ms;
+    int training; /* the current command trains (dropout is active) */
 } worker;
 
 /* The communicators of one group mask: devices that agree on every mesh axis outside the mask

@@ -299,6 +299,7 @@ const mw__device_vtable mw__cpu_device = {
     .sumsq = mw__cpu_sumsq,
     .adamw = mw__cpu_adamw,
     .sgd_momentum = mw__cpu_sgd_momentum,
+    .extra = mw__cpu_extra,
 };
 
 int mw__cpu_set_blas_threads(int n) {

@@ -5,5 +5,6 @@
 #include "devices/device.h"
 
 mw_status mw__cpu_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k);
+mw_status mw__cpu_extra(mw__device *dev, const mw__k_extra *k);
 
 #endif
