@@ -108,27 +108,18 @@ static void values(float *v, double lo, double hi, double gap, uint64_t seed) {
     }
 }
 
-static mw_tensor *f_relu(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_relu(g, a), b);
-}
-static mw_tensor *f_tanh(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_tanh(g, a), b);
-}
-static mw_tensor *f_sigmoid(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_sigmoid(g, a), b);
-}
-static mw_tensor *f_exp(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_exp(g, a), b);
-}
-static mw_tensor *f_log(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_log(g, a), b);
-}
-static mw_tensor *f_sqrt(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_sqrt(g, a), b);
-}
-static mw_tensor *f_abs(mw_graph *g, mw_tensor *a, mw_tensor *b) {
-    return mw_mul(g, mw_abs(g, a), b);
-}
+/* f(a) * b: b makes every output's gradient depend on its own factor. */
+#define TIMES_B(fn)                                                                                \
+    static mw_tensor *f_##fn(mw_graph *g, mw_tensor *a, mw_tensor *b) {                            \
+        return mw_mul(g, mw_##fn(g, a), b);                                                        \
+    }
+TIMES_B(relu)
+TIMES_B(tanh)
+TIMES_B(sigmoid)
+TIMES_B(exp)
+TIMES_B(log)
+TIMES_B(sqrt)
+TIMES_B(abs)
 
 typedef struct unary_case {
     const char *name;
