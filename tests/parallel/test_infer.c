@@ -191,3 +191,42 @@ Test(infer, loaded_weights_other_batch_size_and_mesh) {
     mw_graph_free(small.g);
     mw_graph_free(six.g);
 }
+
+Test(infer, several_outputs_any_subset) {
+    /* Outputs: the logits, their argmax and their total (no chunk axis). A run fetches any of
+     * them; the total only from a run of exactly the traced rows. */
+    clf c;
+    clf_build(&c, 8, 0);
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    mw_tensor *outs[3] = {c.logits, mw_argmax(c.g, c.logits, "Class"), mw_sum(c.g, c.logits, NULL)};
+    cr_assert_eq(mw_graph_status(c.g), MW_OK, "%s", mw_graph_error(c.g));
+    mw_infer *inf;
+    mw_infer_config ic = {.outputs = outs, .noutputs = 3};
+    cr_assert_eq(mw_infer_new(c.g, mesh, &ic, &inf), MW_OK, "%s", mw_last_error());
+    static float x[ROWS * FEATURES], logits[ROWS * CLASSES], arg[ROWS];
+    static int32_t y[ROWS];
+    data(x, y, ROWS);
+    mw_feed feed = {"x", x, ROWS * FEATURES};
+    mw_fetch both[2] = {{outs[1], arg, ROWS}, {outs[0], logits, ROWS * CLASSES}};
+    cr_assert_eq(mw_infer_run(inf, &feed, 1, ROWS, both, 2), MW_OK, "%s", mw_last_error());
+    for (int r = 0; r < ROWS; r++) {
+        int best = 0;
+        for (int k = 1; k < CLASSES; k++)
+            if (logits[r * CLASSES + k] > logits[r * CLASSES + best]) best = k;
+        cr_assert_eq(arg[r], (float)best, "row %d", r);
+    }
+    float total;
+    cr_assert_eq(mw_infer_run(inf, &feed, 1, ROWS, &(mw_fetch){outs[2], &total, 1}, 1),
+                 MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "lacks the chunk axis"), "%s", mw_last_error());
+    mw_feed eight = {"x", x, 8 * FEATURES};
+    cr_assert_eq(mw_infer_run(inf, &eight, 1, 8, &(mw_fetch){outs[2], &total, 1}, 1), MW_OK, "%s",
+                 mw_last_error());
+    double sum = 0;
+    for (int i = 0; i < 8 * CLASSES; i++) sum += logits[i];
+    cr_assert(fabs(total - sum) <= 1e-5 * (1 + fabs(sum)), "%g vs %g", total, sum);
+    mw_infer_free(inf);
+    mw_mesh_free(mesh);
+    mw_graph_free(c.g);
+}
