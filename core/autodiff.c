@@ -115,7 +115,19 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         }
         return accumulate(g, grads, a, d);
     }
+    case MW__OP_MAP:
+    case MW__OP_DROPOUT:
+    case MW__OP_REDUCE_MAX:
+    case MW__OP_ARGMAX:
+        /* ops_extra.c: NULL with no error for an op without a gradient (argmax, comparisons). */
+        if (!na) return 0;
+        {
+            mw_tensor *d = mw__backward_extra(g, n, gy);
+            if (!d) return g->status ? -1 : 0;
+            return accumulate(g, grads, a, d);
+        }
     case MW__OP_ATTENTION_GRAD:
+    case MW__OP_MAP_GRAD:
     case MW__OP_GELU_GRAD:
     case MW__OP_LN_DX:
     case MW__OP_LN_DW:

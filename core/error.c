@@ -25,6 +25,8 @@ const char *mw_strerror(mw_status status) {
     case MW_ERR_NONFINITE: return "non-finite value";
     case MW_ERR_STATE: return "invalid state";
     case MW_ERR_INTERRUPTED: return "interrupted";
+    case MW_ERR_NOT_FOUND: return "not found";
+    case MW_ERR_DTYPE: return "wrong dtype";
     }
     return "unknown error";
 }
@@ -46,6 +48,8 @@ const char *mw_status_name(mw_status status) {
     case MW_ERR_NONFINITE: return "MW_ERR_NONFINITE";
     case MW_ERR_STATE: return "MW_ERR_STATE";
     case MW_ERR_INTERRUPTED: return "MW_ERR_INTERRUPTED";
+    case MW_ERR_NOT_FOUND: return "MW_ERR_NOT_FOUND";
+    case MW_ERR_DTYPE: return "MW_ERR_DTYPE";
     }
     return "MW_ERR_UNKNOWN";
 }

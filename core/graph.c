@@ -157,8 +157,8 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         if ((t->op == MW__OP_INPUT || t->op == MW__OP_PARAM) && strcmp(t->name, name) == 0) {
-            mw__graph_fail(g, MW_ERR_INVALID, "%s: the name '%s' is already used by an %s", what,
-                           name, t->op == MW__OP_INPUT ? "input" : "parameter");
+            mw__graph_fail(g, MW_ERR_INVALID, "%s: the name '%s' is already used by %s", what, name,
+                           t->op == MW__OP_INPUT ? "an input" : "a parameter");
             return -1;
         }
     }

@@ -41,6 +41,12 @@ typedef enum mw__op {
     MW__OP_ATTENTION,    /* (qkv): axis = part axis, start = seq axis, len = feature axis (of qkv);
                             flag = causal, scalar = scale */
     MW__OP_ATTENTION_GRAD, /* (gy, qkv): the gradient of qkv; same fields as ATTENTION */
+    /* ops_extra.c: */
+    MW__OP_MAP,        /* elementwise function `flag` (mw__mapfn) of x */
+    MW__OP_MAP_GRAD,   /* (x, gy): gy * f'(x) */
+    MW__OP_DROPOUT,    /* x * keep / (1 - p): p = `scalar`, seed = `count`; its own adjoint */
+    MW__OP_ARGMAX,     /* index of the largest element along axis `axis` of x (f32, no gradient) */
+    MW__OP_REDUCE_MAX, /* the largest element along axis `axis` of x */
     MW__OP_COUNT
 } mw__op;
 
@@ -129,6 +135,10 @@ mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *
  * parameters (scale, causal flag, valid count) from fwd. */
 mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor *a, mw_tensor *b,
                            mw_tensor *c, const mw_tensor *fwd);
+
+/* The gradient reaching input 0 of ops_extra.c's node n from its output gradient gy; NULL with
+ * no error when the op has none (argmax, comparisons). */
+mw_tensor *mw__backward_extra(mw_graph *g, mw_tensor *n, mw_tensor *gy);
 
 /* Records the graph's first error (also as the thread's last error); returns NULL for chaining. */
 mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...)

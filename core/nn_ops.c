@@ -26,7 +26,7 @@ static int usable(mw_graph *g, const char *op, mw_tensor *const *xs, int n) {
 static int want_dtype(mw_graph *g, const char *op, const char *what, mw_tensor *x, mw_dtype d) {
     if (x->type.dtype == d) return 1;
     char dx[256];
-    mw__graph_fail(g, MW_ERR_SHAPE, "%s: %s %s must be %s", op, what, DESC(x, dx),
+    mw__graph_fail(g, MW_ERR_DTYPE, "%s: %s %s must be %s", op, what, DESC(x, dx),
                    d == MW_F32 ? "f32" : "i32");
     return 0;
 }

@@ -21,7 +21,7 @@ static int check_operands(mw_graph *g, const char *op, mw_tensor *a, mw_tensor *
         return -1;
     }
     if (a->type.dtype != MW_F32 || (nin == 2 && b->type.dtype != MW_F32)) {
-        mw__graph_fail(g, MW_ERR_UNSUPPORTED, "%s: only f32 operands are supported", op);
+        mw__graph_fail(g, MW_ERR_DTYPE, "%s: only f32 operands are supported", op);
         return -1;
     }
     return 0;

@@ -521,6 +521,16 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_XENT_GRAD: return lower_nn(b, n, &lo, out);
     case MW__OP_ATTENTION:
     case MW__OP_ATTENTION_GRAD: return lower_attention(b, n, out);
+    case MW__OP_MAP:
+    case MW__OP_MAP_GRAD:
+    case MW__OP_DROPOUT:
+    case MW__OP_ARGMAX:
+    case MW__OP_REDUCE_MAX: {
+        mw__ins *in = emit_io(b, MW__I_EXTRA, n, out);
+        if (!in) return -1;
+        mw__lower_extra(n, pl, &in->k.extra);
+        return 0;
+    }
     case MW__OP_FILL: {
         mw__ins *in = emit(b, MW__I_FILL, n->id);
         if (!in) return -1;

@@ -42,7 +42,8 @@ typedef enum mw__ins_kind {
     MW__I_XENT,
     MW__I_XENT_GRAD,
     MW__I_ATTENTION,     /* ref: out, qkv, scratch */
-    MW__I_ATTENTION_GRAD /* ref: d(qkv), gy, qkv, scratch */
+    MW__I_ATTENTION_GRAD, /* ref: d(qkv), gy, qkv, scratch */
+    MW__I_EXTRA /* ops_extra.c's ops: mw__k_extra */
 } mw__ins_kind;
 
 typedef struct mw__ins {
@@ -68,6 +69,7 @@ typedef struct mw__ins {
         mw__k_xent xent;
         mw__k_xent_grad xent_grad;
         mw__k_attention attention;
+        mw__k_extra extra;
     } k; /* pointers are filled in from ref[] when the instruction runs */
 } mw__ins;
 
@@ -120,6 +122,10 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
                          int host_memory, int64_t bucket_elems, mw__plan *out);
 void mw__plan_free(mw__plan *p);
+
+/* Fills the kernel of ops_extra.c's node n (MAP, MAP_GRAD, DROPOUT, ARGMAX, REDUCE_MAX) for the
+ * device at placement pl (ops_extra.c). */
+void mw__lower_extra(const mw_tensor *n, const mw__placement *pl, mw__k_extra *k);
 
 /* The local size of a global axis of size n split over `parts` devices, at coordinate c: shards
  * differ by at most one row; the first n % parts devices get the extra row. */

@@ -207,6 +207,48 @@ typedef struct mw__k_attention {
     float *out, *scratch;
     const float *qkv, *gy;
 } mw__k_attention;
+/* SGD with momentum and L2 weight decay, as torch.optim.SGD: g' = grad_scale * g +
+ * weight_decay * p; with momentum, buf = g' on the first step and momentum * buf +
+ * (1 - dampening) * g' after, and the step is g' + momentum * buf (Nesterov) or buf; without
+ * momentum (buf NULL) it is g'. Then p -= lr * step. Math in devices/math_ops.h. */
+typedef struct mw__k_sgd_momentum {
+    int64_t count;
+    float lr, momentum, dampening, weight_decay, grad_scale;
+    int nesterov, first;
+    float *p, *buf;
+    const float *g;
+} mw__k_sgd_momentum;
+
+/* The ops beyond the core set (math in devices/math_ops.h):
+ *   MAP:        out[i] = f(a[i]), f = fn (mw__mapfn)
+ *   MAP_GRAD:   out[i] = b[i] * f'(a[i]) (b the incoming gradient)
+ *   DROPOUT:    out[i] = a[i] * keep(i) / (1 - p) when active, else a[i]; keep(i) depends only on
+ *               (seed, step, the element's index in the whole tensor), so every sharding of the
+ *               tensor draws the same mask. The local elements form the box [lo, lo + len) of
+ *               the global tensor, whose row-major strides are gstride.
+ *   ARGMAX / REDUCE_MAX: a as [outer, n, inner], out[o, i] = argmax / max over k of a[o, k, i]
+ *               (the first index among equal maxima; NaN compares as smallest). */
+typedef enum mw__xop {
+    MW__X_MAP,
+    MW__X_MAP_GRAD,
+    MW__X_DROPOUT,
+    MW__X_ARGMAX,
+    MW__X_REDUCE_MAX
+} mw__xop;
+
+typedef struct mw__k_extra {
+    mw__xop op;
+    int fn;
+    int64_t count;
+    int64_t outer, n, inner;
+    int rank;
+    int64_t len[MW_MAX_RANK], lo[MW_MAX_RANK], gstride[MW_MAX_RANK];
+    float p;
+    uint64_t seed, step;
+    int active;
+    float *out;
+    const float *a, *b;
+} mw__k_extra;
 
 typedef struct mw__device mw__device;
 
@@ -250,6 +292,10 @@ typedef struct mw__device_vtable {
      * with MW_ERR_UNSUPPORTED when the trainer is made). */
     mw_status (*attention)(mw__device *dev, const mw__k_attention *k);
     mw_status (*attention_grad)(mw__device *dev, const mw__k_attention *k);
+    /* Optional: SGD with momentum or weight decay (NULL: the trainer refuses those options). */
+    mw_status (*sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k);
+    /* Optional: the ops beyond the core set (NULL: a step using one fails, MW_ERR_UNSUPPORTED). */
+    mw_status (*extra)(mw__device *dev, const mw__k_extra *k);
 } mw__device_vtable;
 
 struct mw__device {

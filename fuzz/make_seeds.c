@@ -1,5 +1,6 @@
 /* Writes one valid input per harness into the folder given, so fuzzing starts from files that
- * reach deep into each parser: a checkpoint, an llm.c model file and a token shard. */
+ * reach deep into each parser: a checkpoint, an llm.c model file, a token shard and a safetensors
+ * file. */
 #include <stdio.h>
 #include <string.h>
 
@@ -31,6 +32,8 @@ int main(int argc, char **argv) {
     rc |= mw_trainer_save(tr, path, "pos", 3) != MW_OK;
     snprintf(path, sizeof path, "%s/model_file/seed.bin", argv[1]);
     rc |= gpt2_save(tr, &c, path, err, sizeof err) != MW_OK;
+    snprintf(path, sizeof path, "%s/safetensors/seed.safetensors", argv[1]);
+    rc |= mw_trainer_save_weights(tr, path, NULL, 0) != MW_OK;
     snprintf(path, sizeof path, "%s/token_file/seed.bin", argv[1]);
     FILE *f = fopen(path, "wb");
     int32_t header[GPT2_HEADER_INTS] = {GPT2_SHARD_MAGIC, GPT2_SHARD_VERSION, 8};

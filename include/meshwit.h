@@ -1,8 +1,10 @@
 /* meshwit: data-parallel training of named-axis tensor graphs across devices.
  *
- * The umbrella header. See meshwit/graph.h (tracing models), meshwit/mesh.h (devices and meshes)
- * and meshwit/trainer.h (compiling and running steps); every fallible call returns an mw_status
- * (meshwit/status.h); meshwit/distributed.h runs meshes across processes through MPI. */
+ * The umbrella header. See meshwit/graph.h (tracing models), meshwit/mesh.h (devices and meshes),
+ * meshwit/trainer.h (compiling and running steps), meshwit/infer.h (forward-only programs for
+ * prediction) and meshwit/weights.h (listing parameters, safetensors weight files); every fallible
+ * call returns an mw_status (meshwit/status.h); meshwit/distributed.h runs meshes across processes
+ * through MPI. */
 #ifndef MESHWIT_H
 #define MESHWIT_H
 
@@ -12,10 +14,12 @@
 
 #include "meshwit/distributed.h"
 #include "meshwit/graph.h"
+#include "meshwit/infer.h"
 #include "meshwit/mesh.h"
 #include "meshwit/status.h"
 #include "meshwit/testing.h"
 #include "meshwit/trainer.h"
+#include "meshwit/weights.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -3,10 +3,11 @@
  * data position), written atomically and checked completely before anything is restored.
  *
  * Layout (little-endian, as the host writes it):
- *   "MWCKPT01" | u32 version | u32 optimizer | i64 step | u32 nparams | u32 moments (0 or 2)
+ *   "MWCKPT01" | u32 version | u32 optimizer | i64 step | u32 nparams | u32 moments (0, 1, 2)
  *   | u64 param elements | u64 user bytes
  *   | per parameter: name (MW_MAX_NAME bytes, zero padded) and i64 count
- *   | parameters (each in its declared order) | moments m then v (same order, AdamW) | user bytes
+ *   | parameters (each in its declared order) | moments (same order: AdamW m then v; SGD's
+ *   momentum buffer) | user bytes
  *   | u64 FNV-1a checksum of everything before it */
 #include <dirent.h>
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "parallel/optimizer.h"
 #include "parallel/trainer_impl.h"
 
 #define MAGIC "MWCKPT01"
@@ -138,7 +140,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
-    int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
+    int moments = mw__optimizer_moments(&tr->cfg.optimizer);
     int64_t elems = tr->w[tr->first].plan.param_elems;
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
     mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
@@ -260,7 +262,7 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
     if (h->step < 0 || h->step > MAX_STEP)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s has step %lld, outside [0, 2^53]", path,
                          (long long)h->step);
-    int moments = tr->cfg.optimizer.kind == MW_ADAMW ? 2 : 0;
+    int moments = mw__optimizer_moments(&tr->cfg.optimizer);
     if (h->optimizer != (uint32_t)tr->cfg.optimizer.kind || h->moments != (uint32_t)moments)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s was written with another optimizer", path);
     if (h->nparams != (uint32_t)nparams)

@@ -266,7 +266,7 @@ mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tens
     if (tr->mesh->nprocs <= 1) return MW_OK;
     text t = {0};
     for (int i = 0; i < graph->nnodes; i++) describe_node(&t, graph, graph->nodes[i]);
-    add(&t, "the loss is node %d", loss->id);
+    if (loss) add(&t, "the loss is node %d", loss->id);
     describe_config(&t, &tr->cfg, tr->cfg.outputs, tr->cfg.noutputs);
     mw_status st = t.oom ? mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory")
                          : agree("mw_trainer_new: the model or trainer configuration", t.s, t.len,

@@ -9,8 +9,9 @@
 #include "core/alloc.h"
 #include "parallel/trainer_impl.h"
 
-/* Names of the graph ops, in mw__op order. */
-static const char *const op_names[MW__OP_COUNT] = {
+/* Names of the graph ops, in mw__op order ("map" is relu, tanh, exp and the other elementwise
+ * functions of ops_extra.c). */
+static const char *const op_names[] = {
     "input",         "param",
     "shard",         "fill",
     "add",           "sub",
@@ -26,6 +27,9 @@ static const char *const op_names[MW__OP_COUNT] = {
     "embedding",     "embedding_grad",
     "cross_entropy", "cross_entropy_grad",
     "attention",     "attention_grad",
+    "map",           "map_grad",
+    "dropout",       "argmax",
+    "reduce_max",
 };
 _Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
 

@@ -20,7 +20,9 @@
 #include "devices/cpu/cpu.h"
 #include "meshwit.h"
 #include "parallel/consistency.h"
+#include "parallel/data_errors.h"
 #include "parallel/mesh_impl.h"
+#include "parallel/optimizer.h"
 #include "parallel/reducer.h"
 #include "parallel/reducer_select.h"
 #include "parallel/trainer_impl.h"
@@ -134,6 +136,17 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         in->k.attention.qkv = ptr(w, in->ref[2]);
         in->k.attention.scratch = ptr(w, in->ref[3]);
         return vt->attention_grad(dev, &in->k.attention);
+    case MW__I_EXTRA:
+        if (!vt->extra)
+            return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement this op yet",
+                             vt->kind);
+        in->k.extra.out = ptr(w, in->ref[0]);
+        in->k.extra.a = ptr(w, in->ref[1]);
+        in->k.extra.b = in->k.extra.op == MW__X_MAP_GRAD ? ptr(w, in->ref[2]) : NULL;
+        /* Dropout's mask: a new one every update and every micro-batch of it. */
+        in->k.extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        in->k.extra.active = w->training;
+        return vt->extra(dev, &in->k.extra);
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
@@ -244,14 +257,15 @@ static mw_status run_range(worker *w, int from, int to) {
         mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
         if (st) return st;
         if (!w->prof_cat) {
-            if ((st = run_ins(w, &w->plan.ins[i]))) return st;
+            if ((st = run_ins(w, &w->plan.ins[i])))
+                return mw__explain_index_error(w, &w->plan.ins[i], st);
             continue;
         }
         /* Profiling: a GPU's kernels are timed by waiting for each. */
         int64_t t0 = now_ns();
         if ((st = run_ins(w, &w->plan.ins[i])) ||
             (!w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
-            return st;
+            return mw__explain_index_error(w, &w->plan.ins[i], st);
         w->prof_ms[w->prof_cat[i]] += (double)(now_ns() - t0) * 1e-6;
         w->prof_calls[w->prof_cat[i]]++;
     }
@@ -287,11 +301,7 @@ static mw_status update(worker *w) {
         if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
     }
     float lr = tr->step_lr;
-    if (o->kind == MW_SGD) {
-        mw__k_sgd k = {
-            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
-        return vt->sgd(&w->dev, &k);
-    }
+    if (o->kind == MW_SGD) return mw__sgd_update(w, lr, scale);
     double t = (double)tr->steps + 1;
     float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
     float *m = w->moments, *v = m + w->plan.param_elems;
@@ -304,7 +314,7 @@ static mw_status update(worker *w) {
                          .beta1 = o->beta1,
                          .beta2 = o->beta2,
                          .eps = o->eps,
-                         .weight_decay = pn->type.rank >= 2 ? o->weight_decay : 0,
+                         .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0,
                          .bias1 = bias1,
                          .bias2 = bias2,
                          .grad_scale = scale,
@@ -323,9 +333,11 @@ static mw_status worker_init(worker *w) {
     if (st) return st;
     mw__plan *p = &w->plan;
     size_t pbytes = (size_t)p->param_elems * 4;
+    mw_trainer *from = w->tr->params_from;
+    if (from) w->params = from->w[w->index].params; /* shared, not copied */
     if ((st = vt->alloc(&w->dev, (size_t)p->arena_elems * 4, &w->arena)) ||
-        (st = vt->alloc(&w->dev, pbytes, &w->params)) ||
-        (st = vt->alloc(&w->dev, pbytes, &w->grads)))
+        (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
+        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
     if ((st = vt->alloc(&w->dev, 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
@@ -334,23 +346,30 @@ static mw_status worker_init(worker *w) {
             if (p->views[v].staging.off >= 0) staged += (size_t)p->views[v].count * 4;
         if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
     }
-    if (w->tr->cfg.optimizer.kind == MW_ADAMW) {
-        if ((st = vt->alloc(&w->dev, 2 * pbytes, &w->moments))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = 2 * p->param_elems, .out = w->moments};
+    int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
+    if (moments) {
+        if ((st = vt->alloc(&w->dev, (size_t)moments * pbytes, &w->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = moments * p->param_elems, .out = w->moments};
+        if ((st = vt->fill(&w->dev, &z))) return st;
+    }
+    if (w->tr->cfg.grad_accumulation) {
+        if ((st = vt->alloc(&w->dev, pbytes, &w->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = p->param_elems, .out = w->accum};
         if ((st = vt->fill(&w->dev, &z))) return st;
     }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
-    if ((st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
+    if (!from && (st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
-    if ((st = vt->fill(&w->dev, &zero))) return st;
+    if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;
     return vt->sync(&w->dev);
 }
 
 static mw_status worker_run(worker *w, cmd c) {
     mw_status st;
+    w->training = c != CMD_EVAL;
     switch (c) {
     case CMD_INIT: return worker_init(w);
     case CMD_EVAL:
@@ -358,8 +377,12 @@ static mw_status worker_run(worker *w, cmd c) {
         return w->dev.vt->sync(&w->dev);
     case CMD_GRADS:
     case CMD_STEP:
+    case CMD_ACCUM:
         w->skipped = 0;
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if (c == CMD_ACCUM)
+            return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
+        if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;
         if (c == CMD_STEP && (w->tr->cfg.check_finite || w->tr->cfg.skip_nonfinite)) {
             /* The loss is replicated: every device sees the same value and stops alike. */
             float loss;
@@ -457,9 +480,10 @@ static void *worker_main(void *arg) {
         }
         if (c == CMD_QUIT) {
             w->dev.vt->free(&w->dev, w->arena);
-            w->dev.vt->free(&w->dev, w->params);
+            if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
             w->dev.vt->free(&w->dev, w->grads);
             w->dev.vt->free(&w->dev, w->moments);
+            w->dev.vt->free(&w->dev, w->accum);
             w->dev.vt->free(&w->dev, w->scratch);
             if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
             w->dev.vt->shutdown(&w->dev);
@@ -568,6 +592,7 @@ static mw_status run_command(mw_trainer *tr, cmd c, const mw_feed *feeds, int nf
     mw_status st = check_feeds(tr, feeds, nfeeds);
     if (st) return st;
     if ((st = dispatch(tr, c))) return st;
+    tr->outputs_ready = 1;
     if (c == CMD_STEP && (st = mw__trainer_after_step(tr))) return st;
     if (loss) {
         worker *w = &tr->w[tr->first];
@@ -594,8 +619,34 @@ float mw_trainer_grad_norm(const mw_trainer *tr) { return tr ? tr->grad_norm : 0
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
     mw_status st = tr && !tr->broken ? mw__trainer_stop_point(tr) : MW_OK;
     if (st) return st;
-    if (tr) tr->step_lr = mw_trainer_lr(tr, tr->steps);
-    return run_command(tr, CMD_STEP, feeds, nfeeds, loss);
+    if (tr) tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->steps);
+    st = run_command(tr, CMD_STEP, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated = 0;
+    return st;
+}
+
+mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (tr && !tr->cfg.grad_accumulation)
+        return mw__error(MW_ERR_STATE, "mw_trainer_accumulate: the trainer was made without "
+                                       "mw_trainer_config.grad_accumulation");
+    mw_status st = run_command(tr, CMD_ACCUM, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated++;
+    return st;
+}
+
+mw_status mw_trainer_set_lr(mw_trainer *tr, float lr) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_set_lr: trainer is NULL");
+    if (lr == MW_LR_SCHEDULE) {
+        tr->host_lr = -1.0f;
+        return MW_OK;
+    }
+    if (!(lr >= 0.0f) || !isfinite(lr))
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_set_lr: lr is %g; it must be finite and >= 0 (or "
+                         "MW_LR_SCHEDULE)",
+                         lr);
+    tr->host_lr = lr;
+    return MW_OK;
 }
 
 mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
@@ -619,7 +670,7 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
         *out = s;
         return MW_OK;
     }
-    return mw__error(MW_ERR_AXIS, "the graph has no parameter named '%s'", name);
+    return mw__error(MW_ERR_NOT_FOUND, "the graph has no parameter named '%s'", name);
 }
 
 static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count, int grads) {
@@ -661,8 +712,11 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     int o = 0;
     while (o < tr->cfg.noutputs && tr->user_outputs[o] != output) o++;
     if (o == tr->cfg.noutputs)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: not an output of the trainer "
-                                         "(list it in mw_trainer_config.outputs)");
+        return mw__error(MW_ERR_NOT_FOUND, "mw_trainer_read_output: not an output of the trainer "
+                                           "(list it in mw_trainer_config.outputs)");
+    if (!tr->outputs_ready)
+        return mw__error(MW_ERR_STATE, "mw_trainer_read_output: no step, eval or compute_grads "
+                                       "has run yet, so the output has no value");
     const mw__type *t = &tr->outputs[o]->type;
     if (count != mw__type_numel(t))
         return mw__error(MW_ERR_SHAPE,
@@ -972,6 +1026,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->user_outputs);
     mw__free(tr->init_values);
     mw__trainer_consistency_free(tr);
+    mw__free(tr->decays);
     mw_graph_free(tr->g);
     mw__free(tr);
 }
@@ -992,6 +1047,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     mw_status st = mw__graph_clone(graph, &tr->g);
     if (st) return st;
     mw_graph *g = tr->g;
+    if ((st = mw__optimizer_decays(tr))) return st;
     tr->loss = mw__replicated(g, g->nodes[loss->id]);
     tr->grads = mw__calloc((size_t)g->nparams + 1, sizeof *tr->grads);
     tr->feed_of = mw__calloc((size_t)g->ninputs + 1, sizeof *tr->feed_of);
@@ -1014,8 +1070,11 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         tr->outputs[o] = mw__replicated(g, g->nodes[u->id]);
         if (!tr->outputs[o]) return mw__error_copy(g->status, g->error);
     }
+    if (tr->forward_only) tr->loss = tr->outputs[0];
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)) || (st = place(tr)))
+    if ((!tr->forward_only &&
+         ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)))) ||
+        (st = place(tr)))
         return st;
 
     mw_mesh *mesh = tr->mesh;
@@ -1060,6 +1119,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         if (tr->cfg.profile && (st = mw__profile_init(w, g))) return st;
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
+        if (tr->params_from && (st = mw__share_params(tr, w))) return st;
     }
     if ((st = make_groups(tr)) || (st = init_values(tr)) || (st = mw__trainer_prepare(tr)))
         return st;
@@ -1076,15 +1136,33 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     return MW_OK;
 }
 
+static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                             const mw_trainer_config *config, int forward_only,
+                             mw_trainer *params_from, mw_trainer **out);
+
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out) {
+    return trainer_new(graph, loss, mesh, config, 0, NULL, out);
+}
+
+mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
+                                  mw_trainer *params_from, mw_trainer **out) {
+    if (!config || config->noutputs < 1 || !config->outputs)
+        return mw__error(MW_ERR_INVALID, "an inference program needs at least one output");
+    return trainer_new(graph, config->outputs[0], mesh, config, 1, params_from, out);
+}
+
+/* A trainer, or a forward-only one whose "loss" is its first output. */
+static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                             const mw_trainer_config *config, int forward_only,
+                             mw_trainer *params_from, mw_trainer **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
     *out = NULL;
     if (!graph || !mesh) return mw__error(MW_ERR_INVALID, "mw_trainer_new: graph or mesh is NULL");
     if (graph->status) return mw__error_copy(graph->status, graph->error);
     if (!loss || loss->g != graph)
         return mw__error(MW_ERR_INVALID, "mw_trainer_new: the loss is NULL or from another graph");
-    if (loss->type.rank != 0 || loss->type.dtype != MW_F32) {
+    if (!forward_only && (loss->type.rank != 0 || loss->type.dtype != MW_F32)) {
         char d[256];
         return mw__error(MW_ERR_SHAPE, "mw_trainer_new: the loss must be an f32 scalar, not %s",
                          mw__type_describe(graph, &loss->type, d, sizeof d));
@@ -1092,6 +1170,8 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     mw_trainer *tr = mw__calloc(1, sizeof *tr);
     if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
     tr->mesh = mesh;
+    tr->forward_only = forward_only;
+    tr->params_from = params_from;
     tr->reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
     tr->all_reducer = &mw__reducer_shm;
@@ -1103,12 +1183,20 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);
     }
     tr->cfg = config ? *config : (mw_trainer_config){.optimizer = {MW_SGD, 0.01f}};
-    if (tr->cfg.optimizer.kind != MW_SGD && tr->cfg.optimizer.kind != MW_ADAMW) {
-        int kind = (int)tr->cfg.optimizer.kind;
+    tr->host_lr = -1.0f;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_status st = mw__optimizer_resolve(&tr->cfg.optimizer);
+    if (st == MW_OK && o->kind == MW_SGD && (o->momentum > 0.0f || o->weight_decay > 0.0f) &&
+        !mesh->vt->sgd_momentum)
+        st = mw__error(MW_ERR_UNSUPPORTED,
+                       "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
+                       "%s devices",
+                       mesh->vt->kind);
+    if (st) {
         mw__free(tr);
-        return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: unknown optimizer kind %d", kind);
+        return st;
     }
-    mw_status st = mw__trainer_agree(tr, graph, loss);
+    st = mw__trainer_agree(tr, graph, loss);
     if (st == MW_OK) st = trainer_build(tr, graph, loss);
     if (st) {
         char msg[MW__MSG_SIZE];

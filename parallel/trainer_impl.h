@@ -15,7 +15,7 @@
 
 #define MAX_GROUPS 16
 
-typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT } cmd;
+typedef enum cmd { CMD_NONE, CMD_INIT, CMD_EVAL, CMD_GRADS, CMD_STEP, CMD_QUIT, CMD_ACCUM } cmd;
 
 typedef struct worker {
     mw_trainer *tr;
@@ -25,7 +25,8 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
-    void *moments;  /* AdamW: m then v, each param_elems long */
+    void *moments;  /* AdamW: m then v, each param_elems long; SGD with momentum: its buffer */
+    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients */
     float *scratch; /* device scalars: the gradient square-norm */
     void *pinned;   /* page-locked staging of the input shards (devices that offer it) */
     char **bases;   /* per plan base: resolved address (views rebound every step) */
@@ -45,6 +46,7 @@ typedef struct worker {
     double *prof_ms;
     int64_t *prof_calls;
     int skipped; /* the current step skipped its update (skip_nonfinite) */
+    int training; /* the current command trains (dropout is active) */
 } worker;
 
 /* Profile categories (profile.c): (graph op, plain or copy) in each of three phases, plus the
@@ -108,6 +110,21 @@ struct mw_trainer {
     int64_t skipped;
     float *replica_buf;
     uint64_t *replica_sums;
+    unsigned char *decays; /* per parameter leaf: weight decay applies */
+    float host_lr;         /* >= 0: set by mw_trainer_set_lr, in place of the schedule */
+    int accumulated;       /* micro-batches in the accumulator since the last update */
+    int outputs_ready;     /* a command has run: the outputs hold values */
+    /* An inference program (infer.c): forward only, no gradients; its parameters are those of
+     * params_from's devices when not NULL (same mesh), else its own. */
+    int forward_only;
+    mw_trainer *params_from;
 };
+
+/* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */
+mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
+                                  mw_trainer *params_from, mw_trainer **out);
+
+/* Points worker w's plan at params_from's parameter buffer (infer.c). */
+mw_status mw__share_params(mw_trainer *tr, worker *w);
 
 #endif

@@ -17,7 +17,7 @@ blas=$(pkg-config --cflags --libs openblas)
 # shellcheck disable=SC2086
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=}" fuzz/make_seeds.c "${sources[@]}" $blas \
     -lpthread -lm -o "$out/make_seeds"
-for target in checkpoint model_file token_file; do
+for target in checkpoint model_file token_file safetensors; do
     # shellcheck disable=SC2086
     "$cc" "${flags[@]}" "fuzz/fuzz_$target.c" "${sources[@]}" $blas -lpthread -lm \
         -o "$out/fuzz_$target"
@@ -25,7 +25,7 @@ for target in checkpoint model_file token_file; do
 done
 "$out/make_seeds" "$out/seeds"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-for target in checkpoint model_file token_file; do
+for target in checkpoint model_file token_file safetensors; do
     # A target with no kept crash has no folder (git keeps no empty folders).
     regressions=()
     [ -d "fuzz/regressions/$target" ] && regressions=("fuzz/regressions/$target")

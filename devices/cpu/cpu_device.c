@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_ops_extra.h"
 #include "devices/device.h"
 
 /* Pins the calling worker to the index-th CPU this process may use, when there are at least as
@@ -299,6 +300,8 @@ const mw__device_vtable mw__cpu_device = {
     .adamw = mw__cpu_adamw,
     .attention = mw__cpu_attention,
     .attention_grad = mw__cpu_attention_grad,
+    .sgd_momentum = mw__cpu_sgd_momentum,
+    .extra = mw__cpu_extra,
 };
 
 int mw__cpu_set_blas_threads(int n) {

@@ -65,4 +65,25 @@ mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, i
 mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);
 
+/* Hugging Face GPT-2 weights (gpt2_hf.c): a safetensors file in the layout
+ * GPT2LMHeadModel.save_pretrained writes (tensor names with or without the "transformer."
+ * prefix; Conv1D weights stored [In, Out]; no lm_head.weight, the head being tied to wte) and
+ * the config.json beside it.
+ * gpt2_hf_read_config fills *c from the config.json in path's folder (padded_vocab = vocab) and
+ * refuses a model this GPT-2 does not compute (another activation or layer-norm epsilon, an
+ * untied head): MW_ERR_IO, MW_ERR_FORMAT, MW_ERR_UNSUPPORTED.
+ * gpt2_hf_load checks every tensor's presence and shape against c before it copies any into
+ * the trainer (wte's padding rows become 0): MW_ERR_IO, MW_ERR_FORMAT, MW_ERR_NOT_FOUND,
+ * MW_ERR_SHAPE. gpt2_hf_save writes the file with the prefix, and config.json beside it, so that
+ * transformers' GPT2LMHeadModel.from_pretrained(folder) loads it (name it model.safetensors).
+ * Messages go to err. */
+mw_status gpt2_hf_read_config(const char *path, gpt2_config *c, char *err, size_t errsize);
+mw_status gpt2_hf_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
+                       size_t errsize);
+mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
+                       size_t errsize);
+
+/* Whether path names a safetensors file (by its extension). */
+int gpt2_is_safetensors(const char *path);
+
 #endif

@@ -1,5 +1,6 @@
 /* gpt2: trains GPT-2 data-parallel over a mesh of devices, on byte-level text, llm.c token shards
- * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files.
+ * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files and
+ * Hugging Face GPT-2 safetensors.
  *
  * One training step: make a global batch [B, T] on the host (random windows, or file order with
  * --sequential), feed it; the trainer shards it along Batch over the mesh, all-reduces the
@@ -60,9 +61,13 @@ static void usage(FILE *f) {
         "                      small, gpt2-124m (context 1024, vocab 50257 padded to 50304)\n"
         "  --layers N, --heads N, --channels N, --context N, --vocab N, --padded-vocab N\n"
         "                      override the preset's sizes (--vocab pads to a multiple of 128)\n"
-        "  --load FILE         start from an llm.c model file (fp32); without --preset the model\n"
-        "                      takes its sizes from the file (sizes given must agree with it)\n"
-        "  --save FILE         write an llm.c model file after training\n"
+        "  --load FILE         start from a model file: FILE.bin is llm.c's (fp32),\n"
+        "                      FILE.safetensors Hugging Face's GPT-2 (with its config.json\n"
+        "                      beside it); without --preset the model takes its sizes from the\n"
+        "                      file (sizes given must agree with it)\n"
+        "  --save FILE         write the model after training: .bin llm.c's format,\n"
+        "                      .safetensors Hugging Face's (and config.json beside it, so that\n"
+        "                      GPT2LMHeadModel.from_pretrained(folder) reads model.safetensors)\n"
         "  --checkpoint FILE   resumable training state (parameters, AdamW moments, step, data\n"
         "                      position and RNG), written atomically every --checkpoint-every N\n"
         "                      steps (default 100) and at the end\n"
@@ -277,7 +282,9 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
 static int choose_model(options *o, const sizes *sz) {
     char err[512];
     if (o->load && !o->preset_given) {
-        mw_status st = gpt2_read_header(o->load, &o->model, err, sizeof err);
+        mw_status st = gpt2_is_safetensors(o->load)
+                           ? gpt2_hf_read_config(o->load, &o->model, err, sizeof err)
+                           : gpt2_read_header(o->load, &o->model, err, sizeof err);
         if (st != MW_OK) {
             fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
             return -1;
@@ -427,14 +434,13 @@ static void print_setup(const run *r) {
     fflush(stdout);
 }
 
-/* Builds the model for batch x seq over `mesh` (sharded along Batch when mesh_axis is not NULL).
- * outputs: the logits are read back (for sampling). */
-static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, int outputs,
-                       mw_graph **g, gpt2_graph *m, mw_trainer **tr) {
+/* Builds the model for batch x seq over `mesh`, sharded along Batch. */
+static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_graph **g,
+                       gpt2_graph *m, mw_trainer **tr) {
     mw_status st = mw_graph_new(g);
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
-    st = gpt2_build(*g, &o->model, batch, seq, outputs ? NULL : MESH_AXIS, m);
+    st = gpt2_build(*g, &o->model, batch, seq, MESH_AXIS, m);
     if (st != MW_OK) return st;
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)o->lr,
@@ -447,11 +453,7 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, int 
                                            .decay_steps = o->cosine ? o->steps : 0,
                                            .min_lr_ratio = (float)o->min_lr_ratio},
                              .skip_nonfinite = o->skip_nonfinite,
-                             .check_replicas_every = outputs ? 0 : o->check_replicas};
-    if (outputs) {
-        cfg.outputs = &m->logits;
-        cfg.noutputs = 1;
-    }
+                             .check_replicas_every = o->check_replicas};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -557,40 +559,6 @@ static int train(run *r) {
     return 0;
 }
 
-/* Copies every parameter of the model from one trainer to another. */
-static mw_status copy_params(mw_trainer *dst, mw_trainer *src, const gpt2_config *c) {
-    static const char *const layer_params[] = {"ln1w",     "ln1b",     "qkvw",    "qkvb",
-                                               "attprojw", "attprojb", "ln2w",    "ln2b",
-                                               "fcw",      "fcb",      "fcprojw", "fcprojb"};
-    const int64_t C = c->channels;
-    const int64_t layer_sizes[] = {C, C, 3 * C * C, 3 * C, C * C,     C,
-                                   C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-    const int64_t wte = (int64_t)c->padded_vocab * C, wpe = (int64_t)c->max_seq * C;
-    int64_t largest = 4 * C * C;
-    if (wte > largest) largest = wte;
-    if (wpe > largest) largest = wpe;
-    float *buf = malloc((size_t)largest * sizeof *buf);
-    if (!buf) return MW_ERR_NOMEM;
-    struct {
-        const char *name;
-        int64_t n;
-    } whole[] = {{"wte", wte}, {"wpe", wpe}, {"lnfw", C}, {"lnfb", C}};
-    mw_status st = MW_OK;
-    for (size_t i = 0; i < sizeof whole / sizeof *whole && st == MW_OK; i++) {
-        st = mw_trainer_read_param(src, whole[i].name, buf, whole[i].n);
-        if (st == MW_OK) st = mw_trainer_write_param(dst, whole[i].name, buf, whole[i].n);
-    }
-    for (int l = 0; l < c->layers && st == MW_OK; l++)
-        for (size_t i = 0; i < sizeof layer_params / sizeof *layer_params && st == MW_OK; i++) {
-            char name[64];
-            snprintf(name, sizeof name, "h%d.%s", l, layer_params[i]);
-            st = mw_trainer_read_param(src, name, buf, layer_sizes[i]);
-            if (st == MW_OK) st = mw_trainer_write_param(dst, name, buf, layer_sizes[i]);
-        }
-    free(buf);
-    return st;
-}
-
 /* A token drawn from softmax(logits / temperature) over the first `vocab` entries (the likeliest
  * one at temperature 0). */
 static int draw(const float *logits, int vocab, double temperature, gpt2_rng *rng) {
@@ -619,25 +587,27 @@ static void print_token(int token, int byte_level) {
         putchar(token);
 }
 
-/* Generates o->sample tokens with a batch-1 copy of the model on one CPU device: each new token
+/* Generates o->sample tokens with an inference program of the model traced for one sequence,
+ * reading the trainer's parameters in place (no copy, no targets, no gradients): each new token
  * is drawn from the logits at the last position of the window of the latest seq tokens. */
 static int sample(run *r) {
     const options *o = &r->o;
     const gpt2_config *c = &o->model;
     const int T = o->seq, V = c->vocab, Vp = c->padded_vocab;
-    mw_mesh *mesh = NULL;
     mw_graph *g = NULL;
-    mw_trainer *tr = NULL;
+    mw_infer *inf = NULL;
     gpt2_graph m;
     int rc = 0, n = 0, cap = o->sample + (int)strlen(o->prompt) + 1;
-    int32_t *hist = malloc((size_t)cap * sizeof *hist), *tokens = calloc((size_t)T, 4),
-            *targets = calloc((size_t)T, 4);
+    int32_t *hist = malloc((size_t)cap * sizeof *hist), *tokens = calloc((size_t)T, 4);
     float *logits = malloc((size_t)T * (size_t)Vp * sizeof *logits);
     char *text = malloc((size_t)cap);
-    mw_status st = hist && tokens && targets && logits && text ? MW_OK : MW_ERR_NOMEM;
-    if (st == MW_OK) st = mw_mesh_new_local("cpu:1", NULL, &mesh); /* each process on its own */
-    if (st == MW_OK) st = build(o, 1, T, mesh, 1, &g, &m, &tr);
-    if (st == MW_OK) st = copy_params(tr, r->tr, c);
+    mw_status st = hist && tokens && logits && text ? MW_OK : MW_ERR_NOMEM;
+    if (st == MW_OK) st = mw_graph_new(&g);
+    if (st == MW_OK) st = gpt2_build(g, c, 1, T, NULL, &m);
+    if (st == MW_OK) {
+        mw_infer_config ic = {.outputs = &m.logits, .noutputs = 1};
+        st = mw_infer_from_trainer(r->tr, g, &ic, &inf);
+    }
     if (st != MW_OK) {
         rc = fail(st, "cannot set up sampling");
         goto done;
@@ -649,14 +619,12 @@ static int sample(run *r) {
     int prompt_len = n;
     printf("sample (%d tokens, temperature %g):\n", o->sample, o->temperature);
     if (r->byte_level) fwrite(o->prompt, 1, strlen(o->prompt), stdout);
-    mw_feed feeds[2] = {{"tokens", tokens, T}, {"targets", targets, T}};
+    mw_feed feed = {"tokens", tokens, T};
+    mw_fetch fetch = {m.logits, logits, (int64_t)T * Vp};
     for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
         int start = n > T ? n - T : 0, len = n - start;
         memcpy(tokens, hist + start, (size_t)len * sizeof *tokens);
-        float unused;
-        st = mw_trainer_eval(tr, feeds, 2, &unused);
-        if (st == MW_OK) st = mw_trainer_read_output(tr, m.logits, logits, (int64_t)T * Vp);
-        if (st != MW_OK) {
+        if ((st = mw_infer_run(inf, &feed, 1, 1, &fetch, 1)) != MW_OK) {
             rc = fail(st, "sampling failed");
             goto done;
         }
@@ -674,12 +642,10 @@ static int sample(run *r) {
                correct);
     }
 done:
-    mw_trainer_free(tr);
+    mw_infer_free(inf);
     mw_graph_free(g);
-    mw_mesh_free(mesh);
     free(hist);
     free(tokens);
-    free(targets);
     free(logits);
     free(text);
     return rc;
@@ -784,12 +750,14 @@ static int run_main(int argc, char **argv) {
     }
     print_setup(&r);
     if ((st = gpt2_batch_new(o->batch, o->seq, &r.batch)) != MW_OK ||
-        (st = build(o, o->batch, o->seq, r.mesh, 0, &r.graph, &r.model, &r.tr)) != MW_OK) {
+        (st = build(o, o->batch, o->seq, r.mesh, &r.graph, &r.model, &r.tr)) != MW_OK) {
         rc = fail(st, "cannot build the model");
         goto done;
     }
     if (o->load) {
-        st = gpt2_load_ex(r.tr, &o->model, o->load, o->allow_nonfinite, err, sizeof err);
+        st = gpt2_is_safetensors(o->load)
+                 ? gpt2_hf_load(r.tr, &o->model, o->load, err, sizeof err)
+                 : gpt2_load_ex(r.tr, &o->model, o->load, o->allow_nonfinite, err, sizeof err);
         if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;
@@ -828,7 +796,7 @@ static int run_main(int argc, char **argv) {
             rc = fail(st, "evaluation failed");
             goto done;
         }
-        printf("eval loss %.4f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
+        printf("eval loss %.6f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
         if (!isfinite(loss)) {
             fflush(stdout);
             fprintf(stderr, "gpt2: the eval loss is %f: the model's outputs are not finite\n",
@@ -839,7 +807,9 @@ static int run_main(int argc, char **argv) {
     }
     if ((rc = train(&r)) != 0) goto done;
     if (o->save && mw_distributed_rank() == 0) { /* one writer */
-        if ((st = gpt2_save(r.tr, &o->model, o->save, err, sizeof err)) != MW_OK) {
+        st = gpt2_is_safetensors(o->save) ? gpt2_hf_save(r.tr, &o->model, o->save, err, sizeof err)
+                                          : gpt2_save(r.tr, &o->model, o->save, err, sizeof err);
+        if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;
         }

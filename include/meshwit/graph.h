@@ -210,6 +210,52 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
 mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
                             const char *vocab_axis, int64_t valid);
 
+/* --- more elementwise ops, comparisons, maxima, concatenation, dropout ------------------------ */
+
+/* Elementwise activations and functions, with PyTorch's gradients (relu'(0) = 0, abs'(0) = 0;
+ * log and sqrt of negative values give NaN, their gradient at 0 is Inf, as in IEEE). */
+mw_tensor *mw_relu(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_tanh(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_sigmoid(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_exp(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_log(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_sqrt(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_abs(mw_graph *g, mw_tensor *x);
+
+typedef enum mw_comparison { MW_GT, MW_GE, MW_LT, MW_LE, MW_EQ, MW_NE } mw_comparison;
+
+/* 1.0 where `a cmp b` holds, else 0.0 (f32, with a and b broadcast and sharded as in mw_sub; it
+ * compares a - b with 0, which is exact for finite values). A mask carries no gradient. */
+mw_tensor *mw_compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp);
+
+/* x where mask is 1, y where it is 0: y + mask * (x - y), with gradients mask * g to x and
+ * (1 - mask) * g to y. Both x and y must be finite (an Inf in the branch not taken gives NaN). */
+mw_tensor *mw_where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y);
+
+/* Elementwise maximum and minimum (broadcast as in mw_sub); where a and b tie each gets half the
+ * gradient, as in PyTorch. */
+mw_tensor *mw_maximum(mw_graph *g, mw_tensor *a, mw_tensor *b);
+mw_tensor *mw_minimum(mw_graph *g, mw_tensor *a, mw_tensor *b);
+
+/* The largest element along axis `axis` (dropped from the result), its gradient split evenly
+ * among tied maxima (as torch.amax); and the index of the first largest element (f32, no
+ * gradient; NaN counts as smallest). The axis must not be sharded. Errors: MW_ERR_AXIS,
+ * MW_ERR_SHARDING. */
+mw_tensor *mw_max(mw_graph *g, mw_tensor *x, const char *axis);
+mw_tensor *mw_argmax(mw_graph *g, mw_tensor *x, const char *axis);
+
+/* The n tensors joined along axis `axis` (in order), which they all have unsharded; their other
+ * axes must agree (in any order; the result has xs[0]'s). Errors: MW_ERR_AXIS, MW_ERR_SHAPE,
+ * MW_ERR_SHARDING. */
+mw_tensor *mw_concat(mw_graph *g, mw_tensor *const *xs, int n, const char *axis);
+
+/* Dropout: during a training step (mw_trainer_step, compute_grads, accumulate) each element is
+ * zeroed with probability p and the others scaled by 1 / (1 - p); in mw_trainer_eval and
+ * inference programs it is the identity. Whether an element is kept depends only on (seed, the
+ * trainer's step and micro-batch, the element's index in the whole tensor), so a sharded run
+ * draws exactly the single-device mask. Errors: MW_ERR_INVALID (p outside [0, 1)). */
+mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed);
+
 /* --- inspection ------------------------------------------------------------------------------- */
 
 int mw_tensor_rank(const mw_tensor *t);

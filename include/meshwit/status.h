@@ -25,7 +25,9 @@ typedef enum mw_status {
     MW_ERR_TIMEOUT = -11,    /* a collective whose peers did not arrive in time */
     MW_ERR_NONFINITE = -12,  /* NaN or Inf where finite values were required */
     MW_ERR_STATE = -13,      /* a call that is not valid in the object's current state */
-    MW_ERR_INTERRUPTED = -14 /* a stop was requested (mw_request_stop); nothing was changed */
+    MW_ERR_INTERRUPTED = -14, /* a stop was requested (mw_request_stop); nothing was changed */
+    MW_ERR_NOT_FOUND = -15,   /* a parameter, output or tensor name that does not exist */
+    MW_ERR_DTYPE = -16        /* a tensor of the wrong element type for the op or the call */
 } mw_status;
 
 /* A short, static description of a status code ("invalid argument", "shape mismatch", ...).

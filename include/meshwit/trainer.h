@@ -23,22 +23,48 @@ extern "C" {
 #endif
 
 typedef enum mw_optimizer_kind {
-    MW_SGD = 0,  /* p -= lr * grad */
-    MW_ADAMW = 1 /* Adam with decoupled weight decay, applied to matrices (rank >= 2) only */
+    MW_SGD = 0,  /* p -= lr * grad, with optional momentum, Nesterov and L2 weight decay */
+    MW_ADAMW = 1 /* Adam with decoupled weight decay */
 } mw_optimizer_kind;
 
-/* The optimizer and its learning-rate schedule. Fields a kind does not use are ignored. */
+/* An explicit zero for a field whose 0 means "the default" (beta1, beta2, eps): e.g.
+ * .beta1 = MW_ZERO asks for Adam without first-moment averaging. */
+#define MW_ZERO (-0.0f)
+
+/* The optimizer and its learning-rate schedule. Fields a kind does not use are ignored. A field
+ * left 0 takes the default written beside it, so the natural C initialiser
+ * {.kind = MW_ADAMW, .lr = 1e-3f} is Adam with beta1 0.9, beta2 0.999, eps 1e-8 (PyTorch's
+ * defaults) and no weight decay. mw_trainer_new refuses a value outside the range written beside
+ * it with MW_ERR_INVALID and a message naming the field. The update rules are PyTorch's
+ * (torch.optim.SGD and torch.optim.AdamW), applied to the gradient after clipping:
+ *   SGD:   g += weight_decay * p (decayed parameters only); with momentum, buf = g on the first
+ *          step, buf = momentum * buf + (1 - dampening) * g after, and g = g + momentum * buf
+ *          (Nesterov) or g = buf; then p -= lr * g.
+ *   AdamW: p -= lr * weight_decay * p (decayed parameters only), then the Adam step. */
 typedef struct mw_optimizer {
     mw_optimizer_kind kind;
-    float lr;           /* peak learning rate */
-    float beta1, beta2; /* AdamW moment decay rates (e.g. 0.9, 0.95) */
-    float eps;          /* AdamW denominator term (e.g. 1e-8) */
-    float weight_decay; /* AdamW decoupled weight decay (e.g. 0.1) */
-    float grad_clip;    /* > 0: scale gradients so their global L2 norm is at most this */
-    int warmup_steps;   /* lr rises linearly over the first warmup_steps steps */
-    int decay_steps;    /* > 0: cosine decay from lr to lr * min_lr_ratio by this step */
-    float min_lr_ratio;
+    float lr;           /* peak learning rate, >= 0 */
+    float beta1, beta2; /* AdamW moment decay rates in [0, 1); 0: 0.9 and 0.999 */
+    float eps;          /* AdamW denominator term, >= 0; 0: 1e-8 */
+    float weight_decay; /* >= 0; AdamW: decoupled; SGD: L2 added to the gradient; 0: none */
+    float grad_clip;    /* >= 0; > 0: scale gradients so their global L2 norm is at most this */
+    int warmup_steps;   /* >= 0; lr rises linearly over the first warmup_steps steps */
+    int decay_steps;    /* >= 0; > 0: cosine decay from lr (at warmup_steps) to
+                           lr * min_lr_ratio by this step */
+    float min_lr_ratio; /* in [0, 1] */
+    float momentum;     /* SGD: in [0, 1]; 0: plain SGD */
+    float dampening;    /* SGD: in [0, 1]; 0: none */
+    int nesterov;       /* SGD: non-zero for Nesterov momentum (needs momentum > 0, dampening 0) */
+    /* Which parameters weight decay applies to: called once per parameter by mw_trainer_new with
+     * its name and rank (and decay_user), non-zero to decay it. NULL: parameters of rank >= 2
+     * (matrices, not biases or norm gains). */
+    int (*decays)(const char *name, int rank, void *decay_user);
+    void *decay_user;
 } mw_optimizer;
+
+/* The optimizer of `kind` with every field at its documented default and lr 1e-3: a starting
+ * point to change fields of. */
+mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind);
 
 typedef struct mw_trainer_config {
     mw_optimizer optimizer;
@@ -81,6 +107,9 @@ typedef struct mw_trainer_config {
      * differs and where, when replicas silently diverged. 0: never (mw_trainer_check_replicas
      * checks on demand). */
     int check_replicas_every;
+    /* Non-zero: the trainer keeps a gradient accumulator (one more parameter-sized buffer per
+     * device) so that mw_trainer_accumulate can be used. */
+    int grad_accumulation;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -120,6 +149,16 @@ void mw_trainer_free(mw_trainer *tr);
  * released and the trainer can step again. Errors: MW_ERR_INVALID (a missing, unknown or
  * wrong-sized feed), any error a device or collective reports (the message names the device). */
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
+
+/* Gradient accumulation: forward and backward on one micro-batch, whose gradients are added to
+ * those accumulated since the last update; nothing is updated. The next mw_trainer_step runs its
+ * own batch as the last micro-batch and updates with the mean of the gradients of all of them:
+ * with N micro-batches of a mean loss this is the update of the one batch of N times the rows (to
+ * float tolerance), with the activation memory of one micro-batch. Writes the micro-batch's loss
+ * to *loss when not NULL. Needs mw_trainer_config.grad_accumulation (else MW_ERR_STATE); a failed
+ * micro-batch leaves the accumulated gradients as they were. mw_trainer_save between the
+ * micro-batches of one update does not save the accumulated gradients. */
+mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Forward and backward with the gradient all-reduce, but no update: afterwards
  * mw_trainer_read_grad returns the gradients of the loss for this batch. */
@@ -251,6 +290,13 @@ void mw_cancel_stop(void);
 
 /* The learning rate the schedule gives step `step` (0-based). */
 float mw_trainer_lr(const mw_trainer *tr, int64_t step);
+
+/* Sets the learning rate of the following steps from the host, in place of the built-in
+ * schedule, for any schedule the caller computes (call it before every step to change it each
+ * step); lr = MW_LR_SCHEDULE goes back to the built-in schedule. Errors: MW_ERR_INVALID (a NULL
+ * trainer, a negative or non-finite lr). */
+#define MW_LR_SCHEDULE (-1.0f)
+mw_status mw_trainer_set_lr(mw_trainer *tr, float lr);
 
 /* Global L2 norm of the (all-reduced) gradients of the last step, before clipping; 0 before the
  * first step or when the optimizer does not compute it (SGD without clipping). */

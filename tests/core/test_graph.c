@@ -455,6 +455,8 @@ static const struct {
     CODE(MW_ERR_NONFINITE),
     CODE(MW_ERR_STATE),
     CODE(MW_ERR_INTERRUPTED),
+    CODE(MW_ERR_NOT_FOUND),
+    CODE(MW_ERR_DTYPE),
 };
 #define NCODES (sizeof all_codes / sizeof *all_codes)
 
@@ -474,7 +476,7 @@ Test(status, every_code_has_its_name_and_a_distinct_description) {
 }
 
 Test(status, unknown_codes) {
-    const mw_status unknown[] = {(mw_status)1, (mw_status)-15, (mw_status)-1000};
+    const mw_status unknown[] = {(mw_status)1, (mw_status)-99, (mw_status)-1000};
     for (size_t i = 0; i < sizeof unknown / sizeof *unknown; i++) {
         cr_assert_str_eq(mw_strerror(unknown[i]), "unknown error");
         const char *name = mw_status_name(unknown[i]);

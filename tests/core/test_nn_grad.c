@@ -703,7 +703,7 @@ Test(nn_errors, cross_entropy_mismatched_target_axes) {
     g = new_graph();
     x = mw_param(g, "x", MW_AXES({"Seq", 3}, {"Vocab", 5}), MW_INIT_ZEROS);
     t = mw_input(g, "t", MW_F32, MW_AXES({"Seq", 3}));
-    expect_trace_error(g, mw_cross_entropy(g, x, t, "Vocab", 0), MW_ERR_SHAPE, "targets", "i32");
+    expect_trace_error(g, mw_cross_entropy(g, x, t, "Vocab", 0), MW_ERR_DTYPE, "targets", "i32");
     /* More valid classes than the axis has. */
     g = new_graph();
     x = mw_param(g, "x", MW_AXES({"Seq", 3}, {"Vocab", 5}), MW_INIT_ZEROS);
@@ -722,7 +722,7 @@ Test(nn_errors, embedding_table_layout) {
     g = new_graph();
     table = mw_param(g, "table", MW_AXES({"Vocab", 5}, {"Dim", 3}), MW_INIT_ZEROS);
     ids = mw_input(g, "ids", MW_F32, MW_AXES({"Tok", 4}));
-    expect_trace_error(g, mw_embedding(g, table, ids, "Vocab"), MW_ERR_SHAPE, "ids", "i32");
+    expect_trace_error(g, mw_embedding(g, table, ids, "Vocab"), MW_ERR_DTYPE, "ids", "i32");
     /* ids that already have the table's Dim axis. */
     g = new_graph();
     table = mw_param(g, "table", MW_AXES({"Vocab", 5}, {"Dim", 3}), MW_INIT_ZEROS);
@@ -800,7 +800,7 @@ Test(nn_errors, embedding_id_out_of_range_at_run_time) {
     ids = mw_input(rn.g, "ids", MW_I32, MW_AXES({"Tok", 4}));
     runner_start(&rn, mw_embedding(rn.g, table, ids, "Vocab"), MW_AXES({"Tok", 4}, {"Dim", 2}));
     expect_run_error(rn.tr, "ids", (const int32_t[4]){-1, 1, 2, 3}, good, 4, r, 8, "table", 10,
-                     "embedding id -1", "position 0");
+                     "embedding id -1", "at [0] (element 0) of input 'ids'");
     runner_free(&rn);
 }
 

@@ -1,0 +1,235 @@
+/* The ops beyond the core set: activations and other elementwise functions, comparisons and
+ * selection, elementwise and reduced maxima, argmax, concatenation and dropout. Most are one
+ * elementwise MAP node (f and f' in devices/math_ops.h) or compositions of the core ops, which
+ * then get their sharding rules and gradients from those ops; the rest (dropout, reduce max,
+ * argmax) are nodes of their own lowered to the device's `extra` kernel. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/graph_impl.h"
+#include "core/plan.h"
+#include "devices/math_ops.h"
+
+#define DESC(t, buf) mw__type_describe(g, &(t)->type, buf, sizeof buf)
+
+static int usable(mw_graph *g, const char *op, mw_tensor *x) {
+    if (!g || g->status) return 0;
+    if (!x) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: operand is NULL", op);
+        return 0;
+    }
+    if (x->g != g) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: operand belongs to another graph", op);
+        return 0;
+    }
+    if (x->type.dtype != MW_F32) {
+        char d[256];
+        mw__graph_fail(g, MW_ERR_DTYPE, "%s: operand %s must be f32", op, DESC(x, d));
+        return 0;
+    }
+    return 1;
+}
+
+static mw_tensor *map(mw_graph *g, const char *op, mw_tensor *x, mw__mapfn fn) {
+    if (!usable(g, op, x) || !(x = mw__replicated(g, x))) return NULL;
+    mw_tensor proto = {.op = MW__OP_MAP, .nin = 1, .in = {x}, .type = x->type, .flag = (int)fn};
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_relu(mw_graph *g, mw_tensor *x) { return map(g, "mw_relu", x, MW__F_RELU); }
+mw_tensor *mw_tanh(mw_graph *g, mw_tensor *x) { return map(g, "mw_tanh", x, MW__F_TANH); }
+mw_tensor *mw_sigmoid(mw_graph *g, mw_tensor *x) { return map(g, "mw_sigmoid", x, MW__F_SIGMOID); }
+mw_tensor *mw_exp(mw_graph *g, mw_tensor *x) { return map(g, "mw_exp", x, MW__F_EXP); }
+mw_tensor *mw_log(mw_graph *g, mw_tensor *x) { return map(g, "mw_log", x, MW__F_LOG); }
+mw_tensor *mw_sqrt(mw_graph *g, mw_tensor *x) { return map(g, "mw_sqrt", x, MW__F_SQRT); }
+mw_tensor *mw_abs(mw_graph *g, mw_tensor *x) { return map(g, "mw_abs", x, MW__F_ABS); }
+
+mw_tensor *mw_compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
+    static const mw__mapfn fn[] = {MW__F_GT0, MW__F_GE0, MW__F_LT0,
+                                   MW__F_LE0, MW__F_EQ0, MW__F_NE0};
+    if (g && !g->status && ((int)cmp < 0 || (int)cmp > (int)MW_NE))
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_compare: unknown comparison %d", (int)cmp);
+    /* a - b has the sign of the comparison for every pair of finite floats (a difference of two
+     * distinct floats is never rounded to 0), and mw_sub brings the broadcasting and sharding
+     * rules. */
+    return map(g, "mw_compare", mw_sub(g, a, b), fn[cmp]);
+}
+
+mw_tensor *mw_where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y) {
+    return mw_add(g, y, mw_mul(g, mask, mw_sub(g, x, y)));
+}
+
+/* PyTorch's convention: where a and b tie, each gets half the gradient. */
+static mw_tensor *extremum(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
+    mw_tensor *m =
+        mw_add(g, mw_compare(g, a, b, cmp), mw_scale(g, mw_compare(g, a, b, MW_EQ), 0.5f));
+    return mw_where(g, m, a, b);
+}
+
+mw_tensor *mw_maximum(mw_graph *g, mw_tensor *a, mw_tensor *b) { return extremum(g, a, b, MW_GT); }
+mw_tensor *mw_minimum(mw_graph *g, mw_tensor *a, mw_tensor *b) { return extremum(g, a, b, MW_LT); }
+
+/* Index of x's unsharded axis named `axis`, or -1 with the graph error set. */
+static int whole_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis) {
+    int id = axis ? mw__graph_find_name(g, axis) : -1;
+    int i = id < 0 ? -1 : mw__type_find_name(&x->type, id);
+    char d[256];
+    if (i < 0) {
+        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, axis ? axis : "(null)",
+                       DESC(x, d));
+        return -1;
+    }
+    if (x->type.ax[i].mesh >= 0) {
+        mw__graph_fail(g, MW_ERR_SHARDING,
+                       "%s: axis %s of %s is sharded; this op needs the whole axis on every device",
+                       op, axis, DESC(x, d));
+        return -1;
+    }
+    return i;
+}
+
+static mw_tensor *reduce(mw_graph *g, const char *op, mw_tensor *x, const char *axis, mw__op kind) {
+    if (!usable(g, op, x) || !(x = mw__replicated(g, x))) return NULL;
+    int i = whole_axis(g, op, x, axis);
+    if (i < 0) return NULL;
+    mw_tensor proto = {.op = kind, .nin = 1, .in = {x}, .type = x->type, .axis = i};
+    memmove(&proto.type.ax[i], &proto.type.ax[i + 1],
+            (size_t)(x->type.rank - i - 1) * sizeof proto.type.ax[0]);
+    proto.type.rank--;
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_max(mw_graph *g, mw_tensor *x, const char *axis) {
+    return reduce(g, "mw_max", x, axis, MW__OP_REDUCE_MAX);
+}
+
+mw_tensor *mw_argmax(mw_graph *g, mw_tensor *x, const char *axis) {
+    return reduce(g, "mw_argmax", x, axis, MW__OP_ARGMAX);
+}
+
+mw_tensor *mw_concat(mw_graph *g, mw_tensor *const *xs, int n, const char *axis) {
+    if (!g || g->status) return NULL;
+    if (n < 1 || !xs) return mw__graph_fail(g, MW_ERR_INVALID, "mw_concat: no tensors given");
+    for (int k = 0; k < n; k++)
+        if (!usable(g, "mw_concat", xs[k])) return NULL;
+    int i = whole_axis(g, "mw_concat", xs[0], axis);
+    if (i < 0) return NULL;
+    mw__type t = xs[0]->type;
+    t.partial = 0;
+    t.ax[i].size = 0;
+    for (int k = 0; k < n; k++) {
+        const mw__type *tk = &xs[k]->type;
+        int j = whole_axis(g, "mw_concat", xs[k], axis);
+        if (j < 0) return NULL;
+        int same = tk->rank == t.rank;
+        for (int a = 0; same && a < tk->rank; a++) {
+            if (a == j) continue;
+            int at = mw__type_find(&t, &tk->ax[a]);
+            same = at >= 0 && at != i && t.ax[at].size == tk->ax[a].size;
+        }
+        if (!same) {
+            char d0[256], dk[256];
+            return mw__graph_fail(g, MW_ERR_SHAPE,
+                                  "mw_concat: tensor %d %s does not have the axes of tensor 0 %s "
+                                  "(all but '%s' must agree)",
+                                  k, DESC(xs[k], dk), DESC(xs[0], d0), axis);
+        }
+        t.ax[i].size += tk->ax[j].size;
+    }
+    mw_tensor *sum = NULL;
+    int64_t start = 0;
+    for (int k = 0; k < n; k++) {
+        mw__type tk = t;
+        int64_t len = xs[k]->type.ax[mw__type_find_name(&xs[k]->type, t.ax[i].name)].size;
+        tk.ax[i].size = len;
+        mw_tensor *x = mw__to_type(g, mw__replicated(g, xs[k]), &tk); /* into tensor 0's order */
+        mw_tensor *placed = mw__slice_node(g, MW__OP_PAD, x, &t, i, start, len);
+        sum = sum ? mw_add(g, sum, placed) : placed;
+        start += len;
+    }
+    return sum;
+}
+
+mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed) {
+    if (!usable(g, "mw_dropout", x)) return NULL;
+    if (!(p >= 0.0f && p < 1.0f))
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_dropout: p is %g; it must be in [0, 1)", p);
+    if (!(x = mw__replicated(g, x))) return NULL;
+    mw_tensor proto = {.op = MW__OP_DROPOUT,
+                       .nin = 1,
+                       .in = {x},
+                       .type = x->type,
+                       .scalar = p,
+                       .count = (int64_t)seed};
+    return mw__node_new(g, &proto);
+}
+
+/* --- gradients -------------------------------------------------------------------------------- */
+
+mw_tensor *mw__backward_extra(mw_graph *g, mw_tensor *n, mw_tensor *gy) {
+    mw_tensor *x = n->in[0];
+    gy = mw__replicated(g, gy);
+    if (!gy) return NULL;
+    switch (n->op) {
+    case MW__OP_MAP: {
+        if (n->flag >= MW__F_GT0) return NULL; /* a comparison: no gradient */
+        mw_tensor proto = {
+            .op = MW__OP_MAP_GRAD, .nin = 2, .in = {x, gy}, .type = x->type, .flag = n->flag};
+        return mw__node_new(g, &proto);
+    }
+    case MW__OP_DROPOUT: { /* linear and diagonal: its own adjoint, with the same mask */
+        mw_tensor proto = *n;
+        proto.in[0] = gy;
+        proto.type = gy->type;
+        return mw__node_new(g, &proto);
+    }
+    case MW__OP_REDUCE_MAX: {
+        /* The gradient goes to the maxima, split evenly among ties (as torch.amax). */
+        mw_tensor *hit = map(g, "mw_max", mw_sub(g, x, n), MW__F_EQ0);
+        const char *axis = g->names[x->type.ax[n->axis].name];
+        return mw_mul(g, hit, mw_div(g, gy, mw_sum(g, hit, axis)));
+    }
+    default: return NULL; /* argmax */
+    }
+}
+
+/* --- lowering --------------------------------------------------------------------------------- */
+
+void mw__lower_extra(const mw_tensor *n, const mw__placement *pl, mw__k_extra *k) {
+    const mw__type *t =
+        n->op == MW__OP_ARGMAX || n->op == MW__OP_REDUCE_MAX ? &n->in[0]->type : &n->type;
+    int64_t local[MW_MAX_RANK], count = 1, gstride = 1;
+    memset(k, 0, sizeof *k);
+    k->rank = t->rank;
+    for (int i = t->rank - 1; i >= 0; i--) {
+        const mw__axis *a = &t->ax[i];
+        int parts = a->mesh >= 0 ? pl->size[a->mesh] : 1, c = a->mesh >= 0 ? pl->coord[a->mesh] : 0;
+        local[i] = mw__split_len(a->size, parts, c);
+        k->len[i] = local[i];
+        k->lo[i] = mw__split_lo(a->size, parts, c);
+        k->gstride[i] = gstride;
+        gstride *= a->size;
+        count *= local[i];
+    }
+    k->count = count;
+    k->fn = n->flag;
+    switch (n->op) {
+    case MW__OP_MAP: k->op = MW__X_MAP; break;
+    case MW__OP_MAP_GRAD: k->op = MW__X_MAP_GRAD; break;
+    case MW__OP_DROPOUT:
+        k->op = MW__X_DROPOUT;
+        k->p = n->scalar;
+        k->seed = (uint64_t)n->count;
+        break;
+    default:
+        k->op = n->op == MW__OP_ARGMAX ? MW__X_ARGMAX : MW__X_REDUCE_MAX;
+        k->outer = k->inner = 1;
+        for (int i = 0; i < t->rank; i++) {
+            if (i < n->axis) k->outer *= local[i];
+            if (i > n->axis) k->inner *= local[i];
+        }
+        k->n = local[n->axis];
+        break;
+    }
+}

@@ -1,0 +1,69 @@
+/* The CPU kernels of the ops and optimizers beyond the core set: plain loops over the per-element
+ * math of devices/math_ops.h. */
+#include "devices/cpu/cpu_ops_extra.h"
+
+#include "devices/math_ops.h"
+
+#include <string.h>
+
+#include "core/error.h"
+
+mw_status mw__cpu_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++)
+        k->p[i] = mw__sgd_momentum_update(k->p[i], k->grad_scale * k->g[i],
+                                          k->buf ? &k->buf[i] : NULL, k->lr, k->momentum,
+                                          k->dampening, k->weight_decay, k->nesterov, k->first);
+    return MW_OK;
+}
+
+/* Dropout over the local box [lo, lo + len) of the global tensor, in local row-major order. */
+static void dropout(const mw__k_extra *k) {
+    float scale = 1.0f / (1.0f - k->p);
+    int64_t idx[MW_MAX_RANK] = {0}, g = 0;
+    for (int d = 0; d < k->rank; d++) g += k->lo[d] * k->gstride[d];
+    for (int64_t i = 0; i < k->count; i++) {
+        k->out[i] = mw__dropout_keep(k->seed, k->step, (uint64_t)g, k->p) ? k->a[i] * scale : 0.0f;
+        for (int d = k->rank - 1; d >= 0; d--) { /* next local element, and its global index */
+            g += k->gstride[d];
+            if (++idx[d] < k->len[d]) break;
+            g -= k->len[d] * k->gstride[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static void reduce_max(const mw__k_extra *k, int arg) {
+    for (int64_t o = 0; o < k->outer; o++)
+        for (int64_t i = 0; i < k->inner; i++) {
+            const float *a = k->a + o * k->n * k->inner + i;
+            int64_t best = 0;
+            for (int64_t j = 1; j < k->n; j++)
+                if (a[j * k->inner] > a[best * k->inner] ||
+                    (a[best * k->inner] != a[best * k->inner] &&
+                     a[j * k->inner] == a[j * k->inner]))
+                    best = j;
+            k->out[o * k->inner + i] = arg ? (float)best : a[best * k->inner];
+        }
+}
+
+mw_status mw__cpu_extra(mw__device *dev, const mw__k_extra *k) {
+    (void)dev;
+    switch (k->op) {
+    case MW__X_MAP:
+        for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__map(k->fn, k->a[i]);
+        return MW_OK;
+    case MW__X_MAP_GRAD:
+        for (int64_t i = 0; i < k->count; i++) k->out[i] = k->b[i] * mw__map_grad(k->fn, k->a[i]);
+        return MW_OK;
+    case MW__X_DROPOUT:
+        if (k->active && k->p > 0.0f)
+            dropout(k);
+        else if (k->out != k->a)
+            memcpy(k->out, k->a, (size_t)k->count * sizeof *k->out);
+        return MW_OK;
+    case MW__X_ARGMAX:
+    case MW__X_REDUCE_MAX: reduce_max(k, k->op == MW__X_ARGMAX); return MW_OK;
+    }
+    return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown extra op %d", dev->name, (int)k->op);
+}

@@ -1,0 +1,243 @@
+/* Reading a CSV of numeric features and an integer label (see csv_table.h). */
+#include "csv_table.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The cells of one line, split in place (the line is modified). */
+typedef struct cells {
+    int n, cap;
+    char **c;
+} cells;
+
+static int split(char *line, cells *out) {
+    out->n = 0;
+    for (char *p = line;;) {
+        char *end = strchr(p, ',');
+        if (end) *end = '\0';
+        while (isspace((unsigned char)*p)) p++;
+        char *q = p + strlen(p);
+        while (q > p && isspace((unsigned char)q[-1])) *--q = '\0';
+        if (out->n == out->cap) {
+            int cap = out->cap ? 2 * out->cap : 16;
+            char **c = realloc(out->c, (size_t)cap * sizeof *c);
+            if (!c) return -1;
+            out->c = c;
+            out->cap = cap;
+        }
+        out->c[out->n++] = p;
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
+static int number(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int integer(const char *s, int32_t *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno == ERANGE || v < INT32_MIN || v > INT32_MAX) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void csv_table_free(csv_table *t) {
+    if (!t) return;
+    for (int i = 0; t->names && i <= t->features; i++) free(t->names[i]);
+    free(t->names);
+    free(t->x);
+    free(t->y);
+    free(t->classes);
+    free(t->line);
+    memset(t, 0, sizeof *t);
+}
+
+/* Reads the whole file into a NUL-terminated buffer. */
+static char *slurp(const char *path, char *err, size_t errsize) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += k;
+        if (n + 1 == cap) {
+            char *b = realloc(buf, cap *= 2);
+            if (!b) free(buf);
+            buf = b;
+        }
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (!buf || failed) {
+        free(buf);
+        snprintf(err, errsize, "cannot read %s", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+int csv_table_load(const char *path, const char *label, int header, csv_table *t, char *err,
+                   size_t errsize) {
+    memset(t, 0, sizeof *t);
+    char *text = slurp(path, err, errsize);
+    if (!text) return -1;
+    cells c = {0};
+    int rc = -1, ncols = 0, label_col = -1;
+    int64_t cap = 0, first_line = 0;
+    int32_t *labels = NULL;
+    char *save = NULL;
+    int64_t lineno = 0;
+    for (char *line = text; line; line = save) {
+        lineno++;
+        save = strchr(line, '\n');
+        if (save) *save++ = '\0';
+        size_t len = strlen(line);
+        if (len && line[len - 1] == '\r') line[len - 1] = '\0';
+        const char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p) continue; /* a blank line */
+        if (split(line, &c)) goto oom;
+        if (!ncols) { /* the first row: the header, or the first data row */
+            ncols = c.n;
+            first_line = lineno;
+            if (ncols < 2) {
+                snprintf(err, errsize,
+                         "%s: line %lld has %d column; a label and at least one "
+                         "feature are needed",
+                         path, (long long)lineno, ncols);
+                goto fail;
+            }
+            int is_header = header;
+            for (int k = 0; header < 0 && k < ncols && is_header < 1; k++) {
+                double v;
+                is_header = number(c.c[k], &v) ? 1 : 0;
+            }
+            t->features = ncols - 1;
+            t->names = calloc((size_t)ncols, sizeof *t->names);
+            if (!t->names) goto oom;
+            label_col = ncols - 1;
+            if (label) {
+                label_col = -1;
+                for (int k = 0; is_header == 1 && k < ncols; k++)
+                    if (!strcmp(c.c[k], label)) label_col = k;
+                if (label_col < 0) {
+                    snprintf(err, errsize, "%s: line %lld: no column named '%s'%s", path,
+                             (long long)lineno, label,
+                             is_header == 1 ? "" : " (the file has no header row)");
+                    goto fail;
+                }
+            }
+            for (int k = 0, f = 0; k < ncols; k++) {
+                char name[64];
+                if (is_header != 1) snprintf(name, sizeof name, "column %d", k + 1);
+                const char *s = is_header == 1 ? c.c[k] : name;
+                char **slot = k == label_col ? &t->names[ncols - 1] : &t->names[f++];
+                if (!(*slot = strdup(s))) goto oom;
+            }
+            if (is_header == 1) continue;
+        }
+        if (c.n != ncols) {
+            snprintf(err, errsize, "%s: line %lld has %d columns but line %lld has %d", path,
+                     (long long)lineno, c.n, (long long)first_line, ncols);
+            goto fail;
+        }
+        if (t->rows == cap) {
+            cap = cap ? 2 * cap : 256;
+            float *x = realloc(t->x, (size_t)(cap * t->features) * sizeof *x);
+            if (x) t->x = x;
+            int32_t *l = realloc(labels, (size_t)cap * sizeof *l);
+            if (l) labels = l;
+            int64_t *ln = realloc(t->line, (size_t)cap * sizeof *ln);
+            if (ln) t->line = ln;
+            if (!x || !l || !ln) goto oom;
+        }
+        for (int k = 0, f = 0; k < ncols; k++) {
+            const char *name = k == label_col ? t->names[ncols - 1] : t->names[f];
+            if (k == label_col) {
+                if (integer(c.c[k], &labels[t->rows])) {
+                    snprintf(err, errsize,
+                             "%s: line %lld, column %d ('%s'): the label '%.40s' is "
+                             "not an integer",
+                             path, (long long)lineno, k + 1, name, c.c[k]);
+                    goto fail;
+                }
+                continue;
+            }
+            double v;
+            if (number(c.c[k], &v)) {
+                snprintf(err, errsize, "%s: line %lld, column %d ('%s'): '%.40s' is not a number",
+                         path, (long long)lineno, k + 1, name, c.c[k]);
+                goto fail;
+            }
+            t->x[t->rows * t->features + f++] = (float)v;
+        }
+        t->line[t->rows++] = lineno;
+    }
+    if (!ncols) {
+        snprintf(err, errsize, "%s: line 1: the file is empty", path);
+        goto fail;
+    }
+    if (!t->rows) {
+        snprintf(err, errsize, "%s: line %lld is a header and no data rows follow", path,
+                 (long long)first_line);
+        goto fail;
+    }
+    /* Classes: the distinct labels, increasing. */
+    int32_t *sorted = malloc((size_t)t->rows * sizeof *sorted);
+    t->y = malloc((size_t)t->rows * sizeof *t->y);
+    if (!sorted || !t->y) {
+        free(sorted);
+        goto oom;
+    }
+    memcpy(sorted, labels, (size_t)t->rows * sizeof *sorted);
+    qsort(sorted, (size_t)t->rows, sizeof *sorted, cmp_i32);
+    int k = 0;
+    for (int64_t i = 0; i < t->rows; i++)
+        if (i == 0 || sorted[i] != sorted[i - 1]) sorted[k++] = sorted[i];
+    t->nclasses = k;
+    t->classes = sorted;
+    if (k < 2) {
+        snprintf(err, errsize,
+                 "%s: column %d ('%s') has the one label %d on every row (lines "
+                 "%lld-%lld); a classifier needs at least two classes",
+                 path, label_col + 1, t->names[ncols - 1], sorted[0], (long long)t->line[0],
+                 (long long)t->line[t->rows - 1]);
+        goto fail;
+    }
+    for (int64_t i = 0; i < t->rows; i++) {
+        int32_t *hit = bsearch(&labels[i], sorted, (size_t)k, sizeof *sorted, cmp_i32);
+        t->y[i] = (int32_t)(hit - sorted);
+    }
+    rc = 0;
+    goto done;
+oom:
+    snprintf(err, errsize, "%s: out of memory", path);
+fail:
+    csv_table_free(t);
+done:
+    free(labels);
+    free(c.c);
+    free(text);
+    return rc;
+}

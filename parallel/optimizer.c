@@ -1,0 +1,123 @@
+/* Optimizer configuration (defaults, validation, which parameters decay) and the SGD update with
+ * momentum and weight decay. AdamW's update stays in trainer.c beside the gradient norm. */
+#include "parallel/optimizer.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "core/alloc.h"
+
+mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind) {
+    mw_optimizer o = {.kind = kind, .lr = 1e-3f};
+    mw__optimizer_resolve(&o);
+    return o;
+}
+
+/* 0 means the default; MW_ZERO (-0.0f) an explicit zero. */
+static void fill(float *field, float value) {
+    if (*field == 0.0f) *field = signbit(*field) ? 0.0f : value;
+}
+
+static mw_status bad(const char *field, double value, const char *range) {
+    return mw__error(MW_ERR_INVALID, "mw_trainer_new: optimizer.%s is %g; it must be %s", field,
+                     value, range);
+}
+
+mw_status mw__optimizer_resolve(mw_optimizer *o) {
+    if (o->kind != MW_SGD && o->kind != MW_ADAMW)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_new: optimizer.kind is %d; it must be MW_SGD or MW_ADAMW",
+                         (int)o->kind);
+    fill(&o->beta1, 0.9f);
+    fill(&o->beta2, 0.999f);
+    fill(&o->eps, 1e-8f);
+    if (!(o->lr >= 0.0f) || !isfinite(o->lr)) return bad("lr", o->lr, "finite and >= 0");
+    if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
+        return bad("weight_decay", o->weight_decay, "finite and >= 0");
+    if (!(o->grad_clip >= 0.0f) || !isfinite(o->grad_clip))
+        return bad("grad_clip", o->grad_clip, "finite and >= 0 (0: no clipping)");
+    if (o->warmup_steps < 0) return bad("warmup_steps", o->warmup_steps, ">= 0");
+    if (o->decay_steps < 0) return bad("decay_steps", o->decay_steps, ">= 0 (0: no decay)");
+    if (!(o->min_lr_ratio >= 0.0f && o->min_lr_ratio <= 1.0f))
+        return bad("min_lr_ratio", o->min_lr_ratio, "in [0, 1]");
+    if (o->kind == MW_ADAMW) {
+        if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f)) return bad("beta1", o->beta1, "in [0, 1)");
+        if (!(o->beta2 >= 0.0f && o->beta2 < 1.0f)) return bad("beta2", o->beta2, "in [0, 1)");
+        if (!(o->eps >= 0.0f) || !isfinite(o->eps)) return bad("eps", o->eps, "finite and >= 0");
+    } else {
+        if (!(o->momentum >= 0.0f && o->momentum <= 1.0f))
+            return bad("momentum", o->momentum, "in [0, 1]");
+        if (!(o->dampening >= 0.0f && o->dampening <= 1.0f))
+            return bad("dampening", o->dampening, "in [0, 1]");
+        if (o->nesterov && (o->momentum <= 0.0f || o->dampening != 0.0f))
+            return mw__error(MW_ERR_INVALID,
+                             "mw_trainer_new: optimizer.nesterov needs optimizer.momentum > 0 "
+                             "and optimizer.dampening 0 (momentum %g, dampening %g)",
+                             o->momentum, o->dampening);
+    }
+    return MW_OK;
+}
+
+int mw__optimizer_moments(const mw_optimizer *o) {
+    return o->kind == MW_ADAMW ? 2 : o->momentum > 0.0f ? 1 : 0;
+}
+
+mw_status mw__optimizer_decays(mw_trainer *tr) {
+    const mw_graph *g = tr->g;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    tr->decays = mw__calloc((size_t)g->nparams + 1, 1);
+    if (!tr->decays) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (t->op != MW__OP_PARAM) continue;
+        tr->decays[t->leaf] =
+            o->decays ? o->decays(t->name, t->type.rank, o->decay_user) != 0 : t->type.rank >= 2;
+    }
+    return MW_OK;
+}
+
+mw_status mw__sgd_update(worker *w, float lr, float scale) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    if (o->momentum == 0.0f && o->weight_decay == 0.0f) {
+        mw__k_sgd k = {
+            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
+        return vt->sgd(&w->dev, &k);
+    }
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *pn = tr->g->nodes[i];
+        if (pn->op != MW__OP_PARAM) continue;
+        const mw__param_slot *s = &w->plan.params[pn->leaf];
+        mw__k_sgd_momentum k = {.count = s->count,
+                                .lr = lr,
+                                .momentum = o->momentum,
+                                .dampening = o->dampening,
+                                .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0.0f,
+                                .grad_scale = scale,
+                                .nesterov = o->nesterov,
+                                .first = tr->steps == 0,
+                                .p = (float *)w->params + s->off,
+                                .buf = o->momentum > 0.0f ? (float *)w->moments + s->off : NULL,
+                                .g = (const float *)w->grads + s->off};
+        mw_status st = vt->sgd_momentum(&w->dev, &k);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+mw_status mw__accumulate_grads(worker *w, int fold) {
+    int n = w->tr->accumulated;
+    int64_t count = w->plan.param_elems;
+    mw__nd nd = {.rank = 1, .dims = {count}, .stride = {{1}, {1}, {1}}};
+    if (!fold && n == 0) {
+        mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = w->accum, .a = w->grads};
+        return w->dev.vt->copy(&w->dev, &k);
+    }
+    float *dst = fold ? w->grads : w->accum;
+    mw__k_binary sum = {.op = MW__BIN_ADD, .nd = nd, .out = dst, .a = w->accum, .b = w->grads};
+    mw_status st = w->dev.vt->binary(&w->dev, &sum);
+    if (st || !fold) return st;
+    mw__k_copy mean = {.alpha = 1.0f / (float)(n + 1), .nd = nd, .out = dst, .a = dst};
+    return w->dev.vt->copy(&w->dev, &mean);
+}

@@ -1,0 +1,388 @@
+/* The ops beyond the core set: values against the C library in double, gradients against central
+ * finite differences, argmax, concatenation, and dropout's mask, which must not depend on how
+ * the tensor is sharded.
+ *
+ * Gradient checks: L = sum(out * r) with r fixed random weights in [-1, 1); the analytic
+ * gradient (mw_trainer_compute_grads) against (L(p + h) - L(p - h)) / (2h) with h = 1e-2, both
+ * losses from compute_grads too (so dropout draws the same mask). Parameters are set away from
+ * kinks (|x| >= 0.1 for relu and abs, x >= 0.5 for log and sqrt), so the difference never
+ * straddles one. Tolerance: as in test_nn_grad.c, 1e-3 absolute plus 1e-3 relative bounds the
+ * f32 rounding of L (~20 terms of order one) divided by 2h, plus the truncation h^2/6 |f'''|
+ * (at most ~2e-4 here: |f'''| < 8 for these functions on these ranges); a wrong gradient is off
+ * by O(0.1). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "meshwit.h"
+
+#define N 12
+#define H 1e-2
+#define TOL 1e-3
+
+static double rnd(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+typedef mw_tensor *(*build_fn)(mw_graph *g, mw_tensor *a, mw_tensor *b);
+
+typedef struct run {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    mw_tensor *out;
+    float r[4 * N];
+    int64_t nout;
+    mw_feed feed;
+} run;
+
+/* Parameters a and b ([Row=3, Col=4]) set to va, vb; out = f(a, b); L = sum(out * r). */
+static void run_open(run *u, build_fn f, const float *va, const float *vb) {
+    memset(u, 0, sizeof *u);
+    cr_assert_eq(mw_graph_new(&u->g), MW_OK);
+    mw_tensor *a = mw_param(u->g, "a", MW_AXES({"Row", 3}, {"Col", 4}), MW_INIT_ZEROS);
+    mw_tensor *b = mw_param(u->g, "b", MW_AXES({"Row", 3}, {"Col", 4}), MW_INIT_ZEROS);
+    u->out = f(u->g, a, b);
+    cr_assert_not_null(u->out, "%s", mw_graph_error(u->g));
+    u->nout = mw_tensor_numel(u->out);
+    mw_axes axes = {.rank = mw_tensor_rank(u->out)};
+    for (int i = 0; i < axes.rank; i++)
+        mw_tensor_axis(u->out, i, &axes.axis[i].name, &axes.axis[i].size, NULL);
+    mw_tensor *r = mw_input(u->g, "r", MW_F32, axes);
+    mw_tensor *loss = mw_sum(u->g, mw_mul(u->g, u->out, r), NULL);
+    cr_assert_eq(mw_graph_status(u->g), MW_OK, "%s", mw_graph_error(u->g));
+    uint64_t s = 99;
+    for (int64_t i = 0; i < u->nout; i++) u->r[i] = (float)(2 * rnd(&s) - 1);
+    u->feed = (mw_feed){"r", u->r, u->nout};
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &u->mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &u->out, .noutputs = 1};
+    cr_assert_eq(mw_trainer_new(u->g, loss, u->mesh, &cfg, &u->tr), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_write_param(u->tr, "a", va, N), MW_OK);
+    cr_assert_eq(mw_trainer_write_param(u->tr, "b", vb, N), MW_OK);
+}
+
+static void run_close(run *u) {
+    mw_trainer_free(u->tr);
+    mw_mesh_free(u->mesh);
+    mw_graph_free(u->g);
+}
+
+static double loss_of(run *u) {
+    float l;
+    cr_assert_eq(mw_trainer_compute_grads(u->tr, &u->feed, 1, &l), MW_OK, "%s", mw_last_error());
+    return l;
+}
+
+static void check_grads(run *u, const char *name, const float *v) {
+    float grad[N], probe[N];
+    loss_of(u);
+    cr_assert_eq(mw_trainer_read_grad(u->tr, name, grad, N), MW_OK);
+    memcpy(probe, v, sizeof probe);
+    for (int i = 0; i < N; i++) {
+        probe[i] = (float)(v[i] + H);
+        double up = probe[i];
+        mw_trainer_write_param(u->tr, name, probe, N);
+        double lu = loss_of(u);
+        probe[i] = (float)(v[i] - H);
+        double down = probe[i];
+        mw_trainer_write_param(u->tr, name, probe, N);
+        double ld = loss_of(u);
+        probe[i] = v[i];
+        mw_trainer_write_param(u->tr, name, probe, N);
+        double num = (lu - ld) / (up - down);
+        cr_assert(fabs(grad[i] - num) <= TOL + TOL * fabs(num),
+                  "d L / d %s[%d]: analytic %.7g, central difference %.7g", name, i, grad[i], num);
+    }
+}
+
+/* Values in [lo, hi), kept at least `gap` from 0. */
+static void values(float *v, double lo, double hi, double gap, uint64_t seed) {
+    for (int i = 0; i < N; i++) {
+        double x = lo + (hi - lo) * rnd(&seed);
+        if (fabs(x) < gap) x = x < 0 ? -gap : gap;
+        v[i] = (float)x;
+    }
+}
+
+/* f(a) * b: b makes every output's gradient depend on its own factor. */
+#define TIMES_B(fn)                                                                                \
+    static mw_tensor *f_##fn(mw_graph *g, mw_tensor *a, mw_tensor *b) {                            \
+        return mw_mul(g, mw_##fn(g, a), b);                                                        \
+    }
+TIMES_B(relu)
+TIMES_B(tanh)
+TIMES_B(sigmoid)
+TIMES_B(exp)
+TIMES_B(log)
+TIMES_B(sqrt)
+TIMES_B(abs)
+
+typedef struct unary_case {
+    const char *name;
+    build_fn f;
+    double (*ref)(double);
+    double lo, hi, gap;
+} unary_case;
+
+static double relu_d(double x) { return x > 0 ? x : 0; }
+static double sigmoid_d(double x) { return 1 / (1 + exp(-x)); }
+
+static const unary_case unary[] = {
+    {"relu", f_relu, relu_d, -1, 1, 0.1},
+    {"tanh", f_tanh, tanh, -2, 2, 0},
+    {"sigmoid", f_sigmoid, sigmoid_d, -3, 3, 0},
+    {"exp", f_exp, exp, -1, 1, 0},
+    {"log", f_log, log, 0.5, 2, 0},
+    {"sqrt", f_sqrt, sqrt, 0.5, 2, 0},
+    {"abs", f_abs, fabs, -1, 1, 0.1},
+};
+
+Test(ops_extra, activations_values_and_gradients) {
+    for (size_t c = 0; c < sizeof unary / sizeof *unary; c++) {
+        float va[N], vb[N], out[N];
+        values(va, unary[c].lo, unary[c].hi, unary[c].gap, 7 + c);
+        values(vb, -1, 1, 0, 70 + c);
+        run u;
+        run_open(&u, unary[c].f, va, vb);
+        loss_of(&u);
+        cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, N), MW_OK);
+        for (int i = 0; i < N; i++) {
+            double want = unary[c].ref(va[i]) * vb[i];
+            cr_assert(fabs(out[i] - want) <= 4e-7 * (1 + fabs(want)), "%s(%g): %.9g vs %.9g",
+                      unary[c].name, va[i], out[i], want);
+        }
+        check_grads(&u, "a", va);
+        check_grads(&u, "b", vb);
+        run_close(&u);
+    }
+}
+
+static mw_tensor *f_max(mw_graph *g, mw_tensor *a, mw_tensor *b) { return mw_maximum(g, a, b); }
+static mw_tensor *f_min(mw_graph *g, mw_tensor *a, mw_tensor *b) { return mw_minimum(g, a, b); }
+static mw_tensor *f_where(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    return mw_where(g, mw_compare(g, a, b, MW_GE), mw_exp(g, a), mw_mul(g, b, b));
+}
+
+Test(ops_extra, maximum_minimum_where) {
+    float va[N], vb[N], out[N];
+    values(va, -1, 1, 0, 3);
+    values(vb, -1, 1, 0, 4);
+    for (int i = 0; i < N; i++) /* no tie within reach of h: FD would straddle it */
+        if (fabs(va[i] - vb[i]) < 0.05) vb[i] = va[i] + 0.3f;
+    build_fn fs[] = {f_max, f_min, f_where};
+    for (int c = 0; c < 3; c++) {
+        run u;
+        run_open(&u, fs[c], va, vb);
+        loss_of(&u);
+        cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, N), MW_OK);
+        for (int i = 0; i < N; i++) {
+            double want = c == 0           ? fmax(va[i], vb[i])
+                          : c == 1         ? fmin(va[i], vb[i])
+                          : va[i] >= vb[i] ? exp(va[i])
+                                           : (double)vb[i] * vb[i];
+            cr_assert(fabs(out[i] - want) <= 4e-7 * (1 + fabs(want)), "case %d [%d]: %g vs %g", c,
+                      i, out[i], want);
+        }
+        check_grads(&u, "a", va);
+        check_grads(&u, "b", vb);
+        run_close(&u);
+    }
+    /* A tie: each side gets half the gradient (PyTorch's rule). */
+    float same[N];
+    memcpy(same, va, sizeof same);
+    run u;
+    run_open(&u, f_max, va, same);
+    loss_of(&u);
+    float ga[N], gb[N];
+    cr_assert_eq(mw_trainer_read_grad(u.tr, "a", ga, N), MW_OK);
+    cr_assert_eq(mw_trainer_read_grad(u.tr, "b", gb, N), MW_OK);
+    for (int i = 0; i < N; i++) cr_assert(ga[i] == 0.5f * u.r[i] && gb[i] == ga[i]);
+    run_close(&u);
+}
+
+static mw_tensor *f_rmax(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    return mw_max(g, mw_mul(g, a, b), "Col");
+}
+static mw_tensor *f_concat(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    mw_tensor *bt = mw_contract(g, b, mw_exp(g, b), "Col,Row"); /* b * exp(b), other order */
+    mw_tensor *xs[3] = {a, bt, mw_slice(g, a, "Col", 1, 2, NULL)};
+    return mw_concat(g, xs, 3, "Col");
+}
+
+Test(ops_extra, reduce_max_and_concat) {
+    float va[N], vb[N], out[3 * 10];
+    values(va, -1, 1, 0, 11);
+    values(vb, 0.5, 1.5, 0, 12);
+    run u;
+    run_open(&u, f_rmax, va, vb);
+    loss_of(&u);
+    cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, 3), MW_OK);
+    for (int r = 0; r < 3; r++) {
+        double m = -INFINITY;
+        for (int c = 0; c < 4; c++) m = fmax(m, (double)((float)(va[r * 4 + c] * vb[r * 4 + c])));
+        cr_assert_eq(out[r], (float)m);
+    }
+    check_grads(&u, "a", va);
+    check_grads(&u, "b", vb);
+    run_close(&u);
+
+    run_open(&u, f_concat, va, vb);
+    cr_assert_eq(u.nout, 3 * 10);
+    loss_of(&u);
+    cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, 30), MW_OK);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 10; c++) {
+            double want = c < 4   ? va[r * 4 + c]
+                          : c < 8 ? vb[r * 4 + c - 4] * exp(vb[r * 4 + c - 4])
+                                  : va[r * 4 + c - 8 + 1];
+            cr_assert(fabs(out[r * 10 + c] - want) <= 4e-7 * (1 + fabs(want)), "[%d, %d]", r, c);
+        }
+    check_grads(&u, "a", va);
+    check_grads(&u, "b", vb);
+    run_close(&u);
+}
+
+Test(ops_extra, argmax_first_of_ties_and_no_gradient) {
+    const float va[N] = {1, 3, 3, 2, -1, -5, -0.5f, -0.5f, 0, 0, 0, 7};
+    float out[3];
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *a = mw_param(g, "a", MW_AXES({"Row", 3}, {"Col", 4}), MW_INIT_ZEROS);
+    mw_tensor *am = mw_argmax(g, a, "Col");
+    mw_tensor *loss = mw_sum(g, mw_mul(g, am, mw_sum(g, a, "Col")), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &am, .noutputs = 1};
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_write_param(tr, "a", va, N), MW_OK);
+    cr_assert_eq(mw_trainer_compute_grads(tr, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_output(tr, am, out, 3), MW_OK);
+    cr_assert(out[0] == 1 && out[1] == 2 && out[2] == 3, "%g %g %g", out[0], out[1], out[2]);
+    /* L = sum_r argmax_r * sum_c a[r, c]: dL/da[r, c] = argmax_r, argmax itself being constant. */
+    float grad[N];
+    cr_assert_eq(mw_trainer_read_grad(tr, "a", grad, N), MW_OK);
+    for (int i = 0; i < N; i++) cr_assert_eq(grad[i], out[i / 4]);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+Test(ops_extra, errors_name_the_problem) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"F", 2}));
+    cr_assert_null(mw_max(g, mw_shard(g, x, "Batch", "X"), "Batch"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING);
+    mw_graph_free(g);
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"F", 2}));
+    cr_assert_null(mw_dropout(g, x, 1.0f, 1));
+    cr_assert(strstr(mw_graph_error(g), "[0, 1)"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"F", 2}));
+    mw_tensor *y = mw_input(g, "y", MW_F32, MW_AXES({"Batch", 3}, {"F", 2}));
+    mw_tensor *xs[2] = {x, y};
+    cr_assert_null(mw_concat(g, xs, 2, "F"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHAPE);
+    cr_assert(strstr(mw_graph_error(g), "tensor 1"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *ids = mw_input(g, "ids", MW_I32, MW_AXES({"Batch", 4}));
+    cr_assert_null(mw_relu(g, ids));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_DTYPE);
+    mw_graph_free(g);
+}
+
+/* --- dropout ---------------------------------------------------------------------------------- */
+
+#define DROWS 37
+#define DCOLS 16
+
+typedef struct drop {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    mw_tensor *y;
+} drop;
+
+/* y = dropout(x * w) with x [Batch@X, Feature] fed, w [Feature] a parameter of ones. */
+static void drop_open(drop *d, const char *devices, float p) {
+    memset(d, 0, sizeof *d);
+    cr_assert_eq(mw_graph_new(&d->g), MW_OK);
+    mw_graph *g = d->g;
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", DROWS}, {"Feature", DCOLS}));
+    x = mw_shard(g, x, "Batch", "X");
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Feature", DCOLS}), MW_INIT_CONST(1.0f));
+    d->y = mw_dropout(g, mw_mul(g, x, w), p, 42);
+    mw_tensor *loss = mw_mean(g, mw_mul(g, d->y, d->y), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new(devices, "X", &d->mesh), MW_OK);
+    /* lr 0: w stays 1 on both meshes (a sharded update differs in the last bits), so any
+     * difference in y is the mask's. */
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &d->y, .noutputs = 1};
+    cr_assert_eq(mw_trainer_new(g, loss, d->mesh, &cfg, &d->tr), MW_OK, "%s", mw_last_error());
+}
+
+static void drop_close(drop *d) {
+    mw_trainer_free(d->tr);
+    mw_mesh_free(d->mesh);
+    mw_graph_free(d->g);
+}
+
+Test(ops_extra, dropout_mask_is_the_same_on_every_sharding) {
+    static float x[DROWS * DCOLS], y1[DROWS * DCOLS], y3[DROWS * DCOLS];
+    for (int i = 0; i < DROWS * DCOLS; i++) x[i] = 1.0f + (float)(i % 7);
+    mw_feed feed = {"x", x, DROWS * DCOLS};
+    drop one, three;
+    drop_open(&one, "cpu:1", 0.25f);
+    drop_open(&three, "cpu:3", 0.25f);
+    int dropped = 0, changed = 0;
+    static float prev[DROWS * DCOLS];
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq(mw_trainer_step(one.tr, &feed, 1, NULL), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_step(three.tr, &feed, 1, NULL), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_read_output(one.tr, one.y, y1, DROWS * DCOLS), MW_OK);
+        cr_assert_eq(mw_trainer_read_output(three.tr, three.y, y3, DROWS * DCOLS), MW_OK);
+        cr_assert(memcmp(y1, y3, sizeof y1) == 0, "step %d: the sharded mask differs", step);
+        for (int i = 0; i < DROWS * DCOLS; i++) {
+            dropped += y1[i] == 0.0f;
+            if (step) changed += (y1[i] == 0.0f) != (prev[i] == 0.0f);
+        }
+        memcpy(prev, y1, sizeof prev);
+    }
+    /* 3 x 592 draws at p = 0.25: 444 expected, standard deviation ~18.2; 5 sigma either way. */
+    cr_assert(dropped > 444 - 91 && dropped < 444 + 91, "dropped %d of 1776", dropped);
+    cr_assert(changed > 100, "the mask must change from step to step (%d changes)", changed);
+    /* Kept elements are scaled by 1 / (1 - p); evaluation is the identity. */
+    float w[DCOLS];
+    cr_assert_eq(mw_trainer_read_param(one.tr, "w", w, DCOLS), MW_OK);
+    for (int i = 0; i < DROWS * DCOLS; i++)
+        if (y1[i] != 0.0f) cr_assert_float_eq(y1[i], x[i] * w[i % DCOLS] / 0.75f, 1e-5f);
+    cr_assert_eq(mw_trainer_eval(one.tr, &feed, 1, NULL), MW_OK);
+    cr_assert_eq(mw_trainer_read_output(one.tr, one.y, y1, DROWS * DCOLS), MW_OK);
+    for (int i = 0; i < DROWS * DCOLS; i++) cr_assert_eq(y1[i], x[i] * w[i % DCOLS]);
+    drop_close(&one);
+    drop_close(&three);
+}
+
+static mw_tensor *f_dropout(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    return mw_mul(g, mw_dropout(g, mw_tanh(g, a), 0.5f, 3), b);
+}
+
+Test(ops_extra, dropout_gradient) {
+    float va[N], vb[N];
+    values(va, -1, 1, 0, 21);
+    values(vb, -1, 1, 0, 22);
+    run u;
+    run_open(&u, f_dropout, va, vb);
+    check_grads(&u, "a", va);
+    check_grads(&u, "b", vb);
+    run_close(&u);
+}
