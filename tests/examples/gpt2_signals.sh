@@ -70,10 +70,10 @@ grep -qE '^interrupted at step [0-9]+ \(no --checkpoint' "$dir/out" || die "no n
 
 # A second signal while the step is still running: out at once, no checkpoint written. Larger
 # steps leave time between the two signals.
-args=(--devices cpu:2 --steps 40 --batch 16 --seq 64 --val-every 0 --sample 0 --layers 2
-      --channels 128)
+args=(--devices cpu:2 --steps 40 --batch 16 --seq 128 --val-every 0 --sample 0 --layers 4
+      --channels 256)
 wait_step=1
-gap=0.1
+gap=0.02
 interrupt --checkpoint "$dir/twice.mwc" -- INT INT
 [[ $rc == 130 ]] || die "two SIGINTs: exit status $rc, expected 130"
 grep -q '^interrupted at step' "$dir/out" && die "two SIGINTs: the program waited for the step"
