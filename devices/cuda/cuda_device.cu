@@ -11,9 +11,16 @@
  * by the problem's sizes only (not by the GPU model or timing), so a run is bitwise repeatable.
  *
  * Data errors (an embedding id or a cross-entropy target out of range) are found on the device:
- * the kernel records the smallest bad position in a device record and raises a flag in mapped
- * host memory; the launch wrapper and sync() read that flag (no copy, no wait) and report
- * MW_ERR_INVALID naming the id and its position. */
+ * the kernel records the smallest bad position of its kind in a device record and raises a flag
+ * in mapped host memory; the launch wrapper reads that flag (no copy, no wait), and sync() and
+ * every download read it after their wait, so nothing computed from bad data reaches the host
+ * unreported. The report names every kind recorded (MW_ERR_INVALID with each id or target and
+ * its position) and clears them. The trainer syncs before its update, so a bad id fails a step
+ * before any parameter changes, also on one device.
+ *
+ * The embedding gradient is linear in tokens: a stable radix sort (CUB) of (id, position) pairs,
+ * then one block per run of equal ids adds the run's rows in position order, the CPU's order. */
+#include <cub/device/device_radix_sort.cuh>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -22,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern "C" {
 #include "core/alloc.h"
@@ -110,8 +118,8 @@ static mw_status bind(mw__device *dev) {
         (void)cudaGetLastError();                                                                  \
     } while (0)
 
-/* Reads, reports and clears a data error a kernel recorded. Waits for the stream first, so the
- * record is complete. */
+/* Reads, reports and clears the data errors kernels recorded: both kinds, each with its first
+ * bad position. Waits for the stream first, so the records are complete. */
 static mw_status report_data_error(mw__device *dev) {
     cuda_impl *im = impl_of(dev);
     err_rec rec[NERR];
@@ -120,21 +128,15 @@ static mw_status report_data_error(mw__device *dev) {
     CU(dev, cudaMemsetAsync, im->err, 0xff, sizeof rec, im->stream);
     CU(dev, cudaStreamSynchronize, im->stream);
     *im->flag = 0;
+    mw__cuda_data_error kinds[NERR];
     for (int kind = 0; kind < NERR; kind++) {
-        if (rec[kind].key == ERR_NONE) continue;
-        long long pos = (long long)(rec[kind].key >> 32);
-        int value = (int)(uint32_t)(rec[kind].key & 0xffffffffu);
-        if (kind == ERR_EMBED)
-            return mw__error(MW_ERR_INVALID,
-                             "%s: embedding id %d at position %lld is outside the vocabulary "
-                             "[0, %lld)",
-                             dev->name, value, pos, rec[kind].limit);
-        return mw__error(MW_ERR_INVALID,
-                         "%s: cross-entropy target %d at position %lld is outside the classes "
-                         "[0, %lld)",
-                         dev->name, value, pos, rec[kind].limit);
+        kinds[kind].set = rec[kind].key != ERR_NONE;
+        kinds[kind].pos = (long long)(rec[kind].key >> 32);
+        kinds[kind].value = (int)(uint32_t)(rec[kind].key & 0xffffffffu);
+        kinds[kind].limit = rec[kind].limit;
     }
-    return MW_OK; /* the flag was raised but no record is set: nothing to report */
+    /* MW_OK when the flag was raised but no record is set: nothing to report. */
+    return mw__cuda_data_errors(dev->name, &kinds[ERR_EMBED], &kinds[ERR_TARGET]);
 }
 
 /* A data error an earlier kernel flagged (read without waiting). */
@@ -595,6 +597,34 @@ __global__ void k_embed_grad(int64_t n_ids, int64_t vocab, int64_t dim, float *o
     }
 }
 
+/* Linear in tokens: the (id, position) pairs sorted by id with a stable radix sort (positions
+ * of one id stay in increasing order), then one block per run of equal ids adds that run's
+ * gradient rows into the id's row in position order: the CPU's order, so the same bits. Ids
+ * outside [0, vocab) get the key vocab and sort last, where no block reads them. */
+__global__ void k_embed_keys(int64_t n_ids, int64_t vocab, const int32_t *ids, uint32_t *keys,
+                             uint32_t *pos) {
+    GRID_LOOP(i, n_ids) {
+        int32_t id = ids[i];
+        keys[i] = id >= 0 && id < vocab ? (uint32_t)id : (uint32_t)vocab;
+        pos[i] = (uint32_t)i;
+    }
+}
+
+__global__ void k_embed_grad_runs(int64_t n_ids, int64_t vocab, int64_t dim, float *out,
+                                  const uint32_t *keys, const uint32_t *pos, const float *gy) {
+    for (int64_t j = blockIdx.x; j < n_ids; j += gridDim.x) {
+        uint32_t key = keys[j];
+        if (key >= (uint64_t)vocab || (j > 0 && keys[j - 1] == key)) continue; /* not a run start */
+        float *o = out + (int64_t)key * dim;
+        for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+            float s = 0.0f;
+            for (int64_t q = j; q < n_ids && keys[q] == key; q++)
+                s += gy[(int64_t)pos[q] * dim + c];
+            o[c] = s;
+        }
+    }
+}
+
 /* --- cross-entropy: one block per row --------------------------------------------------------- */
 
 /* Max and log-sum-exp of the first `valid` logits; the sum in double, as the CPU backend. */
@@ -787,7 +817,9 @@ static mw_status copy_sync(mw__device *dev, void *dst, const void *src, size_t b
     }
     CU(dev, cudaMemcpyAsync, dst, src, bytes, kind, im->stream);
     CU(dev, cudaStreamSynchronize, im->stream);
-    return MW_OK;
+    /* Everything queued before has run: a data error it found is reported now, so a value read
+     * back (a loss, a parameter) is never one computed from a bad id or target. */
+    return flagged(dev);
 }
 
 static mw_status cuda_upload(mw__device *dev, void *dst, const void *src, size_t bytes) {
@@ -1079,11 +1111,47 @@ static mw_status cuda_embed(mw__device *dev, const mw__k_embed *k) {
     return launched(dev, "embedding kernel");
 }
 
+/* Scratch bytes of the sorted embedding gradient for n ids (0: too many for the arena). */
+static size_t embed_sort_bytes(int64_t n_ids, int64_t vocab, int *end_bit, size_t *temp) {
+    if (n_ids <= 0 || n_ids > INT32_MAX || vocab >= INT32_MAX) return 0;
+    *end_bit = 1;
+    while (*end_bit < 32 && ((uint64_t)1 << *end_bit) <= (uint64_t)vocab) (*end_bit)++;
+    *temp = 0;
+    if (cub::DeviceRadixSort::SortPairs(NULL, *temp, (const uint32_t *)NULL, (uint32_t *)NULL,
+                                        (const uint32_t *)NULL, (uint32_t *)NULL, (int)n_ids, 0,
+                                        *end_bit) != cudaSuccess)
+        return 0;
+    size_t arrays = 4 * (((size_t)n_ids * sizeof(uint32_t) + 255) / 256 * 256);
+    size_t total = arrays + *temp;
+    return total <= SCRATCH_BYTES ? total : 0;
+}
+
 static mw_status cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     ENTER(dev);
     if (k->vocab <= 0 || k->dim <= 0) return MW_OK;
-    /* Rows that no id names are only zeroed; a vocabulary too large for the scratch arena
-     * just scans every row. */
+    int end_bit = 32;
+    size_t temp = 0;
+    if (embed_sort_bytes(k->n_ids, k->vocab, &end_bit, &temp)) {
+        /* Rows that no id names stay 0; the others are written whole by their run's block. */
+        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)(k->vocab * k->dim) * sizeof(float),
+           im->stream);
+        size_t slot = ((size_t)k->n_ids * sizeof(uint32_t) + 255) / 256 * 256;
+        uint32_t *keys = (uint32_t *)im->scratch, *keys_sorted = (uint32_t *)(im->scratch + slot);
+        uint32_t *pos = (uint32_t *)(im->scratch + 2 * slot);
+        uint32_t *pos_sorted = (uint32_t *)(im->scratch + 3 * slot);
+        void *temp_mem = im->scratch + 4 * slot;
+        LAUNCH(k_mark_present, blocks_for(k->n_ids, THREADS), THREADS, 0, k->n_ids, k->vocab,
+               k->ids, (unsigned char *)NULL, im->err, im->flag_dev);
+        LAUNCH(k_embed_keys, blocks_for(k->n_ids, THREADS), THREADS, 0, k->n_ids, k->vocab, k->ids,
+               keys, pos);
+        CU(dev, cub::DeviceRadixSort::SortPairs, temp_mem, temp, (const uint32_t *)keys,
+           keys_sorted, (const uint32_t *)pos, pos_sorted, (int)k->n_ids, 0, end_bit, im->stream);
+        LAUNCH(k_embed_grad_runs, row_blocks(k->n_ids), THREADS, 0, k->n_ids, k->vocab, k->dim,
+               k->out, keys_sorted, pos_sorted, k->gy);
+        return launched(dev, "embedding gradient kernel");
+    }
+    /* Too many ids for the scratch arena: one block per vocabulary row scans every id. Rows that
+     * no id names are only zeroed; a vocabulary too large for the arena scans every row. */
     unsigned char *present = NULL;
     if ((size_t)k->vocab <= SCRATCH_BYTES) {
         present = (unsigned char *)im->scratch;
@@ -1143,13 +1211,41 @@ extern "C" int mw__cuda_device_count(void) {
     return n;
 }
 
+extern "C" mw_status mw__cuda_probe(int *count) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return mw__cuda_count_result(n, (int)e, cudaGetErrorName(e), cudaGetErrorString(e),
+                                 mw__gpu_required(), count);
+}
+
+extern "C" mw_status mw__cuda_gpu_identity(int ordinal, char out[MW__GPU_ID_SIZE]) {
+    char host[64] = "?", bus[32] = "?";
+    out[0] = 0;
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, ordinal);
+    cudaDeviceProp prop;
+    if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return mw__error(MW_ERR_DEVICE, "GPU %d: its identity (PCI bus id, UUID) is unknown: %s",
+                         ordinal, cudaGetErrorString(e));
+    }
+    int at = snprintf(out, MW__GPU_ID_SIZE, "%s %s GPU-", host, bus);
+    for (int i = 0; i < 16 && at > 0 && at < MW__GPU_ID_SIZE - 2; i++)
+        at += snprintf(out + at, (size_t)(MW__GPU_ID_SIZE - at), "%02x",
+                       (unsigned char)prop.uuid.bytes[i]);
+    return MW_OK;
+}
+
 extern "C" struct CUstream_st *mw__cuda_stream(const mw__device *dev) {
     cuda_impl *im = impl_of(dev);
     return im ? im->stream : NULL;
 }
 
-extern "C" mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, size_t lo,
-                                         size_t hi) {
+extern "C" mw_status mw__cuda_sum_slices_on(mw__device *dev, struct CUstream_st *stream,
+                                            float *const *bufs, int nbufs, size_t lo, size_t hi) {
     if (nbufs < 1 || nbufs > MW_MAX_DEVICES || !bufs)
         return mw__error(MW_ERR_INVALID, "%s: sum of %d buffers (expected 1..%d)", dev->name, nbufs,
                          MW_MAX_DEVICES);
@@ -1159,12 +1255,19 @@ extern "C" mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, in
         memset(&b, 0, sizeof b);
         for (int q = 0; q < nbufs; q++) b.p[q] = bufs[q];
         int64_t n = (int64_t)(hi - lo);
-        LAUNCH(k_sum_slices, blocks_for(n, THREADS), THREADS, 0, b, nbufs, (int64_t)lo,
-               (int64_t)hi);
+        k_sum_slices<<<blocks_for(n, THREADS), THREADS, 0, stream ? stream : im->stream>>>(
+            b, nbufs, (int64_t)lo, (int64_t)hi);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return cuda_fail(dev, "sum kernel", e);
     }
-    CU(dev, cudaStreamSynchronize, im->stream);
+    return MW_OK;
+}
+
+extern "C" mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, size_t lo,
+                                         size_t hi) {
+    mw_status st = mw__cuda_sum_slices_on(dev, NULL, bufs, nbufs, lo, hi);
+    if (st) return st;
+    CU(dev, cudaStreamSynchronize, impl_of(dev)->stream);
     return MW_OK;
 }
 
