@@ -152,54 +152,67 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
     return MW_OK;
 }
 
-static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    local_comm *c = as_local(comm);
+/* Checks a call's rank and buffer; a bad one aborts, since peers would wait for it. */
+static mw_status check_call(local_comm *c, int rank, const float *buf, size_t n) {
     if (!c) return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): communicator is NULL");
-    if (rank < 0 || rank >= c->nranks) {
-        mw__reducer_shm.abort(c->sync); /* peers would wait for a rank that never comes */
-        return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d out of range 0..%d",
-                         rank, c->nranks - 1);
-    }
-    mw__device *dev = c->devs[rank];
-    if (!buf && n > 0) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d passed a NULL buffer",
-                         rank);
-    }
-    /* Step 1. The buffer must be complete before a peer reads it. */
-    mw_status st = dev->vt->sync(dev);
-    if (st) {
-        mw__reducer_shm.abort(c->sync);
-        return st;
-    }
+    if (rank >= 0 && rank < c->nranks && (buf || n == 0)) return MW_OK;
+    mw__reducer_shm.abort(c->sync);
+    return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d of %d, buffer %p", rank,
+                     c->nranks, (const void *)buf);
+}
+
+/* Publishes the rank's buffer and meets the peers (barrier 1); then every rank sees the same
+ * lengths, so all fail alike when they disagree. */
+static mw_status publish(local_comm *c, int rank, float *buf, size_t n) {
     c->bufs[rank] = buf;
     c->lens[rank] = n;
-    if ((st = mw__reducer_shm.barrier(c->sync, rank))) return relabel(st, "all-reduce");
+    mw_status st = mw__reducer_shm.barrier(c->sync, rank);
+    if (st) return relabel(st, "all-reduce");
     for (int q = 1; q < c->nranks; q++)
-        if (c->lens[q] != c->lens[0]) /* every rank sees the same lengths: all fail alike */
+        if (c->lens[q] != c->lens[0])
             return mw__error(MW_ERR_INVALID,
                              "all-reduce (cuda-local): ranks disagree on the length: rank 0 has "
                              "%zu floats, rank %d has %zu",
                              c->lens[0], q, c->lens[q]);
-    if (n == 0 || c->nranks == 1) return MW_OK;
+    return MW_OK;
+}
 
-    /* Step 2: this rank's slice. */
-    int p = c->nranks;
-    size_t runs = (n + RUN_FLOATS - 1) / RUN_FLOATS;
-    size_t lo = runs * (size_t)rank / (size_t)p * RUN_FLOATS;
-    size_t hi = runs * (size_t)(rank + 1) / (size_t)p * RUN_FLOATS;
-    if (hi > n) hi = n;
-    st = mw__cuda_sum_slices(dev, c->bufs, p, lo, hi);
+/* Rank r's slice of n floats: whole 128-byte runs. */
+static void slice_of(const local_comm *c, int rank, size_t n, size_t *lo, size_t *hi) {
+    size_t runs = (n + RUN_FLOATS - 1) / RUN_FLOATS, p = (size_t)c->nranks;
+    *lo = runs * (size_t)rank / p * RUN_FLOATS;
+    *hi = runs * (size_t)(rank + 1) / p * RUN_FLOATS;
+    if (*hi > n) *hi = n;
+}
+
+/* The closing barrier, taken even after the rank's sum failed so that no peer is left waiting
+ * for it; the sum's failure (st, with its message) wins. */
+static mw_status close_sum(local_comm *c, int rank, mw_status st) {
     char msg[MW__MSG_SIZE];
     if (st) snprintf(msg, sizeof msg, "%s", mw_last_error());
-
-    /* Step 3, taken even after a failure so no peer is left waiting for this rank. */
-    mw_status st3 = mw__reducer_shm.barrier(c->sync, rank);
+    mw_status closing = mw__reducer_shm.barrier(c->sync, rank);
     if (st) {
         mw__reducer_shm.abort(c->sync);
         return mw__error_copy(st, msg);
     }
-    return st3 ? relabel(st3, "all-reduce") : MW_OK;
+    return closing ? relabel(closing, "all-reduce") : MW_OK;
+}
+
+static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    local_comm *c = as_local(comm);
+    mw_status st = check_call(c, rank, buf, n);
+    if (st) return st;
+    /* Step 1. The buffer must be complete before a peer reads it. */
+    mw__device *dev = c->devs[rank];
+    if ((st = dev->vt->sync(dev))) {
+        mw__reducer_shm.abort(c->sync);
+        return st;
+    }
+    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
+    /* Step 2: this rank's slice; step 3: the closing barrier. */
+    size_t lo, hi;
+    slice_of(c, rank, n, &lo, &hi);
+    return close_sum(c, rank, mw__cuda_sum_slices(dev, c->bufs, c->nranks, lo, hi));
 }
 
 /* A CUDA failure of an overlapped sum: aborts the communicator (peers would wait for this rank)
@@ -213,48 +226,24 @@ static mw_status cuda_failed(local_comm *c, int rank, const char *call, cudaErro
 
 static mw_status local_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
     local_comm *c = as_local(comm);
-    if (!c) return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): communicator is NULL");
-    if (rank < 0 || rank >= c->nranks || (!buf && n > 0)) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d of %d, buffer %p", rank,
-                         c->nranks, (void *)buf);
-    }
+    mw_status st = check_call(c, rank, buf, n);
+    if (st) return st;
     mw__device *dev = c->devs[rank];
     cudaError_t e = cudaSetDevice(dev->ordinal);
     if (e == cudaSuccess) e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_stream(dev));
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
-    c->bufs[rank] = buf;
-    c->lens[rank] = n;
-    mw_status st = mw__reducer_shm.barrier(c->sync, rank);
-    if (st) return relabel(st, "all-reduce");
-    for (int q = 1; q < c->nranks; q++)
-        if (c->lens[q] != c->lens[0])
-            return mw__error(MW_ERR_INVALID,
-                             "all-reduce (cuda-local): ranks disagree on the length: rank 0 has "
-                             "%zu floats, rank %d has %zu",
-                             c->lens[0], q, c->lens[q]);
-    if (n == 0 || c->nranks == 1) return MW_OK;
+    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
     cudaStream_t s = c->streams[rank];
     for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
         e = cudaStreamWaitEvent(s, c->ready[q], 0);
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
-    int p = c->nranks;
-    size_t runs = (n + RUN_FLOATS - 1) / RUN_FLOATS;
-    size_t lo = runs * (size_t)rank / (size_t)p * RUN_FLOATS;
-    size_t hi = runs * (size_t)(rank + 1) / (size_t)p * RUN_FLOATS;
-    if (hi > n) hi = n;
-    st = mw__cuda_sum_slices_on(dev, (struct CUstream_st *)s, c->bufs, p, lo, hi);
+    size_t lo, hi;
+    slice_of(c, rank, n, &lo, &hi);
+    st = mw__cuda_sum_slices_on(dev, (struct CUstream_st *)s, c->bufs, c->nranks, lo, hi);
     if (st == MW_OK && (e = cudaEventRecord(c->done[rank], s)) != cudaSuccess)
-        return cuda_failed(c, rank, "cudaEventRecord", e);
-    char msg[MW__MSG_SIZE];
-    if (st) snprintf(msg, sizeof msg, "%s", mw_last_error());
-    /* Barrier 2, taken even after a failure so no peer is left waiting for this rank. */
-    mw_status st2 = mw__reducer_shm.barrier(c->sync, rank);
-    if (st) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error_copy(st, msg);
-    }
-    return st2 ? relabel(st2, "all-reduce") : MW_OK;
+        st = mw__error(MW_ERR_DEVICE, "all-reduce (cuda-local): %s: cudaEventRecord failed: %s",
+                       dev->name, cudaGetErrorString(e));
+    return close_sum(c, rank, st); /* barrier 2: every done event is recorded */
 }
 
 static mw_status local_allreduce_wait(mw__comm *comm, int rank) {
