@@ -1046,12 +1046,12 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
             case 3: {
                 mw__k_gemm k = {.batch = 1,
                                 .m = rows,
-                                .n = rows,
+                                .n = 200, /* C is rows x 200: within the output buffer */
                                 .k = n,
                                 .trans_b = 1,
                                 .lda = n,
                                 .ldb = n,
-                                .ldc = rows,
+                                .ldc = 200,
                                 .c = o,
                                 .a = gx,
                                 .b = gy};
@@ -1109,19 +1109,9 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 /* Fresh state each repeat: p, m, v copied from the same inputs. */
                 float *p = o, *m = putf(y, len), *vv = putf(w, n < len ? n : len);
                 OK(gpu.vt->upload(&gpu, p, x, (size_t)len * sizeof(float)));
-                mw__k_adamw k = {.count = n,
-                                 .lr = 1e-3f,
-                                 .beta1 = 0.9f,
-                                 .beta2 = 0.95f,
-                                 .eps = 1e-8f,
-                                 .weight_decay = 0.1f,
-                                 .bias1 = 0.1f,
-                                 .bias2 = 0.05f,
-                                 .grad_scale = 1.0f,
-                                 .p = p,
-                                 .m = m,
-                                 .v = vv,
-                                 .g = gy};
+                /* count, lr, beta1, beta2, eps, weight decay, bias1, bias2, grad scale */
+                mw__k_adamw k = {n,     1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f,
+                                 0.05f, 1.0f,  p,    m,     vv,    gy};
                 OK(gpu.vt->adamw(&gpu, &k));
             } break;
             }

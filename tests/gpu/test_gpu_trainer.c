@@ -155,7 +155,7 @@ static run train(const char *devices, const tensor *t, int nt) {
     int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
     for (int s = 0; s < STEPS; s++) {
         mw_feed f[2];
-        feed(s, in, tg, f);
+        feed(s % 2, in, tg, f); /* two batches in turn: the model learns them, the loss falls */
         mw_status st = mw_trainer_step(m.tr, f, 2, &r.loss[s]);
         cr_assert_eq(st, MW_OK, "%s step %d: %s", devices, s, mw_last_error());
     }
