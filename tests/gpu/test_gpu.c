@@ -729,36 +729,45 @@ static int32_t *rand_ids(int64_t n, int32_t hi) {
     return ids;
 }
 
+/* The embedding and its gradient on n_ids ids against the CPU: the same bits (the gradient adds
+ * rows in order of position on both sides; rows no id names are zero). */
+static void embed_case(const char *what, int64_t vocab, int64_t dim, int64_t n_ids,
+                       const int32_t *ids) {
+    float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
+    int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
+    float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
+    mw__k_embed e = {
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
+    OK(cpu.vt->embed(&cpu, &e));
+    e.out = gout;
+    e.ids = gids;
+    e.table = gtable;
+    OK(gpu.vt->embed(&gpu, &e));
+    char label[96];
+    snprintf(label, sizeof label, "embed, %s", what);
+    expect_equal(label, getf(gout, n_ids * dim), ref, n_ids * dim);
+
+    float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
+    float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
+    mw__k_embed_grad g = {
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
+    OK(cpu.vt->embed_grad(&cpu, &g));
+    g.out = gg;
+    g.ids = gids;
+    g.gy = ggy;
+    OK(gpu.vt->embed_grad(&gpu, &g));
+    snprintf(label, sizeof label, "embed gradient, %s", what);
+    expect_equal(label, getf(gg, vocab * dim), gref, vocab * dim);
+}
+
 Test(gpu, embedding_and_its_gradient_exactly) {
     NEED_GPU();
     static const int64_t cases[][3] = {{50, 33, 100}, {40, 300, 500}, {3, 5, 1000}};
     for (int c = 0; c < 3; c++) {
         int64_t vocab = cases[c][0], dim = cases[c][1], n_ids = cases[c][2];
+        /* A quarter of the vocabulary never occurs. */
         int32_t *ids = rand_ids(n_ids, (int32_t)(vocab > 10 ? vocab * 3 / 4 : vocab));
-        float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
-        int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
-        float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
-        mw__k_embed e = {
-            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
-        OK(cpu.vt->embed(&cpu, &e));
-        e.out = gout;
-        e.ids = gids;
-        e.table = gtable;
-        OK(gpu.vt->embed(&gpu, &e));
-        expect_equal("embed", getf(gout, n_ids * dim), ref, n_ids * dim);
-
-        /* The gradient adds rows in order of position on both sides: the same bits; rows no
-         * id names (a quarter of the vocabulary here) are zero. */
-        float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
-        float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
-        mw__k_embed_grad g = {
-            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
-        OK(cpu.vt->embed_grad(&cpu, &g));
-        g.out = gg;
-        g.ids = gids;
-        g.gy = ggy;
-        OK(gpu.vt->embed_grad(&gpu, &g));
-        expect_equal("embed gradient", getf(gg, vocab * dim), gref, vocab * dim);
+        embed_case("random ids", vocab, dim, n_ids, ids);
     }
 }
 
@@ -942,28 +951,7 @@ Test(gpu, rows_past_the_grid_limit) {
                  2.0 * FLT_EPSILON);
 
     /* Embedding and its gradient over 70,001 ids of a vocabulary of 100: long runs of each id. */
-    int64_t vocab = 100, dim = 8;
-    int32_t *ids = rand_ids(rows, (int32_t)vocab);
-    int32_t *gids = put(ids, (size_t)rows * sizeof *ids);
-    float *table = rand_floats(vocab * dim, -1, 1), *gtable = putf(table, vocab * dim);
-    mw__k_embed e = {
-        .n_ids = rows, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
-    OK(cpu.vt->embed(&cpu, &e));
-    e.out = gout;
-    e.ids = gids;
-    e.table = gtable;
-    OK(gpu.vt->embed(&gpu, &e));
-    expect_equal("embedding past the grid", getf(gout, rows * dim), ref, rows * dim);
-    float *gref = zeros(vocab * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
-    mw__k_embed_grad eg = {
-        .n_ids = rows, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = x};
-    OK(cpu.vt->embed_grad(&cpu, &eg));
-    eg.out = gg;
-    eg.ids = gids;
-    eg.gy = gx;
-    OK(gpu.vt->embed_grad(&gpu, &eg));
-    /* Rows added in order of position on both sides: the same bits. */
-    expect_equal("embedding gradient of 70,001 ids", getf(gg, vocab * dim), gref, vocab * dim);
+    embed_case("70,001 ids", 100, 8, rows, rand_ids(rows, 100));
 }
 
 /* Both kinds of data error, found by kernels queued one after the other: each is named with its
