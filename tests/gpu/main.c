@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "meshwit/status.h"
 #ifdef MESHWIT_HAVE_CUDA
@@ -17,22 +20,60 @@
 
 #define SKIP_CODE 77
 
+#ifdef MESHWIT_HAVE_CUDA
+/* The probe runs in a child process: CUDA cannot be used in a process forked after CUDA was
+ * initialised in its parent, and Criterion forks every test from this one. The child exits 0
+ * (GPUs), SKIP_CODE (none) or 1 (none, and required), its message on the pipe. */
+static int probe_in_child(char *msg, size_t size) {
+    int fds[2];
+    msg[0] = '\0';
+    if (pipe(fds) != 0) return 1;
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+        close(fds[0]);
+        int n = 0, code = 0;
+        if (mw__cuda_probe(&n) != MW_OK) {
+            code = 1;
+        } else if (n == 0) {
+            /* Why there is none: the probe's message as MESHWIT_REQUIRE_GPU=1 would give it. */
+            setenv("MESHWIT_REQUIRE_GPU", "1", 1);
+            (void)mw__cuda_probe(&n);
+            code = SKIP_CODE;
+        }
+        if (code) {
+            const char *m = mw_last_error();
+            ssize_t w = write(fds[1], m, strlen(m));
+            (void)w;
+        }
+        _exit(code);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < size && (r = read(fds[0], msg + got, size - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 1;
+    return WEXITSTATUS(status);
+}
+#endif
+
 /* -1: go on and run the tests; else the exit code. */
 static int gate(void) {
 #ifdef MESHWIT_HAVE_CUDA
-    int n = 0;
-    if (mw__cuda_probe(&n) != MW_OK) {
-        fprintf(stderr, "FAIL: %s\n", mw_last_error());
-        return 1;
+    char msg[1024];
+    int code = probe_in_child(msg, sizeof msg);
+    if (code == 0) return -1;
+    if (code == SKIP_CODE) {
+        const char *why = strstr(msg, " but ");
+        printf("SKIP: %s; set MESHWIT_REQUIRE_GPU=1 to make this a failure\n",
+               why ? why + 5 : "no GPU");
+        return SKIP_CODE;
     }
-    if (n > 0) return -1;
-    /* Why there is none: the probe's message as MESHWIT_REQUIRE_GPU=1 would give it. */
-    setenv("MESHWIT_REQUIRE_GPU", "1", 1);
-    (void)mw__cuda_probe(&n);
-    unsetenv("MESHWIT_REQUIRE_GPU");
-    printf("SKIP: no GPU (%s); set MESHWIT_REQUIRE_GPU=1 to make this a failure\n",
-           mw_last_error());
-    return SKIP_CODE;
+    fprintf(stderr, "FAIL: %s\n", *msg ? msg : "probing for a GPU failed");
+    return 1;
 #else
     const char *v = getenv("MESHWIT_REQUIRE_GPU");
     if (v && *v && strcmp(v, "0") != 0) {
