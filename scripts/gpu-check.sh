@@ -231,8 +231,9 @@ gpu_ctest() {
 }
 
 do_gpu_kernels() {
-    command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total \
-        --format=csv,noheader
+    command -v nvidia-smi > /dev/null &&
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader |
+        sed 's/^/GPU: /'
     gpu_ctest '^gpu$'
 }
 
@@ -273,6 +274,12 @@ fi
         printf '  %-13s %-7s %4ds  %s\n' "${NAMES[$i]}" "${RESULTS[$i]}" "${TIMES[$i]}" \
             "${NOTES[$i]}"
     done
+    # The build's features, the GPU, the tests' lines and the bench's GPU rows, from the log.
+    grep -h -m1 -- '-- meshwit ' "$OUT/log.txt" | sed 's/^-- /  build: /'
+    grep -h -m1 '^GPU: ' "$OUT/log.txt" | sed 's/^/  /'
+    grep -h -E '^ *[0-9]+/[0-9]+ Test +#' "$OUT/log.txt" | sed 's/^ */  test /'
+    grep -h -E '^(devices +(repeats|BLAS)|cuda:|(linreg|gpt2): cuda)' "$OUT/log.txt" |
+        sed 's/^/  bench /'
 } > "$OUT/summary.txt"
 {
     printf '{"host": "%s", "arch": "%s", "seconds": %d, "ok": %s, "stages": [' "$(uname -n)" \
