@@ -46,6 +46,14 @@ typedef struct mw__reducer_vtable {
     mw_status (*barrier)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
+    /* Optional (NULL: allreduce_sum only), for reducers of device memory that overlap the sums
+     * with the device's compute. allreduce_start queues the in-place sum of buf[0..n) after the
+     * work queued so far on the rank's device and returns without waiting; the device may run
+     * later work meanwhile, which must not touch buf. allreduce_wait returns when every sum the
+     * rank started is complete, with the device's later work ordered after them (errors as
+     * allreduce_sum). Every rank starts the same sums in the same order, then waits. */
+    mw_status (*allreduce_start)(mw__comm *comm, int rank, float *buf, size_t n);
+    mw_status (*allreduce_wait)(mw__comm *comm, int rank);
 } mw__reducer_vtable;
 
 /* The shared-memory reducer for devices that share the host's address space (virtual CPU

@@ -151,11 +151,17 @@ static mw_status run_ins(worker *w, mw__ins *in) {
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
         if (!w->comm[gi]) return MW_OK; /* a group of one device */
-        mw_status st = vt->sync(dev);
-        if (st) return st;
+        const mw__reducer_vtable *R = w->tr->reducer;
         int64_t t0 = now_ns();
-        st = w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
-                                           (size_t)in->count);
+        mw_status st;
+        if (in->kind == MW__I_GRAD_BUCKET && R->allreduce_start && !vt->host_memory) {
+            /* Queued behind the kernels that wrote the bucket; backward goes on beside it and
+             * finish_reductions() waits before the gradients are read. */
+            st =
+                R->allreduce_start(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+        } else if ((st = vt->sync(dev)) == MW_OK) {
+            st = R->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+        }
         w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
         return st;
     }
@@ -327,6 +333,19 @@ static mw_status update(worker *w) {
     return MW_OK;
 }
 
+/* Waits for the gradient sums started during backward (reducers that overlap them). */
+static mw_status finish_reductions(worker *w) {
+    const mw__reducer_vtable *R = w->tr->reducer;
+    if (!R->allreduce_wait || w->dev.vt->host_memory) return MW_OK;
+    int64_t t0 = now_ns();
+    mw_status st = MW_OK;
+    w->phase = MW_PHASE_GRAD_REDUCE;
+    for (int gi = 0; gi < w->tr->ngroups && !st; gi++)
+        if (w->comm[gi]) st = R->allreduce_wait(w->comm[gi], w->rank[gi]);
+    w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
+    return st;
+}
+
 static mw_status worker_init(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;
     mw_status st = vt->init(&w->dev);
@@ -379,7 +398,9 @@ static mw_status worker_run(worker *w, cmd c) {
     case CMD_STEP:
     case CMD_ACCUM:
         w->skipped = 0;
-        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end)) ||
+            (st = finish_reductions(w)))
+            return st;
         if (c == CMD_ACCUM)
             return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
         if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;
@@ -399,6 +420,9 @@ static mw_status worker_run(worker *w, cmd c) {
         if (c == CMD_STEP) {
             int64_t t0 = now_ns();
             st = enter(w, MW_PHASE_UPDATE);
+            /* A data error (bad id or target) a GPU kernel found is reported by the sync, before
+             * any parameter changes, also with one device. */
+            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
             /* Nobody updates unless everybody got this far: replicas stay identical when a device
              * fails before its update. */
             if (st == MW_OK && w->tr->all) st = w->tr->all_reducer->barrier(w->tr->all, w->index);
@@ -991,10 +1015,25 @@ static mw_status start_workers(mw_trainer *tr) {
     return MW_OK;
 }
 
+static void free_comms(mw_trainer *tr) {
+    if (tr->all) tr->all_reducer->comm_free(tr->all);
+    tr->all = NULL;
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        for (int c = 0; c < tr->groups[gi].ncomms; c++) {
+            if (tr->groups[gi].comms[c]) tr->reducer->comm_free(tr->groups[gi].comms[c]);
+            tr->groups[gi].comms[c] = NULL;
+        }
+    for (int i = 0; tr->w && i < tr->nworkers; i++) memset(tr->w[i].comm, 0, sizeof tr->w[i].comm);
+}
+
 void mw_trainer_free(mw_trainer *tr) {
     if (!tr) return;
     int running = 0;
     for (int i = 0; tr->w && i < tr->nworkers; i++) running += tr->w[i].started;
+    /* The communicators go first (no worker is inside a collective now): freeing one aborts what
+     * a failed step left queued on a GPU, which would otherwise block the workers' final frees
+     * and stream waits forever. */
+    free_comms(tr);
     if (running) {
         post(tr, CMD_QUIT, running);
         wait_done(tr);
@@ -1006,12 +1045,7 @@ void mw_trainer_free(mw_trainer *tr) {
         pthread_cond_destroy(&tr->start);
         pthread_cond_destroy(&tr->done);
     }
-    if (tr->all) tr->all_reducer->comm_free(tr->all);
-    for (int gi = 0; gi < tr->ngroups; gi++) {
-        for (int c = 0; c < tr->groups[gi].ncomms; c++)
-            if (tr->groups[gi].comms[c]) tr->reducer->comm_free(tr->groups[gi].comms[c]);
-        mw__free(tr->groups[gi].comms);
-    }
+    for (int gi = 0; gi < tr->ngroups; gi++) mw__free(tr->groups[gi].comms);
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
             mw__plan_free(&tr->w[i].plan);

@@ -17,7 +17,18 @@
  * Abort: a rank released from barrier 3 by an abort may return while a peer's kernel is still
  * writing into its buffer; the step fails anyway, the buffer stays allocated, and the peer's
  * kernel finishes before the peer returns (step 2 waits), so the trainer's host sees every
- * worker done only once no kernel of the collective runs. */
+ * worker done only once no kernel of the collective runs.
+ *
+ * Overlapped sums (allreduce_start/allreduce_wait), for the gradient buckets: nothing waits for
+ * the GPU. Each rank records an event on its compute stream and publishes it with its buffer;
+ * after barrier 1 rank r's communication stream waits for every rank's event, sums slice r there
+ * and records a done event; barrier 2 makes every done event recorded before anyone waits on it.
+ * allreduce_wait makes the rank's compute stream wait for every rank's done event. The host only
+ * meets its peers at barriers, so abort and timeout work as above; every GPU wait is on work
+ * already queued, so no stream waits for a peer that never comes. An event is re-recorded only
+ * after a later barrier, once every peer has queued its wait on it. reset() and comm_free() wait
+ * for the communication streams, so no sum outlives a failed step or the buffers. */
+#include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +47,9 @@ typedef struct local_comm {
     mw__device **devs;
     float **bufs; /* published for the current collective */
     size_t *lens;
+    cudaStream_t *streams; /* per rank: the overlapped sums */
+    cudaEvent_t *ready;    /* per rank: its buffer is complete on its compute stream */
+    cudaEvent_t *done;     /* per rank: its last slice sum */
 } local_comm;
 
 static local_comm *as_local(mw__comm *c) { return (local_comm *)c; }
@@ -47,9 +61,29 @@ static mw_status relabel(mw_status st, const char *what) {
     return mw__error(st, "%s (cuda-local): %s", what, msg);
 }
 
+/* Waits for every rank's overlapped sums (the host calls it when no rank is inside a
+ * collective). */
+static void drain(local_comm *c) {
+    for (int r = 0; c->streams && r < c->nranks; r++)
+        if (c->streams[r] && cudaSetDevice(c->devs[r]->ordinal) == cudaSuccess)
+            cudaStreamSynchronize(c->streams[r]);
+    (void)cudaGetLastError();
+}
+
 static void local_comm_free(mw__comm *comm) {
     local_comm *c = as_local(comm);
     if (!c) return;
+    drain(c);
+    for (int r = 0; r < c->nranks; r++) {
+        if (c->devs && c->devs[r] && cudaSetDevice(c->devs[r]->ordinal) != cudaSuccess) continue;
+        if (c->streams && c->streams[r]) cudaStreamDestroy(c->streams[r]);
+        if (c->ready && c->ready[r]) cudaEventDestroy(c->ready[r]);
+        if (c->done && c->done[r]) cudaEventDestroy(c->done[r]);
+    }
+    (void)cudaGetLastError();
+    mw__free(c->streams);
+    mw__free(c->ready);
+    mw__free(c->done);
     mw__reducer_shm.comm_free(c->sync);
     mw__free(c->devs);
     mw__free(c->bufs);
@@ -87,64 +121,143 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
         local_comm_free((mw__comm *)c);
         return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
     }
+    c->streams = mw__calloc((size_t)nranks, sizeof *c->streams);
+    c->ready = mw__calloc((size_t)nranks, sizeof *c->ready);
+    c->done = mw__calloc((size_t)nranks, sizeof *c->done);
+    if (!c->streams || !c->ready || !c->done) {
+        local_comm_free((mw__comm *)c);
+        return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
+    }
     for (int r = 0; r < nranks; r++) c->devs[r] = devices[r];
     mw_status st = mw__reducer_shm.comm_new(nranks, NULL, opt, &c->sync);
+    for (int r = 0; r < nranks && !st; r++) {
+        cudaError_t e = cudaSetDevice(devices[r]->ordinal);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->streams[r], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = mw__error(e == cudaErrorMemoryAllocation ? MW_ERR_NOMEM : MW_ERR_DEVICE,
+                           "cuda-local comm_new: %s: making its stream and events failed: %s",
+                           devices[r]->name, cudaGetErrorString(e));
+        }
+    }
     if (st) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
         local_comm_free((mw__comm *)c);
-        return st;
+        return mw__error_copy(st, msg);
     }
     *out = (mw__comm *)c;
     return MW_OK;
 }
 
-static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    local_comm *c = as_local(comm);
+/* Checks a call's rank and buffer; a bad one aborts, since peers would wait for it. */
+static mw_status check_call(local_comm *c, int rank, const float *buf, size_t n) {
     if (!c) return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): communicator is NULL");
-    if (rank < 0 || rank >= c->nranks) {
-        mw__reducer_shm.abort(c->sync); /* peers would wait for a rank that never comes */
-        return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d out of range 0..%d",
-                         rank, c->nranks - 1);
-    }
-    mw__device *dev = c->devs[rank];
-    if (!buf && n > 0) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d passed a NULL buffer",
-                         rank);
-    }
-    /* Step 1. The buffer must be complete before a peer reads it. */
-    mw_status st = dev->vt->sync(dev);
-    if (st) {
-        mw__reducer_shm.abort(c->sync);
-        return st;
-    }
+    if (rank >= 0 && rank < c->nranks && (buf || n == 0)) return MW_OK;
+    mw__reducer_shm.abort(c->sync);
+    return mw__error(MW_ERR_INVALID, "all-reduce (cuda-local): rank %d of %d, buffer %p", rank,
+                     c->nranks, (const void *)buf);
+}
+
+/* Publishes the rank's buffer and meets the peers (barrier 1); then every rank sees the same
+ * lengths, so all fail alike when they disagree. */
+static mw_status publish(local_comm *c, int rank, float *buf, size_t n) {
     c->bufs[rank] = buf;
     c->lens[rank] = n;
-    if ((st = mw__reducer_shm.barrier(c->sync, rank))) return relabel(st, "all-reduce");
+    mw_status st = mw__reducer_shm.barrier(c->sync, rank);
+    if (st) return relabel(st, "all-reduce");
     for (int q = 1; q < c->nranks; q++)
-        if (c->lens[q] != c->lens[0]) /* every rank sees the same lengths: all fail alike */
+        if (c->lens[q] != c->lens[0])
             return mw__error(MW_ERR_INVALID,
                              "all-reduce (cuda-local): ranks disagree on the length: rank 0 has "
                              "%zu floats, rank %d has %zu",
                              c->lens[0], q, c->lens[q]);
-    if (n == 0 || c->nranks == 1) return MW_OK;
+    return MW_OK;
+}
 
-    /* Step 2: this rank's slice. */
-    int p = c->nranks;
-    size_t runs = (n + RUN_FLOATS - 1) / RUN_FLOATS;
-    size_t lo = runs * (size_t)rank / (size_t)p * RUN_FLOATS;
-    size_t hi = runs * (size_t)(rank + 1) / (size_t)p * RUN_FLOATS;
-    if (hi > n) hi = n;
-    st = mw__cuda_sum_slices(dev, c->bufs, p, lo, hi);
+/* Rank r's slice of n floats: whole 128-byte runs. */
+static void slice_of(const local_comm *c, int rank, size_t n, size_t *lo, size_t *hi) {
+    size_t runs = (n + RUN_FLOATS - 1) / RUN_FLOATS, p = (size_t)c->nranks;
+    *lo = runs * (size_t)rank / p * RUN_FLOATS;
+    *hi = runs * (size_t)(rank + 1) / p * RUN_FLOATS;
+    if (*hi > n) *hi = n;
+}
+
+/* The closing barrier, taken even after the rank's sum failed so that no peer is left waiting
+ * for it; the sum's failure (st, with its message) wins. */
+static mw_status close_sum(local_comm *c, int rank, mw_status st) {
     char msg[MW__MSG_SIZE];
     if (st) snprintf(msg, sizeof msg, "%s", mw_last_error());
-
-    /* Step 3, taken even after a failure so no peer is left waiting for this rank. */
-    mw_status st3 = mw__reducer_shm.barrier(c->sync, rank);
+    mw_status closing = mw__reducer_shm.barrier(c->sync, rank);
     if (st) {
         mw__reducer_shm.abort(c->sync);
         return mw__error_copy(st, msg);
     }
-    return st3 ? relabel(st3, "all-reduce") : MW_OK;
+    return closing ? relabel(closing, "all-reduce") : MW_OK;
+}
+
+static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    local_comm *c = as_local(comm);
+    mw_status st = check_call(c, rank, buf, n);
+    if (st) return st;
+    /* Step 1. The buffer must be complete before a peer reads it. */
+    mw__device *dev = c->devs[rank];
+    if ((st = dev->vt->sync(dev))) {
+        mw__reducer_shm.abort(c->sync);
+        return st;
+    }
+    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
+    /* Step 2: this rank's slice; step 3: the closing barrier. */
+    size_t lo, hi;
+    slice_of(c, rank, n, &lo, &hi);
+    return close_sum(c, rank, mw__cuda_sum_slices(dev, c->bufs, c->nranks, lo, hi));
+}
+
+/* A CUDA failure of an overlapped sum: aborts the communicator (peers would wait for this rank)
+ * and reports it. */
+static mw_status cuda_failed(local_comm *c, int rank, const char *call, cudaError_t e) {
+    (void)cudaGetLastError();
+    mw__reducer_shm.abort(c->sync);
+    return mw__error(MW_ERR_DEVICE, "all-reduce (cuda-local): %s: %s failed: %s",
+                     c->devs[rank]->name, call, cudaGetErrorString(e));
+}
+
+static mw_status local_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+    local_comm *c = as_local(comm);
+    mw_status st = check_call(c, rank, buf, n);
+    if (st) return st;
+    mw__device *dev = c->devs[rank];
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    if (e == cudaSuccess) e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_stream(dev));
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
+    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
+    cudaStream_t s = c->streams[rank];
+    for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
+        e = cudaStreamWaitEvent(s, c->ready[q], 0);
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
+    size_t lo, hi;
+    slice_of(c, rank, n, &lo, &hi);
+    st = mw__cuda_sum_slices_on(dev, (struct CUstream_st *)s, c->bufs, c->nranks, lo, hi);
+    if (st == MW_OK && (e = cudaEventRecord(c->done[rank], s)) != cudaSuccess)
+        st = mw__error(MW_ERR_DEVICE, "all-reduce (cuda-local): %s: cudaEventRecord failed: %s",
+                       dev->name, cudaGetErrorString(e));
+    return close_sum(c, rank, st); /* barrier 2: every done event is recorded */
+}
+
+static mw_status local_allreduce_wait(mw__comm *comm, int rank) {
+    local_comm *c = as_local(comm);
+    if (!c || rank < 0 || rank >= c->nranks)
+        return mw__error(MW_ERR_INVALID, "all-reduce wait (cuda-local): bad communicator or rank");
+    if (c->nranks == 1) return MW_OK;
+    mw__device *dev = c->devs[rank];
+    cudaStream_t s = (cudaStream_t)mw__cuda_stream(dev);
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
+        e = cudaStreamWaitEvent(s, c->done[q], 0);
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
+    return MW_OK;
 }
 
 static mw_status local_barrier(mw__comm *comm, int rank) {
@@ -158,7 +271,9 @@ static void local_abort(mw__comm *comm) {
 }
 
 static void local_reset(mw__comm *comm) {
-    if (comm) mw__reducer_shm.reset(as_local(comm)->sync);
+    if (!comm) return;
+    drain(as_local(comm));
+    mw__reducer_shm.reset(as_local(comm)->sync);
 }
 
 const mw__reducer_vtable mw__reducer_cuda_local = {
@@ -169,4 +284,6 @@ const mw__reducer_vtable mw__reducer_cuda_local = {
     .barrier = local_barrier,
     .abort = local_abort,
     .reset = local_reset,
+    .allreduce_start = local_allreduce_start,
+    .allreduce_wait = local_allreduce_wait,
 };

@@ -10,7 +10,15 @@
  * every rank and run for fixed GPUs, sizes and NCCL settings, equal to the rank-order sum to float
  * rounding. After an abort with an operation in flight the communicators cannot be re-created
  * without every process taking part, so the communicator stays broken (MW_ERR_STATE): end the
- * job with mw_distributed_abort. Builds with MESHWIT_HAVE_NCCL and MESHWIT_HAVE_MPI only. */
+ * job with mw_distributed_abort. reset() then aborts this process's NCCL communicators
+ * (ncclCommAbort), which stops their kernels still waiting for a peer, so the device streams
+ * drain and the trainer can be read and freed instead of hanging in a stream wait.
+ *
+ * NCCL needs one GPU per rank. Before creating communicators every process tells the others the
+ * GPUs of its ranks (host name, PCI bus id and UUID, over MPI): two ranks on one GPU, in one
+ * process (cuda:0x2 under mpirun) or in two (both naming cuda:0), are refused with a message
+ * naming them, instead of failing inside NCCL's initialisation. Builds with MESHWIT_HAVE_NCCL and
+ * MESHWIT_HAVE_MPI only. */
 #if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
 
 #include <cuda_runtime_api.h>
@@ -104,6 +112,57 @@ static mw_status share_id(const int *proc_of, int nranks, int self, ncclUniqueId
     return MW_OK;
 }
 
+/* Refuses two ranks of the group on one GPU. Every process calls it for every communicator (an
+ * all-gather over the world: each fills the identities of its own ranks). */
+static mw_status check_distinct_gpus(int nranks, struct mw__device *const *devices,
+                                     const mw__comm_options *opt) {
+    int nprocs = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+    size_t row = (size_t)nranks * MW__GPU_ID_SIZE;
+    char(*mine)[MW__GPU_ID_SIZE] = mw__calloc((size_t)nranks, MW__GPU_ID_SIZE);
+    char(*all)[MW__GPU_ID_SIZE] = mw__calloc((size_t)nprocs * (size_t)nranks, MW__GPU_ID_SIZE);
+    char(*ids)[MW__GPU_ID_SIZE] = mw__calloc((size_t)nranks, MW__GPU_ID_SIZE);
+    mw_status st = MW_OK;
+    if (!mine || !all || !ids) st = mw__error(MW_ERR_NOMEM, "nccl-mpi comm_new: out of memory");
+    for (int r = 0; r < nranks && !st; r++)
+        if (opt->proc_of[r] == opt->self_proc && devices[r] &&
+            (st = mw__cuda_gpu_identity(devices[r]->ordinal, mine[r])))
+            mine[r][0] = '!'; /* tells the other processes to fail as well */
+    /* Gathered even after a local failure, so that no process waits forever. */
+    int rc = MPI_SUCCESS;
+    if (mine && all) {
+        mw__mpi_lock();
+        rc = MPI_Allgather(mine, (int)row, MPI_CHAR, all, (int)row, MPI_CHAR, MPI_COMM_WORLD);
+        mw__mpi_unlock();
+    }
+    if (!st && rc != MPI_SUCCESS)
+        st = mw__error(MW_ERR_DEVICE, "nccl-mpi: MPI_Allgather of the GPU identities failed (%d)",
+                       rc);
+    int a, b;
+    if (!st) {
+        for (int r = 0; r < nranks; r++) {
+            memcpy(ids[r], all[(size_t)opt->proc_of[r] * (size_t)nranks + (size_t)r],
+                   MW__GPU_ID_SIZE);
+            if (ids[r][0] == '!' && !st)
+                st = mw__error(MW_ERR_DEVICE,
+                               "nccl-mpi comm_new: process %d could not identify the GPU of rank "
+                               "%d",
+                               opt->proc_of[r], r);
+        }
+        if (!st && mw__find_shared_gpu((const char(*)[MW__GPU_ID_SIZE])ids, nranks, &a, &b))
+            st = mw__error(MW_ERR_INVALID,
+                           "nccl-mpi comm_new: ranks %d (process %d) and %d (process %d) are on "
+                           "the same GPU (%s); NCCL needs one GPU per rank: give every process "
+                           "its own GPU (e.g. cuda:<local rank>), or run devices that share a GPU "
+                           "in one process (cuda:0x2, without mpirun)",
+                           a, opt->proc_of[a], b, opt->proc_of[b], ids[a]);
+    }
+    mw__free(mine);
+    mw__free(all);
+    mw__free(ids);
+    return st;
+}
+
 static mw_status make_comms(nccl_mpi_comm *c, const ncclUniqueId *id) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -159,6 +218,12 @@ static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
     mw__comm *host = NULL;
     mw_status st = mw__reducer_mpi_hier.comm_new(nranks, devices, opt, &host);
     if (st) return st;
+    if ((st = check_distinct_gpus(nranks, devices, opt))) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        mw__reducer_mpi_hier.comm_free(host);
+        return mw__error_copy(st, msg);
+    }
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     int multi = 0;
@@ -288,6 +353,9 @@ static void nm_abort(mw__comm *comm) {
 static void nm_reset(mw__comm *comm) {
     nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
     if (!c) return;
+    /* An abandoned ncclAllReduce still waits on the GPU for its peers: abort the communicators
+     * (no rank is inside an NCCL call now), so the streams drain. They stay broken. */
+    if (atomic_load(&c->broken)) destroy_comms(c);
     mw__reducer_mpi_hier.reset(c->host);
     atomic_store(&c->aborted, 0);
 }

@@ -7,11 +7,15 @@
  * the calling thread, also not while NCCL connects ranks at their first collective, so a rank
  * waiting for a peer keeps polling and can honour abort and timeout.
  *
- * An all-reduce enqueues ncclAllReduce (in place, ncclFloat, ncclSum) on the rank's stream and
- * waits until the stream has run it, polling; so when it returns the sum is in buf, as in the
- * other reducers. Determinism: NCCL's result is the same bits on every rank and on every run with
- * the same GPUs, sizes and NCCL settings, but its summation order follows its ring or tree, not
- * rank order: it agrees with the rank-order sum to float rounding only.
+ * An all-reduce enqueues ncclAllReduce (in place, ncclFloat, ncclSum) on the rank's own
+ * communication stream, after an event recorded on the device's compute stream, so the sum
+ * follows the kernels that wrote buf while later kernels run beside it (allreduce_start, one
+ * event record per gradient bucket). allreduce_wait polls the communication stream until it has
+ * run every queued sum, then makes the compute stream wait for it; allreduce_sum is the two in
+ * one, so when it returns the sum is in buf, as in the other reducers. Determinism: NCCL's result
+ * is the same bits on every rank and on every run with the same GPUs, sizes and NCCL settings, but
+ * its summation order follows its ring or tree, not rank order: it agrees with the rank-order sum
+ * to float rounding only.
  *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
@@ -20,7 +24,8 @@
  *   its NCCL kernel may still be waiting on the GPU for a peer that never came, and the rank
  *   notes that the communicators are no longer in step.
  * - reset(), which the host calls when no rank is inside a collective, calls ncclCommAbort on
- *   every rank's communicator when any operation was left incomplete: that stops the waiting
+ *   every rank's communicator when any operation was left incomplete (abandoned on abort or
+ *   timeout, started but never waited for, or failed in NCCL or CUDA): that stops the waiting
  *   kernels, so the streams drain; then it creates new communicators. When every operation
  *   completed, the communicators are still in step and are kept.
  * - comm_free() uses ncclCommAbort too: it never waits for a peer (ncclCommDestroy may). */
@@ -52,6 +57,9 @@ typedef struct nccl_comm {
     _Atomic int aborted;   /* set by abort() or a failing rank; cleared by reset() */
     _Atomic int why;       /* the first abort's cause | (rank + 1) << 4 */
     _Atomic int in_flight; /* an operation was left incomplete: reset() re-creates */
+    int *started;          /* per rank: sums queued and not yet waited for */
+    cudaStream_t *streams; /* per rank: its communication stream */
+    cudaEvent_t *events;   /* per rank: compute -> communication -> compute ordering */
     int broken;            /* re-creating failed: every call reports broken_msg */
     char broken_msg[MW__MSG_SIZE];
 } nccl_comm;
@@ -158,7 +166,19 @@ static mw_status make_comms(nccl_comm *c) {
 static void nccl_comm_free(mw__comm *comm) {
     nccl_comm *c = as_nccl(comm);
     if (!c) return;
-    if (c->comms) destroy_comms(c);
+    if (c->comms) destroy_comms(c); /* first: stops kernels that would keep the streams busy */
+    for (int r = 0; r < c->nranks; r++) {
+        if (!c->devs || !c->devs[r] || cudaSetDevice(c->devs[r]->ordinal) != cudaSuccess) continue;
+        if (c->streams && c->streams[r]) {
+            cudaStreamSynchronize(c->streams[r]);
+            cudaStreamDestroy(c->streams[r]);
+        }
+        if (c->events && c->events[r]) cudaEventDestroy(c->events[r]);
+    }
+    (void)cudaGetLastError();
+    mw__free(c->streams);
+    mw__free(c->events);
+    mw__free(c->started);
     mw__reducer_shm.comm_free(c->sync);
     mw__free(c->comms);
     mw__free(c->devs);
@@ -193,12 +213,26 @@ static mw_status nccl_comm_new(int nranks, struct mw__device *const *devices,
     atomic_init(&c->in_flight, 0);
     c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
     c->comms = mw__calloc((size_t)nranks, sizeof *c->comms);
-    if (!c->devs || !c->comms) {
+    c->started = mw__calloc((size_t)nranks, sizeof *c->started);
+    c->streams = mw__calloc((size_t)nranks, sizeof *c->streams);
+    c->events = mw__calloc((size_t)nranks, sizeof *c->events);
+    if (!c->devs || !c->comms || !c->started || !c->streams || !c->events) {
         nccl_comm_free((mw__comm *)c);
         return mw__error(MW_ERR_NOMEM, "nccl comm_new: out of memory");
     }
     for (int r = 0; r < nranks; r++) c->devs[r] = devices[r];
     mw_status st = mw__reducer_shm.comm_new(nranks, NULL, opt, &c->sync);
+    for (int r = 0; r < nranks && !st; r++) {
+        cudaError_t e = cudaSetDevice(devices[r]->ordinal);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->streams[r], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->events[r], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = mw__error(MW_ERR_DEVICE,
+                           "nccl comm_new: %s: making its stream and event failed: %s",
+                           devices[r]->name, cudaGetErrorString(e));
+        }
+    }
     if (st == MW_OK) st = make_comms(c);
     if (st) {
         char msg[MW__MSG_SIZE];
@@ -208,6 +242,12 @@ static mw_status nccl_comm_new(int nranks, struct mw__device *const *devices,
     }
     *out = (mw__comm *)c;
     return MW_OK;
+}
+
+/* A failure that leaves the rank's operation incomplete: reset() must abort the communicator. */
+static mw_status in_flight_fail(nccl_comm *c, int rank, const char *call, ncclResult_t res) {
+    atomic_store(&c->in_flight, 1);
+    return nccl_fail(c, rank, call, res);
 }
 
 /* Waits, polling, until `done` says the rank's operation finished; gives up on abort or timeout
@@ -221,15 +261,18 @@ static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t str
         if (what == WAIT_ENQUEUED || spins % 64 == 0) {
             ncclResult_t state;
             ncclResult_t res = ncclCommGetAsyncError(nc, &state);
-            if (res != ncclSuccess) return nccl_fail(c, rank, "ncclCommGetAsyncError", res);
+            /* NCCL says the communicator must be aborted: reset() re-creates it. */
+            if (res != ncclSuccess) return in_flight_fail(c, rank, "ncclCommGetAsyncError", res);
             if (state != ncclSuccess && state != ncclInProgress)
-                return nccl_fail(c, rank, "ncclAllReduce", state);
+                return in_flight_fail(c, rank, "ncclAllReduce", state);
             if (what == WAIT_ENQUEUED && state == ncclSuccess) return MW_OK;
         }
         if (what == WAIT_COMPLETE) {
             cudaError_t e = cudaStreamQuery(stream);
             if (e == cudaSuccess) return MW_OK;
             if (e != cudaErrorNotReady) {
+                (void)cudaGetLastError();
+                atomic_store(&c->in_flight, 1);
                 set_abort(c, WHY_FAILED, rank);
                 return mw__error(MW_ERR_DEVICE, "%s: waiting for ncclAllReduce: %s",
                                  c->devs[rank]->name, cudaGetErrorString(e));
@@ -251,8 +294,8 @@ static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t str
     }
 }
 
-static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    nccl_comm *c = as_nccl(comm);
+/* Checks a call's communicator and rank; binds the rank's GPU. */
+static mw_status enter_rank(nccl_comm *c, int rank, int entering) {
     if (!c) return mw__error(MW_ERR_INVALID, "all-reduce (nccl): communicator is NULL");
     if (rank < 0 || rank >= c->nranks) {
         set_abort(c, WHY_FAILED, -1);
@@ -260,31 +303,65 @@ static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t
                          c->nranks - 1);
     }
     if (c->broken) return mw__error(MW_ERR_DEVICE, "all-reduce (nccl): %s", c->broken_msg);
-    if (atomic_load_explicit(&c->aborted, memory_order_acquire)) return aborted_error(c, rank, 1);
+    if (entering && atomic_load_explicit(&c->aborted, memory_order_acquire))
+        return aborted_error(c, rank, 1);
+    cudaError_t e = cudaSetDevice(c->devs[rank]->ordinal);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        set_abort(c, WHY_FAILED, rank);
+        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", c->devs[rank]->name,
+                         cudaGetErrorString(e));
+    }
+    return MW_OK;
+}
+
+static mw_status cuda_failed(nccl_comm *c, int rank, const char *call, cudaError_t e) {
+    (void)cudaGetLastError();
+    set_abort(c, WHY_FAILED, rank);
+    return mw__error(MW_ERR_DEVICE, "%s: %s failed: %s", c->devs[rank]->name, call,
+                     cudaGetErrorString(e));
+}
+
+static mw_status nccl_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_rank(c, rank, 1);
+    if (st) return st;
     if (n == 0) return MW_OK; /* every rank passes the same n */
     mw__device *dev = c->devs[rank];
-    cudaStream_t stream = (cudaStream_t)mw__cuda_stream(dev);
-    if (!buf || !stream) {
+    cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev), s = c->streams[rank];
+    if (!buf || !compute) {
         set_abort(c, WHY_FAILED, rank);
         return mw__error(MW_ERR_INVALID, "all-reduce (nccl): rank %d: %s", rank,
                          buf ? "its device is not initialised" : "NULL buffer");
     }
-    cudaError_t e = cudaSetDevice(dev->ordinal);
-    if (e != cudaSuccess) {
-        set_abort(c, WHY_FAILED, rank);
-        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", dev->name,
-                         cudaGetErrorString(e));
-    }
+    cudaError_t e = cudaEventRecord(c->events[rank], compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, c->events[rank], 0);
+    if (e != cudaSuccess) return cuda_failed(c, rank, "ordering the sum after the compute", e);
     double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
-    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[rank], stream);
-    if (res != ncclSuccess && res != ncclInProgress) {
-        atomic_store(&c->in_flight, 1);
-        return nccl_fail(c, rank, "ncclAllReduce", res);
-    }
-    mw_status st = MW_OK;
-    if (res == ncclInProgress) st = wait_op(c, rank, WAIT_ENQUEUED, stream, deadline);
-    if (st == MW_OK) st = wait_op(c, rank, WAIT_COMPLETE, stream, deadline);
-    return st;
+    c->started[rank]++;
+    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[rank], s);
+    if (res != ncclSuccess && res != ncclInProgress)
+        return in_flight_fail(c, rank, "ncclAllReduce", res);
+    return res == ncclInProgress ? wait_op(c, rank, WAIT_ENQUEUED, s, deadline) : MW_OK;
+}
+
+static mw_status nccl_allreduce_wait(mw__comm *comm, int rank) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_rank(c, rank, 0);
+    if (st || !c->started[rank]) return st;
+    double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
+    cudaStream_t s = c->streams[rank];
+    if ((st = wait_op(c, rank, WAIT_COMPLETE, s, deadline))) return st;
+    c->started[rank] = 0;
+    cudaError_t e = cudaEventRecord(c->events[rank], s);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_stream(c->devs[rank]), c->events[rank], 0);
+    return e == cudaSuccess ? MW_OK : cuda_failed(c, rank, "ordering the compute after the sum", e);
+}
+
+static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = nccl_allreduce_start(comm, rank, buf, n);
+    return st ? st : nccl_allreduce_wait(comm, rank);
 }
 
 static mw_status nccl_barrier(mw__comm *comm, int rank) {
@@ -300,7 +377,9 @@ static void nccl_abort(mw__comm *comm) {
 static void nccl_reset(mw__comm *comm) {
     nccl_comm *c = as_nccl(comm);
     if (!c) return;
-    if (atomic_load(&c->in_flight) || c->broken) {
+    int started = 0;
+    for (int r = 0; r < c->nranks; r++) started |= c->started[r] != 0;
+    if (atomic_load(&c->in_flight) || started || c->broken) {
         destroy_comms(c); /* stops kernels still waiting for a peer */
         mw_status st = make_comms(c);
         c->broken = st != MW_OK;
@@ -309,6 +388,7 @@ static void nccl_reset(mw__comm *comm) {
                      "the communicator could not be re-created after an abort: %s",
                      mw_last_error());
     }
+    for (int r = 0; r < c->nranks; r++) c->started[r] = 0;
     atomic_store(&c->in_flight, 0);
     atomic_store(&c->why, 0);
     atomic_store(&c->aborted, 0);
@@ -323,4 +403,6 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .reset = nccl_reset,
+    .allreduce_start = nccl_allreduce_start,
+    .allreduce_wait = nccl_allreduce_wait,
 };

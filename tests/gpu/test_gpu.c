@@ -1,6 +1,8 @@
 /* The CUDA backend against the CPU backend, kernel by kernel, on random inputs, and the GPU
- * reducers. Every test that needs a GPU skips itself (reported as skipped) when none is visible;
- * the few that do not (device count, selection, failing cleanly) run everywhere.
+ * reducers (suite gpu). Every test that needs a GPU skips itself when none is visible, and fails
+ * instead when MESHWIT_REQUIRE_GPU=1 (CTest runs the suite through main.c's gate, which reports
+ * it skipped or failed as a whole); the few that need no GPU (device count, selection, failing
+ * cleanly) are in suite gpu_host and run everywhere.
  *
  * Tolerances. Kernels that do one IEEE operation per element (binary, copy, fill, embedding and
  * its gradient, which adds in the same order) must match bit for bit. Sums in a different order
@@ -23,9 +25,9 @@
 
 #ifndef MESHWIT_HAVE_CUDA
 
-Test(gpu, cuda_backend) { cr_skip("no CUDA device: this build of meshwit has no CUDA backend"); }
+Test(gpu, cuda_backend) { cr_skip("this build of meshwit has no CUDA backend"); }
 
-Test(gpu, reducer_selection_without_cuda) {
+Test(gpu_host, reducer_selection_without_cuda) {
     int ord[2] = {0, 0};
     cr_assert_eq(mw__reducer_for("cpu", 2, ord), &mw__reducer_shm);
     cr_assert_null(mw__reducer_for("cuda", 2, ord));
@@ -37,8 +39,7 @@ Test(gpu, reducer_selection_without_cuda) {
 
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
-        if (mw__cuda_device_count() == 0)                                                          \
-            cr_skip("no CUDA device: mw__cuda_device_count() is 0, so the GPU tests are skipped"); \
+        need_gpu();                                                                                \
         start();                                                                                   \
     } while (0)
 
@@ -66,6 +67,14 @@ static mw__device make_device(const mw__device_vtable *vt, const char *name, int
     d.index = index;
     d.ordinal = ordinal;
     return d;
+}
+
+/* Skips the test without a GPU; fails it instead when MESHWIT_REQUIRE_GPU is set. */
+static void need_gpu(void) {
+    int n = 0;
+    mw_status st = mw__cuda_probe(&n);
+    cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+    if (n == 0) cr_skip("no CUDA device: mw__cuda_probe found none, so the GPU tests are skipped");
 }
 
 static void start(void) {
@@ -182,13 +191,13 @@ static int64_t nd_count(const mw__nd *nd) {
 
 /* --- no GPU needed ---------------------------------------------------------------------------- */
 
-Test(gpu, device_count_never_fails) {
+Test(gpu_host, device_count_never_fails) {
     int n = mw__cuda_device_count();
     cr_assert_geq(n, 0);
     cr_assert_eq(mw__cuda_device_count(), n, "the count must be stable");
 }
 
-Test(gpu, missing_gpu_is_an_error_not_a_crash) {
+Test(gpu_host, missing_gpu_is_an_error_not_a_crash) {
     /* A GPU id past the last one: init and alloc fail with a message naming the device. */
     int n = mw__cuda_device_count();
     mw__device d = make_device(&mw__cuda_device, "cuda:77", 0, n + 77);
@@ -204,7 +213,7 @@ Test(gpu, missing_gpu_is_an_error_not_a_crash) {
     d.vt->shutdown(&d); /* harmless without init */
 }
 
-Test(gpu, reducer_selection) {
+Test(gpu_host, reducer_selection) {
     int same[3] = {0, 0, 0}, distinct[3] = {0, 1, 2}, mixed[3] = {0, 0, 1};
     cr_assert_eq(mw__reducer_for("cpu", 3, distinct), &mw__reducer_shm);
     cr_assert_eq(mw__reducer_for("cuda", 3, same), &mw__reducer_cuda_local);
@@ -720,36 +729,45 @@ static int32_t *rand_ids(int64_t n, int32_t hi) {
     return ids;
 }
 
+/* The embedding and its gradient on n_ids ids against the CPU: the same bits (the gradient adds
+ * rows in order of position on both sides; rows no id names are zero). */
+static void embed_case(const char *what, int64_t vocab, int64_t dim, int64_t n_ids,
+                       const int32_t *ids) {
+    float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
+    int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
+    float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
+    mw__k_embed e = {
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
+    OK(cpu.vt->embed(&cpu, &e));
+    e.out = gout;
+    e.ids = gids;
+    e.table = gtable;
+    OK(gpu.vt->embed(&gpu, &e));
+    char label[96];
+    snprintf(label, sizeof label, "embed, %s", what);
+    expect_equal(label, getf(gout, n_ids * dim), ref, n_ids * dim);
+
+    float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
+    float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
+    mw__k_embed_grad g = {
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
+    OK(cpu.vt->embed_grad(&cpu, &g));
+    g.out = gg;
+    g.ids = gids;
+    g.gy = ggy;
+    OK(gpu.vt->embed_grad(&gpu, &g));
+    snprintf(label, sizeof label, "embed gradient, %s", what);
+    expect_equal(label, getf(gg, vocab * dim), gref, vocab * dim);
+}
+
 Test(gpu, embedding_and_its_gradient_exactly) {
     NEED_GPU();
     static const int64_t cases[][3] = {{50, 33, 100}, {40, 300, 500}, {3, 5, 1000}};
     for (int c = 0; c < 3; c++) {
         int64_t vocab = cases[c][0], dim = cases[c][1], n_ids = cases[c][2];
+        /* A quarter of the vocabulary never occurs. */
         int32_t *ids = rand_ids(n_ids, (int32_t)(vocab > 10 ? vocab * 3 / 4 : vocab));
-        float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
-        int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
-        float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
-        mw__k_embed e = {
-            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
-        OK(cpu.vt->embed(&cpu, &e));
-        e.out = gout;
-        e.ids = gids;
-        e.table = gtable;
-        OK(gpu.vt->embed(&gpu, &e));
-        expect_equal("embed", getf(gout, n_ids * dim), ref, n_ids * dim);
-
-        /* The gradient adds rows in order of position on both sides: the same bits; rows no
-         * id names (a quarter of the vocabulary here) are zero. */
-        float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
-        float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
-        mw__k_embed_grad g = {
-            .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
-        OK(cpu.vt->embed_grad(&cpu, &g));
-        g.out = gg;
-        g.ids = gids;
-        g.gy = ggy;
-        OK(gpu.vt->embed_grad(&gpu, &g));
-        expect_equal("embed gradient", getf(gg, vocab * dim), gref, vocab * dim);
+        embed_case("random ids", vocab, dim, n_ids, ids);
     }
 }
 
@@ -858,6 +876,237 @@ Test(gpu, bad_target_fails_at_sync) {
     t[2] = 7;
     OK(gpu.vt->upload(&gpu, gt, t, sizeof t));
     OK(then_sync(gpu.vt->xent(&gpu, &x)));
+}
+
+/* --- what a real run touches ------------------------------------------------------------------ */
+
+Test(gpu, staging_through_page_locked_memory) {
+    NEED_GPU();
+    /* The trainer's input path: a page-locked buffer, copies queued without waiting, then the
+     * kernels that read them. */
+    int64_t n = 300007;
+    float *pinned = NULL;
+    OK(gpu.vt->host_alloc(&gpu, (size_t)n * sizeof(float), (void **)&pinned));
+    cr_assert_not_null(pinned);
+    for (int64_t i = 0; i < n; i++) pinned[i] = (float)i * 0.5f;
+    float *d = putf(zeros(n), n), *d2 = putf(zeros(n), n);
+    OK(gpu.vt->upload_async(&gpu, d, pinned, (size_t)n * sizeof(float)));
+    OK(gpu.vt->upload_async(&gpu, d2, pinned + 1, (size_t)(n - 1) * sizeof(float)));
+    int64_t one[] = {1}, dims[] = {n};
+    mw__k_binary k = {
+        .op = MW__BIN_ADD, .nd = nd_of(1, dims, one, one, one), .out = d, .a = d, .b = d2};
+    OK(gpu.vt->binary(&gpu, &k));
+    float *got = getf(d, n);
+    for (int64_t i = 0; i < n - 1; i++)
+        cr_assert_eq(got[i], (float)i * 0.5f + (float)(i + 1) * 0.5f, "element %lld", (long long)i);
+    cr_assert_eq(got[n - 1], (float)(n - 1) * 0.5f);
+    gpu.vt->host_free(&gpu, pinned);
+    OK(gpu.vt->upload_async(&gpu, d, NULL, 0)); /* nothing to copy: nothing happens */
+}
+
+Test(gpu, gemm_with_empty_k_writes_zeros) {
+    NEED_GPU();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) gemm_case(3, 7, 5, 0, ta, tb, 2);
+}
+
+/* Row kernels loop once their rows pass the grid's 65,535 blocks (and the warp-per-row kernels
+ * their 8,192 blocks): every row must still be computed. */
+Test(gpu, rows_past_the_grid_limit) {
+    NEED_GPU();
+    int64_t rows = 70001, n = 8;
+    float *x = ln_input(rows, n), *w = rand_floats(n, 0.5, 1.5), *b = rand_floats(n, -1, 1);
+    float *gx = putf(x, rows * n), *gw = putf(w, n), *gb = putf(b, n);
+    float *ref = zeros(rows * n), *gout = putf(ref, rows * n);
+    mw__k_layernorm ln = {.rows = rows, .n = n, .eps = 1e-5f, .out = ref, .x = x, .w = w, .b = b};
+    OK(cpu.vt->layernorm(&cpu, &ln));
+    ln.out = gout;
+    ln.x = gx;
+    ln.w = gw;
+    ln.b = gb;
+    OK(gpu.vt->layernorm(&gpu, &ln));
+    /* Same double-precision statistics: a few ulps of the output, plus 1e-6 absolute. */
+    expect_close("layernorm past 65,535 rows", getf(gout, rows * n), ref, rows * n, NULL, 1e-6,
+                 8 * FLT_EPSILON);
+
+    mw__k_softmax sm = {
+        .outer = 1, .s = rows, .k = n, .causal = 0, .scale = 1.0f, .out = ref, .a = x};
+    OK(cpu.vt->softmax(&cpu, &sm));
+    sm.out = gout;
+    sm.a = gx;
+    OK(gpu.vt->softmax(&gpu, &sm));
+    expect_close("softmax past the grid", getf(gout, rows * n), ref, rows * n, NULL, 0,
+                 16 * FLT_EPSILON);
+
+    int32_t *t = rand_ids(rows, (int32_t)n);
+    int32_t *gt = put(t, (size_t)rows * sizeof *t);
+    float *xref = zeros(rows), *gxout = putf(xref, rows);
+    mw__k_xent xe = {.rows = rows, .v = n, .valid = n, .out = xref, .logits = x, .targets = t};
+    OK(cpu.vt->xent(&cpu, &xe));
+    xe.out = gxout;
+    xe.logits = gx;
+    xe.targets = gt;
+    OK(gpu.vt->xent(&gpu, &xe));
+    expect_close("cross-entropy past the grid", getf(gxout, rows), xref, rows, NULL, 4e-7,
+                 2.0 * FLT_EPSILON);
+
+    /* Embedding and its gradient over 70,001 ids of a vocabulary of 100: long runs of each id. */
+    embed_case("70,001 ids", 100, 8, rows, rand_ids(rows, 100));
+}
+
+/* Both kinds of data error, found by kernels queued one after the other: each is named with its
+ * first bad position, also when both are pending at once, and a download reports them before it
+ * hands back anything computed from them. */
+Test(gpu, both_data_error_kinds) {
+    NEED_GPU();
+    int64_t vocab = 50, dim = 8, n = 20, rows = 4, v = 10, valid = 8;
+    int32_t *ids = rand_ids(n, (int32_t)vocab);
+    ids[11] = 77;
+    int32_t t[4] = {1, 2, 9, 3};
+    int32_t *gids = put(ids, (size_t)n * sizeof *ids), *gt = put(t, sizeof t);
+    float *gtable = putf(rand_floats(vocab * dim, -1, 1), vocab * dim);
+    float *gemb = putf(zeros(n * dim), n * dim);
+    float *gl = putf(rand_floats(rows * v, -1, 1), rows * v), *gxe = putf(zeros(rows), rows);
+    mw__k_embed e = {
+        .n_ids = n, .vocab = vocab, .dim = dim, .out = gemb, .ids = gids, .table = gtable};
+    mw__k_xent x = {.rows = rows, .v = v, .valid = valid, .out = gxe, .logits = gl, .targets = gt};
+    const char *id_msg = "embedding id 77 at position 11", *t_msg = "target 9 at position 2";
+    mw_status st = gpu.vt->embed(&gpu, &e);
+    if (st == MW_OK) {
+        /* The xent kernel is queued before any check reads the flag, so the report (at its
+         * launch or at the download) names both. */
+        st = gpu.vt->xent(&gpu, &x);
+        if (st == MW_OK) {
+            float host[4];
+            st = gpu.vt->download(&gpu, host, gxe, sizeof host);
+        }
+        cr_assert_eq(st, MW_ERR_INVALID, "got %s: %s", mw_status_name(st), mw_last_error());
+        cr_assert(strstr(mw_last_error(), id_msg) && strstr(mw_last_error(), t_msg), "message: %s",
+                  mw_last_error());
+    } else {
+        /* The flag was seen at the embedding's own launch: only it ran. */
+        cr_assert_eq(st, MW_ERR_INVALID, "got %s: %s", mw_status_name(st), mw_last_error());
+        cr_assert(strstr(mw_last_error(), id_msg), "message: %s", mw_last_error());
+        st = then_sync(gpu.vt->xent(&gpu, &x));
+        cr_assert_eq(st, MW_ERR_INVALID, "got %s", mw_status_name(st));
+        cr_assert(strstr(mw_last_error(), t_msg), "message: %s", mw_last_error());
+    }
+    /* Reported once, then cleared: good data runs. */
+    ids[11] = 1;
+    t[2] = 7;
+    OK(gpu.vt->upload(&gpu, gids, ids, (size_t)n * sizeof *ids));
+    OK(gpu.vt->upload(&gpu, gt, t, sizeof t));
+    OK(then_sync(gpu.vt->embed(&gpu, &e)));
+    OK(then_sync(gpu.vt->xent(&gpu, &x)));
+}
+
+/* Every kernel run twice on the same inputs gives the same bits (no atomics in float sums, an
+ * order fixed by the sizes). */
+Test(gpu, every_kernel_repeats_bit_for_bit) {
+    NEED_GPU();
+    int64_t rows = 300, n = 257, len = rows * n;
+    float *x = ln_input(rows, n), *y = rand_floats(len, -1, 1), *w = rand_floats(n, 0.5, 1.5);
+    float *gx = putf(x, len), *gy = putf(y, len), *gw = putf(w, n), *gb = putf(w, n);
+    float *o1 = putf(zeros(len), len), *o2 = putf(zeros(len), len);
+    int32_t *ids = rand_ids(rows, 40), *gids = put(ids, (size_t)rows * sizeof *ids);
+    int64_t d2[] = {rows, n}, s2[] = {n, 1}, red[] = {0, 1};
+    const char *names[] = {"binary",       "copy",      "reduce",       "gemm",         "gelu",
+                           "gelu grad",    "layernorm", "layernorm dx", "layernorm dw", "softmax",
+                           "softmax grad", "embed",     "embed grad",   "xent",         "xent grad",
+                           "sumsq",        "adamw"};
+    for (int kind = 0; kind < (int)(sizeof names / sizeof *names); kind++) {
+        float *res[2];
+        for (int rep = 0; rep < 2; rep++) {
+            float *o = rep ? o2 : o1;
+            switch (kind) {
+            case 0: {
+                mw__k_binary k = {MW__BIN_MUL, nd_of(2, d2, s2, s2, s2), o, gx, gy};
+                OK(gpu.vt->binary(&gpu, &k));
+            } break;
+            case 1: {
+                mw__k_copy k = {0.5f, nd_of(2, d2, s2, s2, NULL), o, gx};
+                OK(gpu.vt->copy(&gpu, &k));
+            } break;
+            case 2: {
+                mw__k_reduce k = {1.0f, nd_of(2, d2, red, s2, NULL), n, o, gx};
+                OK(gpu.vt->reduce(&gpu, &k));
+            } break;
+            case 3: {
+                mw__k_gemm k = {.batch = 1,
+                                .m = rows,
+                                .n = 200, /* C is rows x 200: within the output buffer */
+                                .k = n,
+                                .trans_b = 1,
+                                .lda = n,
+                                .ldb = n,
+                                .ldc = 200,
+                                .c = o,
+                                .a = gx,
+                                .b = gy};
+                OK(gpu.vt->gemm(&gpu, &k));
+            } break;
+            case 4: {
+                mw__k_unary k = {MW__UN_GELU, len, o, gx};
+                OK(gpu.vt->unary(&gpu, &k));
+            } break;
+            case 5: {
+                mw__k_unary_grad k = {MW__UN_GELU, len, o, gy, gx};
+                OK(gpu.vt->unary_grad(&gpu, &k));
+            } break;
+            case 6: {
+                mw__k_layernorm k = {rows, n, 1e-5f, o, gx, gw, gb};
+                OK(gpu.vt->layernorm(&gpu, &k));
+            } break;
+            case 7:
+            case 8: {
+                mw__k_layernorm_grad k = {rows, n, 1e-5f, o, gy, gx, kind == 7 ? gw : NULL};
+                OK(kind == 7 ? gpu.vt->layernorm_dx(&gpu, &k) : gpu.vt->layernorm_dw(&gpu, &k));
+            } break;
+            case 9: {
+                mw__k_softmax k = {3, 100, n, 1, 0.3f, o, gx};
+                OK(gpu.vt->softmax(&gpu, &k));
+            } break;
+            case 10: {
+                mw__k_softmax_grad k = {3, 100, n, 1, 0.3f, o, gy, gx};
+                OK(gpu.vt->softmax_grad(&gpu, &k));
+            } break;
+            case 11: {
+                mw__k_embed k = {rows, 40, n, o, gids, gx};
+                OK(gpu.vt->embed(&gpu, &k));
+            } break;
+            case 12: {
+                mw__k_embed_grad k = {rows, 40, n, o, gids, gy};
+                OK(gpu.vt->embed_grad(&gpu, &k));
+            } break;
+            case 13:
+            case 14: {
+                int32_t *gt = gids; /* ids < 40 <= valid */
+                if (kind == 13) {
+                    mw__k_xent k = {rows, n, 250, o, gx, gt};
+                    OK(gpu.vt->xent(&gpu, &k));
+                } else {
+                    mw__k_xent_grad k = {rows, n, 250, o, gy, gx, gt};
+                    OK(gpu.vt->xent_grad(&gpu, &k));
+                }
+            } break;
+            case 15: {
+                mw__k_sumsq k = {len, o, gx};
+                OK(gpu.vt->sumsq(&gpu, &k));
+            } break;
+            case 16: {
+                /* Fresh state each repeat: p, m, v copied from the same inputs. */
+                float *p = o, *m = putf(y, len), *vv = putf(w, n < len ? n : len);
+                OK(gpu.vt->upload(&gpu, p, x, (size_t)len * sizeof(float)));
+                /* count, lr, beta1, beta2, eps, weight decay, bias1, bias2, grad scale */
+                mw__k_adamw k = {n,     1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f,
+                                 0.05f, 1.0f,  p,    m,     vv,    gy};
+                OK(gpu.vt->adamw(&gpu, &k));
+            } break;
+            }
+            res[rep] = getf(o, len);
+        }
+        expect_equal(names[kind], res[1], res[0], len);
+    }
 }
 
 /* --- reducers --------------------------------------------------------------------------------- */
@@ -993,6 +1242,31 @@ Test(gpu, nccl_reducer_one_rank) {
     mw__reducer_nccl.reset(comm);
     run_allreduce(&mw__reducer_nccl, comm, 1, dp, &d, n, out);
     expect_equal("nccl all-reduce after reset", out, in, (int64_t)n);
+    mw__reducer_nccl.comm_free(comm);
+}
+
+/* Sums started and never waited for (a step that failed mid-backward): reset re-creates the
+ * communicator, and sums work again. */
+Test(gpu, nccl_reset_after_an_abandoned_sum) {
+    NEED_GPU();
+    mw__device *dp[1] = {&gpu};
+    mw__comm *comm = NULL;
+    mw__comm_options opt = {.timeout_ms = 60000};
+    OK(mw__reducer_nccl.comm_new(1, dp, &opt, &comm));
+    size_t n = 4099;
+    float *in = rand_floats((int64_t)n, -1, 1), *d = putf(in, (int64_t)n);
+    cr_assert_not_null(mw__reducer_nccl.allreduce_start);
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n));
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n / 2));
+    mw__reducer_nccl.abort(comm);
+    mw_status st = mw__reducer_nccl.allreduce_start(comm, 0, d, n);
+    cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
+    mw__reducer_nccl.reset(comm);
+    float *out = zeros((int64_t)n);
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n));
+    OK(mw__reducer_nccl.allreduce_wait(comm, 0));
+    OK(gpu.vt->download(&gpu, out, d, n * sizeof(float)));
+    expect_equal("nccl sum of one rank after reset", out, in, (int64_t)n);
     mw__reducer_nccl.comm_free(comm);
 }
 

@@ -1,0 +1,53 @@
+/* Host-side decisions of the CUDA backend, kept free of CUDA calls so that a machine without a
+ * GPU can test them: whether a missing GPU is an error, how a data error a kernel recorded is
+ * reported, and which ranks of a communicator share one GPU. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "devices/cuda/cuda.h"
+
+int mw__gpu_required(void) {
+    const char *v = getenv("MESHWIT_REQUIRE_GPU");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+mw_status mw__cuda_count_result(int count, int err, const char *err_name, const char *err_text,
+                                int required, int *out) {
+    *out = err ? 0 : count;
+    if (!required || *out > 0) return MW_OK;
+    if (err)
+        return mw__error(MW_ERR_DEVICE,
+                         "MESHWIT_REQUIRE_GPU is set but no GPU is usable: cudaGetDeviceCount "
+                         "failed: %s (%s, error %d)",
+                         err_text ? err_text : "?", err_name ? err_name : "?", err);
+    return mw__error(MW_ERR_DEVICE, "MESHWIT_REQUIRE_GPU is set but cudaGetDeviceCount found no "
+                                    "GPU (check CUDA_VISIBLE_DEVICES)");
+}
+
+mw_status mw__cuda_data_errors(const char *dev, const mw__cuda_data_error *embed,
+                               const mw__cuda_data_error *target) {
+    char a[200] = "", b[200] = "";
+    if (embed && embed->set)
+        snprintf(a, sizeof a,
+                 "embedding id %d at position %lld is outside the vocabulary [0, %lld)",
+                 embed->value, embed->pos, embed->limit);
+    if (target && target->set)
+        snprintf(b, sizeof b,
+                 "cross-entropy target %d at position %lld is outside the classes [0, %lld)",
+                 target->value, target->pos, target->limit);
+    if (!*a && !*b) return MW_OK;
+    return mw__error(MW_ERR_INVALID, "%s: %s%s%s", dev, a, *a && *b ? "; and " : "", b);
+}
+
+int mw__find_shared_gpu(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, int *second) {
+    for (int j = 1; j < n; j++)
+        for (int i = 0; i < j; i++)
+            if (ids[i][0] && strcmp(ids[i], ids[j]) == 0) {
+                *first = i;
+                *second = j;
+                return 1;
+            }
+    return 0;
+}

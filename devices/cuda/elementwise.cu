@@ -1,0 +1,135 @@
+/* Element-wise ops: binary arithmetic, copies (permute, broadcast, scale), fill, GELU and its
+ * gradient. One IEEE operation per element: the CPU's bits. */
+
+#include "devices/cuda/cuda_impl.cuh"
+
+/* --- element-wise kernels --------------------------------------------------------------------- */
+
+template <int OP>
+__global__ void k_binary_1d(int64_t n, float *out, int64_t so, const float *a, int64_t sa,
+                            const float *b, int64_t sb) {
+    GRID_LOOP(i, n) out[i * so] = mw__binop_apply(OP, a[i * sa], b[i * sb]);
+}
+
+template <int OP, typename I>
+__global__ void k_binary_nd(mw__nd nd, I total, float *out, const float *a, const float *b) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)blockDim.x * gridDim.x) {
+        int64_t o[3];
+        nd_offsets<3>(nd, i, o);
+        out[o[0]] = mw__binop_apply(OP, a[o[1]], b[o[2]]);
+    }
+}
+
+__global__ void k_copy_1d(int64_t n, float alpha, float *out, int64_t so, const float *a,
+                          int64_t sa) {
+    GRID_LOOP(i, n) out[i * so] = alpha * a[i * sa];
+}
+
+template <typename I>
+__global__ void k_copy_nd(mw__nd nd, I total, float alpha, float *out, const float *a) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)blockDim.x * gridDim.x) {
+        int64_t o[2];
+        nd_offsets<2>(nd, i, o);
+        out[o[0]] = alpha * a[o[1]];
+    }
+}
+
+__global__ void k_fill(int64_t n, float value, float *out) { GRID_LOOP(i, n) out[i] = value; }
+
+__global__ void k_gelu(int64_t n, float *out, const float *a) {
+    GRID_LOOP(i, n) out[i] = mw__gelu(a[i]);
+}
+
+__global__ void k_gelu_grad(int64_t n, float *out, const float *gy, const float *x) {
+    GRID_LOOP(i, n) out[i] = gy[i] * mw__gelu_grad(x[i]);
+}
+
+/* --- entry points ------------------------------------------------------------------------ */
+
+template <int OP>
+static void launch_binary(cuda_impl *im, const mw__nd &nd, int64_t total, const mw__k_binary *k) {
+    if (nd.rank <= 1) {
+        int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
+        int64_t s2 = nd.rank ? nd.stride[2][0] : 0;
+        LAUNCH(k_binary_1d<OP>, blocks_for(total, THREADS), THREADS, 0, total, k->out, s0, k->a, s1,
+               k->b, s2);
+    } else if (total < INT32_MAX) {
+        k_binary_nd<OP, uint32_t><<<blocks_for(total, THREADS), THREADS, 0, im->stream>>>(
+            nd, (uint32_t)total, k->out, k->a, k->b);
+    } else {
+        k_binary_nd<OP, int64_t>
+            <<<blocks_for(total, THREADS), THREADS, 0, im->stream>>>(nd, total, k->out, k->a, k->b);
+    }
+}
+
+mw_status mw__cuda_binary(mw__device *dev, const mw__k_binary *k) {
+    ENTER(dev);
+    mw__nd nd = k->nd;
+    mw__nd_simplify(&nd, 3);
+    int64_t total = nd_total(&nd);
+    if (total <= 0) return MW_OK;
+    switch (k->op) {
+    case MW__BIN_ADD: launch_binary<MW__BIN_ADD>(im, nd, total, k); break;
+    case MW__BIN_SUB: launch_binary<MW__BIN_SUB>(im, nd, total, k); break;
+    case MW__BIN_MUL: launch_binary<MW__BIN_MUL>(im, nd, total, k); break;
+    case MW__BIN_DIV: launch_binary<MW__BIN_DIV>(im, nd, total, k); break;
+    default:
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown binary op %d", dev->name, (int)k->op);
+    }
+    return mw__cuda_launched(dev, "binary kernel");
+}
+
+mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
+    ENTER(dev);
+    mw__nd nd = k->nd;
+    mw__nd_simplify(&nd, 2);
+    int64_t total = nd_total(&nd);
+    if (total <= 0) return MW_OK;
+    if (nd.rank <= 1) {
+        int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
+        if (s0 == 1 && s1 == 1 && k->alpha == 1.0f) {
+            CU(dev, cudaMemcpyAsync, k->out, k->a, (size_t)total * sizeof(float),
+               cudaMemcpyDeviceToDevice, im->stream);
+            return mw__cuda_launched(dev, "copy");
+        }
+        LAUNCH(k_copy_1d, blocks_for(total, THREADS), THREADS, 0, total, k->alpha, k->out, s0, k->a,
+               s1);
+    } else if (total < INT32_MAX) {
+        LAUNCH(k_copy_nd<uint32_t>, blocks_for(total, THREADS), THREADS, 0, nd, (uint32_t)total,
+               k->alpha, k->out, k->a);
+    } else {
+        LAUNCH(k_copy_nd<int64_t>, blocks_for(total, THREADS), THREADS, 0, nd, total, k->alpha,
+               k->out, k->a);
+    }
+    return mw__cuda_launched(dev, "copy kernel");
+}
+
+mw_status mw__cuda_fill(mw__device *dev, const mw__k_fill *k) {
+    ENTER(dev);
+    if (k->count <= 0) return MW_OK;
+    if (k->value == 0.0f && !signbit(k->value))
+        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)k->count * sizeof(float), im->stream);
+    else
+        LAUNCH(k_fill, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->value, k->out);
+    return mw__cuda_launched(dev, "fill kernel");
+}
+
+mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k) {
+    ENTER(dev);
+    if (k->op != MW__UN_GELU)
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
+    if (k->count <= 0) return MW_OK;
+    LAUNCH(k_gelu, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->a);
+    return mw__cuda_launched(dev, "gelu kernel");
+}
+
+mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
+    ENTER(dev);
+    if (k->op != MW__UN_GELU)
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
+    if (k->count <= 0) return MW_OK;
+    LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->gy, k->x);
+    return mw__cuda_launched(dev, "gelu gradient kernel");
+}

@@ -1,0 +1,31 @@
+/* Optimizer updates: SGD and AdamW (math shared with the CPU in devices/math.h). */
+
+#include "devices/cuda/cuda_impl.cuh"
+
+__global__ void k_sgd(int64_t n, float lr, float *p, const float *g) {
+    GRID_LOOP(i, n) p[i] -= lr * g[i];
+}
+
+__global__ void k_adamw(mw__k_adamw k) {
+    GRID_LOOP(i, k.count) {
+        float m = k.m[i], v = k.v[i];
+        k.p[i] = mw__adamw_update(k.p[i], k.grad_scale * k.g[i], &m, &v, k.lr, k.beta1, k.beta2,
+                                  k.eps, k.weight_decay, k.bias1, k.bias2);
+        k.m[i] = m;
+        k.v[i] = v;
+    }
+}
+
+mw_status mw__cuda_sgd(mw__device *dev, const mw__k_sgd *k) {
+    ENTER(dev);
+    if (k->count <= 0) return MW_OK;
+    LAUNCH(k_sgd, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->lr, k->p, k->g);
+    return mw__cuda_launched(dev, "sgd kernel");
+}
+
+mw_status mw__cuda_adamw(mw__device *dev, const mw__k_adamw *k) {
+    ENTER(dev);
+    if (k->count <= 0) return MW_OK;
+    LAUNCH(k_adamw, blocks_for(k->count, THREADS), THREADS, 0, *k);
+    return mw__cuda_launched(dev, "adamw kernel");
+}

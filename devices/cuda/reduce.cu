@@ -1,0 +1,169 @@
+/* Reductions: sums over any set of dims (reduce) and the sum of squares (sumsq), in an order
+ * fixed by the sizes only. */
+
+#include "devices/cuda/cuda_impl.cuh"
+
+#define REDUCE_TARGET_JOBS ((int64_t)1 << 17) /* threads a split reduction aims for */
+#define SUMSQ_MAX_BLOCKS 1024
+
+/* --- reduce ----------------------------------------------------------------------------------- */
+
+/* The dims of nd split into kept ones (out's stride is not 0: K outputs) and reduced ones (R
+ * terms per output). A job (k, p) sums the terms r = p, p + P, p + 2P, ... of output k in order;
+ * with P > 1 the P partials of each output are then summed in order of p by a second kernel.
+ * P depends only on K and R, so the order is fixed. */
+
+typedef struct sub_nd {
+    int rank;
+    int64_t dims[MW__ND_MAX];
+    int64_t sa[MW__ND_MAX]; /* stride in a */
+    int64_t so[MW__ND_MAX]; /* stride in out */
+} sub_nd;
+
+__device__ __forceinline__ void sub_offsets(const sub_nd &s, int64_t i, int64_t *oa, int64_t *oo) {
+    int64_t a = 0, o = 0;
+    for (int d = s.rank - 1; d >= 0; d--) {
+        int64_t x = i % s.dims[d];
+        i /= s.dims[d];
+        a += x * s.sa[d];
+        o += x * s.so[d];
+    }
+    *oa = a;
+    *oo = o;
+}
+
+__global__ void k_reduce_jobs(sub_nd kept, sub_nd red, int64_t K, int64_t R, int64_t P,
+                              int p_fastest, float alpha, float *out, float *partial,
+                              const float *a) {
+    GRID_LOOP(j, K * P) {
+        int64_t k = p_fastest ? j / P : j % K;
+        int64_t p = p_fastest ? j % P : j / K;
+        int64_t oa, oo;
+        sub_offsets(kept, k, &oa, &oo);
+        float s = 0.0f;
+        if (red.rank <= 1) {
+            int64_t st = red.rank ? red.sa[0] : 0;
+            for (int64_t r = p; r < R; r += P) s += a[oa + r * st];
+        } else {
+            for (int64_t r = p; r < R; r += P) {
+                int64_t ra, unused;
+                sub_offsets(red, r, &ra, &unused);
+                s += a[oa + ra];
+            }
+        }
+        if (P == 1)
+            out[oo] = alpha * s;
+        else
+            partial[p * K + k] = s;
+    }
+}
+
+/* Few partials: one thread per output adds them in order. */
+__global__ void k_reduce_parts_seq(sub_nd kept, int64_t K, int64_t P, float alpha, float *out,
+                                   const float *partial) {
+    GRID_LOOP(k, K) {
+        float s = 0.0f;
+        for (int64_t p = 0; p < P; p++) s += partial[p * K + k];
+        int64_t oa, oo;
+        sub_offsets(kept, k, &oa, &oo);
+        out[oo] = alpha * s;
+    }
+}
+
+/* Many partials: one block per output, a fixed tree over them. */
+template <int BS>
+__global__ void k_reduce_parts_tree(sub_nd kept, int64_t K, int64_t P, float alpha, float *out,
+                                    const float *partial) {
+    __shared__ float sh[32];
+    for (int64_t k = blockIdx.x; k < K; k += gridDim.x) {
+        float s = 0.0f;
+        for (int64_t p = threadIdx.x; p < P; p += BS) s += partial[p * K + k];
+        s = block_sum<BS>(s, sh);
+        if (threadIdx.x == 0) {
+            int64_t oa, oo;
+            sub_offsets(kept, k, &oa, &oo);
+            out[oo] = alpha * s;
+        }
+    }
+}
+
+/* --- sum of squares: fixed grid of double partials, then one block ---------------------------- */
+
+template <int BS> __global__ void k_sumsq_parts(int64_t count, double *partial, const float *a) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    GRID_LOOP(i, count) {
+        double x = (double)a[i];
+        s += x * x;
+    }
+    s = block_sum_d<BS>(s, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+template <int BS> __global__ void k_sumsq_final(int nparts, float *out, const double *partial) {
+    __shared__ double sh[32];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += BS) s += partial[i];
+    s = block_sum_d<BS>(s, sh);
+    if (threadIdx.x == 0) out[0] = (float)s;
+}
+
+/* --- entry points ------------------------------------------------------------------------ */
+
+mw_status mw__cuda_reduce(mw__device *dev, const mw__k_reduce *k) {
+    ENTER(dev);
+    mw__nd nd = k->nd;
+    mw__nd_simplify(&nd, 2);
+    sub_nd kept, red;
+    memset(&kept, 0, sizeof kept);
+    memset(&red, 0, sizeof red);
+    int64_t K = 1, R = 1;
+    for (int d = 0; d < nd.rank; d++) {
+        sub_nd *s = nd.stride[0][d] ? &kept : &red;
+        s->dims[s->rank] = nd.dims[d];
+        s->sa[s->rank] = nd.stride[1][d];
+        s->so[s->rank] = nd.stride[0][d];
+        s->rank++;
+        *(nd.stride[0][d] ? &K : &R) *= nd.dims[d];
+    }
+    if (K < k->out_count || K == 0 || R == 0)
+        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)k->out_count * sizeof(float), im->stream);
+    if (K == 0 || R == 0) return mw__cuda_launched(dev, "reduce");
+
+    /* Split each output's terms over P jobs when there are few outputs and many terms; each
+     * job keeps at least 16 terms. */
+    int64_t P = 1;
+    if (K < REDUCE_TARGET_JOBS && R >= 32) {
+        P = (REDUCE_TARGET_JOBS + K - 1) / K;
+        int64_t cap = (R + 15) / 16;
+        if (P > cap) P = cap;
+        int64_t room = (int64_t)(SCRATCH_BYTES / sizeof(float)) / K;
+        if (P > room) P = room;
+        if (P < 1) P = 1;
+    }
+    /* Coalesced reads: neighbouring threads take neighbouring elements of a's innermost dim. */
+    int p_fastest = nd.rank > 0 && nd.stride[0][nd.rank - 1] == 0;
+    float *partial = (float *)im->scratch;
+    LAUNCH(k_reduce_jobs, blocks_for(K * P, THREADS), THREADS, 0, kept, red, K, R, P, p_fastest,
+           k->alpha, k->out, partial, k->a);
+    if (P > 1) {
+        if (P <= 32)
+            LAUNCH(k_reduce_parts_seq, blocks_for(K, THREADS), THREADS, 0, kept, K, P, k->alpha,
+                   k->out, partial);
+        else
+            LAUNCH(k_reduce_parts_tree<THREADS>, row_blocks(K), THREADS, 0, kept, K, P, k->alpha,
+                   k->out, partial);
+    }
+    return mw__cuda_launched(dev, "reduce kernel");
+}
+
+mw_status mw__cuda_sumsq(mw__device *dev, const mw__k_sumsq *k) {
+    ENTER(dev);
+    int64_t blocks = (k->count + THREADS - 1) / THREADS;
+    if (blocks > SUMSQ_MAX_BLOCKS) blocks = SUMSQ_MAX_BLOCKS;
+    if (blocks < 1) blocks = 1;
+    double *partial = (double *)im->scratch;
+    LAUNCH(k_sumsq_parts<THREADS>, (unsigned)blocks, THREADS, 0, k->count, partial, k->a);
+    LAUNCH(k_sumsq_final<SUMSQ_MAX_BLOCKS>, 1, SUMSQ_MAX_BLOCKS, 0, (int)blocks, k->out, partial);
+    return mw__cuda_launched(dev, "sumsq kernel");
+}

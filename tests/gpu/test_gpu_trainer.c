@@ -1,0 +1,316 @@
+/* The trainer on GPUs against the trainer on the CPU (suite gpu_trainer): ten GPT-2 steps with
+ * AdamW on cuda:0 and on cuda:0x2 (two devices on one GPU, gradient buckets overlapped with
+ * backward by the cuda-local reducer) against cpu:1; bitwise repeats; a bad token or target that
+ * updates nothing; a failed or abandoned collective that the next step survives.
+ *
+ * Tolerances, derived. The GPU computes the same formulas as the CPU in other summation orders
+ * (cuBLAS, tree reductions, fused multiply-adds); over ten AdamW steps such differences grow in a
+ * way no closed-form bound follows usefully. So the bound is measured on the CPU: cpu:2 sums each
+ * gradient as two half-batch sums, a different but equally valid order, and its drift from cpu:1
+ * (per step for the loss, per tensor for the parameters) is the scale of an order change. A GPU
+ * run may differ from cpu:1 by at most 16 times that drift plus 16 ulp of the value. */
+#include <criterion/criterion.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "gpt2_model.h"
+#include "meshwit.h"
+
+#ifdef MESHWIT_HAVE_CUDA
+#include "devices/cuda/cuda.h"
+
+#define STEPS 10
+#define BATCH 4
+#define SEQ 64
+#define MAX_TENSORS 64
+
+static const gpt2_config cfg = {
+    .layers = 2, .heads = 4, .channels = 128, .max_seq = 64, .vocab = 250, .padded_vocab = 256};
+
+typedef struct tensor {
+    char name[32];
+    int64_t count, offset;
+} tensor;
+
+static int list_tensors(tensor *t) {
+    int64_t C = cfg.channels, n = 0, off = 0;
+    struct {
+        const char *name;
+        int64_t count;
+    } per_layer[] = {{"ln1w", C},
+                     {"ln1b", C},
+                     {"qkvw", 3 * C * C},
+                     {"qkvb", 3 * C},
+                     {"attprojw", C * C},
+                     {"attprojb", C},
+                     {"ln2w", C},
+                     {"ln2b", C},
+                     {"fcw", 4 * C * C},
+                     {"fcb", 4 * C},
+                     {"fcprojw", 4 * C * C},
+                     {"fcprojb", C}};
+#define ADD(nm, cnt)                                                                               \
+    do {                                                                                           \
+        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                           \
+        t[n].count = (cnt);                                                                        \
+        t[n].offset = off;                                                                         \
+        off += t[n].count;                                                                         \
+        n++;                                                                                       \
+    } while (0)
+    ADD("wte", (int64_t)cfg.padded_vocab * C);
+    ADD("wpe", (int64_t)cfg.max_seq * C);
+    for (int l = 0; l < cfg.layers; l++)
+        for (size_t k = 0; k < sizeof per_layer / sizeof *per_layer; k++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "h%d.%s", l, per_layer[k].name);
+            ADD(nm, per_layer[k].count);
+        }
+    ADD("lnfw", C);
+    ADD("lnfb", C);
+#undef ADD
+    cr_assert_eq(off, gpt2_num_params(&cfg), "the tensor list covers %lld of %lld parameters",
+                 (long long)off, (long long)gpt2_num_params(&cfg));
+    return (int)n;
+}
+
+static void need_gpu(void) {
+    int n = 0;
+    cr_assert_eq(mw__cuda_probe(&n), MW_OK, "%s", mw_last_error());
+    if (n == 0) cr_skip("no CUDA device: the GPU trainer tests are skipped");
+}
+
+/* Token stream of a fixed seed: ids in [0, vocab). */
+static void tokens(int32_t *out, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        out[i] = (int32_t)((seed >> 33) % (uint64_t)cfg.vocab);
+    }
+}
+
+typedef struct run {
+    float loss[STEPS];
+    float *params;
+    mw_status st; /* of the step that failed, or MW_OK */
+} run;
+
+typedef struct model {
+    mw_graph *g;
+    gpt2_graph gg;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+} model;
+
+static void open_model(model *m, const char *devices, const mw_trainer_config *extra) {
+    memset(m, 0, sizeof *m);
+    int sharded = strchr(devices, 'x') || strcmp(devices, "cpu:2") == 0;
+    cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
+    mw_status st = gpt2_build(m->g, &cfg, BATCH, SEQ, sharded ? "X" : NULL, &m->gg);
+    cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
+    cr_assert_eq(mw_mesh_new(devices, "X", &m->mesh), MW_OK, "%s: %s", devices, mw_last_error());
+    mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},
+                           .bucket_bytes = 64 << 10}; /* several buckets to overlap */
+    if (extra) {
+        c.collective_timeout_ms = extra->collective_timeout_ms;
+        c.check_finite = extra->check_finite;
+    }
+    st = mw_trainer_new(m->g, m->gg.loss, m->mesh, &c, &m->tr);
+    cr_assert_eq(st, MW_OK, "trainer on %s: %s", devices, mw_last_error());
+}
+
+static void close_model(model *m) {
+    mw_trainer_free(m->tr);
+    mw_mesh_free(m->mesh);
+    mw_graph_free(m->g);
+}
+
+static float *read_params(model *m, const tensor *t, int nt) {
+    float *p = calloc((size_t)gpt2_num_params(&cfg), sizeof *p);
+    cr_assert_not_null(p);
+    for (int i = 0; i < nt; i++)
+        cr_assert_eq(mw_trainer_read_param(m->tr, t[i].name, p + t[i].offset, t[i].count), MW_OK,
+                     "%s: %s", t[i].name, mw_last_error());
+    return p;
+}
+
+static void feed(int step, int32_t *in, int32_t *tg, mw_feed f[2]) {
+    int64_t n = (int64_t)BATCH * SEQ;
+    int32_t stream[BATCH * SEQ + 1];
+    tokens(stream, n + 1, 1000 + (uint64_t)step);
+    memcpy(in, stream, sizeof(int32_t) * (size_t)n);
+    memcpy(tg, stream + 1, sizeof(int32_t) * (size_t)n);
+    f[0] = (mw_feed){"tokens", in, n};
+    f[1] = (mw_feed){"targets", tg, n};
+}
+
+static run train(const char *devices, const tensor *t, int nt) {
+    model m;
+    open_model(&m, devices, NULL);
+    run r = {.st = MW_OK};
+    int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
+    for (int s = 0; s < STEPS; s++) {
+        mw_feed f[2];
+        feed(s % 2, in, tg, f); /* two batches in turn: the model learns them, the loss falls */
+        mw_status st = mw_trainer_step(m.tr, f, 2, &r.loss[s]);
+        cr_assert_eq(st, MW_OK, "%s step %d: %s", devices, s, mw_last_error());
+    }
+    r.params = read_params(&m, t, nt);
+    close_model(&m);
+    return r;
+}
+
+/* got against ref within 16 x the cpu:2 drift (drift = |alt - ref|) + 16 ulp. */
+static void compare(const char *what, const run *got, const run *ref, const run *alt,
+                    const tensor *t, int nt) {
+    double drift = 0;
+    for (int s = 0; s < STEPS; s++) drift = fmax(drift, fabs((double)alt->loss[s] - ref->loss[s]));
+    for (int s = 0; s < STEPS; s++) {
+        double tol = 16 * drift + 16 * FLT_EPSILON * fabs(ref->loss[s]);
+        cr_assert(fabs((double)got->loss[s] - ref->loss[s]) <= tol,
+                  "%s: loss of step %d is %.9g, cpu:1 has %.9g (tolerance %.3g: cpu:2 drifts "
+                  "%.3g)",
+                  what, s, got->loss[s], ref->loss[s], tol, drift);
+    }
+    for (int i = 0; i < nt; i++) {
+        double d = 0, big = 0, worst = 0;
+        int64_t at = 0;
+        for (int64_t j = t[i].offset; j < t[i].offset + t[i].count; j++) {
+            d = fmax(d, fabs((double)alt->params[j] - ref->params[j]));
+            big = fmax(big, fabs((double)ref->params[j]));
+        }
+        double tol = 16 * d + 16 * FLT_EPSILON * big;
+        for (int64_t j = t[i].offset; j < t[i].offset + t[i].count; j++) {
+            double e = fabs((double)got->params[j] - ref->params[j]);
+            if (e > worst) {
+                worst = e;
+                at = j - t[i].offset;
+            }
+        }
+        cr_assert(worst <= tol,
+                  "%s: parameter %s differs from cpu:1 by %.3g at element %lld (tolerance %.3g: "
+                  "cpu:2 drifts %.3g)",
+                  what, t[i].name, worst, (long long)at, tol, d);
+    }
+}
+
+static void expect_same_bits(const char *what, const run *a, const run *b) {
+    cr_assert(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s: the losses differ", what);
+    size_t bytes = (size_t)gpt2_num_params(&cfg) * sizeof(float);
+    cr_assert(memcmp(a->params, b->params, bytes) == 0, "%s: the parameters differ", what);
+}
+
+TestSuite(gpu_trainer, .timeout = 240);
+
+Test(gpu_trainer, ten_gpt2_steps_match_the_cpu) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    run cpu1 = train("cpu:1", t, nt), cpu2 = train("cpu:2", t, nt);
+    run gpu1 = train("cuda:0", t, nt), gpu2 = train("cuda:0x2", t, nt);
+    /* The losses fall: the runs train, so agreeing is not agreeing on nothing. */
+    cr_assert_lt(cpu1.loss[STEPS - 1], cpu1.loss[0]);
+    compare("cuda:0", &gpu1, &cpu1, &cpu2, t, nt);
+    compare("cuda:0x2", &gpu2, &cpu1, &cpu2, t, nt);
+    /* cuda:0x2 against cuda:0 differ only in how the two halves are summed, as cpu:2 and cpu:1:
+     * the same bound with cuda:0 as the reference. */
+    compare("cuda:0x2 against cuda:0", &gpu2, &gpu1, &cpu2, t, nt);
+    /* Bit for bit the same on a second run, also with overlapped buckets on two devices. */
+    run again1 = train("cuda:0", t, nt), again2 = train("cuda:0x2", t, nt);
+    expect_same_bits("cuda:0 run twice", &gpu1, &again1);
+    expect_same_bits("cuda:0x2 run twice", &gpu2, &again2);
+}
+
+/* A bad token (or target) on one GPU: the step fails with the data error and no parameter
+ * changes, as on the CPU. With both in one step, the error names at least the one found first
+ * (the launch that notices the flag stops the step; which one that is depends on timing). */
+Test(gpu_trainer, bad_ids_update_nothing) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    static const char *const specs[] = {"cuda:0", "cuda:0x2"};
+    for (int d = 0; d < 2; d++) {
+        model m;
+        open_model(&m, specs[d], NULL);
+        int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
+        mw_feed f[2];
+        feed(0, in, tg, f);
+        float loss;
+        cr_assert_eq(mw_trainer_step(m.tr, f, 2, &loss), MW_OK, "%s", mw_last_error());
+        float *before = read_params(&m, t, nt);
+        for (int c = 0; c < 3; c++) {
+            feed(1, in, tg, f);
+            if (c != 1) in[40] = cfg.padded_vocab + 3; /* past wte's rows */
+            if (c != 0) tg[17] = cfg.vocab;            /* a padded, invalid class */
+            mw_status st = mw_trainer_step(m.tr, f, 2, &loss);
+            const char *msg = mw_last_error();
+            cr_assert_eq(st, MW_ERR_INVALID, "%s case %d: got %s: %s", specs[d], c,
+                         mw_status_name(st), msg);
+            int id = strstr(msg, "embedding id 259 at position 40") != NULL;
+            int target = strstr(msg, "cross-entropy target 250 at position 17") != NULL;
+            cr_assert(c == 0   ? id
+                      : c == 1 ? target
+                               : id || target,
+                      "%s case %d: %s", specs[d], c, msg);
+            float *after = read_params(&m, t, nt);
+            cr_assert(memcmp(before, after, (size_t)gpt2_num_params(&cfg) * sizeof(float)) == 0,
+                      "%s case %d: a parameter changed in a failed step", specs[d], c);
+            free(after);
+        }
+        /* Good data again: the trainer steps on. */
+        feed(2, in, tg, f);
+        cr_assert_eq(mw_trainer_step(m.tr, f, 2, &loss), MW_OK, "%s", mw_last_error());
+        cr_assert(isfinite(loss));
+        free(before);
+        close_model(&m);
+    }
+}
+
+/* A device that fails in the gradient reduction, or stalls past the collective timeout, leaves
+ * overlapped sums queued; the step fails, the next one works and matches a clean run's step, and
+ * the trainer frees without hanging. */
+Test(gpu_trainer, failed_and_abandoned_collectives_are_survived) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    (void)nt;
+    mw_trainer_config c = {.collective_timeout_ms = 2000};
+    model m;
+    open_model(&m, "cuda:0x2", &c);
+    int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
+    mw_feed f[2];
+    float loss;
+    feed(0, in, tg, f);
+    cr_assert_eq(mw_trainer_step(m.tr, f, 2, &loss), MW_OK, "%s", mw_last_error());
+    /* Fault: device 1 fails as it enters the gradient reduction of step 1. */
+    cr_assert_eq(mw_trainer_inject_fault(m.tr, 1, MW_PHASE_GRAD_REDUCE, 1, MW_ERR_DEVICE), MW_OK);
+    mw_status st = mw_trainer_step(m.tr, f, 2, &loss);
+    cr_assert_eq(st, MW_ERR_DEVICE, "got %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "injected fault"), "%s", mw_last_error());
+    /* Stall: device 0 sleeps 3 s in backward; device 1 times out in a collective. */
+    cr_assert_eq(mw_trainer_inject_stall(m.tr, 0, MW_PHASE_BACKWARD, 1, 3000), MW_OK);
+    st = mw_trainer_step(m.tr, f, 2, &loss);
+    cr_assert(st == MW_ERR_TIMEOUT || st == MW_ERR_ABORTED, "got %s: %s", mw_status_name(st),
+              mw_last_error());
+    /* Both failed steps updated nothing: the next step gives a clean run's step 1 loss. */
+    cr_assert_eq(mw_trainer_step(m.tr, f, 2, &loss), MW_OK, "%s", mw_last_error());
+    model clean;
+    open_model(&clean, "cuda:0x2", &c);
+    float l0, l1;
+    feed(0, in, tg, f);
+    cr_assert_eq(mw_trainer_step(clean.tr, f, 2, &l0), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_step(clean.tr, f, 2, &l1), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(loss, l1, "after the failures the loss is %.9g, a clean run's %.9g", loss, l1);
+    close_model(&clean);
+    close_model(&m);
+}
+
+#else
+
+Test(gpu_trainer, no_cuda_backend) { cr_skip("this build of meshwit has no CUDA backend"); }
+
+#endif
