@@ -210,3 +210,21 @@ Test(kernel_math, non_finite_inputs) {
     cr_assert_eq(mw__tanh(-INFINITY), -1.0f);
     cr_assert(isinf(mw__gelu(INFINITY)) && mw__gelu(INFINITY) > 0);
 }
+
+/* The CPU backend's squared norm (the gradient norm of clipping) against a double sum, for
+ * lengths that end inside and on a group of eight lanes. Each term is exact in double and there
+ * are at most 21 of them: the float result is the double sum correctly rounded, to 1 ulp. */
+Test(kernel_math, sumsq_every_element_counts) {
+    float a[21], out = 0;
+    for (int n = 1; n <= 21; n++) {
+        double ref = 0;
+        for (int i = 0; i < n; i++) {
+            a[i] = 0.5f + (float)i * 0.25f;
+            ref += (double)a[i] * a[i];
+        }
+        mw__k_sumsq k = {.count = n, .out = &out, .a = a};
+        cr_assert_eq(mw__cpu_device.sumsq(NULL, &k), MW_OK);
+        cr_assert(fabs(out - ref) <= FLT_EPSILON * ref, "n = %d: %.9g, reference %.9g", n, out,
+                  ref);
+    }
+}
