@@ -341,9 +341,11 @@ mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, cons
     if (f != qkv->type.rank - 1)
         return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must be the last axis of %s", op,
                               feature_axis, DESC(qkv, dx));
-    if (p == s)
-        return mw__graph_fail(g, MW_ERR_AXIS, "%s: the part and sequence axes are both '%s'", op,
-                              part_axis);
+    if (p == s || s == f || p == f)
+        return mw__graph_fail(g, MW_ERR_AXIS,
+                              "%s: the part, sequence and feature axes must be three different "
+                              "axes of %s; got '%s', '%s' and '%s'",
+                              op, DESC(qkv, dx), part_axis, seq_axis, feature_axis);
     qkv = mw__replicated(g, qkv);
     if (!qkv) return NULL;
     mw_tensor proto = {.op = MW__OP_ATTENTION,

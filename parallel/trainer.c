@@ -342,7 +342,10 @@ static mw_status finish_reductions(worker *w) {
     w->phase = MW_PHASE_GRAD_REDUCE;
     for (int gi = 0; gi < w->tr->ngroups && !st; gi++)
         if (w->comm[gi]) st = R->allreduce_wait(w->comm[gi], w->rank[gi]);
-    w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
+    double ms = (double)(now_ns() - t0) * 1e-6;
+    w->reduce_ms += ms;
+    if (w->prof_cat) /* the overlapped buckets' wait: the backward "gradient all-reduce" row */
+        w->prof_ms[MW__PROF_PER_PHASE + 2 * MW__OP_COUNT] += ms;
     return st;
 }
 

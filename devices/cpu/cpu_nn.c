@@ -174,16 +174,17 @@ mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     return MW_OK;
 }
 
-/* log-sum-exp over the first `valid` logits of a row: the exponentials in float (vectorised),
- * summed in eight lanes in double, the logarithm in double. */
-static inline double row_lse(const float *restrict x, int64_t valid) {
+/* The max of the first `valid` logits of a row and the sum of exp(x - max) over them: the
+ * exponentials in float (vectorised), summed in eight lanes in double. */
+static inline double row_expsum(const float *restrict x, int64_t valid, float *max) {
     float mx = mw__row_max(x, valid, 1.0f);
     double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= valid; j += 8)
         for (int l = 0; l < 8; l++) acc[l] += (double)mw__expf(x[j + l] - mx);
     for (int l = 0; j < valid; j++, l++) acc[l] += (double)mw__expf(x[j] - mx);
-    return (double)mx + log(MW__SUM8(acc));
+    *max = mx;
+    return MW__SUM8(acc);
 }
 
 MW__CPU_CLONES
@@ -193,7 +194,9 @@ mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
         int32_t t = k->targets[r];
         if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
-        k->out[r] = (float)(row_lse(x, k->valid) - x[t]);
+        float mx;
+        double sum = row_expsum(x, k->valid, &mx);
+        k->out[r] = (float)((double)mx + log(sum) - x[t]);
     }
     return MW_OK;
 }
@@ -206,9 +209,10 @@ mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
         if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float *dx = k->out + r * k->v;
-        float lse = (float)row_lse(x, k->valid);
-        float gy = k->gy[r];
-        for (int64_t j = 0; j < k->valid; j++) dx[j] = gy * mw__expf(x[j] - lse);
+        float mx;
+        /* softmax_j = exp(x_j - max) / sum: both factors near 1, no cancellation. */
+        float scale = k->gy[r] * (float)(1.0 / row_expsum(x, k->valid, &mx)), gy = k->gy[r];
+        for (int64_t j = 0; j < k->valid; j++) dx[j] = scale * mw__expf(x[j] - mx);
         dx[t] -= gy;
         for (int64_t j = k->valid; j < k->v; j++) dx[j] = 0.0f;
     }

@@ -209,6 +209,21 @@ Test(attention, repeatable_bit_for_bit) {
 
 TestSuite(attention_errors, .description = "mw_attention's rules", .timeout = 30);
 
+Test(attention_errors, one_axis_in_two_roles) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Part", 3}, {"D", 4}));
+    cr_expect_null(mw_attention(g, x, "Part", "D", "D", 1, 1.0f)); /* seq == feature */
+    cr_expect_eq(mw_graph_status(g), MW_ERR_AXIS, "%s", mw_graph_error(g));
+    cr_expect(strstr(mw_graph_error(g), "three different axes"), "%s", mw_graph_error(g));
+    mw_graph_free(g);
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Seq", 5}, {"Part", 3}));
+    cr_expect_null(mw_attention(g, x, "Part", "Seq", "Part", 1, 1.0f)); /* part == feature */
+    cr_expect_eq(mw_graph_status(g), MW_ERR_AXIS, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+}
+
 Test(attention_errors, bad_axes) {
     mw_graph *g;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
