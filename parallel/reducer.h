@@ -44,6 +44,16 @@ typedef struct mw__reducer_vtable {
     mw_status (*allreduce_sum)(mw__comm *comm, int rank, float *buf, size_t n);
     /* All ranks wait for each other. */
     mw_status (*barrier)(mw__comm *comm, int rank);
+    /* Optional (NULL in a reducer without them): allreduce_sum split in two, so that a rank can
+     * keep computing while its buffer is reduced. allreduce_start begins the in-place sum of
+     * buf[0..n) (buf must not be read or written until allreduce_finish returned); progress
+     * advances what this rank started without waiting (call it between other work);
+     * allreduce_finish waits until everything this rank started is complete. Ranks start the
+     * same all-reduces in the same order; results are those of allreduce_sum. allreduce_sum and
+     * barrier may be called with some in flight: they complete those first. */
+    mw_status (*allreduce_start)(mw__comm *comm, int rank, float *buf, size_t n);
+    mw_status (*progress)(mw__comm *comm, int rank);
+    mw_status (*allreduce_finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
 } mw__reducer_vtable;

@@ -128,8 +128,15 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         mw_status st = vt->sync(dev);
         if (st) return st;
         int64_t t0 = now_ns();
-        st = w->tr->reducer->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]),
-                                           (size_t)in->count);
+        const mw__reducer_vtable *r = w->tr->reducer;
+        /* A bucket is reduced while backward continues, where the reducer can. */
+        if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
+            w->inflight |= 1u << gi;
+            st =
+                r->allreduce_start(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+        } else {
+            st = r->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+        }
         w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
         return st;
     }
@@ -225,11 +232,27 @@ static mw_status enter(worker *w, mw_phase phase) {
     return MW_OK;
 }
 
+/* Advances (finish: completes) the all-reduces started and not finished. */
+static mw_status reductions(worker *w, int finish) {
+    const mw__reducer_vtable *r = w->tr->reducer;
+    int64_t t0 = now_ns();
+    mw_status st = MW_OK;
+    for (int gi = 0; w->inflight && gi < w->tr->ngroups && st == MW_OK; gi++) {
+        if (!(w->inflight & (1u << gi))) continue;
+        if (finish) w->inflight &= ~(1u << gi);
+        st = finish ? r->allreduce_finish(w->comm[gi], w->rank[gi])
+                    : r->progress(w->comm[gi], w->rank[gi]);
+    }
+    if (finish) w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
+    return st;
+}
+
 static mw_status run_range(worker *w, int from, int to) {
     for (int i = from; i < to; i++) {
         mw_phase ph = phase_of(w, i);
         mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
         if (st || (st = run_ins(w, &w->plan.ins[i]))) return st;
+        if (w->inflight && (st = reductions(w, 0))) return st;
     }
     return MW_OK;
 }
@@ -329,7 +352,12 @@ static mw_status worker_run(worker *w, cmd c) {
         return w->dev.vt->sync(&w->dev);
     case CMD_GRADS:
     case CMD_STEP:
+        w->inflight = 0;
         if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if (w->inflight) {
+            w->phase = MW_PHASE_GRAD_REDUCE;
+            if ((st = reductions(w, 1))) return st;
+        }
         if (c == CMD_STEP && w->tr->cfg.check_finite) {
             /* The loss is replicated: every device sees the same value and stops alike. */
             float loss;
