@@ -2,6 +2,7 @@
 #ifndef MWB_BENCH_H
 #define MWB_BENCH_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #define MWB_MAX_FIELDS 24
@@ -39,6 +40,13 @@ int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
 int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
+
+/* The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW) trained on mesh: median ms/step after
+ * a warm-up (bench/case_gpt2.c). Every process of a mesh spanning processes calls it. 0 on
+ * success; otherwise err holds the error. */
+struct mw_mesh;
+int mwb_gpt2_time(struct mw_mesh *mesh, int blas_threads, int quick, double *ms_per_step, char *err,
+                  size_t errlen);
 
 /* Monotonic time in seconds. */
 double mwb_now(void);

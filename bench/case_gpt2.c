@@ -45,31 +45,21 @@ typedef struct result {
     char error[400];
 } result;
 
-static void child_error(result *r, const char *what, mw_status st) {
-    snprintf(r->error, sizeof r->error, "%s: %s [%s]: %s", what, mw_strerror(st),
-             mw_status_name(st), mw_last_error());
-}
-
-/* Builds and times one configuration; runs in the child. */
-static void measure(const config *cf, int quick, result *r) {
+/* Builds the tiny GPT-2 on mesh and times it: the median ms/step of the repeats after the
+ * warm-up. On a mesh spanning processes every process calls it (the same data and batches on
+ * each). 0 on success; otherwise the error is in err. */
+int mwb_gpt2_time(mw_mesh *mesh, int blas_threads, int quick, double *ms_per_step, char *err,
+                  size_t errlen) {
     gpt2_config c;
     gpt2_preset("tiny", &c);
     gpt2_tokens data = {0};
     gpt2_batch batch = {0};
-    mw_mesh *mesh = NULL;
     mw_graph *g = NULL;
     mw_trainer *tr = NULL;
     gpt2_graph m;
+    const char *what = "cannot make the data";
     mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &data);
     if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &batch);
-    if (st != MW_OK) {
-        child_error(r, "cannot make the data", st);
-        goto done;
-    }
-    if ((st = mw_mesh_new(cf->devices, "X", &mesh)) != MW_OK) {
-        child_error(r, "cannot make the mesh", st);
-        goto done;
-    }
     mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
                                           .lr = 1e-3f,
                                           .beta1 = 0.9f,
@@ -77,14 +67,13 @@ static void measure(const config *cf, int quick, result *r) {
                                           .eps = 1e-8f,
                                           .weight_decay = 0.1f,
                                           .grad_clip = 1.0f},
-                            .blas_threads = cf->blas_threads};
-    st = mw_graph_new(&g);
+                            .blas_threads = blas_threads};
+    if (st == MW_OK) {
+        what = "cannot build the model";
+        st = mw_graph_new(&g);
+    }
     if (st == MW_OK) st = gpt2_build(g, &c, BATCH, SEQ, "X", &m);
     if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
-    if (st != MW_OK) {
-        child_error(r, "cannot build the model", st);
-        goto done;
-    }
     int warmup = quick ? QUICK_WARMUP : WARMUP, repeats = quick ? QUICK_REPEATS : REPEATS,
         steps = quick ? QUICK_STEPS : STEPS;
     double ms[REPEATS];
@@ -92,31 +81,46 @@ static void measure(const config *cf, int quick, result *r) {
     gpt2_rng_seed(&rng, 1);
     mw_feed feeds[2];
     gpt2_batch_feeds(&batch, feeds);
-    for (int rep = -1; rep < repeats; rep++) { /* repeat -1 is the warm-up */
+    if (st == MW_OK) what = "a step failed";
+    for (int rep = -1; rep < repeats && st == MW_OK; rep++) { /* repeat -1 is the warm-up */
         int n = rep < 0 ? warmup : steps;
         double t = 0.0;
-        for (int s = 0; s < n; s++) {
+        for (int s = 0; s < n && st == MW_OK; s++) {
             gpt2_batch_random(&batch, &data, &rng); /* untimed: the host's part, not the step's */
             double t0 = mwb_now();
-            if ((st = mw_trainer_step(tr, feeds, 2, NULL)) != MW_OK) {
-                child_error(r, "a step failed", st);
-                goto done;
-            }
+            st = mw_trainer_step(tr, feeds, 2, NULL);
             t += mwb_now() - t0;
         }
         if (rep >= 0) ms[rep] = 1e3 * t / n;
     }
-    r->ms = mwb_median(ms, repeats);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
-    r->ok = 1;
-done:
+    if (st == MW_OK)
+        *ms_per_step = mwb_median(ms, repeats);
+    else
+        snprintf(err, errlen, "%s: %s [%s]: %s", what, mw_strerror(st), mw_status_name(st),
+                 mw_last_error());
     mw_trainer_free(tr);
     mw_graph_free(g);
-    mw_mesh_free(mesh);
     gpt2_batch_free(&batch);
     gpt2_tokens_free(&data);
+    return st != MW_OK;
+}
+
+/* Builds and times one configuration; runs in the child. */
+static void measure(const config *cf, int quick, result *r) {
+    mw_mesh *mesh = NULL;
+    mw_status st = mw_mesh_new(cf->devices, "X", &mesh);
+    if (st != MW_OK) {
+        snprintf(r->error, sizeof r->error, "cannot make the mesh: %s [%s]: %s", mw_strerror(st),
+                 mw_status_name(st), mw_last_error());
+        return;
+    }
+    if (mwb_gpt2_time(mesh, cf->blas_threads, quick, &r->ms, r->error, sizeof r->error) == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
+        r->ok = 1;
+    }
+    mw_mesh_free(mesh);
 }
 
 /* Runs measure() in a child process and collects its result. */

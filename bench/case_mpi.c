@@ -1,15 +1,28 @@
-/* The "mpi" case: the cost of the all-reduce between processes (the hierarchical reducer, one
- * device per process, MPI between them) beside the one inside a process (the shared-memory
- * reducer, one thread per device), for the same number of ranks and message sizes.
+/* The "mpi" case: meshwit between processes against Open MPI itself, side by side in one run.
+ *
+ * 1. The all-reduce between processes (the hierarchical reducer, one device per process) beside
+ *    MPI_Allreduce (in place, MPI_FLOAT, MPI_SUM on MPI_COMM_WORLD) at the same sizes, the two
+ *    alternating repeat by repeat so they share the machine's noise; and beside the all-reduce
+ *    among as many threads of one process (the shared-memory reducer).
+ * 2. The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW) over the processes, one cpu:1 device
+ *    each, beside cpu:P (P threads) and cpu:1 in one process.
  *
  * Run it under mpirun with more than one process, e.g.
  *   mpirun -np 2 build/meshwit-bench mpi
- * Otherwise it prints a note and skips. Only rank 0 prints and emits records; while it measures
- * the in-process reducer, the other processes wait in a barrier. Times are medians. */
+ *   mpirun -np 2 --mca btl tcp,self build/meshwit-bench mpi    (TCP between processes, as
+ *                                                              between two hosts)
+ * Otherwise it prints a note and skips. Only rank 0 prints and emits records (main.c). While
+ * rank 0 measures inside its own process, the others sleep in a barrier (MPI's own barrier
+ * would spin on a core the measurement needs), and rank 0 lifts the launcher's binding to one
+ * core so that its threads can use every core. Times are medians. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "core/error.h"
@@ -23,6 +36,7 @@ int mwb_case_mpi(mwb_ctx *ctx) {
     return 0;
 }
 #else
+#include <mpi.h>
 
 #define MAX_RANKS 64
 #define REPS 21
@@ -74,37 +88,71 @@ static double time_shm(int p, size_t n, int reps) {
     return ok ? mwb_median(times[0], reps) : -1;
 }
 
-/* Median seconds of one all-reduce of n floats among the processes (rank 0's view). */
-static double time_mpi(mw__comm *comm, int rank, size_t n, int reps) {
+/* Median seconds (rank 0's clock) of one all-reduce of n floats among the processes: meshwit's
+ * in meshwit_s, MPI_Allreduce's in mpi_s; each repeat times one of each, after a barrier. */
+static int time_procs(mw__comm *comm, int rank, size_t n, int reps, double *meshwit_s,
+                      double *mpi_s) {
     float *buf = calloc(n ? n : 1, sizeof(float));
-    double times[REPS];
+    double tm[REPS], tx[REPS];
     if (!buf) return -1;
     mw_status st = MW_OK;
-    for (int i = 0; i < reps && st == MW_OK; i++) {
-        st = mw__reducer_mpi_hier.barrier(comm, rank);
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < reps && st == MW_OK && rc == MPI_SUCCESS; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
         double t0 = mwb_now();
-        if (st == MW_OK) st = mw__reducer_mpi_hier.allreduce_sum(comm, rank, buf, n);
-        times[i] = mwb_now() - t0;
+        st = mw__reducer_mpi_hier.allreduce_sum(comm, rank, buf, n);
+        tm[i] = mwb_now() - t0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = mwb_now();
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        tx[i] = mwb_now() - t0;
     }
     free(buf);
-    return st == MW_OK ? mwb_median(times, reps) : -1;
+    if (st != MW_OK || rc != MPI_SUCCESS) return -1;
+    *meshwit_s = mwb_median(tm, reps);
+    *mpi_s = mwb_median(tx, reps);
+    return 0;
 }
 
-static void finalize_at_exit(void) { mw_distributed_finalize(); }
+/* A barrier that sleeps instead of spinning: the other processes wait here while rank 0 measures
+ * threads of its own process. */
+static int sleepy_barrier(void) {
+    MPI_Request req;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return -1;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+        if (done) return 0;
+        struct timespec ts = {0, 200000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
-int mwb_case_mpi(mwb_ctx *ctx) {
-    if (mw_distributed_init(NULL, NULL) != MW_OK) {
-        fprintf(stderr, "mpi: %s\n", mw_last_error());
-        return 1;
-    }
-    atexit(finalize_at_exit);
-    int p = mw_distributed_size(), me = mw_distributed_rank();
-    if (p < 2) {
-        printf("mpi: not launched under mpirun with more than one process; skipped (try: "
-               "mpirun -np 2 meshwit-bench mpi)\n");
-        return 0;
-    }
-    if (p > MAX_RANKS) p = MAX_RANKS;
+/* Rank 0 alone: lifts the launcher's binding to one core for the duration of fn. */
+static void on_every_core(void (*fn)(void *), void *arg) {
+    cpu_set_t bound, all;
+    int have = sched_getaffinity(0, sizeof bound, &bound) == 0;
+    CPU_ZERO(&all);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < cores && c < CPU_SETSIZE; c++) CPU_SET((int)c, &all);
+    if (have) sched_setaffinity(0, sizeof all, &all);
+    fn(arg);
+    if (have) sched_setaffinity(0, sizeof bound, &bound);
+}
+
+typedef struct shm_job {
+    int p;
+    size_t n;
+    int reps;
+    double seconds;
+} shm_job;
+
+static void shm_job_run(void *arg) {
+    shm_job *j = arg;
+    j->seconds = time_shm(j->p, j->n, j->reps);
+}
+
+static int allreduce_table(mwb_ctx *ctx, int p, int me) {
     int proc_of[MAX_RANKS];
     for (int r = 0; r < p; r++) proc_of[r] = r;
     mw__comm_options opt = {.proc_of = proc_of, .self_proc = me};
@@ -115,37 +163,134 @@ int mwb_case_mpi(mwb_ctx *ctx) {
     }
     static const size_t sizes[] = {1 << 10, 1 << 14, 1 << 18, 1 << 22}; /* floats */
     int nsizes = ctx->quick ? 2 : 4, reps = ctx->quick ? 5 : REPS, rc = 0;
-    if (me == 0) {
-        printf("all-reduce over %d ranks: %d processes (1 device each, MPI between them) vs %d "
-               "threads of one process (shared memory)\n",
-               p, p, p);
-        printf("%12s %16s %16s %10s\n", "bytes", "processes (us)", "threads (us)", "ratio");
-    }
+    printf("all-reduce over %d processes (1 device each), in place, float sum: meshwit against "
+           "MPI_Allreduce (alternating, median of %d each), and %d threads of one process\n",
+           p, reps, p);
+    printf("%10s %14s %18s %8s %14s\n", "bytes", "meshwit (us)", "MPI_Allreduce (us)", "ratio",
+           "threads (us)");
     for (int s = 0; s < nsizes && !rc; s++) {
-        double t_mpi = time_mpi(comm, me, sizes[s], reps);
-        double t_shm = 0;
-        if (me == 0) t_shm = time_shm(p, sizes[s], reps);
-        /* The others wait here while rank 0 measures threads alone. */
-        if (mw__reducer_mpi_hier.barrier(comm, me) || t_mpi < 0 || t_shm < 0) {
-            fprintf(stderr, "mpi: [rank %d] %s\n", me, mw_last_error());
+        double t_mw = 0, t_mpi = 0;
+        int bad = time_procs(comm, me, sizes[s], reps, &t_mw, &t_mpi);
+        shm_job job = {.p = p, .n = sizes[s], .reps = reps};
+        if (me == 0) on_every_core(shm_job_run, &job);
+        if (sleepy_barrier() || bad || job.seconds < 0) {
+            fprintf(stderr, "mpi: [rank %d] %s\n", me, bad ? mw_last_error() : "barrier failed");
             rc = 1;
             break;
         }
-        if (me != 0) continue;
         double bytes = (double)sizes[s] * 4;
-        printf("%12.0f %16.1f %16.1f %9.1fx\n", bytes, t_mpi * 1e6, t_shm * 1e6,
-               t_shm > 0 ? t_mpi / t_shm : 0.0);
+        printf("%10.0f %14.1f %18.1f %7.2fx %14.1f\n", bytes, t_mw * 1e6, t_mpi * 1e6,
+               t_mpi > 0 ? t_mw / t_mpi : 0.0, job.seconds * 1e6);
         mwb_record r = {0};
         mwb_record_str(&r, "case", "mpi");
         char dev[32];
         snprintf(dev, sizeof dev, "%dx cpu:1", p);
         mwb_record_str(&r, "devices", dev);
+        mwb_record_str(&r, "mode", "allreduce");
         mwb_record_num(&r, "bytes", bytes);
-        mwb_record_num(&r, "processes_us", t_mpi * 1e6);
-        mwb_record_num(&r, "threads_us", t_shm * 1e6);
+        mwb_record_num(&r, "processes_us", t_mw * 1e6);
+        mwb_record_num(&r, "mpi_allreduce_us", t_mpi * 1e6);
+        mwb_record_num(&r, "ratio_to_mpi", t_mpi > 0 ? t_mw / t_mpi : 0.0);
+        mwb_record_num(&r, "threads_us", job.seconds * 1e6);
         ctx->emit(ctx, &r);
     }
     mw__reducer_mpi_hier.comm_free(comm);
     return rc;
+}
+
+typedef struct gpt2_job {
+    const char *spec;
+    int quick;
+    double ms;
+    int bad;
+    char err[400];
+} gpt2_job;
+
+static void gpt2_job_run(void *arg) {
+    gpt2_job *j = arg;
+    mw_mesh *mesh = NULL;
+    j->bad = mw_mesh_new_local(j->spec, "X", &mesh) != MW_OK;
+    if (j->bad)
+        snprintf(j->err, sizeof j->err, "%s", mw_last_error());
+    else
+        j->bad = mwb_gpt2_time(mesh, 0, j->quick, &j->ms, j->err, sizeof j->err);
+    mw_mesh_free(mesh);
+}
+
+static void gpt2_row(mwb_ctx *ctx, const char *devices, const char *mode, int procs, double ms,
+                     double base_ms) {
+    double tps = 32.0 * 32.0 / (ms * 1e-3);
+    printf("%-34s %10.1f %10.0f %8.2fx\n", devices, ms, tps, base_ms / ms);
+    mwb_record r = {0};
+    mwb_record_str(&r, "case", "mpi");
+    mwb_record_str(&r, "devices", devices);
+    mwb_record_str(&r, "mode", mode);
+    mwb_record_num(&r, "processes", procs);
+    mwb_record_num(&r, "batch", 32);
+    mwb_record_num(&r, "seq", 32);
+    mwb_record_num(&r, "ms_per_step", ms);
+    mwb_record_num(&r, "tokens_per_s", tps);
+    mwb_record_num(&r, "speedup", base_ms / ms);
+    ctx->emit(ctx, &r);
+}
+
+static int gpt2_table(mwb_ctx *ctx, int p, int me) {
+    printf("tiny GPT-2, batch 32 x 32, AdamW: %d processes of cpu:1 against cpu:%d and cpu:1 in "
+           "one process (rank 0, the others asleep)\n",
+           p, p);
+    printf("%-34s %10s %10s %9s\n", "devices", "ms/step", "tokens/s", "vs cpu:1");
+    mw_mesh *mesh = NULL;
+    double procs_ms = 0;
+    char err[400] = "";
+    int bad = mw_mesh_new("cpu:1", "X", &mesh) != MW_OK;
+    if (bad)
+        snprintf(err, sizeof err, "%s", mw_last_error());
+    else
+        bad = mwb_gpt2_time(mesh, 0, ctx->quick, &procs_ms, err, sizeof err);
+    mw_mesh_free(mesh);
+    char spec[16];
+    snprintf(spec, sizeof spec, "cpu:%d", p);
+    gpt2_job threads = {.spec = spec, .quick = ctx->quick},
+             one = {.spec = "cpu:1", .quick = ctx->quick};
+    if (me == 0 && !bad) {
+        on_every_core(gpt2_job_run, &threads);
+        on_every_core(gpt2_job_run, &one);
+    }
+    if (sleepy_barrier() || bad || threads.bad || one.bad) {
+        fprintf(stderr, "mpi: gpt2: [rank %d] %s\n", me,
+                bad           ? err
+                : threads.bad ? threads.err
+                              : one.err);
+        return 1;
+    }
+    if (me != 0) return 0;
+    char what[48];
+    snprintf(what, sizeof what, "%d processes x cpu:1", p);
+    gpt2_row(ctx, what, "gpt2_processes", p, procs_ms, one.ms);
+    snprintf(what, sizeof what, "cpu:%d (threads of one process)", p);
+    gpt2_row(ctx, what, "gpt2_threads", 1, threads.ms, one.ms);
+    gpt2_row(ctx, "cpu:1", "gpt2_one_device", 1, one.ms, one.ms);
+    printf("processes / threads: %.2fx the tokens/s\n", threads.ms / procs_ms);
+    return 0;
+}
+
+int mwb_case_mpi(mwb_ctx *ctx) {
+    if (mw_distributed_init(NULL, NULL) != MW_OK) {
+        fprintf(stderr, "mpi: %s\n", mw_last_error());
+        return 1;
+    }
+    int p = mw_distributed_size(), me = mw_distributed_rank();
+    if (p < 2) {
+        printf("mpi: not launched under mpirun with more than one process; skipped (try: "
+               "mpirun -np 2 meshwit-bench mpi)\n");
+        return 0;
+    }
+    if (p > MAX_RANKS) {
+        fprintf(stderr, "mpi: %d processes; this case measures at most %d\n", p, MAX_RANKS);
+        return 1;
+    }
+    int rc = allreduce_table(ctx, p, me);
+    printf("\n");
+    return rc ? rc : gpt2_table(ctx, p, me);
 }
 #endif

@@ -278,6 +278,18 @@ int main(int argc, char **argv) {
     }
     int nrun = 0, ndevices = 0, quick = 0, rc = 0;
     const char *json_path = NULL, *csv_path = NULL;
+    /* Under mpirun every process runs the bench; rank 0 alone prints and writes the files. */
+    if (mw_distributed_init(&argc, &argv) != MW_OK) {
+        fprintf(stderr, "meshwit-bench: %s\n", mw_last_error());
+        rc = 1;
+        goto done;
+    }
+    int rank = mw_distributed_rank(), procs = mw_distributed_size();
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        perror("meshwit-bench: /dev/null");
+        rc = 1;
+        goto done;
+    }
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v;
         int missing = 0;
@@ -307,10 +319,21 @@ int main(int argc, char **argv) {
         if (rc) goto done;
     }
     if (nrun == 0)
-        for (int c = 0; c < NCASES; c++) run[nrun++] = &cases[c];
+        for (int c = 0; c < NCASES; c++)
+            if (procs == 1 || cases[c].run == mwb_case_mpi) run[nrun++] = &cases[c];
+    for (int i = 0; i < nrun && procs > 1; i++)
+        if (run[i]->run != mwb_case_mpi) {
+            fprintf(stderr,
+                    "meshwit-bench: under mpirun (%d processes) only the mpi case runs; "
+                    "run '%s' without mpirun\n",
+                    procs, run[i]->name);
+            rc = 2;
+            goto done;
+        }
 
     /* Open the outputs first: a bad path should not cost a whole run. */
     FILE *json = NULL, *csv = NULL;
+    if (rank != 0) json_path = csv_path = NULL;
     if (json_path && !(json = fopen(json_path, "w"))) {
         perror(json_path);
         rc = 2;
@@ -347,5 +370,6 @@ int main(int argc, char **argv) {
 done:
     free(run);
     free(devices);
+    mw_distributed_finalize();
     return rc;
 }
