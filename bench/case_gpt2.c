@@ -45,21 +45,45 @@ typedef struct result {
     char error[400];
 } result;
 
-/* Builds the tiny GPT-2 on mesh and times it: the median ms/step of the repeats after the
- * warm-up. On a mesh spanning processes every process calls it (the same data and batches on
- * each). 0 on success; otherwise the error is in err. */
-int mwb_gpt2_time(mw_mesh *mesh, int blas_threads, int quick, double *ms_per_step, char *err,
-                  size_t errlen) {
+struct mwb_gpt2 {
+    gpt2_tokens data;
+    gpt2_batch batch;
+    mw_graph *g;
+    mw_trainer *tr;
+    gpt2_rng rng;
+    mw_feed feeds[2];
+};
+
+static void describe(char *err, size_t errlen, const char *what, mw_status st) {
+    snprintf(err, errlen, "%s: %s [%s]: %s", what, mw_strerror(st), mw_status_name(st),
+             mw_last_error());
+}
+
+void mwb_gpt2_free(mwb_gpt2 *m) {
+    if (!m) return;
+    mw_trainer_free(m->tr);
+    mw_graph_free(m->g);
+    gpt2_batch_free(&m->batch);
+    gpt2_tokens_free(&m->data);
+    free(m);
+}
+
+int mwb_gpt2_new(mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, size_t errlen) {
     gpt2_config c;
     gpt2_preset("tiny", &c);
-    gpt2_tokens data = {0};
-    gpt2_batch batch = {0};
-    mw_graph *g = NULL;
-    mw_trainer *tr = NULL;
-    gpt2_graph m;
-    const char *what = "cannot make the data";
-    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &data);
-    if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &batch);
+    mwb_gpt2 *m = calloc(1, sizeof *m);
+    *out = NULL;
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return 1;
+    }
+    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &m->data);
+    if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &m->batch);
+    if (st != MW_OK) {
+        describe(err, errlen, "cannot make the data", st);
+        mwb_gpt2_free(m);
+        return 1;
+    }
     mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
                                           .lr = 1e-3f,
                                           .beta1 = 0.9f,
@@ -68,41 +92,59 @@ int mwb_gpt2_time(mw_mesh *mesh, int blas_threads, int quick, double *ms_per_ste
                                           .weight_decay = 0.1f,
                                           .grad_clip = 1.0f},
                             .blas_threads = blas_threads};
-    if (st == MW_OK) {
-        what = "cannot build the model";
-        st = mw_graph_new(&g);
+    gpt2_graph gm;
+    st = mw_graph_new(&m->g);
+    if (st == MW_OK) st = gpt2_build(m->g, &c, BATCH, SEQ, "X", &gm);
+    if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, &tc, &m->tr);
+    if (st != MW_OK) {
+        describe(err, errlen, "cannot build the model", st);
+        mwb_gpt2_free(m);
+        return 1;
     }
-    if (st == MW_OK) st = gpt2_build(g, &c, BATCH, SEQ, "X", &m);
-    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
-    int warmup = quick ? QUICK_WARMUP : WARMUP, repeats = quick ? QUICK_REPEATS : REPEATS,
-        steps = quick ? QUICK_STEPS : STEPS;
-    double ms[REPEATS];
-    gpt2_rng rng;
-    gpt2_rng_seed(&rng, 1);
-    mw_feed feeds[2];
-    gpt2_batch_feeds(&batch, feeds);
-    if (st == MW_OK) what = "a step failed";
-    for (int rep = -1; rep < repeats && st == MW_OK; rep++) { /* repeat -1 is the warm-up */
-        int n = rep < 0 ? warmup : steps;
-        double t = 0.0;
-        for (int s = 0; s < n && st == MW_OK; s++) {
-            gpt2_batch_random(&batch, &data, &rng); /* untimed: the host's part, not the step's */
-            double t0 = mwb_now();
-            st = mw_trainer_step(tr, feeds, 2, NULL);
-            t += mwb_now() - t0;
+    gpt2_rng_seed(&m->rng, 1);
+    gpt2_batch_feeds(&m->batch, m->feeds);
+    *out = m;
+    return 0;
+}
+
+int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t errlen) {
+    double t = 0.0, reduce = 0.0, update = 0.0;
+    for (int s = 0; s < n; s++) {
+        gpt2_batch_random(&m->batch, &m->data, &m->rng); /* untimed: the host's part */
+        double t0 = mwb_now();
+        mw_status st = mw_trainer_step(m->tr, m->feeds, 2, NULL);
+        t += mwb_now() - t0;
+        mw_step_stats ss = {0};
+        if (st == MW_OK) st = mw_trainer_stats(m->tr, &ss);
+        if (st != MW_OK) {
+            describe(err, errlen, "a step failed", st);
+            return 1;
         }
-        if (rep >= 0) ms[rep] = 1e3 * t / n;
+        reduce += ss.reduce_ms;
+        update += ss.update_ms;
     }
-    if (st == MW_OK)
-        *ms_per_step = mwb_median(ms, repeats);
-    else
-        snprintf(err, errlen, "%s: %s [%s]: %s", what, mw_strerror(st), mw_status_name(st),
-                 mw_last_error());
-    mw_trainer_free(tr);
-    mw_graph_free(g);
-    gpt2_batch_free(&batch);
-    gpt2_tokens_free(&data);
-    return st != MW_OK;
+    *out = (mwb_gpt2_times){1e3 * t / n, reduce / n, update / n};
+    return 0;
+}
+
+/* Builds the tiny GPT-2 on mesh and times it: the median ms/step of the repeats after the
+ * warm-up. On a mesh spanning processes every process calls it (the same data and batches on
+ * each). 0 on success; otherwise the error is in err. */
+static int time_mesh(mw_mesh *mesh, int blas_threads, int quick, double *ms, char *err,
+                     size_t errlen) {
+    mwb_gpt2 *m = NULL;
+    if (mwb_gpt2_new(mesh, blas_threads, &m, err, errlen)) return 1;
+    int repeats = quick ? QUICK_REPEATS : REPEATS;
+    double reps[REPEATS];
+    mwb_gpt2_times t;
+    int bad = mwb_gpt2_steps(m, quick ? QUICK_WARMUP : WARMUP, &t, err, errlen);
+    for (int rep = 0; rep < repeats && !bad; rep++) {
+        bad = mwb_gpt2_steps(m, quick ? QUICK_STEPS : STEPS, &t, err, errlen);
+        reps[rep] = t.ms;
+    }
+    if (!bad) *ms = mwb_median(reps, repeats);
+    mwb_gpt2_free(m);
+    return bad;
 }
 
 /* Builds and times one configuration; runs in the child. */
@@ -114,7 +156,7 @@ static void measure(const config *cf, int quick, result *r) {
                  mw_status_name(st), mw_last_error());
         return;
     }
-    if (mwb_gpt2_time(mesh, cf->blas_threads, quick, &r->ms, r->error, sizeof r->error) == 0) {
+    if (time_mesh(mesh, cf->blas_threads, quick, &r->ms, r->error, sizeof r->error) == 0) {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
         r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */

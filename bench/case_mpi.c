@@ -198,29 +198,42 @@ static int allreduce_table(mwb_ctx *ctx, int p, int me) {
     return rc;
 }
 
-typedef struct gpt2_job {
-    const char *spec;
-    int quick;
-    double ms;
-    int bad;
-    char err[400];
-} gpt2_job;
+#define GPT2_ROUNDS 7
+#define GPT2_STEPS 4
 
-static void gpt2_job_run(void *arg) {
-    gpt2_job *j = arg;
-    mw_mesh *mesh = NULL;
-    j->bad = mw_mesh_new_local(j->spec, "X", &mesh) != MW_OK;
-    if (j->bad)
-        snprintf(j->err, sizeof j->err, "%s", mw_last_error());
-    else
-        j->bad = mwb_gpt2_time(mesh, 0, j->quick, &j->ms, j->err, sizeof j->err);
-    mw_mesh_free(mesh);
+/* Rank 0's models of one process (cpu:P and cpu:1): made and stepped on every core. */
+typedef struct local_models {
+    const char *spec[2];
+    mwb_gpt2 *m[2];
+    mwb_gpt2_times t[2];
+    int steps, bad;
+    char err[400];
+} local_models;
+
+static void local_new(void *arg) {
+    local_models *l = arg;
+    for (int i = 0; i < 2 && !l->bad; i++) {
+        mw_mesh *mesh = NULL;
+        l->bad = mw_mesh_new_local(l->spec[i], "X", &mesh) != MW_OK;
+        if (l->bad)
+            snprintf(l->err, sizeof l->err, "%s: %s", l->spec[i], mw_last_error());
+        else
+            l->bad = mwb_gpt2_new(mesh, 0, &l->m[i], l->err, sizeof l->err);
+        mw_mesh_free(mesh); /* the trainer keeps what it needs */
+    }
 }
 
-static void gpt2_row(mwb_ctx *ctx, const char *devices, const char *mode, int procs, double ms,
-                     double base_ms) {
-    double tps = 32.0 * 32.0 / (ms * 1e-3);
-    printf("%-34s %10.1f %10.0f %8.2fx\n", devices, ms, tps, base_ms / ms);
+static void local_steps(void *arg) {
+    local_models *l = arg;
+    for (int i = 0; i < 2 && !l->bad; i++)
+        l->bad = mwb_gpt2_steps(l->m[i], l->steps, &l->t[i], l->err, sizeof l->err);
+}
+
+static void gpt2_row(mwb_ctx *ctx, const char *devices, const char *mode, int procs,
+                     const mwb_gpt2_times *t, double base_ms) {
+    double tps = 32.0 * 32.0 / (t->ms * 1e-3);
+    printf("%-34s %10.1f %10.0f %8.2fx %11.1f %11.1f\n", devices, t->ms, tps, base_ms / t->ms,
+           t->reduce_ms, t->update_ms);
     mwb_record r = {0};
     mwb_record_str(&r, "case", "mpi");
     mwb_record_str(&r, "devices", devices);
@@ -228,49 +241,85 @@ static void gpt2_row(mwb_ctx *ctx, const char *devices, const char *mode, int pr
     mwb_record_num(&r, "processes", procs);
     mwb_record_num(&r, "batch", 32);
     mwb_record_num(&r, "seq", 32);
-    mwb_record_num(&r, "ms_per_step", ms);
+    mwb_record_num(&r, "ms_per_step", t->ms);
     mwb_record_num(&r, "tokens_per_s", tps);
-    mwb_record_num(&r, "speedup", base_ms / ms);
+    mwb_record_num(&r, "speedup", base_ms / t->ms);
+    mwb_record_num(&r, "reduce_ms", t->reduce_ms);
+    mwb_record_num(&r, "update_ms", t->update_ms);
     ctx->emit(ctx, &r);
 }
 
+/* Medians of each field over n rounds (reorders nothing the caller keeps). */
+static mwb_gpt2_times median_times(const mwb_gpt2_times *t, int n) {
+    double ms[GPT2_ROUNDS], rd[GPT2_ROUNDS], up[GPT2_ROUNDS];
+    for (int i = 0; i < n; i++) {
+        ms[i] = t[i].ms;
+        rd[i] = t[i].reduce_ms;
+        up[i] = t[i].update_ms;
+    }
+    return (mwb_gpt2_times){mwb_median(ms, n), mwb_median(rd, n), mwb_median(up, n)};
+}
+
+/* The three configurations in rounds: every round steps the processes' model, then rank 0's
+ * cpu:P and cpu:1 while the others sleep, so a change in the machine's load reaches all three. */
 static int gpt2_table(mwb_ctx *ctx, int p, int me) {
+    int rounds = ctx->quick ? 2 : GPT2_ROUNDS, steps = ctx->quick ? 1 : GPT2_STEPS;
     printf("tiny GPT-2, batch 32 x 32, AdamW: %d processes of cpu:1 against cpu:%d and cpu:1 in "
-           "one process (rank 0, the others asleep)\n",
-           p, p);
-    printf("%-34s %10s %10s %9s\n", "devices", "ms/step", "tokens/s", "vs cpu:1");
+           "one process (rank 0, the others asleep), in %d rounds of %d steps each after a "
+           "warm-up, medians; reduce and update: device 0's ms/step in collectives and in the "
+           "update\n",
+           p, p, rounds, steps);
+    printf("%-34s %10s %10s %9s %11s %11s\n", "devices", "ms/step", "tokens/s", "vs cpu:1",
+           "reduce ms", "update ms");
+    char spec[16], err[400] = "";
+    snprintf(spec, sizeof spec, "cpu:%d", p);
+    local_models l = {.spec = {spec, "cpu:1"}};
     mw_mesh *mesh = NULL;
-    double procs_ms = 0;
-    char err[400] = "";
+    mwb_gpt2 *procs = NULL;
     int bad = mw_mesh_new("cpu:1", "X", &mesh) != MW_OK;
     if (bad)
         snprintf(err, sizeof err, "%s", mw_last_error());
     else
-        bad = mwb_gpt2_time(mesh, 0, ctx->quick, &procs_ms, err, sizeof err);
-    mw_mesh_free(mesh);
-    char spec[16];
-    snprintf(spec, sizeof spec, "cpu:%d", p);
-    gpt2_job threads = {.spec = spec, .quick = ctx->quick},
-             one = {.spec = "cpu:1", .quick = ctx->quick};
-    if (me == 0 && !bad) {
-        on_every_core(gpt2_job_run, &threads);
-        on_every_core(gpt2_job_run, &one);
+        bad = mwb_gpt2_new(mesh, 0, &procs, err, sizeof err);
+    if (me == 0 && !bad) on_every_core(local_new, &l);
+    mwb_gpt2_times tp[GPT2_ROUNDS], tt[GPT2_ROUNDS], t1[GPT2_ROUNDS];
+    for (int r = -1; r < rounds; r++) { /* round -1 is the warm-up */
+        mwb_gpt2_times t = {0};
+        if (!bad) bad = mwb_gpt2_steps(procs, steps, &t, err, sizeof err);
+        if (r >= 0) tp[r] = t;
+        l.steps = steps;
+        if (me == 0 && !bad && !l.bad) on_every_core(local_steps, &l);
+        if (r >= 0) {
+            tt[r] = l.t[0];
+            t1[r] = l.t[1];
+        }
+        /* Every process learns whether rank 0's models failed before the next round. */
+        int failed = bad || l.bad, any = 0;
+        if (sleepy_barrier() ||
+            MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+            any = 1;
+        if (any) {
+            bad = 1;
+            break;
+        }
     }
-    if (sleepy_barrier() || bad || threads.bad || one.bad) {
-        fprintf(stderr, "mpi: gpt2: [rank %d] %s\n", me,
-                bad           ? err
-                : threads.bad ? threads.err
-                              : one.err);
+    for (int i = 0; i < 2; i++) mwb_gpt2_free(l.m[i]);
+    mwb_gpt2_free(procs);
+    mw_mesh_free(mesh);
+    if (bad) {
+        fprintf(stderr, "mpi: gpt2: [rank %d] %s\n", me, l.bad ? l.err : err);
         return 1;
     }
     if (me != 0) return 0;
+    mwb_gpt2_times mp = median_times(tp, rounds), mt = median_times(tt, rounds),
+                   m1 = median_times(t1, rounds);
     char what[48];
     snprintf(what, sizeof what, "%d processes x cpu:1", p);
-    gpt2_row(ctx, what, "gpt2_processes", p, procs_ms, one.ms);
+    gpt2_row(ctx, what, "gpt2_processes", p, &mp, m1.ms);
     snprintf(what, sizeof what, "cpu:%d (threads of one process)", p);
-    gpt2_row(ctx, what, "gpt2_threads", 1, threads.ms, one.ms);
-    gpt2_row(ctx, "cpu:1", "gpt2_one_device", 1, one.ms, one.ms);
-    printf("processes / threads: %.2fx the tokens/s\n", threads.ms / procs_ms);
+    gpt2_row(ctx, what, "gpt2_threads", 1, &mt, m1.ms);
+    gpt2_row(ctx, "cpu:1", "gpt2_one_device", 1, &m1, m1.ms);
+    printf("processes / threads: %.2fx the tokens/s\n", mt.ms / mp.ms);
     return 0;
 }
 

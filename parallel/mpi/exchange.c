@@ -33,7 +33,6 @@
  * and allocates a larger one, and wait(end of batch) enlarges it to what the whole batch needed,
  * so from the second training step on no step allocates. */
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -52,11 +51,12 @@
  * same as MPI_Allreduce. */
 #define SMALL_FLOATS 2048
 #define PIECE_FLOATS 512
-/* Waiting spins on MPI_Testall as MPI's blocking calls do (a sched_yield can hand the core to
- * another process for a whole time slice, which cost up to 8x at 1 MiB on a loaded machine),
- * then yields, then sleeps, so a long wait (a stalled peer) does not hold a core. */
-#define SPIN_MS 20.0
-#define YIELD_MS 200.0
+/* Waiting polls MPI_Testall without pause for SPIN_MS, as MPI's blocking calls do (a
+ * sched_yield there could hand the core to another process for a whole time slice: up to 8x the
+ * time at 1 MiB on a loaded machine), then naps NAP_US between polls, so that a long wait (a
+ * slower or stalled peer) leaves the core to others instead of pushing them onto the peer's. */
+#define SPIN_MS 1.0
+#define NAP_US 50
 
 typedef struct xop {
     float *buf;
@@ -89,6 +89,12 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void mw__mpi_backoff(double waited_ms) {
+    if (waited_ms < SPIN_MS) return;
+    struct timespec ts = {0, NAP_US * 1000L};
+    nanosleep(&ts, NULL);
 }
 
 static size_t part(size_t n, int p, int q) { return n * (size_t)q / (size_t)p; }
@@ -263,15 +269,10 @@ mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch) {
         if (!x->count) break;
         if (atomic_load_explicit(x->aborted, memory_order_acquire))
             return fail(x, MW_ERR_ABORTED, NULL, 0);
-        if ((i & 63) != 63) continue;
+        if ((i & 15) != 15) continue;
         double t = now_ms();
         if (t > deadline) return fail(x, MW_ERR_TIMEOUT, NULL, 0);
-        if (t - start > YIELD_MS) {
-            struct timespec ts = {0, 20000L};
-            nanosleep(&ts, NULL);
-        } else if (t - start > SPIN_MS) {
-            sched_yield();
-        }
+        mw__mpi_backoff(t - start);
     }
     if (!end_of_batch) return MW_OK;
     size_t wanted = x->wanted;

@@ -9,10 +9,10 @@
  *      process order by one process and copied to the others);
  *   3. the other ranks zero their buffers and the process all-reduces once more in shared memory,
  *      which copies the leader's result to all of them (x + 0 + ... + 0 == x).
- * With one device per process (the common case, measured fastest) moves 1 and 3 vanish: the
- * device's worker thread exchanges its own buffer. With several devices per process, the
- * shared-memory moves cost a few percent of the exchange between processes (one pass over
- * memory each, against messages between processes) and let one thread per process talk MPI.
+ * With one device per process (the common case) moves 1 and 3 vanish: the device's worker
+ * thread exchanges its own buffer. With several devices per process, one thread per process talks
+ * MPI and the shared-memory moves add two passes over memory; an exchange per device (every
+ * worker thread on MPI with a slice of the buffer) is not implemented, so it was not measured.
  * A group whose ranks all live in one process is just the shared-memory reducer.
  *
  * Determinism. Every element is the same bits on every rank and every run for a fixed layout of
@@ -180,7 +180,7 @@ nomem:
 
 /* Polls one non-blocking MPI call to completion, an abort, or the timeout. */
 static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) {
-    double deadline = now_ms() + c->timeout_ms;
+    double start = now_ms(), deadline = start + c->timeout_ms;
     for (int i = 0;; i++) {
         int done = 0;
         mw__mpi_lock();
@@ -199,7 +199,9 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              "failed",
                              what, c->procs);
         }
-        if ((i & 63) == 63 && now_ms() > deadline) {
+        if ((i & 15) != 15) continue;
+        double t = now_ms();
+        if (t > deadline) {
             c->poisoned = 1;
             return mw__error(MW_ERR_TIMEOUT,
                              "%s between processes %s: not every process arrived within %d ms "
@@ -207,12 +209,7 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              "mw_distributed_abort)",
                              what, c->procs, c->timeout_ms);
         }
-        if (i < 2000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 20000L};
-            nanosleep(&ts, NULL);
-        }
+        mw__mpi_backoff(t - start);
     }
 }
 
