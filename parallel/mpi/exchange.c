@@ -198,20 +198,30 @@ posted:
     return rc == MPI_SUCCESS ? MW_OK : fail(x, MW_ERR_DEVICE, "posting a message", rc);
 }
 
-/* My block := the sum of every process's copy, in process order. */
+static const float *copy_of(const mw__mpi_exchange *x, const xop *op, int q) {
+    return q == x->me ? op->buf + op->lo : op->scratch + (size_t)(q < x->me ? q : q - 1) * op->mine;
+}
+
+/* My block := the sum of every process's copy, in process order. Process 0 adds the others into
+ * its own copy in place, and so may process 1 of 2 (float addition commutes: c0 + c1 is c1 + c0
+ * bit for bit); anyone else sums tile by tile starting from process 0's copy. */
 static void sum_block(const mw__mpi_exchange *x, xop *op) {
-    float *own = op->buf + op->lo;
+    float *restrict own = op->buf + op->lo;
+    if (x->me == 0 || x->p == 2) {
+        for (int q = 0; q < x->p; q++) {
+            if (q == x->me) continue;
+            const float *restrict c = copy_of(x, op, q);
+            for (size_t j = 0; j < op->mine; j++) own[j] += c[j];
+        }
+        return;
+    }
     float acc[TILE];
     for (size_t t = 0; t < op->mine; t += TILE) {
         size_t m = op->mine - t < TILE ? op->mine - t : TILE;
-        for (int q = 0; q < x->p; q++) {
-            const float *restrict c =
-                q == x->me ? own + t : op->scratch + (size_t)(q < x->me ? q : q - 1) * op->mine + t;
-            if (q == 0) {
-                memcpy(acc, c, m * sizeof *acc);
-            } else {
-                for (size_t j = 0; j < m; j++) acc[j] += c[j];
-            }
+        memcpy(acc, copy_of(x, op, 0) + t, m * sizeof *acc);
+        for (int q = 1; q < x->p; q++) {
+            const float *restrict c = copy_of(x, op, q) + t;
+            for (size_t j = 0; j < m; j++) acc[j] += c[j];
         }
         memcpy(own + t, acc, m * sizeof *acc);
     }
