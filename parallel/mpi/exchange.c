@@ -3,12 +3,13 @@
  *
  * Why not MPI_Iallreduce. Measured here (Open MPI 4.1, 2 processes on one host, in-place float
  * sums): MPI_Iallreduce took 1.6-2.7x the time of the blocking MPI_Allreduce at 1 MiB and 16 MiB
- * (Open MPI's non-blocking collectives, coll/libnbc, reduce to one process and broadcast back
+ * (Open MPI 4.1's coll/libnbc reduces along a binomial tree to one process and broadcasts back
  * whenever the buffer is in place or there are fewer than 4 processes), and the blocking call
- * cannot time out, be aborted or overlap with work. The exchange below moves the same bytes as
- * MPI_Allreduce's ring for two processes (each process sends and receives (P-1)/P of the buffer
- * twice) and measured within the noise of it at 4 KiB, 1 MiB and 16 MiB (bench/case_mpi.c
- * measures both side by side).
+ * cannot time out, be aborted or overlap with work. The exchange below moves the bytes of a ring
+ * all-reduce (each process sends and receives (P-1)/P of the buffer twice; forcing Open MPI's
+ * algorithms here, its default timed like its ring at 1 MiB between two processes) and measured
+ * 0.72-1.13x MPI_Allreduce at 4 KiB, 1 MiB and 16 MiB (bench/case_mpi.c times both side by
+ * side).
  *
  * The algorithm. Process q owns block q of the buffer (n * q / P .. n * (q + 1) / P).
  *   1. reduce-scatter: every process sends block q to process q and receives the other
@@ -46,9 +47,10 @@
 /* Small messages take one round instead of two: every process sends its whole buffer to every
  * other, in pieces of PIECE_FLOATS, and sums all copies in process order. A piece of 2 KiB stays
  * under the eager limit of Open MPI's shared-memory transport (4 KiB with its header), so it
- * needs no rendezvous; measured at 4 KiB between 2 processes, 2 eager pieces in one round took
- * about half the time of one 4 KiB message (a rendezvous), and two rounds of 2 KiB about the
- * same as MPI_Allreduce. */
+ * needs no rendezvous. Measured between 2 processes at 4 KiB (loaded machine, 3 runs): one 4 KiB
+ * message each way (a rendezvous) 6-11 us, two rounds of 2 KiB 3.5-6.4 us, MPI_Allreduce
+ * 3.5-7.4 us; with these pieces `meshwit-bench mpi` gives 0.88-0.97x MPI_Allreduce. The 8 KiB
+ * limit is not tuned. */
 #define SMALL_FLOATS 2048
 #define PIECE_FLOATS 512
 /* Waiting polls MPI_Testall without pause for SPIN_MS, as MPI's blocking calls do (a
