@@ -22,7 +22,7 @@ static const bench_case cases[] = {
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
-    {"mpi", mwb_case_mpi, "all-reduce between processes (under mpirun) vs inside one process"},
+    {"mpi", mwb_case_mpi, "under mpirun: all-reduce vs MPI_Allreduce, GPT-2 processes vs threads"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -234,8 +234,10 @@ static void usage(FILE *f) {
             "  --quick         fewer repeats (a smoke run, not a measurement)\n"
             "  --help          this text\n"
             "\n"
-            "Each case prints a table; times are medians of repeats. Exit status: 0 ok, 1 a case\n"
-            "or an output file failed, 2 bad arguments or an unknown case.\n");
+            "Each case prints a table; times are medians of repeats. Under mpirun with more than\n"
+            "one process only the mpi case runs, and rank 0 alone prints and writes the files.\n"
+            "Exit status: 0 ok, 1 a case or an output file failed, 2 bad arguments or an unknown\n"
+            "case.\n");
 }
 
 static void print_header(void) {
