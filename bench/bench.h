@@ -2,6 +2,7 @@
 #ifndef MWB_BENCH_H
 #define MWB_BENCH_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #define MWB_MAX_FIELDS 24
@@ -45,6 +46,20 @@ int mwb_case_contention(mwb_ctx *ctx); /* linreg and gpt2 with a competing busy 
 int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n);
 int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
+
+/* The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW, random windows of a generated corpus)
+ * trained on a mesh (bench/case_gpt2.c), for cases that time it their own way. On a mesh
+ * spanning processes every process makes and steps it alike. Functions returning int return 0
+ * on success and otherwise leave the error in err. */
+typedef struct mwb_gpt2 mwb_gpt2;
+typedef struct mwb_gpt2_times {
+    double ms, reduce_ms, update_ms; /* per step; reduce and update: device 0's mw_step_stats */
+} mwb_gpt2_times;
+struct mw_mesh;
+int mwb_gpt2_new(struct mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, size_t errlen);
+/* n steps; out: their means. */
+int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t errlen);
+void mwb_gpt2_free(mwb_gpt2 *m);
 
 /* Monotonic time in seconds. */
 double mwb_now(void);

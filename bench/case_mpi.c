@@ -1,15 +1,28 @@
-/* The "mpi" case: the cost of the all-reduce between processes (the hierarchical reducer, one
- * device per process, MPI between them) beside the one inside a process (the shared-memory
- * reducer, one thread per device), for the same number of ranks and message sizes.
+/* The "mpi" case: meshwit between processes against Open MPI itself, side by side in one run.
+ *
+ * 1. The all-reduce between processes (the hierarchical reducer, one device per process) beside
+ *    MPI_Allreduce (in place, MPI_FLOAT, MPI_SUM on MPI_COMM_WORLD) at the same sizes, the two
+ *    alternating repeat by repeat so they share the machine's noise; and beside the all-reduce
+ *    among as many threads of one process (the shared-memory reducer).
+ * 2. The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW) over the processes, one cpu:1 device
+ *    each, beside cpu:P (P threads) and cpu:1 in one process.
  *
  * Run it under mpirun with more than one process, e.g.
  *   mpirun -np 2 build/meshwit-bench mpi
- * Otherwise it prints a note and skips. Only rank 0 prints and emits records; while it measures
- * the in-process reducer, the other processes wait in a barrier. Times are medians. */
+ *   mpirun -np 2 --mca btl tcp,self build/meshwit-bench mpi    (TCP between processes, as
+ *                                                              between two hosts)
+ * Otherwise it prints a note and skips. Only rank 0 prints and emits records (main.c). While
+ * rank 0 measures inside its own process, the others sleep in a barrier (MPI's own barrier
+ * would spin on a core the measurement needs), and rank 0 lifts the launcher's binding to one
+ * core so that its threads can use every core. Times are medians. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "core/error.h"
@@ -23,6 +36,7 @@ int mwb_case_mpi(mwb_ctx *ctx) {
     return 0;
 }
 #else
+#include <mpi.h>
 
 #define MAX_RANKS 64
 #define REPS 21
@@ -74,37 +88,71 @@ static double time_shm(int p, size_t n, int reps) {
     return ok ? mwb_median(times[0], reps) : -1;
 }
 
-/* Median seconds of one all-reduce of n floats among the processes (rank 0's view). */
-static double time_mpi(mw__comm *comm, int rank, size_t n, int reps) {
+/* Median seconds (rank 0's clock) of one all-reduce of n floats among the processes: meshwit's
+ * in meshwit_s, MPI_Allreduce's in mpi_s; each repeat times one of each, after a barrier. */
+static int time_procs(mw__comm *comm, int rank, size_t n, int reps, double *meshwit_s,
+                      double *mpi_s) {
     float *buf = calloc(n ? n : 1, sizeof(float));
-    double times[REPS];
+    double tm[REPS], tx[REPS];
     if (!buf) return -1;
     mw_status st = MW_OK;
-    for (int i = 0; i < reps && st == MW_OK; i++) {
-        st = mw__reducer_mpi_hier.barrier(comm, rank);
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < reps && st == MW_OK && rc == MPI_SUCCESS; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
         double t0 = mwb_now();
-        if (st == MW_OK) st = mw__reducer_mpi_hier.allreduce_sum(comm, rank, buf, n);
-        times[i] = mwb_now() - t0;
+        st = mw__reducer_mpi_hier.allreduce_sum(comm, rank, buf, n);
+        tm[i] = mwb_now() - t0;
+        MPI_Barrier(MPI_COMM_WORLD);
+        t0 = mwb_now();
+        rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        tx[i] = mwb_now() - t0;
     }
     free(buf);
-    return st == MW_OK ? mwb_median(times, reps) : -1;
+    if (st != MW_OK || rc != MPI_SUCCESS) return -1;
+    *meshwit_s = mwb_median(tm, reps);
+    *mpi_s = mwb_median(tx, reps);
+    return 0;
 }
 
-static void finalize_at_exit(void) { mw_distributed_finalize(); }
+/* A barrier that sleeps instead of spinning: the other processes wait here while rank 0 measures
+ * threads of its own process. */
+static int sleepy_barrier(void) {
+    MPI_Request req;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return -1;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
+        if (done) return 0;
+        struct timespec ts = {0, 200000L};
+        nanosleep(&ts, NULL);
+    }
+}
 
-int mwb_case_mpi(mwb_ctx *ctx) {
-    if (mw_distributed_init(NULL, NULL) != MW_OK) {
-        fprintf(stderr, "mpi: %s\n", mw_last_error());
-        return 1;
-    }
-    atexit(finalize_at_exit);
-    int p = mw_distributed_size(), me = mw_distributed_rank();
-    if (p < 2) {
-        printf("mpi: not launched under mpirun with more than one process; skipped (try: "
-               "mpirun -np 2 meshwit-bench mpi)\n");
-        return 0;
-    }
-    if (p > MAX_RANKS) p = MAX_RANKS;
+/* Rank 0 alone: lifts the launcher's binding to one core for the duration of fn. */
+static void on_every_core(void (*fn)(void *), void *arg) {
+    cpu_set_t bound, all;
+    int have = sched_getaffinity(0, sizeof bound, &bound) == 0;
+    CPU_ZERO(&all);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (long c = 0; c < cores && c < CPU_SETSIZE; c++) CPU_SET((int)c, &all);
+    if (have) sched_setaffinity(0, sizeof all, &all);
+    fn(arg);
+    if (have) sched_setaffinity(0, sizeof bound, &bound);
+}
+
+typedef struct shm_job {
+    int p;
+    size_t n;
+    int reps;
+    double seconds;
+} shm_job;
+
+static void shm_job_run(void *arg) {
+    shm_job *j = arg;
+    j->seconds = time_shm(j->p, j->n, j->reps);
+}
+
+static int allreduce_table(mwb_ctx *ctx, int p, int me) {
     int proc_of[MAX_RANKS];
     for (int r = 0; r < p; r++) proc_of[r] = r;
     mw__comm_options opt = {.proc_of = proc_of, .self_proc = me};
@@ -115,37 +163,183 @@ int mwb_case_mpi(mwb_ctx *ctx) {
     }
     static const size_t sizes[] = {1 << 10, 1 << 14, 1 << 18, 1 << 22}; /* floats */
     int nsizes = ctx->quick ? 2 : 4, reps = ctx->quick ? 5 : REPS, rc = 0;
-    if (me == 0) {
-        printf("all-reduce over %d ranks: %d processes (1 device each, MPI between them) vs %d "
-               "threads of one process (shared memory)\n",
-               p, p, p);
-        printf("%12s %16s %16s %10s\n", "bytes", "processes (us)", "threads (us)", "ratio");
-    }
+    printf("all-reduce over %d processes (1 device each), in place, float sum: meshwit against "
+           "MPI_Allreduce (alternating, median of %d each), and %d threads of one process\n",
+           p, reps, p);
+    printf("%10s %14s %18s %8s %14s\n", "bytes", "meshwit (us)", "MPI_Allreduce (us)", "ratio",
+           "threads (us)");
     for (int s = 0; s < nsizes && !rc; s++) {
-        double t_mpi = time_mpi(comm, me, sizes[s], reps);
-        double t_shm = 0;
-        if (me == 0) t_shm = time_shm(p, sizes[s], reps);
-        /* The others wait here while rank 0 measures threads alone. */
-        if (mw__reducer_mpi_hier.barrier(comm, me) || t_mpi < 0 || t_shm < 0) {
-            fprintf(stderr, "mpi: [rank %d] %s\n", me, mw_last_error());
+        double t_mw = 0, t_mpi = 0;
+        int bad = time_procs(comm, me, sizes[s], reps, &t_mw, &t_mpi);
+        shm_job job = {.p = p, .n = sizes[s], .reps = reps};
+        if (me == 0) on_every_core(shm_job_run, &job);
+        if (sleepy_barrier() || bad || job.seconds < 0) {
+            fprintf(stderr, "mpi: [rank %d] %s\n", me, bad ? mw_last_error() : "barrier failed");
             rc = 1;
             break;
         }
-        if (me != 0) continue;
         double bytes = (double)sizes[s] * 4;
-        printf("%12.0f %16.1f %16.1f %9.1fx\n", bytes, t_mpi * 1e6, t_shm * 1e6,
-               t_shm > 0 ? t_mpi / t_shm : 0.0);
+        printf("%10.0f %14.1f %18.1f %7.2fx %14.1f\n", bytes, t_mw * 1e6, t_mpi * 1e6,
+               t_mpi > 0 ? t_mw / t_mpi : 0.0, job.seconds * 1e6);
         mwb_record r = {0};
         mwb_record_str(&r, "case", "mpi");
         char dev[32];
         snprintf(dev, sizeof dev, "%dx cpu:1", p);
         mwb_record_str(&r, "devices", dev);
+        mwb_record_str(&r, "mode", "allreduce");
         mwb_record_num(&r, "bytes", bytes);
-        mwb_record_num(&r, "processes_us", t_mpi * 1e6);
-        mwb_record_num(&r, "threads_us", t_shm * 1e6);
+        mwb_record_num(&r, "processes_us", t_mw * 1e6);
+        mwb_record_num(&r, "mpi_allreduce_us", t_mpi * 1e6);
+        mwb_record_num(&r, "ratio_to_mpi", t_mpi > 0 ? t_mw / t_mpi : 0.0);
+        mwb_record_num(&r, "threads_us", job.seconds * 1e6);
         ctx->emit(ctx, &r);
     }
     mw__reducer_mpi_hier.comm_free(comm);
     return rc;
+}
+
+#define GPT2_ROUNDS 7
+#define GPT2_STEPS 4
+
+/* Rank 0's models of one process (cpu:P and cpu:1): made and stepped on every core. */
+typedef struct local_models {
+    const char *spec[2];
+    mwb_gpt2 *m[2];
+    mwb_gpt2_times t[2];
+    int steps, bad;
+    char err[400];
+} local_models;
+
+static void local_new(void *arg) {
+    local_models *l = arg;
+    for (int i = 0; i < 2 && !l->bad; i++) {
+        mw_mesh *mesh = NULL;
+        l->bad = mw_mesh_new_local(l->spec[i], "X", &mesh) != MW_OK;
+        if (l->bad)
+            snprintf(l->err, sizeof l->err, "%s: %s", l->spec[i], mw_last_error());
+        else
+            l->bad = mwb_gpt2_new(mesh, 0, &l->m[i], l->err, sizeof l->err);
+        mw_mesh_free(mesh); /* the trainer keeps what it needs */
+    }
+}
+
+static void local_steps(void *arg) {
+    local_models *l = arg;
+    for (int i = 0; i < 2 && !l->bad; i++)
+        l->bad = mwb_gpt2_steps(l->m[i], l->steps, &l->t[i], l->err, sizeof l->err);
+}
+
+static void gpt2_row(mwb_ctx *ctx, const char *devices, const char *mode, int procs,
+                     const mwb_gpt2_times *t, double base_ms) {
+    double tps = 32.0 * 32.0 / (t->ms * 1e-3);
+    printf("%-34s %10.1f %10.0f %8.2fx %11.1f %11.1f\n", devices, t->ms, tps, base_ms / t->ms,
+           t->reduce_ms, t->update_ms);
+    mwb_record r = {0};
+    mwb_record_str(&r, "case", "mpi");
+    mwb_record_str(&r, "devices", devices);
+    mwb_record_str(&r, "mode", mode);
+    mwb_record_num(&r, "processes", procs);
+    mwb_record_num(&r, "batch", 32);
+    mwb_record_num(&r, "seq", 32);
+    mwb_record_num(&r, "ms_per_step", t->ms);
+    mwb_record_num(&r, "tokens_per_s", tps);
+    mwb_record_num(&r, "speedup", base_ms / t->ms);
+    mwb_record_num(&r, "reduce_ms", t->reduce_ms);
+    mwb_record_num(&r, "update_ms", t->update_ms);
+    ctx->emit(ctx, &r);
+}
+
+/* Medians of each field over n rounds (reorders nothing the caller keeps). */
+static mwb_gpt2_times median_times(const mwb_gpt2_times *t, int n) {
+    double ms[GPT2_ROUNDS], rd[GPT2_ROUNDS], up[GPT2_ROUNDS];
+    for (int i = 0; i < n; i++) {
+        ms[i] = t[i].ms;
+        rd[i] = t[i].reduce_ms;
+        up[i] = t[i].update_ms;
+    }
+    return (mwb_gpt2_times){mwb_median(ms, n), mwb_median(rd, n), mwb_median(up, n)};
+}
+
+/* The three configurations in rounds: every round steps the processes' model, then rank 0's
+ * cpu:P and cpu:1 while the others sleep, so a change in the machine's load reaches all three. */
+static int gpt2_table(mwb_ctx *ctx, int p, int me) {
+    int rounds = ctx->quick ? 2 : GPT2_ROUNDS, steps = ctx->quick ? 1 : GPT2_STEPS;
+    printf("tiny GPT-2, batch 32 x 32, AdamW: %d processes of cpu:1 against cpu:%d and cpu:1 in "
+           "one process (rank 0, the others asleep), in %d rounds of %d steps each after a "
+           "warm-up, medians; reduce and update: device 0's ms/step in collectives and in the "
+           "update\n",
+           p, p, rounds, steps);
+    printf("%-34s %10s %10s %9s %11s %11s\n", "devices", "ms/step", "tokens/s", "vs cpu:1",
+           "reduce ms", "update ms");
+    char spec[16], err[400] = "";
+    snprintf(spec, sizeof spec, "cpu:%d", p);
+    local_models l = {.spec = {spec, "cpu:1"}};
+    mw_mesh *mesh = NULL;
+    mwb_gpt2 *procs = NULL;
+    int bad = mw_mesh_new("cpu:1", "X", &mesh) != MW_OK;
+    if (bad)
+        snprintf(err, sizeof err, "%s", mw_last_error());
+    else
+        bad = mwb_gpt2_new(mesh, 0, &procs, err, sizeof err);
+    if (me == 0 && !bad) on_every_core(local_new, &l);
+    mwb_gpt2_times tp[GPT2_ROUNDS], tt[GPT2_ROUNDS], t1[GPT2_ROUNDS];
+    for (int r = -1; r < rounds; r++) { /* round -1 is the warm-up */
+        mwb_gpt2_times t = {0};
+        if (!bad) bad = mwb_gpt2_steps(procs, steps, &t, err, sizeof err);
+        if (r >= 0) tp[r] = t;
+        l.steps = steps;
+        if (me == 0 && !bad && !l.bad) on_every_core(local_steps, &l);
+        if (r >= 0) {
+            tt[r] = l.t[0];
+            t1[r] = l.t[1];
+        }
+        /* Every process learns whether rank 0's models failed before the next round. */
+        int failed = bad || l.bad, any = 0;
+        if (sleepy_barrier() ||
+            MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+            any = 1;
+        if (any) {
+            bad = 1;
+            break;
+        }
+    }
+    for (int i = 0; i < 2; i++) mwb_gpt2_free(l.m[i]);
+    mwb_gpt2_free(procs);
+    mw_mesh_free(mesh);
+    if (bad) {
+        fprintf(stderr, "mpi: gpt2: [rank %d] %s\n", me, l.bad ? l.err : err);
+        return 1;
+    }
+    if (me != 0) return 0;
+    mwb_gpt2_times mp = median_times(tp, rounds), mt = median_times(tt, rounds),
+                   m1 = median_times(t1, rounds);
+    char what[48];
+    snprintf(what, sizeof what, "%d processes x cpu:1", p);
+    gpt2_row(ctx, what, "gpt2_processes", p, &mp, m1.ms);
+    snprintf(what, sizeof what, "cpu:%d (threads of one process)", p);
+    gpt2_row(ctx, what, "gpt2_threads", 1, &mt, m1.ms);
+    gpt2_row(ctx, "cpu:1", "gpt2_one_device", 1, &m1, m1.ms);
+    printf("processes / threads: %.2fx the tokens/s\n", mt.ms / mp.ms);
+    return 0;
+}
+
+int mwb_case_mpi(mwb_ctx *ctx) {
+    if (mw_distributed_init(NULL, NULL) != MW_OK) {
+        fprintf(stderr, "mpi: %s\n", mw_last_error());
+        return 1;
+    }
+    int p = mw_distributed_size(), me = mw_distributed_rank();
+    if (p < 2) {
+        printf("mpi: not launched under mpirun with more than one process; skipped (try: "
+               "mpirun -np 2 meshwit-bench mpi)\n");
+        return 0;
+    }
+    if (p > MAX_RANKS) {
+        fprintf(stderr, "mpi: %d processes; this case measures at most %d\n", p, MAX_RANKS);
+        return 1;
+    }
+    int rc = allreduce_table(ctx, p, me);
+    printf("\n");
+    return rc ? rc : gpt2_table(ctx, p, me);
 }
 #endif

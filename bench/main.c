@@ -26,7 +26,7 @@ static const bench_case cases[] = {
      "linreg and gpt2, single vs sharded, beside a busy process"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
-    {"mpi", mwb_case_mpi, "all-reduce between processes (under mpirun) vs inside one process"},
+    {"mpi", mwb_case_mpi, "under mpirun: all-reduce vs MPI_Allreduce, GPT-2 processes vs threads"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -240,8 +240,10 @@ static void usage(FILE *f) {
             "  --quick         fewer repeats (a smoke run, not a measurement)\n"
             "  --help          this text\n"
             "\n"
-            "Each case prints a table; times are medians of repeats. Exit status: 0 ok, 1 a case\n"
-            "or an output file failed, 2 bad arguments or an unknown case.\n");
+            "Each case prints a table; times are medians of repeats. Under mpirun with more than\n"
+            "one process only the mpi case runs, and rank 0 alone prints and writes the files.\n"
+            "Exit status: 0 ok, 1 a case or an output file failed, 2 bad arguments or an unknown\n"
+            "case.\n");
 }
 
 static void print_header(void) {
@@ -284,6 +286,18 @@ int main(int argc, char **argv) {
     }
     int nrun = 0, ndevices = 0, quick = 0, rc = 0;
     const char *json_path = NULL, *csv_path = NULL;
+    /* Under mpirun every process runs the bench; rank 0 alone prints and writes the files. */
+    if (mw_distributed_init(&argc, &argv) != MW_OK) {
+        fprintf(stderr, "meshwit-bench: %s\n", mw_last_error());
+        rc = 1;
+        goto done;
+    }
+    int rank = mw_distributed_rank(), procs = mw_distributed_size();
+    if (rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        perror("meshwit-bench: /dev/null");
+        rc = 1;
+        goto done;
+    }
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v;
         int missing = 0;
@@ -313,10 +327,21 @@ int main(int argc, char **argv) {
         if (rc) goto done;
     }
     if (nrun == 0)
-        for (int c = 0; c < NCASES; c++) run[nrun++] = &cases[c];
+        for (int c = 0; c < NCASES; c++)
+            if (procs == 1 || cases[c].run == mwb_case_mpi) run[nrun++] = &cases[c];
+    for (int i = 0; i < nrun && procs > 1; i++)
+        if (run[i]->run != mwb_case_mpi) {
+            fprintf(stderr,
+                    "meshwit-bench: under mpirun (%d processes) only the mpi case runs; "
+                    "run '%s' without mpirun\n",
+                    procs, run[i]->name);
+            rc = 2;
+            goto done;
+        }
 
     /* Open the outputs first: a bad path should not cost a whole run. */
     FILE *json = NULL, *csv = NULL;
+    if (rank != 0) json_path = csv_path = NULL;
     if (json_path && !(json = fopen(json_path, "w"))) {
         perror(json_path);
         rc = 2;
@@ -353,5 +378,6 @@ int main(int argc, char **argv) {
 done:
     free(run);
     free(devices);
+    mw_distributed_finalize();
     return rc;
 }

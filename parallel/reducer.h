@@ -44,16 +44,22 @@ typedef struct mw__reducer_vtable {
     mw_status (*allreduce_sum)(mw__comm *comm, int rank, float *buf, size_t n);
     /* All ranks wait for each other. */
     mw_status (*barrier)(mw__comm *comm, int rank);
+    /* Optional (NULL in a reducer without them): allreduce_sum split in two, so that a rank can
+     * keep computing while its buffer is reduced (the gradient buckets). allreduce_start begins
+     * the in-place sum of buf[0..n) and returns without waiting (buf must not be read or
+     * written until allreduce_finish returned); on a reducer of device memory the sum is queued
+     * after the work queued so far on the rank's device, and the device may run later work
+     * meanwhile. progress (optional even then: NULL when the sums advance by themselves)
+     * advances what this rank started without waiting; call it between other work.
+     * allreduce_finish returns when every sum this rank started is complete (on a device, with
+     * the device's later work ordered after them). Ranks start the same all-reduces in the same
+     * order; results are those of allreduce_sum, errors likewise. allreduce_sum and barrier may
+     * be called with some in flight: they complete those first. */
+    mw_status (*allreduce_start)(mw__comm *comm, int rank, float *buf, size_t n);
+    mw_status (*progress)(mw__comm *comm, int rank);
+    mw_status (*allreduce_finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
-    /* Optional (NULL: allreduce_sum only), for reducers of device memory that overlap the sums
-     * with the device's compute. allreduce_start queues the in-place sum of buf[0..n) after the
-     * work queued so far on the rank's device and returns without waiting; the device may run
-     * later work meanwhile, which must not touch buf. allreduce_wait returns when every sum the
-     * rank started is complete, with the device's later work ordered after them (errors as
-     * allreduce_sum). Every rank starts the same sums in the same order, then waits. */
-    mw_status (*allreduce_start)(mw__comm *comm, int rank, float *buf, size_t n);
-    mw_status (*allreduce_wait)(mw__comm *comm, int rank);
 } mw__reducer_vtable;
 
 /* The shared-memory reducer for devices that share the host's address space (virtual CPU

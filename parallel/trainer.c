@@ -151,16 +151,18 @@ static mw_status run_ins(worker *w, mw__ins *in) {
     case MW__I_GRAD_BUCKET: {
         int gi = group_index(w->tr, in->group);
         if (!w->comm[gi]) return MW_OK; /* a group of one device */
-        const mw__reducer_vtable *R = w->tr->reducer;
         int64_t t0 = now_ns();
         mw_status st;
-        if (in->kind == MW__I_GRAD_BUCKET && R->allreduce_start && !vt->host_memory) {
-            /* Queued behind the kernels that wrote the bucket; backward goes on beside it and
-             * finish_reductions() waits before the gradients are read. */
+        const mw__reducer_vtable *r = w->tr->reducer;
+        /* A bucket is reduced while backward continues, where the reducer can: queued behind
+         * the kernels that wrote it on a GPU, progressed between instructions across processes;
+         * reductions() completes it before the gradients are read. */
+        if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
+            w->inflight |= 1u << gi;
             st =
-                R->allreduce_start(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+                r->allreduce_start(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
         } else if ((st = vt->sync(dev)) == MW_OK) {
-            st = R->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
+            st = r->allreduce_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
         }
         w->reduce_ms += (double)(now_ns() - t0) * 1e-6;
         return st;
@@ -257,23 +259,41 @@ static mw_status enter(worker *w, mw_phase phase) {
     return MW_OK;
 }
 
+/* Advances (finish: completes) the all-reduces started and not finished. */
+static mw_status reductions(worker *w, int finish) {
+    const mw__reducer_vtable *r = w->tr->reducer;
+    int64_t t0 = now_ns();
+    mw_status st = MW_OK;
+    for (int gi = 0; w->inflight && gi < w->tr->ngroups && st == MW_OK; gi++) {
+        if (!(w->inflight & (1u << gi))) continue;
+        if (finish) w->inflight &= ~(1u << gi);
+        st = finish ? r->allreduce_finish(w->comm[gi], w->rank[gi])
+                    : r->progress(w->comm[gi], w->rank[gi]);
+    }
+    if (finish) {
+        double ms = (double)(now_ns() - t0) * 1e-6;
+        w->reduce_ms += ms;
+        if (w->prof_cat) /* the wait for overlapped buckets: the backward all-reduce row */
+            w->prof_ms[MW__PROF_PER_PHASE + 2 * MW__OP_COUNT] += ms;
+    }
+    return st;
+}
+
 static mw_status run_range(worker *w, int from, int to) {
     for (int i = from; i < to; i++) {
         mw_phase ph = phase_of(w, i);
         mw_status st = ph != w->phase || i == from ? enter(w, ph) : MW_OK;
         if (st) return st;
-        if (!w->prof_cat) {
-            if ((st = run_ins(w, &w->plan.ins[i])))
-                return mw__explain_index_error(w, &w->plan.ins[i], st);
-            continue;
-        }
         /* Profiling: a GPU's kernels are timed by waiting for each. */
-        int64_t t0 = now_ns();
+        int64_t t0 = w->prof_cat ? now_ns() : 0;
         if ((st = run_ins(w, &w->plan.ins[i])) ||
-            (!w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
+            (w->prof_cat && !w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
             return mw__explain_index_error(w, &w->plan.ins[i], st);
-        w->prof_ms[w->prof_cat[i]] += (double)(now_ns() - t0) * 1e-6;
-        w->prof_calls[w->prof_cat[i]]++;
+        if (w->prof_cat) {
+            w->prof_ms[w->prof_cat[i]] += (double)(now_ns() - t0) * 1e-6;
+            w->prof_calls[w->prof_cat[i]]++;
+        }
+        if (w->inflight && w->tr->reducer->progress && (st = reductions(w, 0))) return st;
     }
     return MW_OK;
 }
@@ -333,22 +353,6 @@ static mw_status update(worker *w) {
     return MW_OK;
 }
 
-/* Waits for the gradient sums started during backward (reducers that overlap them). */
-static mw_status finish_reductions(worker *w) {
-    const mw__reducer_vtable *R = w->tr->reducer;
-    if (!R->allreduce_wait || w->dev.vt->host_memory) return MW_OK;
-    int64_t t0 = now_ns();
-    mw_status st = MW_OK;
-    w->phase = MW_PHASE_GRAD_REDUCE;
-    for (int gi = 0; gi < w->tr->ngroups && !st; gi++)
-        if (w->comm[gi]) st = R->allreduce_wait(w->comm[gi], w->rank[gi]);
-    double ms = (double)(now_ns() - t0) * 1e-6;
-    w->reduce_ms += ms;
-    if (w->prof_cat) /* the overlapped buckets' wait: the backward "gradient all-reduce" row */
-        w->prof_ms[MW__PROF_PER_PHASE + 2 * MW__OP_COUNT] += ms;
-    return st;
-}
-
 static mw_status worker_init(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;
     mw_status st = vt->init(&w->dev);
@@ -401,9 +405,12 @@ static mw_status worker_run(worker *w, cmd c) {
     case CMD_STEP:
     case CMD_ACCUM:
         w->skipped = 0;
-        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end)) ||
-            (st = finish_reductions(w)))
-            return st;
+        w->inflight = 0;
+        if ((st = bind_views(w)) || (st = run_range(w, 0, w->plan.bwd_end))) return st;
+        if (w->inflight) {
+            w->phase = MW_PHASE_GRAD_REDUCE;
+            if ((st = reductions(w, 1))) return st;
+        }
         if (c == CMD_ACCUM)
             return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
         if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;

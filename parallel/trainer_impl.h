@@ -32,6 +32,7 @@ typedef struct worker {
     char **bases;   /* per plan base: resolved address (views rebound every step) */
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
+    uint32_t inflight; /* groups with all-reduces started and not finished (bit per group) */
     mw_status status;
     char msg[MW__MSG_SIZE];
     double reduce_ms, update_ms; /* of the current command */

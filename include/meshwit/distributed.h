@@ -11,6 +11,29 @@
  * In a build without MPI (MESHWIT_MPI=OFF, or no MPI found) every call below is a no-op that
  * describes a world of one process, so the same program runs unchanged.
  *
+ * How gradients of CPU devices travel between processes. Each bucket is all-reduced with a
+ * reduce-scatter and an all-gather on MPI point-to-point messages (MPI_Isend/MPI_Irecv, polled
+ * with MPI_Testall; buffers of up to 8 KiB in one round instead). A bucket starts as soon as
+ * backward has written it and is progressed between the operations of the rest of backward;
+ * every bucket is complete before the optimizer update. MPI_Allreduce is not used: it blocks
+ * (no timeout, no abort, no overlap), and Open MPI 4.1's MPI_Iallreduce measured 1.6-2.7x slower
+ * than MPI_Allreduce at 1 MiB and 16 MiB between two processes (it reduces to one process and
+ * broadcasts back when the buffer is in place or there are fewer than 4 processes).
+ * `meshwit-bench mpi` measures meshwit's all-reduce beside MPI_Allreduce.
+ *
+ * Determinism, and against what. Every element of a reduced gradient is summed by one process,
+ * in process order, and copied to the others; so:
+ * - every process gets the same bits (the replicas stay identical);
+ * - a run is bitwise repeatable for a fixed layout of devices over processes, whatever Open MPI's
+ *   transport (shared memory, TCP), version, algorithm selection or tuning parameters;
+ * - with one device per process, the sum is in rank order: bitwise the result of the same mesh
+ *   in one process (cpu:N); with several devices per process, it is the sum in process order of
+ *   each process's sum in rank order ((r0 + r1) + (r2 + r3)), which agrees with rank order to
+ *   float rounding (a few ulp of the sum of magnitudes per element);
+ * - against one device (the whole batch on cpu:1), results agree to float tolerance only: the
+ *   batch is summed in shards first.
+ * CUDA devices across processes use ncclAllReduce, in NCCL's order (parallel/mpi/nccl_mpi.c).
+ *
  * Failures. A collective between processes waits at most mw_trainer_config.collective_timeout_ms
  * (on a mesh that spans processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS, not forever) and
  * then fails the step with MW_ERR_TIMEOUT. A step that fails on a mesh spanning processes leaves

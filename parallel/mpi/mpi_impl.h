@@ -3,6 +3,10 @@
 #define MW__MPI_IMPL_H
 
 #include <mpi.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "meshwit/status.h"
 
 /* MPI calls made from worker threads go through these: a no-op when MPI gave
  * MPI_THREAD_MULTIPLE, a process-wide mutex otherwise (MPI_THREAD_SERIALIZED). */
@@ -11,5 +15,41 @@ void mw__mpi_unlock(void);
 
 /* Non-zero while MPI is initialised and not finalised. */
 int mw__mpi_active(void);
+
+/* Between two polls of a wait that began waited_ms ago: nothing at first, then a short nap
+ * (parallel/mpi/exchange.c says why). */
+void mw__mpi_backoff(double waited_ms);
+
+/* The all-reduce between processes on MPI point-to-point messages, non-blocking
+ * (parallel/mpi/exchange.c: the algorithm, its order of additions and why not MPI_Iallreduce).
+ * One exchange per communicator of processes; one thread at a time uses it. */
+typedef struct mw__mpi_exchange mw__mpi_exchange;
+
+/* At most this many all-reduces of one exchange are in flight; starting one more first
+ * completes those. */
+#define MW__MPI_MAX_INFLIGHT 64
+
+/* comm is borrowed (freed by the caller after the exchange); aborted is read while waiting (a
+ * non-zero value gives up with MW_ERR_ABORTED); poisoned is set to 1 on every failure; procs
+ * ("0, 1") names the processes in messages and is borrowed. Errors: MW_ERR_NOMEM. */
+mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int *aborted,
+                               _Atomic int *poisoned, const char *procs, mw__mpi_exchange **out);
+void mw__mpi_exchange_free(mw__mpi_exchange *x);
+
+/* Starts the in-place sum of buf[0..n) over the processes; buf must not be read or written
+ * until a wait returned. Every process starts the same all-reduces, in the same order, with the
+ * same n. */
+mw_status mw__mpi_exchange_start(mw__mpi_exchange *x, float *buf, size_t n);
+
+/* Advances every all-reduce in flight without waiting (call it between other work). */
+mw_status mw__mpi_exchange_progress(mw__mpi_exchange *x);
+
+/* Waits until no all-reduce is in flight: MW_ERR_TIMEOUT after the exchange's timeout,
+ * MW_ERR_ABORTED when *aborted is set, MW_ERR_DEVICE when MPI fails. end_of_batch: the
+ * all-reduces since the last such wait were one step's; their scratch is kept for the next. */
+mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch);
+
+/* All-reduces in flight. */
+int mw__mpi_exchange_pending(const mw__mpi_exchange *x);
 
 #endif

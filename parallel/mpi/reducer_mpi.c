@@ -4,15 +4,27 @@
  *
  * All-reduce, in three moves:
  *   1. the process's ranks all-reduce in shared memory (sum in rank order);
- *   2. the leader exchanges the process sums with the other leaders: MPI_Iallgather of the sums
- *      (in chunks of CHUNK_FLOATS, through scratch allocated with the communicator), then every
- *      leader adds them up in process order. MPI_Allreduce would move fewer bytes for many
- *      processes, but the MPI standard does not fix its order of additions (Open MPI picks an
- *      algorithm by size and count); with the gather every process computes the same bits, and
- *      the same bits on every run, for a fixed layout of devices over processes;
+ *   2. the leader all-reduces the process sums with the other leaders (parallel/mpi/exchange.c:
+ *      a reduce-scatter and an all-gather on MPI point-to-point messages, every element summed in
+ *      process order by one process and copied to the others);
  *   3. the other ranks zero their buffers and the process all-reduces once more in shared memory,
  *      which copies the leader's result to all of them (x + 0 + ... + 0 == x).
+ * With one device per process (the common case) moves 1 and 3 vanish: the device's worker
+ * thread exchanges its own buffer. With several devices per process, one thread per process talks
+ * MPI and the shared-memory moves add two passes over memory; an exchange per device (every
+ * worker thread on MPI with a slice of the buffer) is not implemented, so it was not measured.
  * A group whose ranks all live in one process is just the shared-memory reducer.
+ *
+ * Determinism. Every element is the same bits on every rank and every run for a fixed layout of
+ * devices over processes, independent of Open MPI's algorithm selection and tuning: with one
+ * device per process it is the sum in rank order, bitwise what the shared-memory reducer gives
+ * inside one process; with several, the sum in process order of each process's sum in rank
+ * order ((r0 + r1) + (r2 + r3) for two processes of two devices), which agrees with rank order to
+ * float rounding.
+ *
+ * Overlap. allreduce_start does moves 1 and starts 2 and returns; progress advances move 2
+ * between the caller's other work; allreduce_finish completes move 2 and then does move 3 for
+ * every all-reduce started, in order. allreduce_sum is start then finish.
  *
  * Waiting. Only non-blocking MPI is used, polled with MPI_Test, so a leader notices an abort from
  * a local peer and gives up after timeout_ms (MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS when 0). An MPI
@@ -30,8 +42,13 @@
 #include "parallel/mpi/mpi_impl.h"
 #include "parallel/reducer.h"
 
-#define CHUNK_FLOATS ((size_t)1 << 18) /* 1 MiB per process per MPI_Iallgather */
 #define MAX_RANKS 4096
+
+/* An all-reduce a rank started whose move 3 is still to do. */
+typedef struct started {
+    float *buf;
+    size_t n;
+} started;
 
 typedef struct hier_comm {
     int nranks;
@@ -41,8 +58,10 @@ typedef struct hier_comm {
     int multi;       /* the ranks span processes */
     MPI_Comm comm;   /* the leaders, ordered by world rank */
     int nprocs;
-    int timeout_ms; /* between processes */
-    float *scratch; /* nprocs * CHUNK_FLOATS */
+    int timeout_ms;      /* between processes */
+    mw__mpi_exchange *x; /* the leader's, between processes */
+    started *todo;       /* nlocal * MW__MPI_MAX_INFLIGHT, by local index */
+    int *ntodo;          /* per local index */
     _Atomic int aborted;
     _Atomic int poisoned; /* set by the leader, read by every rank */
     char procs[96];       /* "0, 1, 2" for messages */
@@ -63,7 +82,9 @@ static void hier_comm_free(mw__comm *comm) {
         MPI_Comm_free(&c->comm);
         mw__mpi_unlock();
     }
-    mw__free(c->scratch);
+    mw__mpi_exchange_free(c->x);
+    mw__free(c->todo);
+    mw__free(c->ntodo);
     mw__free(c->local_of);
     mw__free(c);
 }
@@ -112,8 +133,9 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
     c->timeout_ms = user_timeout ? user_timeout : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
     if (multi) {
         MPI_Comm_size(split, &c->nprocs);
-        c->scratch = mw__malloc((size_t)c->nprocs * CHUNK_FLOATS * sizeof(float));
-        if (!c->scratch) goto nomem;
+        c->todo = mw__malloc((size_t)nlocal * MW__MPI_MAX_INFLIGHT * sizeof *c->todo);
+        c->ntodo = mw__calloc((size_t)nlocal, sizeof *c->ntodo);
+        if (!c->todo || !c->ntodo) goto nomem;
         size_t n = 0;
         for (int r = 0, last = -1; r < nranks; r++) {
             int seen = 0;
@@ -122,6 +144,12 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
             n += (size_t)snprintf(c->procs + n, sizeof c->procs - n, "%s%d", last < 0 ? "" : ", ",
                                   proc_of[r]);
             last = proc_of[r];
+        }
+        mw_status st =
+            mw__mpi_exchange_new(split, c->timeout_ms, &c->aborted, &c->poisoned, c->procs, &c->x);
+        if (st) {
+            hier_comm_free((mw__comm *)c);
+            return st;
         }
     }
     if (nlocal > 1) {
@@ -152,7 +180,7 @@ nomem:
 
 /* Polls one non-blocking MPI call to completion, an abort, or the timeout. */
 static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) {
-    double deadline = now_ms() + c->timeout_ms;
+    double start = now_ms(), deadline = start + c->timeout_ms;
     for (int i = 0;; i++) {
         int done = 0;
         mw__mpi_lock();
@@ -171,7 +199,9 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              "failed",
                              what, c->procs);
         }
-        if ((i & 63) == 63 && now_ms() > deadline) {
+        if ((i & 15) != 15) continue;
+        double t = now_ms();
+        if (t > deadline) {
             c->poisoned = 1;
             return mw__error(MW_ERR_TIMEOUT,
                              "%s between processes %s: not every process arrived within %d ms "
@@ -179,42 +209,8 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              "mw_distributed_abort)",
                              what, c->procs, c->timeout_ms);
         }
-        if (i < 2000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 20000L};
-            nanosleep(&ts, NULL);
-        }
+        mw__mpi_backoff(t - start);
     }
-}
-
-/* The leaders' exchange: buf becomes the sum of every process's buf, in process order. */
-static mw_status exchange(hier_comm *c, float *buf, size_t n) {
-    for (size_t off = 0; off < n; off += CHUNK_FLOATS) {
-        size_t len = n - off < CHUNK_FLOATS ? n - off : CHUNK_FLOATS;
-        MPI_Request req;
-        mw__mpi_lock();
-        int rc = MPI_Iallgather(buf + off, (int)len, MPI_FLOAT, c->scratch, (int)len, MPI_FLOAT,
-                                c->comm, &req);
-        mw__mpi_unlock();
-        if (rc != MPI_SUCCESS) {
-            c->poisoned = 1;
-            return mw__error(MW_ERR_DEVICE,
-                             "all-reduce between processes %s: MPI_Iallgather "
-                             "failed (%d)",
-                             c->procs, rc);
-        }
-        mw_status st = wait_request(c, &req, "all-reduce");
-        if (st) return st;
-        float *restrict d = buf + off;
-        const float *restrict s = c->scratch;
-        memcpy(d, s, len * sizeof *d);
-        for (int p = 1; p < c->nprocs; p++) {
-            s = c->scratch + (size_t)p * len;
-            for (size_t j = 0; j < len; j++) d[j] += s[j];
-        }
-    }
-    return MW_OK;
 }
 
 static mw_status check_rank(hier_comm *c, int rank, const char *what) {
@@ -230,29 +226,64 @@ static mw_status check_rank(hier_comm *c, int rank, const char *what) {
     return MW_OK;
 }
 
-static mw_status hier_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+/* Move 3 of everything this rank started, after the leader completed move 2. */
+static mw_status hier_allreduce_finish(mw__comm *comm, int rank) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = check_rank(c, rank, "all-reduce");
+    if (st || !c->multi) return st;
+    int li = c->local_of[rank];
+    if (li == 0 && (st = mw__mpi_exchange_wait(c->x, 1))) {
+        if (c->local) mw__reducer_shm.abort(c->local);
+        return st;
+    }
+    if (!c->local) return MW_OK;
+    started *todo = c->todo + (size_t)li * MW__MPI_MAX_INFLIGHT;
+    for (int i = 0; i < c->ntodo[li] && st == MW_OK; i++)
+        st = mw__reducer_shm.allreduce_sum(c->local, li, todo[i].buf, todo[i].n);
+    c->ntodo[li] = 0;
+    return st;
+}
+
+/* Moves 1 and the start of 2. */
+static mw_status hier_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = check_rank(c, rank, "all-reduce");
     if (st) return st;
     int li = c->local_of[rank];
     if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
     if (!c->multi) return MW_OK;
+    /* Every local rank reaches a full list at the same all-reduce. */
+    if (c->ntodo[li] == MW__MPI_MAX_INFLIGHT && (st = hier_allreduce_finish(comm, rank))) return st;
     if (li == 0) {
-        st = n ? exchange(c, buf, n) : MW_OK;
-        if (st) {
+        if ((st = mw__mpi_exchange_start(c->x, buf, n))) {
             if (c->local) mw__reducer_shm.abort(c->local);
             return st;
         }
     } else {
         memset(buf, 0, n * sizeof *buf);
     }
-    return c->local ? mw__reducer_shm.allreduce_sum(c->local, li, buf, n) : MW_OK;
+    if (c->local)
+        c->todo[(size_t)li * MW__MPI_MAX_INFLIGHT + (size_t)c->ntodo[li]++] = (started){buf, n};
+    return MW_OK;
+}
+
+static mw_status hier_progress(mw__comm *comm, int rank) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = check_rank(c, rank, "all-reduce");
+    if (st || !c->multi || c->local_of[rank] != 0) return st;
+    if ((st = mw__mpi_exchange_progress(c->x)) && c->local) mw__reducer_shm.abort(c->local);
+    return st;
+}
+
+static mw_status hier_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = hier_allreduce_start(comm, rank, buf, n);
+    return st ? st : hier_allreduce_finish(comm, rank);
 }
 
 static mw_status hier_barrier(mw__comm *comm, int rank) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = check_rank(c, rank, "barrier");
-    if (st) return st;
+    if (st || (st = hier_allreduce_finish(comm, rank))) return st;
     int li = c->local_of[rank];
     if (c->local && (st = mw__reducer_shm.barrier(c->local, li))) return st;
     if (!c->multi) return MW_OK;
@@ -286,6 +317,7 @@ static void hier_reset(mw__comm *comm) {
     hier_comm *c = (hier_comm *)comm;
     if (!c) return;
     if (c->local) mw__reducer_shm.reset(c->local);
+    if (c->ntodo) memset(c->ntodo, 0, (size_t)c->nlocal * sizeof *c->ntodo);
     atomic_store_explicit(&c->aborted, 0, memory_order_release);
 }
 
@@ -295,6 +327,9 @@ const mw__reducer_vtable mw__reducer_mpi_hier = {
     .comm_free = hier_comm_free,
     .allreduce_sum = hier_allreduce_sum,
     .barrier = hier_barrier,
+    .allreduce_start = hier_allreduce_start,
+    .progress = hier_progress,
+    .allreduce_finish = hier_allreduce_finish,
     .abort = hier_abort,
     .reset = hier_reset,
 };

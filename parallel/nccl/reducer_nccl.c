@@ -10,7 +10,7 @@
  * An all-reduce enqueues ncclAllReduce (in place, ncclFloat, ncclSum) on the rank's own
  * communication stream, after an event recorded on the device's compute stream, so the sum
  * follows the kernels that wrote buf while later kernels run beside it (allreduce_start, one
- * event record per gradient bucket). allreduce_wait polls the communication stream until it has
+ * event record per gradient bucket). allreduce_finish polls the communication stream until it has
  * run every queued sum, then makes the compute stream wait for it; allreduce_sum is the two in
  * one, so when it returns the sum is in buf, as in the other reducers. Determinism: NCCL's result
  * is the same bits on every rank and on every run with the same GPUs, sizes and NCCL settings, but
@@ -345,7 +345,7 @@ static mw_status nccl_allreduce_start(mw__comm *comm, int rank, float *buf, size
     return res == ncclInProgress ? wait_op(c, rank, WAIT_ENQUEUED, s, deadline) : MW_OK;
 }
 
-static mw_status nccl_allreduce_wait(mw__comm *comm, int rank) {
+static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
     nccl_comm *c = as_nccl(comm);
     mw_status st = enter_rank(c, rank, 0);
     if (st || !c->started[rank]) return st;
@@ -361,7 +361,7 @@ static mw_status nccl_allreduce_wait(mw__comm *comm, int rank) {
 
 static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
     mw_status st = nccl_allreduce_start(comm, rank, buf, n);
-    return st ? st : nccl_allreduce_wait(comm, rank);
+    return st ? st : nccl_allreduce_finish(comm, rank);
 }
 
 static mw_status nccl_barrier(mw__comm *comm, int rank) {
@@ -404,5 +404,5 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .abort = nccl_abort,
     .reset = nccl_reset,
     .allreduce_start = nccl_allreduce_start,
-    .allreduce_wait = nccl_allreduce_wait,
+    .allreduce_finish = nccl_allreduce_finish,
 };

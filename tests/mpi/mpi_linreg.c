@@ -1,20 +1,33 @@
 /* Run under mpirun: linear regression on a mesh spanning every process must end with the same
- * parameters as the same mesh inside one process (within 1e-5: the hierarchical reducer sums in
- * another order than the shared-memory one only when a process holds several devices).
+ * parameters as the same mesh inside one process.
  *
  *   mpi_linreg ROWS LOCAL_SPEC REFERENCE_SPEC AXES SHARD_AXIS
  *
  * e.g. under `mpirun -np 3`: mpi_linreg 8191 cpu:1 cpu:3 X X. Every process checks; exit 0 when
- * they agree, 1 when they do not, 2 on an error. */
+ * they agree, 1 when they do not, 2 on an error.
+ *
+ * Tolerance. Each device computes the same partial gradients as its twin in one process; only
+ * the order of the gradient all-reduce can differ (include/meshwit/distributed.h):
+ * - one device per process in every reduction group (one axis over cpu:1 processes, or a Host
+ *   axis), or a group inside one process: the sum in rank order, as in one process, so the
+ *   parameters must be bitwise equal (tolerance 0);
+ * - one axis over processes of several devices each: (r0 + r1) + (r2 + r3) instead of
+ *   ((r0 + r1) + r2) + r3. Two orders of a 4-term float sum differ by at most 2 (4 - 1) u S per
+ *   element, u = 2^-24 and S the sum of the terms' magnitudes; here the gradient is
+ *   (2/N) sum err x with x ~ N(0, 1) and |err| <= |y| ~ 5.7 at the start (true weights -2..2 over
+ *   16 features), so S <= 2 E|err x| ~ 9 and each step's gradient differs by <= 6 u 9 ~ 3.2e-6.
+ *   SGD with lr 0.05 on this loss (Hessian ~ 2 I) contracts a parameter difference by 0.9 a
+ *   step, so it stays below lr * 3.2e-6 / (1 - 0.9) = 1.6e-6; the test allows 1e-5. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "linreg_model.h"
 
 #define FEATURES 16
 #define STEPS 40
-#define TOLERANCE 1e-5 /* |distributed - one process|, float sums in another order */
+#define TOLERANCE_REORDERED 1e-5 /* see above: the bound is about 1.6e-6 */
 
 static int train(mw_mesh *mesh, const linreg_data *data, int64_t rows, const char *axis,
                  float *params) {
@@ -60,7 +73,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i <= FEATURES; i++) diff = fmax(diff, fabs((double)dist[i] - ref[i]));
     printf("[rank %d] bias %+.6f (one process: %+.6f), max |difference| %.3g\n", rank,
            dist[FEATURES], ref[FEATURES], diff);
-    rc = diff <= TOLERANCE ? 0 : 1;
+    /* Several devices in this process on the one axis that spans processes: reordered sums. */
+    int reordered = strcmp(argv[4], argv[5]) == 0 && mw_mesh_local_devices(mesh, NULL) > 1 &&
+                    mw_mesh_processes(mesh) > 1;
+    double tolerance = reordered ? TOLERANCE_REORDERED : 0.0;
+    if (rank == 0) printf("tolerance %g\n", tolerance);
+    rc = diff <= tolerance ? 0 : 1;
 done:
     mw_mesh_free(mesh);
     mw_mesh_free(ref_mesh);
