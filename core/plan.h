@@ -41,9 +41,9 @@ typedef enum mw__ins_kind {
     MW__I_EMBED_GRAD,
     MW__I_XENT,
     MW__I_XENT_GRAD,
-    MW__I_ATTENTION,     /* ref: out, qkv, scratch */
+    MW__I_ATTENTION,      /* ref: out, qkv, scratch */
     MW__I_ATTENTION_GRAD, /* ref: d(qkv), gy, qkv, scratch */
-    MW__I_EXTRA /* ops_extra.c's ops: mw__k_extra */
+    MW__I_EXTRA           /* ops_extra.c's ops: mw__k_extra */
 } mw__ins_kind;
 
 typedef struct mw__ins {

@@ -46,7 +46,7 @@ typedef struct worker {
     int *prof_cat;
     double *prof_ms;
     int64_t *prof_calls;
-    int skipped; /* the current step skipped its update (skip_nonfinite) */
+    int skipped;  /* the current step skipped its update (skip_nonfinite) */
     int training; /* the current command trains (dropout is active) */
 } worker;
 
