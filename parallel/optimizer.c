@@ -76,20 +76,29 @@ mw_status mw__optimizer_decays(mw_trainer *tr) {
     return MW_OK;
 }
 
+int mw__own_part(const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi) {
+    *lo = s->off > w->own_lo ? s->off : w->own_lo;
+    *hi = s->off + s->count < w->own_hi ? s->off + s->count : w->own_hi;
+    return *lo < *hi;
+}
+
 mw_status mw__sgd_update(worker *w, float lr, float scale) {
     mw_trainer *tr = w->tr;
     const mw__device_vtable *vt = w->dev.vt;
     const mw_optimizer *o = &tr->cfg.optimizer;
     if (o->momentum == 0.0f && o->weight_decay == 0.0f) {
-        mw__k_sgd k = {
-            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
-        return vt->sgd(&w->dev, &k);
+        mw__k_sgd k = {.lr = lr * scale,
+                       .count = w->own_hi - w->own_lo,
+                       .p = (float *)w->params + w->own_lo,
+                       .g = (const float *)w->grads + w->own_lo};
+        return k.count ? vt->sgd(&w->dev, &k) : MW_OK;
     }
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *pn = tr->g->nodes[i];
-        if (pn->op != MW__OP_PARAM) continue;
-        const mw__param_slot *s = &w->plan.params[pn->leaf];
-        mw__k_sgd_momentum k = {.count = s->count,
+        int64_t lo, hi;
+        if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
+            continue;
+        mw__k_sgd_momentum k = {.count = hi - lo,
                                 .lr = lr,
                                 .momentum = o->momentum,
                                 .dampening = o->dampening,
@@ -97,9 +106,10 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
                                 .grad_scale = scale,
                                 .nesterov = o->nesterov,
                                 .first = tr->steps == 0,
-                                .p = (float *)w->params + s->off,
-                                .buf = o->momentum > 0.0f ? (float *)w->moments + s->off : NULL,
-                                .g = (const float *)w->grads + s->off};
+                                .p = (float *)w->params + lo,
+                                .buf = o->momentum > 0.0f ? (float *)w->moments + (lo - w->own_lo)
+                                                          : NULL,
+                                .g = (const float *)w->grads + lo};
         mw_status st = vt->sgd_momentum(&w->dev, &k);
         if (st) return st;
     }
