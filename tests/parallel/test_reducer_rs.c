@@ -79,13 +79,18 @@ static void release(rank_job *j, int p) {
     for (int r = 0; r < p; r++) free(j[r].buf);
 }
 
+/* A communicator of p ranks and two sets of their buffers of n floats, filled alike. */
+static mw__comm *open_two(int p, size_t n, rank_job *a, rank_job *b) {
+    fill(a, p, n);
+    fill(b, p, n);
+    return new_comm(p);
+}
+
 /* Reduce-scatter of n floats over p ranks with the given parts: each part bitwise equal to the
  * all-reduce's result there and within float rounding of the double sum; the rest untouched. */
 static void check_reduce_scatter(int p, size_t n, const size_t *bounds) {
-    mw__comm *comm = new_comm(p);
     rank_job rs[MAXP] = {{0}}, ar[MAXP] = {{0}};
-    fill(rs, p, n);
-    fill(ar, p, n);
+    mw__comm *comm = open_two(p, n, rs, ar);
     run(comm, p, rs, 0, bounds);
     run(comm, p, ar, 2, NULL);
     for (int r = 0; r < p; r++) {
@@ -163,10 +168,8 @@ Test(reducer_rs, reduce_scatter_then_all_gather_is_all_reduce, .timeout = 60) {
     int p = 3;
     size_t n = 10007, b[MAXP + 1];
     slices(n, p, b);
-    mw__comm *comm = new_comm(p);
     rank_job j[MAXP] = {{0}}, ar[MAXP] = {{0}};
-    fill(j, p, n);
-    fill(ar, p, n);
+    mw__comm *comm = open_two(p, n, j, ar);
     run(comm, p, j, 0, b);
     run(comm, p, j, 1, b);
     run(comm, p, ar, 2, NULL);
