@@ -80,14 +80,15 @@ static void batch(int k, float *x, float *y) {
     }
 }
 
-typedef enum { STEP, ACCUMULATE, GRADS } kind;
+typedef enum { STEP, ACCUMULATE, GRADS, NAN_STEP } kind;
 
 static float run_batch(model *m, int k, kind what) {
     float x[BATCH * IN], y[BATCH * OUT], loss = NAN;
     batch(k, x, y);
+    if (what == NAN_STEP) x[BATCH * IN - 1] = NAN; /* in the last device's rows */
     mw_feed feeds[2] = {{"x", x, BATCH * IN}, {"y", y, BATCH * OUT}};
-    mw_status st = what == STEP         ? mw_trainer_step(m->tr, feeds, 2, &loss)
-                   : what == ACCUMULATE ? mw_trainer_accumulate(m->tr, feeds, 2, &loss)
+    mw_status st = what == STEP || what == NAN_STEP ? mw_trainer_step(m->tr, feeds, 2, &loss)
+                   : what == ACCUMULATE             ? mw_trainer_accumulate(m->tr, feeds, 2, &loss)
                                         : mw_trainer_compute_grads(m->tr, feeds, 2, &loss);
     cr_assert_eq(st, MW_OK, "batch %d: %s", k, mw_last_error());
     return loss;
@@ -186,6 +187,27 @@ Test(zero1, plain_sgd_bitwise_equal, .timeout = 120) {
 
 Test(zero1, gradient_accumulation_bitwise_equal, .timeout = 120) {
     compare_modes("cpu:3", adamw(0), 4, 3);
+}
+
+/* A step whose batch holds a NaN (on one device's rows) is skipped alike in both modes, and
+ * training goes on equal. */
+Test(zero1, non_finite_steps_are_skipped_alike, .timeout = 60) {
+    model rep, z;
+    mw_trainer_config cfg = adamw(0);
+    cfg.skip_nonfinite = 1;
+    cr_assert_eq(model_open(&rep, "cpu:3", "X", "X", cfg), MW_OK);
+    cfg.shard_optimizer = 1;
+    cr_assert_eq(model_open(&z, "cpu:3", "X", "X", cfg), MW_OK);
+    for (int k = 0; k < 5; k++) {
+        run_batch(&rep, k, k == 2 ? NAN_STEP : STEP);
+        run_batch(&z, k, k == 2 ? NAN_STEP : STEP);
+    }
+    cr_assert_eq(mw_trainer_skipped_steps(rep.tr), 1);
+    cr_assert_eq(mw_trainer_skipped_steps(z.tr), 1);
+    cr_assert_eq(mw_trainer_steps(z.tr), 4);
+    same_bits(&rep, &z, 0, "after a skipped step");
+    model_close(&rep);
+    model_close(&z);
 }
 
 Test(zero1, optimizer_memory_divided_by_the_devices, .timeout = 60) {
