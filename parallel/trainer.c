@@ -918,7 +918,7 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
                          device, tr->first, tr->first + tr->nlocal - 1);
     const worker *w = &tr->w[device];
     int64_t p = w->plan.param_elems * 4;
-    int moments = tr->forward_only ? 0 : mw__optimizer_moments(&tr->cfg.optimizer);
+    int moments = mw__optimizer_moments(&tr->cfg.optimizer); /* allocated in every trainer */
     *out = (mw_device_memory){.parameters = tr->params_from ? 0 : p,
                               .gradients =
                                   tr->forward_only ? 0 : p * (tr->cfg.grad_accumulation ? 2 : 1),

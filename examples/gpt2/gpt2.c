@@ -684,7 +684,8 @@ static mw_status agree_flags(const run *r) {
              "--weight-decay %.17g\n--grad-clip %.17g\n--warmup %d\n--schedule %s\n"
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
-             "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--allow-nonfinite %d\n"
+             "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
+             "--allow-nonfinite %d\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
@@ -693,7 +694,8 @@ static mw_status agree_flags(const run *r) {
              o->eps, o->weight_decay, o->grad_clip, o->warmup, o->cosine ? "cosine" : "constant",
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
-             o->skip_nonfinite, o->check_replicas, o->allow_nonfinite, o->sample, o->temperature,
+             o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
+             o->sample, o->temperature,
              (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
