@@ -137,6 +137,7 @@ static void compare_modes(const char *devices, mw_trainer_config cfg, int steps,
     c.grad_accumulation = micro > 1;
     cr_assert_eq(model_open(&rep, devices, "X", "X", c), MW_OK, "%s", mw_last_error());
     c.shard_optimizer = 1;
+    c.check_replicas_every = 1; /* every device's all-gathered parameters, not only device 0's */
     cr_assert_eq(model_open(&z, devices, "X", "X", c), MW_OK, "%s", mw_last_error());
     same_bits(&rep, &z, 0, "at the start");
     int clipped = 0;
