@@ -118,14 +118,18 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
 
 mw_status mw__accumulate_grads(worker *w, int fold) {
     int n = w->tr->accumulated;
-    int64_t count = w->plan.param_elems;
+    /* Only this device's slice (the accumulator holds no more): with ZeRO-1 the rest of its
+     * gradients is not summed over the devices. */
+    int64_t count = w->own_hi - w->own_lo;
+    if (count == 0) return MW_OK;
     mw__nd nd = {.rank = 1, .dims = {count}, .stride = {{1}, {1}, {1}}};
+    float *grads = (float *)w->grads + w->own_lo, *accum = w->accum;
     if (!fold && n == 0) {
-        mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = w->accum, .a = w->grads};
+        mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = accum, .a = grads};
         return w->dev.vt->copy(&w->dev, &k);
     }
-    float *dst = fold ? w->grads : w->accum;
-    mw__k_binary sum = {.op = MW__BIN_ADD, .nd = nd, .out = dst, .a = w->accum, .b = w->grads};
+    float *dst = fold ? grads : accum;
+    mw__k_binary sum = {.op = MW__BIN_ADD, .nd = nd, .out = dst, .a = accum, .b = grads};
     mw_status st = w->dev.vt->binary(&w->dev, &sum);
     if (st || !fold) return st;
     mw__k_copy mean = {.alpha = 1.0f / (float)(n + 1), .nd = nd, .out = dst, .a = dst};

@@ -425,9 +425,10 @@ static mw_status worker_init(worker *w) {
         if (elems && (st = vt->fill(&w->dev, &z))) return st;
     }
     if (w->tr->cfg.grad_accumulation) {
-        if ((st = vt->alloc(&w->dev, pbytes, &w->accum))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = p->param_elems, .out = w->accum};
-        if ((st = vt->fill(&w->dev, &z))) return st;
+        int64_t elems = w->own_hi - w->own_lo; /* this device's slice */
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->accum};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
     }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
@@ -919,10 +920,10 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
     const worker *w = &tr->w[device];
     int64_t p = w->plan.param_elems * 4;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer); /* allocated in every trainer */
+    int64_t slice = (w->own_hi - w->own_lo) * 4, accum = tr->cfg.grad_accumulation ? slice : 0;
     *out = (mw_device_memory){.parameters = tr->params_from ? 0 : p,
-                              .gradients =
-                                  tr->forward_only ? 0 : p * (tr->cfg.grad_accumulation ? 2 : 1),
-                              .optimizer = moments * (w->own_hi - w->own_lo) * 4,
+                              .gradients = tr->forward_only ? 0 : p + accum,
+                              .optimizer = moments * slice,
                               .activations = w->plan.arena_elems * 4};
     return MW_OK;
 }

@@ -29,7 +29,8 @@ typedef struct worker {
      * [own_lo, own_hi) of the flat parameters: all of them, or with ZeRO-1 its own slice. */
     void *moments;
     int64_t own_lo, own_hi;
-    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients */
+    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients of
+                     * [own_lo, own_hi) */
     float *scratch; /* device scalars: the gradient norm's partial sums, one per slice */
     float *partials; /* host: the same partials (nworkers), gathered from their owners */
     size_t *bounds;  /* host: ZeRO-1 scratch, the slices' parts of one gradient bucket */

@@ -113,8 +113,9 @@ typedef struct mw_trainer_config {
     /* Non-zero: ZeRO-1. The optimizer state is sharded over the devices: the flat parameters are
      * cut into one slice per device (whole 64-byte lines, balanced, cutting across parameters),
      * gradients are reduce-scattered so that each device holds the sum of its slice only, each
-     * device updates its slice and keeps AdamW moments or SGD momentum for it alone (optimizer
-     * memory per device divided by the device count), and the parameters are then all-gathered.
+     * device updates its slice and keeps AdamW moments or SGD momentum (and the gradient
+     * accumulator) for it alone (optimizer memory per device divided by the device count), and
+     * the parameters are then all-gathered.
      * The result is bitwise equal to the replicated update (clipping, weight decay, warm-up and
      * gradient accumulation included: the gradient norm is summed per slice in both modes), and
      * checkpoints hold the full moments, so they load in either mode and on any mesh.
@@ -232,7 +233,8 @@ mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
 /* Bytes one device of a trainer holds, by kind. */
 typedef struct mw_device_memory {
     int64_t parameters;
-    int64_t gradients;   /* the flat gradients, and the accumulator with grad_accumulation */
+    int64_t gradients;   /* the flat gradients, and the accumulator with grad_accumulation (its
+                            slice with ZeRO-1) */
     int64_t optimizer;   /* AdamW moments or SGD momentum: this device's slice with ZeRO-1 */
     int64_t activations; /* the plan's arena: activations, their gradients and temporaries */
 } mw_device_memory;

@@ -159,6 +159,13 @@ static void compare_modes(const char *devices, mw_trainer_config cfg, int steps,
         same_bits(&rep, &z, 0, what);
     }
     cr_assert_gt(clipped, 0, "no step was clipped: the test would not cover clipping");
+    if (micro > 1) { /* the accumulator too is kept for the slice only */
+        mw_device_memory a, b;
+        cr_assert_eq(mw_trainer_memory(rep.tr, 0, &a), MW_OK);
+        cr_assert_eq(mw_trainer_memory(z.tr, 0, &b), MW_OK);
+        cr_assert_eq(a.gradients, 2 * a.parameters);
+        cr_assert_lt(b.gradients, a.parameters + a.parameters / 2);
+    }
     model_close(&rep);
     model_close(&z);
 }
