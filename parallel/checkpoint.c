@@ -60,20 +60,33 @@ static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
 }
 
 /* Copies between the flat host image (params, then m, then v, each in declaration order) and the
- * devices: from device 0 when saving, into every device when loading. */
+ * devices. Parameters: from device 0 when saving, into every device when loading. Moments: each
+ * device holds those of its slice [own_lo, own_hi) (all of them unless ZeRO-1), so saving
+ * gathers them from the slices' owners and loading scatters them; the file is the same in both
+ * modes and on every mesh. */
 static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
                           int moments, int to_devices) {
     int64_t elems = tr->w[tr->first].plan.param_elems;
-    for (int d = tr->first; d < tr->first + (to_devices ? tr->nlocal : 1); d++) {
+    int last = to_devices || tr->zero1 ? tr->first + tr->nlocal : tr->first + 1;
+    for (int d = tr->first; d < last; d++) {
         worker *w = &tr->w[d];
+        int64_t own = w->own_hi - w->own_lo;
         for (int part = 0; part <= moments; part++) {
-            char *base = part == 0 ? w->params : (char *)w->moments + (part - 1) * elems * 4;
+            if (part == 0 && !to_devices && d != tr->first) continue;
             float *img = image + part * elems;
             for (int p = 0; p < nparams; p++) {
                 const mw__param_slot *s = &w->plan.params[params[p]->leaf];
-                mw_status st =
-                    to_devices ? w->dev.vt->upload(&w->dev, base + s->off * 4, img, s->count * 4)
-                               : w->dev.vt->download(&w->dev, img, base + s->off * 4, s->count * 4);
+                int64_t lo = s->off, hi = s->off + s->count;
+                char *at = (char *)w->params + lo * 4;
+                if (part > 0 && mw__own_part(w, s, &lo, &hi))
+                    at = (char *)w->moments + ((part - 1) * own + lo - w->own_lo) * 4;
+                else if (part > 0)
+                    hi = lo;
+                float *from = img + (lo - s->off);
+                size_t bytes = (size_t)(hi - lo) * 4;
+                mw_status st = hi == lo     ? MW_OK
+                               : to_devices ? w->dev.vt->upload(&w->dev, at, from, bytes)
+                                            : w->dev.vt->download(&w->dev, from, at, bytes);
                 if (st) return st;
                 img += s->count;
             }

@@ -76,20 +76,29 @@ mw_status mw__optimizer_decays(mw_trainer *tr) {
     return MW_OK;
 }
 
+int mw__own_part(const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi) {
+    *lo = s->off > w->own_lo ? s->off : w->own_lo;
+    *hi = s->off + s->count < w->own_hi ? s->off + s->count : w->own_hi;
+    return *lo < *hi;
+}
+
 mw_status mw__sgd_update(worker *w, float lr, float scale) {
     mw_trainer *tr = w->tr;
     const mw__device_vtable *vt = w->dev.vt;
     const mw_optimizer *o = &tr->cfg.optimizer;
     if (o->momentum == 0.0f && o->weight_decay == 0.0f) {
-        mw__k_sgd k = {
-            .lr = lr * scale, .count = w->plan.param_elems, .p = w->params, .g = w->grads};
-        return vt->sgd(&w->dev, &k);
+        mw__k_sgd k = {.lr = lr * scale,
+                       .count = w->own_hi - w->own_lo,
+                       .p = (float *)w->params + w->own_lo,
+                       .g = (const float *)w->grads + w->own_lo};
+        return k.count ? vt->sgd(&w->dev, &k) : MW_OK;
     }
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *pn = tr->g->nodes[i];
-        if (pn->op != MW__OP_PARAM) continue;
-        const mw__param_slot *s = &w->plan.params[pn->leaf];
-        mw__k_sgd_momentum k = {.count = s->count,
+        int64_t lo, hi;
+        if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
+            continue;
+        mw__k_sgd_momentum k = {.count = hi - lo,
                                 .lr = lr,
                                 .momentum = o->momentum,
                                 .dampening = o->dampening,
@@ -97,9 +106,10 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
                                 .grad_scale = scale,
                                 .nesterov = o->nesterov,
                                 .first = tr->steps == 0,
-                                .p = (float *)w->params + s->off,
-                                .buf = o->momentum > 0.0f ? (float *)w->moments + s->off : NULL,
-                                .g = (const float *)w->grads + s->off};
+                                .p = (float *)w->params + lo,
+                                .buf = o->momentum > 0.0f ? (float *)w->moments + (lo - w->own_lo)
+                                                          : NULL,
+                                .g = (const float *)w->grads + lo};
         mw_status st = vt->sgd_momentum(&w->dev, &k);
         if (st) return st;
     }
@@ -108,14 +118,18 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
 
 mw_status mw__accumulate_grads(worker *w, int fold) {
     int n = w->tr->accumulated;
-    int64_t count = w->plan.param_elems;
+    /* Only this device's slice (the accumulator holds no more): with ZeRO-1 the rest of its
+     * gradients is not summed over the devices. */
+    int64_t count = w->own_hi - w->own_lo;
+    if (count == 0) return MW_OK;
     mw__nd nd = {.rank = 1, .dims = {count}, .stride = {{1}, {1}, {1}}};
+    float *grads = (float *)w->grads + w->own_lo, *accum = w->accum;
     if (!fold && n == 0) {
-        mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = w->accum, .a = w->grads};
+        mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = accum, .a = grads};
         return w->dev.vt->copy(&w->dev, &k);
     }
-    float *dst = fold ? w->grads : w->accum;
-    mw__k_binary sum = {.op = MW__BIN_ADD, .nd = nd, .out = dst, .a = w->accum, .b = w->grads};
+    float *dst = fold ? grads : accum;
+    mw__k_binary sum = {.op = MW__BIN_ADD, .nd = nd, .out = dst, .a = accum, .b = grads};
     mw_status st = w->dev.vt->binary(&w->dev, &sum);
     if (st || !fold) return st;
     mw__k_copy mean = {.alpha = 1.0f / (float)(n + 1), .nd = nd, .out = dst, .a = dst};

@@ -14,7 +14,11 @@ int mw__optimizer_moments(const mw_optimizer *o);
 /* Decides, per parameter leaf, whether weight decay applies (tr->decays). */
 mw_status mw__optimizer_decays(mw_trainer *tr);
 
-/* The SGD update of worker w's replica with learning rate lr and gradient scale `scale`. */
+/* The part [*lo, *hi) of parameter slot s inside worker w's slice of the flat parameters
+ * [own_lo, own_hi); 0 when they do not meet. */
+int mw__own_part(const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi);
+
+/* The SGD update of worker w's slice with learning rate lr and gradient scale `scale`. */
 mw_status mw__sgd_update(worker *w, float lr, float scale);
 
 /* Gradient accumulation on worker w after a backward pass: fold 0 adds the gradients to the

@@ -60,7 +60,26 @@ typedef struct mw__reducer_vtable {
     mw_status (*allreduce_finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
+    /* Optional (NULL: the reducer lacks them; ZeRO-1 then refuses the communicator). bounds holds
+     * nranks + 1 non-decreasing offsets into buf[0..n) that every rank passes alike; rank r's
+     * part is buf[bounds[r] .. bounds[r + 1]).
+     * reduce_scatter_sum: in place, rank r's part of its own buf becomes the sum over all ranks'
+     * buffers in rank order, the same bits allreduce_sum gives there; the rest of its buf is left
+     * as it was.
+     * all_gather: every rank's buf becomes, part by part, the owner's part (rank q's part comes
+     * from rank q's buf). */
+    mw_status (*reduce_scatter_sum)(mw__comm *comm, int rank, float *buf, size_t n,
+                                    const size_t *bounds);
+    mw_status (*all_gather)(mw__comm *comm, int rank, float *buf, size_t n, const size_t *bounds);
 } mw__reducer_vtable;
+
+/* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
+ * balanced to within one line; lo of r == parts is n. Depends only on n, parts and r. */
+static inline size_t mw__slice_lo(size_t n, int parts, int r) {
+    size_t lines = (n + 15) / 16;
+    size_t lo = lines * (size_t)r / (size_t)parts * 16;
+    return lo < n ? lo : n;
+}
 
 /* The shared-memory reducer for devices that share the host's address space (virtual CPU
  * devices). */

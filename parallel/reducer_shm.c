@@ -66,7 +66,7 @@
 #define ABORT_BIT (UINT64_C(1) << 63)
 #define COUNT_MASK (ABORT_BIT - 1)
 
-enum op { OP_ALLREDUCE = 1, OP_BARRIER = 2 };
+enum op { OP_ALLREDUCE = 1, OP_BARRIER = 2, OP_REDUCE_SCATTER = 3, OP_ALL_GATHER = 4 };
 enum cause { CAUSE_ABORT = 1, CAUSE_TIMEOUT = 2, CAUSE_INVALID = 3 };
 
 /* What a rank passes into one collective; peers read it after the step that publishes it. */
@@ -74,6 +74,7 @@ typedef struct desc {
     float *buf;
     size_t n;
     int op;
+    const size_t *bounds; /* reduce-scatter and all-gather: the parts */
 } desc;
 
 typedef struct rank_state {
@@ -210,7 +211,14 @@ static int missing_rank(mw__comm *c, int self, uint64_t step) {
     return -1;
 }
 
-static const char *op_name(int op) { return op == OP_BARRIER ? "barrier" : "all-reduce"; }
+static const char *op_name(int op) {
+    switch (op) {
+    case OP_BARRIER: return "barrier";
+    case OP_REDUCE_SCATTER: return "reduce-scatter";
+    case OP_ALL_GATHER: return "all-gather";
+    default: return "all-reduce";
+    }
+}
 
 static mw_status aborted_error(mw__comm *c, int rank, int op, uint64_t step, int entering) {
     char why[160];
@@ -293,10 +301,10 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
 /* Publishes this rank's call, takes a refusable step and checks that every rank made the same
  * call (a mismatch would otherwise write past a buffer). All ranks see the same descriptors, so
  * they all fail or all go on. */
-static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n) {
+static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n, const size_t *bounds) {
     rank_state *me = &c->ranks[rank];
     int parity = (int)((me->step + 1) & 1);
-    me->pub[parity] = (desc){buf, n, op};
+    me->pub[parity] = (desc){buf, n, op, bounds};
     mw_status st = take_step(c, rank, op, 1);
     if (st != MW_OK) return st;
     const desc *d0 = &c->ranks[0].pub[parity];
@@ -307,9 +315,13 @@ static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n) {
                              op_name(op), op_name(d0->op), q, op_name(d->op));
         if (d->n != d0->n)
             return mw__error(MW_ERR_INVALID,
-                             "all-reduce: ranks disagree on the length: rank 0 has %zu floats, "
+                             "%s: ranks disagree on the length: rank 0 has %zu floats, "
                              "rank %d has %zu",
-                             d0->n, q, d->n);
+                             op_name(op), d0->n, q, d->n);
+        if (d0->bounds &&
+            memcmp(d->bounds, d0->bounds, (size_t)(c->nranks + 1) * sizeof *d->bounds) != 0)
+            return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the parts",
+                             op_name(op), q);
     }
     return MW_OK;
 }
@@ -392,19 +404,19 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) 
     }
     /* Nothing to add, but still one step: skipping it would let ranks disagree on which
      * collective an abort stopped, and would hide a peer that passed a different length. */
-    if (n == 0) return enter(c, rank, OP_ALLREDUCE, buf, 0);
+    if (n == 0) return enter(c, rank, OP_ALLREDUCE, buf, 0, NULL);
     rank_state *me = &c->ranks[rank];
     if (n <= SMALL_MAX_FLOATS) {
         int parity = (int)((me->step + 1) & 1);
         memcpy(me->slot[parity], buf, n * sizeof(float));
-        st = enter(c, rank, OP_ALLREDUCE, buf, n);
+        st = enter(c, rank, OP_ALLREDUCE, buf, n, NULL);
         if (st != MW_OK) return st;
         add_two(buf, c->ranks[0].slot[parity], c->ranks[1].slot[parity], n);
         for (int q = 2; q < p; q++) add_into(buf, c->ranks[q].slot[parity], n);
         return MW_OK;
     }
     int parity = (int)((me->step + 1) & 1);
-    st = enter(c, rank, OP_ALLREDUCE, buf, n);
+    st = enter(c, rank, OP_ALLREDUCE, buf, n, NULL);
     if (st != MW_OK) return st;
     /* Slices in whole 64-byte lines, so no two ranks write the same line. */
     size_t lines = (n + 15) / 16;
@@ -415,6 +427,63 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) 
     return take_step(c, rank, OP_ALLREDUCE, 0);
 }
 
+/* Checks a call's parts: nranks + 1 non-decreasing offsets within [0, n]. */
+static int bad_bounds(const mw__comm *c, size_t n, const size_t *bounds) {
+    if (!bounds) return 1;
+    for (int q = 0; q < c->nranks; q++)
+        if (bounds[q] > bounds[q + 1]) return 1;
+    return bounds[c->nranks] > n;
+}
+
+/* One pass like the all-reduce's large path, but every rank writes its sum only into its own
+ * buffer: the chunk is summed in rank order into a stack buffer (so rank r's own data is read
+ * before it is overwritten), then copied home. Peers read this rank's other parts meanwhile,
+ * which it does not write; the committed "done" step keeps every buffer alive until all parts
+ * are summed. */
+static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, float *buf, size_t n,
+                                        const size_t *bounds) {
+    mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds);
+    if (st != MW_OK) return st;
+    if (bad_bounds(c, n, bounds)) {
+        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        return mw__error(MW_ERR_INVALID, "reduce-scatter: rank %d passed parts outside 0..%zu",
+                         rank, n);
+    }
+    int p = c->nranks;
+    if (p == 1) return shm_allreduce_sum(c, rank, buf, n);
+    int parity = (int)((c->ranks[rank].step + 1) & 1);
+    if ((st = enter(c, rank, OP_REDUCE_SCATTER, buf, n, bounds)) != MW_OK) return st;
+    float acc[CHUNK_FLOATS];
+    for (size_t at = bounds[rank]; at < bounds[rank + 1]; at += CHUNK_FLOATS) {
+        size_t left = bounds[rank + 1] - at, len = left < CHUNK_FLOATS ? left : CHUNK_FLOATS;
+        add_two(acc, c->ranks[0].pub[parity].buf + at, c->ranks[1].pub[parity].buf + at, len);
+        for (int q = 2; q < p; q++) add_into(acc, c->ranks[q].pub[parity].buf + at, len);
+        memcpy(buf + at, acc, len * sizeof(float));
+    }
+    return take_step(c, rank, OP_REDUCE_SCATTER, 0);
+}
+
+/* Every rank copies the peers' parts out of their buffers into its own; nobody writes a part
+ * another rank reads. */
+static mw_status shm_all_gather(mw__comm *c, int rank, float *buf, size_t n, const size_t *bounds) {
+    mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds);
+    if (st != MW_OK) return st;
+    if (bad_bounds(c, n, bounds)) {
+        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        return mw__error(MW_ERR_INVALID, "all-gather: rank %d passed parts outside 0..%zu", rank,
+                         n);
+    }
+    int p = c->nranks;
+    if (p == 1) return shm_allreduce_sum(c, rank, buf, n);
+    int parity = (int)((c->ranks[rank].step + 1) & 1);
+    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, bounds)) != MW_OK) return st;
+    for (int q = 0; q < p; q++)
+        if (q != rank && bounds[q] < bounds[q + 1])
+            memcpy(buf + bounds[q], c->ranks[q].pub[parity].buf + bounds[q],
+                   (bounds[q + 1] - bounds[q]) * sizeof(float));
+    return take_step(c, rank, OP_ALL_GATHER, 0);
+}
+
 static mw_status shm_barrier(mw__comm *c, int rank) {
     mw_status st = check_args(c, rank, "barrier", 0);
     if (st != MW_OK) return st;
@@ -423,7 +492,7 @@ static mw_status shm_barrier(mw__comm *c, int rank) {
             return aborted_error(c, rank, OP_BARRIER, c->ranks[rank].step + 1, 1);
         return MW_OK;
     }
-    return enter(c, rank, OP_BARRIER, NULL, 0);
+    return enter(c, rank, OP_BARRIER, NULL, 0, NULL);
 }
 
 static void shm_abort(mw__comm *c) {
@@ -449,4 +518,6 @@ const mw__reducer_vtable mw__reducer_shm = {
     .barrier = shm_barrier,
     .abort = shm_abort,
     .reset = shm_reset,
+    .reduce_scatter_sum = shm_reduce_scatter_sum,
+    .all_gather = shm_all_gather,
 };

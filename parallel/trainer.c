@@ -154,10 +154,20 @@ static mw_status run_ins(worker *w, mw__ins *in) {
         int64_t t0 = now_ns();
         mw_status st;
         const mw__reducer_vtable *r = w->tr->reducer;
-        /* A bucket is reduced while backward continues, where the reducer can: queued behind
-         * the kernels that wrote it on a GPU, progressed between instructions across processes;
-         * reductions() completes it before the gradients are read. */
-        if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
+        if (in->kind == MW__I_GRAD_BUCKET && w->tr->zero1) {
+            /* ZeRO-1: this device needs only its slice of the bucket summed. Every group of
+             * gradients spans the mesh, with rank d on device d (checked when built). */
+            const size_t *sl = w->tr->slices;
+            size_t at = (size_t)in->ref[0].off, n = (size_t)in->count;
+            for (int k = 0; k <= w->tr->nworkers; k++)
+                w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
+            if ((st = vt->sync(dev)) == MW_OK)
+                st = r->reduce_scatter_sum(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), n,
+                                           w->bounds);
+        } else if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
+            /* A bucket is reduced while backward continues, where the reducer can: queued
+             * behind the kernels that wrote it on a GPU, progressed between instructions across
+             * processes; reductions() completes it before the gradients are read. */
             w->inflight |= 1u << gi;
             st =
                 r->allreduce_start(w->comm[gi], w->rank[gi], ptr(w, in->ref[0]), (size_t)in->count);
@@ -298,9 +308,42 @@ static mw_status run_range(worker *w, int from, int to) {
     return MW_OK;
 }
 
-/* The optimizer step on this replica. The gradients are already all-reduced, so every replica
- * computes the same norm and the same update. */
-static mw_status update(worker *w) {
+/* The gradient norm: one partial sum of squares per slice of tr->slices, added in slice order in
+ * double. Replicated, every device computes every partial; with ZeRO-1 each device its own
+ * slice's (the only one summed over the devices) and the partials are all-gathered. Both give
+ * the same bits. */
+static mw_status grad_norm(worker *w, float *norm) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    const size_t *sl = tr->slices;
+    int n = tr->nworkers, first = tr->zero1 ? w->index : 0, last = tr->zero1 ? w->index + 1 : n;
+    mw_status st;
+    for (int r = first; r < last; r++) {
+        mw__k_sumsq k = {.count = (int64_t)(sl[r + 1] - sl[r]),
+                         .out = w->scratch + (r - first),
+                         .a = (const float *)w->grads + sl[r]};
+        if (k.count && (st = vt->sumsq(&w->dev, &k))) return st;
+    }
+    if ((st = vt->download(&w->dev, w->partials + first, w->scratch,
+                           (size_t)(last - first) * sizeof(float))))
+        return st;
+    for (int r = first; r < last; r++)
+        if (sl[r] == sl[r + 1]) w->partials[r] = 0.0f;
+    if (tr->zero1) {
+        for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r; /* one partial each */
+        if ((st =
+                 tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n, w->bounds)))
+            return st;
+    }
+    double sq = 0.0;
+    for (int r = 0; r < n; r++) sq += (double)w->partials[r];
+    *norm = (float)sqrt(sq);
+    return MW_OK;
+}
+
+/* The norm (clipping, finiteness) and the optimizer's kernels over [own_lo, own_hi), weight decay
+ * and moments applied per parameter part of it. */
+static mw_status update_slice(worker *w) {
     mw_trainer *tr = w->tr;
     const mw__device_vtable *vt = w->dev.vt;
     const mw_optimizer *o = &tr->cfg.optimizer;
@@ -308,12 +351,8 @@ static mw_status update(worker *w) {
     float scale = 1.0f;
     if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite ||
         tr->cfg.skip_nonfinite) {
-        mw__k_sumsq k = {.count = w->plan.param_elems, .out = w->scratch, .a = w->grads};
-        float sq;
-        if ((st = vt->sumsq(&w->dev, &k)) ||
-            (st = vt->download(&w->dev, &sq, w->scratch, sizeof sq)))
-            return st;
-        float norm = sqrtf(sq);
+        float norm;
+        if ((st = grad_norm(w, &norm))) return st;
         if (w->index == 0) tr->grad_norm = norm;
         if (tr->cfg.skip_nonfinite && !isfinite(norm)) {
             w->skipped = 1; /* every replica has the same gradients and skips alike */
@@ -330,12 +369,13 @@ static mw_status update(worker *w) {
     if (o->kind == MW_SGD) return mw__sgd_update(w, lr, scale);
     double t = (double)tr->steps + 1;
     float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
-    float *m = w->moments, *v = m + w->plan.param_elems;
+    float *m = w->moments, *v = m + (w->own_hi - w->own_lo);
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *pn = tr->g->nodes[i];
-        if (pn->op != MW__OP_PARAM) continue;
-        const mw__param_slot *s = &w->plan.params[pn->leaf];
-        mw__k_adamw k = {.count = s->count,
+        int64_t lo, hi;
+        if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
+            continue;
+        mw__k_adamw k = {.count = hi - lo,
                          .lr = lr,
                          .beta1 = o->beta1,
                          .beta2 = o->beta2,
@@ -344,13 +384,24 @@ static mw_status update(worker *w) {
                          .bias1 = bias1,
                          .bias2 = bias2,
                          .grad_scale = scale,
-                         .p = (float *)w->params + s->off,
-                         .m = m + s->off,
-                         .v = v + s->off,
-                         .g = (const float *)w->grads + s->off};
+                         .p = (float *)w->params + lo,
+                         .m = m + (lo - w->own_lo),
+                         .v = v + (lo - w->own_lo),
+                         .g = (const float *)w->grads + lo};
         if ((st = vt->adamw(&w->dev, &k))) return st;
     }
     return MW_OK;
+}
+
+/* The optimizer step on this device's slice of the parameters (all of them unless ZeRO-1). The
+ * slice's gradients are already summed over the devices, so every device computes the same norm
+ * and the same update of what it holds; ZeRO-1 then all-gathers the parameters. */
+static mw_status update(worker *w) {
+    mw_status st = update_slice(w);
+    if (st || !w->tr->zero1 || w->skipped) return st;
+    if ((st = w->dev.vt->sync(&w->dev))) return st;
+    return w->tr->all_reducer->all_gather(w->tr->all, w->index, w->params,
+                                          (size_t)w->plan.param_elems, w->tr->slices);
 }
 
 static mw_status worker_init(worker *w) {
@@ -365,7 +416,8 @@ static mw_status worker_init(worker *w) {
         (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
         (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
-    if ((st = vt->alloc(&w->dev, 64, (void **)&w->scratch))) return st;
+    size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
+    if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
         size_t staged = 0;
         for (int v = 0; v < p->nviews; v++)
@@ -374,14 +426,16 @@ static mw_status worker_init(worker *w) {
     }
     int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
     if (moments) {
-        if ((st = vt->alloc(&w->dev, (size_t)moments * pbytes, &w->moments))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = moments * p->param_elems, .out = w->moments};
-        if ((st = vt->fill(&w->dev, &z))) return st;
+        int64_t elems = moments * (w->own_hi - w->own_lo);
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->moments};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
     }
     if (w->tr->cfg.grad_accumulation) {
-        if ((st = vt->alloc(&w->dev, pbytes, &w->accum))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = p->param_elems, .out = w->accum};
-        if ((st = vt->fill(&w->dev, &z))) return st;
+        int64_t elems = w->own_hi - w->own_lo; /* this device's slice */
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->accum};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
     }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
@@ -714,7 +768,18 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
     if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
     worker *w = &tr->w[tr->first];
     const char *base = grads ? w->grads : w->params;
-    return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
+    if (!grads || !tr->zero1)
+        return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
+    /* ZeRO-1: each device holds the summed gradients of its own slice only. */
+    for (int d = 0; d < tr->nworkers; d++) {
+        int64_t lo, hi;
+        w = &tr->w[d];
+        if (mw__own_part(w, s, &lo, &hi) &&
+            (st = w->dev.vt->download(&w->dev, dst + (lo - s->off), (char *)w->grads + lo * 4,
+                                      (size_t)(hi - lo) * 4)))
+            return st;
+    }
+    return MW_OK;
 }
 
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count) {
@@ -855,6 +920,23 @@ mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
 int64_t mw_trainer_steps(const mw_trainer *tr) { return tr ? tr->steps : 0; }
 
 int mw_trainer_devices(const mw_trainer *tr) { return tr ? tr->nworkers : 0; }
+
+mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *out) {
+    if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_memory: NULL argument");
+    if (device < tr->first || device >= tr->first + tr->nlocal)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_memory: device %d is not one of this process's (%d..%d)",
+                         device, tr->first, tr->first + tr->nlocal - 1);
+    const worker *w = &tr->w[device];
+    int64_t p = w->plan.param_elems * 4;
+    int moments = mw__optimizer_moments(&tr->cfg.optimizer); /* allocated in every trainer */
+    int64_t slice = (w->own_hi - w->own_lo) * 4, accum = tr->cfg.grad_accumulation ? slice : 0;
+    *out = (mw_device_memory){.parameters = tr->params_from ? 0 : p,
+                              .gradients = tr->forward_only ? 0 : p + accum,
+                              .optimizer = moments * slice,
+                              .activations = w->plan.arena_elems * 4};
+    return MW_OK;
+}
 
 int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis) {
     if (!tr || !axis || device < 0 || device >= tr->nworkers) return -1;
@@ -1015,6 +1097,54 @@ static mw_status make_groups(mw_trainer *tr) {
     return MW_OK;
 }
 
+mw_status mw__zero1_collectives(const mw__reducer_vtable *reducer,
+                                const mw__reducer_vtable *all_reducer, const char *mesh) {
+    const mw__reducer_vtable *lacking = !reducer->reduce_scatter_sum || !reducer->all_gather
+                                            ? reducer
+                                        : !all_reducer->all_gather ? all_reducer
+                                                                   : NULL;
+    if (!lacking) return MW_OK;
+    return mw__error(MW_ERR_UNSUPPORTED,
+                     "mw_trainer_new: shard_optimizer needs reduce-scatter and all-gather, which "
+                     "the %s reducer of %s lacks",
+                     lacking->name, mesh);
+}
+
+/* Cuts the flat parameters into one slice per device (tr->slices) and, with shard_optimizer on
+ * several devices, turns ZeRO-1 on once the reducers and gradient groups allow it. */
+static mw_status plan_slices(mw_trainer *tr) {
+    int n = tr->nworkers;
+    const mw__plan *p = &tr->w[tr->first].plan;
+    tr->slices = mw__malloc((size_t)(n + 1) * sizeof *tr->slices);
+    if (!tr->slices) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    for (int r = 0; r <= n; r++) tr->slices[r] = mw__slice_lo((size_t)p->param_elems, n, r);
+    tr->zero1 = tr->cfg.shard_optimizer && !tr->forward_only && n > 1;
+    mw_status st =
+        tr->zero1 ? mw__zero1_collectives(tr->reducer, tr->all_reducer, tr->mesh->desc) : MW_OK;
+    if (st) return st;
+    for (int i = 0; tr->zero1 && i < p->nins; i++) {
+        if (p->ins[i].kind != MW__I_GRAD_BUCKET) continue;
+        int gi = group_index(tr, p->ins[i].group), ok = tr->groups[gi].ncomms <= 1;
+        for (int d = 0; ok && tr->groups[gi].ncomms == 1 && d < n; d++) ok = tr->w[d].rank[gi] == d;
+        if (!ok)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "mw_trainer_new: shard_optimizer needs every gradient summed over "
+                             "all %d devices of %s, but some are summed over groups of %d (the "
+                             "batch is not sharded over every mesh axis)",
+                             n, tr->mesh->desc, n / tr->groups[gi].ncomms);
+    }
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        worker *w = &tr->w[d];
+        w->own_lo = tr->zero1 ? (int64_t)tr->slices[d] : 0;
+        w->own_hi = tr->zero1 ? (int64_t)tr->slices[d + 1] : p->param_elems;
+        w->partials = mw__malloc((size_t)n * sizeof *w->partials);
+        w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
+        if (!w->partials || !w->bounds)
+            return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    }
+    return MW_OK;
+}
+
 static mw_status start_workers(mw_trainer *tr) {
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
         if (pthread_create(&tr->w[i].thread, NULL, worker_main, &tr->w[i]) != 0)
@@ -1061,6 +1191,8 @@ void mw_trainer_free(mw_trainer *tr) {
             mw__plan_free(&tr->w[i].plan);
             mw__profile_free(&tr->w[i]);
             mw__free(tr->w[i].bases);
+            mw__free(tr->w[i].partials);
+            mw__free(tr->w[i].bounds);
         }
     if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
     mw__free(tr->w);
@@ -1071,6 +1203,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->init_values);
     mw__trainer_consistency_free(tr);
     mw__free(tr->decays);
+    mw__free(tr->slices);
     mw_graph_free(tr->g);
     mw__free(tr);
 }
@@ -1165,7 +1298,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
         if (tr->params_from && (st = mw__share_params(tr, w))) return st;
     }
-    if ((st = make_groups(tr)) || (st = init_values(tr)) || (st = mw__trainer_prepare(tr)))
+    if ((st = make_groups(tr)) || (st = plan_slices(tr)) || (st = init_values(tr)) ||
+        (st = mw__trainer_prepare(tr)))
         return st;
 
     if (mesh->vt == &mw__cpu_device && tr->cfg.blas_threads >= 0)

@@ -25,11 +25,17 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
-    void *moments;  /* AdamW: m then v, each param_elems long; SGD with momentum: its buffer */
-    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients */
-    float *scratch; /* device scalars: the gradient square-norm */
-    void *pinned;   /* page-locked staging of the input shards (devices that offer it) */
-    char **bases;   /* per plan base: resolved address (views rebound every step) */
+    /* AdamW: m then v; SGD with momentum: its buffer. Each covers this device's slice
+     * [own_lo, own_hi) of the flat parameters: all of them, or with ZeRO-1 its own slice. */
+    void *moments;
+    int64_t own_lo, own_hi;
+    void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients of
+                     * [own_lo, own_hi) */
+    float *scratch; /* device scalars: the gradient norm's partial sums, one per slice */
+    float *partials; /* host: the same partials (nworkers), gathered from their owners */
+    size_t *bounds;  /* host: ZeRO-1 scratch, the slices' parts of one gradient bucket */
+    void *pinned;    /* page-locked staging of the input shards (devices that offer it) */
+    char **bases;    /* per plan base: resolved address (views rebound every step) */
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
     uint32_t inflight; /* groups with all-reduces started and not finished (bit per group) */
@@ -119,11 +125,22 @@ struct mw_trainer {
      * params_from's devices when not NULL (same mesh), else its own. */
     int forward_only;
     mw_trainer *params_from;
+    /* The flat parameters cut into one slice per device of the mesh (nworkers + 1 offsets,
+     * mw__slice_lo): the gradient norm adds one partial per slice, and with ZeRO-1 (zero1, on a
+     * mesh of several devices) device d keeps optimizer state and updates only for slice d. */
+    size_t *slices;
+    int zero1;
 };
 
 /* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */
 mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
                                   mw_trainer *params_from, mw_trainer **out);
+
+/* MW_OK when the reducers of a mesh offer what ZeRO-1 needs (reduce-scatter and all-gather for
+ * the gradients' groups, all-gather among all devices); MW_ERR_UNSUPPORTED naming the reducer
+ * that lacks them and the mesh otherwise. */
+mw_status mw__zero1_collectives(const mw__reducer_vtable *reducer,
+                                const mw__reducer_vtable *all_reducer, const char *mesh);
 
 /* Points worker w's plan at params_from's parameter buffer (infer.c). */
 mw_status mw__share_params(mw_trainer *tr, worker *w);

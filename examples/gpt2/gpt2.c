@@ -34,7 +34,7 @@ typedef struct options {
     gpt2_config model;
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
-    int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas;
+    int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -94,6 +94,8 @@ static void usage(FILE *f) {
         "  --val-batches N     sequential batches per validation (default 8)\n"
         "  --skip-nonfinite    skip a step whose gradients hold NaN or Inf (counted, reported)\n"
         "                      instead of stopping\n"
+        "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
+        "                      slice of the parameters (same results, less memory per device)\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
         "evaluation and sampling\n"
         "  --eval-only         print the loss over --eval-batches sequential batches, no training\n"
@@ -178,6 +180,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->allow_nonfinite = 1;
         } else if (strcmp(arg, "--skip-nonfinite") == 0) {
             o->skip_nonfinite = 1;
+        } else if (strcmp(arg, "--shard-optimizer") == 0) {
+            o->shard_optimizer = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--check-replicas", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->check_replicas);
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
@@ -453,7 +457,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                                            .decay_steps = o->cosine ? o->steps : 0,
                                            .min_lr_ratio = (float)o->min_lr_ratio},
                              .skip_nonfinite = o->skip_nonfinite,
-                             .check_replicas_every = o->check_replicas};
+                             .check_replicas_every = o->check_replicas,
+                             .shard_optimizer = o->shard_optimizer};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -679,7 +684,8 @@ static mw_status agree_flags(const run *r) {
              "--weight-decay %.17g\n--grad-clip %.17g\n--warmup %d\n--schedule %s\n"
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
-             "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--allow-nonfinite %d\n"
+             "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
+             "--allow-nonfinite %d\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
@@ -688,7 +694,8 @@ static mw_status agree_flags(const run *r) {
              o->eps, o->weight_decay, o->grad_clip, o->warmup, o->cosine ? "cosine" : "constant",
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
-             o->skip_nonfinite, o->check_replicas, o->allow_nonfinite, o->sample, o->temperature,
+             o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
+             o->sample, o->temperature,
              (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
@@ -754,6 +761,14 @@ static int run_main(int argc, char **argv) {
         rc = fail(st, "cannot build the model");
         goto done;
     }
+    mw_device_memory mem;
+    int first = 0;
+    mw_mesh_local_devices(r.mesh, &first);
+    if (mw_trainer_memory(r.tr, first, &mem) == MW_OK)
+        printf("memory per device: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, "
+               "activations %.2f MB\n",
+               mem.parameters / 1e6, mem.gradients / 1e6, mem.optimizer / 1e6,
+               mem.activations / 1e6);
     if (o->load) {
         st = gpt2_is_safetensors(o->load)
                  ? gpt2_hf_load(r.tr, &o->model, o->load, err, sizeof err)

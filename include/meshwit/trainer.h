@@ -110,6 +110,20 @@ typedef struct mw_trainer_config {
     /* Non-zero: the trainer keeps a gradient accumulator (one more parameter-sized buffer per
      * device) so that mw_trainer_accumulate can be used. */
     int grad_accumulation;
+    /* Non-zero: ZeRO-1. The optimizer state is sharded over the devices: the flat parameters are
+     * cut into one slice per device (whole 64-byte lines, balanced, cutting across parameters),
+     * gradients are reduce-scattered so that each device holds the sum of its slice only, each
+     * device updates its slice and keeps AdamW moments or SGD momentum (and the gradient
+     * accumulator) for it alone (optimizer memory per device divided by the device count), and
+     * the parameters are then all-gathered.
+     * The result is bitwise equal to the replicated update (clipping, weight decay, warm-up and
+     * gradient accumulation included: the gradient norm is summed per slice in both modes), and
+     * checkpoints hold the full moments, so they load in either mode and on any mesh.
+     * mw_trainer_read_grad gathers each slice from its owner. Needs a reducer with reduce-scatter
+     * and all-gather (today the shared-memory one of CPU devices in one process) and gradients
+     * reduced over every device of the mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one
+     * device it changes nothing. */
+    int shard_optimizer;
 } mw_trainer_config;
 
 /* A host array fed to an input by name. Its element count must be the input's global element
@@ -215,6 +229,19 @@ typedef struct mw_step_stats {
 } mw_step_stats;
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
+
+/* Bytes one device of a trainer holds, by kind. */
+typedef struct mw_device_memory {
+    int64_t parameters;
+    int64_t gradients;   /* the flat gradients, and the accumulator with grad_accumulation (its
+                            slice with ZeRO-1) */
+    int64_t optimizer;   /* AdamW moments or SGD momentum: this device's slice with ZeRO-1 */
+    int64_t activations; /* the plan's arena: activations, their gradients and temporaries */
+} mw_device_memory;
+
+/* What device `device` of the mesh holds. MW_ERR_INVALID for a NULL argument or a device that is
+ * not this process's. */
+mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *out);
 
 /* One row of a profile: the time spent in one kind of kernel in one phase of a step, summed over
  * the steps since the trainer was made or the profile reset, per device (the mean over this

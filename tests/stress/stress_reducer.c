@@ -1,6 +1,7 @@
 /* Stress for the shared-memory reducer, meant to run under ThreadSanitizer: thousands of
- * all-reduces and barriers of random sizes (0 .. ~100k floats) with random delays on every rank,
- * for 2, 3 and 4 ranks, plus rounds where a rank fails or the host aborts at a random moment.
+ * all-reduces, reduce-scatters, all-gathers and barriers of random sizes (0 .. ~100k floats) with
+ * random delays on every rank, for 2, 3 and 4 ranks, plus rounds where a rank fails or the host
+ * aborts at a random moment.
  *
  * Checks: every sum is exact (integer-valued inputs), and an abort is all-or-nothing: every rank
  * fails at the same collective, none of them had its buffer touched by it, and after reset() the
@@ -30,7 +31,10 @@ typedef struct round_plan {
     int victim;          /* ROUND_VICTIM: the rank that aborts instead of entering... */
     int victim_at;       /* ...at this collective */
     size_t n[ROUND_LEN]; /* SIZE_MAX: a barrier */
+    int op[ROUND_LEN];   /* enum op */
 } round_plan;
+
+enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER };
 
 typedef struct shared {
     const mw__reducer_vtable *red;
@@ -88,6 +92,25 @@ static float value(int rank, size_t i, int salt) {
     return (float)((i * 7 + (size_t)rank * 3 + (size_t)salt) % 61);
 }
 
+/* What rank `rank` puts into element i before a collective: its value, except that an
+ * all-gather's input outside the rank's own part is junk the collective must overwrite. */
+static float input(int op, int rank, size_t i, int salt, const size_t *bounds) {
+    if (op == OP_ALL_GATHER && (i < bounds[rank] || i >= bounds[rank + 1])) return -1.0f;
+    return value(rank, i, salt);
+}
+
+/* The element after a collective that completed. */
+static float expected(const shared *sh, int op, int rank, size_t i, int salt,
+                      const size_t *bounds) {
+    int owner = 0;
+    while (i >= bounds[owner + 1]) owner++;
+    if (op == OP_ALL_GATHER) return value(owner, i, salt);
+    if (op == OP_REDUCE_SCATTER && owner != rank) return value(rank, i, salt);
+    float want = 0;
+    for (int r = 0; r < sh->p; r++) want += value(r, i, salt);
+    return want;
+}
+
 static void *rank_main(void *arg) {
     rank_arg *a = arg;
     shared *sh = a->sh;
@@ -102,8 +125,10 @@ static void *rank_main(void *arg) {
         /* A host-abort round repeats its collectives until the abort lands. */
         int limit = plan->kind == ROUND_HOST_ABORT ? 1 << 30 : ROUND_LEN;
         for (int k = 0; k < limit && failed_at < 0; k++) {
-            size_t n = plan->n[k % ROUND_LEN];
+            size_t n = plan->n[k % ROUND_LEN], bounds[MAX_RANKS + 1];
+            int op = plan->op[k % ROUND_LEN];
             int salt = (round * ROUND_LEN + k) % 1000;
+            for (int r = 0; n != SIZE_MAX && r <= sh->p; r++) bounds[r] = mw__slice_lo(n, sh->p, r);
             jitter(&a->rng);
             if (plan->kind == ROUND_VICTIM && a->rank == plan->victim && k == plan->victim_at) {
                 sh->red->abort(sh->comm); /* this rank "failed" and will not enter */
@@ -114,14 +139,17 @@ static void *rank_main(void *arg) {
             if (n == SIZE_MAX) {
                 st = sh->red->barrier(sh->comm, a->rank);
             } else {
-                for (size_t i = 0; i < n; i++) buf[i] = value(a->rank, i, salt);
-                st = sh->red->allreduce_sum(sh->comm, a->rank, buf, n);
+                for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
+                st = op == OP_REDUCE_SCATTER
+                         ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, bounds)
+                     : op == OP_ALL_GATHER ? sh->red->all_gather(sh->comm, a->rank, buf, n, bounds)
+                                           : sh->red->allreduce_sum(sh->comm, a->rank, buf, n);
             }
             if (st == MW_ERR_ABORTED && plan->kind != ROUND_PLAIN) {
                 failed_at = k;
                 /* Nothing may have been written into a buffer of a collective that failed. */
                 for (size_t i = 0; n != SIZE_MAX && i < n; i++)
-                    if (buf[i] != value(a->rank, i, salt)) {
+                    if (buf[i] != input(op, a->rank, i, salt, bounds)) {
                         fail(sh, "round %d collective %d rank %d: aborted but buffer changed",
                              round, k, a->rank);
                         break;
@@ -136,11 +164,11 @@ static void *rank_main(void *arg) {
             }
             if (n == SIZE_MAX) continue;
             for (size_t i = 0; i < n; i++) {
-                float want = 0;
-                for (int r = 0; r < sh->p; r++) want += value(r, i, salt);
+                float want = expected(sh, op, a->rank, i, salt, bounds);
                 if (buf[i] != want) {
-                    fail(sh, "round %d collective %d (n=%zu) rank %d: element %zu is %g, not %g",
-                         round, k, n, a->rank, i, (double)buf[i], (double)want);
+                    fail(sh,
+                         "round %d collective %d (op %d, n=%zu) rank %d: element %zu is %g, not %g",
+                         round, k, op, n, a->rank, i, (double)buf[i], (double)want);
                     break;
                 }
             }
@@ -178,7 +206,10 @@ static int run(int p, int nrounds, uint64_t seed) {
         plan->kind = x < 6 ? ROUND_PLAIN : x < 8 ? ROUND_VICTIM : ROUND_HOST_ABORT;
         plan->victim = (int)(next(&rng) % (uint64_t)p);
         plan->victim_at = (int)(next(&rng) % ROUND_LEN);
-        for (int k = 0; k < ROUND_LEN; k++) plan->n[k] = random_len(&rng);
+        for (int k = 0; k < ROUND_LEN; k++) {
+            plan->n[k] = random_len(&rng);
+            plan->op[k] = (int)(next(&rng) % 3);
+        }
     }
     pthread_barrier_init(&sh.round_end, NULL, (unsigned)p + 1);
     pthread_barrier_init(&sh.round_start, NULL, (unsigned)p + 1);
