@@ -2,8 +2,12 @@
  * them up. The process holding rank 0 calls ncclGetUniqueId and broadcasts the id over MPI; every
  * process then creates one NCCL communicator per local device with ncclCommInitRankConfig (its
  * rank in the group), in one NCCL group call. Collectives run as in the in-process NCCL reducer
- * (parallel/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on the
- * device's stream, polled until the stream ran it, so abort and timeout are honoured.
+ * (parallel/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
+ * communication stream of the device's own that waits (an event) for the kernels queued so far
+ * on its compute stream, so a gradient bucket is summed while backward goes on
+ * (allreduce_start); allreduce_finish polls the communication stream until every sum started
+ * ran (abort and timeout honoured; a short spin, then naps) and orders the compute stream after
+ * them.
  *
  * Barriers and the id broadcast use a hierarchical host communicator (parallel/mpi/
  * reducer_mpi.c), made alongside. Summation order is NCCL's (ring or tree): the same bits on
@@ -43,9 +47,12 @@ typedef struct nccl_mpi_comm {
     int nranks;
     int *local_of; /* group rank -> index among this process's ranks, or -1 */
     int nlocal;
-    mw__device **devs; /* by local index */
-    ncclComm_t *comms; /* by local index */
-    mw__comm *host;    /* hierarchical host communicator: barriers */
+    mw__device **devs;     /* by local index */
+    ncclComm_t *comms;     /* by local index */
+    cudaStream_t *streams; /* by local index: where the sums run, beside the compute stream */
+    cudaEvent_t *events;   /* by local index: orders the two streams */
+    int *started;          /* by local index: sums started and not finished */
+    mw__comm *host;        /* hierarchical host communicator: barriers */
     int timeout_ms;
     _Atomic int aborted;
     _Atomic int broken; /* an operation was left in flight */
@@ -73,6 +80,14 @@ static void nm_comm_free(mw__comm *comm) {
     nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
     if (!c) return;
     destroy_comms(c);
+    for (int i = 0; i < c->nlocal; i++) {
+        if (c->devs && c->devs[i]) (void)cudaSetDevice(c->devs[i]->ordinal);
+        if (c->streams && c->streams[i]) (void)cudaStreamDestroy(c->streams[i]);
+        if (c->events && c->events[i]) (void)cudaEventDestroy(c->events[i]);
+    }
+    mw__free(c->streams);
+    mw__free(c->events);
+    mw__free(c->started);
     mw__reducer_mpi_hier.comm_free(c->host);
     mw__free(c->comms);
     mw__free(c->devs);
@@ -275,8 +290,27 @@ static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
     return MW_OK;
 }
 
-static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+/* Makes local rank i's communication stream and event on first use. */
+static mw_status ensure_stream(nccl_mpi_comm *c, int i) {
+    if (!c->streams) {
+        c->streams = mw__calloc((size_t)c->nlocal, sizeof *c->streams);
+        c->events = mw__calloc((size_t)c->nlocal, sizeof *c->events);
+        c->started = mw__calloc((size_t)c->nlocal, sizeof *c->started);
+        if (!c->streams || !c->events || !c->started)
+            return mw__error(MW_ERR_NOMEM, "all-reduce (nccl-mpi): out of memory");
+    }
+    cudaError_t e = cudaSuccess;
+    if (!c->streams[i]) e = cudaStreamCreateWithFlags(&c->streams[i], cudaStreamNonBlocking);
+    if (e == cudaSuccess && !c->events[i])
+        e = cudaEventCreateWithFlags(&c->events[i], cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return mw__error(MW_ERR_DEVICE, "%s: making the communication stream: %s", c->devs[i]->name,
+                         cudaGetErrorString(e));
+    return MW_OK;
+}
+
+/* Checks the call and binds the rank's device; its local index in *li. */
+static mw_status enter(nccl_mpi_comm *c, int rank, int *li) {
     if (!c || rank < 0 || rank >= c->nranks || c->local_of[rank] < 0)
         return mw__error(MW_ERR_INVALID, "all-reduce (nccl-mpi): rank %d is not of this process",
                          rank);
@@ -285,32 +319,29 @@ static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n
                                        "processes was abandoned; end the job");
     if (atomic_load(&c->aborted))
         return mw__error(MW_ERR_ABORTED, "all-reduce (nccl-mpi): the communicator was aborted");
-    if (n == 0) return MW_OK;
-    int i = c->local_of[rank];
-    mw__device *dev = c->devs[i];
-    cudaStream_t stream = (cudaStream_t)mw__cuda_stream(dev);
-    cudaError_t e = cudaSetDevice(dev->ordinal);
+    int i = *li = c->local_of[rank];
+    cudaError_t e = cudaSetDevice(c->devs[i]->ordinal);
     if (e != cudaSuccess)
-        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", dev->name,
+        return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", c->devs[i]->name,
                          cudaGetErrorString(e));
-    double deadline = now_ms() + c->timeout_ms;
-    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[i], stream);
-    if (res != ncclSuccess && res != ncclInProgress) {
-        atomic_store(&c->broken, 1);
-        return nccl_error(dev->name, "ncclAllReduce", res);
-    }
+    return ensure_stream(c, i);
+}
+
+/* Polls local rank i's communicator (and, with `complete`, its communication stream) until the
+ * operations are enqueued (complete 0) or have run (complete 1). Spins briefly, then naps, so a
+ * waiting process does not take the core a peer process needs. */
+static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadline) {
+    mw__device *dev = c->devs[i];
     for (unsigned spins = 1;; spins++) {
-        if (spins % 64 == 0 || res == ncclInProgress) {
-            ncclResult_t state;
-            res = ncclCommGetAsyncError(c->comms[i], &state);
-            if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
-                atomic_store(&c->broken, 1);
-                return nccl_error(dev->name, "ncclAllReduce", res != ncclSuccess ? res : state);
-            }
-            res = state;
+        ncclResult_t state;
+        ncclResult_t res = ncclCommGetAsyncError(c->comms[i], &state);
+        if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
+            atomic_store(&c->broken, 1);
+            return nccl_error(dev->name, "ncclAllReduce", res != ncclSuccess ? res : state);
         }
-        if (res == ncclSuccess) {
-            e = cudaStreamQuery(stream);
+        if (state == ncclSuccess) {
+            if (!complete) return MW_OK;
+            cudaError_t e = cudaStreamQuery(c->streams[i]);
             if (e == cudaSuccess) return MW_OK;
             if (e != cudaErrorNotReady) {
                 atomic_store(&c->broken, 1);
@@ -321,11 +352,10 @@ static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n
         if (atomic_load_explicit(&c->aborted, memory_order_acquire)) {
             atomic_store(&c->broken, 1);
             return mw__error(MW_ERR_ABORTED,
-                             "all-reduce (nccl-mpi) aborted: %s was waiting for "
-                             "its peers",
+                             "all-reduce (nccl-mpi) aborted: %s was waiting for its peers",
                              dev->name);
         }
-        if (spins % 256 == 0 && now_ms() > deadline) {
+        if (spins % 64 == 0 && now_ms() > deadline) {
             atomic_store(&c->broken, 1);
             return mw__error(MW_ERR_TIMEOUT,
                              "all-reduce (nccl-mpi): %s waited more than %d ms for its peers in "
@@ -333,8 +363,53 @@ static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n
                              "mw_distributed_abort)",
                              dev->name, c->timeout_ms);
         }
-        sched_yield();
+        if (spins > 256) {
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
     }
+}
+
+static mw_status nm_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    int i;
+    mw_status st = enter(c, rank, &i);
+    if (st || n == 0) return st;
+    mw__device *dev = c->devs[i];
+    cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev);
+    cudaError_t e = cudaEventRecord(c->events[i], compute);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(c->streams[i], c->events[i], 0);
+    if (e != cudaSuccess)
+        return mw__error(MW_ERR_DEVICE, "%s: ordering the sum after the compute: %s", dev->name,
+                         cudaGetErrorString(e));
+    c->started[i]++;
+    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[i], c->streams[i]);
+    if (res != ncclSuccess && res != ncclInProgress) {
+        atomic_store(&c->broken, 1);
+        return nccl_error(dev->name, "ncclAllReduce", res);
+    }
+    return res == ncclInProgress ? poll_comm(c, i, 0, now_ms() + c->timeout_ms) : MW_OK;
+}
+
+static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    int i;
+    mw_status st = enter(c, rank, &i);
+    if (st || !c->started[i]) return st;
+    if ((st = poll_comm(c, i, 1, now_ms() + c->timeout_ms))) return st;
+    c->started[i] = 0;
+    cudaError_t e = cudaEventRecord(c->events[i], c->streams[i]);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_stream(c->devs[i]), c->events[i], 0);
+    if (e != cudaSuccess)
+        return mw__error(MW_ERR_DEVICE, "%s: ordering the compute after the sum: %s",
+                         c->devs[i]->name, cudaGetErrorString(e));
+    return MW_OK;
+}
+
+static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = nm_allreduce_start(comm, rank, buf, n);
+    return st ? st : nm_allreduce_finish(comm, rank);
 }
 
 static mw_status nm_barrier(mw__comm *comm, int rank) {
@@ -356,6 +431,7 @@ static void nm_reset(mw__comm *comm) {
     /* An abandoned ncclAllReduce still waits on the GPU for its peers: abort the communicators
      * (no rank is inside an NCCL call now), so the streams drain. They stay broken. */
     if (atomic_load(&c->broken)) destroy_comms(c);
+    for (int i = 0; c->started && i < c->nlocal; i++) c->started[i] = 0;
     mw__reducer_mpi_hier.reset(c->host);
     atomic_store(&c->aborted, 0);
 }
@@ -366,6 +442,8 @@ const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .comm_free = nm_comm_free,
     .allreduce_sum = nm_allreduce_sum,
     .barrier = nm_barrier,
+    .allreduce_start = nm_allreduce_start,
+    .allreduce_finish = nm_allreduce_finish,
     .abort = nm_abort,
     .reset = nm_reset,
 };
