@@ -316,3 +316,29 @@ oom:
     mw_graph_free(c);
     return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
 }
+
+/* Names of the graph ops, in mw__op order ("map" is relu, tanh, exp and the other elementwise
+ * functions of ops_extra.c). */
+static const char *const op_names[] = {
+    "input",         "param",
+    "shard",         "fill",
+    "add",           "sub",
+    "mul",           "div",
+    "scale",         "permute",
+    "broadcast",     "sum",
+    "contract",      "all-reduce",
+    "alias",         "slice",
+    "pad",           "gelu",
+    "gelu_grad",     "layernorm",
+    "layernorm_dx",  "layernorm_dw",
+    "softmax",       "softmax_grad",
+    "embedding",     "embedding_grad",
+    "cross_entropy", "cross_entropy_grad",
+    "attention",     "attention_grad",
+    "map",           "map_grad",
+    "dropout",       "argmax",
+    "reduce_max",
+};
+_Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
+
+const char *mw__op_name(int op) { return op >= 0 && op < MW__OP_COUNT ? op_names[op] : "?"; }

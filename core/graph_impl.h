@@ -98,6 +98,9 @@ struct mw_graph {
     char error[512];
 };
 
+/* The op's name ("contract", "gelu_grad", "attention", ...), "?" for a value out of range. */
+const char *mw__op_name(int op);
+
 /* Interns an axis name; -1 when it is too long or memory ran out (sets the graph error). */
 int mw__graph_intern(mw_graph *g, const char *name);
 /* Looks a name up without interning; -1 when absent. */

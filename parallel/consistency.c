@@ -121,21 +121,6 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 
 #define FNV_BASIS 0xCBF29CE484222325ull
 
-static const char *const op_names[MW__OP_COUNT] = {"input",         "parameter",
-                                                   "shard",         "fill",
-                                                   "add",           "sub",
-                                                   "mul",           "div",
-                                                   "scale",         "permute",
-                                                   "broadcast",     "sum",
-                                                   "contract",      "all-reduce",
-                                                   "alias",         "slice",
-                                                   "pad",           "gelu",
-                                                   "gelu grad",     "layernorm",
-                                                   "layernorm dx",  "layernorm dw",
-                                                   "softmax",       "softmax grad",
-                                                   "embedding",     "embedding grad",
-                                                   "cross-entropy", "cross-entropy grad"};
-
 static const char *init_name(mw_init_kind k) {
     switch (k) {
     case MW_INIT_KIND_ZEROS: return "zeros";
@@ -160,9 +145,8 @@ static void describe_node(text *t, const mw_graph *g, const mw_tensor *n) {
             o += snprintf(ins + o, sizeof ins - (size_t)o, "%s%d", k ? ", " : " of nodes ",
                           n->in[k]->id);
         add(t, "node %d (%s%s) is %s; scalar %.9g, axis %d, rows %lld+%lld, flag %d, count %lld",
-            n->id, n->op >= 0 && n->op < MW__OP_COUNT ? op_names[n->op] : "?", ins, ty,
-            (double)n->scalar, n->axis, (long long)n->start, (long long)n->len, n->flag,
-            (long long)n->count);
+            n->id, mw__op_name(n->op), ins, ty, (double)n->scalar, n->axis, (long long)n->start,
+            (long long)n->len, n->flag, (long long)n->count);
     }
 }
 

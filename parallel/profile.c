@@ -9,30 +9,6 @@
 #include "core/alloc.h"
 #include "parallel/trainer_impl.h"
 
-/* Names of the graph ops, in mw__op order ("map" is relu, tanh, exp and the other elementwise
- * functions of ops_extra.c). */
-static const char *const op_names[] = {
-    "input",         "param",
-    "shard",         "fill",
-    "add",           "sub",
-    "mul",           "div",
-    "scale",         "permute",
-    "broadcast",     "sum",
-    "contract",      "all-reduce",
-    "alias",         "slice",
-    "pad",           "gelu",
-    "gelu_grad",     "layernorm",
-    "layernorm_dx",  "layernorm_dw",
-    "softmax",       "softmax_grad",
-    "embedding",     "embedding_grad",
-    "cross_entropy", "cross_entropy_grad",
-    "attention",     "attention_grad",
-    "map",           "map_grad",
-    "dropout",       "argmax",
-    "reduce_max",
-};
-_Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
-
 static const char *const phase_names[3] = {"forward", "backward", "update"};
 
 static int category(const mw_graph *g, const mw__plan *p, int i) {
@@ -95,7 +71,7 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
         else if (k == 2 * MW__OP_COUNT + 1)
             snprintf(r->op, sizeof r->op, "optimizer");
         else
-            snprintf(r->op, sizeof r->op, "%s%s", op_names[k / 2], k % 2 ? ":copy" : "");
+            snprintf(r->op, sizeof r->op, "%s%s", mw__op_name(k / 2), k % 2 ? ":copy" : "");
         r->phase = phase_names[phase];
         r->ms = ms / tr->nlocal;
         r->calls = calls / tr->nlocal;
