@@ -74,14 +74,7 @@ int mwb_gpt2_new(mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, siz
         mwb_gpt2_free(m);
         return 1;
     }
-    mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
-                                          .lr = 1e-3f,
-                                          .beta1 = 0.9f,
-                                          .beta2 = 0.95f,
-                                          .eps = 1e-8f,
-                                          .weight_decay = 0.1f,
-                                          .grad_clip = 1.0f},
-                            .blas_threads = blas_threads};
+    mw_trainer_config tc = mwb_gpt2_config(blas_threads);
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
     if (st == MW_OK) st = gpt2_build(m->g, &c, BATCH, SEQ, "X", &gm);

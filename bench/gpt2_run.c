@@ -47,15 +47,8 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
         child_error(r, "cannot make the mesh", st);
         goto done;
     }
-    mw_trainer_config tc = {.optimizer = {.kind = MW_ADAMW,
-                                          .lr = 1e-3f,
-                                          .beta1 = 0.9f,
-                                          .beta2 = 0.95f,
-                                          .eps = 1e-8f,
-                                          .weight_decay = 0.1f,
-                                          .grad_clip = 1.0f},
-                            .blas_threads = s->blas_threads,
-                            .profile = s->profile};
+    mw_trainer_config tc = mwb_gpt2_config(s->blas_threads);
+    tc.profile = s->profile;
     st = mw_graph_new(&g);
     if (st == MW_OK) st = gpt2_build(g, &s->model, s->batch, s->seq, "X", &m);
     if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
@@ -162,6 +155,17 @@ void mwb_gpt2_measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     char error[sizeof r->error] = "";
     in_child(measure_fn, s, r, sizeof *r, error, sizeof error);
     if (!r->ok && error[0]) snprintf(r->error, sizeof r->error, "%s", error);
+}
+
+mw_trainer_config mwb_gpt2_config(int blas_threads) {
+    return (mw_trainer_config){.optimizer = {.kind = MW_ADAMW,
+                                             .lr = 1e-3f,
+                                             .beta1 = 0.9f,
+                                             .beta2 = 0.95f,
+                                             .eps = 1e-8f,
+                                             .weight_decay = 0.1f,
+                                             .grad_clip = 1.0f},
+                               .blas_threads = blas_threads};
 }
 
 double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq) {

@@ -34,6 +34,10 @@ typedef struct mwb_gpt2_result {
  * BLAS pool exists when it forks. */
 void mwb_gpt2_measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r);
 
+/* The trainer configuration every GPT-2 case uses: AdamW (lr 1e-3, betas 0.9/0.95, eps 1e-8,
+ * weight decay 0.1) with clipping at 1. */
+mw_trainer_config mwb_gpt2_config(int blas_threads);
+
 /* Model FLOPs per training token: 6 per parameter plus attention's 12 L C T. */
 double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq);
 
