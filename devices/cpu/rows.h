@@ -30,14 +30,15 @@ static inline float mw__row_max(const float *restrict a, int64_t n, float scale)
     return r;
 }
 
-/* sum of a[j] * b[j] over a row. */
+/* sum of a[j] * b[j] over a row, in double (each product is exact there), rounded once: the
+ * softmax gradient subtracts it from gy, where a float sum's error would show. */
 static inline float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
-    float acc[8] = {0};
+    double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[j + l] * b[j + l];
-    for (int l = 0; j < n; j++, l++) acc[l] += a[j] * b[j];
-    return MW__SUM8(acc);
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[j + l] * b[j + l];
+    for (int l = 0; j < n; j++, l++) acc[l] += (double)a[j] * b[j];
+    return (float)MW__SUM8(acc);
 }
 
 /* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. */
