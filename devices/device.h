@@ -202,7 +202,9 @@ typedef struct mw__k_attention {
     float scale;
     int64_t t, d;
     int64_t seq_qkv, seq_out, part;
-    mw__nd walk; /* the batch axes: operand 0 = out (forward) or gy (backward), 1 = qkv */
+    mw__nd walk;    /* the batch axes: operand 0 = out (forward) or gy (backward), 1 = qkv */
+    int64_t slices; /* walk's index count: the (batch, head) slices */
+    int64_t block;  /* query rows per block: min(t, MW__ATTN_BLOCK) */
     int64_t scratch_elems;
     float *out, *scratch;
     const float *qkv, *gy;

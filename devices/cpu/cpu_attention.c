@@ -12,12 +12,6 @@
 #include "devices/cpu/cpu_nn.h"
 #include "devices/cpu/rows.h"
 
-static int64_t slice_count(const mw__nd *w) {
-    int64_t n = 1;
-    for (int i = 0; i < w->rank; i++) n *= w->dims[i];
-    return n;
-}
-
 /* Offsets of slice s in operand 0 (out or gy) and operand 1 (qkv, and d(qkv) alike). */
 static void slice_offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
     *o0 = *o1 = 0;
@@ -51,7 +45,7 @@ static void block_probs(const mw__k_attention *k, const float *q, const float *k
 
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = slice_count(&k->walk), blk = k->t < MW__ATTN_BLOCK ? k->t : MW__ATTN_BLOCK;
+    int64_t ns = k->slices, blk = k->block;
     for (int64_t s = 0; s < ns; s++) {
         int64_t oo, oq;
         slice_offsets(&k->walk, s, &oo, &oq);
@@ -84,7 +78,7 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
 
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = slice_count(&k->walk), blk = k->t < MW__ATTN_BLOCK ? k->t : MW__ATTN_BLOCK;
+    int64_t ns = k->slices, blk = k->block;
     const int seq = (int)k->seq_qkv, seq_out = (int)k->seq_out, d = (int)k->d;
     float *p = k->scratch, *dp = k->scratch + blk * k->t;
     for (int64_t s = 0; s < ns; s++) {

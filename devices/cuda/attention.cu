@@ -180,12 +180,6 @@ __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, cons
     }
 }
 
-static int64_t slices_of(const mw__nd &w) {
-    int64_t n = 1;
-    for (int i = 0; i < w.rank; i++) n *= w.dims[i];
-    return n;
-}
-
 static mw_status check(const mw__device *dev, const mw__k_attention *k, const char *what) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) return MW_OK;
@@ -194,7 +188,7 @@ static mw_status check(const mw__device *dev, const mw__k_attention *k, const ch
 }
 
 static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_t smem) {
-    if (k->d > 4 * ATT_THREADS || smem > 48 * 1024 || slices_of(k->walk) > 65535)
+    if (k->d > 4 * ATT_THREADS || smem > 48 * 1024 || k->slices > 65535)
         return mw__error(MW_ERR_UNSUPPORTED,
                          "%s: fused attention supports head dimensions up to %d, sequences up "
                          "to %d and 65535 (batch x head) slices; got d=%lld, t=%lld",
@@ -207,7 +201,7 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
     if (st) return st;
-    dim3 grid((unsigned)k->t, (unsigned)slices_of(k->walk));
+    dim3 grid((unsigned)k->t, (unsigned)k->slices);
     k_attention<<<grid, ATT_THREADS, smem, mw__cuda_stream(dev)>>>(*k);
     return check(dev, k, "attention kernel");
 }
@@ -216,7 +210,7 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
     size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem);
     if (st) return st;
-    int64_t ns = slices_of(k->walk), blk = k->t < MW__ATTN_BLOCK ? k->t : MW__ATTN_BLOCK;
+    int64_t ns = k->slices, blk = k->block;
     float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
     dim3 grid((unsigned)k->t, (unsigned)ns);
     cudaStream_t stream = mw__cuda_stream(dev);
