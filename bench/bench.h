@@ -47,10 +47,11 @@ int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n);
 int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_mpi(mwb_ctx *ctx); /* all-reduce between processes vs threads (under mpirun) */
 
-/* The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW, random windows of a generated corpus)
- * trained on a mesh (bench/case_gpt2.c), for cases that time it their own way. On a mesh
- * spanning processes every process makes and steps it alike. Functions returning int return 0
- * on success and otherwise leave the error in err. */
+/* GPT-2 trained on a mesh, stepped by the caller (bench/gpt2_run.c; mwb_gpt2_make there takes
+ * any model and batch): mwb_gpt2_new makes the tiny GPT-2 of the gpt2 case (batch 32 x 32,
+ * AdamW, random windows of a generated corpus). On a mesh spanning processes every process
+ * makes and steps it alike. Functions returning int return 0 on success and otherwise leave the
+ * error in err. */
 typedef struct mwb_gpt2 mwb_gpt2;
 typedef struct mwb_gpt2_times {
     double ms, reduce_ms, update_ms; /* per step; reduce and update: device 0's mw_step_stats */

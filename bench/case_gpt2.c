@@ -14,13 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../examples/common/gpt2_data.h"
 #include "bench.h"
 #include "gpt2_run.h"
 
-#define BATCH 32 /* the gpt2 example's defaults */
-#define DATA_BYTES (1 << 18)
-#define SEQ 32
+#define BATCH MWB_GPT2_BATCH
+#define SEQ MWB_GPT2_SEQ
 #define WARMUP 3
 #define REPEATS 5
 #define STEPS 5
@@ -34,81 +32,6 @@ typedef struct config {
 } config;
 
 typedef mwb_gpt2_result result;
-
-struct mwb_gpt2 {
-    gpt2_tokens data;
-    gpt2_batch batch;
-    mw_graph *g;
-    mw_trainer *tr;
-    gpt2_rng rng;
-    mw_feed feeds[2];
-};
-
-static void describe(char *err, size_t errlen, const char *what, mw_status st) {
-    snprintf(err, errlen, "%s: %s [%s]: %s", what, mw_strerror(st), mw_status_name(st),
-             mw_last_error());
-}
-
-void mwb_gpt2_free(mwb_gpt2 *m) {
-    if (!m) return;
-    mw_trainer_free(m->tr);
-    mw_graph_free(m->g);
-    gpt2_batch_free(&m->batch);
-    gpt2_tokens_free(&m->data);
-    free(m);
-}
-
-int mwb_gpt2_new(mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, size_t errlen) {
-    gpt2_config c;
-    gpt2_preset("tiny", &c);
-    mwb_gpt2 *m = calloc(1, sizeof *m);
-    *out = NULL;
-    if (!m) {
-        snprintf(err, errlen, "out of memory");
-        return 1;
-    }
-    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &m->data);
-    if (st == MW_OK) st = gpt2_batch_new(BATCH, SEQ, &m->batch);
-    if (st != MW_OK) {
-        describe(err, errlen, "cannot make the data", st);
-        mwb_gpt2_free(m);
-        return 1;
-    }
-    mw_trainer_config tc = mwb_gpt2_config(blas_threads);
-    gpt2_graph gm;
-    st = mw_graph_new(&m->g);
-    if (st == MW_OK) st = gpt2_build(m->g, &c, BATCH, SEQ, "X", &gm);
-    if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, &tc, &m->tr);
-    if (st != MW_OK) {
-        describe(err, errlen, "cannot build the model", st);
-        mwb_gpt2_free(m);
-        return 1;
-    }
-    gpt2_rng_seed(&m->rng, 1);
-    gpt2_batch_feeds(&m->batch, m->feeds);
-    *out = m;
-    return 0;
-}
-
-int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t errlen) {
-    double t = 0.0, reduce = 0.0, update = 0.0;
-    for (int s = 0; s < n; s++) {
-        gpt2_batch_random(&m->batch, &m->data, &m->rng); /* untimed: the host's part */
-        double t0 = mwb_now();
-        mw_status st = mw_trainer_step(m->tr, m->feeds, 2, NULL);
-        t += mwb_now() - t0;
-        mw_step_stats ss = {0};
-        if (st == MW_OK) st = mw_trainer_stats(m->tr, &ss);
-        if (st != MW_OK) {
-            describe(err, errlen, "a step failed", st);
-            return 1;
-        }
-        reduce += ss.reduce_ms;
-        update += ss.update_ms;
-    }
-    *out = (mwb_gpt2_times){1e3 * t / n, reduce / n, update / n};
-    return 0;
-}
 
 /* Runs one configuration in a child process (gpt2_run.c) and collects its result. */
 static void run_isolated(const config *cf, int quick, result *r) {

@@ -18,77 +18,112 @@
 #define DATA_BYTES (1 << 18)
 #define MAX_REPEATS 32
 
-static void child_error(mwb_gpt2_result *r, const char *what, mw_status st) {
-    snprintf(r->error, sizeof r->error, "%s: %s [%s]: %s", what, mw_strerror(st),
-             mw_status_name(st), mw_last_error());
+struct mwb_gpt2 {
+    gpt2_tokens data;
+    gpt2_batch batch;
+    mw_graph *g;
+    mw_trainer *tr;
+    gpt2_rng rng;
+    mw_feed feeds[2];
+};
+
+static void describe(char *err, size_t errlen, const char *what, mw_status st) {
+    snprintf(err, errlen, "%s: %s [%s]: %s", what, mw_strerror(st), mw_status_name(st),
+             mw_last_error());
 }
 
-static double cpu_seconds(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec * 1e-6;
+void mwb_gpt2_free(mwb_gpt2 *m) {
+    if (!m) return;
+    mw_trainer_free(m->tr);
+    mw_graph_free(m->g);
+    gpt2_batch_free(&m->batch);
+    gpt2_tokens_free(&m->data);
+    free(m);
+}
+
+int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
+                  const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
+    mwb_gpt2 *m = calloc(1, sizeof *m);
+    *out = NULL;
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return 1;
+    }
+    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &m->data);
+    if (st == MW_OK) st = gpt2_batch_new(batch, seq, &m->batch);
+    if (st != MW_OK) {
+        describe(err, errlen, "cannot make the data", st);
+        mwb_gpt2_free(m);
+        return 1;
+    }
+    gpt2_graph gm;
+    st = mw_graph_new(&m->g);
+    if (st == MW_OK) st = gpt2_build(m->g, model, batch, seq, "X", &gm);
+    if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, tc, &m->tr);
+    if (st != MW_OK) {
+        describe(err, errlen, "cannot build the model", st);
+        mwb_gpt2_free(m);
+        return 1;
+    }
+    gpt2_rng_seed(&m->rng, 1);
+    gpt2_batch_feeds(&m->batch, m->feeds);
+    *out = m;
+    return 0;
+}
+
+int mwb_gpt2_new(mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, size_t errlen) {
+    gpt2_config c;
+    gpt2_preset("tiny", &c);
+    mw_trainer_config tc = mwb_gpt2_config(blas_threads);
+    return mwb_gpt2_make(mesh, &c, MWB_GPT2_BATCH, MWB_GPT2_SEQ, &tc, out, err, errlen);
+}
+
+int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t errlen) {
+    double t = 0.0, reduce = 0.0, update = 0.0;
+    for (int s = 0; s < n; s++) {
+        gpt2_batch_random(&m->batch, &m->data, &m->rng); /* untimed: the host's part */
+        double t0 = mwb_now();
+        mw_status st = mw_trainer_step(m->tr, m->feeds, 2, NULL);
+        t += mwb_now() - t0;
+        mw_step_stats ss = {0};
+        if (st == MW_OK) st = mw_trainer_stats(m->tr, &ss);
+        if (st != MW_OK) {
+            describe(err, errlen, "a step failed", st);
+            return 1;
+        }
+        reduce += ss.reduce_ms;
+        update += ss.update_ms;
+    }
+    *out = (mwb_gpt2_times){1e3 * t / n, reduce / n, update / n};
+    return 0;
 }
 
 static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
-    gpt2_tokens data = {0};
-    gpt2_batch batch = {0};
     mw_mesh *mesh = NULL;
-    mw_graph *g = NULL;
-    mw_trainer *tr = NULL;
-    gpt2_graph m;
-    mw_status st = gpt2_corpus_generate(GPT2_CORPUS_SEED, DATA_BYTES, &data);
-    if (st == MW_OK) st = gpt2_batch_new(s->batch, s->seq, &batch);
+    mwb_gpt2 *m = NULL;
+    mw_status st = mw_mesh_new(s->devices, "X", &mesh);
     if (st != MW_OK) {
-        child_error(r, "cannot make the data", st);
-        goto done;
-    }
-    if ((st = mw_mesh_new(s->devices, "X", &mesh)) != MW_OK) {
-        child_error(r, "cannot make the mesh", st);
-        goto done;
+        describe(r->error, sizeof r->error, "cannot make the mesh", st);
+        return;
     }
     mw_trainer_config tc = mwb_gpt2_config(s->blas_threads);
     tc.profile = s->profile;
-    st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build(g, &s->model, s->batch, s->seq, "X", &m);
-    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);
-    if (st != MW_OK) {
-        child_error(r, "cannot build the model", st);
+    if (mwb_gpt2_make(mesh, &s->model, s->batch, s->seq, &tc, &m, r->error, sizeof r->error))
         goto done;
-    }
     int repeats = s->repeats < MAX_REPEATS ? s->repeats : MAX_REPEATS;
-    double ms[MAX_REPEATS], cpu = 0.0;
-    gpt2_rng rng;
-    gpt2_rng_seed(&rng, 1);
-    mw_feed feeds[2];
-    gpt2_batch_feeds(&batch, feeds);
-    for (int rep = -1; rep < repeats; rep++) { /* repeat -1 is the warm-up */
-        int n = rep < 0 ? s->warmup : s->steps;
-        if (rep == 0) {
-            mw_trainer_profile_reset(tr);
-            cpu = cpu_seconds();
-        }
-        double t = 0.0;
-        for (int k = 0; k < n; k++) {
-            gpt2_batch_random(&batch, &data, &rng); /* untimed: the host's part, not the step's */
-            float loss;
-            double t0 = mwb_now();
-            if ((st = mw_trainer_step(tr, feeds, 2, &loss)) != MW_OK) {
-                child_error(r, "a step failed", st);
-                goto done;
-            }
-            t += mwb_now() - t0;
-            if (rep < 0 && k == 0) r->first_loss = loss;
-            r->last_loss = loss;
-        }
-        if (rep >= 0) ms[rep] = 1e3 * t / n;
+    double ms[MAX_REPEATS];
+    mwb_gpt2_times t;
+    if (mwb_gpt2_steps(m, s->warmup, &t, r->error, sizeof r->error)) goto done;
+    mw_trainer_profile_reset(m->tr);
+    for (int rep = 0; rep < repeats; rep++) {
+        if (mwb_gpt2_steps(m, s->steps, &t, r->error, sizeof r->error)) goto done;
+        ms[rep] = t.ms;
     }
-    r->cpu_ms = 1e3 * (cpu_seconds() - cpu) / (repeats * s->steps);
     r->ms = mwb_median(ms, repeats);
     if (s->profile) {
         int n = 0;
-        if ((st = mw_trainer_profile(tr, r->profile, MWB_MAX_PROFILE, &n)) != MW_OK) {
-            child_error(r, "no profile", st);
+        if ((st = mw_trainer_profile(m->tr, r->profile, MWB_MAX_PROFILE, &n)) != MW_OK) {
+            describe(r->error, sizeof r->error, "no profile", st);
             goto done;
         }
         r->nprofile = n < MWB_MAX_PROFILE ? n : MWB_MAX_PROFILE;
@@ -98,11 +133,8 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     r->peak_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports kilobytes */
     r->ok = 1;
 done:
-    mw_trainer_free(tr);
-    mw_graph_free(g);
+    mwb_gpt2_free(m);
     mw_mesh_free(mesh);
-    gpt2_batch_free(&batch);
-    gpt2_tokens_free(&data);
 }
 
 /* Runs fn(arg, out) in a forked child and copies its `bytes` of result back through a pipe. */

@@ -4,6 +4,7 @@
 #define MWB_GPT2_RUN_H
 
 #include "../examples/common/gpt2_model.h"
+#include "bench.h"
 #include "meshwit.h"
 
 #define MWB_MAX_PROFILE 48
@@ -21,13 +22,19 @@ typedef struct mwb_gpt2_setup {
 typedef struct mwb_gpt2_result {
     int ok;
     double ms;      /* median ms/step over the repeats */
-    double cpu_ms;  /* CPU time of the process per timed step (user + system) */
     double peak_mb; /* ru_maxrss of the child */
-    double first_loss, last_loss;
     int nprofile;
     mw_profile_row profile[MWB_MAX_PROFILE];
     char error[400];
 } mwb_gpt2_result;
+
+/* GPT-2 trained on a mesh (a generated arithmetic corpus, random windows), for cases that time it
+ * their own way. On a mesh spanning processes every process makes and steps it alike. Functions
+ * returning int return 0 on success and otherwise leave the error in err. */
+#define MWB_GPT2_BATCH 32 /* the gpt2 example's defaults: the tiny model of mwb_gpt2_new */
+#define MWB_GPT2_SEQ 32
+int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
+                  const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen);
 
 /* Builds the model and times it in a forked child: warmup steps, then repeats x steps; random
  * windows of the generated arithmetic corpus. Nothing runs in the parent, so no worker thread or
