@@ -517,25 +517,15 @@ static void abort_all(mw_trainer *tr) {
  * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
  * threads outnumber cores), then sleeps on the condition variable. It spins with a pause, never
  * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
- * core that the thread it waits for needs. */
-static int spin_until_changed(const mw_trainer *tr, _Atomic uint64_t *v, uint64_t old) {
+ * core that the thread it waits for needs. Waits until *v64 differs from old, or (v64 NULL) *zero
+ * is 0: 1, or 0 when the spin ran out. */
+static int spin_until(const mw_trainer *tr, _Atomic uint64_t *v64, uint64_t old,
+                      _Atomic int *zero) {
     int64_t start = 0;
     for (unsigned spins = 0;; spins++) {
-        if (atomic_load_explicit(v, memory_order_acquire) != old) return 1;
-        if (spins % 64 != 63) {
-            mw__cpu_relax();
-            continue;
-        }
-        int64_t now = now_ns();
-        if (!start) start = now;
-        if (now - start > tr->spin_ns) return 0;
-    }
-}
-
-static int spin_until_zero(const mw_trainer *tr, _Atomic int *v) {
-    int64_t start = 0;
-    for (unsigned spins = 0;; spins++) {
-        if (atomic_load_explicit(v, memory_order_acquire) == 0) return 1;
+        if (v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
+                : atomic_load_explicit(zero, memory_order_acquire) == 0)
+            return 1;
         if (spins % 64 != 63) {
             mw__cpu_relax();
             continue;
@@ -551,7 +541,7 @@ static void *worker_main(void *arg) {
     mw_trainer *tr = w->tr;
     uint64_t seen = 0;
     for (;;) {
-        if (!spin_until_changed(tr, &tr->generation, seen)) {
+        if (!spin_until(tr, &tr->generation, seen, NULL)) {
             pthread_mutex_lock(&tr->mu);
             while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
             pthread_mutex_unlock(&tr->mu);
@@ -601,7 +591,7 @@ static void post(mw_trainer *tr, cmd c, int workers) {
 static void wait_done(mw_trainer *tr) {
     /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
      * about 25 us (sleep and wake) to a few. */
-    if (spin_until_zero(tr, &tr->remaining)) return;
+    if (spin_until(tr, NULL, 0, &tr->remaining)) return;
     pthread_mutex_lock(&tr->mu);
     while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
     pthread_mutex_unlock(&tr->mu);
