@@ -1,10 +1,13 @@
-/* Internal: the trainer's state, shared by trainer.c (steps) and checkpoint.c (saving and
- * restoring the training state). */
+/* Internal: the trainer's state, shared by its files (trainer.c: the public API; trainer_build.c:
+ * construction; workers.c: the worker threads and the host's hand-off; executor.c: running a plan;
+ * update.c: the optimizer step) and by checkpoint.c (saving and restoring the training state). */
 #ifndef MW__TRAINER_IMPL_H
 #define MW__TRAINER_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "core/graph_impl.h"
@@ -144,5 +147,37 @@ mw_status mw__zero1_collectives(const mw__reducer_vtable *reducer,
 
 /* Points worker w's plan at params_from's parameter buffer (infer.c). */
 mw_status mw__share_params(mw_trainer *tr, worker *w);
+
+static inline int64_t mw__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The address of a plan reference on worker w's device. */
+static inline void *mw__ptr(worker *w, mw__ref r) { return w->bases[r.base] + r.off * 4; }
+
+/* executor.c: running worker w's plan. */
+/* The index in tr->groups of the group with that mask, or -1. */
+int mw__group_index(const mw_trainer *tr, uint32_t mask);
+/* Points every input view at this step's data (staging it where needed). */
+mw_status mw__bind_views(worker *w);
+/* Runs instructions [from, to) of the plan. */
+mw_status mw__run_range(worker *w, int from, int to);
+/* Advances (finish: completes) the all-reduces started and not finished. */
+mw_status mw__reductions(worker *w, int finish);
+/* Enters a phase; fires the injected fault when it is the armed one. */
+mw_status mw__enter(worker *w, mw_phase phase);
+
+/* update.c: the optimizer step on worker w's slice of the parameters. */
+mw_status mw__update(worker *w);
+
+/* workers.c: a worker thread's loop (arg: its worker). */
+void *mw__worker_main(void *arg);
+/* Hands command c to the first `workers` workers; mw__wait_done waits until they finish. */
+void mw__post(mw_trainer *tr, cmd c, int workers);
+void mw__wait_done(mw_trainer *tr);
+/* Runs one command on every local worker and waits; on failure reports the root cause. */
+mw_status mw__dispatch(mw_trainer *tr, cmd c);
 
 #endif

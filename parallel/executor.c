@@ -1,0 +1,277 @@
+/* Running a compiled plan on one worker: the instructions (kernels and collectives), the input
+ * views bound to each step's data, and the gradient buckets reduced while backward runs. */
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "core/plan.h"
+#include "meshwit.h"
+#include "parallel/data_errors.h"
+#include "parallel/reducer.h"
+#include "parallel/trainer_impl.h"
+
+int mw__group_index(const mw_trainer *tr, uint32_t mask) {
+    for (int i = 0; i < tr->ngroups; i++)
+        if (tr->groups[i].mask == mask) return i;
+    return -1;
+}
+
+static mw_status run_ins(worker *w, mw__ins *in) {
+    const mw__device_vtable *vt = w->dev.vt;
+    mw__device *dev = &w->dev;
+    switch (in->kind) {
+    case MW__I_BINARY:
+        in->k.binary.out = mw__ptr(w, in->ref[0]);
+        in->k.binary.a = mw__ptr(w, in->ref[1]);
+        in->k.binary.b = mw__ptr(w, in->ref[2]);
+        return vt->binary(dev, &in->k.binary);
+    case MW__I_COPY:
+        in->k.copy.out = mw__ptr(w, in->ref[0]);
+        in->k.copy.a = mw__ptr(w, in->ref[1]);
+        return vt->copy(dev, &in->k.copy);
+    case MW__I_REDUCE:
+        in->k.reduce.out = mw__ptr(w, in->ref[0]);
+        in->k.reduce.a = mw__ptr(w, in->ref[1]);
+        return vt->reduce(dev, &in->k.reduce);
+    case MW__I_GEMM:
+        in->k.gemm.c = mw__ptr(w, in->ref[0]);
+        in->k.gemm.a = mw__ptr(w, in->ref[1]);
+        in->k.gemm.b = mw__ptr(w, in->ref[2]);
+        return vt->gemm(dev, &in->k.gemm);
+    case MW__I_FILL: in->k.fill.out = mw__ptr(w, in->ref[0]); return vt->fill(dev, &in->k.fill);
+    case MW__I_UNARY:
+        in->k.unary.out = mw__ptr(w, in->ref[0]);
+        in->k.unary.a = mw__ptr(w, in->ref[1]);
+        return vt->unary(dev, &in->k.unary);
+    case MW__I_UNARY_GRAD:
+        in->k.unary_grad.out = mw__ptr(w, in->ref[0]);
+        in->k.unary_grad.gy = mw__ptr(w, in->ref[1]);
+        in->k.unary_grad.x = mw__ptr(w, in->ref[2]);
+        return vt->unary_grad(dev, &in->k.unary_grad);
+    case MW__I_LAYERNORM:
+        in->k.layernorm.out = mw__ptr(w, in->ref[0]);
+        in->k.layernorm.x = mw__ptr(w, in->ref[1]);
+        in->k.layernorm.w = mw__ptr(w, in->ref[2]);
+        in->k.layernorm.b = mw__ptr(w, in->ref[3]);
+        return vt->layernorm(dev, &in->k.layernorm);
+    case MW__I_LN_DX:
+    case MW__I_LN_DW:
+        in->k.ln_grad.out = mw__ptr(w, in->ref[0]);
+        in->k.ln_grad.gy = mw__ptr(w, in->ref[1]);
+        in->k.ln_grad.x = mw__ptr(w, in->ref[2]);
+        in->k.ln_grad.w = in->kind == MW__I_LN_DX ? mw__ptr(w, in->ref[3]) : NULL;
+        return in->kind == MW__I_LN_DX ? vt->layernorm_dx(dev, &in->k.ln_grad)
+                                       : vt->layernorm_dw(dev, &in->k.ln_grad);
+    case MW__I_SOFTMAX:
+        in->k.softmax.out = mw__ptr(w, in->ref[0]);
+        in->k.softmax.a = mw__ptr(w, in->ref[1]);
+        return vt->softmax(dev, &in->k.softmax);
+    case MW__I_SOFTMAX_GRAD:
+        in->k.softmax_grad.out = mw__ptr(w, in->ref[0]);
+        in->k.softmax_grad.gy = mw__ptr(w, in->ref[1]);
+        in->k.softmax_grad.p = mw__ptr(w, in->ref[2]);
+        return vt->softmax_grad(dev, &in->k.softmax_grad);
+    case MW__I_EMBED:
+        in->k.embed.out = mw__ptr(w, in->ref[0]);
+        in->k.embed.table = mw__ptr(w, in->ref[1]);
+        in->k.embed.ids = mw__ptr(w, in->ref[2]);
+        return vt->embed(dev, &in->k.embed);
+    case MW__I_EMBED_GRAD:
+        in->k.embed_grad.out = mw__ptr(w, in->ref[0]);
+        in->k.embed_grad.gy = mw__ptr(w, in->ref[1]);
+        in->k.embed_grad.ids = mw__ptr(w, in->ref[2]);
+        return vt->embed_grad(dev, &in->k.embed_grad);
+    case MW__I_XENT:
+        in->k.xent.out = mw__ptr(w, in->ref[0]);
+        in->k.xent.logits = mw__ptr(w, in->ref[1]);
+        in->k.xent.targets = mw__ptr(w, in->ref[2]);
+        return vt->xent(dev, &in->k.xent);
+    case MW__I_XENT_GRAD:
+        in->k.xent_grad.out = mw__ptr(w, in->ref[0]);
+        in->k.xent_grad.gy = mw__ptr(w, in->ref[1]);
+        in->k.xent_grad.logits = mw__ptr(w, in->ref[2]);
+        in->k.xent_grad.targets = mw__ptr(w, in->ref[3]);
+        return vt->xent_grad(dev, &in->k.xent_grad);
+    case MW__I_ATTENTION:
+        in->k.attention.out = mw__ptr(w, in->ref[0]);
+        in->k.attention.qkv = mw__ptr(w, in->ref[1]);
+        in->k.attention.scratch = mw__ptr(w, in->ref[2]);
+        return vt->attention(dev, &in->k.attention);
+    case MW__I_ATTENTION_GRAD:
+        in->k.attention.out = mw__ptr(w, in->ref[0]);
+        in->k.attention.gy = mw__ptr(w, in->ref[1]);
+        in->k.attention.qkv = mw__ptr(w, in->ref[2]);
+        in->k.attention.scratch = mw__ptr(w, in->ref[3]);
+        return vt->attention_grad(dev, &in->k.attention);
+    case MW__I_EXTRA:
+        if (!vt->extra)
+            return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement this op yet",
+                             vt->kind);
+        in->k.extra.out = mw__ptr(w, in->ref[0]);
+        in->k.extra.a = mw__ptr(w, in->ref[1]);
+        in->k.extra.b = in->k.extra.op == MW__X_MAP_GRAD ? mw__ptr(w, in->ref[2]) : NULL;
+        /* Dropout's mask: a new one every update and every micro-batch of it. */
+        in->k.extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        in->k.extra.active = w->training;
+        return vt->extra(dev, &in->k.extra);
+    case MW__I_ALLREDUCE:
+    case MW__I_GRAD_BUCKET: {
+        int gi = mw__group_index(w->tr, in->group);
+        if (!w->comm[gi]) return MW_OK; /* a group of one device */
+        int64_t t0 = mw__now_ns();
+        mw_status st;
+        const mw__reducer_vtable *r = w->tr->reducer;
+        if (in->kind == MW__I_GRAD_BUCKET && w->tr->zero1) {
+            /* ZeRO-1: this device needs only its slice of the bucket summed. Every group of
+             * gradients spans the mesh, with rank d on device d (checked when built). */
+            const size_t *sl = w->tr->slices;
+            size_t at = (size_t)in->ref[0].off, n = (size_t)in->count;
+            for (int k = 0; k <= w->tr->nworkers; k++)
+                w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
+            if ((st = vt->sync(dev)) == MW_OK)
+                st = r->reduce_scatter_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]), n,
+                                           w->bounds);
+        } else if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
+            /* A bucket is reduced while backward continues, where the reducer can: queued
+             * behind the kernels that wrote it on a GPU, progressed between instructions across
+             * processes; mw__reductions() completes it before the gradients are read. */
+            w->inflight |= 1u << gi;
+            st = r->allreduce_start(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
+                                    (size_t)in->count);
+        } else if ((st = vt->sync(dev)) == MW_OK) {
+            st = r->allreduce_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
+                                  (size_t)in->count);
+        }
+        w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
+        return st;
+    }
+    }
+    return mw__error(MW_ERR_UNSUPPORTED, "unknown instruction %d", (int)in->kind);
+}
+
+/* Copies the box of a host array that view v covers into its staging buffer, one contiguous
+ * run at a time. */
+static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst,
+                            int dst_on_host) {
+    int r = v->rank;
+    /* Innermost run: trailing axes that are whole, plus the first cut one. */
+    int inner = r - 1;
+    int64_t run = r ? v->len[r - 1] : 1;
+    while (inner > 0 && v->len[inner] == v->global[inner]) run *= v->len[--inner];
+    if (inner < 0) inner = 0;
+    int64_t stride[MW_MAX_RANK], s = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= v->global[i];
+    }
+    int64_t idx[MW_MAX_RANK] = {0};
+    size_t bytes = (size_t)run * 4;
+    for (int64_t done = 0; done < v->count; done += run) {
+        int64_t off = 0;
+        for (int i = 0; i < inner; i++) off += (v->lo[i] + idx[i]) * stride[i];
+        if (r) off += v->lo[inner] * stride[inner];
+        if (dst_on_host) {
+            memcpy(dst, host + off * 4, bytes);
+        } else {
+            mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * 4, bytes);
+            if (st) return st;
+        }
+        dst += bytes;
+        for (int i = inner - 1; i >= 0; i--) {
+            if (++idx[i] < v->len[i]) break;
+            idx[i] = 0;
+        }
+    }
+    return MW_OK;
+}
+
+/* Points every input view at this step's data: in place in the host array when the device reads
+ * host memory and the shard is contiguous; otherwise staged into the device. A device with
+ * page-locked buffers gets each shard packed into one and sent with a single queued copy. */
+mw_status mw__bind_views(worker *w) {
+    const mw__device_vtable *vt = w->dev.vt;
+    size_t pinned_off = 0;
+    for (int v = 0; v < w->plan.nviews; v++) {
+        const mw__view *view = &w->plan.views[v];
+        const char *host = w->tr->feed_of[view->input]->data;
+        if (view->staging.off < 0) {
+            w->bases[MW__BASE_VIEW0 + v] = (char *)host + view->host_offset * 4;
+            continue;
+        }
+        char *dst = (char *)w->arena + view->staging.off * 4;
+        w->bases[MW__BASE_VIEW0 + v] = dst;
+        mw_status st;
+        if (vt->host_memory) {
+            st = stage_view(w, view, host, dst, 1);
+        } else if (w->pinned) {
+            char *pack = (char *)w->pinned + pinned_off;
+            size_t bytes = (size_t)view->count * 4;
+            pinned_off += bytes;
+            st = stage_view(w, view, host, pack, 1);
+            if (st == MW_OK) st = vt->upload_async(&w->dev, dst, pack, bytes);
+        } else {
+            st = stage_view(w, view, host, dst, 0);
+        }
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+static mw_phase phase_of(const worker *w, int i) {
+    mw__ins_kind k = w->plan.ins[i].kind;
+    if (i < w->plan.fwd_end)
+        return k == MW__I_ALLREDUCE ? MW_PHASE_FORWARD_COLLECTIVE : MW_PHASE_FORWARD;
+    return k == MW__I_GRAD_BUCKET ? MW_PHASE_GRAD_REDUCE : MW_PHASE_BACKWARD;
+}
+
+/* Enters a phase; fires the injected fault when it is the armed one. */
+mw_status mw__enter(worker *w, mw_phase phase) {
+    w->phase = phase;
+    if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->tr->steps) {
+        w->fault_armed = 0;
+        if (w->fault_status != MW_OK) return mw__error(w->fault_status, "injected fault");
+        struct timespec ts = {w->fault_ms / 1000, (long)(w->fault_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
+    return MW_OK;
+}
+
+/* Advances (finish: completes) the all-reduces started and not finished. */
+mw_status mw__reductions(worker *w, int finish) {
+    const mw__reducer_vtable *r = w->tr->reducer;
+    int64_t t0 = mw__now_ns();
+    mw_status st = MW_OK;
+    for (int gi = 0; w->inflight && gi < w->tr->ngroups && st == MW_OK; gi++) {
+        if (!(w->inflight & (1u << gi))) continue;
+        if (finish) w->inflight &= ~(1u << gi);
+        st = finish ? r->allreduce_finish(w->comm[gi], w->rank[gi])
+                    : r->progress(w->comm[gi], w->rank[gi]);
+    }
+    if (finish) {
+        double ms = (double)(mw__now_ns() - t0) * 1e-6;
+        w->reduce_ms += ms;
+        if (w->prof_cat) /* the wait for overlapped buckets: the backward all-reduce row */
+            w->prof_ms[MW__PROF_PER_PHASE + 2 * MW__OP_COUNT] += ms;
+    }
+    return st;
+}
+
+mw_status mw__run_range(worker *w, int from, int to) {
+    for (int i = from; i < to; i++) {
+        mw_phase ph = phase_of(w, i);
+        mw_status st = ph != w->phase || i == from ? mw__enter(w, ph) : MW_OK;
+        if (st) return st;
+        /* Profiling: a GPU's kernels are timed by waiting for each. */
+        int64_t t0 = w->prof_cat ? mw__now_ns() : 0;
+        if ((st = run_ins(w, &w->plan.ins[i])) ||
+            (w->prof_cat && !w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
+            return mw__explain_index_error(w, &w->plan.ins[i], st);
+        if (w->prof_cat) {
+            w->prof_ms[w->prof_cat[i]] += (double)(mw__now_ns() - t0) * 1e-6;
+            w->prof_calls[w->prof_cat[i]]++;
+        }
+        if (w->inflight && w->tr->reducer->progress && (st = mw__reductions(w, 0))) return st;
+    }
+    return MW_OK;
+}

@@ -1,0 +1,106 @@
+/* The optimizer step of one worker: the gradient norm (clipping, finiteness) and the update of
+ * the parameters it owns. */
+#include <math.h>
+
+#include "core/error.h"
+#include "core/plan.h"
+#include "meshwit.h"
+#include "parallel/optimizer.h"
+#include "parallel/reducer.h"
+#include "parallel/trainer_impl.h"
+
+/* The gradient norm: one partial sum of squares per slice of tr->slices, added in slice order in
+ * double. Replicated, every device computes every partial; with ZeRO-1 each device its own
+ * slice's (the only one summed over the devices) and the partials are all-gathered. Both give
+ * the same bits. */
+static mw_status grad_norm(worker *w, float *norm) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    const size_t *sl = tr->slices;
+    int n = tr->nworkers, first = tr->zero1 ? w->index : 0, last = tr->zero1 ? w->index + 1 : n;
+    mw_status st;
+    for (int r = first; r < last; r++) {
+        mw__k_sumsq k = {.count = (int64_t)(sl[r + 1] - sl[r]),
+                         .out = w->scratch + (r - first),
+                         .a = (const float *)w->grads + sl[r]};
+        if (k.count && (st = vt->sumsq(&w->dev, &k))) return st;
+    }
+    if ((st = vt->download(&w->dev, w->partials + first, w->scratch,
+                           (size_t)(last - first) * sizeof(float))))
+        return st;
+    for (int r = first; r < last; r++)
+        if (sl[r] == sl[r + 1]) w->partials[r] = 0.0f;
+    if (tr->zero1) {
+        for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r; /* one partial each */
+        if ((st =
+                 tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n, w->bounds)))
+            return st;
+    }
+    double sq = 0.0;
+    for (int r = 0; r < n; r++) sq += (double)w->partials[r];
+    *norm = (float)sqrt(sq);
+    return MW_OK;
+}
+
+/* The norm (clipping, finiteness) and the optimizer's kernels over [own_lo, own_hi), weight decay
+ * and moments applied per parameter part of it. */
+static mw_status update_slice(worker *w) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_status st;
+    float scale = 1.0f;
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite ||
+        tr->cfg.skip_nonfinite) {
+        float norm;
+        if ((st = grad_norm(w, &norm))) return st;
+        if (w->index == 0) tr->grad_norm = norm;
+        if (tr->cfg.skip_nonfinite && !isfinite(norm)) {
+            w->skipped = 1; /* every replica has the same gradients and skips alike */
+            return MW_OK;
+        }
+        if (tr->cfg.check_finite && !isfinite(norm))
+            return mw__error(MW_ERR_NONFINITE,
+                             "the gradients hold NaN or Inf (norm %g); no "
+                             "parameter was updated",
+                             norm);
+        if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
+    }
+    float lr = tr->step_lr;
+    if (o->kind == MW_SGD) return mw__sgd_update(w, lr, scale);
+    double t = (double)tr->steps + 1;
+    float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
+    float *m = w->moments, *v = m + (w->own_hi - w->own_lo);
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *pn = tr->g->nodes[i];
+        int64_t lo, hi;
+        if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
+            continue;
+        mw__k_adamw k = {.count = hi - lo,
+                         .lr = lr,
+                         .beta1 = o->beta1,
+                         .beta2 = o->beta2,
+                         .eps = o->eps,
+                         .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0,
+                         .bias1 = bias1,
+                         .bias2 = bias2,
+                         .grad_scale = scale,
+                         .p = (float *)w->params + lo,
+                         .m = m + (lo - w->own_lo),
+                         .v = v + (lo - w->own_lo),
+                         .g = (const float *)w->grads + lo};
+        if ((st = vt->adamw(&w->dev, &k))) return st;
+    }
+    return MW_OK;
+}
+
+/* The optimizer step on this device's slice of the parameters (all of them unless ZeRO-1). The
+ * slice's gradients are already summed over the devices, so every device computes the same norm
+ * and the same update of what it holds; ZeRO-1 then all-gathers the parameters. */
+mw_status mw__update(worker *w) {
+    mw_status st = update_slice(w);
+    if (st || !w->tr->zero1 || w->skipped) return st;
+    if ((st = w->dev.vt->sync(&w->dev))) return st;
+    return w->tr->all_reducer->all_gather(w->tr->all, w->index, w->params,
+                                          (size_t)w->plan.param_elems, w->tr->slices);
+}

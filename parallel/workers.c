@@ -1,0 +1,236 @@
+/* The worker threads, one per local device, and the host's hand-off to them. The host hands
+ * every worker the same command under a mutex and waits until all are done; inside a step,
+ * workers meet only in the collectives. A failing worker aborts the communicators so no peer is
+ * left waiting, and the host reports the root cause. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "core/error.h"
+#include "core/plan.h"
+#include "meshwit.h"
+#include "parallel/optimizer.h"
+#include "parallel/reducer.h"
+#include "parallel/trainer_impl.h"
+#include "parallel/wait.h"
+
+static mw_status worker_init(worker *w) {
+    const mw__device_vtable *vt = w->dev.vt;
+    mw_status st = vt->init(&w->dev);
+    if (st) return st;
+    mw__plan *p = &w->plan;
+    size_t pbytes = (size_t)p->param_elems * 4;
+    mw_trainer *from = w->tr->params_from;
+    if (from) w->params = from->w[w->index].params; /* shared, not copied */
+    if ((st = vt->alloc(&w->dev, (size_t)p->arena_elems * 4, &w->arena)) ||
+        (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
+        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
+        return st;
+    size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
+    if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&w->scratch))) return st;
+    if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
+        size_t staged = 0;
+        for (int v = 0; v < p->nviews; v++)
+            if (p->views[v].staging.off >= 0) staged += (size_t)p->views[v].count * 4;
+        if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
+    }
+    int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
+    if (moments) {
+        int64_t elems = moments * (w->own_hi - w->own_lo);
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->moments};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
+    }
+    if (w->tr->cfg.grad_accumulation) {
+        int64_t elems = w->own_hi - w->own_lo; /* this device's slice */
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->accum};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
+    }
+    w->bases[MW__BASE_ARENA] = w->arena;
+    w->bases[MW__BASE_PARAMS] = w->params;
+    w->bases[MW__BASE_GRADS] = w->grads;
+    if (!from && (st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
+    /* A parameter the loss does not depend on keeps a zero gradient. */
+    mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
+    if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;
+    return vt->sync(&w->dev);
+}
+
+static mw_status worker_run(worker *w, cmd c) {
+    mw_status st;
+    w->training = c != CMD_EVAL;
+    switch (c) {
+    case CMD_INIT: return worker_init(w);
+    case CMD_EVAL:
+        if ((st = mw__bind_views(w)) || (st = mw__run_range(w, 0, w->plan.fwd_end))) return st;
+        return w->dev.vt->sync(&w->dev);
+    case CMD_GRADS:
+    case CMD_STEP:
+    case CMD_ACCUM:
+        w->skipped = 0;
+        w->inflight = 0;
+        if ((st = mw__bind_views(w)) || (st = mw__run_range(w, 0, w->plan.bwd_end))) return st;
+        if (w->inflight) {
+            w->phase = MW_PHASE_GRAD_REDUCE;
+            if ((st = mw__reductions(w, 1))) return st;
+        }
+        if (c == CMD_ACCUM)
+            return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
+        if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;
+        if (c == CMD_STEP && (w->tr->cfg.check_finite || w->tr->cfg.skip_nonfinite)) {
+            /* The loss is replicated: every device sees the same value and stops alike. */
+            float loss;
+            if ((st = w->dev.vt->download(&w->dev, &loss, mw__ptr(w, w->plan.loss), sizeof loss)))
+                return st;
+            if (!isfinite(loss) && w->tr->cfg.skip_nonfinite) {
+                w->skipped = 1;
+                return w->dev.vt->sync(&w->dev);
+            }
+            if (!isfinite(loss))
+                return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated",
+                                 loss);
+        }
+        if (c == CMD_STEP) {
+            int64_t t0 = mw__now_ns();
+            st = mw__enter(w, MW_PHASE_UPDATE);
+            /* A data error (bad id or target) a GPU kernel found is reported by the sync, before
+             * any parameter changes, also with one device. */
+            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
+            /* Nobody updates unless everybody got this far: replicas stay identical when a device
+             * fails before its update. */
+            if (st == MW_OK && w->tr->all) st = w->tr->all_reducer->barrier(w->tr->all, w->index);
+            if (st == MW_OK) st = mw__update(w);
+            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
+            w->update_ms = (double)(mw__now_ns() - t0) * 1e-6;
+            if (w->prof_cat) {
+                w->prof_ms[MW__PROF_UPDATE] += w->update_ms;
+                w->prof_calls[MW__PROF_UPDATE]++;
+            }
+            return st;
+        }
+        return w->dev.vt->sync(&w->dev);
+    case CMD_NONE:
+    case CMD_QUIT: break;
+    }
+    return MW_OK;
+}
+
+static void abort_all(mw_trainer *tr) {
+    if (tr->all) tr->all_reducer->abort(tr->all);
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        for (int c = 0; c < tr->groups[gi].ncomms; c++)
+            if (tr->groups[gi].comms[c]) tr->reducer->abort(tr->groups[gi].comms[c]);
+}
+
+/* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
+ * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
+ * threads outnumber cores), then sleeps on the condition variable. It spins with a pause, never
+ * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
+ * core that the thread it waits for needs. Waits until *v64 differs from old, or (v64 NULL) *zero
+ * is 0: 1, or 0 when the spin ran out. */
+static int spin_until(const mw_trainer *tr, _Atomic uint64_t *v64, uint64_t old,
+                      _Atomic int *zero) {
+    int64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
+        if (v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
+                : atomic_load_explicit(zero, memory_order_acquire) == 0)
+            return 1;
+        if (spins % 64 != 63) {
+            mw__cpu_relax();
+            continue;
+        }
+        int64_t now = mw__now_ns();
+        if (!start) start = now;
+        if (now - start > tr->spin_ns) return 0;
+    }
+}
+
+void *mw__worker_main(void *arg) {
+    worker *w = arg;
+    mw_trainer *tr = w->tr;
+    uint64_t seen = 0;
+    for (;;) {
+        if (!spin_until(tr, &tr->generation, seen, NULL)) {
+            pthread_mutex_lock(&tr->mu);
+            while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        seen = atomic_load(&tr->generation);
+        cmd c = (cmd)atomic_load(&tr->command);
+
+        w->reduce_ms = w->update_ms = 0.0;
+        mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
+        w->status = st;
+        if (st) {
+            snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+            abort_all(tr); /* release every peer waiting in a collective */
+        }
+        if (c == CMD_QUIT) {
+            w->dev.vt->free(&w->dev, w->arena);
+            if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
+            w->dev.vt->free(&w->dev, w->grads);
+            w->dev.vt->free(&w->dev, w->moments);
+            w->dev.vt->free(&w->dev, w->accum);
+            w->dev.vt->free(&w->dev, w->scratch);
+            if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
+            w->dev.vt->shutdown(&w->dev);
+        }
+        if (atomic_fetch_sub(&tr->remaining, 1) == 1) {
+            pthread_mutex_lock(&tr->mu); /* a host asleep in done is woken under the lock */
+            pthread_cond_signal(&tr->done);
+            pthread_mutex_unlock(&tr->mu);
+        }
+        if (c == CMD_QUIT) return NULL;
+    }
+}
+
+/* Runs one command on every worker and waits; on failure reports the root cause: the first device
+ * whose error is not just "aborted because a peer failed". */
+void mw__post(mw_trainer *tr, cmd c, int workers) {
+    pthread_mutex_lock(&tr->mu);
+    atomic_store(&tr->command, (int)c);
+    atomic_store(&tr->remaining, workers);
+    atomic_fetch_add(&tr->generation, 1);
+    pthread_cond_broadcast(&tr->start);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+void mw__wait_done(mw_trainer *tr) {
+    /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
+     * about 25 us (sleep and wake) to a few. */
+    if (spin_until(tr, NULL, 0, &tr->remaining)) return;
+    pthread_mutex_lock(&tr->mu);
+    while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
+    pthread_mutex_unlock(&tr->mu);
+}
+
+mw_status mw__dispatch(mw_trainer *tr, cmd c) {
+    int64_t t0 = mw__now_ns();
+    mw__post(tr, c, tr->nlocal);
+    mw__wait_done(tr);
+    tr->stats = (mw_step_stats){.step_ms = (double)(mw__now_ns() - t0) * 1e-6,
+                                .reduce_ms = tr->w[tr->first].reduce_ms,
+                                .update_ms = tr->w[tr->first].update_ms};
+    worker *cause = NULL;
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
+        worker *w = &tr->w[i];
+        if (w->status &&
+            (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
+            cause = w;
+    }
+    if (!cause) return MW_OK;
+    /* A non-finite loss or gradient is seen alike everywhere, after every collective: every
+     * process stops at the same point and the trainer stays usable. */
+    if (tr->mesh->nprocs > 1 && cause->status != MW_ERR_NONFINITE) tr->broken = 1;
+    if (tr->all) tr->all_reducer->reset(tr->all);
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        for (int k = 0; k < tr->groups[gi].ncomms; k++)
+            if (tr->groups[gi].comms[k]) tr->reducer->reset(tr->groups[gi].comms[k]);
+    mw_status st = cause->status;
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++) tr->w[i].status = MW_OK;
+    if (c == CMD_INIT) return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
+    return mw__error(st, "device %s, %s of step %lld: %s", cause->dev.name,
+                     mw_phase_name(cause->phase), (long long)tr->steps, cause->msg);
+}
