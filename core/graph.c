@@ -84,6 +84,17 @@ mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto) {
         g->nodes = p;
         g->cap = cap;
     }
+    for (int i = 0; i < proto->type.rank; i++)
+        for (int j = i + 1; j < proto->type.rank; j++)
+            if (proto->type.ax[i].mesh >= 0 && proto->type.ax[i].mesh == proto->type.ax[j].mesh) {
+                char d[256];
+                return mw__graph_fail(g, MW_ERR_SHARDING,
+                                      "%s: the result %s would split two axes over mesh axis %s; "
+                                      "a tensor can split only one axis over each mesh axis",
+                                      mw__op_name(proto->op),
+                                      mw__type_describe(g, &proto->type, d, sizeof d),
+                                      g->mesh_names[proto->type.ax[i].mesh]);
+            }
     mw_tensor *t = mw__malloc(sizeof *t);
     if (!t) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
     *t = *proto;
@@ -232,12 +243,7 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: NULL tensor, axis or mesh axis");
     char desc[256];
     mw__type_describe(g, &x->type, desc, sizeof desc);
-    if (x->op == MW__OP_PARAM)
-        return mw__graph_fail(g, MW_ERR_SHARDING,
-                              "mw_shard: parameter '%s' %s is replicated on every device; only "
-                              "inputs can be sharded",
-                              x->name, desc);
-    if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD)
+    if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD && x->op != MW__OP_PARAM)
         return mw__graph_fail(g, MW_ERR_SHARDING,
                               "mw_shard: %s is computed, not an input; shard the inputs it is "
                               "computed from instead",
@@ -253,12 +259,34 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: bad mesh axis name '%s'", mesh_axis);
     int m = 0;
     while (m < g->nmesh_names && strcmp(g->mesh_names[m], mesh_axis) != 0) m++;
+    for (int j = 0; m < g->nmesh_names && j < x->type.rank; j++)
+        if (x->type.ax[j].mesh == m)
+            return mw__graph_fail(g, MW_ERR_SHARDING,
+                                  "mw_shard: %s already has an axis sharded over mesh axis %s; "
+                                  "one tensor can split only one axis over each mesh axis",
+                                  desc, mesh_axis);
+    if (x->op == MW__OP_PARAM) {
+        /* A parameter is stored sharded: the label goes on the parameter itself, which must not
+         * have been used yet (its earlier uses would have seen it whole). */
+        for (int j = x->id + 1; j < g->nnodes; j++)
+            for (int k = 0; k < g->nodes[j]->nin; k++)
+                if (g->nodes[j]->in[k] == x)
+                    return mw__graph_fail(g, MW_ERR_SHARDING,
+                                          "mw_shard: parameter '%s' %s is already used by an op; "
+                                          "shard a parameter right after mw_param, before its "
+                                          "first use",
+                                          x->name, desc);
+    }
     if (m == g->nmesh_names) {
         if (m == MW__MAX_MESH_NAMES)
             return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: more than %d mesh axis names",
                                   MW__MAX_MESH_NAMES);
         snprintf(g->mesh_names[m], MW_MAX_NAME, "%s", mesh_axis);
         g->nmesh_names++;
+    }
+    if (x->op == MW__OP_PARAM) {
+        x->type.ax[i].mesh = m;
+        return x;
     }
     mw_tensor proto = {.op = MW__OP_SHARD, .nin = 1, .in = {x}, .type = x->type, .shard_axis = i};
     proto.type.ax[i].mesh = m;

@@ -271,7 +271,15 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
     if (i < 0) return NULL;
     for (int k = 1; k < 3; k++) {
         const mw__type *t = &xs[k]->type;
-        if (t->rank != 1 || t->ax[0].name != x->type.ax[i].name || t->ax[0].mesh >= 0 ||
+        if (t->rank == 1 && t->ax[0].mesh >= 0) {
+            char dw[256];
+            return mw__graph_fail(g, MW_ERR_SHARDING,
+                                  "mw_layernorm: %s %s is split over mesh axis %s; layer norm "
+                                  "needs the whole axis %s on every device",
+                                  k == 1 ? "w" : "b", DESC(xs[k], dw), g->mesh_names[t->ax[0].mesh],
+                                  axis);
+        }
+        if (t->rank != 1 || t->ax[0].name != x->type.ax[i].name ||
             t->ax[0].size != x->type.ax[i].size) {
             char dx[256], dw[256];
             return mw__graph_fail(g, MW_ERR_SHAPE,

@@ -23,6 +23,7 @@
 
 #include "core/alloc.h"
 #include "parallel/optimizer.h"
+#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 #define MAGIC "MWCKPT01"
@@ -59,6 +60,15 @@ static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
     return n;
 }
 
+/* Values of every parameter, whole (the sum of their global sizes): the length of each part of
+ * the file's image. */
+static int64_t whole_elems(const mw_trainer *tr) {
+    int64_t n = 0;
+    for (int i = 0; i < tr->g->nnodes; i++)
+        if (tr->g->nodes[i]->op == MW__OP_PARAM) n += mw__type_numel(&tr->g->nodes[i]->type);
+    return n;
+}
+
 /* Copies between the flat host image (params, then m, then v, each in declaration order) and the
  * devices. Parameters: from device 0 when saving, into every device when loading. Moments: each
  * device holds those of its slice [own_lo, own_hi) (all of them unless ZeRO-1), so saving
@@ -66,6 +76,16 @@ static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
  * modes and on every mesh. */
 static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
                           int moments, int to_devices) {
+    if (tr->sharded_params) { /* whole tensors, gathered from and scattered to their shards */
+        for (int part = 0; part <= moments; part++)
+            for (int p = 0; p < nparams; p++) {
+                mw__held held = part ? MW__HELD_MOMENT0 + (part - 1) : MW__HELD_PARAMS;
+                mw_status st = mw__param_transfer(tr, params[p], held, image, to_devices);
+                if (st) return st;
+                image += mw__type_numel(&params[p]->type);
+            }
+        return MW_OK;
+    }
     int64_t elems = tr->w[tr->first].plan.param_elems;
     int last = to_devices || tr->zero1 ? tr->first + tr->nlocal : tr->first + 1;
     for (int d = tr->first; d < last; d++) {
@@ -154,7 +174,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
-    int64_t elems = tr->w[tr->first].plan.param_elems;
+    int64_t elems = whole_elems(tr);
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
     mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
                          : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
@@ -176,7 +196,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
         uint64_t sum = fnv1a(0xCBF29CE484222325ull, &h, sizeof h);
         int ok = fwrite(&h, sizeof h, 1, f) == 1;
         for (int p = 0; ok && p < nparams; p++) {
-            entry e = {.count = tr->w[tr->first].plan.params[params[p]->leaf].count};
+            entry e = {.count = mw__type_numel(&params[p]->type)};
             snprintf(e.name, sizeof e.name, "%s", params[p]->name);
             sum = fnv1a(sum, &e, sizeof e);
             ok = fwrite(&e, sizeof e, 1, f) == 1;
@@ -286,7 +306,7 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
         entry e;
         memcpy(&e, p, sizeof e);
         e.name[MW_MAX_NAME - 1] = '\0';
-        int64_t count = tr->w[tr->first].plan.params[params[i]->leaf].count;
+        int64_t count = mw__type_numel(&params[i]->type);
         if (strcmp(e.name, params[i]->name) != 0 || e.count != count)
             return mw__error(MW_ERR_FORMAT,
                              "checkpoint %s: parameter %d is '%s' with %lld "
@@ -295,12 +315,12 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
                              (long long)count);
     }
     /* Per-parameter sizes agree, so the totals do unless the header lies. */
-    if (h->elems != (uint64_t)tr->w[tr->first].plan.param_elems)
+    if (h->elems != (uint64_t)whole_elems(tr))
         return mw__error(MW_ERR_FORMAT,
                          "checkpoint %s holds %u parameters (%llu values); the "
                          "model has %d (%lld)",
                          path, h->nparams, (unsigned long long)h->elems, nparams,
-                         (long long)tr->w[tr->first].plan.param_elems);
+                         (long long)whole_elems(tr));
     return MW_OK;
 }
 

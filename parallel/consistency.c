@@ -15,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "parallel/consistency.h"
+#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a stop request must be a lock-free store");
@@ -265,8 +266,14 @@ mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tens
 static mw_status replica_scratch(mw_trainer *tr) {
     if (tr->replica_buf) return MW_OK;
     size_t np = (size_t)tr->g->nparams + 1, nprocs = (size_t)tr->mesh->nprocs;
-    tr->replica_buf = mw__malloc((size_t)(tr->w[tr->first].plan.param_elems + 1) * sizeof(float));
-    tr->replica_sums = mw__malloc(np * (2 + nprocs) * sizeof(uint64_t));
+    int64_t most = 0;
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++)
+        if (tr->w[d].plan.param_elems > most) most = tr->w[d].plan.param_elems;
+    /* With sharded parameters every local device's checksums are kept (its replicas are the
+     * devices holding the same boxes). */
+    size_t keep = tr->sharded_params ? (size_t)tr->nlocal : 2;
+    tr->replica_buf = mw__malloc((size_t)(most + 1) * sizeof(float));
+    tr->replica_sums = mw__malloc(np * (keep + nprocs) * sizeof(uint64_t));
     if (tr->replica_buf && tr->replica_sums) return MW_OK;
     mw__trainer_consistency_free(tr);
     return mw__error(MW_ERR_NOMEM, "out of memory for the replica check");
@@ -293,6 +300,41 @@ static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
     return NULL;
 }
 
+/* With sharded parameters (one process): each device's boxes against those of the first device
+ * holding the same box. */
+static mw_status check_shard_replicas(mw_trainer *tr) {
+    int np = tr->g->nparams;
+    uint64_t *sums = tr->replica_sums;
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        worker *w = &tr->w[d];
+        const mw__plan *p = &w->plan;
+        mw_status st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
+                                           (size_t)p->param_elems * sizeof(float));
+        if (st) return st;
+        uint64_t *mine = sums + (size_t)(d - tr->first) * (size_t)(np + 1);
+        for (int l = 0; l < np; l++)
+            mine[l] = fnv1a(FNV_BASIS, tr->replica_buf + p->params[l].off,
+                            (size_t)p->params[l].count * sizeof(float));
+        for (int l = 0; l < np; l++) {
+            const mw_tensor *pn = param_of(tr, l);
+            mw__box bd, be;
+            mw__type_box(tr, d, &pn->type, &bd);
+            for (int e = tr->first; e < d; e++) {
+                mw__type_box(tr, e, &pn->type, &be);
+                if (memcmp(bd.lo, be.lo, sizeof bd.lo) != 0) continue;
+                if (sums[(size_t)(e - tr->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
+                    return mw__error(MW_ERR_STATE,
+                                     "replicas diverged by step %lld: parameter '%s' (the same "
+                                     "shard) differs between devices %s and %s",
+                                     (long long)tr->steps, pn->name, w->dev.name,
+                                     tr->w[e].dev.name);
+                break;
+            }
+        }
+    }
+    return MW_OK;
+}
+
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
     if (tr->broken)
@@ -302,6 +344,7 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     const mw__plan *p0 = &tr->w[tr->first].plan;
     mw_status st = replica_scratch(tr);
     if (st) return st;
+    if (tr->sharded_params) return check_shard_replicas(tr);
     uint64_t *first = tr->replica_sums, *other = first + np + 1, *all = other + np + 1;
     for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
         worker *w = &tr->w[d];

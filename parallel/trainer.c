@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
 #include "core/plan.h"
@@ -12,6 +13,7 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/optimizer.h"
+#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 static mw_status check_feeds(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
@@ -123,17 +125,20 @@ mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
     return run_command(tr, CMD_EVAL, feeds, nfeeds, loss);
 }
 
+/* The parameter called name, whose whole tensor must have count elements; its slot on the first
+ * local device in *out. */
 static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
-                            const mw__param_slot **out) {
+                            const mw__param_slot **out, const mw_tensor **param) {
     if (!tr || !name) return mw__error(MW_ERR_INVALID, "trainer or parameter name is NULL");
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *t = tr->g->nodes[i];
         if (t->op != MW__OP_PARAM || strcmp(t->name, name) != 0) continue;
-        const mw__param_slot *s = &tr->w[tr->first].plan.params[t->leaf];
-        if (s->count != count)
+        int64_t whole = mw__type_numel(&t->type);
+        if (whole != count)
             return mw__error(MW_ERR_SHAPE, "parameter '%s' has %lld elements, not %lld", name,
-                             (long long)s->count, (long long)count);
-        *out = s;
+                             (long long)whole, (long long)count);
+        *out = &tr->w[tr->first].plan.params[t->leaf];
+        *param = t;
         return MW_OK;
     }
     return mw__error(MW_ERR_NOT_FOUND, "the graph has no parameter named '%s'", name);
@@ -141,9 +146,14 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
 
 static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count, int grads) {
     const mw__param_slot *s;
-    mw_status st = find_param(tr, name, count, &s);
+    const mw_tensor *p;
+    mw_status st = find_param(tr, name, count, &s, &p);
     if (st) return st;
     if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
+    if (grads && tr->forward_only)
+        return mw__error(MW_ERR_STATE, "an inference program computes no gradients");
+    if (mw__param_sharded(p))
+        return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
     worker *w = &tr->w[tr->first];
     const char *base = grads ? w->grads : w->params;
     if (!grads || !tr->zero1)
@@ -171,9 +181,12 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
 mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
                                  int64_t count) {
     const mw__param_slot *s;
-    mw_status st = find_param(tr, name, count, &s);
+    const mw_tensor *p;
+    mw_status st = find_param(tr, name, count, &s, &p);
     if (st) return st;
     if (count && !src) return mw__error(MW_ERR_INVALID, "source is NULL");
+    if (mw__param_sharded(p)) /* only read from src */
+        return mw__param_transfer(tr, p, MW__HELD_PARAMS, (float *)(uintptr_t)src, 1);
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
         worker *w = &tr->w[i];
         st = w->dev.vt->upload(&w->dev, (char *)w->params + s->off * 4, src, (size_t)count * 4);
@@ -209,40 +222,29 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
                          "tensor in the graph",
                          tr->mesh->nprocs);
     /* Each device holds a box of the global array; copy every box's rows into place. */
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+    float *tmp = NULL;
+    int64_t cap = 0;
+    mw_status st = MW_OK;
+    for (int d = tr->first; d < tr->first + tr->nlocal && st == MW_OK; d++) {
         worker *w = &tr->w[d];
-        int64_t lo[MW_MAX_RANK], len[MW_MAX_RANK], stride[MW_MAX_RANK], s = 1, local = 1;
-        int sharded = 0;
-        for (int i = t->rank - 1; i >= 0; i--) {
-            const mw__axis *a = &t->ax[i];
-            lo[i] = 0;
-            len[i] = a->size;
-            if (a->mesh >= 0) {
-                int ma = tr->mesh_axis_of[a->mesh], c = mw__mesh_coord(tr->mesh, d, ma);
-                lo[i] = mw__split_lo(a->size, tr->mesh->axis_size[ma], c);
-                len[i] = mw__split_len(a->size, tr->mesh->axis_size[ma], c);
-                sharded = 1;
-            }
-            stride[i] = s;
-            s *= a->size;
-            local *= len[i];
+        mw__box box;
+        mw__type_box(tr, d, t, &box);
+        int64_t local = 1;
+        for (int i = 0; i < box.rank; i++) local *= box.len[i];
+        if (!sharded_output) /* replicated: one device has it all */
+            return w->dev.vt->download(&w->dev, dst, mw__ptr(w, w->plan.outputs[o]),
+                                       (size_t)count * 4);
+        if (local > cap) {
+            mw__free(tmp);
+            cap = local;
+            if (!(tmp = mw__malloc((size_t)cap * sizeof *tmp)))
+                return mw__error(MW_ERR_NOMEM, "mw_trainer_read_output: out of memory");
         }
-        if (!sharded && d > tr->first) break; /* replicated: one device has it all */
-        const char *src = mw__ptr(w, w->plan.outputs[o]);
-        int64_t run = t->rank ? len[t->rank - 1] : 1;
-        int64_t idx[MW_MAX_RANK] = {0};
-        for (int64_t done = 0; done < local; done += run) {
-            int64_t off = 0;
-            for (int i = 0; i < t->rank; i++) off += (lo[i] + idx[i]) * stride[i];
-            mw_status st = w->dev.vt->download(&w->dev, dst + off, src + done * 4, (size_t)run * 4);
-            if (st) return st;
-            for (int i = t->rank - 2; i >= 0; i--) {
-                if (++idx[i] < len[i]) break;
-                idx[i] = 0;
-            }
-        }
+        st = w->dev.vt->download(&w->dev, tmp, mw__ptr(w, w->plan.outputs[o]), (size_t)local * 4);
+        if (st == MW_OK) mw__box_copy(&box, 0, local, tmp, dst, 1);
     }
-    return MW_OK;
+    mw__free(tmp);
+    return st;
 }
 
 const char *mw_phase_name(mw_phase phase) {

@@ -17,6 +17,7 @@
 #include "parallel/optimizer.h"
 #include "parallel/reducer.h"
 #include "parallel/reducer_select.h"
+#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 #include "parallel/wait.h"
 
@@ -77,6 +78,30 @@ static mw_status place(mw_trainer *tr) {
                              "devices: every device needs at least one row",
                              g->names[a->name], g->mesh_names[a->mesh], t->in[0]->name,
                              (long long)a->size, g->mesh_names[a->mesh], parts);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (t->op != MW__OP_PARAM || !mw__param_sharded(t)) continue;
+        tr->sharded_params = 1;
+        const char *over = NULL;
+        for (int k = 0; k < t->type.rank; k++) {
+            const mw__axis *a = &t->type.ax[k];
+            if (a->mesh < 0) continue;
+            over = g->mesh_names[a->mesh];
+            int parts = tr->mesh->axis_size[tr->mesh_axis_of[a->mesh]];
+            if (a->size < parts)
+                return mw__error(MW_ERR_SHARDING,
+                                 "axis %s@%s of parameter '%s' has %lld rows but mesh axis %s "
+                                 "has %d devices: every device needs at least one row",
+                                 g->names[a->name], g->mesh_names[a->mesh], t->name,
+                                 (long long)a->size, g->mesh_names[a->mesh], parts);
+        }
+        if (tr->mesh->nprocs > 1)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "parameter '%s' is split over mesh axis %s, but %s spans %d "
+                             "processes: sharded parameters need every device in one process "
+                             "(shard only the batch across processes)",
+                             t->name, over, tr->mesh->desc, tr->mesh->nprocs);
     }
     return MW_OK;
 }
@@ -181,6 +206,10 @@ static mw_status plan_slices(mw_trainer *tr) {
     if (!tr->slices) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     for (int r = 0; r <= n; r++) tr->slices[r] = mw__slice_lo((size_t)p->param_elems, n, r);
     tr->zero1 = tr->cfg.shard_optimizer && !tr->forward_only && n > 1;
+    if (tr->zero1 && tr->sharded_params)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_trainer_new: shard_optimizer (ZeRO-1) together with parameters split "
+                         "over a mesh axis is not supported yet; use one or the other");
     mw_status st =
         tr->zero1 ? mw__zero1_collectives(tr->reducer, tr->all_reducer, tr->mesh->desc) : MW_OK;
     if (st) return st;
@@ -199,7 +228,8 @@ static mw_status plan_slices(mw_trainer *tr) {
         worker *w = &tr->w[d];
         w->own_lo = tr->zero1 ? (int64_t)tr->slices[d] : 0;
         w->own_hi = tr->zero1 ? (int64_t)tr->slices[d + 1] : p->param_elems;
-        w->partials = mw__malloc((size_t)n * sizeof *w->partials);
+        size_t partials = (size_t)n * (tr->sharded_params ? (size_t)tr->g->nparams + 1 : 1);
+        w->partials = mw__malloc(partials * sizeof *w->partials);
         w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
         if (!w->partials || !w->bounds)
             return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
@@ -262,6 +292,8 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->grads);
     mw__free(tr->outputs);
     mw__free(tr->user_outputs);
+    for (int i = 0; tr->init_boxes && i < tr->nlocal; i++) mw__free(tr->init_boxes[i]);
+    mw__free(tr->init_boxes);
     mw__free(tr->init_values);
     mw__trainer_consistency_free(tr);
     mw__free(tr->decays);
@@ -270,7 +302,31 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr);
 }
 
+/* Each local device's boxes of the initial parameters (sharded parameters). */
+static mw_status init_boxes(mw_trainer *tr) {
+    tr->init_boxes = mw__calloc((size_t)tr->nlocal, sizeof *tr->init_boxes);
+    if (!tr->init_boxes) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        int64_t n = tr->w[d].plan.param_elems;
+        float *box = mw__malloc((size_t)(n ? n : 1) * sizeof *box);
+        tr->init_boxes[d - tr->first] = box;
+        if (!box) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
+        mw_status st = mw__param_init_boxes(tr, d, box);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+static void free_init(mw_trainer *tr) {
+    for (int i = 0; tr->init_boxes && i < tr->nlocal; i++) mw__free(tr->init_boxes[i]);
+    mw__free(tr->init_boxes);
+    tr->init_boxes = NULL;
+    mw__free(tr->init_values);
+    tr->init_values = NULL;
+}
+
 static mw_status init_values(mw_trainer *tr) {
+    if (tr->sharded_params) return init_boxes(tr);
     const mw__plan *p = &tr->w[tr->first].plan;
     tr->init_values = mw__malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
     if (!tr->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
@@ -371,8 +427,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
     tr->sync_ready = 1;
     if ((st = start_workers(tr)) || (st = mw__dispatch(tr, CMD_INIT))) return st;
-    mw__free(tr->init_values);
-    tr->init_values = NULL;
+    free_init(tr);
     return MW_OK;
 }
 

@@ -34,8 +34,10 @@ typedef struct worker {
     int64_t own_lo, own_hi;
     void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients of
                      * [own_lo, own_hi) */
-    float *scratch; /* device scalars: the gradient norm's partial sums, one per slice */
-    float *partials; /* host: the same partials (nworkers), gathered from their owners */
+    float *scratch; /* device scalars: the gradient norm's partial sums, one per slice (with
+                     * sharded parameters, one per parameter) */
+    float *partials; /* host: the same partials (nworkers; with sharded parameters nworkers x
+                      * nparams), gathered from their owners */
     size_t *bounds;  /* host: ZeRO-1 scratch, the slices' parts of one gradient bucket */
     void *pinned;    /* page-locked staging of the input shards (devices that offer it) */
     char **bases;    /* per plan base: resolved address (views rebound every step) */
@@ -133,6 +135,11 @@ struct mw_trainer {
      * mesh of several devices) device d keeps optimizer state and updates only for slice d. */
     size_t *slices;
     int zero1;
+    /* Some parameter is split over a mesh axis (parallel/shards.c): each device holds its box of
+     * it, so devices' flat parameters differ and init_boxes holds each local device's initial
+     * values (during start-up only). */
+    int sharded_params;
+    float **init_boxes;
 };
 
 /* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */

@@ -7,6 +7,7 @@
 #include "meshwit.h"
 #include "parallel/optimizer.h"
 #include "parallel/reducer.h"
+#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 /* The gradient norm: one partial sum of squares per slice of tr->slices, added in slice order in
@@ -15,6 +16,7 @@
  * the same bits. */
 static mw_status grad_norm(worker *w, float *norm) {
     mw_trainer *tr = w->tr;
+    if (tr->sharded_params) return mw__grad_norm_sharded(w, norm);
     const mw__device_vtable *vt = w->dev.vt;
     const size_t *sl = tr->slices;
     int n = tr->nworkers, first = tr->zero1 ? w->index : 0, last = tr->zero1 ? w->index + 1 : n;

@@ -28,6 +28,8 @@ static mw_status worker_init(worker *w) {
         (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
     size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
+    if (w->tr->sharded_params && (size_t)w->tr->g->nparams * sizeof(float) > scratch)
+        scratch = (size_t)w->tr->g->nparams * sizeof(float);
     if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
         size_t staged = 0;
@@ -51,7 +53,9 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
-    if (!from && (st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
+    const float *init =
+        w->tr->init_boxes ? w->tr->init_boxes[w->index - w->tr->first] : w->tr->init_values;
+    if (!from && (st = vt->upload(&w->dev, w->params, init, pbytes))) return st;
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
     if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;

@@ -72,6 +72,7 @@ int64_t gpt2_num_params(const gpt2_config *c) {
 /* Shorthands for tracing one model. */
 typedef struct tracer {
     mw_graph *g;
+    const char *model_axis; /* mesh axis the heads and MLP units are split over, or NULL */
     char name[64];
 } tracer;
 
@@ -83,16 +84,9 @@ static mw_tensor *param(tracer *t, int layer, const char *what, mw_axes axes, mw
     return mw_param(t->g, t->name, axes, init);
 }
 
-/* x . W^T + b over axis `in`, for W [Out, in] and b [Out], with the result's new axis renamed
- * from Out to `out` (nothing to rename when out is "Out"). */
-static mw_tensor *linear(tracer *t, mw_tensor *x, int layer, const char *wname, const char *bname,
-                         const char *in, int64_t in_size, const char *out, int64_t out_size,
-                         float std) {
-    mw_graph *g = t->g;
-    mw_tensor *w =
-        param(t, layer, wname, MW_AXES({out, out_size}, {in, in_size}), MW_INIT_NORMAL(std));
-    mw_tensor *b = param(t, layer, bname, MW_AXES({out, out_size}), MW_INIT_ZEROS);
-    return mw_add(g, mw_dot(g, x, w, in), b);
+/* p with axis `axis` split over the model axis (tensor parallelism), or p as it is. */
+static mw_tensor *split(tracer *t, mw_tensor *p, const char *axis) {
+    return t->model_axis ? mw_shard(t->g, p, axis, t->model_axis) : p;
 }
 
 static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, const char *b,
@@ -102,30 +96,70 @@ static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, c
     return mw_layernorm(t->g, x, lw, lb, "Embed", 1e-5f);
 }
 
-/* Causal self-attention on qkv [Batch, Seq, QKV=3C] laid out as llm.c's (q, k, v) x heads: the
- * fused kernel reads q, k and v where they lie, per (batch, head). */
-static mw_tensor *attention(tracer *t, mw_tensor *qkv, const gpt2_config *c) {
+/* Causal self-attention, with llm.c's weights: qkvw [QKV=3C, Embed] holds (q, k, v) x heads x
+ * head dimension, so it is declared [Part=3, Head, HeadDim, Embed] (the same values in the same
+ * order), and attprojw [Out, Embed=(Head, HeadDim)] as [Out, Head, HeadDim]. The heads are
+ * independent, so splitting Head over the model axis gives each device whole heads: the
+ * projection contracts Head, and its partial sums are all-reduced before the bias is added. */
+static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, float std,
+                            float proj_std) {
     mw_graph *g = t->g;
-    char split[64];
-    int hd = c->channels / c->heads;
-    snprintf(split, sizeof split, "Part=3,Head=%d,HeadDim=%d", c->heads, hd);
-    mw_tensor *parts = mw_split(g, qkv, "QKV", split);
-    mw_tensor *y = mw_attention(g, parts, "Part", "Seq", "HeadDim", 1, 1.0f / sqrtf((float)hd));
-    return mw_merge(g, y, "Head,HeadDim", "Embed");
+    const int64_t C = c->channels, H = c->heads, D = c->channels / c->heads;
+    mw_tensor *w = split(t,
+                         param(t, layer, "qkvw",
+                               MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}, {"Embed", C}),
+                               MW_INIT_NORMAL(std)),
+                         "Head");
+    mw_tensor *b = split(
+        t,
+        param(t, layer, "qkvb", MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}), MW_INIT_ZEROS),
+        "Head");
+    mw_tensor *qkv = mw_add(g, mw_dot(g, x, w, "Embed"), b); /* [Batch, Seq, Part, Head, HeadDim] */
+    mw_tensor *y = mw_attention(g, qkv, "Part", "Seq", "HeadDim", 1, 1.0f / sqrtf((float)D));
+    mw_tensor *pw =
+        split(t,
+              param(t, layer, "attprojw", MW_AXES({"Out", C}, {"Head", H}, {"HeadDim", D}),
+                    MW_INIT_NORMAL(proj_std)),
+              "Head");
+    mw_tensor *pb = param(t, layer, "attprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS);
+    return mw_add(g, mw_contract(g, y, pw, "Batch,Seq,Out"), pb);
+}
+
+/* The MLP: fcw [Hidden=4C, Embed] and fcprojw [Out, Hidden]; splitting Hidden over the model
+ * axis is Megatron's column- then row-parallel pair. */
+static mw_tensor *mlp(tracer *t, mw_tensor *x, int layer, int64_t C, float std, float proj_std) {
+    mw_graph *g = t->g;
+    mw_tensor *w = split(
+        t, param(t, layer, "fcw", MW_AXES({"Hidden", 4 * C}, {"Embed", C}), MW_INIT_NORMAL(std)),
+        "Hidden");
+    mw_tensor *b =
+        split(t, param(t, layer, "fcb", MW_AXES({"Hidden", 4 * C}), MW_INIT_ZEROS), "Hidden");
+    mw_tensor *h = mw_gelu(g, mw_add(g, mw_dot(g, x, w, "Embed"), b));
+    mw_tensor *pw = split(t,
+                          param(t, layer, "fcprojw", MW_AXES({"Out", C}, {"Hidden", 4 * C}),
+                                MW_INIT_NORMAL(proj_std)),
+                          "Hidden");
+    mw_tensor *pb = param(t, layer, "fcprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS);
+    return mw_add(g, mw_dot(g, h, pw, "Hidden"), pb);
 }
 
 mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, const char *mesh_axis,
                      gpt2_graph *out) {
-    tracer t = {.g = g};
+    return gpt2_build_mesh(g, c, batch, seq, mesh_axis, NULL, out);
+}
+
+mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
+                          const char *data_axis, const char *model_axis, gpt2_graph *out) {
+    tracer t = {.g = g, .model_axis = model_axis};
     const int64_t C = c->channels, L = c->layers;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
     memset(out, 0, sizeof *out);
     out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", batch}, {"Seq", seq}));
     out->targets = mw_input(g, "targets", MW_I32, MW_AXES({"Batch", batch}, {"Seq", seq}));
     mw_tensor *tokens = out->tokens, *targets = out->targets;
-    if (mesh_axis) { /* Batch -> Batch@X: the only change for data parallelism */
-        tokens = mw_shard(g, tokens, "Batch", mesh_axis);
-        targets = mw_shard(g, targets, "Batch", mesh_axis);
+    if (data_axis) { /* Batch -> Batch@X: the only change for data parallelism */
+        tokens = mw_shard(g, tokens, "Batch", data_axis);
+        targets = mw_shard(g, targets, "Batch", data_axis);
     }
     mw_tensor *wte = param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
                            MW_INIT_NORMAL(std));
@@ -134,14 +168,9 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
     for (int l = 0; l < L; l++) {
-        mw_tensor *h = layernorm(&t, x, l, "ln1w", "ln1b", C);
-        mw_tensor *qkv = linear(&t, h, l, "qkvw", "qkvb", "Embed", C, "QKV", 3 * C, std);
-        mw_tensor *a = attention(&t, qkv, c);
-        a = linear(&t, a, l, "attprojw", "attprojb", "Embed", C, "Out", C, proj_std);
+        mw_tensor *a = attention(&t, layernorm(&t, x, l, "ln1w", "ln1b", C), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, a, "Out", "Embed"));
-        h = layernorm(&t, x, l, "ln2w", "ln2b", C);
-        h = mw_gelu(g, linear(&t, h, l, "fcw", "fcb", "Embed", C, "Hidden", 4 * C, std));
-        h = linear(&t, h, l, "fcprojw", "fcprojb", "Hidden", 4 * C, "Out", C, proj_std);
+        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", C), l, C, std, proj_std);
         x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
     }
     x = layernorm(&t, x, -1, "lnfw", "lnfb", C);

@@ -47,6 +47,14 @@ typedef struct gpt2_graph {
 mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, const char *mesh_axis,
                      gpt2_graph *out);
 
+/* gpt2_build on a mesh of two roles: data_axis (or NULL) shards the batch as above, and
+ * model_axis (or NULL) splits every layer's attention heads and MLP hidden units over that mesh
+ * axis (tensor parallelism: Head@Y in qkvw, qkvb, attprojw; Hidden@Y in fcw, fcb, fcprojw). The
+ * embeddings, layer norms and output biases stay replicated. The parameters keep llm.c's names
+ * and element order. */
+mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
+                          const char *data_axis, const char *model_axis, gpt2_graph *out);
+
 /* llm.c model files (fp32, version 3): a 256 x int32 header (magic 20240326, version 3, maxT, V,
  * L, NH, C, Vp) and the parameters in llm.c's order, each layer's tensors stacked over L.
  * gpt2_read_header fills *c from a file's header; gpt2_load copies a file's weights into the

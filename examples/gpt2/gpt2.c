@@ -29,6 +29,9 @@
 
 typedef struct options {
     const char *devices, *data, *val_data, *preset, *load, *save, *prompt, *checkpoint;
+    const char *mesh;       /* mesh axes ("X=2,Y=2"); default one axis X over every device */
+    const char *model_axis; /* mesh axis splitting heads and MLP units, or NULL */
+    char data_axis[64];     /* mesh axis sharding the batch ("" when none) */
     gpt2_data_format format;
     int preset_given; /* --preset: the model's sizes are not taken from the --load file */
     gpt2_config model;
@@ -94,6 +97,12 @@ static void usage(FILE *f) {
         "  --val-batches N     sequential batches per validation (default 8)\n"
         "  --skip-nonfinite    skip a step whose gradients hold NaN or Inf (counted, reported)\n"
         "                      instead of stopping\n"
+        "  --mesh AXES         arrange the devices on named mesh axes, e.g. X=2,Y=2 (the last\n"
+        "                      axis varies fastest over the device list; default: one axis X)\n"
+        "  --model-axis A      tensor parallelism: split every layer's attention heads and MLP\n"
+        "                      hidden units over mesh axis A; the batch is sharded over the\n"
+        "                      other axis of --mesh, if any (e.g. --mesh X=2,Y=2 --model-axis Y:\n"
+        "                      data parallel over X, tensor parallel over Y)\n"
         "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
         "                      slice of the parameters (same results, less memory per device)\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
@@ -134,6 +143,44 @@ static int check_flags(const options *o) {
         why = "--checkpoint-every needs --checkpoint FILE";
     } else if (o->eval_only && (o->save || o->stop_at || o->skip_nonfinite)) {
         why = "--eval-only trains nothing: --save, --stop-at and --skip-nonfinite do not apply";
+    }
+    if (!why) return 0;
+    fprintf(stderr, "gpt2: %s\n", why);
+    return -1;
+}
+
+/* The mesh axes' roles: the model axis (--model-axis) and the data axis, the one other axis of
+ * --mesh that the batch is sharded over (none when the model axis is the only one). 0, or -1
+ * with the error reported. */
+static int mesh_roles(options *o) {
+    const char *p = o->mesh ? o->mesh : MESH_AXIS;
+    int found_model = 0, data = 0;
+    o->data_axis[0] = '\0';
+    while (*p) {
+        size_t n = strcspn(p, "=,");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        if (o->model_axis && strcmp(name, o->model_axis) == 0) {
+            found_model = 1;
+        } else if (data++ == 0) {
+            snprintf(o->data_axis, sizeof o->data_axis, "%s", name);
+        }
+        p += n;
+        p += strcspn(p, ",");
+        if (*p == ',') p++;
+    }
+    const char *why = NULL;
+    char buf[200];
+    if (o->model_axis && !found_model) {
+        snprintf(buf, sizeof buf, "--model-axis %s is not an axis of the mesh %s", o->model_axis,
+                 o->mesh ? o->mesh : MESH_AXIS);
+        why = buf;
+    } else if (data > 1) {
+        snprintf(buf, sizeof buf,
+                 "the batch is sharded over one mesh axis, but the mesh %s has %d axes besides "
+                 "the model axis",
+                 o->mesh ? o->mesh : MESH_AXIS, data);
+        why = buf;
     }
     if (!why) return 0;
     fprintf(stderr, "gpt2: %s\n", why);
@@ -186,6 +233,10 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             bad = cli_parse_int(v, 1, big, &o->check_replicas);
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--mesh", &missing))) {
+            o->mesh = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--model-axis", &missing))) {
+            o->model_axis = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
             o->data = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--val-data", &missing))) {
@@ -278,7 +329,7 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
         }
         if (cli_report("gpt2", arg, v, matched, missing, bad)) return -1;
     }
-    return check_flags(o);
+    return check_flags(o) || mesh_roles(o) ? -1 : 0;
 }
 
 /* The model: the --load file's header (unless --preset is given) or the preset, then the explicit
@@ -438,13 +489,15 @@ static void print_setup(const run *r) {
     fflush(stdout);
 }
 
-/* Builds the model for batch x seq over `mesh`, sharded along Batch. */
+/* Builds the model for batch x seq over `mesh`, sharded along Batch over the data axis and, with
+ * --model-axis, split over the model axis. */
 static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_graph **g,
                        gpt2_graph *m, mw_trainer **tr) {
     mw_status st = mw_graph_new(g);
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
-    st = gpt2_build(*g, &o->model, batch, seq, MESH_AXIS, m);
+    st = gpt2_build_mesh(*g, &o->model, batch, seq, o->data_axis[0] ? o->data_axis : NULL,
+                         o->model_axis, m);
     if (st != MW_OK) return st;
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)o->lr,
@@ -608,7 +661,7 @@ static int sample(run *r) {
     char *text = malloc((size_t)cap);
     mw_status st = hist && tokens && logits && text ? MW_OK : MW_ERR_NOMEM;
     if (st == MW_OK) st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build(g, c, 1, T, NULL, &m);
+    if (st == MW_OK) st = gpt2_build_mesh(g, c, 1, T, NULL, r->o.model_axis, &m);
     if (st == MW_OK) {
         mw_infer_config ic = {.outputs = &m.logits, .noutputs = 1};
         st = mw_infer_from_trainer(r->tr, g, &ic, &inf);
@@ -685,7 +738,7 @@ static mw_status agree_flags(const run *r) {
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
-             "--allow-nonfinite %d\n"
+             "--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
@@ -695,8 +748,8 @@ static mw_status agree_flags(const run *r) {
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
              o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
-             o->sample, o->temperature,
-             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
+             o->mesh ? o->mesh : MESH_AXIS, o->model_axis ? o->model_axis : "none", o->sample,
+             o->temperature, (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
 
@@ -751,7 +804,7 @@ static int run_main(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if ((st = mw_mesh_new(o->devices, MESH_AXIS, &r.mesh)) != MW_OK) {
+    if ((st = mw_mesh_new(o->devices, o->mesh ? o->mesh : MESH_AXIS, &r.mesh)) != MW_OK) {
         rc = fail(st, "cannot make the mesh");
         goto done;
     }

@@ -95,16 +95,34 @@ void mw_graph_set_seed(mw_graph *g, uint64_t seed);
  * global: a sharded input is still fed whole, and each device reads its own rows. */
 mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes);
 
-/* A trained parameter (f32), replicated on every device, initialised by `init`. */
+/* A trained parameter (f32), replicated on every device unless mw_shard splits one of its axes,
+ * initialised by `init`. */
 mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
 
 /* --- sharding ------------------------------------------------------------------------------ */
 
-/* Splits axis `axis` of input x over mesh axis `mesh_axis`: "Batch" becomes "Batch@X". Only a
- * graph input (or a tensor derived from inputs by nothing but other mw_shard calls on different
- * axes) can be sharded: the split happens when the host feeds the batch. The mesh axis is looked
- * up when a trainer is made. Errors: MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (already
- * sharded, or not an input). */
+/* Splits axis `axis` of x over mesh axis `mesh_axis`: "Batch" becomes "Batch@X".
+ *
+ * On a graph input (or a tensor derived from inputs by nothing but other mw_shard calls on
+ * different axes) the split happens when the host feeds the batch: each device reads its own
+ * rows; the result is a new tensor.
+ *
+ * On a parameter, the parameter itself is relabelled and returned: each device then stores and
+ * updates only its shard (rows [lo, lo + len) of that axis, shards differing by at most one row),
+ * and the SPMD rules insert every collective the model needs. A contraction over the sharded axis
+ * gives a partial sum that is all-reduced where it is used, so a first linear layer whose output
+ * axis is sharded ("Hidden@Y") and a second one contracting it is Megatron-style tensor
+ * parallelism, with one all-reduce forward and one backward and none written by hand. A sharded
+ * parameter's gradient is reduced over exactly the mesh axes along which it is replicated (the
+ * data axes); the gradient norm counts each element once; reading, writing, saving and loading a
+ * parameter gather and scatter its shards, so files and host arrays always hold the whole
+ * tensor. Shard a parameter right after mw_param, before its first use.
+ *
+ * One tensor splits at most one axis over each mesh axis, and an op whose result would split two
+ * axes over the same mesh axis fails. The mesh axis is looked up when a trainer is made. Errors:
+ * MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (the axis is already sharded, x already
+ * splits an axis over that mesh axis, x is computed rather than an input or parameter, or the
+ * parameter is already used). */
 mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis);
 
 /* --- elementwise ---------------------------------------------------------------------------- */

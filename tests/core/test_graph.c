@@ -333,10 +333,25 @@ Test(errors, shard_twice) {
     mw_graph_free(g);
 }
 
-Test(errors, shard_a_parameter) {
+/* A parameter is sharded in place, before its first use; once used, it cannot be. */
+Test(errors, shard_a_used_parameter) {
     mw_graph *g = new_graph();
     mw_tensor *w = mw_param(g, "weights", MW_AXES({"Feature", 4}), MW_INIT_ZEROS);
-    EXPECT_TRACE_ERROR(g, mw_shard(g, w, "Feature", "X"), MW_ERR_SHARDING, "Feature=4");
+    cr_assert_not_null(mw_scale(g, w, 2.0f));
+    EXPECT_TRACE_ERROR(g, mw_shard(g, w, "Feature", "X"), MW_ERR_SHARDING, "Feature=4",
+                       "already used");
+    mw_graph_free(g);
+}
+
+Test(axes, shard_a_fresh_parameter) {
+    mw_graph *g = new_graph();
+    mw_tensor *w = mw_param(g, "weights", MW_AXES({"Feature", 4}), MW_INIT_ZEROS);
+    cr_assert_eq(mw_shard(g, w, "Feature", "Y"), w);
+    const char *mesh = NULL;
+    cr_assert_eq(mw_tensor_axis(w, 0, NULL, NULL, &mesh), MW_OK);
+    cr_assert_str_eq(mesh, "Y");
+    char d[64];
+    cr_assert_str_eq(mw_tensor_describe(w, d, sizeof d), "f32[Feature@Y=4]");
     mw_graph_free(g);
 }
 

@@ -1,0 +1,186 @@
+/* Parameters sharded over mesh axes: boxes, transfers between boxes and whole host arrays, and
+ * the gradient norm that counts every element once. */
+#include "parallel/shards.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "parallel/optimizer.h"
+
+int mw__param_sharded(const mw_tensor *p) {
+    for (int i = 0; i < p->type.rank; i++)
+        if (p->type.ax[i].mesh >= 0) return 1;
+    return 0;
+}
+
+int mw__trainer_shards_params(const mw_trainer *tr) {
+    for (int i = 0; i < tr->g->nnodes; i++)
+        if (tr->g->nodes[i]->op == MW__OP_PARAM && mw__param_sharded(tr->g->nodes[i])) return 1;
+    return 0;
+}
+
+void mw__type_box(const mw_trainer *tr, int d, const mw__type *t, mw__box *out) {
+    memset(out, 0, sizeof *out);
+    out->rank = t->rank;
+    for (int i = 0; i < t->rank; i++) {
+        const mw__axis *a = &t->ax[i];
+        out->global[i] = a->size;
+        out->lo[i] = 0;
+        out->len[i] = a->size;
+        if (a->mesh < 0) continue;
+        int axis = tr->mesh_axis_of[a->mesh];
+        int parts = tr->mesh->axis_size[axis], c = mw__mesh_coord(tr->mesh, d, axis);
+        out->lo[i] = mw__split_lo(a->size, parts, c);
+        out->len[i] = mw__split_len(a->size, parts, c);
+    }
+}
+
+void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, float *global,
+                  int to_global) {
+    if (from >= to) return;
+    if (b->rank == 0) {
+        if (to_global)
+            global[0] = local[0];
+        else
+            local[0] = global[0];
+        return;
+    }
+    int last = b->rank - 1;
+    int64_t idx[MW_MAX_RANK], stride[MW_MAX_RANK];
+    int64_t rest = from;
+    for (int i = last; i >= 0; i--) {
+        idx[i] = rest % b->len[i];
+        rest /= b->len[i];
+        stride[i] = i == last ? 1 : stride[i + 1] * b->global[i + 1];
+    }
+    for (int64_t e = from; e < to;) {
+        int64_t run = b->len[last] - idx[last];
+        if (run > to - e) run = to - e;
+        int64_t at = 0;
+        for (int i = 0; i <= last; i++) at += (b->lo[i] + idx[i]) * stride[i];
+        if (to_global)
+            memcpy(global + at, local + (e - from), (size_t)run * sizeof(float));
+        else
+            memcpy(local + (e - from), global + at, (size_t)run * sizeof(float));
+        e += run;
+        idx[last] += run;
+        for (int i = last; i > 0 && idx[i] == b->len[i]; i--) {
+            idx[i] = 0;
+            idx[i - 1]++;
+        }
+    }
+}
+
+int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
+    if (tr->zero1 && held != MW__HELD_PARAMS) return 1; /* each device owns its own part */
+    int splits[MW_MAX_MESH_AXES] = {0};
+    for (int i = 0; i < p->type.rank; i++)
+        if (p->type.ax[i].mesh >= 0) splits[tr->mesh_axis_of[p->type.ax[i].mesh]] = 1;
+    for (int a = 0; a < tr->mesh->naxes; a++)
+        if (!splits[a] && mw__mesh_coord(tr->mesh, d, a) != 0) return 0;
+    return 1;
+}
+
+/* Where device w holds `held` values of slot s: the flat range [*lo, *hi) and its address. */
+static char *held_range(worker *w, const mw__param_slot *s, mw__held held, int64_t *lo,
+                        int64_t *hi) {
+    *lo = s->off;
+    *hi = s->off + s->count;
+    if (held == MW__HELD_PARAMS) return (char *)w->params + s->off * 4;
+    if (held == MW__HELD_GRADS && !w->tr->zero1) return (char *)w->grads + s->off * 4;
+    if (!mw__own_part(w, s, lo, hi)) {
+        *hi = *lo;
+        return NULL;
+    }
+    if (held == MW__HELD_GRADS) return (char *)w->grads + *lo * 4;
+    int64_t own = w->own_hi - w->own_lo;
+    return (char *)w->moments + ((int64_t)(held - MW__HELD_MOMENT0) * own + *lo - w->own_lo) * 4;
+}
+
+mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, float *global,
+                             int write) {
+    int64_t most = 0;
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++)
+        if (tr->w[d].plan.params[p->leaf].count > most) most = tr->w[d].plan.params[p->leaf].count;
+    float *tmp = mw__malloc((size_t)(most ? most : 1) * sizeof *tmp);
+    if (!tmp) return mw__error(MW_ERR_NOMEM, "out of memory moving parameter '%s'", p->name);
+    mw_status st = MW_OK;
+    for (int d = tr->first; d < tr->first + tr->nlocal && st == MW_OK; d++) {
+        worker *w = &tr->w[d];
+        if (!write && !mw__param_reader(tr, d, p, held)) continue;
+        const mw__param_slot *s = &w->plan.params[p->leaf];
+        int64_t lo, hi;
+        char *at = held_range(w, s, held, &lo, &hi);
+        if (lo == hi) continue;
+        mw__box box;
+        mw__type_box(tr, d, &p->type, &box);
+        size_t bytes = (size_t)(hi - lo) * 4;
+        if (write) {
+            mw__box_copy(&box, lo - s->off, hi - s->off, tmp, global, 0);
+            st = w->dev.vt->upload(&w->dev, at, tmp, bytes);
+        } else if ((st = w->dev.vt->download(&w->dev, tmp, at, bytes)) == MW_OK) {
+            mw__box_copy(&box, lo - s->off, hi - s->off, tmp, global, 1);
+        }
+    }
+    mw__free(tmp);
+    return st;
+}
+
+mw_status mw__param_init_boxes(const mw_trainer *tr, int d, float *dst) {
+    const mw__plan *plan = &tr->w[d].plan;
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *t = tr->g->nodes[i];
+        if (t->op != MW__OP_PARAM) continue;
+        const mw__param_slot *s = &plan->params[t->leaf];
+        if (!mw__param_sharded(t)) {
+            mw__param_init(tr->g, t, dst + s->off);
+            continue;
+        }
+        int64_t n = mw__type_numel(&t->type);
+        float *whole = mw__malloc((size_t)(n ? n : 1) * sizeof *whole);
+        if (!whole) return mw__error(MW_ERR_NOMEM, "out of memory initialising '%s'", t->name);
+        mw__param_init(tr->g, t, whole);
+        mw__box box;
+        mw__type_box(tr, d, &t->type, &box);
+        mw__box_copy(&box, 0, s->count, dst + s->off, whole, 0);
+        mw__free(whole);
+    }
+    return MW_OK;
+}
+
+mw_status mw__grad_norm_sharded(worker *w, float *norm) {
+    mw_trainer *tr = w->tr;
+    const mw__device_vtable *vt = w->dev.vt;
+    int np = tr->g->nparams, n = tr->nworkers;
+    mw_status st;
+    for (int l = 0; l < np; l++) {
+        const mw__param_slot *s = &w->plan.params[l];
+        int64_t lo, hi;
+        char *at = held_range(w, s, MW__HELD_GRADS, &lo, &hi);
+        mw__k_sumsq k = {.count = hi - lo, .out = w->scratch + l, .a = (const float *)at};
+        if (k.count && (st = vt->sumsq(&w->dev, &k))) return st;
+    }
+    float *mine = w->partials + (size_t)w->index * (size_t)np;
+    if (np && (st = vt->download(&w->dev, mine, w->scratch, (size_t)np * sizeof(float)))) return st;
+    for (int l = 0; l < np; l++)
+        if (w->plan.params[l].count == 0) mine[l] = 0.0f;
+    if (tr->all) {
+        for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r * (size_t)np;
+        if ((st = tr->all_reducer->all_gather(tr->all, w->index, w->partials,
+                                              (size_t)n * (size_t)np, w->bounds)))
+            return st;
+    }
+    double sq = 0.0;
+    for (int i = 0; i < tr->g->nnodes; i++) {
+        const mw_tensor *p = tr->g->nodes[i];
+        if (p->op != MW__OP_PARAM) continue;
+        for (int d = 0; d < n; d++)
+            if (mw__param_reader(tr, d, p, MW__HELD_GRADS))
+                sq += (double)w->partials[(size_t)d * (size_t)np + (size_t)p->leaf];
+    }
+    *norm = (float)sqrt(sq);
+    return MW_OK;
+}

@@ -1,0 +1,438 @@
+/* Parameters sharded by named axes: tensor parallelism through mw_shard on parameters.
+ *
+ * The model is a two-layer MLP regression, out = gelu(x . W1 + b1) . W2 + b2, loss = mean of the
+ * squared error, with W1 [Hidden, In], b1 [Hidden], W2 [Out, Hidden], b2 [Out]. Splitting Hidden
+ * over a mesh axis Y ("Hidden@Y" in W1, b1 and W2) is Megatron's column-then-row pair: the second
+ * contraction leaves partial sums that the SPMD rules all-reduce, and the gradient of x's layer
+ * is all-reduced on the way back, with no collective written here. Every run is compared with
+ * the same model on one device: the loss of every step and the parameters after AdamW steps with
+ * clipping, on Y=2, on an uneven Y=3, and with data parallelism on a 2 x 2 mesh (X=2,Y=2). Also:
+ * bitwise repeats, reading and writing whole parameters, checkpoints moved between meshes, the
+ * gradient norm, the tiny GPT-2 with heads and MLP units split, and the errors for what cannot
+ * be sharded. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpt2_model.h"
+#include "meshwit.h"
+
+#define BATCH 24
+#define IN 12
+#define HIDDEN 10 /* 5 + 5 over Y=2, 4 + 3 + 3 over Y=3 */
+#define OUT 3
+#define STEPS 8
+
+/* Agreement with one device.
+ *
+ * Splitting Hidden changes only the order of additions: the second layer's sum over Hidden is
+ * formed as per-device partial sums added in device order, and so are the gradient norm and the
+ * backward contraction into x's layer. Every value is of order one and each sum has at most a
+ * few dozen terms, so one step differs by a few units of f32 rounding (2^-24 ~ 6e-8 relative).
+ * AdamW divides each gradient by its running RMS, so a relative change eps of a gradient element
+ * changes its step by about eps * lr: after STEPS steps with lr 1e-2 the parameters differ by
+ * about STEPS * 1e-2 * 1e-6 = 1e-7, and the loss by as much relative. The bar below, 2e-5 on
+ * values of order one, is a hundred times that: a wrong collective (a missing or doubled
+ * all-reduce, a shard read from the wrong rows) moves these values by 1e-3 or more. */
+#define TOL 2e-5
+
+typedef struct run {
+    float loss[STEPS];
+    float w1[HIDDEN * IN], b1[HIDDEN], w2[OUT * HIDDEN], b2[OUT];
+    float norm;
+} run;
+
+typedef struct mlp {
+    mw_graph *g;
+    mw_tensor *loss, *w1, *b1, *w2, *b2;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+} mlp;
+
+static float data_x[BATCH * IN], data_y[BATCH * OUT];
+
+static void make_data(int step) {
+    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1);
+    for (int i = 0; i < BATCH * IN; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        data_x[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
+    }
+    for (int r = 0; r < BATCH; r++)
+        for (int o = 0; o < OUT; o++) {
+            double v = 0.25 * o;
+            for (int i = 0; i < IN; i++) v += sin(0.3 * (i + 1) * (o + 1)) * data_x[r * IN + i];
+            data_y[r * OUT + o] = (float)tanh(v);
+        }
+}
+
+/* data: mesh axis the batch is split over (or NULL); model: the one Hidden is split over. */
+static void build(mlp *m, const char *data, const char *model) {
+    memset(m, 0, sizeof *m);
+    cr_assert_eq(mw_graph_new(&m->g), MW_OK);
+    mw_graph *g = m->g;
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", BATCH}, {"In", IN}));
+    mw_tensor *y = mw_input(g, "y", MW_F32, MW_AXES({"Batch", BATCH}, {"Out", OUT}));
+    if (data) {
+        x = mw_shard(g, x, "Batch", data);
+        y = mw_shard(g, y, "Batch", data);
+    }
+    m->w1 = mw_param(g, "w1", MW_AXES({"Hidden", HIDDEN}, {"In", IN}), MW_INIT_NORMAL(0.5f));
+    m->b1 = mw_param(g, "b1", MW_AXES({"Hidden", HIDDEN}), MW_INIT_UNIFORM(0.1f));
+    m->w2 = mw_param(g, "w2", MW_AXES({"Out", OUT}, {"Hidden", HIDDEN}), MW_INIT_NORMAL(0.5f));
+    m->b2 = mw_param(g, "b2", MW_AXES({"Out", OUT}), MW_INIT_ZEROS);
+    if (model) {
+        cr_assert_eq(mw_shard(g, m->w1, "Hidden", model), m->w1, "%s", mw_graph_error(g));
+        cr_assert_eq(mw_shard(g, m->b1, "Hidden", model), m->b1);
+        cr_assert_eq(mw_shard(g, m->w2, "Hidden", model), m->w2);
+    }
+    mw_tensor *h = mw_gelu(g, mw_add(g, mw_dot(g, x, m->w1, "In"), m->b1));
+    mw_tensor *out = mw_add(g, mw_dot(g, h, m->w2, "Hidden"), m->b2);
+    mw_tensor *e = mw_sub(g, out, y);
+    m->loss = mw_mean(g, mw_mul(g, e, e), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+}
+
+static void open_mlp(mlp *m, const char *devices, const char *axes, const char *data,
+                     const char *model) {
+    build(m, data, model);
+    cr_assert_eq(mw_mesh_new(devices, axes, &m->mesh), MW_OK, "%s", mw_last_error());
+    mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f,
+                                         .eps = 1e-8f, .weight_decay = 0.01f, .grad_clip = 0.5f}};
+    mw_status st = mw_trainer_new(m->g, m->loss, m->mesh, &c, &m->tr);
+    cr_assert_eq(st, MW_OK, "trainer on %s/%s: %s", devices, axes, mw_last_error());
+}
+
+static void close_mlp(mlp *m) {
+    mw_trainer_free(m->tr);
+    mw_mesh_free(m->mesh);
+    mw_graph_free(m->g);
+}
+
+static void read_all(mlp *m, run *r) {
+    cr_assert_eq(mw_trainer_read_param(m->tr, "w1", r->w1, HIDDEN * IN), MW_OK, "%s",
+                 mw_last_error());
+    cr_assert_eq(mw_trainer_read_param(m->tr, "b1", r->b1, HIDDEN), MW_OK);
+    cr_assert_eq(mw_trainer_read_param(m->tr, "w2", r->w2, OUT * HIDDEN), MW_OK);
+    cr_assert_eq(mw_trainer_read_param(m->tr, "b2", r->b2, OUT), MW_OK);
+}
+
+static void step(mlp *m, int s, float *loss) {
+    make_data(s);
+    mw_feed f[2] = {{"x", data_x, BATCH * IN}, {"y", data_y, BATCH * OUT}};
+    mw_status st = mw_trainer_step(m->tr, f, 2, loss);
+    cr_assert_eq(st, MW_OK, "step %d: %s", s, mw_last_error());
+}
+
+static run train(const char *devices, const char *axes, const char *data, const char *model) {
+    mlp m;
+    open_mlp(&m, devices, axes, data, model);
+    run r;
+    for (int s = 0; s < STEPS; s++) step(&m, s, &r.loss[s]);
+    r.norm = mw_trainer_grad_norm(m.tr);
+    read_all(&m, &r);
+    close_mlp(&m);
+    return r;
+}
+
+static void near(const char *what, const float *got, const float *ref, int n) {
+    for (int i = 0; i < n; i++)
+        cr_assert(fabs((double)got[i] - ref[i]) <= TOL * fmax(1.0, fabs(ref[i])),
+                  "%s[%d]: %.9g, one device has %.9g", what, i, got[i], ref[i]);
+}
+
+static void agree(const char *what, const run *got, const run *ref) {
+    char name[96];
+    snprintf(name, sizeof name, "%s loss", what);
+    near(name, got->loss, ref->loss, STEPS);
+    snprintf(name, sizeof name, "%s w1", what);
+    near(name, got->w1, ref->w1, HIDDEN * IN);
+    snprintf(name, sizeof name, "%s b1", what);
+    near(name, got->b1, ref->b1, HIDDEN);
+    snprintf(name, sizeof name, "%s w2", what);
+    near(name, got->w2, ref->w2, OUT * HIDDEN);
+    snprintf(name, sizeof name, "%s b2", what);
+    near(name, got->b2, ref->b2, OUT);
+    snprintf(name, sizeof name, "%s gradient norm", what);
+    near(name, &got->norm, &ref->norm, 1);
+}
+
+TestSuite(tensor_parallel, .timeout = 120);
+
+Test(tensor_parallel, hidden_split_over_y_matches_one_device) {
+    run one = train("cpu:1", "X", NULL, NULL);
+    /* The model learns: agreeing is not agreeing on nothing. */
+    cr_assert_lt(one.loss[STEPS - 1], 0.8f * one.loss[0]);
+    run y2 = train("cpu:2", "Y", NULL, "Y");
+    agree("Y=2", &y2, &one);
+    run y3 = train("cpu:3", "Y", NULL, "Y"); /* Hidden 10 = 4 + 3 + 3 */
+    agree("Y=3", &y3, &one);
+}
+
+Test(tensor_parallel, data_times_tensor_on_a_2x2_mesh) {
+    run one = train("cpu:1", "X", NULL, NULL);
+    run dt = train("cpu:4", "X=2,Y=2", "X", "Y");
+    agree("X=2,Y=2", &dt, &one);
+    /* The same mesh twice: the same bits. */
+    run again = train("cpu:4", "X=2,Y=2", "X", "Y");
+    cr_assert(memcmp(&dt, &again, sizeof dt) == 0, "X=2,Y=2 run twice differs");
+    /* Model axis first: Y varies slowest, so the shards sit on devices 0-1 and 2-3. */
+    run yx = train("cpu:4", "Y=2,X=2", "X", "Y");
+    agree("Y=2,X=2", &yx, &one);
+}
+
+Test(tensor_parallel, initial_values_are_the_whole_tensors_cut) {
+    mlp one, two;
+    open_mlp(&one, "cpu:1", "X", NULL, NULL);
+    open_mlp(&two, "cpu:2", "Y", NULL, "Y");
+    run a, b;
+    read_all(&one, &a);
+    read_all(&two, &b);
+    cr_assert(memcmp(a.w1, b.w1, sizeof a.w1) == 0);
+    cr_assert(memcmp(a.b1, b.b1, sizeof a.b1) == 0);
+    cr_assert(memcmp(a.w2, b.w2, sizeof a.w2) == 0);
+    cr_assert(memcmp(a.b2, b.b2, sizeof a.b2) == 0);
+    close_mlp(&one);
+    close_mlp(&two);
+}
+
+Test(tensor_parallel, write_then_read_whole_parameters) {
+    mlp m;
+    open_mlp(&m, "cpu:3", "Y", NULL, "Y");
+    float w[OUT * HIDDEN], back[OUT * HIDDEN];
+    for (int i = 0; i < OUT * HIDDEN; i++) w[i] = (float)i * 0.125f - 1.0f;
+    cr_assert_eq(mw_trainer_write_param(m.tr, "w2", w, OUT * HIDDEN), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_param(m.tr, "w2", back, OUT * HIDDEN), MW_OK);
+    cr_assert(memcmp(w, back, sizeof w) == 0, "w2 read back differs from what was written");
+    /* The count is the whole tensor's, not a shard's. */
+    cr_assert_eq(mw_trainer_read_param(m.tr, "w2", back, OUT * 4), MW_ERR_SHAPE);
+    cr_assert(strstr(mw_last_error(), "30") != NULL, "%s", mw_last_error());
+    /* A written model trains like the same model written on one device. */
+    mlp one;
+    open_mlp(&one, "cpu:1", "X", NULL, NULL);
+    cr_assert_eq(mw_trainer_write_param(one.tr, "w2", w, OUT * HIDDEN), MW_OK);
+    float l1, l3;
+    step(&one, 0, &l1);
+    step(&m, 0, &l3);
+    cr_assert(fabsf(l1 - l3) <= TOL * fmaxf(1.0f, fabsf(l1)), "%.9g vs %.9g", l3, l1);
+    close_mlp(&one);
+    close_mlp(&m);
+}
+
+/* A checkpoint holds whole tensors: saved on one mesh, it resumes on another. */
+Test(tensor_parallel, checkpoints_move_between_meshes) {
+    char path[] = "/tmp/mw_tp_ckptXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    mlp a;
+    open_mlp(&a, "cpu:2", "Y", NULL, "Y");
+    float loss;
+    for (int s = 0; s < 3; s++) step(&a, s, &loss);
+    cr_assert_eq(mw_trainer_save(a.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
+    float ref[STEPS];
+    for (int s = 3; s < 6; s++) step(&a, s, &ref[s]);
+    /* Resumed on one device, on Y=3 and on X=2,Y=2: the same next losses. */
+    const char *dev[3] = {"cpu:1", "cpu:3", "cpu:4"}, *axes[3] = {"X", "Y", "X=2,Y=2"};
+    const char *data[3] = {NULL, NULL, "X"}, *model[3] = {NULL, "Y", "Y"};
+    for (int k = 0; k < 3; k++) {
+        mlp b;
+        open_mlp(&b, dev[k], axes[k], data[k], model[k]);
+        cr_assert_eq(mw_trainer_load(b.tr, path, NULL, 0, NULL), MW_OK, "%s: %s", dev[k],
+                     mw_last_error());
+        cr_assert_eq(mw_trainer_steps(b.tr), 3);
+        for (int s = 3; s < 6; s++) {
+            step(&b, s, &loss);
+            cr_assert(fabsf(loss - ref[s]) <= TOL * fmaxf(1.0f, fabsf(ref[s])),
+                      "%s/%s: step %d loss %.9g, the uninterrupted run %.9g", dev[k], axes[k], s,
+                      loss, ref[s]);
+        }
+        close_mlp(&b);
+    }
+    close_mlp(&a);
+    close(fd);
+    remove(path);
+}
+
+Test(tensor_parallel, replicas_are_checked_per_shard) {
+    mlp m;
+    open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
+    float loss;
+    step(&m, 0, &loss);
+    /* Devices 0 and 1 hold different halves of w1 and agree with their X replicas. */
+    cr_assert_eq(mw_trainer_check_replicas(m.tr), MW_OK, "%s", mw_last_error());
+    close_mlp(&m);
+}
+
+Test(tensor_parallel, memory_per_device_shrinks) {
+    mlp one, two;
+    open_mlp(&one, "cpu:1", "X", NULL, NULL);
+    open_mlp(&two, "cpu:2", "Y", NULL, "Y");
+    mw_device_memory a, b;
+    cr_assert_eq(mw_trainer_memory(one.tr, 0, &a), MW_OK);
+    cr_assert_eq(mw_trainer_memory(two.tr, 1, &b), MW_OK);
+    /* w1, b1 and w2 are halved; b2 is whole: 12*10 + 10 + 3*10 + 3 = 163 -> 60 + 5 + 15 + 3. */
+    cr_assert_eq(a.parameters, 163 * 4);
+    cr_assert_eq(b.parameters, 83 * 4);
+    close_mlp(&one);
+    close_mlp(&two);
+}
+
+/* --- errors ----------------------------------------------------------------------------------- */
+
+Test(tensor_parallel, what_cannot_be_sharded_is_refused) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"In", 6}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Hidden", 8}, {"In", 6}), MW_INIT_ZEROS);
+    mw_tensor *h = mw_dot(g, x, w, "In");
+    /* A parameter already used. */
+    cr_assert_null(mw_shard(g, w, "Hidden", "Y"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_graph_error(g), "already used") != NULL, "%s", mw_graph_error(g));
+    cr_assert_not_null(h);
+    mw_graph_free(g);
+
+    /* Two axes of one parameter over one mesh axis. */
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    w = mw_param(g, "w", MW_AXES({"Hidden", 8}, {"In", 6}), MW_INIT_ZEROS);
+    cr_assert_not_null(mw_shard(g, w, "Hidden", "Y"));
+    cr_assert_null(mw_shard(g, w, "In", "Y"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_graph_error(g), "mesh axis Y") != NULL, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    /* A contraction whose result would split two axes over Y. */
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *a = mw_param(g, "a", MW_AXES({"M", 4}, {"K", 6}), MW_INIT_ZEROS);
+    mw_tensor *b = mw_param(g, "b", MW_AXES({"K", 6}, {"N", 8}), MW_INIT_ZEROS);
+    mw_shard(g, a, "M", "Y");
+    mw_shard(g, b, "N", "Y");
+    cr_assert_null(mw_dot(g, a, b, "K"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_graph_error(g), "contract") != NULL &&
+                  strstr(mw_graph_error(g), "M@Y") != NULL,
+              "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    /* Ops that need the whole axis: layer norm over it, the embedding's vocabulary, the
+     * cross-entropy's classes. */
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"Embed", 6}));
+    mw_tensor *lw = mw_param(g, "lw", MW_AXES({"Embed", 6}), MW_INIT_ZEROS);
+    mw_tensor *lb = mw_param(g, "lb", MW_AXES({"Embed", 6}), MW_INIT_ZEROS);
+    mw_shard(g, lw, "Embed", "Y");
+    mw_shard(g, lb, "Embed", "Y");
+    cr_assert_null(mw_layernorm(g, x, lw, lb, "Embed", 1e-5f));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *ids = mw_input(g, "ids", MW_I32, MW_AXES({"Batch", 4}));
+    mw_tensor *table = mw_param(g, "table", MW_AXES({"Vocab", 16}, {"Dim", 4}), MW_INIT_ZEROS);
+    mw_shard(g, table, "Vocab", "Y");
+    cr_assert_null(mw_embedding(g, table, ids, "Vocab"));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING, "%s", mw_graph_error(g));
+    cr_assert(strstr(mw_graph_error(g), "Vocab") != NULL, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    ids = mw_input(g, "ids", MW_I32, MW_AXES({"Batch", 4}));
+    x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"Dim", 4}));
+    mw_tensor *head = mw_param(g, "head", MW_AXES({"Vocab", 16}, {"Dim", 4}), MW_INIT_ZEROS);
+    mw_shard(g, head, "Vocab", "Y");
+    mw_tensor *logits = mw_dot(g, x, head, "Dim");
+    cr_assert_not_null(logits);
+    cr_assert_null(mw_cross_entropy(g, logits, ids, "Vocab", 0));
+    cr_assert_eq(mw_graph_status(g), MW_ERR_SHARDING, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+}
+
+Test(tensor_parallel, trainer_errors_name_the_axis) {
+    /* The graph splits over Y; the mesh has no Y. */
+    mlp m;
+    build(&m, NULL, "Y");
+    cr_assert_eq(mw_mesh_new("cpu:2", "X", &m.mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(m.g, m.loss, m.mesh, NULL, &m.tr), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_last_error(), "'Y'") != NULL, "%s", mw_last_error());
+    mw_mesh_free(m.mesh);
+    /* More devices along Y than rows of Hidden. */
+    cr_assert_eq(mw_mesh_new("cpu:16", "Y", &m.mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(m.g, m.loss, m.mesh, NULL, &m.tr), MW_ERR_SHARDING);
+    cr_assert(strstr(mw_last_error(), "Hidden@Y") != NULL && strstr(mw_last_error(), "w1"), "%s",
+              mw_last_error());
+    mw_mesh_free(m.mesh);
+    mw_graph_free(m.g);
+}
+
+/* --- GPT-2 with heads and MLP units split ------------------------------------------------------
+ */
+
+#define GB 4
+#define GT 32
+#define GSTEPS 4
+
+static const gpt2_config gcfg = {
+    .layers = 2, .heads = 4, .channels = 64, .max_seq = 32, .vocab = 64, .padded_vocab = 64};
+
+static void gpt2_losses(const char *devices, const char *axes, const char *data, const char *model,
+                        float *loss, float *wte) {
+    mw_graph *g;
+    gpt2_graph gg;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    cr_assert_eq(gpt2_build_mesh(g, &gcfg, GB, GT, data, model, &gg), MW_OK, "%s",
+                 mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new(devices, axes, &mesh), MW_OK);
+    mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
+                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f}};
+    cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s/%s: %s", devices, axes,
+                 mw_last_error());
+    int32_t in[GB * GT], tg[GB * GT];
+    for (int s = 0; s < GSTEPS; s++) {
+        uint64_t r = 77 + (uint64_t)(s % 2);
+        for (int i = 0; i < GB * GT; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            in[i] = (int32_t)((r >> 33) % (uint64_t)gcfg.vocab);
+            tg[i] = (int32_t)((uint32_t)in[i] * 7u % (uint32_t)gcfg.vocab); /* learnable */
+        }
+        mw_feed f[2] = {{"tokens", in, GB * GT}, {"targets", tg, GB * GT}};
+        cr_assert_eq(mw_trainer_step(tr, f, 2, &loss[s]), MW_OK, "%s step %d: %s", devices, s,
+                     mw_last_error());
+    }
+    cr_assert_eq(mw_trainer_read_param(tr, "h1.fcprojw", wte, 4 * 64 * 64), MW_OK, "%s",
+                 mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+Test(tensor_parallel, gpt2_heads_and_mlp_split_match_one_device, .timeout = 240) {
+    float one[GSTEPS], y2[GSTEPS], xy[GSTEPS], xy2[GSTEPS];
+    static float p1[4 * 64 * 64], p2[4 * 64 * 64], p3[4 * 64 * 64], p4[4 * 64 * 64];
+    gpt2_losses("cpu:1", "X", NULL, NULL, one, p1);
+    cr_assert_lt(one[GSTEPS - 1], one[0]);
+    gpt2_losses("cpu:2", "Y", NULL, "Y", y2, p2);
+    gpt2_losses("cpu:4", "X=2,Y=2", "X", "Y", xy, p3);
+    gpt2_losses("cpu:4", "X=2,Y=2", "X", "Y", xy2, p4);
+    for (int s = 0; s < GSTEPS; s++) {
+        cr_assert(fabsf(y2[s] - one[s]) <= 1e-5f * one[s], "Y=2 step %d: %.9g vs %.9g", s, y2[s],
+                  one[s]);
+        cr_assert(fabsf(xy[s] - one[s]) <= 1e-5f * one[s], "X=2,Y=2 step %d: %.9g vs %.9g", s,
+                  xy[s], one[s]);
+    }
+    /* After AdamW steps the weights agree to within a few steps' worth of rounding-sized
+     * changes (lr 1e-3 times a relative gradient change of ~1e-6 per step). */
+    for (int i = 0; i < 4 * 64 * 64; i++) {
+        cr_assert(fabsf(p2[i] - p1[i]) <= 2e-5f, "Y=2 h1.fcprojw[%d] %.9g vs %.9g", i, p2[i],
+                  p1[i]);
+        cr_assert(fabsf(p3[i] - p1[i]) <= 2e-5f, "X=2,Y=2 h1.fcprojw[%d] %.9g vs %.9g", i, p3[i],
+                  p1[i]);
+    }
+    cr_assert(memcmp(xy, xy2, sizeof xy) == 0 && memcmp(p3, p4, sizeof p3) == 0,
+              "X=2,Y=2 run twice differs");
+}
