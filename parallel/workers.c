@@ -51,6 +51,7 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
+    if ((st = mw__executor_init(w))) return st;
     if (!from && (st = vt->upload(&w->dev, w->params, w->tr->init_values, pbytes))) return st;
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
