@@ -52,7 +52,7 @@ typedef struct mw__ins {
     mw__ref ref[4]; /* out, then the inputs in the order of the kernel's fields */
     int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
     uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
-    union {
+    union mw__kernel {
         mw__k_binary binary;
         mw__k_copy copy;
         mw__k_reduce reduce;
@@ -70,7 +70,8 @@ typedef struct mw__ins {
         mw__k_xent_grad xent_grad;
         mw__k_attention attention;
         mw__k_extra extra;
-    } k; /* pointers are filled in from ref[] when the instruction runs */
+    } k; /* pointers unset: the plan is not changed once built; each worker runs a copy of the
+          * kernels with the pointers resolved from ref[] (parallel/executor.c) */
 } mw__ins;
 
 /* An input as one device sees it: a box of the host array (rows [lo, lo+len) of each axis). When

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
@@ -16,104 +17,132 @@ int mw__group_index(const mw_trainer *tr, uint32_t mask) {
     return -1;
 }
 
-static mw_status run_ins(worker *w, mw__ins *in) {
+/* Points kernel k of instruction in at worker w's buffers (collectives have no kernel). */
+static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
+    switch (in->kind) {
+    case MW__I_BINARY:
+        k->binary.out = mw__ptr(w, in->ref[0]);
+        k->binary.a = mw__ptr(w, in->ref[1]);
+        k->binary.b = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_COPY:
+        k->copy.out = mw__ptr(w, in->ref[0]);
+        k->copy.a = mw__ptr(w, in->ref[1]);
+        break;
+    case MW__I_REDUCE:
+        k->reduce.out = mw__ptr(w, in->ref[0]);
+        k->reduce.a = mw__ptr(w, in->ref[1]);
+        break;
+    case MW__I_GEMM:
+        k->gemm.c = mw__ptr(w, in->ref[0]);
+        k->gemm.a = mw__ptr(w, in->ref[1]);
+        k->gemm.b = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_FILL: k->fill.out = mw__ptr(w, in->ref[0]); break;
+    case MW__I_UNARY:
+        k->unary.out = mw__ptr(w, in->ref[0]);
+        k->unary.a = mw__ptr(w, in->ref[1]);
+        break;
+    case MW__I_UNARY_GRAD:
+        k->unary_grad.out = mw__ptr(w, in->ref[0]);
+        k->unary_grad.gy = mw__ptr(w, in->ref[1]);
+        k->unary_grad.x = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_LAYERNORM:
+        k->layernorm.out = mw__ptr(w, in->ref[0]);
+        k->layernorm.x = mw__ptr(w, in->ref[1]);
+        k->layernorm.w = mw__ptr(w, in->ref[2]);
+        k->layernorm.b = mw__ptr(w, in->ref[3]);
+        break;
+    case MW__I_LN_DX:
+    case MW__I_LN_DW:
+        k->ln_grad.out = mw__ptr(w, in->ref[0]);
+        k->ln_grad.gy = mw__ptr(w, in->ref[1]);
+        k->ln_grad.x = mw__ptr(w, in->ref[2]);
+        k->ln_grad.w = in->kind == MW__I_LN_DX ? mw__ptr(w, in->ref[3]) : NULL;
+        break;
+    case MW__I_SOFTMAX:
+        k->softmax.out = mw__ptr(w, in->ref[0]);
+        k->softmax.a = mw__ptr(w, in->ref[1]);
+        break;
+    case MW__I_SOFTMAX_GRAD:
+        k->softmax_grad.out = mw__ptr(w, in->ref[0]);
+        k->softmax_grad.gy = mw__ptr(w, in->ref[1]);
+        k->softmax_grad.p = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_EMBED:
+        k->embed.out = mw__ptr(w, in->ref[0]);
+        k->embed.table = mw__ptr(w, in->ref[1]);
+        k->embed.ids = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_EMBED_GRAD:
+        k->embed_grad.out = mw__ptr(w, in->ref[0]);
+        k->embed_grad.gy = mw__ptr(w, in->ref[1]);
+        k->embed_grad.ids = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_XENT:
+        k->xent.out = mw__ptr(w, in->ref[0]);
+        k->xent.logits = mw__ptr(w, in->ref[1]);
+        k->xent.targets = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_XENT_GRAD:
+        k->xent_grad.out = mw__ptr(w, in->ref[0]);
+        k->xent_grad.gy = mw__ptr(w, in->ref[1]);
+        k->xent_grad.logits = mw__ptr(w, in->ref[2]);
+        k->xent_grad.targets = mw__ptr(w, in->ref[3]);
+        break;
+    case MW__I_ATTENTION:
+        k->attention.out = mw__ptr(w, in->ref[0]);
+        k->attention.qkv = mw__ptr(w, in->ref[1]);
+        k->attention.scratch = mw__ptr(w, in->ref[2]);
+        break;
+    case MW__I_ATTENTION_GRAD:
+        k->attention.out = mw__ptr(w, in->ref[0]);
+        k->attention.gy = mw__ptr(w, in->ref[1]);
+        k->attention.qkv = mw__ptr(w, in->ref[2]);
+        k->attention.scratch = mw__ptr(w, in->ref[3]);
+        break;
+    case MW__I_EXTRA:
+        k->extra.out = mw__ptr(w, in->ref[0]);
+        k->extra.a = mw__ptr(w, in->ref[1]);
+        k->extra.b = k->extra.op == MW__X_MAP_GRAD ? mw__ptr(w, in->ref[2]) : NULL;
+        break;
+    case MW__I_ALLREDUCE:
+    case MW__I_GRAD_BUCKET: break;
+    }
+}
+
+/* Runs instruction in with its resolved kernel k. */
+static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     const mw__device_vtable *vt = w->dev.vt;
     mw__device *dev = &w->dev;
     switch (in->kind) {
-    case MW__I_BINARY:
-        in->k.binary.out = mw__ptr(w, in->ref[0]);
-        in->k.binary.a = mw__ptr(w, in->ref[1]);
-        in->k.binary.b = mw__ptr(w, in->ref[2]);
-        return vt->binary(dev, &in->k.binary);
-    case MW__I_COPY:
-        in->k.copy.out = mw__ptr(w, in->ref[0]);
-        in->k.copy.a = mw__ptr(w, in->ref[1]);
-        return vt->copy(dev, &in->k.copy);
-    case MW__I_REDUCE:
-        in->k.reduce.out = mw__ptr(w, in->ref[0]);
-        in->k.reduce.a = mw__ptr(w, in->ref[1]);
-        return vt->reduce(dev, &in->k.reduce);
-    case MW__I_GEMM:
-        in->k.gemm.c = mw__ptr(w, in->ref[0]);
-        in->k.gemm.a = mw__ptr(w, in->ref[1]);
-        in->k.gemm.b = mw__ptr(w, in->ref[2]);
-        return vt->gemm(dev, &in->k.gemm);
-    case MW__I_FILL: in->k.fill.out = mw__ptr(w, in->ref[0]); return vt->fill(dev, &in->k.fill);
-    case MW__I_UNARY:
-        in->k.unary.out = mw__ptr(w, in->ref[0]);
-        in->k.unary.a = mw__ptr(w, in->ref[1]);
-        return vt->unary(dev, &in->k.unary);
-    case MW__I_UNARY_GRAD:
-        in->k.unary_grad.out = mw__ptr(w, in->ref[0]);
-        in->k.unary_grad.gy = mw__ptr(w, in->ref[1]);
-        in->k.unary_grad.x = mw__ptr(w, in->ref[2]);
-        return vt->unary_grad(dev, &in->k.unary_grad);
-    case MW__I_LAYERNORM:
-        in->k.layernorm.out = mw__ptr(w, in->ref[0]);
-        in->k.layernorm.x = mw__ptr(w, in->ref[1]);
-        in->k.layernorm.w = mw__ptr(w, in->ref[2]);
-        in->k.layernorm.b = mw__ptr(w, in->ref[3]);
-        return vt->layernorm(dev, &in->k.layernorm);
-    case MW__I_LN_DX:
-    case MW__I_LN_DW:
-        in->k.ln_grad.out = mw__ptr(w, in->ref[0]);
-        in->k.ln_grad.gy = mw__ptr(w, in->ref[1]);
-        in->k.ln_grad.x = mw__ptr(w, in->ref[2]);
-        in->k.ln_grad.w = in->kind == MW__I_LN_DX ? mw__ptr(w, in->ref[3]) : NULL;
-        return in->kind == MW__I_LN_DX ? vt->layernorm_dx(dev, &in->k.ln_grad)
-                                       : vt->layernorm_dw(dev, &in->k.ln_grad);
-    case MW__I_SOFTMAX:
-        in->k.softmax.out = mw__ptr(w, in->ref[0]);
-        in->k.softmax.a = mw__ptr(w, in->ref[1]);
-        return vt->softmax(dev, &in->k.softmax);
-    case MW__I_SOFTMAX_GRAD:
-        in->k.softmax_grad.out = mw__ptr(w, in->ref[0]);
-        in->k.softmax_grad.gy = mw__ptr(w, in->ref[1]);
-        in->k.softmax_grad.p = mw__ptr(w, in->ref[2]);
-        return vt->softmax_grad(dev, &in->k.softmax_grad);
-    case MW__I_EMBED:
-        in->k.embed.out = mw__ptr(w, in->ref[0]);
-        in->k.embed.table = mw__ptr(w, in->ref[1]);
-        in->k.embed.ids = mw__ptr(w, in->ref[2]);
-        return vt->embed(dev, &in->k.embed);
-    case MW__I_EMBED_GRAD:
-        in->k.embed_grad.out = mw__ptr(w, in->ref[0]);
-        in->k.embed_grad.gy = mw__ptr(w, in->ref[1]);
-        in->k.embed_grad.ids = mw__ptr(w, in->ref[2]);
-        return vt->embed_grad(dev, &in->k.embed_grad);
-    case MW__I_XENT:
-        in->k.xent.out = mw__ptr(w, in->ref[0]);
-        in->k.xent.logits = mw__ptr(w, in->ref[1]);
-        in->k.xent.targets = mw__ptr(w, in->ref[2]);
-        return vt->xent(dev, &in->k.xent);
-    case MW__I_XENT_GRAD:
-        in->k.xent_grad.out = mw__ptr(w, in->ref[0]);
-        in->k.xent_grad.gy = mw__ptr(w, in->ref[1]);
-        in->k.xent_grad.logits = mw__ptr(w, in->ref[2]);
-        in->k.xent_grad.targets = mw__ptr(w, in->ref[3]);
-        return vt->xent_grad(dev, &in->k.xent_grad);
-    case MW__I_ATTENTION:
-        in->k.attention.out = mw__ptr(w, in->ref[0]);
-        in->k.attention.qkv = mw__ptr(w, in->ref[1]);
-        in->k.attention.scratch = mw__ptr(w, in->ref[2]);
-        return vt->attention(dev, &in->k.attention);
-    case MW__I_ATTENTION_GRAD:
-        in->k.attention.out = mw__ptr(w, in->ref[0]);
-        in->k.attention.gy = mw__ptr(w, in->ref[1]);
-        in->k.attention.qkv = mw__ptr(w, in->ref[2]);
-        in->k.attention.scratch = mw__ptr(w, in->ref[3]);
-        return vt->attention_grad(dev, &in->k.attention);
+    case MW__I_BINARY: return vt->binary(dev, &k->binary);
+    case MW__I_COPY: return vt->copy(dev, &k->copy);
+    case MW__I_REDUCE: return vt->reduce(dev, &k->reduce);
+    case MW__I_GEMM: return vt->gemm(dev, &k->gemm);
+    case MW__I_FILL: return vt->fill(dev, &k->fill);
+    case MW__I_UNARY: return vt->unary(dev, &k->unary);
+    case MW__I_UNARY_GRAD: return vt->unary_grad(dev, &k->unary_grad);
+    case MW__I_LAYERNORM: return vt->layernorm(dev, &k->layernorm);
+    case MW__I_LN_DX: return vt->layernorm_dx(dev, &k->ln_grad);
+    case MW__I_LN_DW: return vt->layernorm_dw(dev, &k->ln_grad);
+    case MW__I_SOFTMAX: return vt->softmax(dev, &k->softmax);
+    case MW__I_SOFTMAX_GRAD: return vt->softmax_grad(dev, &k->softmax_grad);
+    case MW__I_EMBED: return vt->embed(dev, &k->embed);
+    case MW__I_EMBED_GRAD: return vt->embed_grad(dev, &k->embed_grad);
+    case MW__I_XENT: return vt->xent(dev, &k->xent);
+    case MW__I_XENT_GRAD: return vt->xent_grad(dev, &k->xent_grad);
+    case MW__I_ATTENTION: return vt->attention(dev, &k->attention);
+    case MW__I_ATTENTION_GRAD: return vt->attention_grad(dev, &k->attention);
     case MW__I_EXTRA:
         if (!vt->extra)
             return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement this op yet",
                              vt->kind);
-        in->k.extra.out = mw__ptr(w, in->ref[0]);
-        in->k.extra.a = mw__ptr(w, in->ref[1]);
-        in->k.extra.b = in->k.extra.op == MW__X_MAP_GRAD ? mw__ptr(w, in->ref[2]) : NULL;
         /* Dropout's mask: a new one every update and every micro-batch of it. */
-        in->k.extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
-        in->k.extra.active = w->training;
-        return vt->extra(dev, &in->k.extra);
+        k->extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        k->extra.active = w->training;
+        return vt->extra(dev, &k->extra);
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = mw__group_index(w->tr, in->group);
@@ -147,6 +176,33 @@ static mw_status run_ins(worker *w, mw__ins *in) {
     }
     }
     return mw__error(MW_ERR_UNSUPPORTED, "unknown instruction %d", (int)in->kind);
+}
+
+mw_status mw__executor_init(worker *w) {
+    const mw__plan *p = &w->plan;
+    w->kern = mw__malloc((size_t)(p->nins ? p->nins : 1) * sizeof *w->kern);
+    w->rebind = mw__malloc((size_t)(p->nins ? p->nins : 1) * sizeof *w->rebind);
+    if (!w->kern || !w->rebind)
+        return mw__error(MW_ERR_NOMEM, "out of memory making the kernels of device %s",
+                         w->dev.name);
+    for (int v = 0; v < p->nviews; v++)
+        if (p->views[v].staging.off >= 0)
+            w->bases[MW__BASE_VIEW0 + v] = (char *)w->arena + p->views[v].staging.off * 4;
+    w->nrebind = 0;
+    for (int i = 0; i < p->nins; i++) {
+        const mw__ins *in = &p->ins[i];
+        int in_place = 0;
+        for (int r = 0; r < 4; r++) {
+            int v = in->ref[r].base - MW__BASE_VIEW0;
+            in_place |= v >= 0 && p->views[v].staging.off < 0;
+        }
+        w->kern[i] = in->k;
+        if (in_place)
+            w->rebind[w->nrebind++] = i; /* resolved by mw__bind_views */
+        else
+            resolve(w, in, &w->kern[i]);
+    }
+    return MW_OK;
 }
 
 /* Copies the box of a host array that view v covers into its staging buffer, one contiguous
@@ -190,9 +246,10 @@ static mw_status stage_view(worker *w, const mw__view *v, const char *host, char
  * page-locked buffers gets each shard packed into one and sent with a single queued copy. */
 mw_status mw__bind_views(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;
+    const mw__plan *p = &w->plan;
     size_t pinned_off = 0;
-    for (int v = 0; v < w->plan.nviews; v++) {
-        const mw__view *view = &w->plan.views[v];
+    for (int v = 0; v < p->nviews; v++) {
+        const mw__view *view = &p->views[v];
         const char *host = w->tr->feed_of[view->input]->data;
         if (view->staging.off < 0) {
             w->bases[MW__BASE_VIEW0 + v] = (char *)host + view->host_offset * 4;
@@ -214,6 +271,7 @@ mw_status mw__bind_views(worker *w) {
         }
         if (st) return st;
     }
+    for (int j = 0; j < w->nrebind; j++) resolve(w, &p->ins[w->rebind[j]], &w->kern[w->rebind[j]]);
     return MW_OK;
 }
 
@@ -258,15 +316,16 @@ mw_status mw__reductions(worker *w, int finish) {
 }
 
 mw_status mw__run_range(worker *w, int from, int to) {
+    const mw__plan *p = &w->plan;
     for (int i = from; i < to; i++) {
         mw_phase ph = phase_of(w, i);
         mw_status st = ph != w->phase || i == from ? mw__enter(w, ph) : MW_OK;
         if (st) return st;
         /* Profiling: a GPU's kernels are timed by waiting for each. */
         int64_t t0 = w->prof_cat ? mw__now_ns() : 0;
-        if ((st = run_ins(w, &w->plan.ins[i])) ||
+        if ((st = run_ins(w, &p->ins[i], &w->kern[i])) ||
             (w->prof_cat && !w->dev.vt->host_memory && (st = w->dev.vt->sync(&w->dev))))
-            return mw__explain_index_error(w, &w->plan.ins[i], st);
+            return mw__explain_index_error(w, &p->ins[i], st);
         if (w->prof_cat) {
             w->prof_ms[w->prof_cat[i]] += (double)(mw__now_ns() - t0) * 1e-6;
             w->prof_calls[w->prof_cat[i]]++;

@@ -283,6 +283,8 @@ void mw_trainer_free(mw_trainer *tr) {
             mw__plan_free(&tr->w[i].plan);
             mw__profile_free(&tr->w[i]);
             mw__free(tr->w[i].bases);
+            mw__free(tr->w[i].kern);
+            mw__free(tr->w[i].rebind);
             mw__free(tr->w[i].partials);
             mw__free(tr->w[i].bounds);
         }

@@ -41,6 +41,11 @@ typedef struct worker {
     size_t *bounds;  /* host: ZeRO-1 scratch, the slices' parts of one gradient bucket */
     void *pinned;    /* page-locked staging of the input shards (devices that offer it) */
     char **bases;    /* per plan base: resolved address (views rebound every step) */
+    /* The plan's kernels with their buffer pointers resolved (mw__executor_init); those of the
+     * instructions in rebind[0 .. nrebind), which read an input in place in the caller's array,
+     * are resolved again every step. */
+    union mw__kernel *kern;
+    int *rebind, nrebind;
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
     uint32_t inflight; /* groups with all-reduces started and not finished (bit per group) */
@@ -165,6 +170,8 @@ static inline int64_t mw__now_ns(void) {
 static inline void *mw__ptr(worker *w, mw__ref r) { return w->bases[r.base] + r.off * 4; }
 
 /* executor.c: running worker w's plan. */
+/* Makes w->kern and w->rebind, once w's buffers are allocated and w->bases points at them. */
+mw_status mw__executor_init(worker *w);
 /* The index in tr->groups of the group with that mask, or -1. */
 int mw__group_index(const mw_trainer *tr, uint32_t mask);
 /* Points every input view at this step's data (staging it where needed). */

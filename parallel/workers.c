@@ -53,6 +53,7 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
+    if ((st = mw__executor_init(w))) return st;
     const float *init =
         w->tr->init_boxes ? w->tr->init_boxes[w->index - w->tr->first] : w->tr->init_values;
     if (!from && (st = vt->upload(&w->dev, w->params, init, pbytes))) return st;
