@@ -369,12 +369,13 @@ static mw_status enter_parts(hier_comm *c, int rank, const char *what, const flo
                      bad, n, c->nranks);
 }
 
-/* The leader's exchange over the processes; a failure releases the local ranks, which wait. */
-static mw_status leader_parts(hier_comm *c, float *buf, const size_t *bounds, int sum,
+/* The leader's exchange over the processes of the first nparts of c->parts, or, with bounds,
+ * of every rank's part; a failure releases the local ranks, which wait. */
+static mw_status leader_parts(hier_comm *c, float *buf, const size_t *bounds, int nparts, int sum,
                               const char *what) {
-    for (int r = 0; r < c->nranks; r++)
+    for (int r = 0; bounds && r < c->nranks; r++)
         c->parts[r] = (mw__mpi_part){bounds[r], bounds[r + 1], c->proc_index[r]};
-    mw_status st = mw__mpi_exchange_parts(c->x, buf, c->parts, c->nranks, sum, what);
+    mw_status st = mw__mpi_exchange_parts(c->x, buf, c->parts, nparts, sum, what);
     if (st && c->local) mw__reducer_shm.abort(c->local);
     return st;
 }
@@ -397,7 +398,7 @@ static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, s
     if (!c->multi)
         return c->local ? mw__reducer_shm.reduce_scatter_sum(c->local, li, buf, n, bounds) : MW_OK;
     if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
-    if (li == 0 && (st = leader_parts(c, buf, bounds, 1, "reduce-scatter"))) return st;
+    if (li == 0 && (st = leader_parts(c, buf, bounds, c->nranks, 1, "reduce-scatter"))) return st;
     if (!c->local) return MW_OK;
     if (li == 0) c->bufs[0] = buf;
     if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
@@ -422,7 +423,7 @@ static mw_status hier_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
     if (li == 0) {
         for (int r = 0; r < c->nranks; r++)
             if (c->local_of[r] > 0) copy_part(buf, c->bufs[c->local_of[r]], bounds, r);
-        if ((st = leader_parts(c, buf, bounds, 0, "all-gather"))) return st;
+        if ((st = leader_parts(c, buf, bounds, c->nranks, 0, "all-gather"))) return st;
     }
     if (!c->local) return MW_OK;
     if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
@@ -445,10 +446,7 @@ static mw_status hier_broadcast(mw__comm *comm, int rank, float *buf, size_t n, 
         return st;
     if (li == 0) {
         c->parts[0] = (mw__mpi_part){0, n, c->proc_index[root]};
-        if ((st = mw__mpi_exchange_parts(c->x, buf, c->parts, 1, 0, "broadcast"))) {
-            if (c->local) mw__reducer_shm.abort(c->local);
-            return st;
-        }
+        if ((st = leader_parts(c, buf, NULL, 1, 0, "broadcast"))) return st;
     }
     if (c->local && local_root < 0) return mw__reducer_shm.broadcast(c->local, li, buf, n, 0);
     return MW_OK;
