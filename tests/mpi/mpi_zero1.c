@@ -1,7 +1,8 @@
 /* Run under mpirun: ZeRO-1 (mw_trainer_config.shard_optimizer) on a mesh spanning every process
  * must train bitwise as the replicated update on the same mesh: a few AdamW steps with weight
  * decay and clipping of a small GPT-2 (examples/common/gpt2_model.c), every step's loss and
- * gradient norm, and every parameter after the last step.
+ * gradient norm, and every parameter after the last step. Saving a checkpoint and reading
+ * gradients, which would need the other processes' slices, are refused with MW_ERR_UNSUPPORTED.
  *
  *   mpi_zero1 LOCAL_SPEC        e.g. cpu:1 or cpu:2 under `mpirun -np 2`
  * Exit 0 when they agree, 1 when they do not, 2 on an error. */
@@ -48,6 +49,19 @@ static int train(mw_mesh *mesh, int shard_optimizer, run *out) {
         mw_feed feeds[2] = {{"tokens", tokens, BATCH * SEQ}, {"targets", targets, BATCH * SEQ}};
         st = mw_trainer_step(tr, feeds, 2, &out->losses[s]);
         out->norms[s] = mw_trainer_grad_norm(tr);
+    }
+    /* Not gathered across processes yet: refused, instead of a file or gradients with holes. */
+    if (st == MW_OK && shard_optimizer) {
+        float g[32]; /* lnfb: channels floats */
+        char path[64];
+        snprintf(path, sizeof path, "mpi_zero1.%d.ckpt", mw_distributed_rank());
+        if (mw_trainer_save(tr, path, NULL, 0) != MW_ERR_UNSUPPORTED ||
+            mw_trainer_read_grad(tr, "lnfb", g, config.channels) != MW_ERR_UNSUPPORTED) {
+            fprintf(stderr, "[rank %d] ZeRO-1 save or read_grad across processes not refused\n",
+                    mw_distributed_rank());
+            remove(path);
+            st = MW_ERR_STATE;
+        }
     }
     /* Every parameter, one after another. */
     int64_t at = 0;
