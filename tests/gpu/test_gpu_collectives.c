@@ -3,8 +3,7 @@
  * cuda-local reducer (devices sharing GPU 0) and NCCL (one rank on GPU 0; several ranks where
  * there are several GPUs), each collective against its definition with even, uneven and empty
  * parts, a reduce-scatter's part bitwise the all-reduce's there, abort and timeout then reset as
- * for the all-reduce; and ZeRO-1 training on those reducers bitwise equal to the replicated
- * update. */
+ * for the all-reduce (ZeRO-1 training on them: tests/gpu/test_gpu_trainer.c). */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
@@ -20,8 +19,6 @@
 #ifdef MESHWIT_HAVE_CUDA
 
 #include "devices/cuda/cuda.h"
-#include "gpt2_model.h"
-#include "meshwit.h"
 
 #define MAXR 4
 
@@ -268,86 +265,6 @@ Test(gpu, nccl_collectives_refuse_bad_arguments_and_reset) {
     }
     k.dp[0]->vt->free(k.dp[0], d);
     close_ranks(&k);
-}
-#endif
-
-/* ---- ZeRO-1 on the GPU reducers ---- */
-
-#define BATCH 4
-#define SEQ 32
-#define STEPS 4
-
-static const gpt2_config cfg = {
-    .layers = 2, .heads = 2, .channels = 64, .max_seq = 32, .vocab = 101, .padded_vocab = 128};
-
-typedef struct trained {
-    float loss[STEPS], norm[STEPS];
-    float *params;
-    int64_t count;
-} trained;
-
-static trained train(const char *devices, int shard_optimizer) {
-    mw_graph *g = NULL;
-    gpt2_graph m;
-    mw_mesh *mesh = NULL;
-    mw_trainer *tr = NULL;
-    OK(mw_graph_new(&g));
-    OK(gpt2_build(g, &cfg, BATCH, SEQ, "X", &m));
-    OK(mw_mesh_new(devices, "X", &mesh));
-    mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.5f},
-                           .bucket_bytes = 32 << 10,
-                           .shard_optimizer = shard_optimizer};
-    OK(mw_trainer_new(g, m.loss, mesh, &c, &tr));
-    trained t = {0};
-    int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
-    for (int s = 0; s < STEPS; s++) {
-        for (int i = 0; i < BATCH * SEQ; i++) {
-            in[i] = (int32_t)((i * 7 + s * 13 + i / SEQ) % cfg.vocab);
-            tg[i] = (int32_t)((in[i] * 3 + 1) % cfg.vocab);
-        }
-        mw_feed f[2] = {{"tokens", in, BATCH * SEQ}, {"targets", tg, BATCH * SEQ}};
-        OK(mw_trainer_step(tr, f, 2, &t.loss[s]));
-        t.norm[s] = mw_trainer_grad_norm(tr);
-    }
-    t.count = gpt2_num_params(&cfg);
-    t.params = malloc((size_t)t.count * sizeof(float));
-    cr_assert_not_null(t.params);
-    int64_t at = 0;
-    for (int i = 0; i < mw_graph_param_count(g); i++) {
-        mw_param_info info;
-        OK(mw_graph_param_info(g, i, &info));
-        cr_assert_leq(at + info.count, t.count);
-        OK(mw_trainer_read_param(tr, info.name, t.params + at, info.count));
-        at += info.count;
-    }
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(g);
-    return t;
-}
-
-static void zero1_bitwise(const char *devices) {
-    trained a = train(devices, 0), b = train(devices, 1);
-    cr_assert(memcmp(a.loss, b.loss, sizeof a.loss) == 0, "%s: ZeRO-1 changed a loss", devices);
-    cr_assert(memcmp(a.norm, b.norm, sizeof a.norm) == 0, "%s: ZeRO-1 changed a gradient norm",
-              devices);
-    for (int64_t i = 0; i < a.count; i++)
-        cr_assert(same(a.params[i], b.params[i]), "%s: ZeRO-1 changed parameter element %lld",
-                  devices, (long long)i);
-    free(a.params);
-    free(b.params);
-}
-
-Test(gpu, zero1_on_devices_sharing_a_gpu_is_bitwise_the_replicated_update, .timeout = 240) {
-    need_gpu();
-    zero1_bitwise("cuda:0x2");
-}
-
-#ifdef MESHWIT_HAVE_NCCL
-Test(gpu, zero1_over_nccl_is_bitwise_the_replicated_update, .timeout = 240) {
-    if (need_gpu() < 2) cr_skip("ZeRO-1 over NCCL needs two GPUs");
-    zero1_bitwise("cuda:all");
 }
 #endif
 
