@@ -170,6 +170,11 @@ static void remove_stale(const char *path) {
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
+    if (tr->zero1 && tr->nlocal < tr->nworkers)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_trainer_save: with shard_optimizer on a mesh spanning processes the "
+                         "optimizer moments of other processes' slices are not gathered; save "
+                         "without shard_optimizer");
     const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);

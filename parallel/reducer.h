@@ -60,17 +60,25 @@ typedef struct mw__reducer_vtable {
     mw_status (*allreduce_finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
-    /* Optional (NULL: the reducer lacks them; ZeRO-1 then refuses the communicator). bounds holds
+    /* Reduce-scatter, all-gather and broadcast. Every reducer of meshwit implements them; a NULL
+     * slot (a reducer without them) makes ZeRO-1 refuse the communicator. bounds holds
      * nranks + 1 non-decreasing offsets into buf[0..n) that every rank passes alike; rank r's
-     * part is buf[bounds[r] .. bounds[r + 1]).
+     * part is buf[bounds[r] .. bounds[r + 1]) (parts may be empty and need not cover buf).
+     * Like allreduce_sum they complete the all-reduces a rank has in flight first, give up on
+     * abort and timeout alike, and are deterministic.
      * reduce_scatter_sum: in place, rank r's part of its own buf becomes the sum over all ranks'
-     * buffers in rank order, the same bits allreduce_sum gives there; the rest of its buf is left
-     * as it was.
+     * buffers, the same bits allreduce_sum gives there (whatever the parts). Everything else in
+     * every rank's buf is unspecified afterwards: a reducer may leave partial or complete sums
+     * there (the shared-memory reducer, and the MPI one with one device per process, leave it as
+     * it was; NCCL and cuda-local sum more than the part).
      * all_gather: every rank's buf becomes, part by part, the owner's part (rank q's part comes
-     * from rank q's buf). */
+     * from rank q's buf); outside the parts buf is left as it was.
+     * broadcast: every rank's buf[0..n) becomes root's (0 <= root < nranks, alike on every
+     * rank). */
     mw_status (*reduce_scatter_sum)(mw__comm *comm, int rank, float *buf, size_t n,
                                     const size_t *bounds);
     mw_status (*all_gather)(mw__comm *comm, int rank, float *buf, size_t n, const size_t *bounds);
+    mw_status (*broadcast)(mw__comm *comm, int rank, float *buf, size_t n, int root);
 } mw__reducer_vtable;
 
 /* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
@@ -79,6 +87,14 @@ static inline size_t mw__slice_lo(size_t n, int parts, int r) {
     size_t lines = (n + 15) / 16;
     size_t lo = lines * (size_t)r / (size_t)parts * 16;
     return lo < n ? lo : n;
+}
+
+/* Whether bounds (nranks + 1 offsets) fail the contract: NULL, decreasing, or past n. */
+static inline int mw__bad_bounds(const size_t *bounds, int nranks, size_t n) {
+    if (!bounds) return 1;
+    for (int q = 0; q < nranks; q++)
+        if (bounds[q] > bounds[q + 1]) return 1;
+    return bounds[nranks] > n;
 }
 
 /* The shared-memory reducer for devices that share the host's address space (virtual CPU

@@ -66,7 +66,13 @@
 #define ABORT_BIT (UINT64_C(1) << 63)
 #define COUNT_MASK (ABORT_BIT - 1)
 
-enum op { OP_ALLREDUCE = 1, OP_BARRIER = 2, OP_REDUCE_SCATTER = 3, OP_ALL_GATHER = 4 };
+enum op {
+    OP_ALLREDUCE = 1,
+    OP_BARRIER = 2,
+    OP_REDUCE_SCATTER = 3,
+    OP_ALL_GATHER = 4,
+    OP_BROADCAST = 5
+};
 enum cause { CAUSE_ABORT = 1, CAUSE_TIMEOUT = 2, CAUSE_INVALID = 3 };
 
 /* What a rank passes into one collective; peers read it after the step that publishes it. */
@@ -75,6 +81,7 @@ typedef struct desc {
     size_t n;
     int op;
     const size_t *bounds; /* reduce-scatter and all-gather: the parts */
+    int root;             /* broadcast: the rank whose buffer is copied */
 } desc;
 
 typedef struct rank_state {
@@ -216,6 +223,7 @@ static const char *op_name(int op) {
     case OP_BARRIER: return "barrier";
     case OP_REDUCE_SCATTER: return "reduce-scatter";
     case OP_ALL_GATHER: return "all-gather";
+    case OP_BROADCAST: return "broadcast";
     default: return "all-reduce";
     }
 }
@@ -301,10 +309,11 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
 /* Publishes this rank's call, takes a refusable step and checks that every rank made the same
  * call (a mismatch would otherwise write past a buffer). All ranks see the same descriptors, so
  * they all fail or all go on. */
-static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n, const size_t *bounds) {
+static mw_status enter_root(mw__comm *c, int rank, int op, float *buf, size_t n,
+                            const size_t *bounds, int root) {
     rank_state *me = &c->ranks[rank];
     int parity = (int)((me->step + 1) & 1);
-    me->pub[parity] = (desc){buf, n, op, bounds};
+    me->pub[parity] = (desc){buf, n, op, bounds, root};
     mw_status st = take_step(c, rank, op, 1);
     if (st != MW_OK) return st;
     const desc *d0 = &c->ranks[0].pub[parity];
@@ -322,8 +331,17 @@ static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n, cons
             memcmp(d->bounds, d0->bounds, (size_t)(c->nranks + 1) * sizeof *d->bounds) != 0)
             return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the parts",
                              op_name(op), q);
+        if (d->root != d0->root)
+            return mw__error(MW_ERR_INVALID,
+                             "%s: ranks disagree on the root: rank 0 names rank %d, rank %d "
+                             "names rank %d",
+                             op_name(op), d0->root, q, d->root);
     }
     return MW_OK;
+}
+
+static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n, const size_t *bounds) {
+    return enter_root(c, rank, op, buf, n, bounds, 0);
 }
 
 /* ---- vtable ---- */
@@ -427,14 +445,6 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) 
     return take_step(c, rank, OP_ALLREDUCE, 0);
 }
 
-/* Checks a call's parts: nranks + 1 non-decreasing offsets within [0, n]. */
-static int bad_bounds(const mw__comm *c, size_t n, const size_t *bounds) {
-    if (!bounds) return 1;
-    for (int q = 0; q < c->nranks; q++)
-        if (bounds[q] > bounds[q + 1]) return 1;
-    return bounds[c->nranks] > n;
-}
-
 /* One pass like the all-reduce's large path, but every rank writes its sum only into its own
  * buffer: the chunk is summed in rank order into a stack buffer (so rank r's own data is read
  * before it is overwritten), then copied home. Peers read this rank's other parts meanwhile,
@@ -444,7 +454,7 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, float *buf, size_
                                         const size_t *bounds) {
     mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds);
     if (st != MW_OK) return st;
-    if (bad_bounds(c, n, bounds)) {
+    if (mw__bad_bounds(bounds, c->nranks, n)) {
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "reduce-scatter: rank %d passed parts outside 0..%zu",
                          rank, n);
@@ -468,7 +478,7 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, float *buf, size_
 static mw_status shm_all_gather(mw__comm *c, int rank, float *buf, size_t n, const size_t *bounds) {
     mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds);
     if (st != MW_OK) return st;
-    if (bad_bounds(c, n, bounds)) {
+    if (mw__bad_bounds(bounds, c->nranks, n)) {
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "all-gather: rank %d passed parts outside 0..%zu", rank,
                          n);
@@ -482,6 +492,23 @@ static mw_status shm_all_gather(mw__comm *c, int rank, float *buf, size_t n, con
             memcpy(buf + bounds[q], c->ranks[q].pub[parity].buf + bounds[q],
                    (bounds[q + 1] - bounds[q]) * sizeof(float));
     return take_step(c, rank, OP_ALL_GATHER, 0);
+}
+
+/* Every rank but the root copies the root's buffer; nobody writes what another rank reads. */
+static mw_status shm_broadcast(mw__comm *c, int rank, float *buf, size_t n, int root) {
+    mw_status st = check_args(c, rank, "broadcast", !buf && n > 0);
+    if (st != MW_OK) return st;
+    if (root < 0 || root >= c->nranks) {
+        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        return mw__error(MW_ERR_INVALID, "broadcast: rank %d named root %d (expected 0..%d)", rank,
+                         root, c->nranks - 1);
+    }
+    if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n);
+    int parity = (int)((c->ranks[rank].step + 1) & 1);
+    if ((st = enter_root(c, rank, OP_BROADCAST, buf, n, NULL, root)) != MW_OK) return st;
+    const float *from = c->ranks[root].pub[parity].buf;
+    if (rank != root && n > 0 && from != buf) memcpy(buf, from, n * sizeof(float));
+    return take_step(c, rank, OP_BROADCAST, 0);
 }
 
 static mw_status shm_barrier(mw__comm *c, int rank) {
@@ -520,4 +547,5 @@ const mw__reducer_vtable mw__reducer_shm = {
     .reset = shm_reset,
     .reduce_scatter_sum = shm_reduce_scatter_sum,
     .all_gather = shm_all_gather,
+    .broadcast = shm_broadcast,
 };

@@ -159,6 +159,10 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
     if (!grads || !tr->zero1)
         return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
     /* ZeRO-1: each device holds the summed gradients of its own slice only. */
+    if (tr->nlocal < tr->nworkers)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_trainer_read_grad: with shard_optimizer on a mesh spanning processes "
+                         "the gradients of other processes' slices are not gathered");
     for (int d = 0; d < tr->nworkers; d++) {
         int64_t lo, hi;
         w = &tr->w[d];

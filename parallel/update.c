@@ -103,6 +103,14 @@ mw_status mw__update(worker *w) {
     mw_status st = update_slice(w);
     if (st || !w->tr->zero1 || w->skipped) return st;
     if ((st = w->dev.vt->sync(&w->dev))) return st;
-    return w->tr->all_reducer->all_gather(w->tr->all, w->index, w->params,
-                                          (size_t)w->plan.param_elems, w->tr->slices);
+    mw_trainer *tr = w->tr;
+    size_t n = (size_t)w->plan.param_elems;
+    if (w->dev.vt->host_memory)
+        return tr->all_reducer->all_gather(tr->all, w->index, w->params, n, tr->slices);
+    /* Device memory: through the gradients' reducer, on a group spanning the mesh (rank d on
+     * device d, as plan_slices checked). */
+    for (int gi = 0; gi < tr->ngroups; gi++)
+        if (tr->groups[gi].ncomms == 1 && w->comm[gi])
+            return tr->reducer->all_gather(w->comm[gi], w->rank[gi], w->params, n, tr->slices);
+    return mw__error(MW_ERR_STATE, "internal: ZeRO-1 without a reduction group over the mesh");
 }

@@ -27,7 +27,11 @@
  * meets its peers at barriers, so abort and timeout work as above; every GPU wait is on work
  * already queued, so no stream waits for a peer that never comes. An event is re-recorded only
  * after a later barrier, once every peer has queued its wait on it. reset() and comm_free() wait
- * for the communication streams, so no sum outlives a failed step or the buffers. */
+ * for the communication streams, so no sum outlives a failed step or the buffers.
+ *
+ * Reduce-scatter, all-gather and broadcast take the blocking all-reduce's three steps
+ * (local_collective); a reduce-scatter's part is summed by the all-reduce's kernel, so it holds
+ * the all-reduce's bits. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +51,8 @@ typedef struct local_comm {
     mw__device **devs;
     float **bufs; /* published for the current collective */
     size_t *lens;
+    const size_t **parts;  /* reduce-scatter and all-gather: each rank's bounds */
+    int *roots;            /* broadcast: each rank's root */
     cudaStream_t *streams; /* per rank: the overlapped sums */
     cudaEvent_t *ready;    /* per rank: its buffer is complete on its compute stream */
     cudaEvent_t *done;     /* per rank: its last slice sum */
@@ -88,6 +94,8 @@ static void local_comm_free(mw__comm *comm) {
     mw__free(c->devs);
     mw__free(c->bufs);
     mw__free(c->lens);
+    mw__free(c->parts);
+    mw__free(c->roots);
     mw__free(c);
 }
 
@@ -117,7 +125,9 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
     c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
     c->bufs = mw__calloc((size_t)nranks, sizeof *c->bufs);
     c->lens = mw__calloc((size_t)nranks, sizeof *c->lens);
-    if (!c->devs || !c->bufs || !c->lens) {
+    c->parts = mw__calloc((size_t)nranks, sizeof *c->parts);
+    c->roots = mw__calloc((size_t)nranks, sizeof *c->roots);
+    if (!c->devs || !c->bufs || !c->lens || !c->parts || !c->roots) {
         local_comm_free((mw__comm *)c);
         return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
     }
@@ -161,20 +171,32 @@ static mw_status check_call(local_comm *c, int rank, const float *buf, size_t n)
                      c->nranks, (const void *)buf);
 }
 
-/* Publishes the rank's buffer and meets the peers (barrier 1); then every rank sees the same
- * lengths, so all fail alike when they disagree. */
-static mw_status publish(local_comm *c, int rank, float *buf, size_t n) {
+/* Publishes the rank's buffer (and parts or root) and meets the peers (barrier 1); then every
+ * rank sees the same arguments, so all fail alike when they disagree. */
+static mw_status publish_call(local_comm *c, int rank, const char *what, float *buf, size_t n,
+                              const size_t *bounds, int root) {
     c->bufs[rank] = buf;
     c->lens[rank] = n;
+    c->parts[rank] = bounds;
+    c->roots[rank] = root;
     mw_status st = mw__reducer_shm.barrier(c->sync, rank);
-    if (st) return relabel(st, "all-reduce");
-    for (int q = 1; q < c->nranks; q++)
+    if (st) return relabel(st, what);
+    size_t psize = (size_t)(c->nranks + 1) * sizeof **c->parts;
+    for (int q = 1; q < c->nranks; q++) {
         if (c->lens[q] != c->lens[0])
             return mw__error(MW_ERR_INVALID,
-                             "all-reduce (cuda-local): ranks disagree on the length: rank 0 has "
-                             "%zu floats, rank %d has %zu",
-                             c->lens[0], q, c->lens[q]);
+                             "%s (cuda-local): ranks disagree on the length: rank 0 has %zu "
+                             "floats, rank %d has %zu",
+                             what, c->lens[0], q, c->lens[q]);
+        if (c->roots[q] != c->roots[0] || (bounds && memcmp(c->parts[q], c->parts[0], psize) != 0))
+            return mw__error(MW_ERR_INVALID, "%s (cuda-local): ranks 0 and %d disagree on the %s",
+                             what, q, bounds ? "parts" : "root");
+    }
     return MW_OK;
+}
+
+static mw_status publish(local_comm *c, int rank, float *buf, size_t n) {
+    return publish_call(c, rank, "all-reduce", buf, n, NULL, 0);
 }
 
 /* Rank r's slice of n floats: whole 128-byte runs. */
@@ -260,6 +282,75 @@ static mw_status local_allreduce_finish(mw__comm *comm, int rank) {
     return MW_OK;
 }
 
+enum local_op { LOCAL_REDUCE_SCATTER, LOCAL_ALL_GATHER, LOCAL_BROADCAST };
+
+/* On the rank's compute stream: to[lo, hi) = from[lo, hi), device to device. */
+static mw_status copy_range(local_comm *c, int rank, float *to, const float *from, size_t lo,
+                            size_t hi) {
+    if (hi <= lo || to == from) return MW_OK;
+    cudaError_t e =
+        cudaMemcpyAsync(to + lo, from + lo, (hi - lo) * sizeof *to, cudaMemcpyDeviceToDevice,
+                        (cudaStream_t)mw__cuda_stream(c->devs[rank]));
+    if (e == cudaSuccess) return MW_OK;
+    (void)cudaGetLastError();
+    return mw__error(MW_ERR_DEVICE, "%s: copying between the ranks' buffers failed: %s",
+                     c->devs[rank]->name, cudaGetErrorString(e));
+}
+
+/* Steps 1 and 3 as in the all-reduce; between them a reduce-scatter sums the rank's part over
+ * every buffer with the all-reduce's kernel (so the part holds the all-reduce's bits, and the
+ * other buffers receive the sum there too), an all-gather copies each other rank's part from
+ * its owner's buffer, and a broadcast copies the root's buffer. */
+static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, float *buf, size_t n,
+                                  const size_t *bounds, int root) {
+    static const char *const names[] = {"reduce-scatter", "all-gather", "broadcast"};
+    local_comm *c = as_local(comm);
+    mw_status st = check_call(c, rank, buf, n);
+    if (st) return st;
+    if (op == LOCAL_BROADCAST ? root < 0 || root >= c->nranks
+                              : mw__bad_bounds(bounds, c->nranks, n)) {
+        mw__reducer_shm.abort(c->sync);
+        return mw__error(MW_ERR_INVALID, "%s (cuda-local): rank %d passed %s", names[op], rank,
+                         op == LOCAL_BROADCAST ? "a root out of range"
+                                               : "no parts, or parts outside the buffer");
+    }
+    mw__device *dev = c->devs[rank];
+    /* Sums this rank started complete first; then its buffer must be complete for the peers. */
+    if ((st = local_allreduce_finish(comm, rank)) || (st = dev->vt->sync(dev))) {
+        mw__reducer_shm.abort(c->sync);
+        return st;
+    }
+    if ((st = publish_call(c, rank, names[op], buf, n, op == LOCAL_BROADCAST ? NULL : bounds,
+                           op == LOCAL_BROADCAST ? root : 0)) ||
+        n == 0 || c->nranks == 1)
+        return st;
+    if (op == LOCAL_REDUCE_SCATTER)
+        return close_sum(
+            c, rank, mw__cuda_sum_slices(dev, c->bufs, c->nranks, bounds[rank], bounds[rank + 1]));
+    for (int q = 0; q < c->nranks && !st; q++) {
+        if (op == LOCAL_ALL_GATHER && q != rank)
+            st = copy_range(c, rank, buf, c->bufs[q], bounds[q], bounds[q + 1]);
+        if (op == LOCAL_BROADCAST && q == root && q != rank)
+            st = copy_range(c, rank, buf, c->bufs[q], 0, n);
+    }
+    if (!st) st = dev->vt->sync(dev); /* the copies are done before a peer may go on */
+    return close_sum(c, rank, st);
+}
+
+static mw_status local_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
+                                          const size_t *bounds) {
+    return local_collective(comm, rank, LOCAL_REDUCE_SCATTER, buf, n, bounds, 0);
+}
+
+static mw_status local_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
+                                  const size_t *bounds) {
+    return local_collective(comm, rank, LOCAL_ALL_GATHER, buf, n, bounds, 0);
+}
+
+static mw_status local_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+    return local_collective(comm, rank, LOCAL_BROADCAST, buf, n, NULL, root);
+}
+
 static mw_status local_barrier(mw__comm *comm, int rank) {
     local_comm *c = as_local(comm);
     if (!c) return mw__error(MW_ERR_INVALID, "barrier (cuda-local): communicator is NULL");
@@ -286,4 +377,7 @@ const mw__reducer_vtable mw__reducer_cuda_local = {
     .reset = local_reset,
     .allreduce_start = local_allreduce_start,
     .allreduce_finish = local_allreduce_finish,
+    .reduce_scatter_sum = local_reduce_scatter_sum,
+    .all_gather = local_all_gather,
+    .broadcast = local_broadcast,
 };

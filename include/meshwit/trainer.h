@@ -119,10 +119,10 @@ typedef struct mw_trainer_config {
      * The result is bitwise equal to the replicated update (clipping, weight decay, warm-up and
      * gradient accumulation included: the gradient norm is summed per slice in both modes), and
      * checkpoints hold the full moments, so they load in either mode and on any mesh.
-     * mw_trainer_read_grad gathers each slice from its owner. Needs a reducer with reduce-scatter
-     * and all-gather (today the shared-memory one of CPU devices in one process) and gradients
-     * reduced over every device of the mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one
-     * device it changes nothing. */
+     * mw_trainer_read_grad gathers each slice from its owner. Works with every reducer (CPU
+     * devices in one process or across MPI processes, NCCL, devices sharing a GPU; on NCCL the
+     * reduce-scatter costs an all-reduce) and needs gradients reduced over every device of the
+     * mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one device it changes nothing. */
     int shard_optimizer;
 } mw_trainer_config;
 

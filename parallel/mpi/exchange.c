@@ -32,7 +32,13 @@
  * Memory. Step 1 receives (P - 1) / P of the buffer into scratch. Scratch is one block shared by
  * the operations in flight; when it is too small the exchange first completes what is in flight
  * and allocates a larger one, and wait(end of batch) enlarges it to what the whole batch needed,
- * so from the second training step on no step allocates. */
+ * so from the second training step on no step allocates.
+ *
+ * Reduce-scatter, all-gather and broadcast (mw__mpi_exchange_parts) are the two steps above on
+ * parts the caller chooses (a rank's part of the buffer, owned by its process) instead of the
+ * exchange's own blocks, run one at a time to completion: the owner of a part sums the copies
+ * with the same sum_block, so a reduce-scatter gives the all-reduce's bits whatever the parts,
+ * and the all-gather step alone copies parts from their owners (a broadcast is one part). */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,6 +49,10 @@
 #include "parallel/mpi/mpi_impl.h"
 
 #define TAG_PERIOD 8192
+/* The collectives over parts: one tag after the all-reduces' (MPI guarantees at least 32767).
+ * They run one at a time, and between two processes messages of one tag arrive in the order
+ * sent, so every receive matches the send of the same part and collective. */
+#define TAG_PARTS (2 * TAG_PERIOD)
 #define TILE 1024 /* floats summed at once: stays in L1 while the contributions are added */
 /* Small messages take one round instead of two: every process sends its whole buffer to every
  * other, in pieces of PIECE_FLOATS, and sums all copies in process order. A piece of 2 KiB stays
@@ -85,6 +95,11 @@ struct mw__mpi_exchange {
     float *scratch;
     size_t cap, used, wanted; /* floats: allocated, taken by the operations in flight, asked
                                  for since the last end of batch */
+    const char *coll;         /* the collective running, for messages: "all-reduce" */
+    MPI_Request *preq;        /* the collectives over parts: their requests */
+    size_t npreq;             /* preq's capacity */
+    int pcount;               /* requests of the collective over parts running */
+    int parts_failed;         /* one gave up: MPI may still write into scratch */
 };
 
 static double now_ms(void) {
@@ -113,6 +128,7 @@ mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int 
     x->aborted = aborted;
     x->poisoned = poisoned;
     x->procs = procs;
+    x->coll = "all-reduce";
     int pieces = (SMALL_FLOATS + PIECE_FLOATS - 1) / PIECE_FLOATS;
     x->nreq = 2 * (x->p > 1 ? x->p - 1 : 1) * pieces;
     size_t nreq = (size_t)MW__MPI_MAX_INFLIGHT * (size_t)x->nreq;
@@ -129,8 +145,9 @@ mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int 
 void mw__mpi_exchange_free(mw__mpi_exchange *x) {
     if (!x) return;
     /* Operations still in flight (after a failure) may yet receive into scratch: keep it. */
-    if (x->count == 0) mw__free(x->scratch);
+    if (x->count == 0 && !x->parts_failed) mw__free(x->scratch);
     mw__free(x->req);
+    mw__free(x->preq);
     mw__free(x);
 }
 
@@ -139,22 +156,21 @@ static mw_status fail(mw__mpi_exchange *x, mw_status st, const char *what, int r
     switch (st) {
     case MW_ERR_ABORTED:
         return mw__error(st,
-                         "all-reduce between processes %s aborted because a device of this "
-                         "process failed",
-                         x->procs);
+                         "%s between processes %s aborted because a device of this process "
+                         "failed",
+                         x->coll, x->procs);
     case MW_ERR_TIMEOUT:
         return mw__error(st,
-                         "all-reduce between processes %s: not every process arrived within %d "
-                         "ms (one of them failed or stalls; end the job with "
-                         "mw_distributed_abort)",
-                         x->procs, x->timeout_ms);
+                         "%s between processes %s: not every process arrived within %d ms (one "
+                         "of them failed or stalls; end the job with mw_distributed_abort)",
+                         x->coll, x->procs, x->timeout_ms);
     case MW_ERR_NOMEM:
-        return mw__error(st, "all-reduce between processes %s: out of memory for %s", x->procs,
+        return mw__error(st, "%s between processes %s: out of memory for %s", x->coll, x->procs,
                          what);
     case MW_ERR_INVALID:
-        return mw__error(st, "all-reduce between processes %s: %s", x->procs, what);
+        return mw__error(st, "%s between processes %s: %s", x->coll, x->procs, what);
     default:
-        return mw__error(st, "all-reduce between processes %s: %s failed in MPI (%d)", x->procs,
+        return mw__error(st, "%s between processes %s: %s failed in MPI (%d)", x->coll, x->procs,
                          what, rc);
     }
 }
@@ -273,12 +289,14 @@ static mw_status grow(mw__mpi_exchange *x, size_t floats) {
     return MW_OK;
 }
 
-mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch) {
+/* Polls test until it reports done: MW_ERR_ABORTED when *aborted is set, MW_ERR_TIMEOUT after the
+ * exchange's timeout. */
+static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_exchange *, int *)) {
     double start = now_ms(), deadline = start + x->timeout_ms;
-    for (int i = 0; x->count; i++) {
-        mw_status st = mw__mpi_exchange_progress(x);
-        if (st) return st;
-        if (!x->count) break;
+    for (int i = 0;; i++) {
+        int done = 0;
+        mw_status st = test(x, &done);
+        if (st || done) return st;
         if (atomic_load_explicit(x->aborted, memory_order_acquire))
             return fail(x, MW_ERR_ABORTED, NULL, 0);
         if ((i & 15) != 15) continue;
@@ -286,7 +304,17 @@ mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch) {
         if (t > deadline) return fail(x, MW_ERR_TIMEOUT, NULL, 0);
         mw__mpi_backoff(t - start);
     }
-    if (!end_of_batch) return MW_OK;
+}
+
+static mw_status test_inflight(mw__mpi_exchange *x, int *done) {
+    mw_status st = x->count ? mw__mpi_exchange_progress(x) : MW_OK;
+    *done = x->count == 0;
+    return st;
+}
+
+mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch) {
+    mw_status st = poll_until(x, test_inflight);
+    if (st || !end_of_batch) return st;
     size_t wanted = x->wanted;
     x->wanted = 0;
     return grow(x, wanted);
@@ -318,3 +346,89 @@ mw_status mw__mpi_exchange_start(mw__mpi_exchange *x, float *buf, size_t n) {
 }
 
 int mw__mpi_exchange_pending(const mw__mpi_exchange *x) { return x ? x->count : 0; }
+
+static mw_status test_parts(mw__mpi_exchange *x, int *done) {
+    mw__mpi_lock();
+    int rc = MPI_Testall(x->pcount, x->preq, done, MPI_STATUSES_IGNORE);
+    mw__mpi_unlock();
+    return rc == MPI_SUCCESS ? MW_OK : fail(x, MW_ERR_DEVICE, "MPI_Testall", rc);
+}
+
+/* Posts the messages of a collective over parts: for a part it does not own, a process sends
+ * its copy to the owner (sum) or receives the owner's (gather); the owner receives every other
+ * copy into scratch, in the layout sum_block reads (sum), or sends its own to every other
+ * process (gather). */
+static mw_status post_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts, int nparts,
+                            int sum) {
+    int p = x->p, me = x->me, rc = MPI_SUCCESS, k = 0;
+    size_t off = 0;
+    mw__mpi_lock();
+    for (int j = 0; j < nparts && rc == MPI_SUCCESS; j++) {
+        int len = (int)(parts[j].hi - parts[j].lo), owner = parts[j].owner;
+        float *at = buf + parts[j].lo;
+        if (len == 0) continue;
+        if (owner != me) {
+            rc = sum ? MPI_Isend(at, len, MPI_FLOAT, owner, TAG_PARTS, x->comm, &x->preq[k++])
+                     : MPI_Irecv(at, len, MPI_FLOAT, owner, TAG_PARTS, x->comm, &x->preq[k++]);
+            continue;
+        }
+        for (int i = 1; i < p && rc == MPI_SUCCESS; i++) {
+            int q = (me + i) % p;
+            float *copy = x->scratch + off + (size_t)(q < me ? q : q - 1) * (size_t)len;
+            rc = sum ? MPI_Irecv(copy, len, MPI_FLOAT, q, TAG_PARTS, x->comm, &x->preq[k++])
+                     : MPI_Isend(at, len, MPI_FLOAT, q, TAG_PARTS, x->comm, &x->preq[k++]);
+        }
+        if (sum) off += (size_t)(p - 1) * (size_t)len;
+    }
+    mw__mpi_unlock();
+    x->pcount = k;
+    return rc == MPI_SUCCESS ? MW_OK : fail(x, MW_ERR_DEVICE, "posting a message", rc);
+}
+
+/* Scratch and requests for the parts, kept for the next call (nothing is in flight). */
+static mw_status reserve_parts(mw__mpi_exchange *x, const mw__mpi_part *parts, int nparts,
+                               int sum) {
+    size_t floats = 0, nreq = 0;
+    for (int j = 0; j < nparts; j++) {
+        size_t len = parts[j].hi - parts[j].lo;
+        if (len == 0) continue;
+        if (len > (size_t)INT_MAX)
+            return fail(x, MW_ERR_INVALID, "a part of more than INT_MAX floats", 0);
+        if (parts[j].owner != x->me) {
+            nreq++;
+            continue;
+        }
+        nreq += (size_t)(x->p - 1);
+        if (sum) floats += (size_t)(x->p - 1) * len;
+    }
+    mw_status st = grow(x, floats);
+    if (st || nreq <= x->npreq) return st;
+    mw__free(x->preq);
+    x->npreq = 0;
+    if (!(x->preq = mw__malloc(nreq * sizeof *x->preq)))
+        return fail(x, MW_ERR_NOMEM, "requests", 0);
+    x->npreq = nreq;
+    return MW_OK;
+}
+
+mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+                                 int nparts, int sum, const char *what) {
+    mw_status st = mw__mpi_exchange_wait(x, 0);
+    if (st || x->p < 2) return st;
+    x->coll = what;
+    if (!(st = reserve_parts(x, parts, nparts, sum)) &&
+        !(st = post_parts(x, buf, parts, nparts, sum)))
+        st = poll_until(x, test_parts);
+    if (st) x->parts_failed = 1; /* receives may still land in scratch */
+    size_t off = 0;
+    for (int j = 0; sum && !st && j < nparts; j++) {
+        size_t len = parts[j].hi - parts[j].lo;
+        if (len == 0 || parts[j].owner != x->me) continue;
+        xop op = {
+            .buf = buf, .n = len, .scratch = x->scratch + off, .lo = parts[j].lo, .mine = len};
+        sum_block(x, &op);
+        off += (size_t)(x->p - 1) * len;
+    }
+    x->coll = "all-reduce";
+    return st;
+}

@@ -49,6 +49,24 @@ mw_status mw__mpi_exchange_progress(mw__mpi_exchange *x);
  * all-reduces since the last such wait were one step's; their scratch is kept for the next. */
 mw_status mw__mpi_exchange_wait(mw__mpi_exchange *x, int end_of_batch);
 
+/* A part buf[lo .. hi) of a buffer and the process that owns it (its rank in the exchange's
+ * communicator). */
+typedef struct mw__mpi_part {
+    size_t lo, hi;
+    int owner;
+} mw__mpi_part;
+
+/* Collectives over parts, blocking (polled like wait, so abort and timeout are honoured); they
+ * first complete the all-reduces in flight. Every process passes the same parts in the same
+ * order; parts may be empty and must not overlap. With sum, every part of buf that this
+ * process owns becomes the sum of all processes' copies in process order, the same bits the
+ * all-reduce gives there (a reduce-scatter), and the rest of buf is left as it was; without,
+ * every process's copy of each part becomes its owner's (an all-gather; one part owned by one
+ * process is a broadcast). what ("reduce-scatter") names the collective in messages. Errors as
+ * wait's, and MW_ERR_INVALID for a part of more than INT_MAX floats. */
+mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+                                 int nparts, int sum, const char *what);
+
 /* All-reduces in flight. */
 int mw__mpi_exchange_pending(const mw__mpi_exchange *x);
 

@@ -18,6 +18,10 @@
  * (ncclCommAbort), which stops their kernels still waiting for a peer, so the device streams
  * drain and the trainer can be read and freed instead of hanging in a stream wait.
  *
+ * Reduce-scatter, all-gather and broadcast are queued and awaited like the all-reduce, with the
+ * in-process reducer's design (parallel/nccl/collectives.c): a reduce-scatter all-reduces the
+ * whole buffer, so its part holds the all-reduce's bits.
+ *
  * NCCL needs one GPU per rank. Before creating communicators every process tells the others the
  * GPUs of its ranks (host name, PCI bus id and UUID, over MPI): two ranks on one GPU, in one
  * process (cuda:0x2 under mpirun) or in two (both naming cuda:0), are refused with a message
@@ -39,6 +43,7 @@
 #include "meshwit/distributed.h"
 #include "meshwit/mesh.h"
 #include "parallel/mpi/mpi_impl.h"
+#include "parallel/nccl/collectives.h"
 #include "parallel/reducer_select.h"
 
 #define INIT_TIMEOUT_MIN_MS 120000
@@ -330,14 +335,15 @@ static mw_status enter(nccl_mpi_comm *c, int rank, int *li) {
 /* Polls local rank i's communicator (and, with `complete`, its communication stream) until the
  * operations are enqueued (complete 0) or have run (complete 1). Spins briefly, then naps, so a
  * waiting process does not take the core a peer process needs. */
-static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadline) {
+static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadline,
+                           const char *call) {
     mw__device *dev = c->devs[i];
     for (unsigned spins = 1;; spins++) {
         ncclResult_t state;
         ncclResult_t res = ncclCommGetAsyncError(c->comms[i], &state);
         if (res != ncclSuccess || (state != ncclSuccess && state != ncclInProgress)) {
             atomic_store(&c->broken, 1);
-            return nccl_error(dev->name, "ncclAllReduce", res != ncclSuccess ? res : state);
+            return nccl_error(dev->name, call, res != ncclSuccess ? res : state);
         }
         if (state == ncclSuccess) {
             if (!complete) return MW_OK;
@@ -345,7 +351,7 @@ static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadlin
             if (e == cudaSuccess) return MW_OK;
             if (e != cudaErrorNotReady) {
                 atomic_store(&c->broken, 1);
-                return mw__error(MW_ERR_DEVICE, "%s: waiting for ncclAllReduce: %s", dev->name,
+                return mw__error(MW_ERR_DEVICE, "%s: waiting for %s: %s", dev->name, call,
                                  cudaGetErrorString(e));
             }
         }
@@ -370,25 +376,42 @@ static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadlin
     }
 }
 
-static mw_status nm_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
-    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+static void nm_abort(mw__comm *comm);
+
+/* Checks the call (a bad argument aborts: the peers would wait) and queues op on local rank i's
+ * communication stream after the work queued on its compute stream. */
+static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf, size_t n,
+                          const size_t *bounds, int with_parts, int root) {
     int i;
     mw_status st = enter(c, rank, &i);
-    if (st || n == 0) return st;
+    if (st) return st;
+    const char *bad = mw__nccl_bad_args(op, buf, n, bounds, c->nranks, with_parts, root);
+    if (bad) {
+        nm_abort((mw__comm *)c);
+        return mw__error(MW_ERR_INVALID, "%s (nccl-mpi): rank %d passed %s (%zu floats)",
+                         mw__nccl_call(op), rank, bad, n);
+    }
+    if (n == 0) return MW_OK;
     mw__device *dev = c->devs[i];
     cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev);
     cudaError_t e = cudaEventRecord(c->events[i], compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(c->streams[i], c->events[i], 0);
     if (e != cudaSuccess)
-        return mw__error(MW_ERR_DEVICE, "%s: ordering the sum after the compute: %s", dev->name,
-                         cudaGetErrorString(e));
+        return mw__error(MW_ERR_DEVICE, "%s: ordering the collective after the compute: %s",
+                         dev->name, cudaGetErrorString(e));
     c->started[i]++;
-    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[i], c->streams[i]);
+    ncclResult_t res =
+        mw__nccl_enqueue(c->comms[i], c->streams[i], op, buf, n, bounds, c->nranks, root);
     if (res != ncclSuccess && res != ncclInProgress) {
         atomic_store(&c->broken, 1);
-        return nccl_error(dev->name, "ncclAllReduce", res);
+        return nccl_error(dev->name, mw__nccl_call(op), res);
     }
-    return res == ncclInProgress ? poll_comm(c, i, 0, now_ms() + c->timeout_ms) : MW_OK;
+    return res == ncclInProgress ? poll_comm(c, i, 0, now_ms() + c->timeout_ms, mw__nccl_call(op))
+                                 : MW_OK;
+}
+
+static mw_status nm_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+    return start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALLREDUCE, buf, n, NULL, 0, 0);
 }
 
 static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
@@ -396,7 +419,7 @@ static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
     int i;
     mw_status st = enter(c, rank, &i);
     if (st || !c->started[i]) return st;
-    if ((st = poll_comm(c, i, 1, now_ms() + c->timeout_ms))) return st;
+    if ((st = poll_comm(c, i, 1, now_ms() + c->timeout_ms, "the NCCL collectives"))) return st;
     c->started[i] = 0;
     cudaError_t e = cudaEventRecord(c->events[i], c->streams[i]);
     if (e == cudaSuccess)
@@ -409,6 +432,25 @@ static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
 
 static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
     mw_status st = nm_allreduce_start(comm, rank, buf, n);
+    return st ? st : nm_allreduce_finish(comm, rank);
+}
+
+/* The whole buffer is all-reduced, as in the in-process NCCL reducer: only an all-reduce of the
+ * same buffer gives the all-reduce's bits on the part. */
+static mw_status nm_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
+                                       const size_t *bounds) {
+    mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALLREDUCE, buf, n, bounds, 1, 0);
+    return st ? st : nm_allreduce_finish(comm, rank);
+}
+
+static mw_status nm_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
+                               const size_t *bounds) {
+    mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 1, 0);
+    return st ? st : nm_allreduce_finish(comm, rank);
+}
+
+static mw_status nm_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+    mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, 0, root);
     return st ? st : nm_allreduce_finish(comm, rank);
 }
 
@@ -446,6 +488,9 @@ const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .allreduce_finish = nm_allreduce_finish,
     .abort = nm_abort,
     .reset = nm_reset,
+    .reduce_scatter_sum = nm_reduce_scatter_sum,
+    .all_gather = nm_all_gather,
+    .broadcast = nm_broadcast,
 };
 
 #else

@@ -29,7 +29,12 @@
  * Waiting. Only non-blocking MPI is used, polled with MPI_Test, so a leader notices an abort from
  * a local peer and gives up after timeout_ms (MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS when 0). An MPI
  * collective cannot be cancelled: after a leader gave up, the communicator is poisoned and every
- * later collective fails with MW_ERR_STATE (the job should end with mw_distributed_abort). */
+ * later collective fails with MW_ERR_STATE (the job should end with mw_distributed_abort).
+ *
+ * Reduce-scatter, all-gather and broadcast take the same moves, exchanging between processes only
+ * the parts they move (mw__mpi_exchange_parts; see each function). A reduce-scatter sums every
+ * element exactly as the all-reduce does (the same move 1, the same process order), so its
+ * parts are the all-reduce's bits. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -65,6 +70,9 @@ typedef struct hier_comm {
     _Atomic int aborted;
     _Atomic int poisoned; /* set by the leader, read by every rank */
     char procs[96];       /* "0, 1, 2" for messages */
+    int *proc_index;      /* rank -> its process's rank among the leaders */
+    mw__mpi_part *parts;  /* nranks: the parts of a reduce-scatter or all-gather */
+    float **bufs;         /* by local index: buffers published to the other local ranks */
 } hier_comm;
 
 static double now_ms(void) {
@@ -86,6 +94,9 @@ static void hier_comm_free(mw__comm *comm) {
     mw__free(c->todo);
     mw__free(c->ntodo);
     mw__free(c->local_of);
+    mw__free(c->proc_index);
+    mw__free(c->parts);
+    mw__free(c->bufs);
     mw__free(c);
 }
 
@@ -135,7 +146,23 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
         MPI_Comm_size(split, &c->nprocs);
         c->todo = mw__malloc((size_t)nlocal * MW__MPI_MAX_INFLIGHT * sizeof *c->todo);
         c->ntodo = mw__calloc((size_t)nlocal, sizeof *c->ntodo);
-        if (!c->todo || !c->ntodo) goto nomem;
+        c->proc_index = mw__malloc((size_t)nranks * sizeof *c->proc_index);
+        c->parts = mw__malloc((size_t)nranks * sizeof *c->parts);
+        c->bufs = mw__calloc((size_t)nlocal, sizeof *c->bufs);
+        if (!c->todo || !c->ntodo || !c->proc_index || !c->parts || !c->bufs) goto nomem;
+        /* The leaders' communicator orders processes by world rank: a rank's process index is
+         * the number of processes of the group with a lower world rank (parts[].owner holds
+         * whether a rank is its process's first meanwhile). */
+        for (int q = 0; q < nranks; q++) {
+            c->parts[q].owner = 1;
+            for (int e = 0; e < q && c->parts[q].owner; e++)
+                c->parts[q].owner = proc_of[e] != proc_of[q];
+        }
+        for (int r = 0; r < nranks; r++) {
+            c->proc_index[r] = 0;
+            for (int q = 0; q < nranks; q++)
+                c->proc_index[r] += c->parts[q].owner && proc_of[q] < proc_of[r];
+        }
         size_t n = 0;
         for (int r = 0, last = -1; r < nranks; r++) {
             int seen = 0;
@@ -321,6 +348,110 @@ static void hier_reset(mw__comm *comm) {
     atomic_store_explicit(&c->aborted, 0, memory_order_release);
 }
 
+/* ---- reduce-scatter, all-gather, broadcast ---- */
+
+/* A call's checks (bounds with root -1, else the root) and the all-reduces this rank has in
+ * flight, completed first. */
+static mw_status enter_parts(hier_comm *c, int rank, const char *what, const float *buf, size_t n,
+                             const size_t *bounds, int root) {
+    mw_status st = check_rank(c, rank, what);
+    if (st || (st = hier_allreduce_finish((mw__comm *)c, rank))) return st;
+    int with_parts = root < 0; /* root -1: a reduce-scatter or all-gather */
+    if (with_parts) root = 0;
+    const char *bad = !buf && n ? "a NULL buffer"
+                      : with_parts && mw__bad_bounds(bounds, c->nranks, n)
+                          ? "no parts, or parts outside the buffer"
+                      : root < 0 || root >= c->nranks ? "a root out of range"
+                                                      : NULL;
+    if (!bad) return MW_OK;
+    hier_abort((mw__comm *)c); /* the peers would wait for this rank */
+    return mw__error(MW_ERR_INVALID, "mpi %s: rank %d passed %s (%zu floats, %d ranks)", what, rank,
+                     bad, n, c->nranks);
+}
+
+/* The leader's exchange over the processes of the first nparts of c->parts, or, with bounds,
+ * of every rank's part; a failure releases the local ranks, which wait. */
+static mw_status leader_parts(hier_comm *c, float *buf, const size_t *bounds, int nparts, int sum,
+                              const char *what) {
+    for (int r = 0; bounds && r < c->nranks; r++)
+        c->parts[r] = (mw__mpi_part){bounds[r], bounds[r + 1], c->proc_index[r]};
+    mw_status st = mw__mpi_exchange_parts(c->x, buf, c->parts, nparts, sum, what);
+    if (st && c->local) mw__reducer_shm.abort(c->local);
+    return st;
+}
+
+static void copy_part(float *to, const float *from, const size_t *bounds, int r) {
+    if (to != from && bounds[r] < bounds[r + 1])
+        memcpy(to + bounds[r], from + bounds[r], (bounds[r + 1] - bounds[r]) * sizeof *to);
+}
+
+/* As the all-reduce, up to its move 3: move 1 puts the process's sum in every local buffer,
+ * the leaders exchange only the parts (the owner of a part sums it in process order, as the
+ * all-reduce's exchange does), and each other local rank copies its part of the leader's
+ * buffer. */
+static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
+                                         const size_t *bounds) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = enter_parts(c, rank, "reduce-scatter", buf, n, bounds, -1);
+    if (st) return st;
+    int li = c->local_of[rank];
+    if (!c->multi)
+        return c->local ? mw__reducer_shm.reduce_scatter_sum(c->local, li, buf, n, bounds) : MW_OK;
+    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
+    if (li == 0 && (st = leader_parts(c, buf, bounds, c->nranks, 1, "reduce-scatter"))) return st;
+    if (!c->local) return MW_OK;
+    if (li == 0) c->bufs[0] = buf;
+    if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
+    if (li != 0) copy_part(buf, c->bufs[0], bounds, rank);
+    return mw__reducer_shm.barrier(c->local, li);
+}
+
+/* The leader collects its process's parts from the local buffers, the leaders exchange every
+ * part, and the other local ranks copy the rest from the leader's buffer. */
+static mw_status hier_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
+                                 const size_t *bounds) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = enter_parts(c, rank, "all-gather", buf, n, bounds, -1);
+    if (st) return st;
+    int li = c->local_of[rank];
+    if (!c->multi)
+        return c->local ? mw__reducer_shm.all_gather(c->local, li, buf, n, bounds) : MW_OK;
+    if (c->local) {
+        c->bufs[li] = buf;
+        if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
+    }
+    if (li == 0) {
+        for (int r = 0; r < c->nranks; r++)
+            if (c->local_of[r] > 0) copy_part(buf, c->bufs[c->local_of[r]], bounds, r);
+        if ((st = leader_parts(c, buf, bounds, c->nranks, 0, "all-gather"))) return st;
+    }
+    if (!c->local) return MW_OK;
+    if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
+    for (int r = 0; li != 0 && r < c->nranks; r++)
+        if (r != rank) copy_part(buf, c->bufs[0], bounds, r);
+    return mw__reducer_shm.barrier(c->local, li);
+}
+
+/* In the root's process the local ranks take the root's buffer, its leader sends it to the
+ * other leaders, and in their processes the local ranks take the leader's. */
+static mw_status hier_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = enter_parts(c, rank, "broadcast", buf, n, NULL, root);
+    if (st) return st;
+    int li = c->local_of[rank];
+    if (!c->multi) return c->local ? mw__reducer_shm.broadcast(c->local, li, buf, n, root) : MW_OK;
+    int local_root = c->local_of[root];
+    if (c->local && local_root >= 0 &&
+        (st = mw__reducer_shm.broadcast(c->local, li, buf, n, local_root)))
+        return st;
+    if (li == 0) {
+        c->parts[0] = (mw__mpi_part){0, n, c->proc_index[root]};
+        if ((st = leader_parts(c, buf, NULL, 1, 0, "broadcast"))) return st;
+    }
+    if (c->local && local_root < 0) return mw__reducer_shm.broadcast(c->local, li, buf, n, 0);
+    return MW_OK;
+}
+
 const mw__reducer_vtable mw__reducer_mpi_hier = {
     .name = "mpi-hier",
     .comm_new = hier_comm_new,
@@ -332,4 +463,7 @@ const mw__reducer_vtable mw__reducer_mpi_hier = {
     .allreduce_finish = hier_allreduce_finish,
     .abort = hier_abort,
     .reset = hier_reset,
+    .reduce_scatter_sum = hier_reduce_scatter_sum,
+    .all_gather = hier_all_gather,
+    .broadcast = hier_broadcast,
 };

@@ -17,6 +17,10 @@
  * its summation order follows its ring or tree, not rank order: it agrees with the rank-order sum
  * to float rounding only.
  *
+ * Reduce-scatter all-reduces the whole buffer (the part then holds the all-reduce's bits, which
+ * ncclReduceScatter would not promise); all-gather broadcasts each part from its owner, and
+ * broadcast is ncclBroadcast, both queued like the all-reduce (parallel/nccl/collectives.c).
+ *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
  * - abort() only sets a flag (and aborts the host communicator used for barriers): safe from any
@@ -42,6 +46,7 @@
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
 #include "meshwit/mesh.h"
+#include "parallel/nccl/collectives.h"
 #include "parallel/reducer_select.h"
 
 enum { WHY_ABORT = 1, WHY_TIMEOUT = 2, WHY_FAILED = 3 };
@@ -255,7 +260,7 @@ static mw_status in_flight_fail(nccl_comm *c, int rank, const char *call, ncclRe
 typedef enum wait_for { WAIT_ENQUEUED, WAIT_COMPLETE } wait_for;
 
 static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t stream,
-                         double deadline) {
+                         double deadline, const char *call) {
     ncclComm_t nc = c->comms[rank];
     for (unsigned spins = 1;; spins++) {
         if (what == WAIT_ENQUEUED || spins % 64 == 0) {
@@ -264,7 +269,7 @@ static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t str
             /* NCCL says the communicator must be aborted: reset() re-creates it. */
             if (res != ncclSuccess) return in_flight_fail(c, rank, "ncclCommGetAsyncError", res);
             if (state != ncclSuccess && state != ncclInProgress)
-                return in_flight_fail(c, rank, "ncclAllReduce", state);
+                return in_flight_fail(c, rank, call, state);
             if (what == WAIT_ENQUEUED && state == ncclSuccess) return MW_OK;
         }
         if (what == WAIT_COMPLETE) {
@@ -274,8 +279,8 @@ static mw_status wait_op(nccl_comm *c, int rank, wait_for what, cudaStream_t str
                 (void)cudaGetLastError();
                 atomic_store(&c->in_flight, 1);
                 set_abort(c, WHY_FAILED, rank);
-                return mw__error(MW_ERR_DEVICE, "%s: waiting for ncclAllReduce: %s",
-                                 c->devs[rank]->name, cudaGetErrorString(e));
+                return mw__error(MW_ERR_DEVICE, "%s: waiting for %s: %s", c->devs[rank]->name, call,
+                                 cudaGetErrorString(e));
             }
         }
         if (atomic_load_explicit(&c->aborted, memory_order_acquire)) {
@@ -322,27 +327,46 @@ static mw_status cuda_failed(nccl_comm *c, int rank, const char *call, cudaError
                      cudaGetErrorString(e));
 }
 
-static mw_status nccl_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
-    nccl_comm *c = as_nccl(comm);
-    mw_status st = enter_rank(c, rank, 1);
-    if (st) return st;
+/* Queues op on the rank's communication stream after the work queued on its compute stream. */
+static mw_status start_op(nccl_comm *c, int rank, mw__nccl_op op, float *buf, size_t n,
+                          const size_t *bounds, int root) {
     if (n == 0) return MW_OK; /* every rank passes the same n */
     mw__device *dev = c->devs[rank];
     cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev), s = c->streams[rank];
-    if (!buf || !compute) {
+    if (!compute) {
         set_abort(c, WHY_FAILED, rank);
-        return mw__error(MW_ERR_INVALID, "all-reduce (nccl): rank %d: %s", rank,
-                         buf ? "its device is not initialised" : "NULL buffer");
+        return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d: its device is not initialised",
+                         mw__nccl_call(op), rank);
     }
     cudaError_t e = cudaEventRecord(c->events[rank], compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(s, c->events[rank], 0);
-    if (e != cudaSuccess) return cuda_failed(c, rank, "ordering the sum after the compute", e);
+    if (e != cudaSuccess)
+        return cuda_failed(c, rank, "ordering the collective after the compute", e);
     double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
     c->started[rank]++;
-    ncclResult_t res = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comms[rank], s);
+    ncclResult_t res = mw__nccl_enqueue(c->comms[rank], s, op, buf, n, bounds, c->nranks, root);
     if (res != ncclSuccess && res != ncclInProgress)
-        return in_flight_fail(c, rank, "ncclAllReduce", res);
-    return res == ncclInProgress ? wait_op(c, rank, WAIT_ENQUEUED, s, deadline) : MW_OK;
+        return in_flight_fail(c, rank, mw__nccl_call(op), res);
+    return res == ncclInProgress ? wait_op(c, rank, WAIT_ENQUEUED, s, deadline, mw__nccl_call(op))
+                                 : MW_OK;
+}
+
+/* enter_rank, then the arguments of a call (a bad one aborts: the peers would wait). */
+static mw_status enter_call(nccl_comm *c, int rank, int entering, mw__nccl_op op, const float *buf,
+                            size_t n, const size_t *bounds, int with_parts, int root) {
+    mw_status st = enter_rank(c, rank, entering);
+    if (st) return st;
+    const char *bad = mw__nccl_bad_args(op, buf, n, bounds, c->nranks, with_parts, root);
+    if (!bad) return MW_OK;
+    set_abort(c, WHY_FAILED, rank);
+    return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d passed %s (%zu floats)", mw__nccl_call(op),
+                     rank, bad, n);
+}
+
+static mw_status nccl_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_call(c, rank, 1, MW__NCCL_ALLREDUCE, buf, n, NULL, 0, 0);
+    return st ? st : start_op(c, rank, MW__NCCL_ALLREDUCE, buf, n, NULL, 0);
 }
 
 static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
@@ -351,7 +375,7 @@ static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
     if (st || !c->started[rank]) return st;
     double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
     cudaStream_t s = c->streams[rank];
-    if ((st = wait_op(c, rank, WAIT_COMPLETE, s, deadline))) return st;
+    if ((st = wait_op(c, rank, WAIT_COMPLETE, s, deadline, "the NCCL collectives"))) return st;
     c->started[rank] = 0;
     cudaError_t e = cudaEventRecord(c->events[rank], s);
     if (e == cudaSuccess)
@@ -362,6 +386,32 @@ static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
 static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
     mw_status st = nccl_allreduce_start(comm, rank, buf, n);
     return st ? st : nccl_allreduce_finish(comm, rank);
+}
+
+/* The whole buffer is all-reduced: NCCL's order of additions depends on the length, so only an
+ * all-reduce of the same buffer gives the all-reduce's bits on the part. */
+static mw_status nccl_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
+                                         const size_t *bounds) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_call(c, rank, 1, MW__NCCL_ALLREDUCE, buf, n, bounds, 1, 0);
+    return st ? st : nccl_allreduce_sum(comm, rank, buf, n);
+}
+
+static mw_status nccl_copies(mw__comm *comm, int rank, mw__nccl_op op, float *buf, size_t n,
+                             const size_t *bounds, int root) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_call(c, rank, 1, op, buf, n, bounds, op == MW__NCCL_ALL_GATHER, root);
+    if (st || (st = start_op(c, rank, op, buf, n, bounds, root))) return st;
+    return nccl_allreduce_finish(comm, rank);
+}
+
+static mw_status nccl_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
+                                 const size_t *bounds) {
+    return nccl_copies(comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 0);
+}
+
+static mw_status nccl_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+    return nccl_copies(comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, root);
 }
 
 static mw_status nccl_barrier(mw__comm *comm, int rank) {
@@ -405,4 +455,7 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .reset = nccl_reset,
     .allreduce_start = nccl_allreduce_start,
     .allreduce_finish = nccl_allreduce_finish,
+    .reduce_scatter_sum = nccl_reduce_scatter_sum,
+    .all_gather = nccl_all_gather,
+    .broadcast = nccl_broadcast,
 };

@@ -1,7 +1,8 @@
 /* The trainer on GPUs against the trainer on the CPU (suite gpu_trainer): ten GPT-2 steps with
  * AdamW on cuda:0 and on cuda:0x2 (two devices on one GPU, gradient buckets overlapped with
  * backward by the cuda-local reducer) against cpu:1; bitwise repeats; a bad token or target that
- * updates nothing; a failed or abandoned collective that the next step survives.
+ * updates nothing; a failed or abandoned collective that the next step survives; ZeRO-1 bitwise
+ * the replicated update.
  *
  * Tolerances, derived. The GPU computes the same formulas as the CPU in other summation orders
  * (cuBLAS, tree reductions, fused multiply-adds); over ten AdamW steps such differences grow in a
@@ -107,7 +108,7 @@ typedef struct model {
 
 static void open_model(model *m, const char *devices, const mw_trainer_config *extra) {
     memset(m, 0, sizeof *m);
-    int sharded = strchr(devices, 'x') || strcmp(devices, "cpu:2") == 0;
+    int sharded = strchr(devices, 'x') || strchr(devices, ',') || strcmp(devices, "cpu:2") == 0;
     cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
     mw_status st = gpt2_build(m->g, &cfg, BATCH, SEQ, sharded ? "X" : NULL, &m->gg);
     cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
@@ -118,6 +119,7 @@ static void open_model(model *m, const char *devices, const mw_trainer_config *e
     if (extra) {
         c.collective_timeout_ms = extra->collective_timeout_ms;
         c.check_finite = extra->check_finite;
+        c.shard_optimizer = extra->shard_optimizer;
     }
     st = mw_trainer_new(m->g, m->gg.loss, m->mesh, &c, &m->tr);
     cr_assert_eq(st, MW_OK, "trainer on %s: %s", devices, mw_last_error());
@@ -148,9 +150,10 @@ static void feed(int step, int32_t *in, int32_t *tg, mw_feed f[2]) {
     f[1] = (mw_feed){"targets", tg, n};
 }
 
-static run train(const char *devices, const tensor *t, int nt) {
+static run train_with(const char *devices, const tensor *t, int nt,
+                      const mw_trainer_config *extra) {
     model m;
-    open_model(&m, devices, NULL);
+    open_model(&m, devices, extra);
     run r = {.st = MW_OK};
     int32_t in[BATCH * SEQ], tg[BATCH * SEQ];
     for (int s = 0; s < STEPS; s++) {
@@ -162,6 +165,10 @@ static run train(const char *devices, const tensor *t, int nt) {
     r.params = read_params(&m, t, nt);
     close_model(&m);
     return r;
+}
+
+static run train(const char *devices, const tensor *t, int nt) {
+    return train_with(devices, t, nt, NULL);
 }
 
 /* got against ref within 16 x the cpu:2 drift (drift = |alt - ref|) + 16 ulp. */
@@ -307,6 +314,25 @@ Test(gpu_trainer, failed_and_abandoned_collectives_are_survived) {
     cr_assert_eq(loss, l1, "after the failures the loss is %.9g, a clean run's %.9g", loss, l1);
     close_model(&clean);
     close_model(&m);
+}
+
+/* ZeRO-1 (shard_optimizer): reduce-scatter and all-gather on the device reducers, bitwise the
+ * replicated update (losses and parameters) on devices sharing a GPU, and over NCCL where there
+ * are two GPUs. */
+Test(gpu_trainer, zero1_is_bitwise_the_replicated_update) {
+    int gpus = 0;
+    need_gpu();
+    cr_assert_eq(mw__cuda_probe(&gpus), MW_OK);
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    mw_trainer_config zero1 = {.shard_optimizer = 1};
+    static const char *const specs[] = {"cuda:0x2", "cuda:0,1"};
+    for (int k = 0; k < (gpus > 1 ? 2 : 1); k++) {
+        run repl = train(specs[k], t, nt), sharded = train_with(specs[k], t, nt, &zero1);
+        expect_same_bits(specs[k], &sharded, &repl);
+        free(repl.params);
+        free(sharded.params);
+    }
 }
 
 #else
