@@ -23,7 +23,8 @@ typedef enum mw__op {
     MW__OP_BROADCAST, /* x expanded along the axes of the output it lacks */
     MW__OP_SUM,       /* x summed over the axes the output lacks */
     MW__OP_CONTRACT,  /* einsum over names; axes absent from the output are summed */
-    MW__OP_ALLREDUCE, /* partial sum -> replicated value (a collective) */
+    MW__OP_ALLREDUCE, /* partial sum -> the sum over the mesh names its input is partial over and
+                         its output is not (a collective; all of them for mw__replicated) */
     MW__OP_ALIAS,     /* the same data under other axes: split, merge, rename */
     MW__OP_SLICE,     /* rows [start, start+len) of axis `axis` of x (dropped when len is 0) */
     MW__OP_PAD,       /* the adjoint of SLICE: x placed at `start` of axis `axis`, zeros around */

@@ -585,7 +585,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
         if (!in) return -1;
         in->ref[0] = out;
         in->count = lo.numel;
-        in->group = n->in[0]->type.partial;
+        in->group = n->in[0]->type.partial & ~n->type.partial; /* the sums it completes */
         return 0;
     }
     case MW__OP_CONTRACT: return lower_contract(b, n);

@@ -153,9 +153,9 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
         if (in->kind == MW__I_GRAD_BUCKET && w->tr->zero1) {
             /* ZeRO-1: this device needs only its slice of the bucket summed. Every group of
              * gradients spans the mesh, with rank d on device d (checked when built). */
-            const size_t *sl = w->tr->slices;
+            const size_t *sl = w->zslices;
             size_t at = (size_t)in->ref[0].off, n = (size_t)in->count;
-            for (int k = 0; k <= w->tr->nworkers; k++)
+            for (int k = 0; k <= w->zparts; k++)
                 w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
             if ((st = vt->sync(dev)) == MW_OK)
                 st = r->reduce_scatter_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]), n,

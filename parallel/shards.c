@@ -75,10 +75,12 @@ void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, floa
 }
 
 int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
-    if (tr->zero1 && held != MW__HELD_PARAMS) return 1; /* each device owns its own part */
     int splits[MW_MAX_MESH_AXES] = {0};
     for (int i = 0; i < p->type.rank; i++)
         if (p->type.ax[i].mesh >= 0) splits[tr->mesh_axis_of[p->type.ax[i].mesh]] = 1;
+    /* With ZeRO-1 the devices along the data axes own different parts of the state. */
+    for (int a = 0; tr->zero1 && held != MW__HELD_PARAMS && a < tr->mesh->naxes; a++)
+        if (tr->zero_axes & (1u << a)) splits[a] = 1;
     for (int a = 0; a < tr->mesh->naxes; a++)
         if (!splits[a] && mw__mesh_coord(tr->mesh, d, a) != 0) return 0;
     return 1;
@@ -151,35 +153,65 @@ mw_status mw__param_init_boxes(const mw_trainer *tr, int d, float *dst) {
     return MW_OK;
 }
 
+/* The device holding piece k of parameter p's gradient for the shard that device d holds: d
+ * itself, or with ZeRO-1 the device of d's data group whose part is k. */
+static int piece_owner(const mw_trainer *tr, int d, int k) {
+    if (!tr->zero1) return d;
+    int gi = tr->zero_group;
+    for (int e = 0; e < tr->nworkers; e++)
+        if (tr->w[e].comm[gi] == tr->w[d].comm[gi] && tr->w[e].rank[gi] == k) return e;
+    return d;
+}
+
 mw_status mw__grad_norm_sharded(worker *w, float *norm) {
     mw_trainer *tr = w->tr;
     const mw__device_vtable *vt = w->dev.vt;
-    int np = tr->g->nparams, n = tr->nworkers;
+    int np = tr->g->nparams, n = tr->nworkers, parts = w->zparts;
+    int first = tr->zero1 ? w->rank[tr->zero_group] : 0, last = tr->zero1 ? first + 1 : parts;
+    size_t per = (size_t)np * (size_t)parts; /* pieces of one device */
+    float *mine = w->partials + (size_t)w->index * per;
     mw_status st;
+    /* Piece (l, k): parameter l's elements in slice k of the flat layout. */
     for (int l = 0; l < np; l++) {
         const mw__param_slot *s = &w->plan.params[l];
-        int64_t lo, hi;
-        char *at = held_range(w, s, MW__HELD_GRADS, &lo, &hi);
-        mw__k_sumsq k = {.count = hi - lo, .out = w->scratch + l, .a = (const float *)at};
-        if (k.count && (st = vt->sumsq(&w->dev, &k))) return st;
+        for (int k = first; k < last; k++) {
+            int64_t lo = (int64_t)w->zslices[k], hi = (int64_t)w->zslices[k + 1];
+            if (lo < s->off) lo = s->off;
+            if (hi > s->off + s->count) hi = s->off + s->count;
+            mw__k_sumsq q = {.count = hi > lo ? hi - lo : 0,
+                             .out = w->scratch + (size_t)l * (size_t)parts + (size_t)k,
+                             .a = (const float *)w->grads + lo};
+            if (q.count && (st = vt->sumsq(&w->dev, &q))) return st;
+        }
     }
-    float *mine = w->partials + (size_t)w->index * (size_t)np;
-    if (np && (st = vt->download(&w->dev, mine, w->scratch, (size_t)np * sizeof(float)))) return st;
-    for (int l = 0; l < np; l++)
-        if (w->plan.params[l].count == 0) mine[l] = 0.0f;
+    if (per && (st = vt->download(&w->dev, mine, w->scratch, per * sizeof(float)))) return st;
+    for (int l = 0; l < np; l++) {
+        const mw__param_slot *s = &w->plan.params[l];
+        for (int k = first; k < last; k++)
+            if ((int64_t)w->zslices[k + 1] <= s->off || (int64_t)w->zslices[k] >= s->off + s->count)
+                mine[(size_t)l * (size_t)parts + (size_t)k] = 0.0f;
+    }
     if (tr->all) {
-        for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r * (size_t)np;
-        if ((st = tr->all_reducer->all_gather(tr->all, w->index, w->partials,
-                                              (size_t)n * (size_t)np, w->bounds)))
+        for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r * per;
+        if ((st = tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n * per,
+                                              w->bounds)))
             return st;
     }
+    /* Parameter by parameter, shard by shard (the devices with coordinate 0 off the axes that
+     * split the parameter), piece by piece: the same order with and without ZeRO-1. */
     double sq = 0.0;
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *p = tr->g->nodes[i];
         if (p->op != MW__OP_PARAM) continue;
-        for (int d = 0; d < n; d++)
-            if (mw__param_reader(tr, d, p, MW__HELD_GRADS))
-                sq += (double)w->partials[(size_t)d * (size_t)np + (size_t)p->leaf];
+        for (int d = 0; d < n; d++) {
+            if (!mw__param_reader(tr, d, p, MW__HELD_PARAMS)) continue;
+            for (int k = 0; k < parts; k++) {
+                int e = piece_owner(tr, d, k);
+                sq +=
+                    (double)
+                        w->partials[(size_t)e * per + (size_t)p->leaf * (size_t)parts + (size_t)k];
+            }
+        }
     }
     *norm = (float)sqrt(sq);
     return MW_OK;

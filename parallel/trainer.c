@@ -152,7 +152,7 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
     if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
     if (grads && tr->forward_only)
         return mw__error(MW_ERR_STATE, "an inference program computes no gradients");
-    if (mw__param_sharded(p))
+    if (tr->sharded_params) /* the flat layouts differ between shards */
         return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
     worker *w = &tr->w[tr->first];
     const char *base = grads ? w->grads : w->params;
@@ -189,7 +189,7 @@ mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *
     mw_status st = find_param(tr, name, count, &s, &p);
     if (st) return st;
     if (count && !src) return mw__error(MW_ERR_INVALID, "source is NULL");
-    if (mw__param_sharded(p)) /* only read from src */
+    if (tr->sharded_params) /* only read from src */
         return mw__param_transfer(tr, p, MW__HELD_PARAMS, (float *)(uintptr_t)src, 1);
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
         worker *w = &tr->w[i];

@@ -56,6 +56,29 @@ static mw_status own_gradients(mw_trainer *tr) {
     return g->status ? mw__error_copy(g->status, g->error) : MW_OK;
 }
 
+/* With parameters split over mesh axes, a gradient that is partial over those axes (a replicated
+ * parameter whose gradient flows through a split layer, e.g. a layer norm before it) is first
+ * summed over them alone; afterwards every gradient is partial over the data axes only, so the
+ * gradient buckets (and ZeRO-1's slices) are those of one group, and both modes of the optimizer
+ * sum every gradient in the same order. */
+static mw_status reduce_over_model_axes(mw_trainer *tr) {
+    mw_graph *g = tr->g;
+    uint32_t model = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        for (int k = 0; t->op == MW__OP_PARAM && k < t->type.rank; k++)
+            if (t->type.ax[k].mesh >= 0) model |= 1u << t->type.ax[k].mesh;
+    }
+    for (int p = 0; model && p < g->nparams; p++) {
+        mw_tensor *gr = tr->grads[p];
+        if (!gr || !(gr->type.partial & model)) continue;
+        mw_tensor proto = {.op = MW__OP_ALLREDUCE, .nin = 1, .in = {gr}, .type = gr->type};
+        proto.type.partial &= ~model;
+        if (!(tr->grads[p] = mw__node_new(g, &proto))) return mw__error_copy(g->status, g->error);
+    }
+    return MW_OK;
+}
+
 /* Resolves the graph's mesh names to mesh axes and checks that every sharded axis can be placed. */
 static mw_status place(mw_trainer *tr) {
     const mw_graph *g = tr->g;
@@ -197,19 +220,72 @@ mw_status mw__zero1_collectives(const mw__reducer_vtable *reducer,
                      lacking->name, mesh);
 }
 
+/* With sharded parameters the flat layouts differ between shards, so each device cuts its own
+ * into zparts slices, one per device that sums gradients with it (the data axes: the group every
+ * gradient bucket is summed over; one slice when there is none). With ZeRO-1 each device keeps
+ * the optimizer state of its slice; without, the slices still order the gradient norm's partial
+ * sums, so both modes add the same numbers in the same order. */
+static mw_status plan_shard_slices(mw_trainer *tr) {
+    const mw__plan *p = &tr->w[tr->first].plan;
+    int gi = -1, mixed = 0;
+    for (int i = 0; i < p->nins; i++) {
+        if (p->ins[i].kind != MW__I_GRAD_BUCKET) continue;
+        int g = mw__group_index(tr, p->ins[i].group);
+        mixed |= gi >= 0 && g != gi;
+        gi = g;
+    }
+    if (mixed && tr->zero1)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_trainer_new: shard_optimizer with sharded parameters needs every "
+                         "gradient summed over the same mesh axes");
+    if (mixed || (gi >= 0 && tr->groups[gi].ncomms == 0)) gi = -1;
+    if (gi < 0) tr->zero1 = 0; /* no data axis: nothing to share */
+    mw_status st =
+        tr->zero1 ? mw__zero1_collectives(tr->reducer, tr->reducer, tr->mesh->desc) : MW_OK;
+    if (st) return st;
+    tr->zero_group = gi;
+    tr->zero_axes = 0;
+    for (int m = 0; gi >= 0 && m < tr->g->nmesh_names; m++)
+        if (tr->groups[gi].mask & (1u << m)) tr->zero_axes |= 1u << tr->mesh_axis_of[m];
+    int n = tr->nworkers, parts = gi >= 0 ? n / tr->groups[gi].ncomms : 1;
+    tr->slices = mw__calloc((size_t)(n + 1), sizeof *tr->slices); /* per device instead */
+    if (!tr->slices) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+        worker *w = &tr->w[d];
+        size_t pieces = (size_t)n * ((size_t)tr->g->nparams + 1) * (size_t)parts;
+        w->zslices_own = mw__malloc((size_t)(parts + 1) * sizeof *w->zslices_own);
+        w->partials = mw__malloc(pieces * sizeof *w->partials);
+        w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
+        if (!w->zslices_own || !w->partials || !w->bounds)
+            return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+        for (int k = 0; k <= parts; k++)
+            w->zslices_own[k] = mw__slice_lo((size_t)w->plan.param_elems, parts, k);
+        w->zslices = w->zslices_own;
+        w->zparts = parts;
+        int r = gi >= 0 ? w->rank[gi] : 0;
+        w->own_lo = tr->zero1 ? (int64_t)w->zslices[r] : 0;
+        w->own_hi = tr->zero1 ? (int64_t)w->zslices[r + 1] : w->plan.param_elems;
+    }
+    return MW_OK;
+}
+
+static mw_status cut_slices(mw_trainer *tr);
+
 /* Cuts the flat parameters into one slice per device (tr->slices) and, with shard_optimizer on
  * several devices, turns ZeRO-1 on once the reducers and gradient groups allow it. */
 static mw_status plan_slices(mw_trainer *tr) {
+    tr->zero1 = tr->cfg.shard_optimizer && !tr->forward_only && tr->nworkers > 1;
+    tr->zero_axes = ~0u;
+    return tr->sharded_params ? plan_shard_slices(tr) : cut_slices(tr);
+}
+
+/* plan_slices without sharded parameters. */
+static mw_status cut_slices(mw_trainer *tr) {
     int n = tr->nworkers;
     const mw__plan *p = &tr->w[tr->first].plan;
     tr->slices = mw__malloc((size_t)(n + 1) * sizeof *tr->slices);
     if (!tr->slices) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     for (int r = 0; r <= n; r++) tr->slices[r] = mw__slice_lo((size_t)p->param_elems, n, r);
-    tr->zero1 = tr->cfg.shard_optimizer && !tr->forward_only && n > 1;
-    if (tr->zero1 && tr->sharded_params)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "mw_trainer_new: shard_optimizer (ZeRO-1) together with parameters split "
-                         "over a mesh axis is not supported yet; use one or the other");
     mw_status st =
         tr->zero1 ? mw__zero1_collectives(tr->reducer, tr->all_reducer, tr->mesh->desc) : MW_OK;
     if (st) return st;
@@ -227,9 +303,10 @@ static mw_status plan_slices(mw_trainer *tr) {
     for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
         worker *w = &tr->w[d];
         w->own_lo = tr->zero1 ? (int64_t)tr->slices[d] : 0;
-        w->own_hi = tr->zero1 ? (int64_t)tr->slices[d + 1] : p->param_elems;
-        size_t partials = (size_t)n * (tr->sharded_params ? (size_t)tr->g->nparams + 1 : 1);
-        w->partials = mw__malloc(partials * sizeof *w->partials);
+        w->own_hi = tr->zero1 ? (int64_t)tr->slices[d + 1] : w->plan.param_elems;
+        w->zslices = tr->slices;
+        w->zparts = n;
+        w->partials = mw__malloc((size_t)n * sizeof *w->partials);
         w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
         if (!w->partials || !w->bounds)
             return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
@@ -286,6 +363,7 @@ void mw_trainer_free(mw_trainer *tr) {
             mw__free(tr->w[i].kern);
             mw__free(tr->w[i].rebind);
             mw__free(tr->w[i].partials);
+            mw__free(tr->w[i].zslices_own);
             mw__free(tr->w[i].bounds);
         }
     if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
@@ -369,8 +447,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     }
     if (tr->forward_only) tr->loss = tr->outputs[0];
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((!tr->forward_only &&
-         ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = own_gradients(tr)))) ||
+    if ((!tr->forward_only && ((st = mw__autodiff(g, tr->loss, tr->grads)) ||
+                               (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)))) ||
         (st = place(tr)))
         return st;
 

@@ -32,6 +32,12 @@ typedef struct worker {
      * [own_lo, own_hi) of the flat parameters: all of them, or with ZeRO-1 its own slice. */
     void *moments;
     int64_t own_lo, own_hi;
+    /* ZeRO-1: the zparts + 1 offsets that cut the flat parameters among the devices that sum
+     * gradients together (tr->slices; with sharded parameters the device's own zslices_own,
+     * since flat layouts differ between shards); this device owns part rank[zero_group]. */
+    const size_t *zslices;
+    size_t *zslices_own;
+    int zparts;
     void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients of
                      * [own_lo, own_hi) */
     float *scratch; /* device scalars: the gradient norm's partial sums, one per slice (with
@@ -145,6 +151,10 @@ struct mw_trainer {
      * values (during start-up only). */
     int sharded_params;
     float **init_boxes;
+    /* ZeRO-1: the reduction group whose devices share optimizer state (with sharded parameters;
+     * otherwise the group spans the mesh), and its mesh axes (bit per mesh axis). */
+    int zero_group;
+    uint32_t zero_axes;
 };
 
 /* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */

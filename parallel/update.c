@@ -105,6 +105,9 @@ mw_status mw__update(worker *w) {
     if ((st = w->dev.vt->sync(&w->dev))) return st;
     mw_trainer *tr = w->tr;
     size_t n = (size_t)w->plan.param_elems;
+    if (tr->sharded_params) /* among the devices holding the same shards */
+        return tr->reducer->all_gather(w->comm[tr->zero_group], w->rank[tr->zero_group], w->params,
+                                       n, w->zslices);
     if (w->dev.vt->host_memory)
         return tr->all_reducer->all_gather(tr->all, w->index, w->params, n, tr->slices);
     /* Device memory: through the gradients' reducer, on a group spanning the mesh (rank d on

@@ -28,8 +28,8 @@ static mw_status worker_init(worker *w) {
         (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
     size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
-    if (w->tr->sharded_params && (size_t)w->tr->g->nparams * sizeof(float) > scratch)
-        scratch = (size_t)w->tr->g->nparams * sizeof(float);
+    size_t pieces = (size_t)w->tr->g->nparams * (size_t)w->zparts * sizeof(float);
+    if (w->tr->sharded_params && pieces > scratch) scratch = pieces;
     if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
         size_t staged = 0;

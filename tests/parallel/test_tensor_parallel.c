@@ -97,12 +97,15 @@ static void build(mlp *m, const char *data, const char *model) {
     cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
 }
 
+static int zero1; /* the next trainers shard the optimizer state (ZeRO-1) */
+
 static void open_mlp(mlp *m, const char *devices, const char *axes, const char *data,
                      const char *model) {
     build(m, data, model);
     cr_assert_eq(mw_mesh_new(devices, axes, &m->mesh), MW_OK, "%s", mw_last_error());
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f,
-                                         .eps = 1e-8f, .weight_decay = 0.01f, .grad_clip = 0.5f}};
+                                         .eps = 1e-8f, .weight_decay = 0.01f, .grad_clip = 0.5f},
+                           .shard_optimizer = zero1};
     mw_status st = mw_trainer_new(m->g, m->loss, m->mesh, &c, &m->tr);
     cr_assert_eq(st, MW_OK, "trainer on %s/%s: %s", devices, axes, mw_last_error());
 }
@@ -183,6 +186,51 @@ Test(tensor_parallel, data_times_tensor_on_a_2x2_mesh) {
     /* Model axis first: Y varies slowest, so the shards sit on devices 0-1 and 2-3. */
     run yx = train("cpu:4", "Y=2,X=2", "X", "Y");
     agree("Y=2,X=2", &yx, &one);
+}
+
+/* ZeRO-1 over the data axis with Hidden split over Y: bitwise the run without ZeRO-1 (the
+ * reduce-scatter gives the all-reduce's bits on each part, and the gradient norm adds the same
+ * partial sums in the same order in both modes), with half the optimizer state per device. */
+Test(tensor_parallel, zero1_with_split_parameters_is_bitwise_the_same) {
+    run plain = train("cpu:4", "X=2,Y=2", "X", "Y");
+    zero1 = 1;
+    run z = train("cpu:4", "X=2,Y=2", "X", "Y");
+    cr_assert(memcmp(&plain, &z, sizeof z) == 0, "ZeRO-1 changed the trained model");
+    mlp a, b;
+    zero1 = 0;
+    open_mlp(&a, "cpu:4", "X=2,Y=2", "X", "Y");
+    zero1 = 1;
+    open_mlp(&b, "cpu:4", "X=2,Y=2", "X", "Y");
+    mw_device_memory ma, mb;
+    cr_assert_eq(mw_trainer_memory(a.tr, 0, &ma), MW_OK);
+    cr_assert_eq(mw_trainer_memory(b.tr, 0, &mb), MW_OK);
+    /* Half, rounded to whole 64-byte lines: 83 floats per moment -> 3 lines of 16 each. */
+    cr_assert_eq(ma.optimizer, 2 * 83 * 4);
+    cr_assert_eq(mb.optimizer, 2 * 48 * 4, "%lld", (long long)mb.optimizer);
+    /* The gradients read back whole in both modes. */
+    float la, lb, ga[HIDDEN * IN], gb[HIDDEN * IN];
+    step(&a, 0, &la);
+    step(&b, 0, &lb);
+    cr_assert_eq(mw_trainer_read_grad(a.tr, "w1", ga, HIDDEN * IN), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(b.tr, "w1", gb, HIDDEN * IN), MW_OK, "%s", mw_last_error());
+    cr_assert(memcmp(ga, gb, sizeof ga) == 0);
+    /* Checkpoints move between the modes: the moments are gathered whole. */
+    char path[] = "/tmp/mw_tp_zeroXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(mw_trainer_save(b.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_load(a.tr, path, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
+    /* a (no ZeRO) was a step ahead in its own moments; after loading it holds b's state. */
+    for (int s = 1; s < 4; s++) {
+        step(&a, s, &la);
+        step(&b, s, &lb);
+        cr_assert(la == lb, "step %d after loading: %.9g vs %.9g", s, la, lb);
+    }
+    close_mlp(&a);
+    close_mlp(&b);
+    zero1 = 0;
+    close(fd);
+    remove(path);
 }
 
 Test(tensor_parallel, initial_values_are_the_whole_tensors_cut) {
@@ -389,7 +437,8 @@ static void gpt2_losses(const char *devices, const char *axes, const char *data,
                  mw_graph_error(g));
     cr_assert_eq(mw_mesh_new(devices, axes, &mesh), MW_OK);
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f}};
+                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},
+                           .shard_optimizer = zero1};
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s/%s: %s", devices, axes,
                  mw_last_error());
     int32_t in[GB * GT], tg[GB * GT];
@@ -412,13 +461,17 @@ static void gpt2_losses(const char *devices, const char *axes, const char *data,
 }
 
 Test(tensor_parallel, gpt2_heads_and_mlp_split_match_one_device, .timeout = 240) {
-    float one[GSTEPS], y2[GSTEPS], xy[GSTEPS], xy2[GSTEPS];
-    static float p1[4 * 64 * 64], p2[4 * 64 * 64], p3[4 * 64 * 64], p4[4 * 64 * 64];
+    float one[GSTEPS], y2[GSTEPS], xy[GSTEPS], xy2[GSTEPS], xyz[GSTEPS];
+    static float p1[4 * 64 * 64], p2[4 * 64 * 64], p3[4 * 64 * 64], p4[4 * 64 * 64],
+        p5[4 * 64 * 64];
     gpt2_losses("cpu:1", "X", NULL, NULL, one, p1);
     cr_assert_lt(one[GSTEPS - 1], one[0]);
     gpt2_losses("cpu:2", "Y", NULL, "Y", y2, p2);
     gpt2_losses("cpu:4", "X=2,Y=2", "X", "Y", xy, p3);
     gpt2_losses("cpu:4", "X=2,Y=2", "X", "Y", xy2, p4);
+    zero1 = 1; /* and with the optimizer state split over X: the same bits */
+    gpt2_losses("cpu:4", "X=2,Y=2", "X", "Y", xyz, p5);
+    zero1 = 0;
     for (int s = 0; s < GSTEPS; s++) {
         cr_assert(fabsf(y2[s] - one[s]) <= 1e-5f * one[s], "Y=2 step %d: %.9g vs %.9g", s, y2[s],
                   one[s]);
@@ -435,4 +488,6 @@ Test(tensor_parallel, gpt2_heads_and_mlp_split_match_one_device, .timeout = 240)
     }
     cr_assert(memcmp(xy, xy2, sizeof xy) == 0 && memcmp(p3, p4, sizeof p3) == 0,
               "X=2,Y=2 run twice differs");
+    cr_assert(memcmp(xy, xyz, sizeof xy) == 0 && memcmp(p3, p5, sizeof p3) == 0,
+              "X=2,Y=2 with ZeRO-1 differs from without");
 }
