@@ -43,6 +43,12 @@ void mwb_gpt2_free(mwb_gpt2 *m) {
 
 int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                   const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
+    return mwb_gpt2_make_mesh(mesh, model, batch, seq, "X", NULL, tc, out, err, errlen);
+}
+
+int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
+                       const char *data_axis, const char *model_axis, const mw_trainer_config *tc,
+                       mwb_gpt2 **out, char *err, size_t errlen) {
     mwb_gpt2 *m = calloc(1, sizeof *m);
     *out = NULL;
     if (!m) {
@@ -58,7 +64,7 @@ int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
     }
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
-    if (st == MW_OK) st = gpt2_build(m->g, model, batch, seq, "X", &gm);
+    if (st == MW_OK) st = gpt2_build_mesh(m->g, model, batch, seq, data_axis, model_axis, &gm);
     if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, tc, &m->tr);
     if (st != MW_OK) {
         describe(err, errlen, "cannot build the model", st);
@@ -98,17 +104,29 @@ int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t er
     return 0;
 }
 
+/* 0 when st is MW_OK, else 1 with the error described in err. */
+static int mwb_check(mw_status st, const char *what, char *err, size_t errlen) {
+    if (st == MW_OK) return 0;
+    describe(err, errlen, what, st);
+    return 1;
+}
+
 static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     mw_mesh *mesh = NULL;
     mwb_gpt2 *m = NULL;
-    mw_status st = mw_mesh_new(s->devices, "X", &mesh);
+    mw_status st = mw_mesh_new(s->devices, s->mesh_axes ? s->mesh_axes : "X", &mesh);
     if (st != MW_OK) {
         describe(r->error, sizeof r->error, "cannot make the mesh", st);
         return;
     }
     mw_trainer_config tc = mwb_gpt2_config(s->blas_threads);
     tc.profile = s->profile;
-    if (mwb_gpt2_make(mesh, &s->model, s->batch, s->seq, &tc, &m, r->error, sizeof r->error))
+    tc.shard_optimizer = s->shard_optimizer;
+    const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
+    if (mwb_gpt2_make_mesh(mesh, &s->model, s->batch, s->seq, data, s->model_axis, &tc, &m,
+                           r->error, sizeof r->error) ||
+        mwb_check(mw_trainer_memory(m->tr, 0, &r->memory), "no memory figures", r->error,
+                  sizeof r->error))
         goto done;
     int repeats = s->repeats < MAX_REPEATS ? s->repeats : MAX_REPEATS;
     double ms[MAX_REPEATS];

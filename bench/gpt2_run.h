@@ -16,6 +16,11 @@ typedef struct mwb_gpt2_setup {
     int blas_threads; /* mw_trainer_config.blas_threads: 0 is one per device */
     int warmup, repeats, steps;
     int profile; /* collect a per-op profile of the timed steps */
+    /* The mesh's axes (NULL: one axis X), the mesh axis the batch is sharded over (NULL: X
+     * unless model_axis is given, then none), the one the heads and MLP units are split over
+     * (NULL: none) and ZeRO-1. */
+    const char *mesh_axes, *data_axis, *model_axis;
+    int shard_optimizer;
 } mwb_gpt2_setup;
 
 /* What the child sends back. */
@@ -25,6 +30,7 @@ typedef struct mwb_gpt2_result {
     double peak_mb; /* ru_maxrss of the child */
     int nprofile;
     mw_profile_row profile[MWB_MAX_PROFILE];
+    mw_device_memory memory; /* what device 0 holds */
     char error[400];
 } mwb_gpt2_result;
 
@@ -35,6 +41,11 @@ typedef struct mwb_gpt2_result {
 #define MWB_GPT2_SEQ 32
 int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                   const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen);
+/* The same with the batch sharded over data_axis (or not, when NULL) and the heads and MLP units
+ * split over model_axis (or not). */
+int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
+                       const char *data_axis, const char *model_axis, const mw_trainer_config *tc,
+                       mwb_gpt2 **out, char *err, size_t errlen);
 
 /* Builds the model and times it in a forked child: warmup steps, then repeats x steps; random
  * windows of the generated arithmetic corpus. Nothing runs in the parent, so no worker thread or

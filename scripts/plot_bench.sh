@@ -2,7 +2,8 @@
 # Draws the bench's figures from its CSV (meshwit-bench --csv FILE): docs/reduce.png (all-reduce
 # bus bandwidth against message size for each device count, with the memory-bandwidth bound) and
 # docs/scaling.png (GPT-2 tokens/s and the share of the step spent in collectives over 1, 2, 4
-# devices). Needs gnuplot (Debian: gnuplot-nox).
+# devices) and docs/parallel.png (data, ZeRO-1, tensor and data x tensor parallelism: tokens/s and
+# what one device holds). Needs gnuplot (Debian: gnuplot-nox).
 # Usage: scripts/plot_bench.sh BENCH.csv [OUTDIR]
 set -euo pipefail
 csv="$1"
@@ -63,4 +64,33 @@ plot '$tmp/scaling.dat' using 2:xtic(1) title 'tokens/s', \
      '' using 0:3 axes x1y2 with linespoints lw 2 title 'collectives %'
 GP
     echo "wrote $out/scaling.png"
+fi
+if grep -q '^parallel,' "$csv"; then
+    c_mode=$(col mode) c_tps=$(col tokens_per_s) c_p=$(col param_mb) c_g=$(col grad_mb)
+    c_o=$(col optimizer_mb) c_a=$(col activation_mb)
+    awk -F, -v c="$c_case" -v m="$c_mode" -v d="$c_dev" -v t="$c_tps" -v p="$c_p" -v g="$c_g" \
+        -v o="$c_o" -v a="$c_a" \
+        '$c == "parallel" { printf "\"%s\\n%s\" %s %s %s %s %s\n", $m, $d, $t, $p, $g, $o, $a }' \
+        "$csv" > "$tmp/parallel.dat"
+    gnuplot <<GP
+set terminal png size 1200,900
+set output '$out/parallel.png'
+set multiplot layout 2,1 title "llm.c's GPT-2 split over devices: data, ZeRO-1, tensor, data x tensor"
+set style data histograms
+set style fill solid 0.6 border -1
+set boxwidth 0.7
+set xtics font ',9'
+set grid ytics
+set yrange [0:*]
+set ylabel 'tokens/s'
+set key off
+plot '$tmp/parallel.dat' using 2:xtic(1) title 'tokens/s'
+set style histogram rowstacked
+set ylabel 'MB on device 0'
+set key outside right top
+plot '$tmp/parallel.dat' using 3:xtic(1) title 'parameters', '' using 4 title 'gradients', \
+     '' using 5 title 'optimizer state', '' using 6 title 'activations'
+unset multiplot
+GP
+    echo "wrote $out/parallel.png"
 fi
