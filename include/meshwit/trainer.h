@@ -122,7 +122,11 @@ typedef struct mw_trainer_config {
      * mw_trainer_read_grad gathers each slice from its owner. Works with every reducer (CPU
      * devices in one process or across MPI processes, NCCL, devices sharing a GPU; on NCCL the
      * reduce-scatter costs an all-reduce) and needs gradients reduced over every device of the
-     * mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one device it changes nothing. */
+     * mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one device it changes nothing.
+     * With parameters split over a mesh axis (mw_shard on a parameter), the state is split over
+     * the data axes instead (the devices that sum gradients together, each cutting its own
+     * shards' flat layout), again bitwise equal to the update without it; with no data axis
+     * there is nothing to split and it changes nothing. */
     int shard_optimizer;
 } mw_trainer_config;
 
@@ -182,8 +186,10 @@ mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfe
 mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Copies parameter `name` (count elements, row-major in its declared axis order) out of device 0
- * (replicas are identical), or into every replica. Errors: MW_ERR_AXIS (no such parameter),
- * MW_ERR_SHAPE (count differs from the parameter's size). */
+ * (replicas are identical), or into every replica. A parameter split over a mesh axis is read
+ * and written whole: its shards are gathered from, and scattered to, the devices holding them.
+ * Errors: MW_ERR_NOT_FOUND (no such parameter), MW_ERR_SHAPE (count differs from the parameter's
+ * whole size). */
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count);
 mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src, int64_t count);
 
