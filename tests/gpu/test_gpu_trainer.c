@@ -176,17 +176,17 @@ static run train(const char *devices, const tensor *t, int nt) {
  *
  * cpu:2 differs from cpu:1 in one place per step, the order of the final batch sum of each
  * gradient (one rounding per element). A GPU rounds differently in every op of the forward and
- * backward pass: this model has about 2 x (4 + 12 L) = 100 op outputs per step, each with its own
- * summation order (cuBLAS's GEMM tiling, block reductions, another exp). Independent rounding
- * differences add in quadrature, so the GPU's per-step perturbation is about sqrt(100) = 10 times
- * cpu:2's, and to first order two trajectories diverge in proportion to the perturbation that
- * separates them (AdamW's normalisation amplifies both alike). The bound takes K = 64: the factor
- * 10, and 6 more for ops whose results differ by several units of rounding (split-K sums, the
- * exponential), plus 16 units of rounding of the largest value. It is applied to the largest
- * element difference and to the root-mean-square difference of each tensor, the latter being
- * insensitive to the odd element whose tiny gradient AdamW's normalisation turns into a full-size
- * step. A wrong kernel moves these values by the learning rate (1e-3) times the step count, four
- * orders of magnitude above the bound. */
+ * backward pass: this model (L = 2) has about 2 x (4 + 12 L) = 56 op outputs per step, each
+ * with its own summation order (cuBLAS's GEMM tiling, block reductions, another exp). Independent
+ * rounding differences add in quadrature, so the GPU's per-step perturbation is about
+ * sqrt(56) = 7.5 times cpu:2's, and to first order two trajectories diverge in proportion to the
+ * perturbation that separates them (AdamW's normalisation amplifies both alike). The bound takes
+ * K = 64: a factor 8, and 8 more for ops whose results differ by several units of rounding
+ * (split-K sums, the exponential), plus 16 units of rounding of the largest value. It is applied to
+ * the largest element difference and to the root-mean-square difference of each tensor, the latter
+ * being insensitive to the odd element whose tiny gradient AdamW's normalisation turns into a
+ * full-size step. A wrong kernel moves these values by the learning rate (1e-3) times the step
+ * count, four orders of magnitude above the bound. */
 #define DRIFT_FACTOR 64
 
 static void compare(const char *what, const run *got, const run *ref, const run *alt,
