@@ -186,7 +186,7 @@ static run train(const char *devices, const tensor *t, int nt) {
  * the largest element difference and to the root-mean-square difference of each tensor, the latter
  * being insensitive to the odd element whose tiny gradient AdamW's normalisation turns into a
  * full-size step. A wrong kernel moves these values by the learning rate (1e-3) times the step
- * count, four orders of magnitude above the bound. */
+ * count, three orders of magnitude above the bound. */
 #define DRIFT_FACTOR 64
 
 static void compare(const char *what, const run *got, const run *ref, const run *alt,
