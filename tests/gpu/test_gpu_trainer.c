@@ -106,13 +106,19 @@ typedef struct model {
     mw_trainer *tr;
 } model;
 
+/* Non-NULL: the next models split heads and MLP units over this mesh axis (when on several
+ * devices) instead of sharding the batch. */
+static const char *model_axis;
+
 static void open_model(model *m, const char *devices, const mw_trainer_config *extra) {
     memset(m, 0, sizeof *m);
     int sharded = strchr(devices, 'x') || strchr(devices, ',') || strcmp(devices, "cpu:2") == 0;
+    const char *data = sharded && !model_axis ? "X" : NULL, *split = sharded ? model_axis : NULL;
     cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
-    mw_status st = gpt2_build(m->g, &cfg, BATCH, SEQ, sharded ? "X" : NULL, &m->gg);
+    mw_status st = gpt2_build_mesh(m->g, &cfg, BATCH, SEQ, data, split, &m->gg);
     cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
-    cr_assert_eq(mw_mesh_new(devices, "X", &m->mesh), MW_OK, "%s: %s", devices, mw_last_error());
+    cr_assert_eq(mw_mesh_new(devices, split ? split : "X", &m->mesh), MW_OK, "%s: %s", devices,
+                 mw_last_error());
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                          .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},
                            .bucket_bytes = 64 << 10}; /* several buckets to overlap */
@@ -254,6 +260,22 @@ Test(gpu_trainer, ten_gpt2_steps_match_the_cpu) {
     run again1 = train("cuda:0", t, nt), again2 = train("cuda:0x2", t, nt);
     expect_same_bits("cuda:0 run twice", &gpu1, &again1);
     expect_same_bits("cuda:0x2 run twice", &gpu2, &again2);
+}
+
+/* Heads and MLP units split over two logical devices of one GPU: the shards, the partial-sum
+ * all-reduces and the whole-tensor reads on CUDA, against the CPU (cpu:1; cpu:2 with the same
+ * split gives the drift), and the same bits on a second run. */
+Test(gpu_trainer, tensor_parallel_matches_the_cpu) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    run cpu1 = train("cpu:1", t, nt);
+    model_axis = "Y";
+    run cpu2 = train("cpu:2", t, nt), gpu2 = train("cuda:0x2", t, nt);
+    run again = train("cuda:0x2", t, nt);
+    model_axis = NULL;
+    compare("cuda:0x2 split over Y", &gpu2, &cpu1, &cpu2, t, nt);
+    expect_same_bits("cuda:0x2 split over Y, run twice", &gpu2, &again);
 }
 
 /* A bad token (or target) on one GPU: the step fails with the data error and no parameter
