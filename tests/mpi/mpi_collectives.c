@@ -25,6 +25,7 @@
 
 #include "core/error.h"
 #include "meshwit.h"
+#include "mpi_values.h"
 #include "parallel/reducer.h"
 
 #define MAX_RANKS 16
@@ -37,20 +38,6 @@ static const size_t sizes[] = {0, 1, 7, 2048, 2049, 65537, (1u << 20) + 3};
 static int nranks, procs, me;
 static int proc_of[MAX_RANKS];
 static mw__comm *comm;
-
-static float value(int rank, size_t i, int salt) {
-    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
-                 (uint64_t)(rank + 1) * 0xC2B2AE3D27D4EB4Full ^
-                 (uint64_t)salt * 0x165667B19E3779F9ull;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return ldexpf((float)((int)(h % 2001) - 1000) / 1000.0f, (int)((h >> 16) % 21) - 10);
-}
-
-static void fill(float *buf, size_t n, int rank, int salt) {
-    for (size_t i = 0; i < n; i++) buf[i] = value(rank, i, salt);
-}
 
 /* Cut k of n floats over the ranks: even slices; uneven (some ranks empty, others several
  * slices wide); parts in the middle of the buffer only; everything in the last rank's part. */
