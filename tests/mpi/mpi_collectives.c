@@ -79,7 +79,11 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
     int r = j->rank, rank_order = 1;
     for (int q = 1; q < nranks; q++) rank_order &= proc_of[q] >= proc_of[q - 1];
     rank_order &= nranks == procs; /* one rank per process, in process order */
-    mw_status st = MW_OK;
+    /* -0 + -0 is -0: on every rank, so the result is copied, never added to a +0. */
+    float zeros[5] = {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f};
+    mw_status st = R->allreduce_sum(comm, r, zeros, 5);
+    if (st) return st;
+    for (int i = 0; i < 5; i++) CHECK(signbit(zeros[i]), "all-reduce of -0: element %d is +0", i);
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k], b[MAX_RANKS + 1];
         for (int c = 0; c < NCUTS; c++) {
