@@ -14,7 +14,8 @@
  * collective while process 1 holds back (a second communicator orders them, no sleeping): it
  * times out, or is aborted from another thread, with MW_ERR_TIMEOUT / MW_ERR_ABORTED naming the
  * collective; later calls fail with MW_ERR_STATE; process 1, arriving late, completes with the
- * right values. Exit 0 when every check passes, 1 when one fails, 2 on an error. */
+ * right values; bad parts or roots are refused. Exit 0 when every check passes, 1 when one fails, 2
+ * on an error. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -243,6 +244,26 @@ static int faults(void) {
         R->comm_free(c);
         R->comm_free(order);
     }
+    /* Bad arguments (every process passes them alike): refused before any message, the
+     * communicator aborted until reset, then it works. */
+    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
+    mw__comm *c = NULL;
+    if (R->comm_new(2, NULL, &opt, &c)) return 2;
+    float *buf = fault_bufs[0];
+    size_t past[3] = {0, 40, FAULT_N + 1};
+    rc |= expect(R->reduce_scatter_sum(c, me, buf, FAULT_N, past) == MW_ERR_INVALID &&
+                     strstr(mw_last_error(), "parts outside the buffer"),
+                 "parts past the buffer refused");
+    R->reset(c);
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 2) == MW_ERR_INVALID &&
+                     strstr(mw_last_error(), "a root out of range"),
+                 "a root out of range refused");
+    R->reset(c);
+    fill(buf, FAULT_N, me, 999);
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 0) == MW_OK, "a broadcast after reset");
+    for (size_t i = 0; i < FAULT_N; i++)
+        rc |= expect(same(buf[i], value(0, i, 999)), "the broadcast's values after reset");
+    R->comm_free(c);
     printf("[process %d] faults: %s\n", me, rc ? "FAILED" : "as expected");
     return rc;
 }
