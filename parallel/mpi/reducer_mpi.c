@@ -7,11 +7,10 @@
  *   2. the leader all-reduces the process sums with the other leaders (parallel/mpi/exchange.c:
  *      a reduce-scatter and an all-gather on MPI point-to-point messages, every element summed in
  *      process order by one process and copied to the others);
- *   3. the other ranks zero their buffers and the process all-reduces once more in shared memory,
- *      which copies the leader's result to all of them (x + 0 + ... + 0 == x).
+ *   3. the other ranks copy the leader's result (a broadcast in shared memory), bit for bit.
  * With one device per process (the common case) moves 1 and 3 vanish: the device's worker
  * thread exchanges its own buffer. With several devices per process, one thread per process talks
- * MPI and the shared-memory moves add two passes over memory; an exchange per device (every
+ * MPI and the shared-memory moves add a pass over memory and a copy; an exchange per device (every
  * worker thread on MPI with a slice of the buffer) is not implemented, so it was not measured.
  * A group whose ranks all live in one process is just the shared-memory reducer.
  *
@@ -266,7 +265,7 @@ static mw_status hier_allreduce_finish(mw__comm *comm, int rank) {
     if (!c->local) return MW_OK;
     started *todo = c->todo + (size_t)li * MW__MPI_MAX_INFLIGHT;
     for (int i = 0; i < c->ntodo[li] && st == MW_OK; i++)
-        st = mw__reducer_shm.allreduce_sum(c->local, li, todo[i].buf, todo[i].n);
+        st = mw__reducer_shm.broadcast(c->local, li, todo[i].buf, todo[i].n, 0);
     c->ntodo[li] = 0;
     return st;
 }
@@ -281,13 +280,9 @@ static mw_status hier_allreduce_start(mw__comm *comm, int rank, float *buf, size
     if (!c->multi) return MW_OK;
     /* Every local rank reaches a full list at the same all-reduce. */
     if (c->ntodo[li] == MW__MPI_MAX_INFLIGHT && (st = hier_allreduce_finish(comm, rank))) return st;
-    if (li == 0) {
-        if ((st = mw__mpi_exchange_start(c->x, buf, n))) {
-            if (c->local) mw__reducer_shm.abort(c->local);
-            return st;
-        }
-    } else {
-        memset(buf, 0, n * sizeof *buf);
+    if (li == 0 && (st = mw__mpi_exchange_start(c->x, buf, n))) {
+        if (c->local) mw__reducer_shm.abort(c->local);
+        return st;
     }
     if (c->local)
         c->todo[(size_t)li * MW__MPI_MAX_INFLIGHT + (size_t)c->ntodo[li]++] = (started){buf, n};

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "mpi_values.h"
 #include "parallel/reducer.h"
 
 #define MAX_PROCS 16
@@ -23,20 +24,6 @@
 
 static const size_t sizes[] = {0, 1, 2, 7, 2048, 2049, 65537, (1u << 20) + 3};
 #define NSIZES (sizeof sizes / sizeof *sizes)
-
-static float value(int rank, size_t i, int salt) {
-    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
-                 (uint64_t)(rank + 1) * 0xC2B2AE3D27D4EB4Full ^
-                 (uint64_t)salt * 0x165667B19E3779F9ull;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return ldexpf((float)((int)(h % 2001) - 1000) / 1000.0f, (int)((h >> 16) % 21) - 10);
-}
-
-static void fill(float *buf, size_t n, int rank, int salt) {
-    for (size_t i = 0; i < n; i++) buf[i] = value(rank, i, salt);
-}
 
 /* Elements of buf that differ from the rank-order sum. */
 static size_t check(const float *buf, size_t n, int procs, int salt) {

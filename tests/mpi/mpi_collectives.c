@@ -14,7 +14,8 @@
  * collective while process 1 holds back (a second communicator orders them, no sleeping): it
  * times out, or is aborted from another thread, with MW_ERR_TIMEOUT / MW_ERR_ABORTED naming the
  * collective; later calls fail with MW_ERR_STATE; process 1, arriving late, completes with the
- * right values. Exit 0 when every check passes, 1 when one fails, 2 on an error. */
+ * right values; bad parts or roots are refused. Exit 0 when every check passes, 1 when one fails, 2
+ * on an error. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 
 #include "core/error.h"
 #include "meshwit.h"
+#include "mpi_values.h"
 #include "parallel/reducer.h"
 
 #define MAX_RANKS 16
@@ -37,20 +39,6 @@ static const size_t sizes[] = {0, 1, 7, 2048, 2049, 65537, (1u << 20) + 3};
 static int nranks, procs, me;
 static int proc_of[MAX_RANKS];
 static mw__comm *comm;
-
-static float value(int rank, size_t i, int salt) {
-    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull ^
-                 (uint64_t)(rank + 1) * 0xC2B2AE3D27D4EB4Full ^
-                 (uint64_t)salt * 0x165667B19E3779F9ull;
-    h ^= h >> 29;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 32;
-    return ldexpf((float)((int)(h % 2001) - 1000) / 1000.0f, (int)((h >> 16) % 21) - 10);
-}
-
-static void fill(float *buf, size_t n, int rank, int salt) {
-    for (size_t i = 0; i < n; i++) buf[i] = value(rank, i, salt);
-}
 
 /* Cut k of n floats over the ranks: even slices; uneven (some ranks empty, others several
  * slices wide); parts in the middle of the buffer only; everything in the last rank's part. */
@@ -92,7 +80,11 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
     int r = j->rank, rank_order = 1;
     for (int q = 1; q < nranks; q++) rank_order &= proc_of[q] >= proc_of[q - 1];
     rank_order &= nranks == procs; /* one rank per process, in process order */
-    mw_status st = MW_OK;
+    /* -0 + -0 is -0: on every rank, so the result is copied, never added to a +0. */
+    float zeros[5] = {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f};
+    mw_status st = R->allreduce_sum(comm, r, zeros, 5);
+    if (st) return st;
+    for (int i = 0; i < 5; i++) CHECK(signbit(zeros[i]), "all-reduce of -0: element %d is +0", i);
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k], b[MAX_RANKS + 1];
         for (int c = 0; c < NCUTS; c++) {
@@ -252,6 +244,26 @@ static int faults(void) {
         R->comm_free(c);
         R->comm_free(order);
     }
+    /* Bad arguments (every process passes them alike): refused before any message, the
+     * communicator aborted until reset, then it works. */
+    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
+    mw__comm *c = NULL;
+    if (R->comm_new(2, NULL, &opt, &c)) return 2;
+    float *buf = fault_bufs[0];
+    size_t past[3] = {0, 40, FAULT_N + 1};
+    rc |= expect(R->reduce_scatter_sum(c, me, buf, FAULT_N, past) == MW_ERR_INVALID &&
+                     strstr(mw_last_error(), "parts outside the buffer"),
+                 "parts past the buffer refused");
+    R->reset(c);
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 2) == MW_ERR_INVALID &&
+                     strstr(mw_last_error(), "a root out of range"),
+                 "a root out of range refused");
+    R->reset(c);
+    fill(buf, FAULT_N, me, 999);
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 0) == MW_OK, "a broadcast after reset");
+    for (size_t i = 0; i < FAULT_N; i++)
+        rc |= expect(same(buf[i], value(0, i, 999)), "the broadcast's values after reset");
+    R->comm_free(c);
     printf("[process %d] faults: %s\n", me, rc ? "FAILED" : "as expected");
     return rc;
 }

@@ -1,7 +1,7 @@
 /* Stress for the shared-memory reducer, meant to run under ThreadSanitizer: thousands of
- * all-reduces, reduce-scatters, all-gathers and barriers of random sizes (0 .. ~100k floats) with
- * random delays on every rank, for 2, 3 and 4 ranks, plus rounds where a rank fails or the host
- * aborts at a random moment.
+ * all-reduces, reduce-scatters, all-gathers, broadcasts and barriers of random sizes (0 .. ~100k
+ * floats) with random delays on every rank, for 2, 3 and 4 ranks, plus rounds where a rank fails or
+ * the host aborts at a random moment.
  *
  * Checks: every sum is exact (integer-valued inputs), and an abort is all-or-nothing: every rank
  * fails at the same collective, none of them had its buffer touched by it, and after reset() the
@@ -34,7 +34,7 @@ typedef struct round_plan {
     int op[ROUND_LEN];   /* enum op */
 } round_plan;
 
-enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER };
+enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
 
 typedef struct shared {
     const mw__reducer_vtable *red;
@@ -105,6 +105,7 @@ static float expected(const shared *sh, int op, int rank, size_t i, int salt,
     int owner = 0;
     while (i >= bounds[owner + 1]) owner++;
     if (op == OP_ALL_GATHER) return value(owner, i, salt);
+    if (op == OP_BROADCAST) return value(salt % sh->p, i, salt); /* the root */
     if (op == OP_REDUCE_SCATTER && owner != rank) return value(rank, i, salt);
     float want = 0;
     for (int r = 0; r < sh->p; r++) want += value(r, i, salt);
@@ -143,7 +144,9 @@ static void *rank_main(void *arg) {
                 st = op == OP_REDUCE_SCATTER
                          ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, bounds)
                      : op == OP_ALL_GATHER ? sh->red->all_gather(sh->comm, a->rank, buf, n, bounds)
-                                           : sh->red->allreduce_sum(sh->comm, a->rank, buf, n);
+                     : op == OP_BROADCAST
+                         ? sh->red->broadcast(sh->comm, a->rank, buf, n, salt % sh->p)
+                         : sh->red->allreduce_sum(sh->comm, a->rank, buf, n);
             }
             if (st == MW_ERR_ABORTED && plan->kind != ROUND_PLAIN) {
                 failed_at = k;
@@ -208,7 +211,7 @@ static int run(int p, int nrounds, uint64_t seed) {
         plan->victim_at = (int)(next(&rng) % ROUND_LEN);
         for (int k = 0; k < ROUND_LEN; k++) {
             plan->n[k] = random_len(&rng);
-            plan->op[k] = (int)(next(&rng) % 3);
+            plan->op[k] = (int)(next(&rng) % 4);
         }
     }
     pthread_barrier_init(&sh.round_end, NULL, (unsigned)p + 1);
