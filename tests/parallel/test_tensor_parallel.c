@@ -491,3 +491,196 @@ Test(tensor_parallel, gpt2_heads_and_mlp_split_match_one_device, .timeout = 240)
     cr_assert(memcmp(xy, xyz, sizeof xy) == 0 && memcmp(p3, p5, sizeof p3) == 0,
               "X=2,Y=2 with ZeRO-1 differs from without");
 }
+
+/* --- every op that accepts a split axis ----------------------------------------------------------
+ *
+ * Each case builds h [Batch, Hidden] = x . W (W [Hidden, In], Hidden split over Y), applies the op
+ * under test with other split parameters where it takes two operands, and ends in a scalar loss.
+ * The loss and every parameter's gradient on cpu:2 (Y=2), cpu:3 (Y=3, uneven) and cpu:4 (X=2,Y=2,
+ * the batch sharded over X) must equal
+ * those of one device: the op's kernel runs on local shards, and its reductions, broadcasts and
+ * gradients go through the SPMD rules. */
+
+#define OB 6 /* batch */
+#define OI 5 /* in */
+#define OH 7 /* hidden: 4 + 3 over Y=2, 3 + 2 + 2 over Y=3 */
+
+typedef mw_tensor *(*op_case)(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y);
+
+/* v: a second parameter [Hidden] split like h, for the binary ops. */
+static mw_tensor *op_add(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    return mw_add(g, h, v);
+}
+static mw_tensor *op_sub(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    return mw_sub(g, v, h);
+}
+static mw_tensor *op_mul(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    return mw_mul(g, h, v);
+}
+static mw_tensor *op_div(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    return mw_div(g, h, mw_add(g, mw_mul(g, v, v), mw_scale(g, mw_abs(g, v), 0.0f)));
+}
+static mw_tensor *op_maps(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)v, (void)y;
+    mw_tensor *a = mw_add(g, mw_tanh(g, h), mw_sigmoid(g, h));
+    mw_tensor *b = mw_add(g, mw_relu(g, h), mw_gelu(g, mw_scale(g, h, 0.5f)));
+    mw_tensor *c = mw_log(g, mw_add(g, mw_exp(g, mw_scale(g, h, 0.1f)), mw_abs(g, h)));
+    return mw_add(g, mw_add(g, a, b), mw_sqrt(g, mw_add(g, mw_mul(g, c, c), mw_exp(g, h))));
+}
+static mw_tensor *op_minmax(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    mw_tensor *hi = mw_maximum(g, h, v), *lo = mw_minimum(g, h, v);
+    mw_tensor *mask = mw_compare(g, h, v, MW_GT);
+    return mw_add(g, mw_mul(g, hi, lo), mw_where(g, mask, h, mw_scale(g, v, 2.0f)));
+}
+/* Summing the split axis gives a partial sum, all-reduced where used. */
+static mw_tensor *op_sum_split(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)v, (void)y;
+    mw_tensor *s = mw_sum(g, mw_mul(g, h, h), "Hidden"); /* [Batch] partial over Y */
+    return mw_mul(g, s, s);                              /* needs the true value */
+}
+/* Reducing the other axis keeps Hidden@Y. */
+static mw_tensor *op_mean_batch(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    mw_tensor *m = mw_mean(g, h, "Batch"); /* [Hidden@Y] */
+    return mw_mul(g, mw_mul(g, m, m), v);
+}
+/* h with an axis K that is split nowhere (an outer product with a replicated k [K=3]): the axis
+ * that max, slice, select and concat work along while Batch and Hidden may be split. */
+static mw_tensor *with_k(mw_graph *g, mw_tensor *h) {
+    mw_tensor *k = mw_param(g, "k", MW_AXES({"K", 3}), MW_INIT_UNIFORM(1.0f));
+    return mw_contract(g, h, k, "Batch,Hidden,K");
+}
+static mw_tensor *op_max(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)v, (void)y;
+    mw_tensor *hk = with_k(g, h);
+    return mw_add(g, mw_max(g, hk, "K"), mw_argmax(g, hk, "K"));
+}
+static mw_tensor *op_slice(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    mw_tensor *hk = with_k(g, h), *a = mw_slice(g, hk, "K", 1, 2, NULL);
+    return mw_add(g, mw_sum(g, mw_mul(g, a, a), "K"), mw_mul(g, mw_select(g, hk, "K", 0), v));
+}
+static mw_tensor *op_concat(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)v, (void)y;
+    mw_tensor *hk = with_k(g, h);
+    mw_tensor *xs[2] = {hk, mw_scale(g, hk, -0.5f)};
+    mw_tensor *c = mw_concat(g, xs, 2, "K");
+    return mw_mul(g, c, mw_tanh(g, c));
+}
+/* The dropout mask follows each element's index in the whole tensor: a split run draws the
+ * single device's mask. */
+static mw_tensor *op_dropout(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)y;
+    mw_tensor *d = mw_dropout(g, h, 0.3f, 99);
+    return mw_mul(g, mw_mul(g, d, d), v);
+}
+/* The split axis as a batch axis of the fused attention (heads). */
+static mw_tensor *op_attention(mw_graph *g, mw_tensor *h, mw_tensor *v, const char *y) {
+    (void)h, (void)v;
+    mw_tensor *qkv = mw_param(g, "qkv", MW_AXES({"Part", 3}, {"Head", 3}, {"Seq", 4}, {"D", 2}),
+                              MW_INIT_NORMAL(1.0f));
+    if (y) qkv = mw_shard(g, qkv, "Head", y);
+    mw_tensor *a = mw_attention(g, qkv, "Part", "Seq", "D", 1, 0.7f);
+    return mw_mul(g, a, a);
+}
+
+static const struct {
+    const char *name;
+    op_case fn;
+} op_cases[] = {
+    {"add", op_add},
+    {"sub", op_sub},
+    {"mul", op_mul},
+    {"div", op_div},
+    {"maps", op_maps},
+    {"min/max/where", op_minmax},
+    {"sum", op_sum_split},
+    {"mean", op_mean_batch},
+    {"max/argmax", op_max},
+    {"slice/select", op_slice},
+    {"concat", op_concat},
+    {"dropout", op_dropout},
+    {"attention", op_attention},
+};
+
+typedef struct op_run {
+    float loss;
+    float w[OH * OI], v[OH], u[OI], ub[OI], qkv[3 * 3 * 4 * 2];
+} op_run;
+
+/* devices: cpu:1, or cpu:N with Hidden split over Y=N, or cpu:4 as X=2,Y=2 with the batch also
+ * sharded over X. A layer norm with replicated weights u and ub [In] comes before the split
+ * layer, so their gradients arrive partial over Y (and over X from the batch): summed over Y,
+ * then X. */
+static op_run op_train(int which, const char *devices) {
+    const char *y = strcmp(devices, "cpu:1") == 0 ? NULL : "Y";
+    int two_d = strcmp(devices, "cpu:4") == 0;
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", OB}, {"In", OI}));
+    if (two_d) x = mw_shard(g, x, "Batch", "X");
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Hidden", OH}, {"In", OI}), MW_INIT_NORMAL(0.7f));
+    mw_tensor *v = mw_param(g, "v", MW_AXES({"Hidden", OH}), MW_INIT_UNIFORM(1.0f));
+    mw_tensor *u = mw_param(g, "u", MW_AXES({"In", OI}), MW_INIT_UNIFORM(1.0f));
+    if (y) {
+        mw_shard(g, w, "Hidden", y);
+        mw_shard(g, v, "Hidden", y);
+    }
+    mw_tensor *ub = mw_param(g, "ub", MW_AXES({"In", OI}), MW_INIT_UNIFORM(0.5f));
+    mw_tensor *h = mw_dot(g, mw_layernorm(g, x, u, ub, "In", 1e-5f), w, "In");
+    mw_tensor *out = op_cases[which].fn(g, h, v, y);
+    /* v takes part in every loss, so every case has the same parameters. */
+    mw_tensor *loss = mw_add(g, mw_mean(g, out, NULL), mw_mean(g, mw_mul(g, v, v), NULL));
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s: %s", op_cases[which].name, mw_graph_error(g));
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new(devices, two_d ? "X=2,Y=2" : y ? "Y" : "X", &mesh), MW_OK);
+    mw_trainer *tr;
+    mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.1f}};
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &c, &tr), MW_OK, "%s on %s: %s",
+                 op_cases[which].name, devices, mw_last_error());
+    float xs[OB * OI];
+    for (int i = 0; i < OB * OI; i++) xs[i] = sinf(0.7f * (float)i + 0.3f);
+    mw_feed f = {"x", xs, OB * OI};
+    op_run r = {0};
+    cr_assert_eq(mw_trainer_compute_grads(tr, &f, 1, &r.loss), MW_OK, "%s: %s",
+                 op_cases[which].name, mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "w", r.w, OH * OI), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "v", r.v, OH), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "u", r.u, OI), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "ub", r.ub, OI), MW_OK, "%s", mw_last_error());
+    if (op_cases[which].fn == op_attention)
+        cr_assert_eq(mw_trainer_read_grad(tr, "qkv", r.qkv, 3 * 3 * 4 * 2), MW_OK, "%s",
+                     mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    return r;
+}
+
+Test(tensor_parallel, every_op_on_a_split_axis_matches_one_device) {
+    for (int c = 0; c < (int)(sizeof op_cases / sizeof *op_cases); c++) {
+        op_run one = op_train(c, "cpu:1");
+        const char *devs[3] = {"cpu:2", "cpu:3", "cpu:4"};
+        for (int k = 0; k < 3; k++) {
+            op_run got = op_train(c, devs[k]);
+            char what[64];
+            snprintf(what, sizeof what, "%s on %s: loss", op_cases[c].name, devs[k]);
+            near(what, &got.loss, &one.loss, 1);
+            snprintf(what, sizeof what, "%s on %s: grad w", op_cases[c].name, devs[k]);
+            near(what, got.w, one.w, OH * OI);
+            snprintf(what, sizeof what, "%s on %s: grad v", op_cases[c].name, devs[k]);
+            near(what, got.v, one.v, OH);
+            snprintf(what, sizeof what, "%s on %s: grad u", op_cases[c].name, devs[k]);
+            near(what, got.u, one.u, OI);
+            snprintf(what, sizeof what, "%s on %s: grad ub", op_cases[c].name, devs[k]);
+            near(what, got.ub, one.ub, OI);
+            snprintf(what, sizeof what, "%s on %s: grad qkv", op_cases[c].name, devs[k]);
+            near(what, got.qkv, one.qkv, 3 * 3 * 4 * 2);
+        }
+    }
+}
