@@ -49,7 +49,7 @@ typedef struct run {
 
 typedef struct mlp {
     mw_graph *g;
-    mw_tensor *loss, *w1, *b1, *w2, *b2;
+    mw_tensor *loss, *out, *w1, *b1, *w2, *b2;
     mw_mesh *mesh;
     mw_trainer *tr;
 } mlp;
@@ -92,6 +92,7 @@ static void build(mlp *m, const char *data, const char *model) {
     }
     mw_tensor *h = mw_gelu(g, mw_add(g, mw_dot(g, x, m->w1, "In"), m->b1));
     mw_tensor *out = mw_add(g, mw_dot(g, h, m->w2, "Hidden"), m->b2);
+    m->out = out;
     mw_tensor *e = mw_sub(g, out, y);
     m->loss = mw_mean(g, mw_mul(g, e, e), NULL);
     cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
@@ -303,6 +304,41 @@ Test(tensor_parallel, checkpoints_move_between_meshes) {
     close_mlp(&a);
     close(fd);
     remove(path);
+}
+
+/* An inference program over a split model: whole weights written in, whole outputs out, any
+ * number of rows (chunked over Batch, which is sharded over X). */
+static void infer(const char *devices, const char *axes, const char *data, const char *model,
+                  const run *weights, int64_t rows, float *out) {
+    mlp m;
+    build(&m, data, model);
+    cr_assert_eq(mw_mesh_new(devices, axes, &m.mesh), MW_OK);
+    mw_infer_config ic = {.outputs = &m.out, .noutputs = 1};
+    mw_infer *inf;
+    cr_assert_eq(mw_infer_new(m.g, m.mesh, &ic, &inf), MW_OK, "%s: %s", axes, mw_last_error());
+    cr_assert_eq(mw_infer_write_param(inf, "w1", weights->w1, HIDDEN * IN), MW_OK, "%s",
+                 mw_last_error());
+    cr_assert_eq(mw_infer_write_param(inf, "b1", weights->b1, HIDDEN), MW_OK);
+    cr_assert_eq(mw_infer_write_param(inf, "w2", weights->w2, OUT * HIDDEN), MW_OK);
+    cr_assert_eq(mw_infer_write_param(inf, "b2", weights->b2, OUT), MW_OK);
+    make_data(7);
+    static float xs[3 * BATCH * IN];
+    for (int i = 0; i < 3 * BATCH * IN; i++) xs[i] = data_x[i % (BATCH * IN)] * (1 + i / 97);
+    mw_feed f = {"x", xs, rows * IN};
+    mw_fetch fe = {m.out, out, rows * OUT};
+    cr_assert_eq(mw_infer_run(inf, &f, 1, rows, &fe, 1), MW_OK, "%s: %s", axes, mw_last_error());
+    mw_infer_free(inf);
+    mw_mesh_free(m.mesh);
+    mw_graph_free(m.g);
+}
+
+Test(tensor_parallel, inference_over_split_weights) {
+    run w = train("cpu:1", "X", NULL, NULL); /* trained weights, read whole */
+    int64_t rows = 2 * BATCH + 5;            /* two chunks and a padded one */
+    static float one[3 * BATCH * OUT], split[3 * BATCH * OUT];
+    infer("cpu:1", "X", NULL, NULL, &w, rows, one);
+    infer("cpu:4", "X=2,Y=2", "X", "Y", &w, rows, split);
+    near("inference X=2,Y=2", split, one, (int)(rows * OUT));
 }
 
 Test(tensor_parallel, replicas_are_checked_per_shard) {
