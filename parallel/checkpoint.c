@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "parallel/consistency.h"
 #include "parallel/optimizer.h"
 #include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
@@ -115,6 +117,56 @@ static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params
     return MW_OK;
 }
 
+/* ZeRO-1 on a mesh spanning processes: each process holds the moments of its own devices'
+ * slices, which (devices being numbered process by process) form one range of the flat layout.
+ * Every process contributes its range and receives the others' (a collective call), then the
+ * moments are written into the image in declaration order. */
+static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
+                                int moments) {
+    int64_t elems = tr->w[tr->first].plan.param_elems;
+    const mw_mesh *mesh = tr->mesh;
+    const size_t *sl = tr->slices;
+    int nprocs = mesh->nprocs;
+    int *counts = mw__calloc((size_t)nprocs, sizeof *counts);
+    float *mine = mw__malloc((size_t)(elems + 1) * sizeof *mine);
+    float *flat = mw__malloc((size_t)(elems + 1) * sizeof *flat);
+    mw_status st =
+        counts && mine && flat ? MW_OK : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
+    for (int d = 0; st == MW_OK && d < tr->nworkers; d++) {
+        size_t bytes = (sl[d + 1] - sl[d]) * 4;
+        if ((size_t)counts[mesh->proc_of[d]] + bytes > (size_t)INT32_MAX)
+            st = mw__error(MW_ERR_UNSUPPORTED,
+                           "mw_trainer_save: a process's optimizer slice exceeds 2 GB");
+        else
+            counts[mesh->proc_of[d]] += (int)bytes;
+    }
+    size_t lo = sl[tr->first];
+    for (int part = 1; st == MW_OK && part <= moments; part++) {
+        for (int d = tr->first; st == MW_OK && d < tr->first + tr->nlocal; d++) {
+            worker *w = &tr->w[d];
+            int64_t own = w->own_hi - w->own_lo;
+            st = own ? w->dev.vt->download(&w->dev, mine + (w->own_lo - (int64_t)lo),
+                                           (char *)w->moments + (size_t)((part - 1) * own) * 4,
+                                           (size_t)own * 4)
+                     : MW_OK;
+        }
+        if (st == MW_OK)
+            st = mw__dist_allgatherv_bytes((const char *)mine, counts, (char *)flat,
+                                           tr->cfg.collective_timeout_ms,
+                                           "mw_trainer_save: gathering the optimizer moments");
+        float *img = image + part * elems;
+        for (int p = 0; st == MW_OK && p < nparams; p++) {
+            const mw__param_slot *s = &tr->w[tr->first].plan.params[params[p]->leaf];
+            memcpy(img, flat + s->off, (size_t)s->count * 4);
+            img += s->count;
+        }
+    }
+    mw__free(counts);
+    mw__free(mine);
+    mw__free(flat);
+    return st;
+}
+
 /* This host's name for temporary file names ("host" when it has none usable). */
 static void host_name(char *out, size_t size) {
     if (gethostname(out, size) != 0) out[0] = '\0';
@@ -170,11 +222,6 @@ static void remove_stale(const char *path) {
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
-    if (tr->zero1 && tr->nlocal < tr->nworkers)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "mw_trainer_save: with shard_optimizer on a mesh spanning processes the "
-                         "optimizer moments of other processes' slices are not gathered; save "
-                         "without shard_optimizer");
     const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
@@ -183,6 +230,8 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
     mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
                          : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
+    if (st == MW_OK && tr->zero1 && tr->nlocal < tr->nworkers && !tr->sharded_params)
+        st = gather_moments(tr, image, params, nparams, moments);
     char tmp[4096];
     FILE *f = NULL;
     if (st == MW_OK && temp_name(path, tmp, sizeof tmp) != 0)

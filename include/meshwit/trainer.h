@@ -119,7 +119,10 @@ typedef struct mw_trainer_config {
      * The result is bitwise equal to the replicated update (clipping, weight decay, warm-up and
      * gradient accumulation included: the gradient norm is summed per slice in both modes), and
      * checkpoints hold the full moments, so they load in either mode and on any mesh.
-     * mw_trainer_read_grad gathers each slice from its owner. Works with every reducer (CPU
+     * mw_trainer_read_grad gathers each slice from its owner (in one process; across processes
+     * it is refused). On a mesh spanning processes mw_trainer_save gathers the other processes'
+     * moments, so every process must call it (a collective call, within collective_timeout_ms).
+     * Works with every reducer (CPU
      * devices in one process or across MPI processes, NCCL, devices sharing a GPU; on NCCL the
      * reduce-scatter costs an all-reduce) and needs gradients reduced over every device of the
      * mesh; MW_ERR_UNSUPPORTED otherwise. On a mesh of one device it changes nothing.

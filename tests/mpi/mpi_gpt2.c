@@ -7,8 +7,10 @@
  *   mpi_gpt2 LOCAL_SPEC zero1  ZeRO-1 (shard_optimizer) on the mesh spanning the processes must
  *                              train bitwise as the replicated update on it: every step's loss
  *                              and gradient norm (clipping is active), every parameter after the
- *                              last step; saving a checkpoint and reading gradients, which would
- *                              need the other processes' slices, are refused (MW_ERR_UNSUPPORTED)
+ *                              last step; the checkpoints both write (ZeRO-1 gathering the
+ *                              other processes' moments) hold the same bytes; reading gradients,
+ *                              which would need the other processes' slices, is refused
+ *                              (MW_ERR_UNSUPPORTED)
  * Exit 0 when they agree, 1 when they do not, 2 on an error. */
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +24,8 @@
 #define STEPS 4
 #define RTOL 1e-4 /* float sums in another order, through 2 layers and AdamW */
 
+static int zero1_mode; /* comparing ZeRO-1 with the replicated update */
+
 static const gpt2_config config = {
     .layers = 2, .heads = 2, .channels = 32, .max_seq = 16, .vocab = 61, .padded_vocab = 64};
 
@@ -31,20 +35,42 @@ typedef struct run {
     int64_t nparams, wte; /* wte: the token embedding's offset in params */
 } run;
 
-/* ZeRO-1 across processes: what needs the other processes' slices is refused. */
+/* ZeRO-1 across processes: reading gradients, which needs the other processes' slices, is
+ * refused. */
 static mw_status refusals(mw_trainer *tr) {
     float g[32]; /* lnfb: channels floats */
-    char path[64];
-    snprintf(path, sizeof path, "mpi_gpt2.%d.ckpt", mw_distributed_rank());
-    if (mw_trainer_save(tr, path, NULL, 0) == MW_ERR_UNSUPPORTED &&
-        mw_trainer_read_grad(tr, "lnfb", g, config.channels) == MW_ERR_UNSUPPORTED)
-        return MW_OK;
-    remove(path);
-    fprintf(stderr,
-            "[rank %d] ZeRO-1: saving or reading gradients across processes was not "
-            "refused\n",
+    if (mw_trainer_read_grad(tr, "lnfb", g, config.channels) == MW_ERR_UNSUPPORTED) return MW_OK;
+    fprintf(stderr, "[rank %d] ZeRO-1: reading gradients across processes was not refused\n",
             mw_distributed_rank());
     return MW_ERR_STATE;
+}
+
+/* This process's checkpoint of a run ("zero1" or "replicated"). */
+static void ckpt_path(char *out, size_t size, const char *mode) {
+    snprintf(out, size, "mpi_gpt2.%d.%s.ckpt", mw_distributed_rank(), mode);
+}
+
+/* The two checkpoints hold the same bytes (both modes write whole moments). */
+static int same_checkpoints(void) {
+    char pa[64], pb[64];
+    ckpt_path(pa, sizeof pa, "zero1");
+    ckpt_path(pb, sizeof pb, "replicated");
+    FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+    int same = fa && fb, ca = 0, cb = 0;
+    long bytes = 0;
+    while (same && (ca = fgetc(fa)) != EOF) {
+        cb = fgetc(fb);
+        same = ca == cb;
+        bytes++;
+    }
+    same = same && fgetc(fb) == EOF && bytes > 0;
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    printf("[rank %d] checkpoints of ZeRO-1 and the replicated update: %s (%ld bytes)\n",
+           mw_distributed_rank(), same ? "the same bytes" : "DIFFER", bytes);
+    remove(pa);
+    remove(pb);
+    return !same;
 }
 
 static int train(mw_mesh *mesh, const char *axis, int shard_optimizer, run *out) {
@@ -74,6 +100,11 @@ static int train(mw_mesh *mesh, const char *axis, int shard_optimizer, run *out)
         out->norms[s] = mw_trainer_grad_norm(tr);
     }
     if (st == MW_OK && shard_optimizer) st = refusals(tr);
+    if (st == MW_OK && axis && zero1_mode) { /* both runs of the zero1 comparison save */
+        char path[64];
+        ckpt_path(path, sizeof path, shard_optimizer ? "zero1" : "replicated");
+        st = mw_trainer_save(tr, path, NULL, 0);
+    }
     int64_t at = 0;
     for (int i = 0; st == MW_OK && i < mw_graph_param_count(g); i++) {
         mw_param_info info;
@@ -141,6 +172,7 @@ static int against_replicated(const mw_mesh *mesh, const run *zero1, const run *
 int main(int argc, char **argv) {
     if (mw_distributed_init(&argc, &argv) != MW_OK) return 2;
     int zero1 = argc == 3 && strcmp(argv[2], "zero1") == 0;
+    zero1_mode = zero1;
     if (argc != 2 && !zero1) {
         fprintf(stderr, "usage: mpi_gpt2 LOCAL_SPEC [zero1]\n");
         return 2;
@@ -157,7 +189,8 @@ int main(int argc, char **argv) {
     if ((rc = train(mesh, "X", zero1, &a)) ||
         (rc = zero1 ? train(mesh, "X", 0, &b) : train(ref_mesh, NULL, 0, &b)))
         goto done;
-    rc = zero1 ? against_replicated(mesh, &a, &b) : against_one_device(mesh, &a, &b);
+    rc = zero1 ? against_replicated(mesh, &a, &b) || same_checkpoints()
+               : against_one_device(mesh, &a, &b);
 done:
     free(a.params);
     free(b.params);
