@@ -237,7 +237,7 @@ static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *c
     if (seq_equals(t, trans, 3)) return 1;
     mw__type want = type_of(direct, 3);
     *tmp_off = scratch(b, &want, tmp_len);
-    mw__ref r = {MW__BASE_ARENA, *tmp_off};
+    mw__ref r = mw__ref_at(MW__BASE_ARENA, MW_F32, *tmp_off);
     if (emit_copy(b, node, r, &want, *ref, t, 1.0f)) return -1;
     *ref = r;
     return 0;
@@ -276,7 +276,7 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     else {
         permute_out = 1;
         tmp_off[2] = scratch(b, &tc, &tmp_len[2]);
-        rc = (mw__ref){MW__BASE_ARENA, tmp_off[2]};
+        rc = mw__ref_at(MW__BASE_ARENA, MW_F32, tmp_off[2]);
     }
     int64_t B = group_size(&bt, b->pl), M = group_size(&m, b->pl);
     int64_t N = group_size(&nn, b->pl), K = group_size(&k, b->pl);
@@ -352,9 +352,9 @@ static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
     in->ref[0] = out;
     in->ref[1] = src;
     if (slice)
-        in->ref[1].off += shift;
+        in->ref[1].off += shift * mw__dtype_bytes(in->ref[1].dtype);
     else
-        in->ref[0].off += shift;
+        in->ref[0].off += shift * mw__dtype_bytes(in->ref[0].dtype);
     in->k.copy.alpha = 1.0f;
     nd_over(&in->k.copy.nd, &small->type, &ls);
     if (slice) {
@@ -493,7 +493,7 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     in->ref[0] = out;
     in->ref[1] = b->ref[n->in[0]->id];
     if (grad) in->ref[2] = b->ref[n->in[1]->id];
-    in->ref[grad ? 3 : 2] = (mw__ref){MW__BASE_ARENA, soff};
+    in->ref[grad ? 3 : 2] = mw__ref_at(MW__BASE_ARENA, MW_F32, soff);
     in->k.attention = k;
     return arena_release(&b->ar, soff, k.scratch_elems);
 }
@@ -626,7 +626,7 @@ static int add_view(builder *b, const mw_tensor *n) {
         stride *= a->size;
         v->count *= v->len[i];
     }
-    b->ref[n->id] = (mw__ref){MW__BASE_VIEW0 + p->nviews, 0};
+    b->ref[n->id] = mw__ref_at(MW__BASE_VIEW0 + p->nviews, n->type.dtype, 0);
     p->nviews++;
     return 0;
 }
@@ -770,7 +770,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         const mw_tensor *t = g->nodes[i];
         if (!live[i]) continue;
         if (t->op == MW__OP_PARAM) {
-            b.ref[i] = (mw__ref){MW__BASE_PARAMS, out->params[t->leaf].off};
+            b.ref[i] = mw__ref_at(MW__BASE_PARAMS, MW_F32, out->params[t->leaf].off);
         } else if (t->op == MW__OP_INPUT || t->op == MW__OP_SHARD) {
             /* A shard chain only needs the view of its last link. */
             int used = 0;
@@ -784,8 +784,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     /* Views that cannot be read in place get a staging buffer for the whole step. */
     for (int v = 0; v < out->nviews; v++) {
         mw__view *w = &out->views[v];
-        w->staging = (mw__ref){MW__BASE_ARENA, -1};
-        if (!w->contiguous || !host_memory) w->staging.off = arena_alloc(&b.ar, w->count);
+        w->staging = (mw__ref){MW__BASE_ARENA, w->dtype, -1};
+        if (!w->contiguous || !host_memory)
+            w->staging = mw__ref_at(MW__BASE_ARENA, w->dtype, arena_alloc(&b.ar, w->count));
     }
 
     /* Gradient buckets: runs of consecutive slots partial over the same group, at most
@@ -808,9 +809,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
-                b.ref[i] = (mw__ref){MW__BASE_GRADS, out->params[grad_of[i]].off};
+                b.ref[i] = mw__ref_at(MW__BASE_GRADS, MW_F32, out->params[grad_of[i]].off);
             } else {
-                b.ref[i] = (mw__ref){MW__BASE_ARENA, arena_alloc(&b.ar, n)};
+                b.ref[i] = mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n));
                 b.in_arena[i] = 1;
             }
             if (lower_node(&b, t)) goto oom;
@@ -819,7 +820,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             int a = b.root[t->in[k]->id];
             if (b.last_use[a] == i && b.in_arena[a]) {
                 b.in_arena[a] = 0;
-                if (arena_release(&b.ar, b.ref[a].off, local_type(&g->nodes[a]->type, pl).numel))
+                if (arena_release(&b.ar, b.ref[a].off / 4,
+                                  local_type(&g->nodes[a]->type, pl).numel))
                     goto oom;
             }
         }
@@ -839,7 +841,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             if (next_same && next_len <= bucket_elems) continue;
             mw__ins *in = emit(&b, MW__I_GRAD_BUCKET, i);
             if (!in) goto oom;
-            in->ref[0] = (mw__ref){MW__BASE_GRADS, first->off};
+            in->ref[0] = mw__ref_at(MW__BASE_GRADS, MW_F32, first->off);
             in->count = len;
             in->group = s->group;
             bucket_first = i_order;
@@ -849,7 +851,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->bwd_end = out->nins;
     out->loss = b.ref[loss->id];
     for (int o = 0; o < noutputs; o++) out->outputs[o] = b.ref[outputs[o]->id];
-    out->arena_elems = b.ar.top;
+    out->arena_bytes = b.ar.top * 4;
     failed = 0;
 oom: /* every allocation failure above jumps here with failed still set */
     mw__free(live);

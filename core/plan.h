@@ -17,10 +17,21 @@ enum {
     MW__BASE_VIEW0 = 3 /* MW__BASE_VIEW0 + v: input view v */
 };
 
+/* A place in a device buffer: its base, the dtype of the elements there, and the offset in bytes
+ * (the arena hands out 4-byte units; the flat parameters and gradients are f32). */
 typedef struct mw__ref {
     int base;
-    int64_t off; /* in elements */
+    mw_dtype dtype;
+    int64_t off; /* bytes from the base's start; a view's staging uses -1 for "read in place" */
 } mw__ref;
+
+/* Bytes per element of a dtype. */
+static inline int64_t mw__dtype_bytes(mw_dtype d) { return d == MW_BF16 || d == MW_U16 ? 2 : 4; }
+
+/* The ref of element `elem` of a buffer of `dtype` elements at `base`. */
+static inline mw__ref mw__ref_at(int base, mw_dtype dtype, int64_t elem) {
+    return (mw__ref){base, dtype, elem * mw__dtype_bytes(dtype)};
+}
 
 typedef enum mw__ins_kind {
     MW__I_BINARY,
@@ -85,7 +96,7 @@ typedef struct mw__view {
     int64_t count;       /* local elements */
     int64_t host_offset; /* element offset of the box's first element */
     int contiguous;
-    mw__ref staging; /* arena buffer when not read in place (off -1: in place) */
+    mw__ref staging; /* arena buffer when not read in place (off < 0: in place) */
 } mw__view;
 
 typedef struct mw__param_slot {
@@ -106,7 +117,7 @@ typedef struct mw__plan {
     int nins, cap;
     int fwd_end; /* [0, fwd_end): forward up to the loss */
     int bwd_end; /* [fwd_end, bwd_end): backward and the gradient reductions */
-    int64_t arena_elems, param_elems;
+    int64_t arena_bytes, param_elems;
     mw__view *views;
     int nviews;
     mw__param_slot *params; /* by parameter leaf index */

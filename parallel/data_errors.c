@@ -17,7 +17,7 @@ mw_status mw__explain_index_error(worker *w, const mw__ins *in, mw_status st) {
     if (n > v->count) return st;
     int32_t *host = mw__malloc((size_t)(n ? n : 1) * sizeof *host);
     if (!host) return st;
-    const char *src = w->bases[ids.base] + ids.off * 4;
+    const char *src = w->bases[ids.base] + ids.off;
     if (w->dev.vt->download(&w->dev, host, src, (size_t)n * sizeof *host) != MW_OK) {
         mw__free(host);
         return st;

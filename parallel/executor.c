@@ -154,7 +154,7 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
             /* ZeRO-1: this device needs only its slice of the bucket summed. Every group of
              * gradients spans the mesh, with rank d on device d (checked when built). */
             const size_t *sl = w->zslices;
-            size_t at = (size_t)in->ref[0].off, n = (size_t)in->count;
+            size_t at = (size_t)in->ref[0].off / 4, n = (size_t)in->count; /* in floats */
             for (int k = 0; k <= w->zparts; k++)
                 w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
             if ((st = vt->sync(dev)) == MW_OK)
@@ -187,7 +187,7 @@ mw_status mw__executor_init(worker *w) {
                          w->dev.name);
     for (int v = 0; v < p->nviews; v++)
         if (p->views[v].staging.off >= 0)
-            w->bases[MW__BASE_VIEW0 + v] = (char *)w->arena + p->views[v].staging.off * 4;
+            w->bases[MW__BASE_VIEW0 + v] = (char *)w->arena + p->views[v].staging.off;
     w->nrebind = 0;
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
@@ -220,16 +220,16 @@ static mw_status stage_view(worker *w, const mw__view *v, const char *host, char
         stride[i] = s;
         s *= v->global[i];
     }
-    int64_t idx[MW_MAX_RANK] = {0};
-    size_t bytes = (size_t)run * 4;
+    int64_t idx[MW_MAX_RANK] = {0}, esize = mw__dtype_bytes(v->dtype);
+    size_t bytes = (size_t)(run * esize);
     for (int64_t done = 0; done < v->count; done += run) {
         int64_t off = 0;
         for (int i = 0; i < inner; i++) off += (v->lo[i] + idx[i]) * stride[i];
         if (r) off += v->lo[inner] * stride[inner];
         if (dst_on_host) {
-            memcpy(dst, host + off * 4, bytes);
+            memcpy(dst, host + off * esize, bytes);
         } else {
-            mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * 4, bytes);
+            mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * esize, bytes);
             if (st) return st;
         }
         dst += bytes;
@@ -252,17 +252,18 @@ mw_status mw__bind_views(worker *w) {
         const mw__view *view = &p->views[v];
         const char *host = w->tr->feed_of[view->input]->data;
         if (view->staging.off < 0) {
-            w->bases[MW__BASE_VIEW0 + v] = (char *)host + view->host_offset * 4;
+            w->bases[MW__BASE_VIEW0 + v] =
+                (char *)host + view->host_offset * mw__dtype_bytes(view->dtype);
             continue;
         }
-        char *dst = (char *)w->arena + view->staging.off * 4;
+        char *dst = (char *)w->arena + view->staging.off;
         w->bases[MW__BASE_VIEW0 + v] = dst;
         mw_status st;
         if (vt->host_memory) {
             st = stage_view(w, view, host, dst, 1);
         } else if (w->pinned) {
             char *pack = (char *)w->pinned + pinned_off;
-            size_t bytes = (size_t)view->count * 4;
+            size_t bytes = (size_t)(view->count * mw__dtype_bytes(view->dtype));
             pinned_off += bytes;
             st = stage_view(w, view, host, pack, 1);
             if (st == MW_OK) st = vt->upload_async(&w->dev, dst, pack, bytes);

@@ -62,8 +62,9 @@ mw_status mw__share_params(mw_trainer *tr, worker *w) {
             if (r->base != MW__BASE_PARAMS) continue;
             for (int j = 0; j < p->nparams; j++) {
                 const mw__param_slot *s = &p->params[j];
-                if (s->count && r->off >= s->off && r->off < s->off + s->count) {
-                    r->off = to[j] + (r->off - s->off);
+                int64_t e = r->off / 4; /* the flat parameters are f32 */
+                if (s->count && e >= s->off && e < s->off + s->count) {
+                    r->off = (to[j] + (e - s->off)) * 4;
                     break;
                 }
             }

@@ -318,7 +318,7 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
     *out = (mw_device_memory){.parameters = tr->params_from ? 0 : p,
                               .gradients = tr->forward_only ? 0 : p + accum,
                               .optimizer = moments * slice,
-                              .activations = w->plan.arena_elems * 4};
+                              .activations = w->plan.arena_bytes};
     return MW_OK;
 }
 

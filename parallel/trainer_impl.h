@@ -177,7 +177,7 @@ static inline int64_t mw__now_ns(void) {
 }
 
 /* The address of a plan reference on worker w's device. */
-static inline void *mw__ptr(worker *w, mw__ref r) { return w->bases[r.base] + r.off * 4; }
+static inline void *mw__ptr(worker *w, mw__ref r) { return w->bases[r.base] + r.off; }
 
 /* executor.c: running worker w's plan. */
 /* Makes w->kern and w->rebind, once w's buffers are allocated and w->bases points at them. */

@@ -23,7 +23,7 @@ static mw_status worker_init(worker *w) {
     size_t pbytes = (size_t)p->param_elems * 4;
     mw_trainer *from = w->tr->params_from;
     if (from) w->params = from->w[w->index].params; /* shared, not copied */
-    if ((st = vt->alloc(&w->dev, (size_t)p->arena_elems * 4, &w->arena)) ||
+    if ((st = vt->alloc(&w->dev, (size_t)p->arena_bytes, &w->arena)) ||
         (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
         (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
         return st;
@@ -34,7 +34,8 @@ static mw_status worker_init(worker *w) {
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
         size_t staged = 0;
         for (int v = 0; v < p->nviews; v++)
-            if (p->views[v].staging.off >= 0) staged += (size_t)p->views[v].count * 4;
+            if (p->views[v].staging.off >= 0)
+                staged += (size_t)(p->views[v].count * mw__dtype_bytes(p->views[v].dtype));
         if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
     }
     int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
