@@ -11,26 +11,6 @@
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
 
-#ifndef MESHWIT_HAVE_MPI
-/* A build without MPI: always one process. */
-int mw__dist_size(void) { return 1; }
-int mw__dist_rank(void) { return 0; }
-mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
-    memcpy(out, mine, (size_t)n * sizeof *out);
-    return MW_OK;
-}
-mw_status mw_distributed_init(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    return MW_OK;
-}
-void mw_distributed_finalize(void) {}
-int mw_distributed_rank(void) { return 0; }
-int mw_distributed_size(void) { return 1; }
-int mw_distributed_available(void) { return 0; }
-void mw_distributed_abort(int code) { exit(code); }
-#endif
-
 int mw_cuda_device_count(void) {
     const mw__backend *b = mw__backend_named("cuda");
     return b && b->device_count ? b->device_count() : 0;

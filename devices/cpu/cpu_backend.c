@@ -1,6 +1,7 @@
 /* The CPU backend's registry entry: "cpu" and "cpu:N" specs (N virtual devices, one thread each,
  * sharing the host's memory), the shared-memory reducer among them (hierarchical over MPI across
- * processes) and OpenBLAS's process-wide thread count as its process hook. */
+ * processes, from libmeshwit-mpi.so) and OpenBLAS's process-wide thread count as its process hook.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "devices/backend.h"
 #include "devices/cpu/cpu.h"
+#include "devices/module.h"
 #include "parallel/reducer.h"
 
 static mw_status cpu_parse(const char *spec, const char *rest, mw__spec_devices *out) {
@@ -37,11 +39,8 @@ static const mw__reducer_vtable *cpu_reducer(int ndevices, const int *ordinals, 
     (void)ordinals;
     if (ndevices < 1) return NULL;
     if (nprocs <= 1) return &mw__reducer_shm;
-#ifdef MESHWIT_HAVE_MPI
-    return &mw__reducer_mpi_hier;
-#else
-    return NULL;
-#endif
+    const mw__dist_api *d = mw__dist(); /* across processes: the MPI module's */
+    return d ? d->reducer_hier : NULL;
 }
 
 const mw__backend mw__cpu_backend = {

@@ -65,9 +65,8 @@ Test(backend, register_once) {
 
 Test(backend, cpu_reducers) {
     cr_assert_eq(mw__cpu_backend.reducer(4, NULL, 1), &mw__reducer_shm);
-#ifdef MESHWIT_HAVE_MPI
-    cr_assert_eq(strcmp(mw__cpu_backend.reducer(4, NULL, 2)->name, mw__reducer_shm.name) != 0, 1);
-#endif
+    /* Across processes, the MPI module's: not loaded in a process mpirun did not start. */
+    cr_assert_null(mw__cpu_backend.reducer(4, NULL, 2));
     cr_assert_null(mw__cpu_backend.reducer(0, NULL, 1));
 }
 
