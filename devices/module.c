@@ -167,3 +167,11 @@ const mw__dist_api *mw__dist(void) {
 }
 
 int mw__dist_built(void) { return mpi_module.built; }
+
+mw_status mw__dist_failure(void) {
+    mw_status st;
+    pthread_mutex_lock(&mu);
+    st = mpi_module.status;
+    pthread_mutex_unlock(&mu);
+    return st ? mw__error_copy(st, mpi_module.error) : MW_OK;
+}

@@ -21,4 +21,8 @@ const mw__dist_api *mw__dist(void);
 /* Whether this build of meshwit makes the MPI module. */
 int mw__dist_built(void);
 
+/* Why the MPI module could not be loaded (its status, with the message again); MW_OK when it
+ * loaded or was never needed. */
+mw_status mw__dist_failure(void);
+
 #endif

@@ -12,12 +12,8 @@
 
 mw_status mw_distributed_init(int *argc, char ***argv) {
     const mw__dist_api *d = mw__dist();
-    if (d) return d->init(argc, argv);
     /* Under a launcher the module must load: without it the processes would run alone. */
-    if (mw__dist_built() &&
-        (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")))
-        return MW_ERR_UNSUPPORTED; /* mw__dist left the reason */
-    return MW_OK;
+    return d ? d->init(argc, argv) : mw__dist_failure();
 }
 
 void mw_distributed_finalize(void) {

@@ -10,14 +10,14 @@
 
 #include "meshwit.h"
 
-#ifdef MESHWIT_HAVE_CUDA
-/* A directory holding a "libmeshwit-cuda.so" with the given bytes (or a copy of file), named in
- * MESHWIT_MODULE_PATH ahead of every other place. */
-static void fake_module(char dir[64], const char *bytes, const char *copy_of) {
+#if defined(MESHWIT_HAVE_CUDA) || defined(MESHWIT_HAVE_MPI)
+/* A directory holding a module file called name with the given bytes (or a copy of file
+ * copy_of), named in MESHWIT_MODULE_PATH ahead of every other place. */
+static void fake_file(char dir[64], const char *name, const char *bytes, const char *copy_of) {
     snprintf(dir, 64, "/tmp/mw_module_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     char path[128], cmd[512];
-    snprintf(path, sizeof path, "%s/libmeshwit-cuda.so", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     if (copy_of) {
         snprintf(cmd, sizeof cmd, "cp '%s' '%s'", copy_of, path);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
@@ -34,6 +34,28 @@ static void remove_fake(const char *dir) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
+}
+#endif
+
+#ifdef MESHWIT_HAVE_MPI
+/* Under a launcher (its variable set here), mw_distributed_init must load the MPI module: one
+ * that cannot be loaded is an error naming it, never a silent run of one process. */
+Test(module, mpi_module_that_cannot_load) {
+    char dir[64];
+    fake_file(dir, "libmeshwit-mpi.so", "not a shared object\n", NULL);
+    cr_assert_eq(setenv("OMPI_COMM_WORLD_SIZE", "2", 1), 0);
+    cr_assert_eq(mw_distributed_init(NULL, NULL), MW_ERR_DEVICE);
+    const char *msg = mw_last_error();
+    cr_assert(strstr(msg, "cannot load") && strstr(msg, dir) && strstr(msg, "libmeshwit-mpi.so"),
+              "%s", msg);
+    cr_assert_eq(mw_distributed_size(), 1);
+    remove_fake(dir);
+}
+#endif
+
+#ifdef MESHWIT_HAVE_CUDA
+static void fake_module(char dir[64], const char *bytes, const char *copy_of) {
+    fake_file(dir, "libmeshwit-cuda.so", bytes, copy_of);
 }
 
 Test(module, unloadable_file_is_named_with_the_loader_error) {
