@@ -90,20 +90,9 @@ function(meshwit_pkgconfig_fields)
         set(_includedir "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
     endif()
 
-    set(_deps "-lpthread -lm")
-    if(MESHWIT_WITH_CUDA)
-        # nvcc-compiled objects may need the C++ runtime.
-        string(APPEND _deps " -L${CUDAToolkit_LIBRARY_DIR} -lcudart -lcublas -lstdc++")
-    endif()
-    if(MESHWIT_WITH_NCCL)
-        get_filename_component(_nccl_dir "${MESHWIT_NCCL_LIBRARY}" DIRECTORY)
-        string(APPEND _deps " -L${_nccl_dir} -lnccl")
-    endif()
-    if(MESHWIT_WITH_MPI)
-        foreach(_lib IN LISTS MPI_C_LIBRARIES)
-            string(APPEND _deps " ${_lib}")
-        endforeach()
-    endif()
+    # CUDA, NCCL and MPI are the modules' dependencies (libmeshwit-cuda.so, libmeshwit-mpi.so,
+    # loaded at run time), never a consumer's; dlopen needs -ldl on older C libraries.
+    set(_deps "-lpthread -lm -ldl")
 
     if(BUILD_SHARED_LIBS)
         set(_requires "")

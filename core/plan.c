@@ -377,6 +377,13 @@ static mw__ins *emit_io(builder *b, mw__ins_kind kind, const mw_tensor *n, mw__r
     return in;
 }
 
+/* A node no kernel takes in this form: -2, with the message (-1 is out of memory). */
+static int cannot_lower(const mw_tensor *n) {
+    mw__error(MW_ERR_UNSUPPORTED, "cannot compile node %d (%s) to device kernels", n->id,
+              mw__op_name(n->op));
+    return -2;
+}
+
 static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out) {
     const ltype la = local_type(&n->in[0]->type, b->pl);
     mw__ins *in;
@@ -450,7 +457,7 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     }
     default: break;
     }
-    return -1;
+    return cannot_lower(n);
 }
 
 /* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
@@ -471,7 +478,7 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     /* The output's axes are qkv's without the part axis, in the same order. */
     int os = s - (s > p), of = f - (f > p);
     k.seq_out = lo.stride[os];
-    if (lq.stride[f] != 1 || lo.stride[of] != 1) return -1;
+    if (lq.stride[f] != 1 || lo.stride[of] != 1) return cannot_lower(n);
     k.walk.rank = 0;
     for (int i = 0; i < qkv->type.rank; i++) {
         if (i == p || i == s || i == f) continue;
@@ -591,7 +598,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_CONTRACT: return lower_contract(b, n);
     case MW__OP_COUNT: break;
     }
-    return -1;
+    return cannot_lower(n);
 }
 
 /* Where each input (or shard of it) lives on this device. */
@@ -698,7 +705,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
                          int host_memory, int64_t bucket_elems, mw__plan *out) {
     memset(out, 0, sizeof *out);
-    int failed = 1;
+    int failed = 1, lowered = 0;
     int nn = g->nnodes;
     builder b = {.g = g, .pl = pl, .p = out};
     char *live = mw__calloc((size_t)nn, 1);
@@ -814,7 +821,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                 b.ref[i] = mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n));
                 b.in_arena[i] = 1;
             }
-            if (lower_node(&b, t)) goto oom;
+            if ((lowered = lower_node(&b, t))) goto oom;
         }
         for (int k = 0; k < t->nin; k++) {
             int a = b.root[t->in[k]->id];
@@ -867,6 +874,7 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.ar.free);
     if (!failed) return MW_OK;
     mw__plan_free(out);
+    if (lowered == -2) return MW_ERR_UNSUPPORTED; /* cannot_lower's message */
     return mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
 }
 

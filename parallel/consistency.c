@@ -34,31 +34,6 @@ void mw_trainer_request_stop(mw_trainer *tr) {
     if (tr) atomic_store(&tr->stop, 1);
 }
 
-#ifndef MESHWIT_HAVE_MPI
-/* A world of one process: nothing to exchange. */
-mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
-                                 const char *what) {
-    (void)timeout_ms, (void)what;
-    memcpy(out, mine, (size_t)n * sizeof *out);
-    return MW_OK;
-}
-mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
-                                    const char *what) {
-    (void)timeout_ms, (void)what;
-    memcpy(out, mine, (size_t)counts[0]);
-    return MW_OK;
-}
-mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what) {
-    (void)buf, (void)n, (void)timeout_ms, (void)what;
-    return MW_OK;
-}
-mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what) {
-    (void)timeout_ms, (void)what;
-    *out = mine;
-    return MW_OK;
-}
-#endif
-
 mw_status mw__trainer_stop_point(mw_trainer *tr) {
     int mine = atomic_exchange(&tr->stop, 0) | atomic_load(&stop_all), any = mine;
     if (tr->mesh->nprocs > 1) {

@@ -27,7 +27,8 @@ mw_status mw__trainer_after_step(struct mw_trainer *tr);
 /* Frees what this module added to the trainer. */
 void mw__trainer_consistency_free(struct mw_trainer *tr);
 
-/* Builds with MPI (parallel/mpi/dist.c); `what` names the check in messages. */
+/* Collectives with a deadline among the processes (parallel/distributed.c, over
+ * parallel/mpi/dist.c); `what` names the check in messages. */
 mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
                                  const char *what);
 mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,

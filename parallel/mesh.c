@@ -7,139 +7,13 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "devices/backend.h"
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
 
-#ifdef MESHWIT_HAVE_CUDA
-#include "devices/cuda/cuda.h"
-#endif
-
-#ifndef MESHWIT_HAVE_MPI
-/* A build without MPI: always one process. */
-int mw__dist_size(void) { return 1; }
-int mw__dist_rank(void) { return 0; }
-mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
-    memcpy(out, mine, (size_t)n * sizeof *out);
-    return MW_OK;
-}
-mw_status mw_distributed_init(int *argc, char ***argv) {
-    (void)argc;
-    (void)argv;
-    return MW_OK;
-}
-void mw_distributed_finalize(void) {}
-int mw_distributed_rank(void) { return 0; }
-int mw_distributed_size(void) { return 1; }
-int mw_distributed_available(void) { return 0; }
-void mw_distributed_abort(int code) { exit(code); }
-#endif
-
 int mw_cuda_device_count(void) {
-#ifdef MESHWIT_HAVE_CUDA
-    return mw__cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
-static const char spec_help[] = "expected cpu, cpu:N (N >= 1), cuda:I[,J...], cuda:all or cuda:IxN";
-
-/* Parses a positive decimal integer filling all of [s, end); -1 when it is not one. */
-static long parse_count(const char *s, const char *end) {
-    if (s == end || !isdigit((unsigned char)*s)) return -1;
-    errno = 0;
-    char *e;
-    long v = strtol(s, &e, 10);
-    if (e != end || errno || v > 1000000) return -1;
-    return v;
-}
-
-static mw_status parse_cpu(mw_mesh *m, const char *spec, const char *rest) {
-    long n = 1;
-    if (*rest == ':') {
-        n = parse_count(rest + 1, rest + strlen(rest));
-        if (n < 0)
-            return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
-    } else if (*rest) {
-        return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
-    }
-    if (n < 1)
-        return mw__error(MW_ERR_DEVICE,
-                         "device spec '%s' asks for no devices: use cpu:N with N >= 1", spec);
-    if (n > MW_MAX_DEVICES)
-        return mw__error(MW_ERR_DEVICE, "device spec '%s' asks for %ld devices; at most %d", spec,
-                         n, MW_MAX_DEVICES);
-    m->vt = &mw__cpu_device;
-    m->ndevices = (int)n;
-    for (int i = 0; i < m->ndevices; i++) {
-        snprintf(m->device_name[i], sizeof m->device_name[i], "cpu:%d", i);
-        m->ordinal[i] = i;
-    }
-    return MW_OK;
-}
-
-static mw_status parse_cuda(mw_mesh *m, const char *spec, const char *rest) {
-    if (*rest != ':' || !rest[1])
-        return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
-    rest++;
-    int have = mw_cuda_device_count();
-    int ids[MW_MAX_DEVICES], n = 0, copies = 1;
-    if (strcmp(rest, "all") == 0) {
-        for (int i = 0; i < have && n < MW_MAX_DEVICES; i++) ids[n++] = i;
-    } else if (strchr(rest, 'x')) {
-        const char *x = strchr(rest, 'x');
-        long id = parse_count(rest, x), c = parse_count(x + 1, x + strlen(x));
-        if (id < 0 || c < 1 || c > MW_MAX_DEVICES)
-            return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
-        ids[n++] = (int)id;
-        copies = (int)c;
-    } else {
-        const char *p = rest;
-        for (;;) {
-            const char *e = strchr(p, ',');
-            if (!e) e = p + strlen(p);
-            long id = parse_count(p, e);
-            if (id < 0 || n == MW_MAX_DEVICES)
-                return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, spec_help);
-            for (int j = 0; j < n; j++)
-                if (ids[j] == id)
-                    return mw__error(MW_ERR_DEVICE, "device spec '%s' names GPU %ld twice", spec,
-                                     id);
-            ids[n++] = (int)id;
-            if (!*e) break;
-            p = e + 1;
-        }
-    }
-#ifndef MESHWIT_HAVE_CUDA
-    (void)m;
-    (void)copies;
-    return mw__error(MW_ERR_DEVICE,
-                     "device spec '%s': this build of meshwit has no CUDA backend (configure with "
-                     "-DMESHWIT_CUDA=ON on a machine with the CUDA toolkit)",
-                     spec);
-#else
-    if (have == 0 || n == 0)
-        return mw__error(MW_ERR_DEVICE, "device spec '%s': no CUDA devices are available", spec);
-    for (int j = 0; j < n; j++)
-        if (ids[j] >= have)
-            return mw__error(MW_ERR_DEVICE, "device spec '%s': GPU %d does not exist (%d visible)",
-                             spec, ids[j], have);
-    if (n * copies > MW_MAX_DEVICES)
-        return mw__error(MW_ERR_DEVICE, "device spec '%s': more than %d devices", spec,
-                         MW_MAX_DEVICES);
-    m->vt = &mw__cuda_device;
-    m->ndevices = 0;
-    for (int j = 0; j < n; j++)
-        for (int c = 0; c < copies; c++) {
-            int d = m->ndevices++;
-            m->ordinal[d] = ids[j];
-            if (copies > 1)
-                snprintf(m->device_name[d], sizeof m->device_name[d], "cuda:%d#%d", ids[j], c);
-            else
-                snprintf(m->device_name[d], sizeof m->device_name[d], "cuda:%d", ids[j]);
-        }
-    return MW_OK;
-#endif
+    const mw__backend *b = mw__backend_named("cuda");
+    return b && b->device_count ? b->device_count() : 0;
 }
 
 static int valid_axis_name(const char *s, size_t len) {
@@ -173,7 +47,7 @@ static mw_status parse_axes(mw_mesh *m, const char *axes) {
                 return mw__error(MW_ERR_INVALID, "mesh axes '%s': axis %s appears twice", axes,
                                  m->axis_name[a]);
         if (eq) {
-            long v = parse_count(eq + 1, e);
+            long v = mw__parse_count(eq + 1, e);
             if (v < 1)
                 return mw__error(MW_ERR_INVALID,
                                  "mesh axes '%s': size of %s is not a positive "
@@ -204,9 +78,31 @@ static mw_status parse_axes(mw_mesh *m, const char *axes) {
 }
 
 static mw_status parse_spec(mw_mesh *m, const char *devices) {
-    if (strncmp(devices, "cpu", 3) == 0) return parse_cpu(m, devices, devices + 3);
-    if (strncmp(devices, "cuda", 4) == 0) return parse_cuda(m, devices, devices + 4);
-    return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", devices, spec_help);
+    const mw__backend *b;
+    mw__spec_devices found;
+    mw_status st = mw__backend_for_spec(devices, &b);
+    if (st == MW_OK) st = b->parse(devices, devices + strlen(b->name), &found);
+    if (st) return st;
+    m->backend = b;
+    m->vt = b->vt;
+    m->ndevices = found.n;
+    memcpy(m->device_name, found.name, sizeof found.name);
+    memcpy(m->ordinal, found.ordinal, sizeof found.ordinal);
+    return MW_OK;
+}
+
+/* A backend's name as an int that processes exchange (its first four bytes), and back. */
+static int kind_code(const char *name) {
+    unsigned char c[4] = {0};
+    memcpy(c, name, strnlen(name, 4));
+    return (int)((unsigned)c[0] | (unsigned)c[1] << 8 | (unsigned)c[2] << 16 |
+                 (unsigned)c[3] << 24);
+}
+
+static const char *kind_name(int code, char out[5]) {
+    for (int i = 0; i < 4; i++) out[i] = (char)((unsigned)code >> (8 * i) & 0xff);
+    out[4] = '\0';
+    return out;
 }
 
 /* Joins every process's devices into one list: process 0's first. Every process takes part even
@@ -214,7 +110,7 @@ static mw_status parse_spec(mw_mesh *m, const char *devices) {
  * forever. */
 static mw_status span_processes(mw_mesh *m, mw_status local_st) {
     int nprocs = mw__dist_size(), me = mw__dist_rank();
-    int mine[2] = {local_st == MW_OK ? (m->vt == &mw__cpu_device ? 1 : 2) : 0,
+    int mine[2] = {local_st == MW_OK ? kind_code(m->backend->name) : 0,
                    local_st == MW_OK ? m->ndevices : 0};
     int all[2 * MW_MAX_DEVICES];
     if (nprocs > MW_MAX_DEVICES)
@@ -228,11 +124,12 @@ static mw_status span_processes(mw_mesh *m, mw_status local_st) {
         if (all[2 * p] == 0)
             return mw__error(MW_ERR_DEVICE, "process %d of %d could not parse its device spec", p,
                              nprocs);
+        char k0[5], kp[5];
         if (all[2 * p] != all[0])
             return mw__error(MW_ERR_DEVICE,
                              "processes 0 and %d have devices of different kinds (%s and %s); "
                              "every device of a mesh has the same backend",
-                             p, all[0] == 1 ? "cpu" : "cuda", all[2 * p] == 1 ? "cpu" : "cuda");
+                             p, kind_name(all[0], k0), kind_name(all[2 * p], kp));
         if (p < me) first += all[2 * p + 1];
         total += all[2 * p + 1];
     }

@@ -6,7 +6,8 @@
 #include "meshwit/mesh.h"
 
 struct mw_mesh {
-    const mw__device_vtable *vt; /* every device of a mesh has the same backend */
+    const struct mw__backend *backend; /* every device of a mesh has the same backend */
+    const mw__device_vtable *vt;       /* backend->vt */
     int ndevices;
     char device_name[MW_MAX_DEVICES][32]; /* "cpu:0", "cuda:0", "cuda:0#1" */
     int ordinal[MW_MAX_DEVICES];          /* backend number (GPU id; CPU: index) */
@@ -28,8 +29,8 @@ int mw__mesh_axis(const mw_mesh *m, const char *name);
 /* Coordinate of device d along mesh axis a (row-major: the last axis varies fastest). */
 int mw__mesh_coord(const mw_mesh *m, int d, int a);
 
-/* The MPI world, when meshwit was built with MPI and it is initialised (parallel/mpi/dist.c);
- * otherwise a world of one process (mesh.c). */
+/* The MPI world, when the MPI module is loaded and MPI initialised (parallel/distributed.c);
+ * otherwise a world of one process. */
 int mw__dist_size(void);
 int mw__dist_rank(void);
 /* All-gathers n ints from every process into out[proc * n + i] (collective over the world). */

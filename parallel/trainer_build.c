@@ -10,7 +10,7 @@
 #include "core/graph_impl.h"
 #include "core/init.h"
 #include "core/plan.h"
-#include "devices/cpu/cpu.h"
+#include "devices/backend.h"
 #include "meshwit.h"
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
@@ -366,7 +366,7 @@ void mw_trainer_free(mw_trainer *tr) {
             mw__free(tr->w[i].zslices_own);
             mw__free(tr->w[i].bounds);
         }
-    if (tr->blas_prev > 0) mw__cpu_set_blas_threads(tr->blas_prev);
+    if (tr->blas_prev > 0) tr->set_threads(tr->blas_prev);
     mw__free(tr->w);
     mw__free(tr->feed_of);
     mw__free(tr->grads);
@@ -481,16 +481,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
                                  mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
             return st;
-        for (int i = 0; i < w->plan.nins; i++) {
-            mw__ins_kind kind = w->plan.ins[i].kind;
-            if ((kind == MW__I_ATTENTION && !mesh->vt->attention) ||
-                (kind == MW__I_ATTENTION_GRAD && !mesh->vt->attention_grad))
-                return mw__error(MW_ERR_UNSUPPORTED,
-                                 "device %s (%s backend) has no fused attention kernel "
-                                 "(mw_attention); write the attention out with mw_contract and "
-                                 "mw_causal_softmax for this device",
-                                 w->dev.name, mesh->vt->kind);
-        }
+        if ((st = mw__backend_check_plan(mesh->backend, g, &w->plan, w->dev.name))) return st;
         if (tr->cfg.profile && (st = mw__profile_init(w, g))) return st;
         w->bases = mw__calloc((size_t)(MW__BASE_VIEW0 + w->plan.nviews), sizeof *w->bases);
         if (!w->bases) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
@@ -500,8 +491,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         (st = mw__trainer_prepare(tr)))
         return st;
 
-    if (mesh->vt == &mw__cpu_device && tr->cfg.blas_threads >= 0)
-        tr->blas_prev = mw__cpu_set_blas_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
+    if ((tr->set_threads = mesh->backend->set_threads) && tr->cfg.blas_threads >= 0)
+        tr->blas_prev = tr->set_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
     if (pthread_mutex_init(&tr->mu, NULL) || pthread_cond_init(&tr->start, NULL) ||
         pthread_cond_init(&tr->done, NULL))
         return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
@@ -549,10 +540,7 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     tr->params_from = params_from;
     tr->reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
-    tr->all_reducer = &mw__reducer_shm;
-#ifdef MESHWIT_HAVE_MPI
-    if (mesh->nprocs > 1) tr->all_reducer = &mw__reducer_mpi_hier;
-#endif
+    tr->all_reducer = mw__cpu_backend.reducer(1, NULL, mesh->nprocs); /* host-memory barriers */
     if (!tr->reducer) {
         mw__free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);

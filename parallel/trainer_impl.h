@@ -126,6 +126,8 @@ struct mw_trainer {
     float step_lr;       /* for the step being run */
     float grad_norm;     /* of the last step */
     int blas_prev;
+    /* The backend's thread hook that blas_prev restores (a program may free the mesh first). */
+    int (*set_threads)(int n);
     int64_t spin_ns; /* how long host and workers spin before they sleep (parallel/wait.h) */
     /* parallel/consistency.c: a stop requested for this trainer, steps skipped for non-finite
      * values, and host scratch for the replica checksums (made when first needed). */

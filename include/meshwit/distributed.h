@@ -57,8 +57,11 @@ extern "C" {
 /* Initialises MPI (MPI_Init_thread, asking for MPI_THREAD_MULTIPLE) when meshwit was built with
  * MPI, the process was started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK in
  * the environment) and MPI is not initialised yet; otherwise a no-op. argc and argv may be NULL.
- * A program that initialised MPI itself may skip this call. Errors: MW_ERR_DEVICE (MPI failed to
- * initialise). Call from the main thread before any other meshwit call. */
+ * MPI lives in the module libmeshwit-mpi.so, loaded only in a process started by a launcher: a
+ * program run on its own never loads libmpi. A program that initialised MPI itself may skip this
+ * call. Errors: MW_ERR_DEVICE (MPI failed to initialise, or the module or libmpi cannot be
+ * loaded: the message names the file), MW_ERR_UNSUPPORTED (the module was not found). Call from
+ * the main thread before any other meshwit call. */
 mw_status mw_distributed_init(int *argc, char ***argv);
 
 /* Finalises MPI when mw_distributed_init initialised it; otherwise a no-op. Call after every
@@ -69,7 +72,7 @@ void mw_distributed_finalize(void);
 int mw_distributed_rank(void);
 int mw_distributed_size(void);
 
-/* Non-zero when this build of meshwit has MPI support. */
+/* Non-zero when this build of meshwit has MPI support (makes libmeshwit-mpi.so). */
 int mw_distributed_available(void);
 
 /* Checks that every process passes the same `text` (lines separated by '\n', e.g. one

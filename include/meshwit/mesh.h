@@ -7,6 +7,12 @@
  * A mesh arranges those devices on named axes: "X" puts all of them on one axis X;
  * "Host=2,X=2" makes a 2 x 2 mesh (the last axis varies fastest over the device list).
  *
+ * CUDA devices live in the module libmeshwit-cuda.so, loaded the first time a "cuda" spec is
+ * given (or mw_cuda_device_count is called); a program that names only CPU devices never loads
+ * it, nor the CUDA, cuBLAS or NCCL libraries. When the module is missing or its libraries cannot
+ * be loaded, a "cuda" spec fails with MW_ERR_UNSUPPORTED or MW_ERR_DEVICE, the message naming the
+ * module's file and the loader's error (README: "Building, installing and linking").
+ *
  * Across processes (a build with MPI, under `mpirun -np P` after mw_distributed_init): a mesh
  * spans every process. Each process passes its own local spec ("cpu:1", "cuda:0"); the devices
  * are numbered process by process (rank 0's first, each process's in its spec's order) and named
@@ -59,8 +65,9 @@ int mw_mesh_size(const mw_mesh *mesh);
 /* "Mesh(X -> 2) over cpu:0, cpu:1". Owned by the mesh. */
 const char *mw_mesh_describe(const mw_mesh *mesh);
 
-/* Number of CUDA devices usable by this process: 0 in a build without CUDA or on a machine
- * without a GPU driver (never an error). */
+/* Number of CUDA devices usable by this process: 0 in a build without CUDA, when the CUDA module
+ * cannot be loaded, or on a machine without a GPU driver (never an error). Loads the CUDA
+ * module (and so the CUDA runtime) when this build has it. */
 int mw_cuda_device_count(void);
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
 #include "parallel/reducer.h"
@@ -43,7 +44,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mpi_allreduce: run under mpirun with 2..%d processes\n", MAX_PROCS);
         return 2;
     }
-    const mw__reducer_vtable *R = &mw__reducer_mpi_hier;
+    const mw__reducer_vtable *R = mw__dist()->reducer_hier; /* libmeshwit-mpi.so's */
     int proc_of[MAX_PROCS];
     for (int r = 0; r < procs; r++) proc_of[r] = r;
     mw__comm_options opt = {.timeout_ms = 30000, .proc_of = proc_of, .self_proc = me};

@@ -25,13 +25,14 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
 #include "parallel/reducer.h"
 
 #define MAX_RANKS 16
 
-static const mw__reducer_vtable *R = &mw__reducer_mpi_hier;
+static const mw__reducer_vtable *R; /* libmeshwit-mpi.so's, once MPI is initialised */
 static const size_t sizes[] = {0, 1, 7, 2048, 2049, 65537, (1u << 20) + 3};
 #define NSIZES (sizeof sizes / sizeof *sizes)
 #define NCUTS 4
@@ -270,6 +271,7 @@ static int faults(void) {
 
 int main(int argc, char **argv) {
     if (mw_distributed_init(&argc, &argv) != MW_OK) return 2;
+    R = mw__dist()->reducer_hier;
     procs = mw_distributed_size();
     me = mw_distributed_rank();
     int rc = 2;

@@ -1,0 +1,156 @@
+/* The backend registry: the CPU backend built in, others registered by their modules. */
+#include "devices/backend.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/graph_impl.h"
+#include "core/plan.h"
+#include "devices/module.h"
+#include "meshwit.h"
+
+#define MAX_BACKENDS 8
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static const mw__backend *table[MAX_BACKENDS] = {&mw__cpu_backend};
+static int ntable = 1;
+
+static const mw__backend *find(const char *name, size_t len) {
+    const mw__backend *b = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < ntable && !b; i++)
+        if (strlen(table[i]->name) == len && strncmp(table[i]->name, name, len) == 0) b = table[i];
+    pthread_mutex_unlock(&mu);
+    return b;
+}
+
+mw_status mw__backend_register(const mw__backend *b) {
+    if (!b || !b->name || !b->vt || !b->parse || !b->reducer)
+        return mw__error(MW_ERR_INVALID, "a backend needs a name, a vtable, parse and reducer");
+    mw_status st = MW_OK;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < ntable && !st; i++)
+        if (strcmp(table[i]->name, b->name) == 0)
+            st = mw__error(MW_ERR_INVALID, "a backend called %s is registered already", b->name);
+    if (!st && ntable == MAX_BACKENDS)
+        st = mw__error(MW_ERR_INVALID, "backend %s: more than %d backends", b->name, MAX_BACKENDS);
+    if (!st) table[ntable++] = b;
+    pthread_mutex_unlock(&mu);
+    return st;
+}
+
+/* The backend called name[0..len), loading the module that provides it when there is one. */
+static mw_status lookup(const char *name, size_t len, const mw__backend **out) {
+    if ((*out = find(name, len))) return MW_OK;
+    char n[16];
+    if (len >= sizeof n) return MW_ERR_NOT_FOUND;
+    memcpy(n, name, len);
+    n[len] = '\0';
+    mw_status st = mw__module_for_backend(n);
+    if (st) return st;
+    *out = find(name, len);
+    return *out ? MW_OK : MW_ERR_NOT_FOUND;
+}
+
+mw_status mw__backend_for_spec(const char *spec, const mw__backend **out) {
+    *out = NULL;
+    size_t len = strcspn(spec, ":");
+    mw_status st = lookup(spec, len, out);
+    if (st == MW_ERR_NOT_FOUND)
+        return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, MW__SPEC_HELP);
+    if (st) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        return mw__error(st, "device spec '%s': %s", spec, msg);
+    }
+    return MW_OK;
+}
+
+const mw__backend *mw__backend_named(const char *name) {
+    const mw__backend *b;
+    return lookup(name, strlen(name), &b) == MW_OK ? b : NULL;
+}
+
+/* --- what a backend runs ------------------------------------------------------------------- */
+
+static const char *const op_names[] = {
+    [MW__I_BINARY] = "binary",
+    [MW__I_COPY] = "copy",
+    [MW__I_REDUCE] = "reduce",
+    [MW__I_GEMM] = "gemm",
+    [MW__I_FILL] = "fill",
+    [MW__I_ALLREDUCE] = "allreduce",
+    [MW__I_GRAD_BUCKET] = "allreduce",
+    [MW__I_UNARY] = "unary",
+    [MW__I_UNARY_GRAD] = "unary_grad",
+    [MW__I_LAYERNORM] = "layernorm",
+    [MW__I_LN_DX] = "layernorm_dx",
+    [MW__I_LN_DW] = "layernorm_dw",
+    [MW__I_SOFTMAX] = "softmax",
+    [MW__I_SOFTMAX_GRAD] = "softmax_grad",
+    [MW__I_EMBED] = "embed",
+    [MW__I_EMBED_GRAD] = "embed_grad",
+    [MW__I_XENT] = "xent",
+    [MW__I_XENT_GRAD] = "xent_grad",
+    [MW__I_ATTENTION] = "attention",
+    [MW__I_ATTENTION_GRAD] = "attention_grad",
+    [MW__I_EXTRA] = "extra",
+};
+
+/* Whether the vtable has the kernel that instruction op calls. */
+static int has_slot(const mw__device_vtable *vt, int op) {
+    switch ((mw__ins_kind)op) {
+    case MW__I_BINARY: return vt->binary != NULL;
+    case MW__I_COPY: return vt->copy != NULL;
+    case MW__I_REDUCE: return vt->reduce != NULL;
+    case MW__I_GEMM: return vt->gemm != NULL;
+    case MW__I_FILL: return vt->fill != NULL;
+    case MW__I_ALLREDUCE:
+    case MW__I_GRAD_BUCKET: return 1; /* the reducer's */
+    case MW__I_UNARY: return vt->unary != NULL;
+    case MW__I_UNARY_GRAD: return vt->unary_grad != NULL;
+    case MW__I_LAYERNORM: return vt->layernorm != NULL;
+    case MW__I_LN_DX: return vt->layernorm_dx != NULL;
+    case MW__I_LN_DW: return vt->layernorm_dw != NULL;
+    case MW__I_SOFTMAX: return vt->softmax != NULL;
+    case MW__I_SOFTMAX_GRAD: return vt->softmax_grad != NULL;
+    case MW__I_EMBED: return vt->embed != NULL;
+    case MW__I_EMBED_GRAD: return vt->embed_grad != NULL;
+    case MW__I_XENT: return vt->xent != NULL;
+    case MW__I_XENT_GRAD: return vt->xent_grad != NULL;
+    case MW__I_ATTENTION: return vt->attention != NULL;
+    case MW__I_ATTENTION_GRAD: return vt->attention_grad != NULL;
+    case MW__I_EXTRA: return vt->extra != NULL;
+    }
+    return 0;
+}
+
+int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
+    if (b->supports) return b->supports(op, dtype);
+    return dtype == MW_F32 && has_slot(b->vt, op);
+}
+
+mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
+                                 const struct mw__plan *plan, const char *device) {
+    for (int i = 0; i < plan->nins; i++) {
+        const mw__ins *in = &plan->ins[i];
+        if (mw__backend_supports(b, (int)in->kind, MW_F32)) continue;
+        int op = (int)in->kind;
+        const char *what = op >= 0 && op < (int)(sizeof op_names / sizeof *op_names) && op_names[op]
+                               ? op_names[op]
+                               : "?";
+        const char *node =
+            in->node >= 0 && in->node < g->nnodes ? mw__op_name(g->nodes[in->node]->op) : "?";
+        const char *hint = op == MW__I_ATTENTION || op == MW__I_ATTENTION_GRAD
+                               ? "; write the attention out with mw_contract and "
+                                 "mw_causal_softmax for this device"
+                               : "";
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "device %s (%s backend) does not support op %s on f32 (graph node %d, "
+                         "%s)%s",
+                         device, b->name, what, in->node, node, hint);
+    }
+    return MW_OK;
+}

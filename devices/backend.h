@@ -1,0 +1,89 @@
+/* Internal: the backend registry. A backend says everything the rest of meshwit needs to know
+ * about one kind of device: the device-spec prefix it answers to and how to parse the rest, the
+ * device vtable, which ops it implements, the reducer for a group of its devices (in one process
+ * or across processes) and its process-wide hooks. Core and parallel code ask the registry and
+ * never name a backend; a backend built as a separate module (CUDA) registers itself when the
+ * module is loaded (devices/module.h), the first time a spec names it.
+ *
+ * Thread-safety: lookups and registration may be called from any thread (a mutex guards the
+ * table); an entry, once registered, is never removed or changed. */
+#ifndef MW__BACKEND_H
+#define MW__BACKEND_H
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "devices/device.h"
+#include "meshwit/mesh.h"
+
+struct mw__reducer_vtable;
+struct mw__plan;
+struct mw_graph;
+
+/* The devices a spec names, before they are placed in a mesh. */
+typedef struct mw__spec_devices {
+    int n;
+    char name[MW_MAX_DEVICES][32]; /* "cpu:0", "cuda:1", "cuda:0#1" */
+    int ordinal[MW_MAX_DEVICES];   /* the backend's own number (GPU id; CPU: index) */
+} mw__spec_devices;
+
+typedef struct mw__backend {
+    const char *name; /* the spec prefix and the device kind: "cpu", "cuda" */
+    const mw__device_vtable *vt;
+    /* Parses spec, whose prefix is name and rest what follows it ("", ":2", ":0,1"), into out.
+     * Errors: MW_ERR_DEVICE naming spec (malformed, no such device). */
+    mw_status (*parse)(const char *spec, const char *rest, mw__spec_devices *out);
+    /* Whether the backend runs plan instruction op (an mw__ins_kind) on dtype. NULL: an op is
+     * supported when its vtable slot is set, on f32. */
+    int (*supports)(int op, mw_dtype dtype);
+    /* The reducer for ndevices devices of this backend with backend numbers ordinals, spread
+     * over nprocs processes (1: all in this one); NULL when none fits. The result is static. */
+    const struct mw__reducer_vtable *(*reducer)(int ndevices, const int *ordinals, int nprocs);
+    /* Process hook, optional: sets the process-wide thread count of the backend's math library
+     * (n > 0; BLAS) and returns the previous one; the trainer sets it while it lives. */
+    int (*set_threads)(int n);
+    /* Optional: the number of devices present (GPUs); 0 on any failure. */
+    int (*device_count)(void);
+} mw__backend;
+
+/* The CPU backend (always built in). */
+extern const mw__backend mw__cpu_backend;
+
+/* Adds b to the registry (b is borrowed and must stay valid for the process's life). Errors:
+ * MW_ERR_INVALID (a backend of that name is registered already, or the table is full). */
+mw_status mw__backend_register(const mw__backend *b);
+
+/* The backend whose name is the prefix of spec (followed by ':' or the end), loading its module
+ * when it is one (CUDA); *out is NULL and the status an error otherwise: MW_ERR_DEVICE for a
+ * spec no backend claims (naming it and the accepted forms), MW_ERR_UNSUPPORTED or
+ * MW_ERR_DEVICE from the module when it cannot be loaded. */
+mw_status mw__backend_for_spec(const char *spec, const mw__backend **out);
+
+/* The registered backend called name, loading its module when it is one; NULL when there is none
+ * (the reason, when a module failed to load, is left as the last error). */
+const mw__backend *mw__backend_named(const char *name);
+
+/* Whether b runs plan instruction op on dtype (b->supports, or the vtable's slot). */
+int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);
+
+/* MW_OK when b runs every instruction of plan; otherwise MW_ERR_UNSUPPORTED naming the first op
+ * it lacks, the graph node it comes from and device (its name, "cuda:0"). */
+mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
+                                 const struct mw__plan *plan, const char *device);
+
+/* A positive decimal integer filling all of [s, end), at most 1000000; -1 when it is not one
+ * (inline: the backend modules parse specs with it too). */
+static inline long mw__parse_count(const char *s, const char *end) {
+    if (s == end || !isdigit((unsigned char)*s)) return -1;
+    errno = 0;
+    char *e;
+    long v = strtol(s, &e, 10);
+    if (e != end || errno || v > 1000000) return -1;
+    return v;
+}
+
+/* The accepted spec forms, for messages. */
+#define MW__SPEC_HELP "expected cpu, cpu:N (N >= 1), cuda:I[,J...], cuda:all or cuda:IxN"
+
+#endif

@@ -1,0 +1,177 @@
+/* Loading the modules built beside libmeshwit: libmeshwit-cuda.so (the CUDA backend, NCCL) and
+ * libmeshwit-mpi.so (processes through MPI). Each is loaded at most once, the first time it is
+ * needed, and stays loaded; a failure is remembered and reported again with the same message.
+ *
+ * Where a module is looked for, in order: the directories of MESHWIT_MODULE_PATH (':'-separated,
+ * an override), the directory of the binary that holds libmeshwit (a shared libmeshwit's own
+ * directory), the install library directory compiled in, and the build tree compiled in (for
+ * the tests). */
+#define _GNU_SOURCE /* dladdr */
+#include "devices/module.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "devices/backend.h"
+#include "devices/module_abi.h"
+#include "meshwit.h"
+
+typedef struct module {
+    const char *file; /* "libmeshwit-cuda.so" */
+    int built;        /* this build of meshwit makes it */
+    int tried;
+    mw_status status;
+    char error[MW__MSG_SIZE];
+    void *handle;
+    mw__module_info info;
+} module;
+
+#ifndef MESHWIT_CUDA_MODULE
+#define MESHWIT_CUDA_MODULE 0
+#endif
+#ifndef MESHWIT_MPI_MODULE
+#define MESHWIT_MPI_MODULE 0
+#endif
+
+static module cuda_module = {.file = "libmeshwit-cuda.so", .built = MESHWIT_CUDA_MODULE};
+static module mpi_module = {.file = "libmeshwit-mpi.so", .built = MESHWIT_MPI_MODULE};
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const mw__core_api core_api = {
+    .abi = MW__MODULE_ABI,
+    .version = MW__VERSION_STRING,
+    .error_copy = mw__error_copy,
+    .last_error = mw_last_error,
+    .malloc = mw__malloc,
+    .calloc = mw__calloc,
+    .realloc = mw__realloc,
+    .aligned_alloc = mw__aligned_alloc,
+    .free = mw__free,
+    .dist = mw__dist,
+};
+
+/* Appends dir/file to the list of places looked at; tries it when it exists. 1: found (loaded
+ * or failed; m says which), 0: not there. */
+static int try_dir(module *m, const char *dir, size_t len, char *looked, size_t cap) {
+    char path[4096];
+    if (len == 0 || len + strlen(m->file) + 2 > sizeof path) return 0;
+    snprintf(path, sizeof path, "%.*s/%s", (int)len, dir, m->file);
+    size_t used = strlen(looked);
+    snprintf(looked + used, cap - used, "%s%.*s", used ? ", " : "", (int)len, dir);
+    if (access(path, F_OK) != 0) return 0;
+    m->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!m->handle) {
+        const char *why = dlerror();
+        m->status = mw__error(MW_ERR_DEVICE, "cannot load %s: %s", path, why ? why : "?");
+        return 1;
+    }
+    mw__module_entry_fn entry;
+    *(void **)&entry = dlsym(m->handle, MW__MODULE_ENTRY);
+    if (!entry) {
+        m->status = mw__error(MW_ERR_UNSUPPORTED, "%s has no entry point %s: not a meshwit module",
+                              path, MW__MODULE_ENTRY);
+    } else if ((m->status = entry(&core_api, &m->info)) == MW_OK &&
+               (m->info.abi != MW__MODULE_ABI || !m->info.version ||
+                strcmp(m->info.version, MW__VERSION_STRING) != 0)) {
+        m->status = mw__error(MW_ERR_UNSUPPORTED,
+                              "%s is from meshwit %s (module interface %d); this libmeshwit is "
+                              "%s (interface %d): install matching versions",
+                              path, m->info.version ? m->info.version : "?", m->info.abi,
+                              MW__VERSION_STRING, MW__MODULE_ABI);
+    } else if (m->status) {
+        char msg[MW__MSG_SIZE];
+        snprintf(msg, sizeof msg, "%s", mw_last_error());
+        m->status = mw__error(m->status, "%s: %s", path, msg);
+    } else if (m->info.backend) {
+        m->status = mw__backend_register(m->info.backend);
+    }
+    return 1;
+}
+
+static void load(module *m) {
+    char looked[2048] = "";
+    const char *env = getenv("MESHWIT_MODULE_PATH");
+    for (const char *p = env; p && *p;) {
+        size_t len = strcspn(p, ":");
+        if (try_dir(m, p, len, looked, sizeof looked)) return;
+        p += len + (p[len] == ':');
+    }
+    Dl_info self;
+    if (dladdr((void *)&core_api, &self) && self.dli_fname && strrchr(self.dli_fname, '/')) {
+        const char *slash = strrchr(self.dli_fname, '/');
+        if (try_dir(m, self.dli_fname, (size_t)(slash - self.dli_fname), looked, sizeof looked))
+            return;
+    }
+#ifdef MESHWIT_MODULE_INSTALL_DIR
+    if (try_dir(m, MESHWIT_MODULE_INSTALL_DIR, strlen(MESHWIT_MODULE_INSTALL_DIR), looked,
+                sizeof looked))
+        return;
+#endif
+#ifdef MESHWIT_MODULE_BUILD_DIR
+    if (try_dir(m, MESHWIT_MODULE_BUILD_DIR, strlen(MESHWIT_MODULE_BUILD_DIR), looked,
+                sizeof looked))
+        return;
+#endif
+    m->status = mw__error(MW_ERR_UNSUPPORTED,
+                          "%s was not found (looked in %s); install it beside libmeshwit or name "
+                          "its directory in MESHWIT_MODULE_PATH",
+                          m->file, looked);
+}
+
+/* The module's table once loaded; NULL (and the reason as the last error) otherwise. */
+static const void *module_api(module *m, mw_status *status) {
+    pthread_mutex_lock(&mu);
+    if (!m->tried) {
+        m->tried = 1;
+        load(m);
+        if (m->status) {
+            snprintf(m->error, sizeof m->error, "%s", mw_last_error());
+            if (m->handle && !m->info.backend) dlclose(m->handle); /* nothing of it is in use */
+        }
+    }
+    mw_status st = m->status;
+    const void *api = st ? NULL : m->info.api;
+    pthread_mutex_unlock(&mu);
+    if (st) mw__error_copy(st, m->error);
+    if (status) *status = st;
+    return api;
+}
+
+mw_status mw__module_for_backend(const char *name) {
+    if (strcmp(name, "cuda") != 0) return MW_ERR_NOT_FOUND;
+    if (!cuda_module.built)
+        return mw__error(MW_ERR_DEVICE, "this build of meshwit has no CUDA backend (configure with "
+                                        "-DMESHWIT_CUDA=ON on a machine with the CUDA toolkit)");
+    mw_status st;
+    module_api(&cuda_module, &st);
+    return st;
+}
+
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+const mw__dist_api *mw__dist(void) {
+    if (!mpi_module.built) return NULL;
+    pthread_mutex_lock(&mu);
+    int tried = mpi_module.tried;
+    pthread_mutex_unlock(&mu);
+    if (!tried && !launched_by_mpi()) return NULL; /* one process: no need for MPI */
+    return module_api(&mpi_module, NULL);
+}
+
+int mw__dist_built(void) { return mpi_module.built; }
+
+mw_status mw__dist_failure(void) {
+    mw_status st;
+    pthread_mutex_lock(&mu);
+    st = mpi_module.status;
+    pthread_mutex_unlock(&mu);
+    return st ? mw__error_copy(st, mpi_module.error) : MW_OK;
+}

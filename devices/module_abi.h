@@ -1,0 +1,82 @@
+/* Internal: the interface between libmeshwit and the modules it loads (libmeshwit-cuda.so,
+ * libmeshwit-mpi.so). Tables of function pointers in both directions, so that a module never
+ * needs the core's symbols to be exported (a static executable exports none):
+ *
+ *   core -> module: the module's entry point, MW__MODULE_ENTRY, is given mw__core_api (errors,
+ *   allocations with the core's fault injection, the other modules) and fills mw__module_info
+ *   with what it provides: a backend to register, or its own table (mw__dist_api).
+ *
+ * A module is built from the same source as the core it is loaded into: the core refuses one
+ * whose abi or version differ. Inside a module, devices/module_core.c defines the core's
+ * internal functions (mw__error, mw__malloc, ...) over mw__core_api, so the core's sources
+ * compile into a module unchanged. */
+#ifndef MW__MODULE_ABI_H
+#define MW__MODULE_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshwit.h"
+
+#define MW__MODULE_ABI 2
+#define MW__STR_(x) #x
+#define MW__STR(x) MW__STR_(x)
+/* "0.1.0", from meshwit.h's numbers. */
+#define MW__VERSION_STRING                                                                         \
+    MW__STR(MESHWIT_VERSION_MAJOR)                                                                 \
+    "." MW__STR(MESHWIT_VERSION_MINOR) "." MW__STR(MESHWIT_VERSION_PATCH)
+#define MW__MODULE_ENTRY "mw__module_entry"
+
+struct mw__backend;
+struct mw__device;
+struct mw__device_vtable;
+struct mw__reducer_vtable;
+struct CUstream_st;
+
+typedef struct mw__dist_api mw__dist_api;
+
+typedef struct mw__core_api {
+    int abi;
+    const char *version; /* mw_version() */
+    mw_status (*error_copy)(mw_status status, const char *msg);
+    const char *(*last_error)(void);
+    void *(*malloc)(size_t size);
+    void *(*calloc)(size_t n, size_t size);
+    void *(*realloc)(void *p, size_t size);
+    void *(*aligned_alloc)(size_t align, size_t size);
+    void (*free)(void *p);
+    /* The MPI module's table, loading it; NULL when it cannot be loaded. */
+    const mw__dist_api *(*dist)(void);
+} mw__core_api;
+
+typedef struct mw__module_info {
+    int abi;
+    const char *version;               /* the meshwit version the module was built from */
+    const void *api;                   /* the module's own table (mw__dist_api), or NULL */
+    const struct mw__backend *backend; /* the backend it provides, or NULL; the core registers
+                                          it once it accepted the module */
+} mw__module_info;
+
+/* Every module's entry point: checks core->abi and version, keeps core, fills *out. */
+typedef mw_status (*mw__module_entry_fn)(const mw__core_api *core, mw__module_info *out);
+
+/* libmeshwit-mpi.so: the MPI world (parallel/mpi/dist.c) and the reducer between processes. */
+struct mw__dist_api {
+    mw_status (*init)(int *argc, char ***argv);
+    void (*finalize)(void);
+    void (*abort)(int code);
+    int (*size)(void);
+    int (*rank)(void);
+    mw_status (*allgather_ints)(const int *mine, int n, int *out);
+    mw_status (*allgather_u64)(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
+                               const char *what);
+    mw_status (*allgatherv_bytes)(const char *mine, const int *counts, char *out, int timeout_ms,
+                                  const char *what);
+    mw_status (*bcast_bytes)(void *buf, size_t n, int timeout_ms, const char *what);
+    mw_status (*max_int)(int mine, int *out, int timeout_ms, const char *what);
+    void (*lock)(void);
+    void (*unlock)(void);
+    const struct mw__reducer_vtable *reducer_hier; /* mw__reducer_mpi_hier */
+};
+
+#endif

@@ -1,0 +1,79 @@
+/* The MPI world as the core sees it: every call goes to libmeshwit-mpi.so when the process was
+ * started by an MPI launcher (the module is loaded then, devices/module.c), and describes a world
+ * of one process otherwise, so a program that never runs under mpirun never loads MPI. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "devices/module.h"
+#include "meshwit.h"
+#include "parallel/consistency.h"
+#include "parallel/mesh_impl.h"
+
+mw_status mw_distributed_init(int *argc, char ***argv) {
+    const mw__dist_api *d = mw__dist();
+    /* Under a launcher the module must load: without it the processes would run alone. */
+    return d ? d->init(argc, argv) : mw__dist_failure();
+}
+
+void mw_distributed_finalize(void) {
+    const mw__dist_api *d = mw__dist();
+    if (d) d->finalize();
+}
+
+int mw_distributed_rank(void) { return mw__dist_rank(); }
+
+int mw_distributed_size(void) { return mw__dist_size(); }
+
+int mw_distributed_available(void) { return mw__dist_built(); }
+
+void mw_distributed_abort(int code) {
+    const mw__dist_api *d = mw__dist();
+    if (d) d->abort(code);
+    exit(code);
+}
+
+int mw__dist_size(void) {
+    const mw__dist_api *d = mw__dist();
+    return d ? d->size() : 1;
+}
+
+int mw__dist_rank(void) {
+    const mw__dist_api *d = mw__dist();
+    return d ? d->rank() : 0;
+}
+
+mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
+    const mw__dist_api *d = mw__dist();
+    if (d) return d->allgather_ints(mine, n, out);
+    memcpy(out, mine, (size_t)n * sizeof *out);
+    return MW_OK;
+}
+
+mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
+                                 const char *what) {
+    const mw__dist_api *d = mw__dist();
+    if (d) return d->allgather_u64(mine, n, out, timeout_ms, what);
+    memcpy(out, mine, (size_t)n * sizeof *out);
+    return MW_OK;
+}
+
+mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
+                                    const char *what) {
+    const mw__dist_api *d = mw__dist();
+    if (d) return d->allgatherv_bytes(mine, counts, out, timeout_ms, what);
+    memcpy(out, mine, (size_t)counts[0]);
+    return MW_OK;
+}
+
+mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what) {
+    const mw__dist_api *d = mw__dist();
+    return d ? d->bcast_bytes(buf, n, timeout_ms, what) : MW_OK;
+}
+
+mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what) {
+    const mw__dist_api *d = mw__dist();
+    if (d) return d->max_int(mine, out, timeout_ms, what);
+    *out = mine;
+    return MW_OK;
+}

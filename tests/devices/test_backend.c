@@ -1,0 +1,121 @@
+/* The backend registry (devices/backend.h): spec lookup, registration, the reducer and thread
+ * hooks, and the capability check that refuses a plan a backend cannot run, naming op and
+ * device. A "slowcpu" backend registered here is the CPU backend without fused attention and
+ * without the ops beyond the core set. */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/plan.h"
+#include "devices/backend.h"
+#include "meshwit.h"
+#include "parallel/reducer.h"
+
+static mw__device_vtable slow_vt;
+static int threads_set;
+
+static mw_status slow_parse(const char *spec, const char *rest, mw__spec_devices *out) {
+    mw_status st = mw__cpu_backend.parse(spec, rest, out);
+    for (int i = 0; st == MW_OK && i < out->n; i++)
+        snprintf(out->name[i], sizeof out->name[i], "slow:%d", i);
+    return st;
+}
+
+static int slow_threads(int n) {
+    int prev = threads_set;
+    threads_set = n;
+    return prev ? prev : 7;
+}
+
+static mw__backend slow = {.name = "slowcpu", .vt = &slow_vt, .parse = slow_parse};
+
+static void register_slow(void) {
+    slow_vt = mw__cpu_device;
+    slow_vt.kind = "slowcpu";
+    slow_vt.attention = NULL;
+    slow_vt.attention_grad = NULL;
+    slow_vt.extra = NULL;
+    slow.reducer = mw__cpu_backend.reducer;
+    slow.set_threads = slow_threads;
+    cr_assert_eq(mw__backend_register(&slow), MW_OK, "%s", mw_last_error());
+}
+
+Test(backend, lookup_by_spec) {
+    const mw__backend *b;
+    cr_assert_eq(mw__backend_for_spec("cpu:3", &b), MW_OK);
+    cr_assert_eq(b, &mw__cpu_backend);
+    cr_assert_eq(mw__backend_named("cpu"), &mw__cpu_backend);
+    cr_assert_eq(mw__backend_for_spec("cpux:3", &b), MW_ERR_DEVICE);
+    cr_assert_null(b);
+    cr_assert(strstr(mw_last_error(), "'cpux:3'"), "%s", mw_last_error());
+    cr_assert_eq(mw__backend_for_spec("tpu", &b), MW_ERR_DEVICE);
+    cr_assert(strstr(mw_last_error(), "expected cpu"), "%s", mw_last_error());
+    cr_assert_null(mw__backend_named("tpu"));
+}
+
+Test(backend, register_once) {
+    register_slow();
+    cr_assert_eq(mw__backend_named("slowcpu"), &slow);
+    cr_assert_eq(mw__backend_register(&slow), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "slowcpu"), "%s", mw_last_error());
+    mw__backend nameless = {.vt = &slow_vt};
+    cr_assert_eq(mw__backend_register(&nameless), MW_ERR_INVALID);
+}
+
+Test(backend, cpu_reducers) {
+    cr_assert_eq(mw__cpu_backend.reducer(4, NULL, 1), &mw__reducer_shm);
+    /* Across processes, the MPI module's: not loaded in a process mpirun did not start. */
+    cr_assert_null(mw__cpu_backend.reducer(4, NULL, 2));
+    cr_assert_null(mw__cpu_backend.reducer(0, NULL, 1));
+}
+
+Test(backend, supports_follows_the_vtable) {
+    register_slow();
+    cr_assert(mw__backend_supports(&mw__cpu_backend, MW__I_ATTENTION, MW_F32));
+    cr_assert(!mw__backend_supports(&mw__cpu_backend, MW__I_ATTENTION, MW_I32));
+    cr_assert(!mw__backend_supports(&slow, MW__I_ATTENTION, MW_F32));
+    cr_assert(!mw__backend_supports(&slow, MW__I_EXTRA, MW_F32));
+    cr_assert(mw__backend_supports(&slow, MW__I_GEMM, MW_F32));
+}
+
+/* A graph with fused attention on a backend without it: refused when the trainer is made, naming
+ * the op and the device, and the backend's thread hook is set and restored around the trainer. */
+Test(backend, plan_with_an_op_the_backend_lacks) {
+    register_slow();
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Seq", 4}, {"Part", 3}, {"D", 2}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"D", 2}), MW_INIT_CONST(1.0f));
+    mw_tensor *y = mw_attention(g, mw_mul(g, x, w), "Part", "Seq", "D", 1, 1.0f);
+    mw_tensor *loss = mw_sum(g, y, NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("slowcpu:2", "X", &mesh), MW_OK, "%s", mw_last_error());
+    cr_assert(strstr(mw_mesh_describe(mesh), "slow:1"), "%s", mw_mesh_describe(mesh));
+    mw_trainer *tr = NULL;
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, NULL, &tr), MW_ERR_UNSUPPORTED);
+    cr_assert_null(tr);
+    const char *msg = mw_last_error();
+    cr_assert(strstr(msg, "slow:0") && strstr(msg, "slowcpu backend"), "%s", msg);
+    cr_assert(strstr(msg, "op attention"), "%s", msg);
+
+    /* The same backend runs a graph without attention, with its thread hook set meanwhile. */
+    mw_graph *g2;
+    cr_assert_eq(mw_graph_new(&g2), MW_OK);
+    mw_tensor *x2 = mw_input(g2, "x", MW_F32, MW_AXES({"Batch", 4}, {"D", 2}));
+    mw_tensor *w2 = mw_param(g2, "w", MW_AXES({"D", 2}), MW_INIT_CONST(1.0f));
+    mw_tensor *l2 = mw_sum(g2, mw_mul(g2, mw_shard(g2, x2, "Batch", "X"), w2), NULL);
+    threads_set = 0;
+    cr_assert_eq(mw_trainer_new(g2, l2, mesh, NULL, &tr), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(threads_set, 1, "the trainer asks the backend for one math thread per device");
+    float xs[8] = {1, 2, 3, 4, 5, 6, 7, 8}, l = 0;
+    mw_feed feed = {"x", xs, 8};
+    cr_assert_eq(mw_trainer_step(tr, &feed, 1, &l), MW_OK, "%s", mw_last_error());
+    cr_assert_float_eq(l, 36.0f, 1e-6f, "sum of x * 1 is 36, got %g", l);
+    mw_trainer_free(tr);
+    cr_assert_eq(threads_set, 7, "the previous thread count is restored");
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    mw_graph_free(g2);
+}
