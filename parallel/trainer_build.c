@@ -242,11 +242,6 @@ void mw_trainer_free(mw_trainer *tr) {
         for (int i = 0; i < tr->nworkers; i++)
             if (tr->w[i].started) pthread_join(tr->w[i].thread, NULL);
     }
-    if (tr->sync_ready) {
-        pthread_mutex_destroy(&tr->mu);
-        pthread_cond_destroy(&tr->start);
-        pthread_cond_destroy(&tr->done);
-    }
     for (int gi = 0; gi < tr->ngroups; gi++) mw__free(tr->groups[gi].comms);
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
@@ -368,10 +363,6 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
 
     if (mesh->vt == &mw__cpu_device && tr->cfg.blas_threads >= 0)
         tr->blas_prev = mw__cpu_set_blas_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
-    if (pthread_mutex_init(&tr->mu, NULL) || pthread_cond_init(&tr->start, NULL) ||
-        pthread_cond_init(&tr->done, NULL))
-        return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
-    tr->sync_ready = 1;
     if ((st = start_workers(tr)) || (st = mw__dispatch(tr, CMD_INIT))) return st;
     mw__free(tr->init_values);
     tr->init_values = NULL;

@@ -15,6 +15,7 @@
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/reducer.h"
+#include "parallel/wait.h"
 
 #define MAX_GROUPS 16
 
@@ -106,13 +107,13 @@ struct mw_trainer {
     float *init_values;   /* flat initial parameters, only during start-up */
     const mw_feed *feeds; /* the current step's, ordered by input leaf */
     const mw_feed **feed_of;
-    pthread_mutex_t mu;
-    pthread_cond_t start, done;
-    int sync_ready;
-    /* Commands: written under mu; workers and host spin briefly on these before sleeping. */
+    /* Commands (workers.c): the host writes command and remaining, bumps generation and
+     * notifies `started`; the last worker done notifies `finished`. Waiters spin briefly on these
+     * before sleeping on the event. */
     _Atomic uint64_t generation;
     _Atomic int command;
     _Atomic int remaining;
+    mw__event started, finished;
     int64_t steps;
     mw_step_stats stats; /* of the last command */
     float step_lr;       /* for the step being run */

@@ -127,24 +127,36 @@ static void abort_all(mw_trainer *tr) {
 
 /* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
  * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
- * threads outnumber cores), then sleeps on the condition variable. It spins with a pause, never
+ * threads outnumber cores), then sleeps on the event ev. It spins with a pause, never
  * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
  * core that the thread it waits for needs. Waits until *v64 differs from old, or (v64 NULL) *zero
- * is 0: 1, or 0 when the spin ran out. */
-static int spin_until(const mw_trainer *tr, _Atomic uint64_t *v64, uint64_t old,
-                      _Atomic int *zero) {
+ * is 0. The waker changes that state, then notifies ev (a system call only while a waiter sleeps;
+ * no lock is taken on either side). */
+static int arrived(_Atomic uint64_t *v64, uint64_t old, _Atomic int *zero) {
+    return v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
+               : atomic_load_explicit(zero, memory_order_acquire) == 0;
+}
+
+static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v64, uint64_t old,
+                       _Atomic int *zero) {
     int64_t start = 0;
     for (unsigned spins = 0;; spins++) {
-        if (v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
-                : atomic_load_explicit(zero, memory_order_acquire) == 0)
-            return 1;
+        if (arrived(v64, old, zero)) return;
         if (spins % 64 != 63) {
             mw__cpu_relax();
             continue;
         }
         int64_t now = mw__now_ns();
         if (!start) start = now;
-        if (now - start > tr->spin_ns) return 0;
+        if (now - start > tr->spin_ns) break;
+    }
+    for (;;) {
+        uint32_t seen = mw__event_prepare(ev);
+        if (arrived(v64, old, zero)) {
+            mw__event_cancel(ev);
+            return;
+        }
+        mw__event_sleep(ev, seen, 0);
     }
 }
 
@@ -153,11 +165,7 @@ void *mw__worker_main(void *arg) {
     mw_trainer *tr = w->tr;
     uint64_t seen = 0;
     for (;;) {
-        if (!spin_until(tr, &tr->generation, seen, NULL)) {
-            pthread_mutex_lock(&tr->mu);
-            while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
-            pthread_mutex_unlock(&tr->mu);
-        }
+        wait_until(tr, &tr->started, &tr->generation, seen, NULL);
         seen = atomic_load(&tr->generation);
         cmd c = (cmd)atomic_load(&tr->command);
 
@@ -178,11 +186,7 @@ void *mw__worker_main(void *arg) {
             if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
             w->dev.vt->shutdown(&w->dev);
         }
-        if (atomic_fetch_sub(&tr->remaining, 1) == 1) {
-            pthread_mutex_lock(&tr->mu); /* a host asleep in done is woken under the lock */
-            pthread_cond_signal(&tr->done);
-            pthread_mutex_unlock(&tr->mu);
-        }
+        if (atomic_fetch_sub(&tr->remaining, 1) == 1) mw__event_notify(&tr->finished);
         if (c == CMD_QUIT) return NULL;
     }
 }
@@ -190,21 +194,16 @@ void *mw__worker_main(void *arg) {
 /* Runs one command on every worker and waits; on failure reports the root cause: the first device
  * whose error is not just "aborted because a peer failed". */
 void mw__post(mw_trainer *tr, cmd c, int workers) {
-    pthread_mutex_lock(&tr->mu);
     atomic_store(&tr->command, (int)c);
     atomic_store(&tr->remaining, workers);
     atomic_fetch_add(&tr->generation, 1);
-    pthread_cond_broadcast(&tr->start);
-    pthread_mutex_unlock(&tr->mu);
+    mw__event_notify(&tr->started);
 }
 
 void mw__wait_done(mw_trainer *tr) {
     /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
      * about 25 us (sleep and wake) to a few. */
-    if (spin_until(tr, NULL, 0, &tr->remaining)) return;
-    pthread_mutex_lock(&tr->mu);
-    while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
-    pthread_mutex_unlock(&tr->mu);
+    wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
 }
 
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
