@@ -26,6 +26,7 @@ typedef struct worker {
     int index;
     pthread_t thread;
     int started;
+    int on_host; /* run by the thread that calls the trainer, not a thread of its own */
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
@@ -182,9 +183,8 @@ mw_status mw__update(worker *w);
 
 /* workers.c: a worker thread's loop (arg: its worker). */
 void *mw__worker_main(void *arg);
-/* Hands command c to the first `workers` workers; mw__wait_done waits until they finish. */
-void mw__post(mw_trainer *tr, cmd c, int workers);
-void mw__wait_done(mw_trainer *tr);
+/* Ends every started worker (CMD_QUIT) and joins the threads. */
+void mw__stop_workers(mw_trainer *tr);
 /* Runs one command on every local worker and waits; on failure reports the root cause. */
 mw_status mw__dispatch(mw_trainer *tr, cmd c);
 

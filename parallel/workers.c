@@ -160,6 +160,28 @@ static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v6
     }
 }
 
+/* Runs command c on worker w, on the calling thread. */
+static void run_one(worker *w, cmd c) {
+    mw_trainer *tr = w->tr;
+    w->reduce_ms = w->update_ms = 0.0;
+    mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
+    w->status = st;
+    if (st) {
+        snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+        abort_all(tr); /* release every peer waiting in a collective */
+    }
+    if (c == CMD_QUIT) {
+        w->dev.vt->free(&w->dev, w->arena);
+        if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
+        w->dev.vt->free(&w->dev, w->grads);
+        w->dev.vt->free(&w->dev, w->moments);
+        w->dev.vt->free(&w->dev, w->accum);
+        w->dev.vt->free(&w->dev, w->scratch);
+        if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
+        w->dev.vt->shutdown(&w->dev);
+    }
+}
+
 void *mw__worker_main(void *arg) {
     worker *w = arg;
     mw_trainer *tr = w->tr;
@@ -168,48 +190,52 @@ void *mw__worker_main(void *arg) {
         wait_until(tr, &tr->started, &tr->generation, seen, NULL);
         seen = atomic_load(&tr->generation);
         cmd c = (cmd)atomic_load(&tr->command);
-
-        w->reduce_ms = w->update_ms = 0.0;
-        mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
-        w->status = st;
-        if (st) {
-            snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
-            abort_all(tr); /* release every peer waiting in a collective */
-        }
-        if (c == CMD_QUIT) {
-            w->dev.vt->free(&w->dev, w->arena);
-            if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
-            w->dev.vt->free(&w->dev, w->grads);
-            w->dev.vt->free(&w->dev, w->moments);
-            w->dev.vt->free(&w->dev, w->accum);
-            w->dev.vt->free(&w->dev, w->scratch);
-            if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
-            w->dev.vt->shutdown(&w->dev);
-        }
+        run_one(w, c);
         if (atomic_fetch_sub(&tr->remaining, 1) == 1) mw__event_notify(&tr->finished);
         if (c == CMD_QUIT) return NULL;
     }
 }
 
-/* Runs one command on every worker and waits; on failure reports the root cause: the first device
- * whose error is not just "aborted because a peer failed". */
-void mw__post(mw_trainer *tr, cmd c, int workers) {
+static void post(mw_trainer *tr, cmd c, int workers) {
     atomic_store(&tr->command, (int)c);
     atomic_store(&tr->remaining, workers);
     atomic_fetch_add(&tr->generation, 1);
     mw__event_notify(&tr->started);
 }
 
-void mw__wait_done(mw_trainer *tr) {
+static void wait_done(mw_trainer *tr) {
     /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
      * about 25 us (sleep and wake) to a few. */
     wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
 }
 
+/* Runs command c on every started local worker and waits: the threads get it through the
+ * generation; a worker that runs on the host (on_host) runs it here meanwhile. */
+static void run_all(mw_trainer *tr, cmd c) {
+    int threads = 0;
+    worker *mine = NULL;
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
+        if (tr->w[i].on_host)
+            mine = &tr->w[i];
+        else
+            threads += tr->w[i].started;
+    }
+    if (threads) post(tr, c, threads);
+    if (mine) run_one(mine, c);
+    if (threads) wait_done(tr);
+}
+
+void mw__stop_workers(mw_trainer *tr) {
+    run_all(tr, CMD_QUIT);
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++)
+        if (tr->w[i].started && !tr->w[i].on_host) pthread_join(tr->w[i].thread, NULL);
+}
+
+/* Runs one command on every worker and waits; on failure reports the root cause: the first device
+ * whose error is not just "aborted because a peer failed". */
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
     int64_t t0 = mw__now_ns();
-    mw__post(tr, c, tr->nlocal);
-    mw__wait_done(tr);
+    run_all(tr, c);
     tr->stats = (mw_step_stats){.step_ms = (double)(mw__now_ns() - t0) * 1e-6,
                                 .reduce_ms = tr->w[tr->first].reduce_ms,
                                 .update_ms = tr->w[tr->first].update_ms};
