@@ -74,6 +74,16 @@ static void read_w(mw_trainer *tr, float w[FEATURES]) {
     cr_assert_eq(mw_trainer_read_param(tr, "w", w, FEATURES), MW_OK, "%s", mw_last_error());
 }
 
+/* Both models hold the same bits; then frees them. */
+static void expect_same_and_close(model *a, model *b, const char *devices) {
+    float wa[FEATURES], wb[FEATURES];
+    read_w(a->tr, wa);
+    read_w(b->tr, wb);
+    cr_assert_arr_eq(wa, wb, sizeof wa, "%s", devices);
+    close_model(a);
+    close_model(b);
+}
+
 /* Feeding a new array every step equals copying each step's data into one array. */
 static void check_moving_inputs(const char *devices) {
     data *d = malloc(3 * sizeof *d), *same = malloc(sizeof *same);
@@ -95,12 +105,7 @@ static void check_moving_inputs(const char *devices) {
     /* The data sets differ, so a stale pointer would show. */
     cr_assert_neq(first[0], first[1]);
     cr_assert_neq(first[1], first[2]);
-    float wa[FEATURES], wb[FEATURES];
-    read_w(a.tr, wa);
-    read_w(b.tr, wb);
-    cr_assert_arr_eq(wa, wb, sizeof wa, "%s", devices);
-    close_model(&a);
-    close_model(&b);
+    expect_same_and_close(&a, &b, devices);
     free(d);
     free(same);
 }
@@ -141,12 +146,7 @@ static void check_other_thread(const char *devices) {
     cr_assert_eq(pthread_join(t, &failed), 0);
     cr_assert_null(failed, "%s: a step on another thread failed", devices);
     for (int s = 0; s < 4; s++) step(b.tr, d);
-    float wa[FEATURES], wb[FEATURES];
-    read_w(a.tr, wa);
-    read_w(b.tr, wb);
-    cr_assert_arr_eq(wa, wb, sizeof wa, "%s", devices);
-    close_model(&a);
-    close_model(&b);
+    expect_same_and_close(&a, &b, devices);
     free(d);
 }
 
