@@ -1,7 +1,8 @@
 /* The worker threads, one per local device, and the host's hand-off to them. The host hands
- * every worker the same command under a mutex and waits until all are done; inside a step,
- * workers meet only in the collectives. A failing worker aborts the communicators so no peer is
- * left waiting, and the host reports the root cause. */
+ * every worker the same command (a generation count and a futex event, no lock) and waits until
+ * all are done; the first CPU device of a one-process mesh has no thread: the host runs it
+ * meanwhile. Inside a step, workers meet only in the collectives. A failing worker aborts the
+ * communicators so no peer is left waiting, and the host reports the root cause. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
