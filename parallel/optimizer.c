@@ -1,5 +1,5 @@
 /* Optimizer configuration (defaults, validation, which parameters decay) and the SGD update with
- * momentum and weight decay. AdamW's update stays in trainer.c beside the gradient norm. */
+ * momentum and weight decay. AdamW's update is in update.c beside the gradient norm. */
 #include "parallel/optimizer.h"
 
 #include <math.h>

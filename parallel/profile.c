@@ -1,6 +1,6 @@
 /* Per-op profiling of a trainer's steps: every instruction of a worker's plan belongs to one
  * category (the graph op it implements, whether it is that op's rearranging copy, the phase);
- * the executor adds each instruction's time to its category (trainer.c), and
+ * the executor adds each instruction's time to its category (executor.c), and
  * mw_trainer_profile sums the categories over this process's devices into rows. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,8 @@
 /* The trainer's public API: steps, evaluation, accumulation, parameters, outputs, statistics and
- * fault injection. The trainer compiles the graph for every device of the mesh
- * (trainer_build.c), runs one worker thread per device (workers.c) which runs its plan
- * (executor.c) and the optimizer step (update.c). */
+ * fault injection. The trainer compiles the graph for every device of the mesh (trainer_build.c)
+ * and runs one worker per device (workers.c: a thread each, except a CPU mesh's first device,
+ * which the calling thread runs); a worker runs its plan (executor.c) and the optimizer step
+ * (update.c). */
 #include <math.h>
 #include <string.h>
 

@@ -316,7 +316,13 @@ static mw_status cut_slices(mw_trainer *tr) {
 
 static mw_status start_workers(mw_trainer *tr) {
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
-        if (pthread_create(&tr->w[i].thread, NULL, mw__worker_main, &tr->w[i]) != 0)
+        /* The first CPU device of a mesh in one process runs on the calling thread: one thread
+         * fewer to wake and to schedule every step (not when pinned: the caller's thread stays
+         * unpinned). */
+        tr->w[i].on_host = i == tr->first && tr->mesh->vt->host_memory && tr->mesh->nprocs == 1 &&
+                           tr->w[i].dev.pin == 0;
+        if (!tr->w[i].on_host &&
+            pthread_create(&tr->w[i].thread, NULL, mw__worker_main, &tr->w[i]) != 0)
             return mw__error(MW_ERR_DEVICE, "could not start the worker thread of %s",
                              tr->w[i].dev.name);
         tr->w[i].started = 1;
@@ -343,17 +349,7 @@ void mw_trainer_free(mw_trainer *tr) {
      * a failed step left queued on a GPU, which would otherwise block the workers' final frees
      * and stream waits forever. */
     free_comms(tr);
-    if (running) {
-        mw__post(tr, CMD_QUIT, running);
-        mw__wait_done(tr);
-        for (int i = 0; i < tr->nworkers; i++)
-            if (tr->w[i].started) pthread_join(tr->w[i].thread, NULL);
-    }
-    if (tr->sync_ready) {
-        pthread_mutex_destroy(&tr->mu);
-        pthread_cond_destroy(&tr->start);
-        pthread_cond_destroy(&tr->done);
-    }
+    if (running) mw__stop_workers(tr);
     for (int gi = 0; gi < tr->ngroups; gi++) mw__free(tr->groups[gi].comms);
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
@@ -493,10 +489,6 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
 
     if ((tr->set_threads = mesh->backend->set_threads) && tr->cfg.blas_threads >= 0)
         tr->blas_prev = tr->set_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
-    if (pthread_mutex_init(&tr->mu, NULL) || pthread_cond_init(&tr->start, NULL) ||
-        pthread_cond_init(&tr->done, NULL))
-        return mw__error(MW_ERR_NOMEM, "could not make the trainer's synchronisation objects");
-    tr->sync_ready = 1;
     if ((st = start_workers(tr)) || (st = mw__dispatch(tr, CMD_INIT))) return st;
     free_init(tr);
     return MW_OK;

@@ -15,6 +15,7 @@
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/reducer.h"
+#include "parallel/wait.h"
 
 #define MAX_GROUPS 16
 
@@ -25,6 +26,7 @@ typedef struct worker {
     int index;
     pthread_t thread;
     int started;
+    int on_host; /* run by the thread that calls the trainer, not a thread of its own */
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
@@ -114,13 +116,13 @@ struct mw_trainer {
     float *init_values;   /* flat initial parameters, only during start-up */
     const mw_feed *feeds; /* the current step's, ordered by input leaf */
     const mw_feed **feed_of;
-    pthread_mutex_t mu;
-    pthread_cond_t start, done;
-    int sync_ready;
-    /* Commands: written under mu; workers and host spin briefly on these before sleeping. */
+    /* Commands (workers.c): the host writes command and remaining, bumps generation and
+     * notifies `started`; the last worker done notifies `finished`. Waiters spin briefly on these
+     * before sleeping on the event. */
     _Atomic uint64_t generation;
     _Atomic int command;
     _Atomic int remaining;
+    mw__event started, finished;
     int64_t steps;
     mw_step_stats stats; /* of the last command */
     float step_lr;       /* for the step being run */
@@ -200,9 +202,8 @@ mw_status mw__update(worker *w);
 
 /* workers.c: a worker thread's loop (arg: its worker). */
 void *mw__worker_main(void *arg);
-/* Hands command c to the first `workers` workers; mw__wait_done waits until they finish. */
-void mw__post(mw_trainer *tr, cmd c, int workers);
-void mw__wait_done(mw_trainer *tr);
+/* Ends every started worker (CMD_QUIT) and joins the threads. */
+void mw__stop_workers(mw_trainer *tr);
 /* Runs one command on every local worker and waits; on failure reports the root cause. */
 mw_status mw__dispatch(mw_trainer *tr, cmd c);
 

@@ -1,7 +1,8 @@
 /* The worker threads, one per local device, and the host's hand-off to them. The host hands
- * every worker the same command under a mutex and waits until all are done; inside a step,
- * workers meet only in the collectives. A failing worker aborts the communicators so no peer is
- * left waiting, and the host reports the root cause. */
+ * every worker the same command (a generation count and a futex event, no lock) and waits until
+ * all are done; the first CPU device of a one-process mesh has no thread: the host runs it
+ * meanwhile. Inside a step, workers meet only in the collectives. A failing worker aborts the
+ * communicators so no peer is left waiting, and the host reports the root cause. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -132,24 +133,58 @@ static void abort_all(mw_trainer *tr) {
 
 /* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
  * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
- * threads outnumber cores), then sleeps on the condition variable. It spins with a pause, never
+ * threads outnumber cores), then sleeps on the event ev. It spins with a pause, never
  * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
  * core that the thread it waits for needs. Waits until *v64 differs from old, or (v64 NULL) *zero
- * is 0: 1, or 0 when the spin ran out. */
-static int spin_until(const mw_trainer *tr, _Atomic uint64_t *v64, uint64_t old,
-                      _Atomic int *zero) {
+ * is 0. The waker changes that state, then notifies ev (a system call only while a waiter sleeps;
+ * no lock is taken on either side). */
+static int arrived(_Atomic uint64_t *v64, uint64_t old, _Atomic int *zero) {
+    return v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
+               : atomic_load_explicit(zero, memory_order_acquire) == 0;
+}
+
+static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v64, uint64_t old,
+                       _Atomic int *zero) {
     int64_t start = 0;
     for (unsigned spins = 0;; spins++) {
-        if (v64 ? atomic_load_explicit(v64, memory_order_acquire) != old
-                : atomic_load_explicit(zero, memory_order_acquire) == 0)
-            return 1;
+        if (arrived(v64, old, zero)) return;
         if (spins % 64 != 63) {
             mw__cpu_relax();
             continue;
         }
         int64_t now = mw__now_ns();
         if (!start) start = now;
-        if (now - start > tr->spin_ns) return 0;
+        if (now - start > tr->spin_ns) break;
+    }
+    for (;;) {
+        uint32_t seen = mw__event_prepare(ev);
+        if (arrived(v64, old, zero)) {
+            mw__event_cancel(ev);
+            return;
+        }
+        mw__event_sleep(ev, seen, 0);
+    }
+}
+
+/* Runs command c on worker w, on the calling thread. */
+static void run_one(worker *w, cmd c) {
+    mw_trainer *tr = w->tr;
+    w->reduce_ms = w->update_ms = 0.0;
+    mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
+    w->status = st;
+    if (st) {
+        snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+        abort_all(tr); /* release every peer waiting in a collective */
+    }
+    if (c == CMD_QUIT) {
+        w->dev.vt->free(&w->dev, w->arena);
+        if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
+        w->dev.vt->free(&w->dev, w->grads);
+        w->dev.vt->free(&w->dev, w->moments);
+        w->dev.vt->free(&w->dev, w->accum);
+        w->dev.vt->free(&w->dev, w->scratch);
+        if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
+        w->dev.vt->shutdown(&w->dev);
     }
 }
 
@@ -158,64 +193,55 @@ void *mw__worker_main(void *arg) {
     mw_trainer *tr = w->tr;
     uint64_t seen = 0;
     for (;;) {
-        if (!spin_until(tr, &tr->generation, seen, NULL)) {
-            pthread_mutex_lock(&tr->mu);
-            while (atomic_load(&tr->generation) == seen) pthread_cond_wait(&tr->start, &tr->mu);
-            pthread_mutex_unlock(&tr->mu);
-        }
+        wait_until(tr, &tr->started, &tr->generation, seen, NULL);
         seen = atomic_load(&tr->generation);
         cmd c = (cmd)atomic_load(&tr->command);
-
-        w->reduce_ms = w->update_ms = 0.0;
-        mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
-        w->status = st;
-        if (st) {
-            snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
-            abort_all(tr); /* release every peer waiting in a collective */
-        }
-        if (c == CMD_QUIT) {
-            w->dev.vt->free(&w->dev, w->arena);
-            if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
-            w->dev.vt->free(&w->dev, w->grads);
-            w->dev.vt->free(&w->dev, w->moments);
-            w->dev.vt->free(&w->dev, w->accum);
-            w->dev.vt->free(&w->dev, w->scratch);
-            if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
-            w->dev.vt->shutdown(&w->dev);
-        }
-        if (atomic_fetch_sub(&tr->remaining, 1) == 1) {
-            pthread_mutex_lock(&tr->mu); /* a host asleep in done is woken under the lock */
-            pthread_cond_signal(&tr->done);
-            pthread_mutex_unlock(&tr->mu);
-        }
+        run_one(w, c);
+        if (atomic_fetch_sub(&tr->remaining, 1) == 1) mw__event_notify(&tr->finished);
         if (c == CMD_QUIT) return NULL;
     }
 }
 
-/* Runs one command on every worker and waits; on failure reports the root cause: the first device
- * whose error is not just "aborted because a peer failed". */
-void mw__post(mw_trainer *tr, cmd c, int workers) {
-    pthread_mutex_lock(&tr->mu);
+static void post(mw_trainer *tr, cmd c, int workers) {
     atomic_store(&tr->command, (int)c);
     atomic_store(&tr->remaining, workers);
     atomic_fetch_add(&tr->generation, 1);
-    pthread_cond_broadcast(&tr->start);
-    pthread_mutex_unlock(&tr->mu);
+    mw__event_notify(&tr->started);
 }
 
-void mw__wait_done(mw_trainer *tr) {
+static void wait_done(mw_trainer *tr) {
     /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
      * about 25 us (sleep and wake) to a few. */
-    if (spin_until(tr, NULL, 0, &tr->remaining)) return;
-    pthread_mutex_lock(&tr->mu);
-    while (atomic_load(&tr->remaining) > 0) pthread_cond_wait(&tr->done, &tr->mu);
-    pthread_mutex_unlock(&tr->mu);
+    wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
 }
 
+/* Runs command c on every started local worker and waits: the threads get it through the
+ * generation; a worker that runs on the host (on_host) runs it here meanwhile. */
+static void run_all(mw_trainer *tr, cmd c) {
+    int threads = 0;
+    worker *mine = NULL;
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
+        if (tr->w[i].on_host)
+            mine = &tr->w[i];
+        else
+            threads += tr->w[i].started;
+    }
+    if (threads) post(tr, c, threads);
+    if (mine) run_one(mine, c);
+    if (threads) wait_done(tr);
+}
+
+void mw__stop_workers(mw_trainer *tr) {
+    run_all(tr, CMD_QUIT);
+    for (int i = tr->first; i < tr->first + tr->nlocal; i++)
+        if (tr->w[i].started && !tr->w[i].on_host) pthread_join(tr->w[i].thread, NULL);
+}
+
+/* Runs one command on every worker and waits; on failure reports the root cause: the first device
+ * whose error is not just "aborted because a peer failed". */
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
     int64_t t0 = mw__now_ns();
-    mw__post(tr, c, tr->nlocal);
-    mw__wait_done(tr);
+    run_all(tr, c);
     tr->stats = (mw_step_stats){.step_ms = (double)(mw__now_ns() - t0) * 1e-6,
                                 .reduce_ms = tr->w[tr->first].reduce_ms,
                                 .update_ms = tr->w[tr->first].update_ms};

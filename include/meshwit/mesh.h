@@ -1,7 +1,7 @@
 /* meshwit: devices and meshes.
  *
  * A device spec names a list of devices:
- *   "cpu"  or "cpu:N"      N virtual CPU devices (one worker thread each, BLAS single-threaded)
+ *   "cpu"  or "cpu:N"      N virtual CPU devices (one thread each, BLAS single-threaded)
  *   "cuda:0", "cuda:0,1"   CUDA GPUs by index; "cuda:all" every visible GPU
  *   "cuda:0x2"             two logical devices on GPU 0 (for testing the multi-device path)
  * A mesh arranges those devices on named axes: "X" puts all of them on one axis X;

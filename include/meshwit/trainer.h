@@ -1,10 +1,11 @@
 /* meshwit: trainers.
  *
  * A trainer compiles a graph once for every device of a mesh (autodiff, SPMD collectives, buffer
- * planning; all memory is allocated here), starts one worker thread per device, and then runs
- * steps: each step splits the host batch over the sharded axes, runs forward and backward on every
- * device, all-reduces the gradients in a fixed order and updates every replica identically. A
- * step allocates no memory.
+ * planning; all memory is allocated here), starts one worker thread per device (except the first
+ * of a mesh of CPU devices in one process, which runs on the thread that calls the trainer), and
+ * then runs steps: each step splits the host batch over the sharded axes, runs forward and
+ * backward on every device, all-reduces the gradients in a fixed order and updates every replica
+ * identically. A step allocates no memory.
  *
  * Thread-safety: one trainer is driven from one host thread at a time. Different trainers are
  * independent. */
