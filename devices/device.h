@@ -1,9 +1,10 @@
 /* Internal: the device interface. A backend is a table of functions (NULL = not supported); core
  * code lowers every graph node to the kernels below and never includes a backend's own headers.
  *
- * Threading: every function is called from the device's worker thread, except alloc/free and the
- * copies, which the host may also call while the worker is idle; a backend binds its device
- * itself where it has to (CUDA: cudaSetDevice). Kernels run in order on the device's stream;
+ * Threading: every function is called from the thread that runs the device (its worker thread;
+ * for the first CPU device of a one-process mesh, whichever thread calls the trainer), except
+ * alloc/free and the copies, which the host may also call while that thread is idle; a backend
+ * binds its device itself where it has to (CUDA: cudaSetDevice). Kernels run in order on the device's stream;
  * sync() waits for all of them. */
 #ifndef MW__DEVICE_H
 #define MW__DEVICE_H
