@@ -241,12 +241,13 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
     if (!g || g->status) return NULL;
     if (!x || !axis || !mesh_axis)
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: NULL tensor, axis or mesh axis");
+    if (x->g != g) return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: x belongs to another graph");
     char desc[256];
     mw__type_describe(g, &x->type, desc, sizeof desc);
     if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD && x->op != MW__OP_PARAM)
         return mw__graph_fail(g, MW_ERR_SHARDING,
-                              "mw_shard: %s is computed, not an input; shard the inputs it is "
-                              "computed from instead",
+                              "mw_shard: %s is computed, not an input or a parameter; shard the "
+                              "inputs or parameters it is computed from instead",
                               desc);
     int name = mw__graph_find_name(g, axis);
     int i = name < 0 ? -1 : mw__type_find_name(&x->type, name);

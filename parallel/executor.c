@@ -151,8 +151,9 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
         mw_status st;
         const mw__reducer_vtable *r = w->tr->reducer;
         if (in->kind == MW__I_GRAD_BUCKET && w->tr->zero1) {
-            /* ZeRO-1: this device needs only its slice of the bucket summed. Every group of
-             * gradients spans the mesh, with rank d on device d (checked when built). */
+            /* ZeRO-1: this device needs only its slice of the bucket summed: the slices of the
+             * devices that sum gradients together (all of the mesh, rank d on device d; with
+             * split parameters the data group, its rank within it; checked when built). */
             const size_t *sl = w->zslices;
             size_t at = (size_t)in->ref[0].off / 4, n = (size_t)in->count; /* in floats */
             for (int k = 0; k <= w->zparts; k++)

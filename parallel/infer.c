@@ -42,12 +42,27 @@ mw_status mw__share_params(mw_trainer *tr, worker *w) {
         for (int j = 0; j < src->g->nnodes && !u; j++)
             if (src->g->nodes[j]->op == MW__OP_PARAM && !strcmp(src->g->nodes[j]->name, t->name))
                 u = src->g->nodes[j];
-        int same = u && u->type.rank == t->type.rank;
-        for (int k = 0; same && k < t->type.rank; k++)
-            same = u->type.ax[k].size == t->type.ax[k].size;
+        int same = u && u->type.rank == t->type.rank, split = 1;
+        for (int k = 0; same && k < t->type.rank; k++) {
+            const mw__axis *a = &t->type.ax[k], *b = &u->type.ax[k];
+            same = a->size == b->size;
+            /* The same split (by mesh-axis name: the graphs number their names apart), or the
+             * program would read another box of the trainer's shards. */
+            split &=
+                (a->mesh < 0) == (b->mesh < 0) &&
+                (a->mesh < 0 || (!strcmp(tr->g->names[a->name], src->g->names[b->name]) &&
+                                 !strcmp(tr->g->mesh_names[a->mesh], src->g->mesh_names[b->mesh])));
+        }
         if (!u)
             st = mw__error(MW_ERR_NOT_FOUND, "the trainer has no parameter '%s'", t->name);
-        else if (!same) {
+        else if (same && !split) {
+            char a[256], b[256];
+            st = mw__error(MW_ERR_SHARDING,
+                           "parameter '%s' is %s in the program but %s in the trainer: split "
+                           "the program's parameter as the trainer's (mw_shard)",
+                           t->name, mw__type_describe(tr->g, &t->type, a, sizeof a),
+                           mw__type_describe(src->g, &u->type, b, sizeof b));
+        } else if (!same) {
             char a[256], b[256];
             st =
                 mw__error(MW_ERR_SHAPE, "parameter '%s' is %s in the program but %s in the trainer",

@@ -16,12 +16,6 @@ int mw__param_sharded(const mw_tensor *p) {
     return 0;
 }
 
-int mw__trainer_shards_params(const mw_trainer *tr) {
-    for (int i = 0; i < tr->g->nnodes; i++)
-        if (tr->g->nodes[i]->op == MW__OP_PARAM && mw__param_sharded(tr->g->nodes[i])) return 1;
-    return 0;
-}
-
 void mw__type_box(const mw_trainer *tr, int d, const mw__type *t, mw__box *out) {
     memset(out, 0, sizeof *out);
     out->rank = t->rank;
@@ -131,23 +125,20 @@ mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, 
     return st;
 }
 
-mw_status mw__param_init_boxes(const mw_trainer *tr, int d, float *dst) {
-    const mw__plan *plan = &tr->w[d].plan;
+mw_status mw__param_init_boxes(const mw_trainer *tr, float *const *dst) {
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *t = tr->g->nodes[i];
         if (t->op != MW__OP_PARAM) continue;
-        const mw__param_slot *s = &plan->params[t->leaf];
-        if (!mw__param_sharded(t)) {
-            mw__param_init(tr->g, t, dst + s->off);
-            continue;
-        }
         int64_t n = mw__type_numel(&t->type);
         float *whole = mw__malloc((size_t)(n ? n : 1) * sizeof *whole);
         if (!whole) return mw__error(MW_ERR_NOMEM, "out of memory initialising '%s'", t->name);
         mw__param_init(tr->g, t, whole);
-        mw__box box;
-        mw__type_box(tr, d, &t->type, &box);
-        mw__box_copy(&box, 0, s->count, dst + s->off, whole, 0);
+        for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
+            const mw__param_slot *s = &tr->w[d].plan.params[t->leaf];
+            mw__box box;
+            mw__type_box(tr, d, &t->type, &box);
+            mw__box_copy(&box, 0, s->count, dst[d - tr->first] + s->off, whole, 0);
+        }
         mw__free(whole);
     }
     return MW_OK;

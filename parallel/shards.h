@@ -28,9 +28,6 @@ typedef enum mw__held {
 /* Non-zero when some axis of parameter p is split over a mesh axis. */
 int mw__param_sharded(const mw_tensor *p);
 
-/* Non-zero when any parameter of the trainer's graph is sharded. */
-int mw__trainer_shards_params(const mw_trainer *tr);
-
 /* Device d's box of a tensor of type t (a parameter, an output). */
 void mw__type_box(const mw_trainer *tr, int d, const mw__type *t, mw__box *out);
 
@@ -47,9 +44,10 @@ void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, floa
 mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, float *global,
                              int write);
 
-/* Writes the initial values of device d's boxes of every parameter into dst (d's flat parameter
- * layout), drawing each parameter whole as a single device would. */
-mw_status mw__param_init_boxes(const mw_trainer *tr, int d, float *dst);
+/* Writes the initial values of every local device's boxes of every parameter into dst[d - first]
+ * (that device's flat parameter layout), drawing each parameter whole once, as a single device
+ * would. */
+mw_status mw__param_init_boxes(const mw_trainer *tr, float *const *dst);
 
 /* The gradient norm of a trainer with sharded parameters: each device adds the squares of the
  * gradient elements it owns per parameter, the per-parameter partial sums are all-gathered, and

@@ -387,10 +387,8 @@ static mw_status init_boxes(mw_trainer *tr) {
         float *box = mw__malloc((size_t)(n ? n : 1) * sizeof *box);
         tr->init_boxes[d - tr->first] = box;
         if (!box) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");
-        mw_status st = mw__param_init_boxes(tr, d, box);
-        if (st) return st;
     }
-    return MW_OK;
+    return mw__param_init_boxes(tr, tr->init_boxes);
 }
 
 static void free_init(mw_trainer *tr) {
@@ -402,7 +400,7 @@ static void free_init(mw_trainer *tr) {
 }
 
 static mw_status init_values(mw_trainer *tr) {
-    if (tr->sharded_params) return init_boxes(tr);
+    if (tr->sharded_params) return tr->params_from ? MW_OK : init_boxes(tr); /* one process */
     const mw__plan *p = &tr->w[tr->first].plan;
     tr->init_values = mw__malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
     if (!tr->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");

@@ -44,8 +44,8 @@ typedef struct worker {
                      * [own_lo, own_hi) */
     float *scratch; /* device scalars: the gradient norm's partial sums, one per slice (with
                      * sharded parameters, one per parameter) */
-    float *partials; /* host: the same partials (nworkers; with sharded parameters nworkers x
-                      * nparams), gathered from their owners */
+    float *partials; /* host: the same partials (nworkers; with sharded parameters, pieces per
+                      * device, parameter and ZeRO slice), gathered from their owners */
     size_t *bounds;  /* host: ZeRO-1 scratch, the slices' parts of one gradient bucket */
     void *pinned;    /* page-locked staging of the input shards (devices that offer it) */
     char **bases;    /* per plan base: resolved address (views rebound every step) */

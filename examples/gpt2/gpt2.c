@@ -1,10 +1,12 @@
-/* gpt2: trains GPT-2 data-parallel over a mesh of devices, on byte-level text, llm.c token shards
+/* gpt2: trains GPT-2 over a mesh of devices (data parallel, and with --model-axis tensor parallel),
+ * on byte-level text, llm.c token shards
  * or a built-in arithmetic corpus; evaluates, samples, and reads and writes llm.c model files and
  * Hugging Face GPT-2 safetensors.
  *
  * One training step: make a global batch [B, T] on the host (random windows, or file order with
- * --sequential), feed it; the trainer shards it along Batch over the mesh, all-reduces the
- * gradients and updates every replica with AdamW.
+ * --sequential), feed it; the trainer shards it along Batch over the mesh's data axis, all-reduces
+ * the gradients and updates every replica with AdamW. With --model-axis, each layer's attention
+ * heads and MLP units are split over that mesh axis instead of replicated.
  *
  * SIGINT or SIGTERM finishes the step in flight, writes the --checkpoint and exits 130 or 143; a
  * second signal exits at once. Under mpirun every process must be given the same flags (all but
@@ -46,12 +48,13 @@ static void usage(FILE *f) {
     fprintf(
         f,
         "usage: gpt2 [options]\n"
-        "Trains GPT-2 data-parallel over a mesh of devices. Without --data it trains on a\n"
+        "Trains GPT-2 over a mesh of devices: data parallel, and tensor parallel with\n"
+        "--model-axis. Without --data it trains on a\n"
         "built-in corpus of arithmetic lines (\"123+456=579\"), byte-level, 10%% held out for\n"
         "validation.\n"
         "\n"
         "devices and data\n"
-        "  --devices SPEC      devices, sharding the batch over all of them (default cpu:2;\n"
+        "  --devices SPEC      devices, sharding the batch over them (default cpu:2;\n"
         "                      e.g. cpu:1, cpu:4, cuda:0,1)\n"
         "  --data FILE         training data: any file as bytes (vocab 256), or an llm.c token\n"
         "                      shard (uint16 GPT-2 tokens); the last 10%% is held out unless\n"

@@ -343,6 +343,18 @@ Test(errors, shard_a_used_parameter) {
     mw_graph_free(g);
 }
 
+Test(errors, shard_a_tensor_of_another_graph) {
+    mw_graph *g = new_graph(), *h = new_graph();
+    mw_tensor *w = mw_param(h, "weights", MW_AXES({"Feature", 4}), MW_INIT_ZEROS);
+    mw_param(g, "other", MW_AXES({"Feature", 4}), MW_INIT_ZEROS);
+    EXPECT_TRACE_ERROR(g, mw_shard(g, w, "Feature", "Y"), MW_ERR_INVALID, "another graph");
+    const char *mesh = NULL;
+    cr_assert_eq(mw_tensor_axis(w, 0, NULL, NULL, &mesh), MW_OK);
+    cr_assert_null(mesh, "the other graph's parameter was relabelled");
+    mw_graph_free(g);
+    mw_graph_free(h);
+}
+
 Test(axes, shard_a_fresh_parameter) {
     mw_graph *g = new_graph();
     mw_tensor *w = mw_param(g, "weights", MW_AXES({"Feature", 4}), MW_INIT_ZEROS);

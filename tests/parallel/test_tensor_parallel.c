@@ -306,6 +306,14 @@ Test(tensor_parallel, checkpoints_move_between_meshes) {
     remove(path);
 }
 
+/* Rows for the inference tests: three batches' worth, no two alike. */
+static const float *infer_inputs(void) {
+    static float xs[3 * BATCH * IN];
+    make_data(7);
+    for (int i = 0; i < 3 * BATCH * IN; i++) xs[i] = data_x[i % (BATCH * IN)] * (1 + i / 97);
+    return xs;
+}
+
 /* An inference program over a split model: whole weights written in, whole outputs out, any
  * number of rows (chunked over Batch, which is sharded over X). */
 static void infer(const char *devices, const char *axes, const char *data, const char *model,
@@ -321,10 +329,7 @@ static void infer(const char *devices, const char *axes, const char *data, const
     cr_assert_eq(mw_infer_write_param(inf, "b1", weights->b1, HIDDEN), MW_OK);
     cr_assert_eq(mw_infer_write_param(inf, "w2", weights->w2, OUT * HIDDEN), MW_OK);
     cr_assert_eq(mw_infer_write_param(inf, "b2", weights->b2, OUT), MW_OK);
-    make_data(7);
-    static float xs[3 * BATCH * IN];
-    for (int i = 0; i < 3 * BATCH * IN; i++) xs[i] = data_x[i % (BATCH * IN)] * (1 + i / 97);
-    mw_feed f = {"x", xs, rows * IN};
+    mw_feed f = {"x", infer_inputs(), rows * IN};
     mw_fetch fe = {m.out, out, rows * OUT};
     cr_assert_eq(mw_infer_run(inf, &f, 1, rows, &fe, 1), MW_OK, "%s: %s", axes, mw_last_error());
     mw_infer_free(inf);
@@ -339,6 +344,39 @@ Test(tensor_parallel, inference_over_split_weights) {
     infer("cpu:1", "X", NULL, NULL, &w, rows, one);
     infer("cpu:4", "X=2,Y=2", "X", "Y", &w, rows, split);
     near("inference X=2,Y=2", split, one, (int)(rows * OUT));
+}
+
+/* An inference program reading a split trainer's parameters in place must split them the same
+ * way: otherwise it would read another box (or past the shard), so it is refused. */
+Test(tensor_parallel, inference_from_a_split_trainer) {
+    mlp t;
+    open_mlp(&t, "cpu:2", "Y", NULL, "Y");
+    float loss;
+    step(&t, 0, &loss);
+    run w;
+    read_all(&t, &w);
+    for (int split = 0; split < 2; split++) {
+        mlp p;
+        build(&p, NULL, split ? "Y" : NULL);
+        mw_infer_config ic = {.outputs = &p.out, .noutputs = 1};
+        mw_infer *inf = NULL;
+        mw_status st = mw_infer_from_trainer(t.tr, p.g, &ic, &inf);
+        if (!split) {
+            cr_assert_eq(st, MW_ERR_SHARDING, "an unsplit program was accepted");
+            cr_assert(strstr(mw_last_error(), "Hidden@Y") != NULL, "%s", mw_last_error());
+        } else {
+            cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+            static float got[BATCH * OUT], ref[BATCH * OUT];
+            mw_feed f = {"x", infer_inputs(), BATCH * IN};
+            mw_fetch fe = {p.out, got, BATCH * OUT};
+            cr_assert_eq(mw_infer_run(inf, &f, 1, BATCH, &fe, 1), MW_OK, "%s", mw_last_error());
+            infer("cpu:1", "X", NULL, NULL, &w, BATCH, ref);
+            near("inference from the split trainer", got, ref, BATCH * OUT);
+        }
+        mw_infer_free(inf);
+        mw_graph_free(p.g);
+    }
+    close_mlp(&t);
 }
 
 Test(tensor_parallel, replicas_are_checked_per_shard) {
