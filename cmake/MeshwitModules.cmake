@@ -73,6 +73,10 @@ if(MESHWIT_WITH_NCCL AND MESHWIT_WITH_MPI)
                 "${_mw_src}/parallel/mpi/nccl_mpi_module.c" "${_mw_src}/devices/module/peers.c"
                 "${_mw_src}/devices/cuda/cuda_host.c" "${_mw_src}/devices/module/imports.c")
     meshwit_module_defaults(meshwit-nccl-mpi)
+    if(EXISTS "${_mw_src}/parallel/nccl/collectives.c")
+        # The NCCL calls it shares with the reducer of one process.
+        target_sources(meshwit-nccl-mpi PRIVATE "${_mw_src}/parallel/nccl/collectives.c")
+    endif()
     set_source_files_properties("${_mw_src}/parallel/mpi/nccl_mpi.c" PROPERTIES
         COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_device=(*mw__cuda_vtable())")
     target_include_directories(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_INCLUDE_DIR}")
