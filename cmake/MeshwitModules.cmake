@@ -1,7 +1,8 @@
 # The modules libmeshwit loads at run time (devices/module.c, devices/module_abi.h), included from
 # the top-level CMakeLists.txt after the meshwit target is defined:
-#   libmeshwit-cuda.so  the CUDA backend, cuBLAS, NCCL (and NCCL over MPI when MPI is built)
-#   libmeshwit-mpi.so   the MPI world and the reducer between processes
+#   libmeshwit-cuda.so      the CUDA backend, cuBLAS, NCCL
+#   libmeshwit-mpi.so       the MPI world and the reducer between processes
+#   libmeshwit-nccl-mpi.so  NCCL among the GPUs of several processes (CUDA and MPI both built)
 # Each links its own dependencies; libmeshwit links none of them. A module calls the core only
 # through the table its entry point is given, so it loads into a static executable as well.
 
@@ -46,15 +47,6 @@ if(MESHWIT_WITH_CUDA)
                 ${_mw_module_common})
     meshwit_module_defaults(meshwit-cuda)
     target_link_libraries(meshwit-cuda PRIVATE meshwit_cuda_objects Threads::Threads m)
-    if(MESHWIT_WITH_NCCL AND MESHWIT_WITH_MPI)
-        # NCCL over MPI takes the reducer between processes and the MPI lock from the MPI
-        # module, through the core (devices/module/mpi_imports.c).
-        target_sources(meshwit-cuda PRIVATE "${_mw_src}/parallel/mpi/nccl_mpi.c"
-                       "${_mw_src}/devices/module/mpi_imports.c")
-        set_source_files_properties("${_mw_src}/parallel/mpi/nccl_mpi.c" PROPERTIES
-                                    COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier())")
-        target_link_libraries(meshwit-cuda PRIVATE MPI::MPI_C)
-    endif()
     list(APPEND _mw_module_targets meshwit-cuda)
     list(APPEND _mw_module_defs MESHWIT_CUDA_MODULE=1)
 endif()
@@ -70,6 +62,28 @@ if(MESHWIT_WITH_MPI)
                                 "-O3")
     list(APPEND _mw_module_targets meshwit-mpi)
     list(APPEND _mw_module_defs MESHWIT_MPI_MODULE=1)
+endif()
+
+if(MESHWIT_WITH_NCCL AND MESHWIT_WITH_MPI)
+    # NCCL over MPI: needs both CUDA and MPI, so a module of its own, loaded by the CUDA backend
+    # for a mesh spanning processes; it takes the MPI lock, the reducer between processes and the
+    # CUDA vtable and streams from the other two modules, through the core
+    # (devices/module/peers.c).
+    add_library(meshwit-nccl-mpi MODULE "${_mw_src}/parallel/mpi/nccl_mpi.c"
+                "${_mw_src}/parallel/mpi/nccl_mpi_module.c" "${_mw_src}/devices/module/peers.c"
+                "${_mw_src}/devices/cuda/cuda_host.c" "${_mw_src}/devices/module/imports.c")
+    meshwit_module_defaults(meshwit-nccl-mpi)
+    if(EXISTS "${_mw_src}/parallel/nccl/collectives.c")
+        # The NCCL calls it shares with the reducer of one process.
+        target_sources(meshwit-nccl-mpi PRIVATE "${_mw_src}/parallel/nccl/collectives.c")
+    endif()
+    set_source_files_properties("${_mw_src}/parallel/mpi/nccl_mpi.c" PROPERTIES
+        COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_device=(*mw__cuda_vtable())")
+    target_include_directories(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_INCLUDE_DIR}")
+    target_link_libraries(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_LIBRARY}" CUDA::cudart
+                          MPI::MPI_C Threads::Threads)
+    list(APPEND _mw_module_targets meshwit-nccl-mpi)
+    list(APPEND _mw_module_defs MESHWIT_NCCL_MPI_MODULE=1)
 endif()
 
 foreach(_mw_module IN LISTS _mw_module_targets)

@@ -1,6 +1,7 @@
-/* Loading the modules built beside libmeshwit: libmeshwit-cuda.so (the CUDA backend, NCCL) and
- * libmeshwit-mpi.so (processes through MPI). Each is loaded at most once, the first time it is
- * needed, and stays loaded; a failure is remembered and reported again with the same message.
+/* Loading the modules built beside libmeshwit: libmeshwit-cuda.so (the CUDA backend, NCCL),
+ * libmeshwit-mpi.so (processes through MPI) and libmeshwit-nccl-mpi.so (NCCL among the GPUs of
+ * several processes, asked for by the CUDA backend). Each is loaded at most once, the first time it
+ * is needed, and stays loaded; a failure is remembered and reported again with the same message.
  *
  * Where a module is looked for, in order: the directories of MESHWIT_MODULE_PATH (':'-separated,
  * an override), the directory of the binary that holds libmeshwit (a shared libmeshwit's own
@@ -38,10 +39,25 @@ typedef struct module {
 #ifndef MESHWIT_MPI_MODULE
 #define MESHWIT_MPI_MODULE 0
 #endif
+#ifndef MESHWIT_NCCL_MPI_MODULE
+#define MESHWIT_NCCL_MPI_MODULE 0
+#endif
 
 static module cuda_module = {.file = "libmeshwit-cuda.so", .built = MESHWIT_CUDA_MODULE};
 static module mpi_module = {.file = "libmeshwit-mpi.so", .built = MESHWIT_MPI_MODULE};
+static module nccl_mpi_module = {.file = "libmeshwit-nccl-mpi.so",
+                                 .built = MESHWIT_NCCL_MPI_MODULE};
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const void *module_api(module *m, mw_status *status);
+
+static const mw__cuda_api *cuda_api(void) {
+    return cuda_module.built ? module_api(&cuda_module, NULL) : NULL;
+}
+
+static const struct mw__reducer_vtable *nccl_mpi_reducer(void) {
+    return nccl_mpi_module.built ? module_api(&nccl_mpi_module, NULL) : NULL;
+}
 
 static const mw__core_api core_api = {
     .abi = MW__MODULE_ABI,
@@ -54,6 +70,8 @@ static const mw__core_api core_api = {
     .aligned_alloc = mw__aligned_alloc,
     .free = mw__free,
     .dist = mw__dist,
+    .cuda = cuda_api,
+    .nccl_mpi = nccl_mpi_reducer,
 };
 
 /* Appends dir/file to the list of places looked at; tries it when it exists. 1: found (loaded
@@ -73,6 +91,9 @@ static int try_dir(module *m, const char *dir, size_t len, char *looked, size_t 
     }
     mw__module_entry_fn entry;
     *(void **)&entry = dlsym(m->handle, MW__MODULE_ENTRY);
+    /* What an entry that refuses our table without a word (another interface) leaves. */
+    mw__error(MW_ERR_UNSUPPORTED, "the module refused this libmeshwit's interface %d",
+              MW__MODULE_ABI);
     if (!entry) {
         m->status = mw__error(MW_ERR_UNSUPPORTED, "%s has no entry point %s: not a meshwit module",
                               path, MW__MODULE_ENTRY);

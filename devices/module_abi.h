@@ -1,6 +1,6 @@
 /* Internal: the interface between libmeshwit and the modules it loads (libmeshwit-cuda.so,
- * libmeshwit-mpi.so). Tables of function pointers in both directions, so that a module never
- * needs the core's symbols to be exported (a static executable exports none):
+ * libmeshwit-mpi.so, libmeshwit-nccl-mpi.so). Tables of function pointers in both directions, so
+ * that a module never needs the core's symbols to be exported (a static executable exports none):
  *
  *   core -> module: the module's entry point, MW__MODULE_ENTRY, is given mw__core_api (errors,
  *   allocations with the core's fault injection, the other modules) and fills mw__module_info
@@ -18,7 +18,7 @@
 
 #include "meshwit.h"
 
-#define MW__MODULE_ABI 2
+#define MW__MODULE_ABI 3
 #define MW__STR_(x) #x
 #define MW__STR(x) MW__STR_(x)
 /* "0.1.0", from meshwit.h's numbers. */
@@ -34,6 +34,7 @@ struct mw__reducer_vtable;
 struct CUstream_st;
 
 typedef struct mw__dist_api mw__dist_api;
+typedef struct mw__cuda_api mw__cuda_api;
 
 typedef struct mw__core_api {
     int abi;
@@ -47,18 +48,30 @@ typedef struct mw__core_api {
     void (*free)(void *p);
     /* The MPI module's table, loading it; NULL when it cannot be loaded. */
     const mw__dist_api *(*dist)(void);
+    /* The CUDA module's table, loading it; NULL when it cannot be loaded. */
+    const mw__cuda_api *(*cuda)(void);
+    /* NCCL among GPUs of several processes (libmeshwit-nccl-mpi.so's reducer), loading it; NULL
+     * when it cannot be loaded (the reason is the last error). */
+    const struct mw__reducer_vtable *(*nccl_mpi)(void);
 } mw__core_api;
 
 typedef struct mw__module_info {
     int abi;
-    const char *version;               /* the meshwit version the module was built from */
-    const void *api;                   /* the module's own table (mw__dist_api), or NULL */
+    const char *version; /* the meshwit version the module was built from */
+    const void *api; /* the module's own table (mw__dist_api, mw__cuda_api, the reducer), or NULL */
     const struct mw__backend *backend; /* the backend it provides, or NULL; the core registers
                                           it once it accepted the module */
 } mw__module_info;
 
 /* Every module's entry point: checks core->abi and version, keeps core, fills *out. */
 typedef mw_status (*mw__module_entry_fn)(const mw__core_api *core, mw__module_info *out);
+
+/* libmeshwit-cuda.so: what NCCL over MPI (libmeshwit-nccl-mpi.so) takes from the CUDA backend. */
+struct mw__cuda_api {
+    const struct mw__device_vtable *device; /* mw__cuda_device */
+    struct CUstream_st *(*stream)(const struct mw__device *dev);
+    mw_status (*gpu_identity)(int ordinal, char *out); /* out: MW__GPU_ID_SIZE bytes */
+};
 
 /* libmeshwit-mpi.so: the MPI world (parallel/mpi/dist.c) and the reducer between processes. */
 struct mw__dist_api {

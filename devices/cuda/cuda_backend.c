@@ -1,12 +1,13 @@
 /* The CUDA backend's registry entry: "cuda:I[,J...]", "cuda:all" and "cuda:IxN" specs, and the
  * reducer for a group of GPUs: the local one when every device shares one GPU, NCCL when all are
- * on distinct GPUs, NCCL over MPI across processes. */
+ * on distinct GPUs, NCCL over MPI across processes (libmeshwit-nccl-mpi.so). */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "devices/backend.h"
 #include "devices/cuda/cuda.h"
+#include "devices/module/imports.h"
 #include "parallel/reducer_select.h"
 
 static mw_status cuda_parse(const char *spec, const char *rest, mw__spec_devices *out) {
@@ -68,8 +69,9 @@ static const mw__reducer_vtable *cuda_reducer(int ndevices, const int *ordinals,
     if (ndevices < 1 || !ordinals) return NULL;
     if (nprocs > 1) {
 #if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
-        /* One GPU per rank across processes; NCCL refuses two ranks on a device. */
-        return &mw__reducer_nccl_mpi;
+        /* One GPU per rank across processes (NCCL refuses two ranks on a device): NCCL over MPI,
+         * a module of its own, so that this one needs no MPI. */
+        return mw__core->nccl_mpi();
 #else
         return NULL;
 #endif

@@ -103,6 +103,16 @@ Test(module, the_built_module_registers_the_cuda_backend) {
     }
     cr_assert_eq(st, MW_ERR_DEVICE, "%s", mw_last_error());
     cr_assert(strstr(mw_last_error(), "no CUDA devices are available"), "%s", mw_last_error());
+    /* The CUDA module needs no MPI: NCCL across processes is a module of its own. */
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int cuda = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        cr_assert_null(strstr(line, "libmpi"), "a CUDA program in one process maps %s", line);
+        cuda |= strstr(line, "libmeshwit-cuda.so") != NULL;
+    }
+    if (f) fclose(f);
+    cr_assert(cuda, "libmeshwit-cuda.so is mapped");
 }
 #else
 Test(module, no_cuda_in_this_build) {
