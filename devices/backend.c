@@ -129,14 +129,17 @@ static int has_slot(const mw__device_vtable *vt, int op) {
 
 int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
     if (b->supports) return b->supports(op, dtype);
-    return dtype == MW_F32 && has_slot(b->vt, op);
+    /* The kernels compute in f32; i32 values (token ids) only pass through copies of 4-byte
+     * elements. */
+    return (dtype == MW_F32 || (dtype == MW_I32 && op == MW__I_COPY)) && has_slot(b->vt, op);
 }
 
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
                                  const struct mw__plan *plan, const char *device) {
     for (int i = 0; i < plan->nins; i++) {
         const mw__ins *in = &plan->ins[i];
-        if (mw__backend_supports(b, (int)in->kind, MW_F32)) continue;
+        mw_dtype dtype = in->ref[0].dtype; /* what the instruction writes */
+        if (mw__backend_supports(b, (int)in->kind, dtype)) continue;
         int op = (int)in->kind;
         const char *what = op >= 0 && op < (int)(sizeof op_names / sizeof *op_names) && op_names[op]
                                ? op_names[op]
@@ -148,9 +151,14 @@ mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
                                  "mw_causal_softmax for this device"
                                : "";
         return mw__error(MW_ERR_UNSUPPORTED,
-                         "device %s (%s backend) does not support op %s on f32 (graph node %d, "
+                         "device %s (%s backend) does not support op %s on %s (graph node %d, "
                          "%s)%s",
-                         device, b->name, what, in->node, node, hint);
+                         device, b->name, what,
+                         dtype == MW_F32    ? "f32"
+                         : dtype == MW_I32  ? "i32"
+                         : dtype == MW_BF16 ? "bf16"
+                                            : "u16",
+                         in->node, node, hint);
     }
     return MW_OK;
 }
