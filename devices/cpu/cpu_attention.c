@@ -10,8 +10,8 @@
  * The products are this file's own register-tiled loops (six rows by sixteen columns of
  * accumulators) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
  * spends about as long packing and zeroing as multiplying, and it cannot stop at the diagonal
- * inside a block. The keys (and, backward, the values) of a slice are transposed once into the
- * scratch, so that every product reads its B operand row by row. */
+ * inside a block. The keys and values of a slice (and a block's queries and dO) are packed once
+ * into the scratch (see pack), so that every product reads its B operand sequentially. */
 #include <string.h>
 
 #include "devices/cpu/cpu_nn.h"
@@ -22,12 +22,12 @@
 #define TILE_M 6               /* output rows per micro tile: 12 AVX2 accumulators */
 
 /* C = alpha * A B (add: C += alpha * A B) with A(r, p) = a[r * sar + p * sak] (row-major or
- * transposed alike) and B(p, l) = b[p * ldb + l]. */
+ * transposed alike) and B packed by pack(): `rows` rows in panels of TILE_N columns. */
 typedef struct prod {
     const float *a;
     int64_t sar, sak;
     const float *b;
-    int64_t ldb;
+    int64_t rows;
     float *c;
     int64_t ldc;
     float alpha;
@@ -38,14 +38,14 @@ typedef struct prod {
  * constant after inlining, so a full tile's accumulators stay in registers. */
 static inline __attribute__((always_inline)) void micro(const prod *x, int R, int64_t r, int64_t l,
                                                         int nc, int64_t p0, int64_t p1) {
-    const float *a = x->a + r * x->sar, *b = x->b + l;
+    const float *a = x->a + r * x->sar, *b = x->b + l * x->rows;
     float *c = x->c + r * x->ldc + l;
     if (nc == TILE_N) {
         mw__v8 acc[TILE_M][2], b0, b1, y;
         for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = (mw__v8){0};
         for (int64_t p = p0; p < p1; p++) {
-            memcpy(&b0, b + p * x->ldb, sizeof b0);
-            memcpy(&b1, b + p * x->ldb + 8, sizeof b1);
+            memcpy(&b0, b + p * TILE_N, sizeof b0);
+            memcpy(&b1, b + p * TILE_N + 8, sizeof b1);
             for (int i = 0; i < R; i++) {
                 float av = a[i * x->sar + p * x->sak];
                 acc[i][0] += av * b0;
@@ -65,7 +65,7 @@ static inline __attribute__((always_inline)) void micro(const prod *x, int R, in
     }
     float acc[TILE_M][TILE_N] = {{0}};
     for (int64_t p = p0; p < p1; p++) {
-        const float *bp = b + p * x->ldb;
+        const float *bp = b + p * nc;
         for (int i = 0; i < R; i++) {
             float av = a[i * x->sar + p * x->sak];
             for (int j = 0; j < nc; j++) acc[i][j] += av * bp[j];
@@ -105,12 +105,20 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
     }
 }
 
-/* dst (d x t, row stride t) = the transpose of the t rows of d features at src (row stride
- * seq): the keys or values of a slice as the B operand of a product. */
-static void transpose(const float *src, int64_t seq, int64_t t, int64_t d, float *dst) {
-    for (int64_t j0 = 0; j0 < t; j0 += 64)
-        for (int64_t e = 0; e < d; e++)
-            for (int64_t j = j0; j < t && j < j0 + 64; j++) dst[e * t + j] = src[j * seq + e];
+/* dst = B (rows x n, B(p, l) = src[p * sp + l * sl]) in panels of TILE_N columns (the last one
+ * narrower), each panel's rows contiguous: a product then reads B sequentially, where the rows of
+ * q, k, v (a few KiB apart) would keep evicting each other from the L1 cache. */
+static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t n, float *dst) {
+    for (int64_t l = 0; l < n; l += TILE_N) {
+        int64_t nc = n - l < TILE_N ? n - l : TILE_N;
+        float *panel = dst + l * rows;
+        if (sl == 1)
+            for (int64_t p = 0; p < rows; p++)
+                memcpy(panel + p * nc, src + p * sp + l, (size_t)nc * sizeof(float));
+        else
+            for (int64_t j = 0; j < nc; j++)
+                for (int64_t p = 0; p < rows; p++) panel[p * nc + j] = src[p * sp + (l + j) * sl];
+    }
 }
 
 /* Offsets of slice s in operand 0 (out or gy) and operand 1 (qkv, and d(qkv) alike). */
@@ -129,7 +137,7 @@ static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
     return k->causal ? i0 + m : k->t;
 }
 
-/* P (m x kend, row stride kend) = softmax of scale * q k^T (kt = k^T, d x t) over the keys each row
+/* P (m x kend, row stride kend) = softmax of scale * q k^T (kt = k^T packed) over the keys each row
  * may see; the masked entries of the block's last columns are 0. */
 MW__CPU_CLONES
 static void block_probs(const mw__k_attention *k, const float *q, const float *kt, int64_t i0,
@@ -138,7 +146,7 @@ static void block_probs(const mw__k_attention *k, const float *q, const float *k
               .sar = k->seq_qkv,
               .sak = 1,
               .b = kt,
-              .ldb = k->t,
+              .rows = k->d,
               .c = p,
               .ldc = kend,
               .alpha = k->scale};
@@ -157,34 +165,37 @@ static void block_probs(const mw__k_attention *k, const float *q, const float *k
 static int64_t keys_hi(const mw__k_attention *k, int64_t i0) { return k->causal ? i0 : ALL; }
 static int64_t queries_lo(const mw__k_attention *k, int64_t i0) { return k->causal ? -i0 : -ALL; }
 
-/* The slice's k^T (and v^T) lie in the last d x t (2 d x t) floats of the scratch. */
-static float *transposed(const mw__k_attention *k, int n) {
-    return k->scratch + k->scratch_elems - n * k->d * k->t;
+/* The packed operands lie at the end of the scratch: forward k^T and v (2 d x t floats),
+ * backward k^T, v^T, k (3 d x t) and a block's q and dO (2 block x d). */
+static float *packed(const mw__k_attention *k, int grad) {
+    int64_t n = grad ? 3 * k->d * k->t + 2 * k->block * k->d : 2 * k->d * k->t;
+    return k->scratch + k->scratch_elems - n;
 }
 
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block;
-    float *kt = transposed(k, 1);
+    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, t = k->t, d = k->d;
+    float *kt = packed(k, 0), *vp = kt + d * t;
     for (int64_t s = 0; s < ns; s++) {
         int64_t oo, oq;
         slice_offsets(&k->walk, s, &oo, &oq);
-        const float *q = k->qkv + oq, *v = q + 2 * k->part;
+        const float *q = k->qkv + oq;
         float *out = k->out + oo;
-        transpose(q + k->part, k->seq_qkv, k->t, k->d, kt);
-        for (int64_t i0 = 0; i0 < k->t; i0 += blk) {
-            int64_t m = k->t - i0 < blk ? k->t - i0 : blk, kend = block_keys(k, i0, m);
+        pack(q + k->part, 1, seq, d, t, kt);
+        pack(q + 2 * k->part, seq, 1, t, d, vp);
+        for (int64_t i0 = 0; i0 < t; i0 += blk) {
+            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
             block_probs(k, q, kt, i0, m, kend, k->scratch);
             /* O = P V */
             prod o = {.a = k->scratch,
                       .sar = kend,
                       .sak = 1,
-                      .b = v,
-                      .ldb = k->seq_qkv,
+                      .b = vp,
+                      .rows = t,
                       .c = out + i0 * k->seq_out,
                       .ldc = k->seq_out,
                       .alpha = 1.0f};
-            product(&o, m, k->d, kend, -ALL, keys_hi(k, i0), ALL);
+            product(&o, m, d, kend, -ALL, keys_hi(k, i0), ALL);
         }
     }
     return MW_OK;
@@ -206,37 +217,41 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
 
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d;
-    float *p = k->scratch, *dp = k->scratch + blk * k->t, *kt = transposed(k, 2),
-          *vt = kt + d * k->t;
+    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
+            t = k->t;
+    float *p = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
+          *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
     for (int64_t s = 0; s < ns; s++) {
         int64_t og, oq;
         slice_offsets(&k->walk, s, &og, &oq);
         const float *q = k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
         const float *gy = k->gy + og;
         float *dq = k->out + oq, *dk = dq + k->part, *dv = dq + 2 * k->part;
-        transpose(kk, seq, k->t, d, kt);
-        transpose(v, seq, k->t, d, vt);
-        for (int64_t i = 0; i < k->t; i++) {
+        pack(kk, 1, seq, d, t, kt);
+        pack(v, 1, seq, d, t, vt);
+        pack(kk, seq, 1, t, d, kp);
+        for (int64_t i = 0; i < t; i++) {
             memset(dk + i * seq, 0, (size_t)d * sizeof(float));
             memset(dv + i * seq, 0, (size_t)d * sizeof(float));
         }
-        for (int64_t i0 = 0; i0 < k->t; i0 += blk) {
-            int64_t m = k->t - i0 < blk ? k->t - i0 : blk, kend = block_keys(k, i0, m);
+        for (int64_t i0 = 0; i0 < t; i0 += blk) {
+            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
             block_probs(k, q, kt, i0, m, kend, p);
             /* dP = dO V^T */
-            prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .ldb = k->t};
+            prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
             x.c = dp, x.ldc = kend, x.alpha = 1.0f;
             product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
             block_dscores(k, p, dp, i0, m, kend);
             /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO */
-            x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kk, .ldb = seq};
+            x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
             x.c = dq + i0 * seq, x.ldc = seq, x.alpha = k->scale;
             product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
-            x = (prod){.a = dp, .sar = 1, .sak = kend, .b = q + i0 * seq, .ldb = seq};
+            pack(q + i0 * seq, seq, 1, m, d, qb);
+            x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
             x.c = dk, x.ldc = seq, x.alpha = k->scale, x.add = 1;
             product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
-            x = (prod){.a = p, .sar = 1, .sak = kend, .b = gy + i0 * seq_out, .ldb = seq_out};
+            pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
+            x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
             x.c = dv, x.ldc = seq, x.alpha = 1.0f, x.add = 1;
             product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
         }
