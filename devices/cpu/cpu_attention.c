@@ -108,16 +108,20 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
 /* dst = B (rows x n, B(p, l) = src[p * sp + l * sl]) in panels of TILE_N columns (the last one
  * narrower), each panel's rows contiguous: a product then reads B sequentially, where the rows of
  * q, k, v (a few KiB apart) would keep evicting each other from the L1 cache. */
+MW__CPU_CLONES
 static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t n, float *dst) {
     for (int64_t l = 0; l < n; l += TILE_N) {
         int64_t nc = n - l < TILE_N ? n - l : TILE_N;
         float *panel = dst + l * rows;
-        if (sl == 1)
+        if (sl == 1 && nc == TILE_N) /* a constant size: the copy inlines */
+            for (int64_t p = 0; p < rows; p++)
+                memcpy(panel + p * TILE_N, src + p * sp + l, TILE_N * sizeof(float));
+        else if (sl == 1)
             for (int64_t p = 0; p < rows; p++)
                 memcpy(panel + p * nc, src + p * sp + l, (size_t)nc * sizeof(float));
-        else
-            for (int64_t j = 0; j < nc; j++)
-                for (int64_t p = 0; p < rows; p++) panel[p * nc + j] = src[p * sp + (l + j) * sl];
+        else /* a panel row gathers from nc source rows: their cache misses overlap */
+            for (int64_t p = 0; p < rows; p++)
+                for (int64_t j = 0; j < nc; j++) panel[p * nc + j] = src[p * sp + (l + j) * sl];
     }
 }
 
