@@ -29,7 +29,7 @@ static inline float mw__row_max(const float *restrict a, int64_t n, float scale)
     memcpy(m, &mv, sizeof m);
     for (int l = 0; j < n; j++, l++) {
         float v = scale * a[j];
-        m[l] = (v > m[l]) | (v != v) ? v : m[l];
+        m[l] = v > m[l] || v != v ? v : m[l];
     }
     float r = m[0];
     for (int l = 1; l < 8; l++) r = m[l] > r || m[l] != m[l] ? m[l] : r;
