@@ -488,12 +488,15 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
         k.walk.stride[1][k.walk.rank] = lq.stride[i];
         k.walk.rank++;
     }
-    /* CPU: one block of probabilities (and of their gradients); GPU backward: the log-sum-exp
+    /* CPU: one block of probabilities (and of their gradients), and last a slice's k and v
+     * (backward also a block's q and dO) packed for its products; GPU backward: the log-sum-exp
      * and sum_j P_ij dP_ij of every row. */
     k.block = k.t < MW__ATTN_BLOCK ? k.t : MW__ATTN_BLOCK;
     k.slices = 1;
     for (int i = 0; i < k.walk.rank; i++) k.slices *= k.walk.dims[i];
-    k.scratch_elems = grad ? 2 * k.block * k.t + 2 * k.slices * k.t : k.block * k.t;
+    k.scratch_elems =
+        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + 3 * k.d * k.t + 2 * k.block * k.d
+             : k.block * k.t + 2 * k.d * k.t;
     int64_t soff = arena_alloc(&b->ar, k.scratch_elems);
     mw__ins *in = emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
     if (!in) return -1;

@@ -196,7 +196,8 @@ typedef struct mw__k_adamw {
  * position are contiguous. Forward: out_i = sum_j softmax_j(scale * q_i . k_j) v_j, over j <= i
  * when causal. Backward (grad): out is d(qkv), laid out like qkv, from gy = d(out); the scores
  * are recomputed. scratch holds scratch_elems floats the kernel may use as it likes: forward
- * MW__ATTN_BLOCK x T, backward twice that plus 2 per query row of every slice. */
+ * MW__ATTN_BLOCK x T plus 2 D x T, backward 2 MW__ATTN_BLOCK x (T + D) + 3 D x T plus 2 per
+ * query row of every slice. */
 #define MW__ATTN_BLOCK 64 /* query rows per block of scores */
 typedef struct mw__k_attention {
     int causal;

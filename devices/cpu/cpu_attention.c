@@ -1,16 +1,129 @@
 /* CPU fused self-attention (mw_attention). Per (batch, head) slice, queries are taken in blocks
- * of MW__ATTN_BLOCK rows; a block's scores against the keys it may see are one GEMM into a
- * block x T scratch, softmaxed row by row, and multiplied into the output by a second GEMM. With
- * a causal mask a block only meets the keys up to its last row, so the masked half of the score
- * matrix is never computed, and no Seq x Seq tensor outlives the kernel. The backward pass
- * recomputes each block's probabilities (bitwise the forward's), then forms dS = P * (dP - D)
- * with D_i = sum_j P_ij dP_ij, and accumulates dK and dV block after block in a fixed order: the
- * result is deterministic. */
-#include <cblas.h>
+ * of k->block rows; a block's scores against the keys it may see go into a block x T scratch,
+ * are softmaxed row by row, and multiplied into the output. With a causal mask a block only meets
+ * the keys up to its last row, and within the block every product stops at the diagonal (to the
+ * nearest micro tile), so the masked half is never computed and no Seq x Seq tensor outlives the
+ * kernel. The backward pass recomputes each block's probabilities (bitwise the forward's), then
+ * forms dS = P * (dP - D) with D_i = sum_j P_ij dP_ij, and accumulates dK and dV block after
+ * block in a fixed order: the result is deterministic.
+ *
+ * The products are this file's own register-tiled loops (six rows by sixteen columns of
+ * accumulators) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
+ * spends about as long packing and zeroing as multiplying, and it cannot stop at the diagonal
+ * inside a block. The keys and values of a slice (and a block's queries and dO) are packed once
+ * into the scratch (see pack), so that every product reads its B operand sequentially. */
 #include <string.h>
 
 #include "devices/cpu/cpu_nn.h"
 #include "devices/cpu/rows.h"
+
+#define TILE_N 16 /* output columns per micro tile: two AVX2 vectors, one AVX-512 vector */
+#define ALL ((int64_t)1 << 40) /* a product's limit that limits nothing */
+#define TILE_M 6               /* output rows per micro tile: 12 AVX2 accumulators */
+
+/* C = alpha * A B (add: C += alpha * A B) with A(r, p) = a[r * sar + p * sak] (row-major or
+ * transposed alike) and B packed by pack(): `rows` rows in panels of TILE_N columns. */
+typedef struct prod {
+    const float *a;
+    int64_t sar, sak;
+    const float *b;
+    int64_t rows;
+    float *c;
+    int64_t ldc;
+    float alpha;
+    int add;
+} prod;
+
+/* Rows [r, r + R) by columns [l, l + nc) of C over depth [p0, p1), summed in order of p. R is a
+ * constant after inlining, so a full tile's accumulators stay in registers. */
+static inline __attribute__((always_inline)) void micro(const prod *x, int R, int64_t r, int64_t l,
+                                                        int nc, int64_t p0, int64_t p1) {
+    const float *a = x->a + r * x->sar, *b = x->b + l * x->rows;
+    float *c = x->c + r * x->ldc + l;
+    if (nc == TILE_N) {
+        mw__v8 acc[TILE_M][2], b0, b1, y;
+        for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = (mw__v8){0};
+        for (int64_t p = p0; p < p1; p++) {
+            memcpy(&b0, b + p * TILE_N, sizeof b0);
+            memcpy(&b1, b + p * TILE_N + 8, sizeof b1);
+            for (int i = 0; i < R; i++) {
+                float av = a[i * x->sar + p * x->sak];
+                acc[i][0] += av * b0;
+                acc[i][1] += av * b1;
+            }
+        }
+        for (int i = 0; i < R; i++)
+            for (int h = 0; h < 2; h++) {
+                if (x->add)
+                    memcpy(&y, c + i * x->ldc + 8 * h, sizeof y);
+                else
+                    memset(&y, 0, sizeof y);
+                y += x->alpha * acc[i][h];
+                memcpy(c + i * x->ldc + 8 * h, &y, sizeof y);
+            }
+        return;
+    }
+    float acc[TILE_M][TILE_N] = {{0}};
+    for (int64_t p = p0; p < p1; p++) {
+        const float *bp = b + p * nc;
+        for (int i = 0; i < R; i++) {
+            float av = a[i * x->sar + p * x->sak];
+            for (int j = 0; j < nc; j++) acc[i][j] += av * bp[j];
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < nc; j++)
+            c[i * x->ldc + j] =
+                x->add ? c[i * x->ldc + j] + x->alpha * acc[i][j] : x->alpha * acc[i][j];
+}
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* C (m x n) = alpha op A B (add: +=). Row r of a micro tile starting at r0 sums the depth
+ * [r0 + lo, end + hi) clamped to [0, kn), and column tile l is computed from row l - cols on:
+ * the causal products pass the diagonal's offset there (and +-ALL for no limit), so they
+ * stop at the diagonal to the nearest micro tile. What a tile computes past a row's diagonal is
+ * left for the caller to ignore or overwrite. */
+MW__CPU_CLONES
+static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo, int64_t hi,
+                    int64_t cols) {
+    for (int64_t l = 0; l < n; l += TILE_N) {
+        int nc = n - l < TILE_N ? (int)(n - l) : TILE_N;
+        for (int64_t r = clamp(l - cols, 0, m); r < m;) {
+            int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
+            int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
+            if (p1 > p0 || !x->add) switch (R) {
+                case 6: micro(x, 6, r, l, nc, p0, p1); break;
+                case 5: micro(x, 5, r, l, nc, p0, p1); break;
+                case 4: micro(x, 4, r, l, nc, p0, p1); break;
+                case 3: micro(x, 3, r, l, nc, p0, p1); break;
+                case 2: micro(x, 2, r, l, nc, p0, p1); break;
+                default: micro(x, 1, r, l, nc, p0, p1); break;
+                }
+            r += R;
+        }
+    }
+}
+
+/* dst = B (rows x n, B(p, l) = src[p * sp + l * sl]) in panels of TILE_N columns (the last one
+ * narrower), each panel's rows contiguous: a product then reads B sequentially, where the rows of
+ * q, k, v (a few KiB apart) would keep evicting each other from the L1 cache. */
+MW__CPU_CLONES
+static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t n, float *dst) {
+    for (int64_t l = 0; l < n; l += TILE_N) {
+        int64_t nc = n - l < TILE_N ? n - l : TILE_N;
+        float *panel = dst + l * rows;
+        if (sl == 1 && nc == TILE_N) /* a constant size: the copy inlines */
+            for (int64_t p = 0; p < rows; p++)
+                memcpy(panel + p * TILE_N, src + p * sp + l, TILE_N * sizeof(float));
+        else if (sl == 1)
+            for (int64_t p = 0; p < rows; p++)
+                memcpy(panel + p * nc, src + p * sp + l, (size_t)nc * sizeof(float));
+        else /* a panel row gathers from nc source rows: their cache misses overlap */
+            for (int64_t p = 0; p < rows; p++)
+                for (int64_t j = 0; j < nc; j++) panel[p * nc + j] = src[p * sp + (l + j) * sl];
+    }
+}
 
 /* Offsets of slice s in operand 0 (out or gy) and operand 1 (qkv, and d(qkv) alike). */
 static void slice_offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
@@ -28,13 +141,20 @@ static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
     return k->causal ? i0 + m : k->t;
 }
 
-/* P (m x kend, row stride kend) = softmax of scale * q k^T over the keys each row may see; the
- * masked entries of the block's last columns are 0. */
+/* P (m x kend, row stride kend) = softmax of scale * q k^T (kt = k^T packed) over the keys each row
+ * may see; the masked entries of the block's last columns are 0. */
 MW__CPU_CLONES
-static void block_probs(const mw__k_attention *k, const float *q, const float *kk, int64_t i0,
+static void block_probs(const mw__k_attention *k, const float *q, const float *kt, int64_t i0,
                         int64_t m, int64_t kend, float *p) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kend, (int)k->d, k->scale,
-                q + i0 * k->seq_qkv, (int)k->seq_qkv, kk, (int)k->seq_qkv, 0.0f, p, (int)kend);
+    prod x = {.a = q + i0 * k->seq_qkv,
+              .sar = k->seq_qkv,
+              .sak = 1,
+              .b = kt,
+              .rows = k->d,
+              .c = p,
+              .ldc = kend,
+              .alpha = k->scale};
+    product(&x, m, kend, k->d, -ALL, ALL, k->causal ? i0 : ALL);
     for (int64_t r = 0; r < m; r++) {
         float *row = p + r * kend;
         int64_t n = k->causal ? i0 + r + 1 : kend;
@@ -43,20 +163,43 @@ static void block_probs(const mw__k_attention *k, const float *q, const float *k
     }
 }
 
+/* Depth limits (product's lo and hi) of a product whose rows are the block's queries and whose
+ * depth is the keys (causal: row r stops at key i0 + r), or the other way round (causal: key row
+ * j starts at query j - i0). */
+static int64_t keys_hi(const mw__k_attention *k, int64_t i0) { return k->causal ? i0 : ALL; }
+static int64_t queries_lo(const mw__k_attention *k, int64_t i0) { return k->causal ? -i0 : -ALL; }
+
+/* The packed operands lie at the end of the scratch: forward k^T and v (2 d x t floats),
+ * backward k^T, v^T, k (3 d x t) and a block's q and dO (2 block x d). */
+static float *packed(const mw__k_attention *k, int grad) {
+    int64_t n = grad ? 3 * k->d * k->t + 2 * k->block * k->d : 2 * k->d * k->t;
+    return k->scratch + k->scratch_elems - n;
+}
+
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block;
+    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, t = k->t, d = k->d;
+    float *kt = packed(k, 0), *vp = kt + d * t;
     for (int64_t s = 0; s < ns; s++) {
         int64_t oo, oq;
         slice_offsets(&k->walk, s, &oo, &oq);
-        const float *q = k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
+        const float *q = k->qkv + oq;
         float *out = k->out + oo;
-        for (int64_t i0 = 0; i0 < k->t; i0 += blk) {
-            int64_t m = k->t - i0 < blk ? k->t - i0 : blk, kend = block_keys(k, i0, m);
-            block_probs(k, q, kk, i0, m, kend, k->scratch);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)k->d, (int)kend,
-                        1.0f, k->scratch, (int)kend, v, (int)k->seq_qkv, 0.0f,
-                        out + i0 * k->seq_out, (int)k->seq_out);
+        pack(q + k->part, 1, seq, d, t, kt);
+        pack(q + 2 * k->part, seq, 1, t, d, vp);
+        for (int64_t i0 = 0; i0 < t; i0 += blk) {
+            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
+            block_probs(k, q, kt, i0, m, kend, k->scratch);
+            /* O = P V */
+            prod o = {.a = k->scratch,
+                      .sar = kend,
+                      .sak = 1,
+                      .b = vp,
+                      .rows = t,
+                      .c = out + i0 * k->seq_out,
+                      .ldc = k->seq_out,
+                      .alpha = 1.0f};
+            product(&o, m, d, kend, -ALL, keys_hi(k, i0), ALL);
         }
     }
     return MW_OK;
@@ -78,33 +221,43 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
 
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block;
-    const int seq = (int)k->seq_qkv, seq_out = (int)k->seq_out, d = (int)k->d;
-    float *p = k->scratch, *dp = k->scratch + blk * k->t;
+    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
+            t = k->t;
+    float *p = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
+          *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
     for (int64_t s = 0; s < ns; s++) {
         int64_t og, oq;
         slice_offsets(&k->walk, s, &og, &oq);
         const float *q = k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
         const float *gy = k->gy + og;
         float *dq = k->out + oq, *dk = dq + k->part, *dv = dq + 2 * k->part;
-        for (int64_t i = 0; i < k->t; i++) {
+        pack(kk, 1, seq, d, t, kt);
+        pack(v, 1, seq, d, t, vt);
+        pack(kk, seq, 1, t, d, kp);
+        for (int64_t i = 0; i < t; i++) {
             memset(dk + i * seq, 0, (size_t)d * sizeof(float));
             memset(dv + i * seq, 0, (size_t)d * sizeof(float));
         }
-        for (int64_t i0 = 0; i0 < k->t; i0 += blk) {
-            int64_t m = k->t - i0 < blk ? k->t - i0 : blk, kend = block_keys(k, i0, m);
-            block_probs(k, q, kk, i0, m, kend, p);
+        for (int64_t i0 = 0; i0 < t; i0 += blk) {
+            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
+            block_probs(k, q, kt, i0, m, kend, p);
             /* dP = dO V^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)kend, d, 1.0f,
-                        gy + i0 * seq_out, seq_out, v, seq, 0.0f, dp, (int)kend);
+            prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
+            x.c = dp, x.ldc = kend, x.alpha = 1.0f;
+            product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
             block_dscores(k, p, dp, i0, m, kend);
             /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, d, (int)kend, k->scale,
-                        dp, (int)kend, kk, seq, 0.0f, dq + i0 * seq, seq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kend, d, (int)m, k->scale, dp,
-                        (int)kend, q + i0 * seq, seq, 1.0f, dk, seq);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)kend, d, (int)m, 1.0f, p,
-                        (int)kend, gy + i0 * seq_out, seq_out, 1.0f, dv, seq);
+            x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
+            x.c = dq + i0 * seq, x.ldc = seq, x.alpha = k->scale;
+            product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
+            pack(q + i0 * seq, seq, 1, m, d, qb);
+            x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
+            x.c = dk, x.ldc = seq, x.alpha = k->scale, x.add = 1;
+            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
+            pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
+            x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
+            x.c = dv, x.ldc = seq, x.alpha = 1.0f, x.add = 1;
+            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
         }
     }
     return MW_OK;

@@ -7,20 +7,26 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "devices/cpu/simd.h"
 #include "devices/math.h"
 
-/* max of scale * a[j] over a row; a NaN anywhere makes it NaN. */
+/* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
+ * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
 static inline float mw__row_max(const float *restrict a, int64_t n, float scale) {
-    float m[8];
-    for (int l = 0; l < 8; l++) m[l] = -INFINITY;
+    mw__v8 mv;
+    for (int l = 0; l < 8; l++) mv[l] = -INFINITY;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float v = scale * a[j + l];
-            m[l] = v > m[l] || v != v ? v : m[l];
-        }
+    for (; j + 8 <= n; j += 8) {
+        mw__v8 v;
+        memcpy(&v, a + j, sizeof v);
+        v *= scale;
+        mw__v8i take = (v > mv) | (v != v);
+        mv = (mw__v8)(((mw__v8i)v & take) | ((mw__v8i)mv & ~take));
+    }
+    float m[8];
+    memcpy(m, &mv, sizeof m);
     for (int l = 0; j < n; j++, l++) {
         float v = scale * a[j];
         m[l] = v > m[l] || v != v ? v : m[l];

@@ -20,6 +20,13 @@
 #define MW__CPU_CLONES
 #endif
 
+/* Eight floats (and eight int32 lanes) as one vector: GCC/Clang vector extensions, so a loop the
+ * auto-vectoriser would leave scalar (a NaN-propagating max, a register-tiled product) is still
+ * vector code; the baseline build runs each as two SSE halves. Values pass through memcpy and
+ * pointers, never by value across a function boundary (that would depend on the vector unit). */
+typedef float mw__v8 __attribute__((vector_size(32)));
+typedef int32_t mw__v8i __attribute__((vector_size(32)));
+
 /* The eight lanes of an accumulator combined pairwise, always in the same order. */
 #define MW__SUM8(acc)                                                                              \
     ((((acc)[0] + (acc)[4]) + ((acc)[1] + (acc)[5])) +                                             \
