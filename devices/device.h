@@ -4,8 +4,8 @@
  * Threading: every function is called from the thread that runs the device (its worker thread;
  * for the first CPU device of a one-process mesh, whichever thread calls the trainer), except
  * alloc/free and the copies, which the host may also call while that thread is idle; a backend
- * binds its device itself where it has to (CUDA: cudaSetDevice). Kernels run in order on the device's stream;
- * sync() waits for all of them. */
+ * binds its device itself where it has to (CUDA: cudaSetDevice). Kernels run in order on the
+ * device's stream; sync() waits for all of them. */
 #ifndef MW__DEVICE_H
 #define MW__DEVICE_H
 
