@@ -65,6 +65,7 @@ mw_status mw_distributed_init(int *argc, char ***argv) {
 
 void mw_distributed_finalize(void) {
     if (initialised_here && mw__mpi_active()) MPI_Finalize();
+    if (!mw__mpi_active()) mw__mpi_exchange_release_abandoned(); /* nothing can land now */
     initialised_here = 0;
 }
 

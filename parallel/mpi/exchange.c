@@ -40,6 +40,7 @@
  * with the same sum_block, so a reduce-scatter gives the all-reduce's bits whatever the parts,
  * and the all-gather step alone copies parts from their owners (a broadcast is one part). */
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -142,10 +143,40 @@ mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int 
     return MW_OK;
 }
 
+/* Scratch that operations still in flight after a failure may yet receive into: kept until MPI is
+ * finalised (then nothing can land in it), and still reachable meanwhile. */
+typedef struct abandoned {
+    struct abandoned *next;
+    float *scratch;
+} abandoned;
+static abandoned *graveyard;
+static pthread_mutex_t graveyard_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void mw__mpi_exchange_release_abandoned(void) {
+    pthread_mutex_lock(&graveyard_mu);
+    while (graveyard) {
+        abandoned *a = graveyard;
+        graveyard = a->next;
+        mw__free(a->scratch);
+        mw__free(a);
+    }
+    pthread_mutex_unlock(&graveyard_mu);
+}
+
 void mw__mpi_exchange_free(mw__mpi_exchange *x) {
     if (!x) return;
-    /* Operations still in flight (after a failure) may yet receive into scratch: keep it. */
-    if (x->count == 0 && !x->parts_failed) mw__free(x->scratch);
+    if (x->count == 0 && !x->parts_failed) {
+        mw__free(x->scratch);
+    } else if (x->scratch) {
+        abandoned *a = mw__malloc(sizeof *a);
+        /* Without memory for the record the buffer stays allocated, unreachable: still safe. */
+        if (a) {
+            pthread_mutex_lock(&graveyard_mu);
+            *a = (abandoned){graveyard, x->scratch};
+            graveyard = a;
+            pthread_mutex_unlock(&graveyard_mu);
+        }
+    }
     mw__free(x->req);
     mw__free(x->preq);
     mw__free(x);

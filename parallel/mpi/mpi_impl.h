@@ -35,6 +35,9 @@ typedef struct mw__mpi_exchange mw__mpi_exchange;
 mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int *aborted,
                                _Atomic int *poisoned, const char *procs, mw__mpi_exchange **out);
 void mw__mpi_exchange_free(mw__mpi_exchange *x);
+/* Frees the scratch of exchanges freed while operations were still in flight (after a failure);
+ * call only once MPI is finalised. */
+void mw__mpi_exchange_release_abandoned(void);
 
 /* Starts the in-place sum of buf[0..n) over the processes; buf must not be read or written
  * until a wait returned. Every process starts the same all-reduces, in the same order, with the
