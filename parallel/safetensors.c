@@ -256,10 +256,13 @@ static mw_status metadata(parser *p) {
         if (f->nmeta == f->meta_cap) {
             char **m = mw__realloc(f->meta, (size_t)f->meta_cap * 4 * sizeof *m);
             if (!m) return mw__error(MW_ERR_NOMEM, "out of memory reading %s", f->label);
+            /* The new pairs start empty: a value that fails to parse is freed as NULL. */
+            memset(m + 2 * f->meta_cap, 0, (size_t)f->meta_cap * 2 * sizeof *m);
             f->meta = m;
             f->meta_cap *= 2;
         }
         char **kv = f->meta + 2 * f->nmeta;
+        kv[1] = NULL;
         if ((st = string(p, &kv[0]))) return st;
         f->nmeta++; /* owned from here on, freed with the file */
         if ((st = expect(p, ':', "':'")) || (st = string(p, &kv[1]))) return st;

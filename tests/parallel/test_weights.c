@@ -229,6 +229,10 @@ static const bad_case bad[] = {
     {"{\"a\xff\":1}", 0, {"UTF-8", "header byte"}},
     {"{\"\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, {"empty name", ""}},
     {"{\"__metadata__\":{\"a\":1}}", 0, {"a string", "header byte"}},
+    /* a bad value after the metadata table grew (its new slots once held garbage, then freed) */
+    {"{\"__metadata__\":{\"a\":\"1\",\"b\":\"2\",\"c\":\"3\",\"d\":\"4\",\"e\":5}}",
+     0,
+     {"a string", "header byte"}},
     {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, {"twice", ""}},
     {"{\"a\":[]}", 0, {"'a'", "'{'"}},
 };
