@@ -604,6 +604,40 @@ static int lower_node(builder *b, const mw_tensor *n) {
     return cannot_lower(n);
 }
 
+void mw__box_of(const mw__type *t, const mw__placement *pl, mw__box *out) {
+    memset(out, 0, sizeof *out);
+    out->rank = t->rank;
+    for (int i = 0; i < t->rank; i++) {
+        const mw__axis *a = &t->ax[i];
+        out->global[i] = out->len[i] = a->size;
+        if (a->mesh < 0) continue;
+        out->lo[i] = mw__split_lo(a->size, pl->size[a->mesh], pl->coord[a->mesh]);
+        out->len[i] = mw__split_len(a->size, pl->size[a->mesh], pl->coord[a->mesh]);
+    }
+}
+
+int64_t mw__box_run(const mw__box *b, int64_t e, int64_t to, int64_t *at) {
+    int64_t idx[MW_MAX_RANK] = {0}, rest = e, off = 0, stride = 1;
+    for (int i = b->rank - 1; i >= 0; i--) {
+        idx[i] = rest % b->len[i];
+        rest /= b->len[i];
+        off += (b->lo[i] + idx[i]) * stride;
+        stride *= b->global[i];
+    }
+    *at = off;
+    if (b->rank == 0) return to > e ? 1 : 0;
+    /* To the end of the last axis; then, while the run covers every inner axis from its start and
+     * those axes are whole in the array, over the rest of the next axis out. */
+    int i = b->rank - 1;
+    int64_t run = b->len[i] - idx[i], span = b->len[i];
+    while (i > 0 && b->len[i] == b->global[i] && run == span) {
+        i--;
+        run = (b->len[i] - idx[i]) * span;
+        span *= b->len[i];
+    }
+    return run < to - e ? run : to - e;
+}
+
 /* Where each input (or shard of it) lives on this device. */
 static int add_view(builder *b, const mw_tensor *n) {
     const mw_tensor *leaf = n;
@@ -613,29 +647,11 @@ static int add_view(builder *b, const mw_tensor *n) {
     memset(v, 0, sizeof *v);
     v->input = leaf->leaf;
     v->dtype = n->type.dtype;
-    v->rank = n->type.rank;
+    mw__box_of(&n->type, b->pl, &v->box);
     v->count = 1;
-    int64_t stride = 1;
-    int partial_seen = 0;
-    v->contiguous = 1;
-    for (int i = n->type.rank - 1; i >= 0; i--) {
-        const mw__axis *a = &n->type.ax[i];
-        v->global[i] = a->size;
-        if (a->mesh >= 0) {
-            int parts = b->pl->size[a->mesh], c = b->pl->coord[a->mesh];
-            v->lo[i] = mw__split_lo(a->size, parts, c);
-            v->len[i] = mw__split_len(a->size, parts, c);
-        } else {
-            v->lo[i] = 0;
-            v->len[i] = a->size;
-        }
-        /* Contiguous iff, going outwards, once an axis is cut every outer axis has length 1. */
-        if (partial_seen && v->len[i] != 1) v->contiguous = 0;
-        if (v->len[i] != v->global[i]) partial_seen = 1;
-        v->host_offset += v->lo[i] * stride;
-        stride *= a->size;
-        v->count *= v->len[i];
-    }
+    for (int i = 0; i < v->box.rank; i++) v->count *= v->box.len[i];
+    /* Contiguous iff the box is one run of the array. */
+    v->contiguous = mw__box_run(&v->box, 0, v->count, &v->host_offset) == v->count;
     b->ref[n->id] = mw__ref_at(MW__BASE_VIEW0 + p->nviews, n->type.dtype, 0);
     p->nviews++;
     return 0;

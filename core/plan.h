@@ -85,14 +85,24 @@ typedef struct mw__ins {
           * kernels with the pointers resolved from ref[] (parallel/executor.c) */
 } mw__ins;
 
-/* An input as one device sees it: a box of the host array (rows [lo, lo+len) of each axis). When
- * the box is contiguous in the host array, host-memory devices read it in place. */
+/* A device's box of a whole row-major array: rows [lo, lo + len) of each axis of sizes `global`
+ * (an input's shard, a split parameter, a sharded output). */
+typedef struct mw__box {
+    int rank;
+    int64_t global[MW_MAX_RANK], lo[MW_MAX_RANK], len[MW_MAX_RANK];
+} mw__box;
+
+/* The run of the box's elements that starts at element e (counted row-major within the box) and
+ * is contiguous in the whole array too, cut at element `to`: its length, and in *at the whole
+ * array's element where it starts. Consecutive runs from 0 walk the box in order. */
+int64_t mw__box_run(const mw__box *b, int64_t e, int64_t to, int64_t *at);
+
+/* An input as one device sees it: a box of the host array. When the box is contiguous in the host
+ * array, host-memory devices read it in place. */
 typedef struct mw__view {
     int input; /* input leaf index */
     mw_dtype dtype;
-    int rank;
-    int64_t global[MW_MAX_RANK];
-    int64_t lo[MW_MAX_RANK], len[MW_MAX_RANK];
+    mw__box box;
     int64_t count;       /* local elements */
     int64_t host_offset; /* element offset of the box's first element */
     int contiguous;
@@ -111,6 +121,9 @@ typedef struct mw__placement {
     int size[MW__MAX_MESH_NAMES];  /* devices along that mesh axis */
     int coord[MW__MAX_MESH_NAMES]; /* this device's coordinate along it */
 } mw__placement;
+
+/* The box of a tensor of type t that the device at placement pl holds. */
+void mw__box_of(const mw__type *t, const mw__placement *pl, mw__box *out);
 
 typedef struct mw__plan {
     mw__ins *ins;

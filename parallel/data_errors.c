@@ -29,14 +29,15 @@ mw_status mw__explain_index_error(worker *w, const mw__ins *in, mw_status st) {
     if (bad == n) return st;
     /* The local position, as coordinates in the device's box, then in the whole input. */
     int64_t idx[MW_MAX_RANK], rest = bad, global = 0, stride = 1;
-    for (int i = v->rank - 1; i >= 0; i--) {
-        idx[i] = v->lo[i] + rest % v->len[i];
-        rest /= v->len[i];
+    const mw__box *b = &v->box;
+    for (int i = b->rank - 1; i >= 0; i--) {
+        idx[i] = b->lo[i] + rest % b->len[i];
+        rest /= b->len[i];
         global += idx[i] * stride;
-        stride *= v->global[i];
+        stride *= b->global[i];
     }
     char where[160] = "", *p = where;
-    for (int i = 0; i < v->rank && p < where + sizeof where - 24; i++)
+    for (int i = 0; i < b->rank && p < where + sizeof where - 24; i++)
         p += snprintf(p, (size_t)(where + sizeof where - p), "%s%lld", i ? ", " : "",
                       (long long)idx[i]);
     const char *name = "?";

@@ -210,34 +210,17 @@ mw_status mw__executor_init(worker *w) {
  * run at a time. */
 static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst,
                             int dst_on_host) {
-    int r = v->rank;
-    /* Innermost run: trailing axes that are whole, plus the first cut one. */
-    int inner = r - 1;
-    int64_t run = r ? v->len[r - 1] : 1;
-    while (inner > 0 && v->len[inner] == v->global[inner]) run *= v->len[--inner];
-    if (inner < 0) inner = 0;
-    int64_t stride[MW_MAX_RANK], s = 1;
-    for (int i = r - 1; i >= 0; i--) {
-        stride[i] = s;
-        s *= v->global[i];
-    }
-    int64_t idx[MW_MAX_RANK] = {0}, esize = mw__dtype_bytes(v->dtype);
-    size_t bytes = (size_t)(run * esize);
-    for (int64_t done = 0; done < v->count; done += run) {
-        int64_t off = 0;
-        for (int i = 0; i < inner; i++) off += (v->lo[i] + idx[i]) * stride[i];
-        if (r) off += v->lo[inner] * stride[inner];
+    int64_t esize = mw__dtype_bytes(v->dtype);
+    for (int64_t e = 0, at, run; e < v->count; e += run) {
+        run = mw__box_run(&v->box, e, v->count, &at);
+        size_t bytes = (size_t)(run * esize);
         if (dst_on_host) {
-            memcpy(dst, host + off * esize, bytes);
+            memcpy(dst, host + at * esize, bytes);
         } else {
-            mw_status st = w->dev.vt->upload(&w->dev, dst, host + off * esize, bytes);
+            mw_status st = w->dev.vt->upload(&w->dev, dst, host + at * esize, bytes);
             if (st) return st;
         }
         dst += bytes;
-        for (int i = inner - 1; i >= 0; i--) {
-            if (++idx[i] < v->len[i]) break;
-            idx[i] = 0;
-        }
     }
     return MW_OK;
 }

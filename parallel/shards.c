@@ -17,54 +17,19 @@ int mw__param_sharded(const mw_tensor *p) {
 }
 
 void mw__type_box(const mw_trainer *tr, int d, const mw__type *t, mw__box *out) {
-    memset(out, 0, sizeof *out);
-    out->rank = t->rank;
-    for (int i = 0; i < t->rank; i++) {
-        const mw__axis *a = &t->ax[i];
-        out->global[i] = a->size;
-        out->lo[i] = 0;
-        out->len[i] = a->size;
-        if (a->mesh < 0) continue;
-        int axis = tr->mesh_axis_of[a->mesh];
-        int parts = tr->mesh->axis_size[axis], c = mw__mesh_coord(tr->mesh, d, axis);
-        out->lo[i] = mw__split_lo(a->size, parts, c);
-        out->len[i] = mw__split_len(a->size, parts, c);
-    }
+    mw__placement pl;
+    mw__trainer_placement(tr, d, &pl);
+    mw__box_of(t, &pl, out);
 }
 
 void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, float *global,
                   int to_global) {
-    if (from >= to) return;
-    if (b->rank == 0) {
-        if (to_global)
-            global[0] = local[0];
-        else
-            local[0] = global[0];
-        return;
-    }
-    int last = b->rank - 1;
-    int64_t idx[MW_MAX_RANK], stride[MW_MAX_RANK];
-    int64_t rest = from;
-    for (int i = last; i >= 0; i--) {
-        idx[i] = rest % b->len[i];
-        rest /= b->len[i];
-        stride[i] = i == last ? 1 : stride[i + 1] * b->global[i + 1];
-    }
-    for (int64_t e = from; e < to;) {
-        int64_t run = b->len[last] - idx[last];
-        if (run > to - e) run = to - e;
-        int64_t at = 0;
-        for (int i = 0; i <= last; i++) at += (b->lo[i] + idx[i]) * stride[i];
+    for (int64_t e = from, at, run; e < to; e += run) {
+        run = mw__box_run(b, e, to, &at);
         if (to_global)
             memcpy(global + at, local + (e - from), (size_t)run * sizeof(float));
         else
             memcpy(local + (e - from), global + at, (size_t)run * sizeof(float));
-        e += run;
-        idx[last] += run;
-        for (int i = last; i > 0 && idx[i] == b->len[i]; i--) {
-            idx[i] = 0;
-            idx[i - 1]++;
-        }
     }
 }
 

@@ -11,12 +11,6 @@
 
 #include "parallel/trainer_impl.h"
 
-/* A device's box of a parameter: rows [lo, lo + len) of each axis of sizes `global`. */
-typedef struct mw__box {
-    int rank;
-    int64_t global[MW_MAX_RANK], lo[MW_MAX_RANK], len[MW_MAX_RANK];
-} mw__box;
-
 /* Which of a parameter's values a transfer moves. */
 typedef enum mw__held {
     MW__HELD_PARAMS,  /* the parameter */

@@ -79,6 +79,15 @@ static mw_status reduce_over_model_axes(mw_trainer *tr) {
     return MW_OK;
 }
 
+void mw__trainer_placement(const mw_trainer *tr, int d, mw__placement *out) {
+    *out = (mw__placement){.nmesh = tr->g->nmesh_names};
+    for (int m = 0; m < tr->g->nmesh_names; m++) {
+        int a = tr->mesh_axis_of[m];
+        out->size[m] = tr->mesh->axis_size[a];
+        out->coord[m] = mw__mesh_coord(tr->mesh, d, a);
+    }
+}
+
 /* Resolves the graph's mesh names to mesh axes and checks that every sharded axis can be placed. */
 static mw_status place(mw_trainer *tr) {
     const mw_graph *g = tr->g;
@@ -466,12 +475,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
                               .ordinal = mesh->ordinal[d],
                               .pin = cores_ok ? mesh->ndevices : 0};
         snprintf(w->dev.name, sizeof w->dev.name, "%s", mesh->device_name[d]);
-        mw__placement pl = {.nmesh = g->nmesh_names};
-        for (int m = 0; m < g->nmesh_names; m++) {
-            int a = tr->mesh_axis_of[m];
-            pl.size[m] = mesh->axis_size[a];
-            pl.coord[m] = mw__mesh_coord(mesh, d, a);
-        }
+        mw__placement pl;
+        mw__trainer_placement(tr, d, &pl);
         if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
                                  mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
             return st;

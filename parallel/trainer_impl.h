@@ -161,6 +161,10 @@ struct mw_trainer {
     uint32_t zero_axes;
 };
 
+/* How device d of the trainer's mesh sits along each of the graph's mesh names (once place() has
+ * resolved them to mesh axes). */
+void mw__trainer_placement(const mw_trainer *tr, int d, mw__placement *out);
+
 /* Makes a forward-only trainer computing config->outputs (infer.c); params_from as above. */
 mw_status mw__trainer_new_forward(mw_graph *graph, mw_mesh *mesh, const mw_trainer_config *config,
                                   mw_trainer *params_from, mw_trainer **out);
