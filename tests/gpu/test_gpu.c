@@ -36,18 +36,12 @@ Test(gpu_host, reducer_selection_without_cuda) {
 #else
 
 #include "devices/cuda/cuda.h"
+#include "gpu_test.h"
 
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
         need_gpu();                                                                                \
         start();                                                                                   \
-    } while (0)
-
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        mw_status st_ = (call);                                                                    \
-        cr_assert_eq(st_, MW_OK, "%s returned %s: %s", #call, mw_status_name(st_),                 \
-                     mw_last_error());                                                             \
     } while (0)
 
 /* --- harness ---------------------------------------------------------------------------------- */
@@ -67,14 +61,6 @@ static mw__device make_device(const mw__device_vtable *vt, const char *name, int
     d.index = index;
     d.ordinal = ordinal;
     return d;
-}
-
-/* Skips the test without a GPU; fails it instead when MESHWIT_REQUIRE_GPU is set. */
-static void need_gpu(void) {
-    int n = 0;
-    mw_status st = mw__cuda_probe(&n);
-    cr_assert_eq(st, MW_OK, "%s", mw_last_error());
-    if (n == 0) cr_skip("no CUDA device: mw__cuda_probe found none, so the GPU tests are skipped");
 }
 
 static void start(void) {

@@ -19,23 +19,9 @@
 #ifdef MESHWIT_HAVE_CUDA
 
 #include "devices/cuda/cuda.h"
+#include "gpu_test.h"
 
 #define MAXR 4
-
-#define OK(call)                                                                                   \
-    do {                                                                                           \
-        mw_status st_ = (call);                                                                    \
-        cr_assert_eq(st_, MW_OK, "%s returned %s: %s", #call, mw_status_name(st_),                 \
-                     mw_last_error());                                                             \
-    } while (0)
-
-/* Skips the test without a GPU; fails it when MESHWIT_REQUIRE_GPU is set and none is usable. */
-static int need_gpu(void) {
-    int n = 0;
-    cr_assert_eq(mw__cuda_probe(&n), MW_OK, "%s", mw_last_error());
-    if (n == 0) cr_skip("no CUDA device: mw__cuda_probe found none, so the GPU tests are skipped");
-    return n;
-}
 
 enum op { AR, RS, AG, BC };
 

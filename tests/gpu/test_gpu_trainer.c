@@ -24,6 +24,7 @@
 
 #ifdef MESHWIT_HAVE_CUDA
 #include "devices/cuda/cuda.h"
+#include "gpu_test.h"
 
 #define STEPS 10
 #define BATCH 4
@@ -77,12 +78,6 @@ static int list_tensors(tensor *t) {
     cr_assert_eq(off, gpt2_num_params(&cfg), "the tensor list covers %lld of %lld parameters",
                  (long long)off, (long long)gpt2_num_params(&cfg));
     return (int)n;
-}
-
-static void need_gpu(void) {
-    int n = 0;
-    cr_assert_eq(mw__cuda_probe(&n), MW_OK, "%s", mw_last_error());
-    if (n == 0) cr_skip("no CUDA device: the GPU trainer tests are skipped");
 }
 
 /* Token stream of a fixed seed: ids in [0, vocab). */
