@@ -112,7 +112,7 @@ const char *mw__axis_label(const mw_graph *g, const mw__axis *a, char *buf, size
     return buf;
 }
 
-static const char *dtype_name(mw_dtype d) {
+const char *mw__dtype_name(mw_dtype d) {
     switch (d) {
     case MW_F32: return "f32";
     case MW_BF16: return "bf16";
@@ -124,7 +124,7 @@ static const char *dtype_name(mw_dtype d) {
 
 char *mw__type_describe(const mw_graph *g, const mw__type *t, char *buf, size_t size) {
     if (!size) return buf;
-    size_t n = (size_t)snprintf(buf, size, "%s[", dtype_name(t->dtype));
+    size_t n = (size_t)snprintf(buf, size, "%s[", mw__dtype_name(t->dtype));
     for (int i = 0; i < t->rank && n < size; i++) {
         char label[2 * MW_MAX_NAME];
         n += (size_t)snprintf(buf + n, size - n, "%s%s=%lld", i ? ", " : "",
@@ -175,7 +175,7 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
     }
     if (dtype != MW_F32 && dtype != MW_I32) {
         mw__graph_fail(g, MW_ERR_UNSUPPORTED, "%s '%s': dtype %s is not supported yet", what, name,
-                       dtype_name(dtype));
+                       mw__dtype_name(dtype));
         return -1;
     }
     if (axes.rank < 0 || axes.rank > MW_MAX_RANK) {

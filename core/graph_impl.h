@@ -99,6 +99,9 @@ struct mw_graph {
     char error[512];
 };
 
+/* "f32", "bf16", "i32", "u16"; "?" for a value out of range. */
+const char *mw__dtype_name(mw_dtype d);
+
 /* The op's name ("contract", "gelu_grad", "attention", ...), "?" for a value out of range. */
 const char *mw__op_name(int op);
 

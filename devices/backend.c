@@ -153,12 +153,7 @@ mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
         return mw__error(MW_ERR_UNSUPPORTED,
                          "device %s (%s backend) does not support op %s on %s (graph node %d, "
                          "%s)%s",
-                         device, b->name, what,
-                         dtype == MW_F32    ? "f32"
-                         : dtype == MW_I32  ? "i32"
-                         : dtype == MW_BF16 ? "bf16"
-                                            : "u16",
-                         in->node, node, hint);
+                         device, b->name, what, mw__dtype_name(dtype), in->node, node, hint);
     }
     return MW_OK;
 }
