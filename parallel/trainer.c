@@ -153,26 +153,17 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
     if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
     if (grads && tr->forward_only)
         return mw__error(MW_ERR_STATE, "an inference program computes no gradients");
-    if (tr->sharded_params) /* the flat layouts differ between shards */
-        return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
-    worker *w = &tr->w[tr->first];
-    const char *base = grads ? w->grads : w->params;
-    if (!grads || !tr->zero1)
-        return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
-    /* ZeRO-1: each device holds the summed gradients of its own slice only. */
-    if (tr->nlocal < tr->nworkers)
+    if (grads && tr->zero1 && tr->nlocal < tr->nworkers)
         return mw__error(MW_ERR_UNSUPPORTED,
                          "mw_trainer_read_grad: with shard_optimizer on a mesh spanning processes "
                          "the gradients of other processes' slices are not gathered");
-    for (int d = 0; d < tr->nworkers; d++) {
-        int64_t lo, hi;
-        w = &tr->w[d];
-        if (mw__own_part(w, s, &lo, &hi) &&
-            (st = w->dev.vt->download(&w->dev, dst + (lo - s->off), (char *)w->grads + lo * 4,
-                                      (size_t)(hi - lo) * 4)))
-            return st;
-    }
-    return MW_OK;
+    /* Split parameters (the flat layouts differ between shards) and ZeRO-1's gradients (each
+     * device holds the sums of its own slice) are gathered from the devices holding them. */
+    if (tr->sharded_params || (grads && tr->zero1))
+        return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
+    worker *w = &tr->w[tr->first];
+    const char *base = grads ? w->grads : w->params;
+    return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
 }
 
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count) {
