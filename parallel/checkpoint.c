@@ -71,49 +71,19 @@ static int64_t whole_elems(const mw_trainer *tr) {
     return n;
 }
 
-/* Copies between the flat host image (params, then m, then v, each in declaration order) and the
- * devices. Parameters: from device 0 when saving, into every device when loading. Moments: each
- * device holds those of its slice [own_lo, own_hi) (all of them unless ZeRO-1), so saving
- * gathers them from the slices' owners and loading scatters them; the file is the same in both
- * modes and on every mesh. */
+/* Copies between the host image (params, then m, then v, each parameter whole in declaration
+ * order) and the devices. Saving reads each value from the first of this process's devices that
+ * holds it (moments: the owner of their slice with ZeRO-1; a split parameter: its shards);
+ * loading writes every device's part. The file is the same in every mode and on every mesh. */
 static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
                           int moments, int to_devices) {
-    if (tr->sharded_params) { /* whole tensors, gathered from and scattered to their shards */
-        for (int part = 0; part <= moments; part++)
-            for (int p = 0; p < nparams; p++) {
-                mw__held held = part ? MW__HELD_MOMENT0 + (part - 1) : MW__HELD_PARAMS;
-                mw_status st = mw__param_transfer(tr, params[p], held, image, to_devices);
-                if (st) return st;
-                image += mw__type_numel(&params[p]->type);
-            }
-        return MW_OK;
-    }
-    int64_t elems = tr->w[tr->first].plan.param_elems;
-    int last = to_devices || tr->zero1 ? tr->first + tr->nlocal : tr->first + 1;
-    for (int d = tr->first; d < last; d++) {
-        worker *w = &tr->w[d];
-        int64_t own = w->own_hi - w->own_lo;
-        for (int part = 0; part <= moments; part++) {
-            if (part == 0 && !to_devices && d != tr->first) continue;
-            float *img = image + part * elems;
-            for (int p = 0; p < nparams; p++) {
-                const mw__param_slot *s = &w->plan.params[params[p]->leaf];
-                int64_t lo = s->off, hi = s->off + s->count;
-                char *at = (char *)w->params + lo * 4;
-                if (part > 0 && mw__own_part(w, s, &lo, &hi))
-                    at = (char *)w->moments + ((part - 1) * own + lo - w->own_lo) * 4;
-                else if (part > 0)
-                    hi = lo;
-                float *from = img + (lo - s->off);
-                size_t bytes = (size_t)(hi - lo) * 4;
-                mw_status st = hi == lo     ? MW_OK
-                               : to_devices ? w->dev.vt->upload(&w->dev, at, from, bytes)
-                                            : w->dev.vt->download(&w->dev, from, at, bytes);
-                if (st) return st;
-                img += s->count;
-            }
+    for (int part = 0; part <= moments; part++)
+        for (int p = 0; p < nparams; p++) {
+            mw__held held = part ? MW__HELD_MOMENT0 + (part - 1) : MW__HELD_PARAMS;
+            mw_status st = mw__param_transfer(tr, params[p], held, image, to_devices);
+            if (st) return st;
+            image += mw__type_numel(&params[p]->type);
         }
-    }
     return MW_OK;
 }
 

@@ -33,41 +33,48 @@ void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, floa
     }
 }
 
-int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
-    int splits[MW_MAX_MESH_AXES] = {0};
-    for (int i = 0; i < p->type.rank; i++)
-        if (p->type.ax[i].mesh >= 0) splits[tr->mesh_axis_of[p->type.ax[i].mesh]] = 1;
-    /* With ZeRO-1 the devices along the data axes own different parts of the state. */
-    for (int a = 0; tr->zero1 && held != MW__HELD_PARAMS && a < tr->mesh->naxes; a++)
-        if (tr->zero_axes & (1u << a)) splits[a] = 1;
-    for (int a = 0; a < tr->mesh->naxes; a++)
-        if (!splits[a] && mw__mesh_coord(tr->mesh, d, a) != 0) return 0;
-    return 1;
+/* The part of slot s's values (`held`) that device w holds: the flat range [*lo, *hi) (empty when
+ * it holds none). */
+static void held_part(const worker *w, const mw__param_slot *s, mw__held held, int64_t *lo,
+                      int64_t *hi) {
+    *lo = s->off;
+    *hi = s->off + s->count;
+    if (held == MW__HELD_PARAMS || (held == MW__HELD_GRADS && !w->tr->zero1)) return;
+    if (!mw__own_part(w, s, lo, hi)) *hi = *lo;
 }
 
 /* Where device w holds `held` values of slot s: the flat range [*lo, *hi) and its address. */
 static char *held_range(worker *w, const mw__param_slot *s, mw__held held, int64_t *lo,
                         int64_t *hi) {
-    *lo = s->off;
-    *hi = s->off + s->count;
-    if (held == MW__HELD_PARAMS) return (char *)w->params + s->off * 4;
-    if (held == MW__HELD_GRADS && !w->tr->zero1) return (char *)w->grads + s->off * 4;
-    if (!mw__own_part(w, s, lo, hi)) {
-        *hi = *lo;
-        return NULL;
-    }
+    held_part(w, s, held, lo, hi);
+    if (held == MW__HELD_PARAMS) return (char *)w->params + *lo * 4;
     if (held == MW__HELD_GRADS) return (char *)w->grads + *lo * 4;
     int64_t own = w->own_hi - w->own_lo;
     return (char *)w->moments + ((int64_t)(held - MW__HELD_MOMENT0) * own + *lo - w->own_lo) * 4;
 }
 
+int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
+    const mw__param_slot *s = &tr->w[d].plan.params[p->leaf];
+    int64_t lo, hi;
+    held_part(&tr->w[d], s, held, &lo, &hi);
+    if (lo == hi) return 0;
+    mw__box mine, other;
+    mw__type_box(tr, d, &p->type, &mine);
+    for (int e = tr->first; e < d; e++) {
+        const mw__param_slot *t = &tr->w[e].plan.params[p->leaf];
+        int64_t elo, ehi;
+        held_part(&tr->w[e], t, held, &elo, &ehi);
+        mw__type_box(tr, e, &p->type, &other);
+        if (elo - t->off == lo - s->off && ehi - t->off == hi - s->off &&
+            memcmp(mine.lo, other.lo, sizeof mine.lo) == 0)
+            return 0; /* an earlier device holds the same values */
+    }
+    return 1;
+}
+
 mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, float *global,
                              int write) {
-    int64_t most = 0;
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++)
-        if (tr->w[d].plan.params[p->leaf].count > most) most = tr->w[d].plan.params[p->leaf].count;
-    float *tmp = mw__malloc((size_t)(most ? most : 1) * sizeof *tmp);
-    if (!tmp) return mw__error(MW_ERR_NOMEM, "out of memory moving parameter '%s'", p->name);
+    float *tmp = NULL; /* a box that is not one run of the whole array passes through it */
     mw_status st = MW_OK;
     for (int d = tr->first; d < tr->first + tr->nlocal && st == MW_OK; d++) {
         worker *w = &tr->w[d];
@@ -79,6 +86,20 @@ mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, 
         mw__box box;
         mw__type_box(tr, d, &p->type, &box);
         size_t bytes = (size_t)(hi - lo) * 4;
+        int64_t whole_at;
+        if (mw__box_run(&box, lo - s->off, hi - s->off, &whole_at) == hi - lo) {
+            st = write ? w->dev.vt->upload(&w->dev, at, global + whole_at, bytes)
+                       : w->dev.vt->download(&w->dev, global + whole_at, at, bytes);
+            continue;
+        }
+        if (!tmp) {
+            int64_t most = 1;
+            for (int e = tr->first; e < tr->first + tr->nlocal; e++)
+                if (tr->w[e].plan.params[p->leaf].count > most)
+                    most = tr->w[e].plan.params[p->leaf].count;
+            if (!(tmp = mw__malloc((size_t)most * sizeof *tmp)))
+                return mw__error(MW_ERR_NOMEM, "out of memory moving parameter '%s'", p->name);
+        }
         if (write) {
             mw__box_copy(&box, lo - s->off, hi - s->off, tmp, global, 0);
             st = w->dev.vt->upload(&w->dev, at, tmp, bytes);

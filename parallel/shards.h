@@ -33,8 +33,9 @@ void mw__box_copy(const mw__box *b, int64_t from, int64_t to, float *local, floa
 
 /* Moves `held` values of parameter p between the whole host array `global` (numel of p's global
  * type) and this process's devices: write scatters every device's box into it; read gathers the
- * boxes from as few devices as hold all of them. Moments and, with ZeRO-1, gradients are read
- * from and written to the devices that own them. */
+ * boxes from as few devices as hold all of them (mw__param_reader). Moments and, with ZeRO-1,
+ * gradients are read from and written to the devices that own them. A part that is one run of
+ * the whole array moves directly, without a host copy. */
 mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, float *global,
                              int write);
 
@@ -49,9 +50,9 @@ mw_status mw__param_init_boxes(const mw_trainer *tr, float *const *dst);
  * the partials of the devices that together hold each element once. */
 mw_status mw__grad_norm_sharded(worker *w, float *norm);
 
-/* Device d is the one read for parameter p's `held` values among those holding the same box:
- * its coordinate is 0 along every mesh axis that neither splits p nor (moments and ZeRO-1
- * gradients) splits the optimizer state. */
+/* Device d is the first of this process's devices to hold its part of parameter p's `held` values
+ * (the same box of p, and with ZeRO-1 the same slice of the moments or gradients): reading each
+ * such device once gathers the whole tensor. */
 int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held);
 
 #endif

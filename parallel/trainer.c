@@ -126,10 +126,9 @@ mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
     return run_command(tr, CMD_EVAL, feeds, nfeeds, loss);
 }
 
-/* The parameter called name, whose whole tensor must have count elements; its slot on the first
- * local device in *out. */
+/* The parameter called name, whose whole tensor must have count elements. */
 static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
-                            const mw__param_slot **out, const mw_tensor **param) {
+                            const mw_tensor **param) {
     if (!tr || !name) return mw__error(MW_ERR_INVALID, "trainer or parameter name is NULL");
     for (int i = 0; i < tr->g->nnodes; i++) {
         const mw_tensor *t = tr->g->nodes[i];
@@ -138,7 +137,6 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
         if (whole != count)
             return mw__error(MW_ERR_SHAPE, "parameter '%s' has %lld elements, not %lld", name,
                              (long long)whole, (long long)count);
-        *out = &tr->w[tr->first].plan.params[t->leaf];
         *param = t;
         return MW_OK;
     }
@@ -146,9 +144,8 @@ static mw_status find_param(mw_trainer *tr, const char *name, int64_t count,
 }
 
 static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t count, int grads) {
-    const mw__param_slot *s;
     const mw_tensor *p;
-    mw_status st = find_param(tr, name, count, &s, &p);
+    mw_status st = find_param(tr, name, count, &p);
     if (st) return st;
     if (count && !dst) return mw__error(MW_ERR_INVALID, "destination is NULL");
     if (grads && tr->forward_only)
@@ -157,13 +154,7 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
         return mw__error(MW_ERR_UNSUPPORTED,
                          "mw_trainer_read_grad: with shard_optimizer on a mesh spanning processes "
                          "the gradients of other processes' slices are not gathered");
-    /* Split parameters (the flat layouts differ between shards) and ZeRO-1's gradients (each
-     * device holds the sums of its own slice) are gathered from the devices holding them. */
-    if (tr->sharded_params || (grads && tr->zero1))
-        return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
-    worker *w = &tr->w[tr->first];
-    const char *base = grads ? w->grads : w->params;
-    return w->dev.vt->download(&w->dev, dst, base + s->off * 4, (size_t)count * 4);
+    return mw__param_transfer(tr, p, grads ? MW__HELD_GRADS : MW__HELD_PARAMS, dst, 0);
 }
 
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count) {
@@ -176,19 +167,11 @@ mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int
 
 mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
                                  int64_t count) {
-    const mw__param_slot *s;
     const mw_tensor *p;
-    mw_status st = find_param(tr, name, count, &s, &p);
+    mw_status st = find_param(tr, name, count, &p);
     if (st) return st;
     if (count && !src) return mw__error(MW_ERR_INVALID, "source is NULL");
-    if (tr->sharded_params) /* only read from src */
-        return mw__param_transfer(tr, p, MW__HELD_PARAMS, (float *)(uintptr_t)src, 1);
-    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
-        worker *w = &tr->w[i];
-        st = w->dev.vt->upload(&w->dev, (char *)w->params + s->off * 4, src, (size_t)count * 4);
-        if (st) return st;
-    }
-    return MW_OK;
+    return mw__param_transfer(tr, p, MW__HELD_PARAMS, (float *)(uintptr_t)src, 1); /* reads src */
 }
 
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,

@@ -253,9 +253,6 @@ static mw_status plan_shard_slices(mw_trainer *tr) {
         tr->zero1 ? mw__zero1_collectives(tr->reducer, tr->reducer, tr->mesh->desc) : MW_OK;
     if (st) return st;
     tr->zero_group = gi;
-    tr->zero_axes = 0;
-    for (int m = 0; gi >= 0 && m < tr->g->nmesh_names; m++)
-        if (tr->groups[gi].mask & (1u << m)) tr->zero_axes |= 1u << tr->mesh_axis_of[m];
     int n = tr->nworkers, parts = gi >= 0 ? n / tr->groups[gi].ncomms : 1;
     tr->slices = mw__calloc((size_t)(n + 1), sizeof *tr->slices); /* per device instead */
     if (!tr->slices) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
@@ -284,7 +281,6 @@ static mw_status cut_slices(mw_trainer *tr);
  * several devices, turns ZeRO-1 on once the reducers and gradient groups allow it. */
 static mw_status plan_slices(mw_trainer *tr) {
     tr->zero1 = tr->cfg.shard_optimizer && !tr->forward_only && tr->nworkers > 1;
-    tr->zero_axes = ~0u;
     return tr->sharded_params ? plan_shard_slices(tr) : cut_slices(tr);
 }
 

@@ -155,10 +155,9 @@ struct mw_trainer {
      * values (during start-up only). */
     int sharded_params;
     float **init_boxes;
-    /* ZeRO-1: the reduction group whose devices share optimizer state (with sharded parameters;
-     * otherwise the group spans the mesh), and its mesh axes (bit per mesh axis). */
+    /* ZeRO-1 with sharded parameters: the reduction group whose devices share optimizer state
+     * (without them the group spans the mesh). */
     int zero_group;
-    uint32_t zero_axes;
 };
 
 /* How device d of the trainer's mesh sits along each of the graph's mesh names (once place() has
