@@ -237,16 +237,14 @@ mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tens
 }
 
 /* The host scratch of the replica check: one replica's parameters, and per-parameter checksums
- * of the first device, of another device and of every process. */
+ * of every local device and of every process. */
 static mw_status replica_scratch(mw_trainer *tr) {
     if (tr->replica_buf) return MW_OK;
     size_t np = (size_t)tr->g->nparams + 1, nprocs = (size_t)tr->mesh->nprocs;
     int64_t most = 0;
     for (int d = tr->first; d < tr->first + tr->nlocal; d++)
         if (tr->w[d].plan.param_elems > most) most = tr->w[d].plan.param_elems;
-    /* With sharded parameters every local device's checksums are kept (its replicas are the
-     * devices holding the same boxes). */
-    size_t keep = tr->sharded_params ? (size_t)tr->nlocal : 2;
+    size_t keep = (size_t)tr->nlocal; /* every local device's checksums */
     tr->replica_buf = mw__malloc((size_t)(most + 1) * sizeof(float));
     tr->replica_sums = mw__malloc(np * (keep + nprocs) * sizeof(uint64_t));
     if (tr->replica_buf && tr->replica_sums) return MW_OK;
@@ -275,72 +273,42 @@ static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
     return NULL;
 }
 
-/* With sharded parameters (one process): each device's boxes against those of the first device
- * holding the same box. */
-static mw_status check_shard_replicas(mw_trainer *tr) {
-    int np = tr->g->nparams;
-    uint64_t *sums = tr->replica_sums;
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
-        worker *w = &tr->w[d];
-        const mw__plan *p = &w->plan;
-        mw_status st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
-                                           (size_t)p->param_elems * sizeof(float));
-        if (st) return st;
-        uint64_t *mine = sums + (size_t)(d - tr->first) * (size_t)(np + 1);
-        for (int l = 0; l < np; l++)
-            mine[l] = fnv1a(FNV_BASIS, tr->replica_buf + p->params[l].off,
-                            (size_t)p->params[l].count * sizeof(float));
-        for (int l = 0; l < np; l++) {
-            const mw_tensor *pn = param_of(tr, l);
-            mw__box bd, be;
-            mw__type_box(tr, d, &pn->type, &bd);
-            for (int e = tr->first; e < d; e++) {
-                mw__type_box(tr, e, &pn->type, &be);
-                if (memcmp(bd.lo, be.lo, sizeof bd.lo) != 0) continue;
-                if (sums[(size_t)(e - tr->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
-                    return mw__error(MW_ERR_STATE,
-                                     "replicas diverged by step %lld: parameter '%s' (the same "
-                                     "shard) differs between devices %s and %s",
-                                     (long long)tr->steps, pn->name, w->dev.name,
-                                     tr->w[e].dev.name);
-                break;
-            }
-        }
-    }
-    return MW_OK;
-}
-
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
     if (tr->broken)
         return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
                                        "trainer failed across processes; end the job");
     int np = tr->g->nparams;
-    const mw__plan *p0 = &tr->w[tr->first].plan;
     mw_status st = replica_scratch(tr);
     if (st) return st;
-    if (tr->sharded_params) return check_shard_replicas(tr);
-    uint64_t *first = tr->replica_sums, *other = first + np + 1, *all = other + np + 1;
+    /* Each device's parameters against those of the first device holding the same values (the
+     * same shard of a split parameter). */
+    uint64_t *sums = tr->replica_sums, *all = sums + (size_t)tr->nlocal * (size_t)(np + 1);
     for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
         worker *w = &tr->w[d];
+        const mw__plan *p = &w->plan;
         st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
-                                 (size_t)p0->param_elems * sizeof(float));
+                                 (size_t)p->param_elems * sizeof(float));
         if (st) return st;
-        uint64_t *sums = d == tr->first ? first : other;
+        uint64_t *mine = sums + (size_t)(d - tr->first) * (size_t)(np + 1);
         for (int l = 0; l < np; l++)
-            sums[l] = fnv1a(FNV_BASIS, tr->replica_buf + p0->params[l].off,
-                            (size_t)p0->params[l].count * sizeof(float));
-        for (int l = 0; d > tr->first && l < np; l++)
-            if (other[l] != first[l])
+            mine[l] = fnv1a(FNV_BASIS, tr->replica_buf + p->params[l].off,
+                            (size_t)p->params[l].count * sizeof(float));
+        for (int l = 0; d > tr->first && l < np; l++) {
+            const mw_tensor *pn = param_of(tr, l);
+            int e = mw__param_holder(tr, d, pn, MW__HELD_PARAMS);
+            if (e != d && sums[(size_t)(e - tr->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
                 return mw__error(MW_ERR_STATE,
-                                 "replicas diverged by step %lld: parameter '%s' differs between "
+                                 "replicas diverged by step %lld: parameter '%s'%s differs between "
                                  "devices %s and %s",
-                                 (long long)tr->steps, param_of(tr, l)->name, w->dev.name,
-                                 tr->w[tr->first].dev.name);
+                                 (long long)tr->steps, pn->name,
+                                 mw__param_sharded(pn) ? " (the same shard)" : "", w->dev.name,
+                                 tr->w[e].dev.name);
+        }
     }
     int nprocs = tr->mesh->nprocs;
     if (nprocs <= 1) return MW_OK;
-    st = mw__dist_allgather_u64(first, np, all, tr->cfg.collective_timeout_ms, "the replica check");
+    st = mw__dist_allgather_u64(sums, np, all, tr->cfg.collective_timeout_ms, "the replica check");
     if (st) tr->broken = 1; /* the request may still be pending */
     for (int p = 1; st == MW_OK && p < nprocs; p++)
         for (int l = 0; l < np; l++)

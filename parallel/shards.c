@@ -53,11 +53,10 @@ static char *held_range(worker *w, const mw__param_slot *s, mw__held held, int64
     return (char *)w->moments + ((int64_t)(held - MW__HELD_MOMENT0) * own + *lo - w->own_lo) * 4;
 }
 
-int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
+int mw__param_holder(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
     const mw__param_slot *s = &tr->w[d].plan.params[p->leaf];
     int64_t lo, hi;
     held_part(&tr->w[d], s, held, &lo, &hi);
-    if (lo == hi) return 0;
     mw__box mine, other;
     mw__type_box(tr, d, &p->type, &mine);
     for (int e = tr->first; e < d; e++) {
@@ -67,9 +66,16 @@ int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held h
         mw__type_box(tr, e, &p->type, &other);
         if (elo - t->off == lo - s->off && ehi - t->off == hi - s->off &&
             memcmp(mine.lo, other.lo, sizeof mine.lo) == 0)
-            return 0; /* an earlier device holds the same values */
+            return e;
     }
-    return 1;
+    return d;
+}
+
+int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held) {
+    const mw__param_slot *s = &tr->w[d].plan.params[p->leaf];
+    int64_t lo, hi;
+    held_part(&tr->w[d], s, held, &lo, &hi);
+    return lo < hi && mw__param_holder(tr, d, p, held) == d;
 }
 
 mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, float *global,

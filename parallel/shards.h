@@ -50,8 +50,12 @@ mw_status mw__param_init_boxes(const mw_trainer *tr, float *const *dst);
  * the partials of the devices that together hold each element once. */
 mw_status mw__grad_norm_sharded(worker *w, float *norm);
 
-/* Device d is the first of this process's devices to hold its part of parameter p's `held` values
- * (the same box of p, and with ZeRO-1 the same slice of the moments or gradients): reading each
+/* The first of this process's devices (d itself when no earlier one) holding the same part of
+ * parameter p's `held` values as device d: the same box of p, and with ZeRO-1 the same slice of
+ * the moments or gradients. */
+int mw__param_holder(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held);
+
+/* Device d holds some of p's `held` values and is their holder (mw__param_holder): reading each
  * such device once gathers the whole tensor. */
 int mw__param_reader(const mw_trainer *tr, int d, const mw_tensor *p, mw__held held);
 
