@@ -50,6 +50,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "parallel/fiber.h"
 #include "parallel/wait.h"
 
 #define LINE 128 /* padding: two 64-byte lines, since adjacent-line prefetch pairs them */
@@ -273,8 +274,10 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
         v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
         if ((v & COUNT_MASK) >= target) return MW_OK;
         if (refusable && (v & ABORT_BIT)) return aborted_error(c, rank, op, step, 0);
+        /* A rank run in a gang (parallel/fiber.h) lets its peers of the same thread run. */
+        int yielded = mw__gang_yield();
         if (spins % 64 != 63) {
-            mw__cpu_relax();
+            if (!yielded) mw__cpu_relax();
             continue;
         }
         int64_t now = now_ns();
@@ -293,7 +296,7 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
             return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
                              op_name(op), c->timeout_ms, rank, peer);
         }
-        if (now - start < c->spin_ns) continue;
+        if (yielded || now - start < c->spin_ns) continue;
         uint32_t seen = mw__event_prepare(&c->ev);
         v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
         if ((v & COUNT_MASK) >= target || (refusable && (v & ABORT_BIT))) {

@@ -355,6 +355,7 @@ void mw_trainer_free(mw_trainer *tr) {
      * and stream waits forever. */
     free_comms(tr);
     if (running) mw__stop_workers(tr);
+    mw__sched_free(tr);
     for (int gi = 0; gi < tr->ngroups; gi++) mw__free(tr->groups[gi].comms);
     if (tr->w)
         for (int i = 0; i < tr->nworkers; i++) {
@@ -488,7 +489,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
 
     if ((tr->set_threads = mesh->backend->set_threads) && tr->cfg.blas_threads >= 0)
         tr->blas_prev = tr->set_threads(tr->cfg.blas_threads ? tr->cfg.blas_threads : 1);
-    if ((st = start_workers(tr)) || (st = mw__dispatch(tr, CMD_INIT))) return st;
+    if ((st = start_workers(tr)) || (st = mw__dispatch(tr, CMD_INIT)) || (st = mw__sched_init(tr)))
+        return st;
     free_init(tr);
     return MW_OK;
 }
@@ -546,6 +548,13 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
+    int ct = tr->cfg.cpu_threads;
+    if (st == MW_OK && ct != MW_CPU_THREADS_AUTO && ct != MW_CPU_THREADS_PER_DEVICE &&
+        ct != MW_CPU_THREADS_ONE)
+        st = mw__error(MW_ERR_INVALID,
+                       "mw_trainer_new: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "
+                       "MW_CPU_THREADS_PER_DEVICE or MW_CPU_THREADS_ONE)",
+                       ct);
     if (st) {
         mw__free(tr);
         return st;

@@ -158,6 +158,21 @@ struct mw_trainer {
     /* ZeRO-1 with sharded parameters: the reduction group whose devices share optimizer state
      * (without them the group spans the mesh). */
     int zero_group;
+    /* How the local devices share threads (workers.c, mw_trainer_config.cpu_threads): gang is
+     * NULL when they cannot share one (not every device a CPU device of this process, pinned);
+     * else one_thread says whether commands run them all on the calling thread now. The rest
+     * decides that under MW_CPU_THREADS_AUTO: step times of the last few steps of each way, the
+     * calling thread's share of a core, and the steps of a trial of the other way. */
+    struct mw__gang *gang;
+    int one_thread;
+    struct {
+        void **args; /* the gang's tasks: this process's workers */
+        int64_t measured, next_trial;
+        int interval, trial_left;
+        double share;    /* the host's share of a core with threads, a moving average */
+        double ms[2][3]; /* the last step times with threads [0] and with one thread [1] */
+        int nms[2];
+    } sched;
 };
 
 /* How device d of the trainer's mesh sits along each of the graph's mesh names (once place() has
@@ -207,6 +222,13 @@ mw_status mw__update(worker *w);
 void *mw__worker_main(void *arg);
 /* Ends every started worker (CMD_QUIT) and joins the threads. */
 void mw__stop_workers(mw_trainer *tr);
+/* Sets up how the local devices share threads (cfg.cpu_threads); MW_ERR_NOMEM. */
+mw_status mw__sched_init(mw_trainer *tr);
+void mw__sched_free(mw_trainer *tr);
+/* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds in which the calling thread was
+ * on a core for `share` of the time (with threads; 1 with one thread), sets tr->one_thread for
+ * the next. Touches only tr->sched and tr->one_thread. */
+void mw__sched_after(mw_trainer *tr, double ms, double share);
 /* Runs one command on every local worker and waits; on failure reports the root cause. */
 mw_status mw__dispatch(mw_trainer *tr, cmd c);
 

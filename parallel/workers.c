@@ -8,9 +8,11 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
+#include "parallel/fiber.h"
 #include "parallel/optimizer.h"
 #include "parallel/reducer.h"
 #include "parallel/trainer_impl.h"
@@ -215,9 +217,21 @@ static void wait_done(mw_trainer *tr) {
     wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
 }
 
+static void gang_task(void *arg) {
+    worker *w = arg;
+    run_one(w, (cmd)atomic_load_explicit(&w->tr->command, memory_order_relaxed));
+}
+
 /* Runs command c on every started local worker and waits: the threads get it through the
- * generation; a worker that runs on the host (on_host) runs it here meanwhile. */
+ * generation; a worker that runs on the host (on_host) runs it here meanwhile. With one_thread,
+ * the host runs every worker itself, as a gang (start-up and shutdown stay on each worker's
+ * thread). */
 static void run_all(mw_trainer *tr, cmd c) {
+    if (tr->one_thread && c != CMD_INIT && c != CMD_QUIT) {
+        atomic_store_explicit(&tr->command, (int)c, memory_order_relaxed);
+        mw__gang_run(tr->gang, gang_task, (void *const *)tr->sched.args);
+        return;
+    }
     int threads = 0;
     worker *mine = NULL;
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
@@ -237,14 +251,98 @@ void mw__stop_workers(mw_trainer *tr) {
         if (tr->w[i].started && !tr->w[i].on_host) pthread_join(tr->w[i].thread, NULL);
 }
 
+/* ---- one thread per device, or all on the calling thread (cfg.cpu_threads) ---- */
+
+#define TRIAL_STEPS 3    /* steps a trial of the other way runs */
+#define FIRST_INTERVAL 8 /* steps between trials, doubled after each trial that changes nothing */
+#define MAX_INTERVAL 256
+#define WARM_UP 2         /* first steps not timed: they touch new memory */
+#define STARVED_SHARE 0.6 /* the host's share of a core below which one thread may do better */
+#define BETTER 0.9        /* a trial wins when its median step takes less than this much */
+
+mw_status mw__sched_init(mw_trainer *tr) {
+    int mode = tr->cfg.cpu_threads; /* checked by mw_trainer_new */
+    const mw_mesh *m = tr->mesh;
+    if (mode == MW_CPU_THREADS_PER_DEVICE || tr->nlocal < 2 || m->nprocs != 1 ||
+        !m->vt->host_memory || tr->reducer != &mw__reducer_shm ||
+        (tr->all && tr->all_reducer != &mw__reducer_shm) || tr->w[tr->first].dev.pin)
+        return MW_OK;
+    tr->sched.args = mw__malloc((size_t)tr->nlocal * sizeof *tr->sched.args);
+    if (!tr->sched.args) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    for (int i = 0; i < tr->nlocal; i++) tr->sched.args[i] = &tr->w[tr->first + i];
+    mw_status st = mw__gang_new(tr->nlocal, &tr->gang);
+    if (st) return st;
+    tr->one_thread = mode == MW_CPU_THREADS_ONE;
+    return MW_OK;
+}
+
+void mw__sched_free(mw_trainer *tr) {
+    mw__gang_free(tr->gang);
+    tr->gang = NULL;
+    mw__free(tr->sched.args);
+    tr->sched.args = NULL;
+}
+
+static int64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double median(const double *v, int n) {
+    if (n < 3) return n == 2 ? 0.5 * (v[0] + v[1]) : v[0];
+    double a = v[0], b = v[1], c = v[2];
+    return a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
+}
+
+/* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds in which the calling thread ran
+ * `share` of the time (measured with threads), decides how the next one runs. With threads, a
+ * host that keeps getting less than STARVED_SHARE of a core starts a trial of one thread; with
+ * one thread, trials of threads come by themselves. A trial of TRIAL_STEPS steps is kept when its
+ * median beats the median of the last steps before it by BETTER; each trial that is not kept
+ * doubles the wait before the next. */
+void mw__sched_after(mw_trainer *tr, double ms, double share) {
+    __typeof__(tr->sched) *s = &tr->sched;
+    int m = tr->one_thread;
+    if (!s->interval) { /* the first call */
+        s->interval = FIRST_INTERVAL;
+        s->share = 1.0;
+    }
+    if (++s->measured <= WARM_UP) return;
+    s->ms[m][s->nms[m]++ % 3] = ms;
+    if (!m) s->share = 0.75 * s->share + 0.25 * share;
+    if (s->trial_left > 0) {
+        if (--s->trial_left > 0) return;
+        int before = !m, nb = s->nms[before] < 3 ? s->nms[before] : 3;
+        if (median(s->ms[m], 3) < BETTER * median(s->ms[before], nb)) {
+            s->interval = FIRST_INTERVAL;
+        } else {
+            tr->one_thread = before;
+            s->interval = s->interval * 2 < MAX_INTERVAL ? s->interval * 2 : MAX_INTERVAL;
+        }
+        s->next_trial = s->measured + s->interval;
+        return;
+    }
+    if (s->measured < s->next_trial || s->nms[m] < 3 || (!m && s->share >= STARVED_SHARE)) return;
+    tr->one_thread = !m;
+    s->nms[!m] = 0;
+    s->trial_left = TRIAL_STEPS;
+}
+
 /* Runs one command on every worker and waits; on failure reports the root cause: the first device
  * whose error is not just "aborted because a peer failed". */
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
+    int timed = tr->gang && tr->cfg.cpu_threads == MW_CPU_THREADS_AUTO &&
+                (c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
+    int one = tr->one_thread && c != CMD_INIT && c != CMD_QUIT;
+    int64_t cpu0 = timed && !one ? thread_cpu_ns() : 0;
     int64_t t0 = mw__now_ns();
     run_all(tr, c);
-    tr->stats = (mw_step_stats){.step_ms = (double)(mw__now_ns() - t0) * 1e-6,
+    int64_t wall = mw__now_ns() - t0;
+    tr->stats = (mw_step_stats){.step_ms = (double)wall * 1e-6,
                                 .reduce_ms = tr->w[tr->first].reduce_ms,
-                                .update_ms = tr->w[tr->first].update_ms};
+                                .update_ms = tr->w[tr->first].update_ms,
+                                .threads = one ? 1 : tr->nlocal};
     worker *cause = NULL;
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
         worker *w = &tr->w[i];
@@ -252,6 +350,10 @@ mw_status mw__dispatch(mw_trainer *tr, cmd c) {
             (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
             cause = w;
     }
+    if (timed && !cause)
+        mw__sched_after(tr, tr->stats.step_ms,
+                        one ? 1.0
+                            : (double)(thread_cpu_ns() - cpu0) / (double)(wall > 0 ? wall : 1));
     if (!cause) return MW_OK;
     /* A non-finite loss or gradient is seen alike everywhere, after every collective: every
      * process stops at the same point and the trainer stays usable. */

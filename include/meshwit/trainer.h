@@ -132,7 +132,23 @@ typedef struct mw_trainer_config {
      * shards' flat layout), again bitwise equal to the update without it; with no data axis
      * there is nothing to split and it changes nothing. */
     int shard_optimizer;
+    /* How this process's CPU devices share threads (a mesh of several virtual CPU devices in one
+     * process, not pinned; other meshes always run one thread per device). The choice never
+     * changes a result: the devices run the same kernels and collectives either way.
+     * MW_CPU_THREADS_AUTO (0, the default): one thread per device while that is faster. When the
+     * calling thread gets less than its share of a core during steps (other processes keep the
+     * cores busy, or devices outnumber cores), the trainer times a few steps with every device on
+     * the calling thread, in turn, switching whenever it waits, and keeps whichever was faster;
+     * it tries the other way again after 8, 16, ... up to 256 steps. mw_trainer_stats says which
+     * one ran.
+     * MW_CPU_THREADS_PER_DEVICE: always one thread per device.
+     * MW_CPU_THREADS_ONE: always every device on the calling thread (each with a stack of its
+     * own), e.g. to test a multi-device program on a machine with one free core. */
+    int cpu_threads;
 } mw_trainer_config;
+
+/* Values of mw_trainer_config.cpu_threads. */
+enum { MW_CPU_THREADS_AUTO = 0, MW_CPU_THREADS_PER_DEVICE = 1, MW_CPU_THREADS_ONE = 2 };
 
 /* A host array fed to an input by name. Its element count must be the input's global element
  * count; data must hold that many elements of the input's dtype and stay valid during the call. */
@@ -239,6 +255,9 @@ typedef struct mw_step_stats {
     double reduce_ms; /* device 0's time inside collectives (gradient buckets and forward
                          all-reduces), including waiting for peers */
     double update_ms; /* device 0's time in the optimizer update */
+    /* Threads that ran this process's devices: one per device, or 1 when every CPU device ran
+     * on the calling thread (mw_trainer_config.cpu_threads). */
+    int threads;
 } mw_step_stats;
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);

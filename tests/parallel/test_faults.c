@@ -21,7 +21,7 @@ typedef struct rig {
     mw_feed feeds[2];
 } rig;
 
-static void rig_make(rig *r, const char *devices, int timeout_ms) {
+static void rig_make_threads(rig *r, const char *devices, int timeout_ms, int cpu_threads) {
     memset(r, 0, sizeof *r);
     cr_assert_eq(linreg_data_make(ROWS, FEATURES, 7, &r->data), MW_OK);
     cr_assert_eq(mw_graph_new(&r->g), MW_OK);
@@ -29,10 +29,15 @@ static void rig_make(rig *r, const char *devices, int timeout_ms) {
     cr_assert_eq(linreg_build(r->g, ROWS, FEATURES, 1, "X", &loss), MW_OK);
     cr_assert_eq(mw_mesh_new(devices, "X", &r->mesh), MW_OK);
     mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f},
-                             .collective_timeout_ms = timeout_ms};
+                             .collective_timeout_ms = timeout_ms,
+                             .cpu_threads = cpu_threads};
     cr_assert_eq(mw_trainer_new(r->g, loss, r->mesh, &cfg, &r->tr), MW_OK, "%s", mw_last_error());
     r->feeds[0] = (mw_feed){"x", r->data.x, ROWS * FEATURES};
     r->feeds[1] = (mw_feed){"y", r->data.y, ROWS};
+}
+
+static void rig_make(rig *r, const char *devices, int timeout_ms) {
+    rig_make_threads(r, devices, timeout_ms, MW_CPU_THREADS_AUTO);
 }
 
 static void rig_free(rig *r) {
@@ -49,9 +54,9 @@ static void read_weights(rig *r, float *w, float *b) {
 
 /* Fault at `phase` of step 2 on `device`: the step fails as promised, and afterwards the trainer
  * produces exactly (bit for bit) what a trainer that never failed produces. */
-static void check_fault(const char *devices, int device, mw_phase phase) {
+static void check_fault_threads(const char *devices, int device, mw_phase phase, int cpu_threads) {
     rig r, clean;
-    rig_make(&r, devices, 0);
+    rig_make_threads(&r, devices, 0, cpu_threads);
     rig_make(&clean, devices, 0);
     for (int s = 0; s < 2; s++) {
         cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
@@ -83,11 +88,25 @@ static void check_fault(const char *devices, int device, mw_phase phase) {
     rig_free(&clean);
 }
 
+static void check_fault(const char *devices, int device, mw_phase phase) {
+    check_fault_threads(devices, device, phase, MW_CPU_THREADS_AUTO);
+}
+
 Test(faults, every_phase_on_every_device) {
     const mw_phase phases[] = {MW_PHASE_FORWARD, MW_PHASE_FORWARD_COLLECTIVE, MW_PHASE_BACKWARD,
                                MW_PHASE_GRAD_REDUCE, MW_PHASE_UPDATE};
     for (size_t p = 0; p < sizeof phases / sizeof *phases; p++)
         for (int d = 0; d < 3; d++) check_fault("cpu:3", d, phases[p]);
+}
+
+/* The same with every device on the calling thread: the failing device's turn ends with the
+ * error, its peers waiting in a collective get the abort when their turn comes, and the trainer
+ * (compared with one running a thread per device) goes on bit for bit. */
+Test(faults, every_phase_on_every_device_one_thread) {
+    const mw_phase phases[] = {MW_PHASE_FORWARD, MW_PHASE_FORWARD_COLLECTIVE, MW_PHASE_BACKWARD,
+                               MW_PHASE_GRAD_REDUCE, MW_PHASE_UPDATE};
+    for (size_t p = 0; p < sizeof phases / sizeof *phases; p++)
+        for (int d = 0; d < 3; d++) check_fault_threads("cpu:3", d, phases[p], MW_CPU_THREADS_ONE);
 }
 
 Test(faults, single_device) {

@@ -99,7 +99,8 @@ static void build(mlp *m, const char *data, const char *model) {
     cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
 }
 
-static int zero1; /* the next trainers shard the optimizer state (ZeRO-1) */
+static int zero1;       /* the next trainers shard the optimizer state (ZeRO-1) */
+static int cpu_threads; /* and share threads so (mw_trainer_config.cpu_threads) */
 
 static void open_mlp(mlp *m, const char *devices, const char *axes, const char *data,
                      const char *model) {
@@ -107,7 +108,8 @@ static void open_mlp(mlp *m, const char *devices, const char *axes, const char *
     cr_assert_eq(mw_mesh_new(devices, axes, &m->mesh), MW_OK, "%s", mw_last_error());
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f,
                                          .eps = 1e-8f, .weight_decay = 0.01f, .grad_clip = 0.5f},
-                           .shard_optimizer = zero1};
+                           .shard_optimizer = zero1,
+                           .cpu_threads = cpu_threads};
     mw_status st = mw_trainer_new(m->g, m->loss, m->mesh, &c, &m->tr);
     cr_assert_eq(st, MW_OK, "trainer on %s/%s: %s", devices, axes, mw_last_error());
 }
@@ -233,6 +235,45 @@ Test(tensor_parallel, zero1_with_split_parameters_is_bitwise_the_same) {
     zero1 = 0;
     close(fd);
     remove(path);
+}
+
+/* Every device on the calling thread, in turn, gives the bits of one thread per device: data
+ * and tensor parallel meshes, with and without ZeRO-1 (all-reduces of partial sums, gradient
+ * buckets, reduce-scatter, all-gather and the barrier before the update, all inside one thread). */
+Test(tensor_parallel, one_thread_is_bitwise_a_thread_per_device) {
+    static const struct {
+        const char *devices, *axes, *data, *model;
+        int zero1;
+    } meshes[] = {{"cpu:2", "X", "X", NULL, 0},
+                  {"cpu:3", "Y", NULL, "Y", 0},
+                  {"cpu:4", "X=2,Y=2", "X", "Y", 0},
+                  {"cpu:4", "X=2,Y=2", "X", "Y", 1},
+                  {"cpu:4", "X", "X", NULL, 1}};
+    for (size_t i = 0; i < sizeof meshes / sizeof *meshes; i++) {
+        zero1 = meshes[i].zero1;
+        cpu_threads = MW_CPU_THREADS_PER_DEVICE;
+        run threads = train(meshes[i].devices, meshes[i].axes, meshes[i].data, meshes[i].model);
+        cpu_threads = MW_CPU_THREADS_ONE;
+        run one = train(meshes[i].devices, meshes[i].axes, meshes[i].data, meshes[i].model);
+        cr_assert(memcmp(&threads, &one, sizeof one) == 0, "%s %s (ZeRO-1 %d): one thread differs",
+                  meshes[i].devices, meshes[i].axes, zero1);
+    }
+    mlp m;
+    open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
+    float loss;
+    step(&m, 0, &loss);
+    mw_step_stats st;
+    cr_assert_eq(mw_trainer_stats(m.tr, &st), MW_OK);
+    cr_assert_eq(st.threads, 1);
+    close_mlp(&m);
+    cpu_threads = MW_CPU_THREADS_PER_DEVICE;
+    open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
+    step(&m, 0, &loss);
+    cr_assert_eq(mw_trainer_stats(m.tr, &st), MW_OK);
+    cr_assert_eq(st.threads, 4);
+    close_mlp(&m);
+    zero1 = 0;
+    cpu_threads = MW_CPU_THREADS_AUTO;
 }
 
 Test(tensor_parallel, initial_values_are_the_whole_tensors_cut) {

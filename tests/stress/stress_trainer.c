@@ -1,7 +1,8 @@
 /* Stress of the worker pool for ThreadSanitizer: many trainers made and freed over 1 to 4
  * virtual devices (oversubscribed on small machines), steps, evals and gradient computations
  * interleaved, faults injected at random phases, half of the rounds with the optimizer sharded
- * (ZeRO-1: reduce-scatter, slice update, all-gather), and every result checked against a
+ * (ZeRO-1: reduce-scatter, slice update, all-gather), a third of them with every device run on
+ * the calling thread (mw_trainer_config.cpu_threads), and every result checked against a
  * single-device trainer. A plain C program (Criterion does not run under ThreadSanitizer): exit
  * 0 on success, 1 with a message on the first failure. */
 #include <math.h>
@@ -35,11 +36,12 @@ typedef struct rig {
     mw_trainer *tr;
 } rig;
 
-static int rig_make(rig *r, const char *devices, int shard) {
+static int rig_make(rig *r, const char *devices, int shard, int cpu_threads) {
     mw_tensor *loss;
     memset(r, 0, sizeof *r);
     mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f, .momentum = 0.5f},
-                             .shard_optimizer = shard};
+                             .shard_optimizer = shard,
+                             .cpu_threads = cpu_threads};
     return mw_graph_new(&r->g) || linreg_build(r->g, ROWS, FEATURES, 1, "X", &loss) ||
            mw_mesh_new(devices, "X", &r->mesh) || mw_trainer_new(r->g, loss, r->mesh, &cfg, &r->tr);
 }
@@ -54,14 +56,15 @@ int main(void) {
     linreg_data d;
     if (linreg_data_make(ROWS, FEATURES, 3, &d)) return 1;
     mw_feed feeds[2] = {{"x", d.x, ROWS * FEATURES}, {"y", d.y, ROWS}};
-    int faults = 0, sharded = 0;
+    int faults = 0, sharded = 0, one_thread = 0;
     for (int round = 0; round < 24; round++) {
         char spec[16];
         snprintf(spec, sizeof spec, "cpu:%d", 1 + below(4));
         rig ref, r;
-        int shard = below(2);
+        int shard = below(2), threads = below(3); /* AUTO, PER_DEVICE or ONE */
         sharded += shard && strcmp(spec, "cpu:1") != 0;
-        CHECK(!rig_make(&ref, "cpu:1", 0) && !rig_make(&r, spec, shard),
+        one_thread += threads == MW_CPU_THREADS_ONE && strcmp(spec, "cpu:1") != 0;
+        CHECK(!rig_make(&ref, "cpu:1", 0, 0) && !rig_make(&r, spec, shard, threads),
               "cannot make trainers on %s", spec);
         int steps = 1 + below(12);
         for (int s = 0; s < steps; s++) {
@@ -106,8 +109,8 @@ int main(void) {
         rig_free(&ref);
     }
     linreg_data_free(&d);
-    printf("stress_trainer: 24 rounds (%d with ZeRO-1 on several devices), %d injected faults, "
-           "results equal to one device\n",
-           sharded, faults);
+    printf("stress_trainer: 24 rounds (%d with ZeRO-1 on several devices, %d on one thread), %d "
+           "injected faults, results equal to one device\n",
+           sharded, one_thread, faults);
     return 0;
 }
