@@ -30,8 +30,9 @@ static const char *const default_devices[] = {"cpu:1", "cpu:2", "cpu:4"};
 typedef struct run {
     mw_trainer *tr[2]; /* single, sharded */
     int repeats;
-    int steps;    /* per repeat */
-    double ms[2]; /* median ms/step: single, sharded */
+    int steps;      /* per repeat */
+    double ms[2];   /* median ms/step: single, sharded */
+    int one_thread; /* repeats the sharded trainer ended on the calling thread alone */
 } run;
 
 static int report(const char *devices, mw_status st, const char *what) {
@@ -72,6 +73,10 @@ static mw_status measure(run *m, const linreg_data *data) {
             mw_status st = linreg_steps(m->tr[i], data, m->steps, &seconds, NULL);
             if (st != MW_OK) return st;
             t[i][r] = 1e3 * seconds / m->steps;
+            mw_step_stats stats;
+            if (i == 1 && mw_trainer_devices(m->tr[i]) > 1 &&
+                mw_trainer_stats(m->tr[i], &stats) == MW_OK)
+                m->one_thread += stats.threads == 1;
         }
     }
     for (int i = 0; i < 2; i++) m->ms[i] = mwb_median(t[i], m->repeats);
@@ -88,7 +93,10 @@ static void emit(mwb_ctx *ctx, const char *devices, const run *m, int sharded) {
     mwb_record_num(&r, "repeats", m->repeats);
     mwb_record_num(&r, "steps_per_repeat", m->steps);
     mwb_record_num(&r, "ms_per_step", m->ms[sharded]);
-    if (sharded) mwb_record_num(&r, "ratio", m->ms[1] / m->ms[0]);
+    if (sharded) {
+        mwb_record_num(&r, "ratio", m->ms[1] / m->ms[0]);
+        mwb_record_num(&r, "one_thread_repeats", m->one_thread);
+    }
     ctx->emit(ctx, &r);
 }
 
@@ -98,7 +106,7 @@ static int run_spec(mwb_ctx *ctx, const linreg_data *data, const char *devices) 
     linreg_single_device(devices, single_devices, sizeof single_devices);
     mw_mesh *single_mesh = NULL, *mesh = NULL;
     linreg_model single = {0}, sharded = {0};
-    run m = {{NULL, NULL}, 0, 0, {0.0, 0.0}};
+    run m = {{NULL, NULL}, 0, 0, {0.0, 0.0}, 0};
     int rc = 0;
 
     mw_status st = mw_mesh_new(single_devices, LINREG_MESH_AXIS, &single_mesh);
@@ -129,8 +137,11 @@ static int run_spec(mwb_ctx *ctx, const linreg_data *data, const char *devices) 
         rc = report(devices, st, "a step failed");
         goto done;
     }
-    printf("%-16s %7d x %-6d %14.3f %15.3f %14.2fx\n", devices, m.repeats, m.steps, m.ms[0],
-           m.ms[1], m.ms[1] / m.ms[0]);
+    char one[16] = "-";
+    if (mw_trainer_devices(m.tr[1]) > 1)
+        snprintf(one, sizeof one, "%d/%d", m.one_thread, m.repeats);
+    printf("%-16s %7d x %-6d %14.3f %15.3f %14.2fx %10s\n", devices, m.repeats, m.steps, m.ms[0],
+           m.ms[1], m.ms[1] / m.ms[0], one);
     fflush(stdout);
     emit(ctx, devices, &m, 0);
     emit(ctx, devices, &m, 1);
@@ -155,8 +166,10 @@ int mwb_case_linreg(mwb_ctx *ctx) {
     }
     printf("%d x %d, SGD lr %g; single device vs sharded, repeats alternating; median ms/step\n",
            ROWS, FEATURES, LR);
-    printf("%-16s %16s %14s %15s %15s\n", "devices", "repeats x steps", "single ms/step",
-           "sharded ms/step", "sharded/single");
+    printf("(1 thread: repeats whose last sharded step ran every device on the calling thread;\n"
+           " mw_trainer_config.cpu_threads picks that when threads wait for busy cores)\n");
+    printf("%-16s %16s %14s %15s %15s %10s\n", "devices", "repeats x steps", "single ms/step",
+           "sharded ms/step", "sharded/single", "1 thread");
     int failed = 0;
     for (int i = 0; i < ndevices; i++) failed |= run_spec(ctx, &data, devices[i]);
     linreg_data_free(&data);
