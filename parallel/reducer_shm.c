@@ -6,7 +6,9 @@
  * that all ranks take in the same order; rank r's k-th step is complete when the count reaches
  * k * nranks, so a waiter watches one word and needs no barrier object: it spins briefly, then
  * sleeps in the kernel (parallel/wait.h) until an arrival wakes it, so that on a busy machine a
- * waiting rank gives its core to the peer it waits for instead of competing with it. (Per-rank
+ * waiting rank gives its core to the peer it waits for instead of competing with it. A rank run
+ * as a task of a gang (all ranks on one thread, parallel/fiber.h) neither spins nor sleeps: it
+ * lets the gang's other ranks run until the step completes. (Per-rank
  * flags would spare the shared line, but could not make the decision below atomic; with at most a
  * handful of ranks per host the one line costs little.) Putting the abort bit in the same word as
  * the count is what makes abort safe: an arrival that may be refused increments the count with a
