@@ -2,7 +2,13 @@
  * every worker the same command (a generation count and a futex event, no lock) and waits until
  * all are done; the first CPU device of a one-process mesh has no thread: the host runs it
  * meanwhile. Inside a step, workers meet only in the collectives. A failing worker aborts the
- * communicators so no peer is left waiting, and the host reports the root cause. */
+ * communicators so no peer is left waiting, and the host reports the root cause.
+ *
+ * CPU devices of one process may instead all run on the host's thread, as a gang (fiber.h): each
+ * device's command is a task that gives the thread to the next where it would wait in a
+ * collective. When other processes keep the cores busy, threads spend their steps waiting for a
+ * peer the scheduler has not run yet; the gang never waits for a thread. Under
+ * MW_CPU_THREADS_AUTO the host times both ways (mw__sched_after) and keeps the faster. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
