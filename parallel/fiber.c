@@ -151,6 +151,18 @@ void mw__gang_free(mw__gang *g) {
     mw__free(g);
 }
 
+/* A fresh start of task t at the trampoline. Its own function: getcontext returns twice, and
+ * the caller's loop variables must not live in a frame that does. */
+__attribute__((noinline)) static void prepare(task *t, void *arg) {
+    t->done = 0;
+    t->arg = arg;
+    getcontext(&t->ctx);
+    t->ctx.uc_stack.ss_sp = t->stack;
+    t->ctx.uc_stack.ss_size = STACK_BYTES;
+    t->ctx.uc_link = NULL;
+    makecontext(&t->ctx, trampoline, 0);
+}
+
 void mw__gang_run(mw__gang *g, void (*fn)(void *), void *const *args) {
     mw__gang *outer = active;
     active = g;
@@ -159,16 +171,7 @@ void mw__gang_run(mw__gang *g, void (*fn)(void *), void *const *args) {
 #ifdef MW__FIBER_TSAN
     g->main_tsan = __tsan_get_current_fiber();
 #endif
-    for (int i = 0; i < g->n; i++) {
-        task *t = &g->t[i];
-        t->done = 0;
-        t->arg = args[i];
-        getcontext(&t->ctx);
-        t->ctx.uc_stack.ss_sp = t->stack;
-        t->ctx.uc_stack.ss_size = STACK_BYTES;
-        t->ctx.uc_link = NULL;
-        makecontext(&t->ctx, trampoline, 0);
-    }
+    for (int i = 0; i < g->n; i++) prepare(&g->t[i], args[i]);
     while (g->unfinished > 0)
         for (int i = 0; i < g->n; i++) {
             task *t = &g->t[i];
