@@ -40,6 +40,7 @@ typedef struct options {
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
+    int cpu_threads; /* mw_trainer_config.cpu_threads */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -109,6 +110,10 @@ static void usage(FILE *f) {
         "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
         "                      slice of the parameters (same results, less memory per device)\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
+        "  --cpu-threads HOW   CPU devices: auto (default: a thread each, or all on one thread\n"
+        "                      while that is faster, as when other work keeps the cores busy),\n"
+        "                      per-device or one (every device on the main thread, in turn);\n"
+        "                      the results are the same bits either way\n"
         "evaluation and sampling\n"
         "  --eval-only         print the loss over --eval-batches sequential batches, no training\n"
         "  --eval-batches N    (default 16)\n"
@@ -234,6 +239,15 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->shard_optimizer = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--check-replicas", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->check_replicas);
+        } else if ((v = cli_option_value(argc, argv, &i, "--cpu-threads", &missing))) {
+            if (strcmp(v, "auto") == 0)
+                o->cpu_threads = MW_CPU_THREADS_AUTO;
+            else if (strcmp(v, "per-device") == 0)
+                o->cpu_threads = MW_CPU_THREADS_PER_DEVICE;
+            else if (strcmp(v, "one") == 0)
+                o->cpu_threads = MW_CPU_THREADS_ONE;
+            else
+                bad = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--mesh", &missing))) {
@@ -514,7 +528,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                                            .min_lr_ratio = (float)o->min_lr_ratio},
                              .skip_nonfinite = o->skip_nonfinite,
                              .check_replicas_every = o->check_replicas,
-                             .shard_optimizer = o->shard_optimizer};
+                             .shard_optimizer = o->shard_optimizer,
+                             .cpu_threads = o->cpu_threads};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 

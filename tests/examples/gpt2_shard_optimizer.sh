@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpt2 with --shard-optimizer (ZeRO-1) on cpu:3: the saved model is byte-identical to the
 # replicated run's, also when a ZeRO-1 run is interrupted and resumed without the flag (and the
-# reverse), and the optimizer state per device printed at start is a third of the replicated one.
+# reverse), and when the three devices share the main thread (--cpu-threads one), and the
+# optimizer state per device printed at start is a third of the replicated one.
 # Usage: gpt2_shard_optimizer.sh PATH_TO_GPT2
 set -euo pipefail
 gpt2="$1"
@@ -13,6 +14,9 @@ args=(--devices cpu:3 --steps 10 --batch 6 --seq 32 --val-every 0 --sample 0 --l
 "$gpt2" "${args[@]}" --shard-optimizer --save "$dir/zero1.bin" > "$dir/zero1.log"
 cmp "$dir/replicated.bin" "$dir/zero1.bin" ||
     { echo "gpt2_shard_optimizer: ZeRO-1 trained another model" >&2; exit 1; }
+"$gpt2" "${args[@]}" --shard-optimizer --cpu-threads one --save "$dir/one.bin" > /dev/null
+cmp "$dir/replicated.bin" "$dir/one.bin" ||
+    { echo "gpt2_shard_optimizer: ZeRO-1 on one thread trained another model" >&2; exit 1; }
 for first in --shard-optimizer ""; do
     rm -f "$dir/state.mwc"
     "$gpt2" "${args[@]}" $first --checkpoint "$dir/state.mwc" --stop-at 4 > /dev/null
@@ -32,5 +36,6 @@ if ! awk -v r="$rep" -v z="$z" 'BEGIN { exit !(r > 0 && z > 0 && z * 3 <= r * 1.
     echo "gpt2_shard_optimizer: optimizer state $z MB with ZeRO-1, $rep MB replicated" >&2
     exit 1
 fi
-echo "gpt2_shard_optimizer: models identical in both modes and across resumes; optimizer state" \
+echo "gpt2_shard_optimizer: models identical in both modes, on one thread and across resumes;" \
+     "optimizer state" \
      "per device $rep MB -> $z MB"
