@@ -30,9 +30,9 @@ static const char *const default_devices[] = {"cpu:1", "cpu:2", "cpu:4"};
 typedef struct run {
     mw_trainer *tr[2]; /* single, sharded */
     int repeats;
-    int steps;      /* per repeat */
-    double ms[2];   /* median ms/step: single, sharded */
-    int one_thread; /* repeats the sharded trainer ended on the calling thread alone */
+    int steps;            /* per repeat */
+    double ms[2];         /* median ms/step: single, sharded */
+    int threads[REPEATS]; /* threads that ran the sharded trainer's last step of each repeat */
 } run;
 
 static int report(const char *devices, mw_status st, const char *what) {
@@ -74,9 +74,8 @@ static mw_status measure(run *m, const linreg_data *data) {
             if (st != MW_OK) return st;
             t[i][r] = 1e3 * seconds / m->steps;
             mw_step_stats stats;
-            if (i == 1 && mw_trainer_devices(m->tr[i]) > 1 &&
-                mw_trainer_stats(m->tr[i], &stats) == MW_OK)
-                m->one_thread += stats.threads == 1;
+            if (i == 1 && mw_trainer_stats(m->tr[i], &stats) == MW_OK)
+                m->threads[r] = stats.threads;
         }
     }
     for (int i = 0; i < 2; i++) m->ms[i] = mwb_median(t[i], m->repeats);
@@ -95,7 +94,7 @@ static void emit(mwb_ctx *ctx, const char *devices, const run *m, int sharded) {
     mwb_record_num(&r, "ms_per_step", m->ms[sharded]);
     if (sharded) {
         mwb_record_num(&r, "ratio", m->ms[1] / m->ms[0]);
-        mwb_record_num(&r, "one_thread_repeats", m->one_thread);
+        mwb_record_num(&r, "threads_last", m->threads[m->repeats - 1]);
     }
     ctx->emit(ctx, &r);
 }
@@ -106,7 +105,7 @@ static int run_spec(mwb_ctx *ctx, const linreg_data *data, const char *devices) 
     linreg_single_device(devices, single_devices, sizeof single_devices);
     mw_mesh *single_mesh = NULL, *mesh = NULL;
     linreg_model single = {0}, sharded = {0};
-    run m = {{NULL, NULL}, 0, 0, {0.0, 0.0}, 0};
+    run m = {{NULL, NULL}, 0, 0, {0.0, 0.0}, {0}};
     int rc = 0;
 
     mw_status st = mw_mesh_new(single_devices, LINREG_MESH_AXIS, &single_mesh);
@@ -137,11 +136,11 @@ static int run_spec(mwb_ctx *ctx, const linreg_data *data, const char *devices) 
         rc = report(devices, st, "a step failed");
         goto done;
     }
-    char one[16] = "-";
-    if (mw_trainer_devices(m.tr[1]) > 1)
-        snprintf(one, sizeof one, "%d/%d", m.one_thread, m.repeats);
-    printf("%-16s %7d x %-6d %14.3f %15.3f %14.2fx %10s\n", devices, m.repeats, m.steps, m.ms[0],
-           m.ms[1], m.ms[1] / m.ms[0], one);
+    char threads[3 * REPEATS + 1] = "";
+    for (int r = 0, at = 0; r < m.repeats && at < (int)sizeof threads - 4; r++)
+        at += snprintf(threads + at, sizeof threads - (size_t)at, r ? ",%d" : "%d", m.threads[r]);
+    printf("%-16s %7d x %-6d %14.3f %15.3f %14.2fx  %s\n", devices, m.repeats, m.steps, m.ms[0],
+           m.ms[1], m.ms[1] / m.ms[0], threads);
     fflush(stdout);
     emit(ctx, devices, &m, 0);
     emit(ctx, devices, &m, 1);
@@ -166,10 +165,10 @@ int mwb_case_linreg(mwb_ctx *ctx) {
     }
     printf("%d x %d, SGD lr %g; single device vs sharded, repeats alternating; median ms/step\n",
            ROWS, FEATURES, LR);
-    printf("(1 thread: repeats whose last sharded step ran every device on the calling thread;\n"
-           " mw_trainer_config.cpu_threads picks that when threads wait for busy cores)\n");
-    printf("%-16s %16s %14s %15s %15s %10s\n", "devices", "repeats x steps", "single ms/step",
-           "sharded ms/step", "sharded/single", "1 thread");
+    printf("(threads: how many ran the sharded trainer's last step of each repeat; fewer than\n"
+           " devices when mw_trainer_config.cpu_threads found sharing threads faster)\n");
+    printf("%-16s %16s %14s %15s %15s  %s\n", "devices", "repeats x steps", "single ms/step",
+           "sharded ms/step", "sharded/single", "threads");
     int failed = 0;
     for (int i = 0; i < ndevices; i++) failed |= run_spec(ctx, &data, devices[i]);
     linreg_data_free(&data);

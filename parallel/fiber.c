@@ -1,13 +1,15 @@
 /* Gangs of cooperative tasks on one thread (see fiber.h), on POSIX ucontext. Each task has its own
  * stack, mapped once with the gang (reserved, not committed: pages are touched only as deep as
  * the task's calls go) with a guard page below it. Switches go through the thread's own context:
- * task -> scheduler -> next task. Under AddressSanitizer and ThreadSanitizer every switch is
+ * task -> scheduler -> next task; the scheduler tests a parked task's readiness itself, so a task
+ * that is not ready costs no switch. Under AddressSanitizer and ThreadSanitizer every switch is
  * announced to the sanitizer, which otherwise takes a task's stack for a corrupted one. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_STACK, MAP_NORESERVE */
 #include "parallel/fiber.h"
 
 #include <stddef.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -51,12 +53,16 @@ typedef struct task {
     char *stack;
     int done;
     void *arg;
+    int (*ready)(void *); /* parked: the test that lets it resume; NULL: runnable */
+    void *ready_arg;
     void *tsan;       /* the sanitizer's fiber */
     void *fake_stack; /* AddressSanitizer's fake stack of this task while it is switched out */
 } task;
 
 struct mw__gang {
-    int n;
+    int capacity, n;
+    mw__event *wake;
+    int64_t spin_ns;
     task *t;
     size_t page;
     ucontext_t main; /* the thread's own context: the scheduler */
@@ -106,8 +112,9 @@ static void trampoline(void) {
     setcontext(&g->main); /* does not return: the scheduler never resumes a finished task */
 }
 
-mw_status mw__gang_new(int n, mw__gang **out) {
+mw_status mw__gang_new(int capacity, mw__event *wake, int64_t spin_ns, mw__gang **out) {
     *out = NULL;
+    int n = capacity;
     mw__gang *g = mw__calloc(1, sizeof *g);
     task *t = mw__calloc((size_t)(n > 0 ? n : 1), sizeof *t);
     long page = sysconf(_SC_PAGESIZE);
@@ -116,7 +123,9 @@ mw_status mw__gang_new(int n, mw__gang **out) {
         mw__free(t);
         return mw__error(MW_ERR_NOMEM, "out of memory making a gang of %d tasks", n);
     }
-    g->n = n;
+    g->capacity = g->n = n;
+    g->wake = wake;
+    g->spin_ns = spin_ns;
     g->t = t;
     g->page = (size_t)page;
     g->cur = -1;
@@ -141,7 +150,7 @@ mw_status mw__gang_new(int n, mw__gang **out) {
 
 void mw__gang_free(mw__gang *g) {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) {
+    for (int i = 0; i < g->capacity; i++) {
         if (g->t[i].map) munmap(g->t[i].map, g->page + STACK_BYTES);
 #ifdef MW__FIBER_TSAN
         if (g->t[i].tsan) __tsan_destroy_fiber(g->t[i].tsan);
@@ -156,6 +165,7 @@ void mw__gang_free(mw__gang *g) {
 __attribute__((noinline)) static void prepare(task *t, void *arg) {
     t->done = 0;
     t->arg = arg;
+    t->ready = NULL;
     getcontext(&t->ctx);
     t->ctx.uc_stack.ss_sp = t->stack;
     t->ctx.uc_stack.ss_size = STACK_BYTES;
@@ -163,32 +173,78 @@ __attribute__((noinline)) static void prepare(task *t, void *arg) {
     makecontext(&t->ctx, trampoline, 0);
 }
 
-void mw__gang_run(mw__gang *g, void (*fn)(void *), void *const *args) {
+static int any_ready(mw__gang *g) {
+    for (int i = 0; i < g->n; i++)
+        if (!g->t[i].done && (!g->t[i].ready || g->t[i].ready(g->t[i].ready_arg))) return 1;
+    return 0;
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Every unfinished task is parked and none is ready: they wait for another thread. Spins while
+ * that thread is likely running, then sleeps until notified (a sleep is also cut short every
+ * millisecond, for a deadline or a waker that does not know the gang's event). */
+static void idle(mw__gang *g) {
+    int64_t start = now_ns();
+    for (unsigned spins = 0;; spins++) {
+        if (any_ready(g)) return;
+        if (spins % 64 != 63) {
+            mw__cpu_relax();
+            continue;
+        }
+        if (now_ns() - start < g->spin_ns) continue;
+        if (!g->wake) {
+            struct timespec nap = {0, 50000};
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        uint32_t seen = mw__event_prepare(g->wake);
+        if (any_ready(g)) {
+            mw__event_cancel(g->wake);
+            return;
+        }
+        mw__event_sleep(g->wake, seen, 1000000);
+    }
+}
+
+void mw__gang_run(mw__gang *g, int n, void (*fn)(void *), void *const *args) {
     mw__gang *outer = active;
     active = g;
     g->fn = fn;
-    g->unfinished = g->n;
+    g->n = n;
+    g->unfinished = n;
 #ifdef MW__FIBER_TSAN
     g->main_tsan = __tsan_get_current_fiber();
 #endif
-    for (int i = 0; i < g->n; i++) prepare(&g->t[i], args[i]);
-    while (g->unfinished > 0)
-        for (int i = 0; i < g->n; i++) {
+    for (int i = 0; i < n; i++) prepare(&g->t[i], args[i]);
+    while (g->unfinished > 0) {
+        int ran = 0;
+        for (int i = 0; i < n; i++) {
             task *t = &g->t[i];
-            if (t->done) continue;
+            if (t->done || (t->ready && !t->ready(t->ready_arg))) continue;
+            t->ready = NULL;
             g->cur = i;
             before(&g->main_fake, t->stack, STACK_BYTES, t->tsan);
             swapcontext(&g->main, &t->ctx);
             after(g->main_fake, NULL, NULL);
             g->cur = -1;
+            ran = 1;
         }
+        if (!ran) idle(g);
+    }
     active = outer;
 }
 
-int mw__gang_yield(void) {
+int mw__gang_wait(int (*ready)(void *), void *arg) {
     mw__gang *g = active;
     if (!g || g->cur < 0 || g->unfinished < 2) return 0;
     task *t = &g->t[g->cur];
+    t->ready = ready;
+    t->ready_arg = arg;
     before(&t->fake_stack, g->main_bottom, g->main_size, g->main_tsan);
     swapcontext(&t->ctx, &g->main);
     after(t->fake_stack, NULL, NULL);

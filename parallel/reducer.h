@@ -31,6 +31,10 @@ typedef struct mw__comm_options {
      * its own (it then gets *out == NULL). NULL: every rank is in this process. */
     const int *proc_of;
     int self_proc;
+    /* Shared-memory reducer: an event notified, besides the communicator's own, after every
+     * arrival and abort, so that a thread running several ranks as a gang (parallel/fiber.h)
+     * can sleep until any of its communicators moves. NULL: none. */
+    struct mw__event *wake;
 } mw__comm_options;
 
 typedef struct mw__reducer_vtable {

@@ -98,6 +98,7 @@ struct mw__comm {
     alignas(LINE) _Atomic uint64_t sync; /* arrivals since reset | ABORT_BIT */
     alignas(LINE) _Atomic uint64_t why;  /* the first abort's cause, packed; 0 while none */
     alignas(LINE) mw__event ev;          /* notified after every arrival and abort */
+    mw__event *wake;                     /* the same, for gangs waiting on other threads; or NULL */
     int nranks;
     int timeout_ms;
     int64_t spin_ns;
@@ -188,6 +189,7 @@ static uint64_t set_abort(mw__comm *c, uint64_t why) {
                                             memory_order_relaxed);
     uint64_t old = atomic_fetch_or_explicit(&c->sync, ABORT_BIT, memory_order_seq_cst);
     mw__event_notify(&c->ev);
+    if (c->wake) mw__event_notify(c->wake);
     return old;
 }
 
@@ -247,6 +249,22 @@ static mw_status aborted_error(mw__comm *c, int rank, int op, uint64_t step, int
                      op_name(op), rank, peer, why);
 }
 
+/* What a rank parked in a gang waits for: its step complete, or (refusable) an abort, or its
+ * deadline (0: none) passed. */
+typedef struct step_wait {
+    mw__comm *c;
+    uint64_t target;
+    int refusable;
+    int64_t deadline;
+} step_wait;
+
+static int step_ready(void *arg) {
+    const step_wait *w = arg;
+    uint64_t v = atomic_load_explicit(&w->c->sync, memory_order_seq_cst);
+    return (v & COUNT_MASK) >= w->target || (w->refusable && (v & ABORT_BIT)) ||
+           (w->deadline > 0 && now_ns() > w->deadline);
+}
+
 /* Takes this rank's next step. A refusable step gives up (abort or timeout) unless the step
  * completed; a committed step always completes, since its peers are past the last refusable
  * step and wait for nobody. Returns MW_OK when every rank has arrived. */
@@ -267,25 +285,28 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
     }
     me->step = step;
     mw__event_notify(&c->ev);
+    if (c->wake) mw__event_notify(c->wake);
     if (((v + 1) & COUNT_MASK) >= target) return MW_OK; /* the last to arrive */
 
     /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
-     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. */
+     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
+     * run as a gang's task (parallel/fiber.h) parks instead, until the same test passes, and its
+     * gang runs the other ranks of its thread meanwhile. */
     int64_t start = 0, deadline = 0;
+    step_wait sw = {c, target, refusable, 0};
     for (unsigned spins = 0;; spins++) {
         v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
         if ((v & COUNT_MASK) >= target) return MW_OK;
         if (refusable && (v & ABORT_BIT)) return aborted_error(c, rank, op, step, 0);
-        /* A rank run in a gang (parallel/fiber.h) lets its peers of the same thread run. */
-        int yielded = mw__gang_yield();
-        if (spins % 64 != 63) {
-            if (!yielded) mw__cpu_relax();
+        if (spins % 64 != 63 && spins > 0) {
+            mw__cpu_relax();
             continue;
         }
         int64_t now = now_ns();
         if (!start) {
             start = now;
             if (refusable && c->timeout_ms > 0) deadline = now + (int64_t)c->timeout_ms * 1000000;
+            sw.deadline = deadline;
         }
         if (deadline > 0 && now > deadline) {
             int peer = missing_rank(c, rank, step);
@@ -298,7 +319,11 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
             return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
                              op_name(op), c->timeout_ms, rank, peer);
         }
-        if (yielded || now - start < c->spin_ns) continue;
+        if (mw__gang_wait(step_ready, &sw)) {
+            spins = 62; /* ready: the next pass reads the clock for the deadline */
+            continue;
+        }
+        if (now - start < c->spin_ns) continue;
         uint32_t seen = mw__event_prepare(&c->ev);
         v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
         if ((v & COUNT_MASK) >= target || (refusable && (v & ABORT_BIT))) {
@@ -379,6 +404,7 @@ static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
     atomic_init(&c->why, 0);
     c->nranks = nranks;
     c->timeout_ms = opt ? opt->timeout_ms : 0;
+    c->wake = opt ? opt->wake : NULL;
     c->spin_ns = mw__spin_ns(nranks);
     c->scratch = scratch;
     c->ranks = ranks;

@@ -147,7 +147,8 @@ static mw_status make_groups(mw_trainer *tr) {
         for (int d = 0; d < mesh->ndevices; d++) devs[d] = local(tr, d) ? &tr->w[d].dev : NULL;
         mw__comm_options opt = {.timeout_ms = tr->cfg.collective_timeout_ms,
                                 .proc_of = distributed ? mesh->proc_of : NULL,
-                                .self_proc = mesh->proc};
+                                .self_proc = mesh->proc,
+                                .wake = &tr->wake};
         /* A host barrier: the shared-memory reducer serves it for every kind of device (across
          * processes, the hierarchical one, which never touches device memory for a barrier). */
         mw_status st = tr->all_reducer->comm_new(mesh->ndevices, devs, &opt, &tr->all);
@@ -199,7 +200,8 @@ static mw_status make_groups(mw_trainer *tr) {
             }
             mw__comm_options opt = {.timeout_ms = tr->cfg.collective_timeout_ms,
                                     .proc_of = distributed ? proc_of : NULL,
-                                    .self_proc = mesh->proc};
+                                    .self_proc = mesh->proc,
+                                    .wake = &tr->wake};
             mw_status st = tr->reducer->comm_new(n, devs, &opt, &gr->comms[c]);
             if (st) return st;
             for (int d = 0; d < mesh->ndevices; d++) {
@@ -548,13 +550,11 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
-    int ct = tr->cfg.cpu_threads;
-    if (st == MW_OK && ct != MW_CPU_THREADS_AUTO && ct != MW_CPU_THREADS_PER_DEVICE &&
-        ct != MW_CPU_THREADS_ONE)
+    if (st == MW_OK && tr->cfg.cpu_threads < MW_CPU_THREADS_PER_DEVICE)
         st = mw__error(MW_ERR_INVALID,
                        "mw_trainer_new: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "
-                       "MW_CPU_THREADS_PER_DEVICE or MW_CPU_THREADS_ONE)",
-                       ct);
+                       "MW_CPU_THREADS_PER_DEVICE or a thread count >= 1)",
+                       tr->cfg.cpu_threads);
     if (st) {
         mw__free(tr);
         return st;

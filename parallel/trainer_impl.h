@@ -26,7 +26,9 @@ typedef struct worker {
     int index;
     pthread_t thread;
     int started;
-    int on_host; /* run by the thread that calls the trainer, not a thread of its own */
+    int on_host;         /* run by the thread that calls the trainer, not a thread of its own */
+    _Atomic uint64_t go; /* commands handed to this worker's thread (workers.c) */
+    mw__event go_ev;
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
@@ -116,13 +118,12 @@ struct mw_trainer {
     float *init_values;   /* flat initial parameters, only during start-up */
     const mw_feed *feeds; /* the current step's, ordered by input leaf */
     const mw_feed **feed_of;
-    /* Commands (workers.c): the host writes command and remaining, bumps generation and
-     * notifies `started`; the last worker done notifies `finished`. Waiters spin briefly on these
-     * before sleeping on the event. */
-    _Atomic uint64_t generation;
+    /* Commands (workers.c): the host writes command and remaining, then bumps each receiving
+     * worker's `go` and notifies its go_ev; the last worker done notifies `finished`. Waiters
+     * spin briefly on these before sleeping on the event. */
     _Atomic int command;
     _Atomic int remaining;
-    mw__event started, finished;
+    mw__event finished;
     int64_t steps;
     mw_step_stats stats; /* of the last command */
     float step_lr;       /* for the step being run */
@@ -158,20 +159,25 @@ struct mw_trainer {
     /* ZeRO-1 with sharded parameters: the reduction group whose devices share optimizer state
      * (without them the group spans the mesh). */
     int zero_group;
-    /* How the local devices share threads (workers.c, mw_trainer_config.cpu_threads): gang is
-     * NULL when they cannot share one (not every device a CPU device of this process, pinned);
-     * else one_thread says whether commands run them all on the calling thread now. The rest
-     * decides that under MW_CPU_THREADS_AUTO: step times of the last few steps of each way, the
-     * calling thread's share of a core, and the steps of a trial of the other way. */
-    struct mw__gang *gang;
-    int one_thread;
+    /* How many threads run the local devices (workers.c, mw_trainer_config.cpu_threads): all of
+     * them, one each, or fewer, each running a contiguous block of devices as a gang. gangs[k]
+     * (ngangs of them; none when the devices cannot share threads: not every device a CPU
+     * device of this process, or pinned) runs block k; wake is the event their communicators
+     * notify. threads_now is the count the next command runs with, run_threads the count the
+     * current (or last) one ran with. The rest chooses under MW_CPU_THREADS_AUTO. */
+    struct mw__gang **gangs;
+    int ngangs;
+    mw__event wake;
+    int threads_now, run_threads;
     struct {
-        void **args; /* the gang's tasks: this process's workers */
+        void **args;        /* the gangs' tasks: this process's workers in order */
+        int ncand, cand[3]; /* thread counts that may run: a thread per device first */
+        int cur, trial;     /* the kept candidate; the one on trial, or -1 */
         int64_t measured, next_trial;
         int interval, trial_left;
-        double share;    /* the host's share of a core with threads, a moving average */
-        double ms[2][3]; /* the last step times with threads [0] and with one thread [1] */
-        int nms[2];
+        double share;    /* the host's share of a core with a thread per device, moving average */
+        double ms[3][3]; /* each candidate's last step times */
+        int nms[3];
     } sched;
 };
 
@@ -225,9 +231,13 @@ void mw__stop_workers(mw_trainer *tr);
 /* Sets up how the local devices share threads (cfg.cpu_threads); MW_ERR_NOMEM. */
 mw_status mw__sched_init(mw_trainer *tr);
 void mw__sched_free(mw_trainer *tr);
+/* The thread counts the trainer may run its `devices` local devices with, on `cores` cores, under
+ * cpu_threads `setting` (MW_CPU_THREADS_PER_DEVICE for meshes whose devices cannot share
+ * threads); sets threads_now to the first. */
+void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting);
 /* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds in which the calling thread was
- * on a core for `share` of the time (with threads; 1 with one thread), sets tr->one_thread for
- * the next. Touches only tr->sched and tr->one_thread. */
+ * on a core for `share` of the time, sets tr->threads_now for the next. Touches only tr->sched
+ * and tr->threads_now. */
 void mw__sched_after(mw_trainer *tr, double ms, double share);
 /* Runs one command on every local worker and waits; on failure reports the root cause. */
 mw_status mw__dispatch(mw_trainer *tr, cmd c);

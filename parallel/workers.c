@@ -4,15 +4,19 @@
  * meanwhile. Inside a step, workers meet only in the collectives. A failing worker aborts the
  * communicators so no peer is left waiting, and the host reports the root cause.
  *
- * CPU devices of one process may instead all run on the host's thread, as a gang (fiber.h): each
- * device's command is a task that gives the thread to the next where it would wait in a
- * collective. When other processes keep the cores busy, threads spend their steps waiting for a
- * peer the scheduler has not run yet; the gang never waits for a thread. Under
- * MW_CPU_THREADS_AUTO the host times both ways (mw__sched_after) and keeps the faster. */
+ * CPU devices of one process may instead run on fewer threads, in gangs (fiber.h): each device's
+ * command is a task that gives its thread to another where it would wait in a collective. When
+ * other processes keep the cores busy, or devices outnumber cores, threads spend their steps
+ * waiting for a peer the scheduler has not run yet; a gang never waits for a device of its own.
+ * Under MW_CPU_THREADS_AUTO the host times the ways it may run (mw__sched_after) and keeps the
+ * fastest. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -196,25 +200,45 @@ static void run_one(worker *w, cmd c) {
     }
 }
 
+/* Local devices [block(k), block(k + 1)) of the first local device form gang k when `threads`
+ * threads run them: contiguous blocks, so that the devices of a model-parallel group (adjacent
+ * on the mesh's last axis) meet on one thread. */
+static int block(int k, int devices, int threads) { return (int)((int64_t)k * devices / threads); }
+
+static void gang_task(void *arg) {
+    worker *w = arg;
+    run_one(w, (cmd)atomic_load_explicit(&w->tr->command, memory_order_relaxed));
+}
+
+/* Runs command c (tr->command) on gang k of tr->run_threads threads, on the calling thread. */
+static void run_gang(mw_trainer *tr, int k) {
+    int t = tr->run_threads, lo = block(k, tr->nlocal, t), hi = block(k + 1, tr->nlocal, t);
+    mw__gang_run(tr->gangs[k], hi - lo, gang_task, (void *const *)tr->sched.args + lo);
+}
+
 void *mw__worker_main(void *arg) {
     worker *w = arg;
     mw_trainer *tr = w->tr;
     uint64_t seen = 0;
     for (;;) {
-        wait_until(tr, &tr->started, &tr->generation, seen, NULL);
-        seen = atomic_load(&tr->generation);
+        wait_until(tr, &w->go_ev, &w->go, seen, NULL);
+        seen = atomic_load(&w->go);
         cmd c = (cmd)atomic_load(&tr->command);
-        run_one(w, c);
+        int t = tr->run_threads, local = w->index - tr->first;
+        if (t >= tr->nlocal)
+            run_one(w, c);
+        else /* this thread leads the gang its device starts */
+            for (int k = 1; k < t; k++)
+                if (block(k, tr->nlocal, t) == local) run_gang(tr, k);
         if (atomic_fetch_sub(&tr->remaining, 1) == 1) mw__event_notify(&tr->finished);
         if (c == CMD_QUIT) return NULL;
     }
 }
 
-static void post(mw_trainer *tr, cmd c, int workers) {
-    atomic_store(&tr->command, (int)c);
-    atomic_store(&tr->remaining, workers);
-    atomic_fetch_add(&tr->generation, 1);
-    mw__event_notify(&tr->started);
+/* Hands command c to worker w's thread. */
+static void post(worker *w) {
+    atomic_fetch_add(&w->go, 1);
+    mw__event_notify(&w->go_ev);
 }
 
 static void wait_done(mw_trainer *tr) {
@@ -223,31 +247,32 @@ static void wait_done(mw_trainer *tr) {
     wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
 }
 
-static void gang_task(void *arg) {
-    worker *w = arg;
-    run_one(w, (cmd)atomic_load_explicit(&w->tr->command, memory_order_relaxed));
-}
-
-/* Runs command c on every started local worker and waits: the threads get it through the
- * generation; a worker that runs on the host (on_host) runs it here meanwhile. With one_thread,
- * the host runs every worker itself, as a gang (start-up and shutdown stay on each worker's
- * thread). */
+/* Runs command c on every started local worker and waits. With a thread per device, each
+ * worker's thread gets it (a worker that runs on the host, on_host, runs it here meanwhile). With
+ * fewer threads (tr->threads_now; start-up and shutdown always use every thread), gang k of
+ * devices runs on the thread of its first device, gang 0 on the host's. */
 static void run_all(mw_trainer *tr, cmd c) {
-    if (tr->one_thread && c != CMD_INIT && c != CMD_QUIT) {
-        atomic_store_explicit(&tr->command, (int)c, memory_order_relaxed);
-        mw__gang_run(tr->gang, gang_task, (void *const *)tr->sched.args);
-        return;
-    }
-    int threads = 0;
+    int t = c == CMD_INIT || c == CMD_QUIT ? tr->nlocal : tr->threads_now;
+    atomic_store(&tr->command, (int)c);
+    tr->run_threads = t;
     worker *mine = NULL;
-    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
-        if (tr->w[i].on_host)
-            mine = &tr->w[i];
-        else
-            threads += tr->w[i].started;
+    int threads = 0;
+    if (t >= tr->nlocal) {
+        for (int i = tr->first; i < tr->first + tr->nlocal; i++)
+            if (tr->w[i].on_host)
+                mine = &tr->w[i];
+            else
+                threads += tr->w[i].started;
+        atomic_store(&tr->remaining, threads);
+        for (int i = tr->first; i < tr->first + tr->nlocal; i++)
+            if (!tr->w[i].on_host && tr->w[i].started) post(&tr->w[i]);
+        if (mine) run_one(mine, c);
+    } else {
+        atomic_store(&tr->remaining, t - 1);
+        for (int k = 1; k < t; k++) post(&tr->w[tr->first + block(k, tr->nlocal, t)]);
+        threads = t - 1;
+        run_gang(tr, 0);
     }
-    if (threads) post(tr, c, threads);
-    if (mine) run_one(mine, c);
     if (threads) wait_done(tr);
 }
 
@@ -257,34 +282,73 @@ void mw__stop_workers(mw_trainer *tr) {
         if (tr->w[i].started && !tr->w[i].on_host) pthread_join(tr->w[i].thread, NULL);
 }
 
-/* ---- one thread per device, or all on the calling thread (cfg.cpu_threads) ---- */
+/* ---- how many threads run the devices (cfg.cpu_threads) ---- */
 
-#define TRIAL_STEPS 3    /* steps a trial of the other way runs */
-#define FIRST_INTERVAL 8 /* steps between trials, doubled after each trial that changes nothing */
+#define TRIAL_STEPS 3    /* steps a trial of another way runs */
+#define FIRST_INTERVAL 8 /* steps between trials, doubled after each round that changes nothing */
 #define MAX_INTERVAL 256
 #define WARM_UP 2         /* first steps not timed: they touch new memory */
-#define STARVED_SHARE 0.6 /* the host's share of a core below which one thread may do better */
+#define STARVED_SHARE 0.6 /* the host's share of a core below which fewer threads may do better */
 #define BETTER 0.9        /* a trial wins when its median step takes less than this much */
 
+void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
+    __typeof__(tr->sched) *s = &tr->sched;
+    s->ncand = 0;
+    s->cur = 0;
+    s->trial = -1;
+    if (setting != MW_CPU_THREADS_AUTO) {
+        s->cand[s->ncand++] = setting < 0 || setting > devices ? devices : setting;
+    } else {
+        s->cand[s->ncand++] = devices;
+        if (cores > 1 && cores < devices) s->cand[s->ncand++] = cores;
+        if (devices > 1) s->cand[s->ncand++] = 1;
+    }
+    tr->threads_now = s->cand[0];
+}
+
+static int online_cores(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 mw_status mw__sched_init(mw_trainer *tr) {
-    int mode = tr->cfg.cpu_threads; /* checked by mw_trainer_new */
+    int d = tr->nlocal;
     const mw_mesh *m = tr->mesh;
-    if (mode == MW_CPU_THREADS_PER_DEVICE || tr->nlocal < 2 || m->nprocs != 1 ||
-        !m->vt->host_memory || tr->reducer != &mw__reducer_shm ||
-        (tr->all && tr->all_reducer != &mw__reducer_shm) || tr->w[tr->first].dev.pin)
-        return MW_OK;
-    tr->sched.args = mw__malloc((size_t)tr->nlocal * sizeof *tr->sched.args);
-    if (!tr->sched.args) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
-    for (int i = 0; i < tr->nlocal; i++) tr->sched.args[i] = &tr->w[tr->first + i];
-    mw_status st = mw__gang_new(tr->nlocal, &tr->gang);
-    if (st) return st;
-    tr->one_thread = mode == MW_CPU_THREADS_ONE;
+    int can = d > 1 && m->nprocs == 1 && m->vt->host_memory && tr->reducer == &mw__reducer_shm &&
+              (!tr->all || tr->all_reducer == &mw__reducer_shm) && tr->w[tr->first].on_host;
+    mw__sched_candidates(tr, d, online_cores(),
+                         can ? tr->cfg.cpu_threads : MW_CPU_THREADS_PER_DEVICE);
+    /* Gangs for every thread count that may run: gang k holds the largest block k gets. */
+    int most = 0;
+    for (int i = 0; i < tr->sched.ncand; i++)
+        if (tr->sched.cand[i] < d && tr->sched.cand[i] > most) most = tr->sched.cand[i];
+    if (!most) return MW_OK;
+    tr->sched.args = mw__malloc((size_t)d * sizeof *tr->sched.args);
+    tr->gangs = mw__calloc((size_t)most, sizeof *tr->gangs);
+    if (!tr->sched.args || !tr->gangs)
+        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    tr->ngangs = most;
+    for (int i = 0; i < d; i++) tr->sched.args[i] = &tr->w[tr->first + i];
+    for (int k = 0; k < most; k++) {
+        int cap = 0;
+        for (int i = 0; i < tr->sched.ncand; i++) {
+            int t = tr->sched.cand[i];
+            if (t < d && k < t && block(k + 1, d, t) - block(k, d, t) > cap)
+                cap = block(k + 1, d, t) - block(k, d, t);
+        }
+        mw_status st = mw__gang_new(cap, &tr->wake, tr->spin_ns, &tr->gangs[k]);
+        if (st) return st;
+    }
     return MW_OK;
 }
 
 void mw__sched_free(mw_trainer *tr) {
-    mw__gang_free(tr->gang);
-    tr->gang = NULL;
+    for (int k = 0; k < tr->ngangs; k++) mw__gang_free(tr->gangs[k]);
+    mw__free(tr->gangs);
+    tr->gangs = NULL;
+    tr->ngangs = 0;
     mw__free(tr->sched.args);
     tr->sched.args = NULL;
 }
@@ -301,54 +365,78 @@ static double median(const double *v, int n) {
     return a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
 }
 
-/* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds in which the calling thread ran
- * `share` of the time (measured with threads), decides how the next one runs. With threads, a
- * host that keeps getting less than STARVED_SHARE of a core starts a trial of one thread; with
- * one thread, trials of threads come by themselves. A trial of TRIAL_STEPS steps is kept when its
- * median beats the median of the last steps before it by BETTER; each trial that is not kept
- * doubles the wait before the next. */
+/* The candidate after i that is not the kept one, or -1. */
+static int next_trial(const __typeof__(((mw_trainer *)0)->sched) *s, int i) {
+    for (int j = i + 1; j < s->ncand; j++)
+        if (j != s->cur) return j;
+    return -1;
+}
+
+/* MW_CPU_THREADS_AUTO. The candidates are a thread per device, one per core (when devices
+ * outnumber cores) and one. With a thread per device, a host that keeps getting less than
+ * STARVED_SHARE of a core starts a round of trials; with fewer threads, rounds come by
+ * themselves. A round runs each other candidate for TRIAL_STEPS steps and keeps the fastest if
+ * its median step beats the median of the kept one's last steps by BETTER; each round that
+ * changes nothing doubles the wait before the next. */
 void mw__sched_after(mw_trainer *tr, double ms, double share) {
     __typeof__(tr->sched) *s = &tr->sched;
-    int m = tr->one_thread;
+    if (s->ncand < 2) return;
     if (!s->interval) { /* the first call */
         s->interval = FIRST_INTERVAL;
         s->share = 1.0;
     }
+    int m = s->trial >= 0 ? s->trial : s->cur;
     if (++s->measured <= WARM_UP) return;
     s->ms[m][s->nms[m]++ % 3] = ms;
-    if (!m) s->share = 0.75 * s->share + 0.25 * share;
-    if (s->trial_left > 0) {
+    if (m == 0) s->share = 0.75 * s->share + 0.25 * share;
+    if (s->trial >= 0) {
         if (--s->trial_left > 0) return;
-        int before = !m, nb = s->nms[before] < 3 ? s->nms[before] : 3;
-        if (median(s->ms[m], 3) < BETTER * median(s->ms[before], nb)) {
+        int next = next_trial(s, s->trial);
+        if (next >= 0) {
+            s->trial = next;
+            s->nms[next] = 0;
+            s->trial_left = TRIAL_STEPS;
+            tr->threads_now = s->cand[next];
+            return;
+        }
+        double kept = median(s->ms[s->cur], s->nms[s->cur] < 3 ? s->nms[s->cur] : 3);
+        int best = s->cur;
+        double best_ms = kept;
+        for (int i = 0; i < s->ncand; i++) {
+            double t = i == s->cur ? kept : median(s->ms[i], 3);
+            if (i != s->cur && t < BETTER * kept && t < best_ms) best = i, best_ms = t;
+        }
+        if (best != s->cur) {
+            s->cur = best;
             s->interval = FIRST_INTERVAL;
         } else {
-            tr->one_thread = before;
             s->interval = s->interval * 2 < MAX_INTERVAL ? s->interval * 2 : MAX_INTERVAL;
         }
+        s->trial = -1;
         s->next_trial = s->measured + s->interval;
+        tr->threads_now = s->cand[s->cur];
         return;
     }
-    if (s->measured < s->next_trial || s->nms[m] < 3 || (!m && s->share >= STARVED_SHARE)) return;
-    tr->one_thread = !m;
-    s->nms[!m] = 0;
+    if (s->measured < s->next_trial || s->nms[m] < 3 || (m == 0 && s->share >= STARVED_SHARE))
+        return;
+    s->trial = next_trial(s, -1);
+    s->nms[s->trial] = 0;
     s->trial_left = TRIAL_STEPS;
+    tr->threads_now = s->cand[s->trial];
 }
 
 /* Runs one command on every worker and waits; on failure reports the root cause: the first device
  * whose error is not just "aborted because a peer failed". */
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
-    int timed = tr->gang && tr->cfg.cpu_threads == MW_CPU_THREADS_AUTO &&
-                (c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
-    int one = tr->one_thread && c != CMD_INIT && c != CMD_QUIT;
-    int64_t cpu0 = timed && !one ? thread_cpu_ns() : 0;
+    int timed = tr->sched.ncand > 1 && (c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
+    int64_t cpu0 = timed ? thread_cpu_ns() : 0;
     int64_t t0 = mw__now_ns();
     run_all(tr, c);
     int64_t wall = mw__now_ns() - t0;
     tr->stats = (mw_step_stats){.step_ms = (double)wall * 1e-6,
                                 .reduce_ms = tr->w[tr->first].reduce_ms,
                                 .update_ms = tr->w[tr->first].update_ms,
-                                .threads = one ? 1 : tr->nlocal};
+                                .threads = tr->run_threads};
     worker *cause = NULL;
     for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
         worker *w = &tr->w[i];
@@ -358,8 +446,7 @@ mw_status mw__dispatch(mw_trainer *tr, cmd c) {
     }
     if (timed && !cause)
         mw__sched_after(tr, tr->stats.step_ms,
-                        one ? 1.0
-                            : (double)(thread_cpu_ns() - cpu0) / (double)(wall > 0 ? wall : 1));
+                        (double)(thread_cpu_ns() - cpu0) / (double)(wall > 0 ? wall : 1));
     if (!cause) return MW_OK;
     /* A non-finite loss or gradient is seen alike everywhere, after every collective: every
      * process stops at the same point and the trainer stays usable. */

@@ -110,10 +110,11 @@ static void usage(FILE *f) {
         "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
         "                      slice of the parameters (same results, less memory per device)\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
-        "  --cpu-threads HOW   CPU devices: auto (default: a thread each, or all on one thread\n"
-        "                      while that is faster, as when other work keeps the cores busy),\n"
-        "                      per-device or one (every device on the main thread, in turn);\n"
-        "                      the results are the same bits either way\n"
+        "  --cpu-threads HOW   threads running the CPU devices: auto (default: a thread each,\n"
+        "                      or fewer while that is faster, as when other work keeps the\n"
+        "                      cores busy or devices outnumber cores), per-device, or a count N\n"
+        "                      (1: every device on the main thread, in turn); the results are\n"
+        "                      the same bits either way\n"
         "evaluation and sampling\n"
         "  --eval-only         print the loss over --eval-batches sequential batches, no training\n"
         "  --eval-batches N    (default 16)\n"
@@ -244,10 +245,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                 o->cpu_threads = MW_CPU_THREADS_AUTO;
             else if (strcmp(v, "per-device") == 0)
                 o->cpu_threads = MW_CPU_THREADS_PER_DEVICE;
-            else if (strcmp(v, "one") == 0)
-                o->cpu_threads = MW_CPU_THREADS_ONE;
             else
-                bad = 1;
+                bad = cli_parse_int(v, 1, 4096, &o->cpu_threads);
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             o->devices = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--mesh", &missing))) {

@@ -132,23 +132,25 @@ typedef struct mw_trainer_config {
      * shards' flat layout), again bitwise equal to the update without it; with no data axis
      * there is nothing to split and it changes nothing. */
     int shard_optimizer;
-    /* How this process's CPU devices share threads (a mesh of several virtual CPU devices in one
-     * process, not pinned; other meshes always run one thread per device). The choice never
-     * changes a result: the devices run the same kernels and collectives either way.
-     * MW_CPU_THREADS_AUTO (0, the default): one thread per device while that is faster. When the
-     * calling thread gets less than its share of a core during steps (other processes keep the
-     * cores busy, or devices outnumber cores), the trainer times a few steps with every device on
-     * the calling thread, in turn, switching whenever it waits, and keeps whichever was faster;
-     * it tries the other way again after 8, 16, ... up to 256 steps. mw_trainer_stats says which
-     * one ran.
-     * MW_CPU_THREADS_PER_DEVICE: always one thread per device.
-     * MW_CPU_THREADS_ONE: always every device on the calling thread (each with a stack of its
-     * own), e.g. to test a multi-device program on a machine with one free core. */
+    /* How many threads run this process's CPU devices (a mesh of several virtual CPU devices in
+     * one process, not pinned; other meshes always run one thread per device). With fewer
+     * threads than devices, each thread runs a contiguous block of devices in turn, switching
+     * device wherever one would wait for another in a collective. The choice never changes a
+     * result: the devices run the same kernels and collectives either way.
+     * MW_CPU_THREADS_AUTO (0, the default): a thread per device while that is fastest. When the
+     * calling thread gets less than 60 % of a core during steps (other processes keep the cores
+     * busy, or devices outnumber cores), the trainer times a few steps with one thread per core
+     * (when there are fewer cores than devices) and with one thread, and keeps whichever is at
+     * least 10 % faster; with fewer threads it tries the others again after 8, 16, ... up to 256
+     * steps. mw_trainer_stats says how many threads ran the last step.
+     * MW_CPU_THREADS_PER_DEVICE (-1): always a thread per device.
+     * n >= 1: always n threads (at most one per device); 1 (MW_CPU_THREADS_ONE) runs every device
+     * on the calling thread, e.g. to test an 8-device program on a machine with one free core. */
     int cpu_threads;
 } mw_trainer_config;
 
-/* Values of mw_trainer_config.cpu_threads. */
-enum { MW_CPU_THREADS_AUTO = 0, MW_CPU_THREADS_PER_DEVICE = 1, MW_CPU_THREADS_ONE = 2 };
+/* Values of mw_trainer_config.cpu_threads besides a thread count. */
+enum { MW_CPU_THREADS_AUTO = 0, MW_CPU_THREADS_PER_DEVICE = -1, MW_CPU_THREADS_ONE = 1 };
 
 /* A host array fed to an input by name. Its element count must be the input's global element
  * count; data must hold that many elements of the input's dtype and stay valid during the call. */
@@ -255,8 +257,8 @@ typedef struct mw_step_stats {
     double reduce_ms; /* device 0's time inside collectives (gradient buckets and forward
                          all-reduces), including waiting for peers */
     double update_ms; /* device 0's time in the optimizer update */
-    /* Threads that ran this process's devices: one per device, or 1 when every CPU device ran
-     * on the calling thread (mw_trainer_config.cpu_threads). */
+    /* Threads that ran this process's devices: one per device, or fewer when CPU devices shared
+     * threads (mw_trainer_config.cpu_threads); 1: all on the calling thread. */
     int threads;
 } mw_step_stats;
 

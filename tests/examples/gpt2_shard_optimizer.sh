@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpt2 with --shard-optimizer (ZeRO-1) on cpu:3: the saved model is byte-identical to the
 # replicated run's, also when a ZeRO-1 run is interrupted and resumed without the flag (and the
-# reverse), and when the three devices share the main thread (--cpu-threads one), and the
+# reverse), and when the three devices share the main thread (--cpu-threads 1), and the
 # optimizer state per device printed at start is a third of the replicated one.
 # Usage: gpt2_shard_optimizer.sh PATH_TO_GPT2
 set -euo pipefail
@@ -14,7 +14,7 @@ args=(--devices cpu:3 --steps 10 --batch 6 --seq 32 --val-every 0 --sample 0 --l
 "$gpt2" "${args[@]}" --shard-optimizer --save "$dir/zero1.bin" > "$dir/zero1.log"
 cmp "$dir/replicated.bin" "$dir/zero1.bin" ||
     { echo "gpt2_shard_optimizer: ZeRO-1 trained another model" >&2; exit 1; }
-"$gpt2" "${args[@]}" --shard-optimizer --cpu-threads one --save "$dir/one.bin" > /dev/null
+"$gpt2" "${args[@]}" --shard-optimizer --cpu-threads 1 --save "$dir/one.bin" > /dev/null
 cmp "$dir/replicated.bin" "$dir/one.bin" ||
     { echo "gpt2_shard_optimizer: ZeRO-1 on one thread trained another model" >&2; exit 1; }
 for first in --shard-optimizer ""; do

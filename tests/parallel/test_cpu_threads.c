@@ -1,10 +1,13 @@
 /* How a process's CPU devices share threads (mw_trainer_config.cpu_threads): the gang that runs
  * several tasks on one thread (parallel/fiber.h), the trainer's choice between one thread per
- * device and one thread for all, and the configuration's errors. That one thread gives the same
+ * device and fewer threads, and the configuration's errors. That one thread gives the same
  * bits as a thread per device is checked on data and tensor parallel meshes in
  * test_tensor_parallel.c, and a device failing in every phase on one thread in test_faults.c. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #include "linreg_model.h"
 #include "meshwit.h"
@@ -16,6 +19,11 @@
 #define TASKS 3
 #define TURNS 4
 
+static int always(void *arg) {
+    (void)arg;
+    return 1;
+}
+
 typedef struct log {
     int order[TASKS * (TURNS + 1)];
     int n;
@@ -23,63 +31,111 @@ typedef struct log {
 
 typedef struct task_arg {
     log_t *log;
-    int id, turns, switched;
+    int id, turns, parked;
 } task_arg;
 
 static void logging_task(void *p) {
     task_arg *a = p;
-    a->switched = 0;
+    a->parked = 0;
     for (int t = 0; t < a->turns; t++) {
         a->log->order[a->log->n++] = a->id;
-        a->switched += mw__gang_yield();
+        a->parked += mw__gang_wait(always, NULL);
     }
     a->log->order[a->log->n++] = a->id;
 }
 
-/* Tasks start in order, and a task that yields resumes after every other unfinished task had a
- * turn: round robin, with finished tasks left out. */
+static mw__gang *gang(int capacity) {
+    mw__gang *g = NULL;
+    cr_assert_eq(mw__gang_new(capacity, NULL, 0, &g), MW_OK);
+    return g;
+}
+
+/* Tasks start in order, and a task that parks (ready at once) resumes after every other
+ * runnable task had a turn: round robin, with finished tasks left out. */
 Test(gang, tasks_take_turns_in_order) {
-    mw__gang *g;
-    cr_assert_eq(mw__gang_new(TASKS, &g), MW_OK);
+    mw__gang *g = gang(TASKS + 1);
     log_t log = {{0}, 0};
     task_arg args[TASKS] = {{&log, 0, 2, 0}, {&log, 1, 0, 0}, {&log, 2, 3, 0}};
     void *p[TASKS] = {&args[0], &args[1], &args[2]};
     for (int rep = 0; rep < 2; rep++) { /* a gang runs again and again */
         log.n = 0;
-        mw__gang_run(g, logging_task, p);
-        /* 0 logs and yields, 1 logs and ends, 2 logs and yields, 0, 2, 0 ends, then 2 alone:
-         * its last yield finds nobody else and returns 0 without switching, so 2 ends after
-         * logging twice more. */
+        mw__gang_run(g, TASKS, logging_task, p);
+        /* 0 logs and parks, 1 logs and ends, 2 logs and parks, 0, 2, 0 ends, then 2 alone: its
+         * last wait finds nobody else and returns 0 without parking, so 2 ends after logging
+         * twice more. */
         static const int want[] = {0, 1, 2, 0, 2, 0, 2, 2};
         cr_assert_eq(log.n, 8, "rep %d: %d entries", rep, log.n);
         for (int i = 0; i < 8; i++) cr_assert_eq(log.order[i], want[i], "rep %d entry %d", rep, i);
-        cr_assert_eq(args[0].switched, 2);
-        cr_assert_eq(args[2].switched, 2, "the last yield, alone, switched");
+        cr_assert_eq(args[0].parked, 2);
+        cr_assert_eq(args[2].parked, 2, "the last wait, alone, parked");
     }
     mw__gang_free(g);
 }
 
 static void lone_task(void *p) {
-    int *yields = p;
-    *yields = mw__gang_yield() + 10 * mw__gang_yield();
+    int *parked = p;
+    *parked = mw__gang_wait(always, NULL) + 10 * mw__gang_wait(always, NULL);
 }
 
-Test(gang, yield_with_nobody_else_does_not_switch) {
-    cr_assert_eq(mw__gang_yield(), 0, "outside a gang");
-    mw__gang *g;
-    cr_assert_eq(mw__gang_new(1, &g), MW_OK);
-    int yields = -1;
-    void *p[1] = {&yields};
-    mw__gang_run(g, lone_task, p);
-    cr_assert_eq(yields, 0);
+Test(gang, a_wait_with_nobody_else_does_not_park) {
+    cr_assert_eq(mw__gang_wait(always, NULL), 0, "outside a gang");
+    mw__gang *g = gang(1);
+    int parked = -1;
+    void *p[1] = {&parked};
+    mw__gang_run(g, 1, lone_task, p);
+    cr_assert_eq(parked, 0);
+    mw__gang_free(g);
+}
+
+/* Tasks running different functions: each task's argument names its own. */
+typedef struct job {
+    void (*fn)(void *);
+    void *arg;
+} job;
+
+static void run_job(void *p) {
+    job *j = p;
+    j->fn(j->arg);
+}
+
+/* A parked task resumes only once its test passes: task 0 waits for a counter that task 1 bumps
+ * once per turn. */
+typedef struct counted {
+    int count, seen_at;
+} counted;
+
+static int three(void *p) { return ((counted *)p)->count >= 3; }
+
+static void waiter(void *p) {
+    counted *c = p;
+    cr_assert_eq(mw__gang_wait(three, c), 1);
+    c->seen_at = c->count;
+}
+
+static void bumper(void *p) {
+    counted *c = p;
+    for (int i = 0; i < 5; i++) {
+        c->count++;
+        mw__gang_wait(always, NULL);
+    }
+}
+
+Test(gang, a_parked_task_waits_for_its_test) {
+    mw__gang *g = gang(2);
+    counted c = {0, 0};
+    job jobs[2] = {{waiter, &c}, {bumper, &c}};
+    void *p[2] = {&jobs[0], &jobs[1]};
+    mw__gang_run(g, 2, run_job, p);
+    cr_assert_eq(c.seen_at, 3, "the waiter resumed at count %d", c.seen_at);
+    cr_assert_eq(c.count, 5);
     mw__gang_free(g);
 }
 
 /* Tasks that wait for each other through memory, as ranks of a collective do: each publishes a
- * value, yields until every other has published, then sums them in order. */
+ * value, parks until every other has published, then sums them in order. */
 typedef struct meet {
-    volatile int arrived;
-    volatile double value[TASKS];
+    int arrived;
+    double value[TASKS];
     double sum[TASKS];
 } meet;
 
@@ -88,21 +144,23 @@ typedef struct meet_arg {
     int id;
 } meet_arg;
 
+static int all_arrived(void *p) { return ((meet *)p)->arrived == TASKS; }
+
 static void meeting_task(void *p) {
     meet_arg *a = p;
     char deep[64 * 1024]; /* the task's own stack holds it */
     memset(deep, a->id, sizeof deep);
     a->m->value[a->id] = 1.5 * (a->id + 1);
     a->m->arrived++;
-    while (a->m->arrived < TASKS) cr_assert_eq(mw__gang_yield(), 1);
+    if (a->m->arrived < TASKS) cr_assert_eq(mw__gang_wait(all_arrived, a->m), 1);
+    cr_assert_eq(a->m->arrived, TASKS);
     double s = 0;
     for (int q = 0; q < TASKS; q++) s += a->m->value[q];
     a->m->sum[a->id] = s + (deep[sizeof deep - 1] - a->id);
 }
 
 Test(gang, tasks_meet_through_memory) {
-    mw__gang *g;
-    cr_assert_eq(mw__gang_new(TASKS, &g), MW_OK);
+    mw__gang *g = gang(TASKS);
     meet m = {0, {0}, {0}};
     meet_arg args[TASKS];
     void *p[TASKS];
@@ -110,65 +168,153 @@ Test(gang, tasks_meet_through_memory) {
         args[i] = (meet_arg){&m, i};
         p[i] = &args[i];
     }
-    mw__gang_run(g, meeting_task, p);
+    mw__gang_run(g, TASKS, meeting_task, p);
     for (int i = 0; i < TASKS; i++) cr_assert_eq(m.sum[i], 1.5 * (1 + 2 + 3));
     mw__gang_free(g);
 }
 
+/* Every task of a gang parked on another thread: the gang sleeps until that thread sets the flag
+ * (with a notification of the gang's event, or without one: the sleep is cut short regularly). */
+typedef struct other {
+    _Atomic int flag;
+    mw__event *wake;
+    int resumed;
+} other;
+
+static int flag_set(void *p) { return atomic_load(&((other *)p)->flag); }
+
+static void flag_waiter(void *p) {
+    other *o = p;
+    cr_assert_eq(mw__gang_wait(flag_set, o), 1);
+    o->resumed++;
+}
+
+static void *set_flag_later(void *p) {
+    other *o = p;
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    atomic_store(&o->flag, 1);
+    if (o->wake) mw__event_notify(o->wake);
+    return NULL;
+}
+
+Test(gang, a_gang_sleeps_until_another_thread_makes_a_task_ready) {
+    for (int notify = 0; notify < 2; notify++) {
+        mw__event wake = {0, 0};
+        mw__gang *g = NULL;
+        cr_assert_eq(mw__gang_new(2, &wake, 2000, &g), MW_OK);
+        other o = {0, notify ? &wake : NULL, 0};
+        void *p[2] = {&o, &o};
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, set_flag_later, &o), 0);
+        mw__gang_run(g, 2, flag_waiter, p);
+        pthread_join(th, NULL);
+        /* Both tasks parked on the flag; the first to resume finishes, the second then finds
+         * itself alone or already ready. */
+        cr_assert_eq(o.resumed, 2);
+        mw__gang_free(g);
+    }
+}
+
 /* ---- the choice (mw__sched_after on a bare trainer: it touches only the scheduling state) ---- */
 
-/* Runs `steps` commands that take ms_threads or ms_one milliseconds as the trainer runs them
- * (the host getting `share` of a core with threads); returns how many ran on one thread. */
-static int simulate(mw_trainer *tr, int steps, double ms_threads, double ms_one, double share) {
-    int one = 0;
+/* Milliseconds a step takes with 1, 2 or 4 threads (index: threads). */
+typedef struct timing {
+    double ms[5];
+    double share; /* the host's share of a core with a thread per device */
+} timing;
+
+/* Runs `steps` commands as the trainer chooses their thread counts; returns how many ran with
+ * `threads` threads. */
+static int simulate(mw_trainer *tr, int steps, timing t, int threads) {
+    int n = 0;
     for (int i = 0; i < steps; i++) {
-        one += tr->one_thread;
-        mw__sched_after(tr, tr->one_thread ? ms_one : ms_threads, tr->one_thread ? 1.0 : share);
+        int now = tr->threads_now;
+        n += now == threads;
+        mw__sched_after(tr, t.ms[now], t.share);
     }
-    return one;
+    return n;
+}
+
+static void bare(mw_trainer *tr, int devices, int cores, int setting) {
+    memset(tr, 0, sizeof *tr);
+    mw__sched_candidates(tr, devices, cores, setting);
 }
 
 Test(cpu_threads, threads_stay_while_the_host_gets_its_core) {
     mw_trainer tr;
-    memset(&tr, 0, sizeof tr);
+    bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
+    cr_assert_eq(tr.threads_now, 2);
     /* Even if one thread would be faster: no trial without a sign of starved threads. */
-    cr_assert_eq(simulate(&tr, 2000, 1.0, 0.5, 0.95), 0);
+    cr_assert_eq(simulate(&tr, 2000, (timing){{0, 0.5, 1.0}, 0.95}, 1), 0);
 }
 
 Test(cpu_threads, one_thread_wins_when_the_cores_are_busy_and_it_is_faster) {
     mw_trainer tr;
-    memset(&tr, 0, sizeof tr);
+    bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
     /* The host gets a third of a core and one thread takes half the time: after the warm-up
      * and three steps that show the starving, a trial of three steps, kept. */
-    int one = simulate(&tr, 20, 1.0, 0.5, 0.3);
-    cr_assert_eq(tr.one_thread, 1);
+    timing busy = {{0, 0.5, 1.0}, 0.3};
+    int one = simulate(&tr, 20, busy, 1);
+    cr_assert_eq(tr.threads_now, 1);
     cr_assert_geq(one, 12, "%d of 20 steps on one thread", one);
     /* Trials of threads come back, ever more rarely while they lose: over 2000 steps at most a
      * few dozen run with threads. */
-    one = simulate(&tr, 2000, 1.0, 0.5, 0.3);
-    cr_assert_eq(tr.one_thread, 1);
+    one = simulate(&tr, 2000, busy, 1);
+    cr_assert_eq(tr.threads_now, 1);
     cr_assert_geq(one, 2000 - 60, "%d of 2000 steps on one thread", one);
     /* The busy process ends: threads are twice as fast again; the next trial (at most 256
      * steps away) goes back to them for good. */
-    one = simulate(&tr, 600, 0.5, 1.0, 1.0);
-    cr_assert_eq(tr.one_thread, 0);
+    timing idle = {{0, 1.0, 0.5}, 1.0};
+    one = simulate(&tr, 600, idle, 1);
+    cr_assert_eq(tr.threads_now, 2);
     cr_assert_leq(one, 256 + 3, "%d steps stayed on one thread", one);
-    cr_assert_eq(simulate(&tr, 2000, 0.5, 1.0, 1.0), 0);
+    cr_assert_eq(simulate(&tr, 2000, idle, 1), 0);
 }
 
 Test(cpu_threads, a_losing_trial_is_dropped_and_tried_more_rarely) {
     mw_trainer tr;
-    memset(&tr, 0, sizeof tr);
-    /* Starved, but threads still win (devices outnumber idle cores): trials of one thread are
-     * dropped, each wait twice the last, up to 256 steps. */
-    int one = simulate(&tr, 2000, 1.0, 1.5, 0.3);
-    cr_assert_eq(tr.one_thread, 0);
+    bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
+    /* Starved, but threads still win: trials of one thread are dropped, each wait twice the
+     * last, up to 256 steps. */
+    int one = simulate(&tr, 2000, (timing){{0, 1.5, 1.0}, 0.3}, 1);
+    cr_assert_eq(tr.threads_now, 2);
     cr_assert_leq(one, 3 * 14, "%d of 2000 steps on one thread", one);
     cr_assert_geq(one, 3, "never tried one thread");
     /* A trial needs a clear win: 5 % faster is noise. */
-    memset(&tr, 0, sizeof tr);
-    simulate(&tr, 2000, 1.0, 0.95, 0.3);
-    cr_assert_eq(tr.one_thread, 0);
+    bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
+    simulate(&tr, 2000, (timing){{0, 0.95, 1.0}, 0.3}, 1);
+    cr_assert_eq(tr.threads_now, 2);
+}
+
+/* Four devices on two cores: a round tries two threads (a gang of two devices each) and one,
+ * and keeps the fastest. */
+Test(cpu_threads, devices_outnumbering_cores_share_them) {
+    mw_trainer tr;
+    bare(&tr, 4, 2, MW_CPU_THREADS_AUTO);
+    cr_assert_eq(tr.sched.ncand, 3);
+    timing t = {{0, 0.9, 0.6, 0, 1.0}, 0.4};
+    simulate(&tr, 30, t, 2);
+    cr_assert_eq(tr.threads_now, 2);
+    int two = simulate(&tr, 2000, t, 2);
+    cr_assert_geq(two, 2000 - 2 * 3 * 10, "%d of 2000 steps on two threads", two);
+    /* One per device when devices do not outnumber cores: no middle candidate. */
+    bare(&tr, 4, 8, MW_CPU_THREADS_AUTO);
+    cr_assert_eq(tr.sched.ncand, 2);
+}
+
+/* A fixed count is never changed, and is capped at a thread per device. */
+Test(cpu_threads, a_fixed_count_stays) {
+    mw_trainer tr;
+    bare(&tr, 4, 2, 3);
+    cr_assert_eq(tr.threads_now, 3);
+    cr_assert_eq(simulate(&tr, 500, (timing){{0, 0.1, 0.1, 9.0, 0.1}, 0.1}, 3), 500);
+    bare(&tr, 4, 2, 9);
+    cr_assert_eq(tr.threads_now, 4);
+    bare(&tr, 4, 2, MW_CPU_THREADS_PER_DEVICE);
+    cr_assert_eq(tr.threads_now, 4);
+    bare(&tr, 4, 2, MW_CPU_THREADS_ONE);
+    cr_assert_eq(tr.threads_now, 1);
 }
 
 /* ---- the configuration ---- */
@@ -182,11 +328,11 @@ Test(cpu_threads, bad_value_is_refused) {
     cr_assert_eq(mw_graph_new(&g), MW_OK);
     cr_assert_eq(linreg_build(g, 64, 4, 1, "X", &loss), MW_OK);
     cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
-    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f}, .cpu_threads = 3};
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.05f}, .cpu_threads = -2};
     mw_trainer *tr = (mw_trainer *)1;
     cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_ERR_INVALID);
     cr_assert_null(tr);
-    cr_assert(strstr(mw_last_error(), "cpu_threads is 3"), "%s", mw_last_error());
+    cr_assert(strstr(mw_last_error(), "cpu_threads is -2"), "%s", mw_last_error());
     /* One device: nothing to share; the setting is accepted and the one device runs alone. */
     mw_mesh *one;
     cr_assert_eq(mw_mesh_new("cpu:1", "X", &one), MW_OK);

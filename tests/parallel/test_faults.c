@@ -99,14 +99,18 @@ Test(faults, every_phase_on_every_device) {
         for (int d = 0; d < 3; d++) check_fault("cpu:3", d, phases[p]);
 }
 
-/* The same with every device on the calling thread: the failing device's turn ends with the
- * error, its peers waiting in a collective get the abort when their turn comes, and the trainer
- * (compared with one running a thread per device) goes on bit for bit. */
-Test(faults, every_phase_on_every_device_one_thread) {
+/* The same with devices sharing threads (all on the calling thread, or on two threads): the
+ * failing device's turn ends with the error, its peers waiting in a collective get the abort
+ * when their turn comes, and the trainer (compared with one running a thread per device) goes
+ * on bit for bit. */
+Test(faults, every_phase_on_every_device_fewer_threads) {
     const mw_phase phases[] = {MW_PHASE_FORWARD, MW_PHASE_FORWARD_COLLECTIVE, MW_PHASE_BACKWARD,
                                MW_PHASE_GRAD_REDUCE, MW_PHASE_UPDATE};
     for (size_t p = 0; p < sizeof phases / sizeof *phases; p++)
-        for (int d = 0; d < 3; d++) check_fault_threads("cpu:3", d, phases[p], MW_CPU_THREADS_ONE);
+        for (int d = 0; d < 3; d++) {
+            check_fault_threads("cpu:3", d, phases[p], MW_CPU_THREADS_ONE);
+            check_fault_threads("cpu:3", d, phases[p], 2); /* cpu:0 alone, cpu:1-2 together */
+        }
 }
 
 Test(faults, single_device) {

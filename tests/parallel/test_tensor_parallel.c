@@ -237,9 +237,10 @@ Test(tensor_parallel, zero1_with_split_parameters_is_bitwise_the_same) {
     remove(path);
 }
 
-/* Every device on the calling thread, in turn, gives the bits of one thread per device: data
- * and tensor parallel meshes, with and without ZeRO-1 (all-reduces of partial sums, gradient
- * buckets, reduce-scatter, all-gather and the barrier before the update, all inside one thread). */
+/* Devices sharing threads give the bits of one thread per device: every device on the calling
+ * thread, or blocks of devices on two or three threads, on data and tensor parallel meshes with
+ * and without ZeRO-1 (all-reduces of partial sums, gradient buckets, reduce-scatter, all-gather
+ * and the barrier before the update, inside one thread and across threads). */
 Test(tensor_parallel, one_thread_is_bitwise_a_thread_per_device) {
     static const struct {
         const char *devices, *axes, *data, *model;
@@ -253,18 +254,29 @@ Test(tensor_parallel, one_thread_is_bitwise_a_thread_per_device) {
         zero1 = meshes[i].zero1;
         cpu_threads = MW_CPU_THREADS_PER_DEVICE;
         run threads = train(meshes[i].devices, meshes[i].axes, meshes[i].data, meshes[i].model);
-        cpu_threads = MW_CPU_THREADS_ONE;
-        run one = train(meshes[i].devices, meshes[i].axes, meshes[i].data, meshes[i].model);
-        cr_assert(memcmp(&threads, &one, sizeof one) == 0, "%s %s (ZeRO-1 %d): one thread differs",
-                  meshes[i].devices, meshes[i].axes, zero1);
+        /* One thread; two threads of two devices (cpu:4) or of one and two (cpu:3); three
+         * threads of one, one and two devices. */
+        for (cpu_threads = 1; cpu_threads <= 3; cpu_threads++) {
+            run fewer = train(meshes[i].devices, meshes[i].axes, meshes[i].data, meshes[i].model);
+            cr_assert(memcmp(&threads, &fewer, sizeof fewer) == 0,
+                      "%s %s (ZeRO-1 %d): %d threads differ", meshes[i].devices, meshes[i].axes,
+                      zero1, cpu_threads);
+        }
     }
     mlp m;
+    cpu_threads = MW_CPU_THREADS_ONE;
     open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
     float loss;
     step(&m, 0, &loss);
     mw_step_stats st;
     cr_assert_eq(mw_trainer_stats(m.tr, &st), MW_OK);
     cr_assert_eq(st.threads, 1);
+    close_mlp(&m);
+    cpu_threads = 2;
+    open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
+    step(&m, 0, &loss);
+    cr_assert_eq(mw_trainer_stats(m.tr, &st), MW_OK);
+    cr_assert_eq(st.threads, 2);
     close_mlp(&m);
     cpu_threads = MW_CPU_THREADS_PER_DEVICE;
     open_mlp(&m, "cpu:4", "X=2,Y=2", "X", "Y");
