@@ -178,7 +178,8 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
                                  .noutputs = config->noutputs,
                                  .pin_threads = config->pin_threads,
                                  .blas_threads = from ? -1 : config->blas_threads,
-                                 .collective_timeout_ms = config->collective_timeout_ms};
+                                 .collective_timeout_ms = config->collective_timeout_ms,
+                                 .cpu_threads = config->cpu_threads};
         st = mw__trainer_new_forward(graph, from ? from->mesh : mesh, &cfg, from, &inf->tr);
     }
     if (st == MW_OK) st = prepare(inf);

@@ -428,7 +428,11 @@ void mw__sched_after(mw_trainer *tr, double ms, double share) {
 /* Runs one command on every worker and waits; on failure reports the root cause: the first device
  * whose error is not just "aborted because a peer failed". */
 mw_status mw__dispatch(mw_trainer *tr, cmd c) {
-    int timed = tr->sched.ncand > 1 && (c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
+    /* A trainer times its training commands (evals between them take other times); a
+     * forward-only program its evals. */
+    int timed =
+        tr->sched.ncand > 1 &&
+        (tr->forward_only ? c == CMD_EVAL : c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
     int64_t cpu0 = timed ? thread_cpu_ns() : 0;
     int64_t t0 = mw__now_ns();
     run_all(tr, c);

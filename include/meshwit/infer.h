@@ -38,10 +38,12 @@ typedef struct mw_infer_config {
     int noutputs;
     /* The axis along which a run of any number of rows is chunked (base name; NULL: "Batch"). */
     const char *chunk_axis;
-    /* As in mw_trainer_config. */
+    /* As in mw_trainer_config (cpu_threads: under MW_CPU_THREADS_AUTO the program times its
+     * runs' chunks as a trainer times its steps). */
     int pin_threads;
     int blas_threads;
     int collective_timeout_ms;
+    int cpu_threads;
 } mw_infer_config;
 
 /* Compiles `graph` forward-only for config->outputs over `mesh`, with its own parameters

@@ -86,6 +86,15 @@ Test(infer, from_trainer_any_rows_sharded_no_labels) {
     cr_assert_eq(mw_trainer_read_param(tr, "w", w, FEATURES * CLASSES), MW_OK);
     cr_assert_eq(mw_trainer_read_param(tr, "b", b, CLASSES), MW_OK);
     check(x, pred, ROWS, w, b);
+    /* Both devices on the calling thread: the same bits. */
+    mw_infer *one;
+    static float pred1[ROWS * CLASSES];
+    ic.cpu_threads = MW_CPU_THREADS_ONE;
+    cr_assert_eq(mw_infer_from_trainer(tr, c.g, &ic, &one), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_infer_run(one, &feed, 1, ROWS, &(mw_fetch){c.logits, pred1, ROWS * CLASSES}, 1),
+                 MW_OK, "%s", mw_last_error());
+    cr_assert(memcmp(pred, pred1, sizeof pred) == 0, "one thread predicts other bits");
+    mw_infer_free(one);
 
     /* The parameters are the trainer's own: the next step is seen without any copy. */
     cr_assert_eq(mw_trainer_step(tr, train, 2, NULL), MW_OK);
