@@ -56,6 +56,7 @@ int mwb_case_mpi(mwb_ctx *ctx);      /* all-reduce between processes vs threads 
 typedef struct mwb_gpt2 mwb_gpt2;
 typedef struct mwb_gpt2_times {
     double ms, reduce_ms, update_ms; /* per step; reduce and update: device 0's mw_step_stats */
+    int threads;                     /* that ran the last step (mw_step_stats) */
 } mwb_gpt2_times;
 struct mw_mesh;
 int mwb_gpt2_new(struct mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, size_t errlen);

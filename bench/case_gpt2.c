@@ -71,6 +71,7 @@ static void emit(mwb_ctx *ctx, const config *cf, const result *r, double speedup
     mwb_record_num(&rec, "tokens_per_s", BATCH * SEQ / (r->ms * 1e-3));
     mwb_record_num(&rec, "speedup", speedup);
     mwb_record_num(&rec, "peak_rss_mb", r->peak_mb);
+    mwb_record_num(&rec, "threads", r->threads);
     gpt2_config c;
     gpt2_preset("tiny", &c);
     double achieved = BATCH * SEQ / (r->ms * 1e-3) * flops_per_token(&c);
@@ -118,8 +119,8 @@ static int run_configs(mwb_ctx *ctx, const config *cfs, int n) {
            ctx->quick ? QUICK_STEPS : STEPS, ctx->quick ? QUICK_WARMUP : WARMUP);
     printf("model FLOPs per token %.3g (6 N + 12 L C T); MFU against MESHWIT_PEAK_TFLOPS%s\n",
            flops_per_token(&c), peak_flops() > 0.0 ? "" : " (unset: no MFU column)");
-    printf("%-16s %6s %10s %10s %9s %14s %13s %6s\n", "devices", "BLAS", "ms/step", "tokens/s",
-           "speedup", "peak RSS (MB)", "model GFLOP/s", "MFU");
+    printf("%-16s %6s %10s %10s %9s %14s %13s %6s %8s\n", "devices", "BLAS", "ms/step", "tokens/s",
+           "speedup", "peak RSS (MB)", "model GFLOP/s", "MFU", "threads");
     fflush(stdout);
     int failed = 0;
     double base_ms = 0.0;
@@ -138,9 +139,9 @@ static int run_configs(mwb_ctx *ctx, const config *cfs, int n) {
         char mfu[16] = "-";
         if (peak_flops() > 0.0)
             snprintf(mfu, sizeof mfu, "%.1f%%", 100 * gflops * 1e9 / peak_flops());
-        printf("%-16s %6d %10.1f %10.0f %8.2fx %14.1f %13.1f %6s\n", cfs[i].devices,
+        printf("%-16s %6d %10.1f %10.0f %8.2fx %14.1f %13.1f %6s %8d\n", cfs[i].devices,
                cfs[i].blas_threads > 0 ? cfs[i].blas_threads : 1, r.ms, BATCH * SEQ / (r.ms * 1e-3),
-               speedup, r.peak_mb, gflops, mfu);
+               speedup, r.peak_mb, gflops, mfu, r.threads);
         fflush(stdout);
         emit(ctx, &cfs[i], &r, speedup, params, ctx->quick);
     }

@@ -262,7 +262,7 @@ static mwb_gpt2_times median_times(const mwb_gpt2_times *t, int n) {
         rd[i] = t[i].reduce_ms;
         up[i] = t[i].update_ms;
     }
-    return (mwb_gpt2_times){mwb_median(ms, n), mwb_median(rd, n), mwb_median(up, n)};
+    return (mwb_gpt2_times){mwb_median(ms, n), mwb_median(rd, n), mwb_median(up, n), t[0].threads};
 }
 
 /* The three configurations in rounds: every round steps the processes' model, then rank 0's

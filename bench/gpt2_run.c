@@ -86,6 +86,7 @@ int mwb_gpt2_new(mw_mesh *mesh, int blas_threads, mwb_gpt2 **out, char *err, siz
 
 int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t errlen) {
     double t = 0.0, reduce = 0.0, update = 0.0;
+    int threads = 0;
     for (int s = 0; s < n; s++) {
         gpt2_batch_random(&m->batch, &m->data, &m->rng); /* untimed: the host's part */
         double t0 = mwb_now();
@@ -99,8 +100,9 @@ int mwb_gpt2_steps(mwb_gpt2 *m, int n, mwb_gpt2_times *out, char *err, size_t er
         }
         reduce += ss.reduce_ms;
         update += ss.update_ms;
+        threads = ss.threads;
     }
-    *out = (mwb_gpt2_times){1e3 * t / n, reduce / n, update / n};
+    *out = (mwb_gpt2_times){1e3 * t / n, reduce / n, update / n, threads};
     return 0;
 }
 
@@ -138,6 +140,7 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
         ms[rep] = t.ms;
     }
     r->ms = mwb_median(ms, repeats);
+    r->threads = t.threads;
     if (s->profile) {
         int n = 0;
         if ((st = mw_trainer_profile(m->tr, r->profile, MWB_MAX_PROFILE, &n)) != MW_OK) {

@@ -28,6 +28,7 @@ typedef struct mwb_gpt2_result {
     int ok;
     double ms;      /* median ms/step over the repeats */
     double peak_mb; /* ru_maxrss of the child */
+    int threads;    /* that ran the last timed step (fewer than devices: sharing threads) */
     int nprofile;
     mw_profile_row profile[MWB_MAX_PROFILE];
     mw_device_memory memory; /* what device 0 holds */
