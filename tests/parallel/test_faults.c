@@ -154,6 +154,26 @@ Test(faults, stalled_peer_times_out, .timeout = 30) {
     rig_free(&r);
 }
 
+/* The same with four devices on two threads (cpu:0-1 on the caller's, cpu:2-3 on another):
+ * while cpu:2 stalls, the caller's gang has nothing to run, sleeps, and wakes for the deadline;
+ * cpu:3, behind the stall on its thread, then finds the communicator aborted. */
+Test(faults, stalled_peer_times_out_across_gangs, .timeout = 30) {
+    rig r;
+    rig_make_threads(&r, "cpu:4", 200, 2);
+    cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
+    mw_step_stats stats;
+    cr_assert_eq(mw_trainer_stats(r.tr, &stats), MW_OK);
+    cr_assert_eq(stats.threads, 2);
+    cr_assert_eq(mw_trainer_inject_stall(r.tr, 2, MW_PHASE_GRAD_REDUCE, 1, 1500), MW_OK);
+    mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
+    cr_assert_eq(st, MW_ERR_TIMEOUT, "got %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "cpu:0") || strstr(mw_last_error(), "cpu:1"), "%s",
+              mw_last_error());
+    cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_steps(r.tr), 2);
+    rig_free(&r);
+}
+
 /* With check_finite, a NaN loss stops the step before the update. */
 Test(faults, non_finite_loss_stops_the_step) {
     linreg_data d;
