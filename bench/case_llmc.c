@@ -5,7 +5,9 @@
  * 2 threads and DDP (gloo) over 2 processes, through bench/peers/torch_gpt2.py run by the Python
  * in MESHWIT_PEER_PYTHON (default python3; the peers are skipped, visibly, when it cannot import
  * torch). The configurations take turns, ROUNDS rounds, and each row reports its median, so a
- * drifting machine affects every column alike. It also measures the single-core sgemm rate
+ * drifting machine affects every column alike; each PyTorch run is also compared with the meshwit
+ * run just before it (cpu:1 for one thread, cpu:2 for two), and the median of those paired
+ * ratios is printed. It also measures the single-core sgemm rate
  * (1024^3) in the same run and reports cpu:1's model FLOP/s as a share of it.
  *
  * profile: where a cpu:1 step of the same model goes (and of each --devices spec), per op kind and
@@ -22,7 +24,7 @@
 #define MWB_SOURCE_DIR "."
 #endif
 
-#define ROUNDS 3
+#define ROUNDS 5
 #define MAX_CONFIGS 12
 
 static void llmc_setup(mwb_gpt2_setup *s, const char *devices, int quick) {
@@ -45,6 +47,7 @@ typedef struct column {
     char name[40];
     const char *devices; /* meshwit, or NULL for a peer */
     const char *peer_args;
+    int ref; /* a peer: the meshwit column it is paired with */
     double ms[ROUNDS];
     int n;
 } column;
@@ -86,11 +89,15 @@ int mwb_case_llmc(mwb_ctx *ctx) {
     for (int i = 0; i < nmine; i++) {
         cols[ncols] = (column){.devices = mine[i]};
         snprintf(cols[ncols++].name, sizeof cols[0].name, "meshwit %s", mine[i]);
+        int me = ncols - 1;
         if (i == 0 && peers)
-            cols[ncols++] = (column){.name = "pytorch 1 thread", .peer_args = "--threads 1"};
+            cols[ncols++] =
+                (column){.name = "pytorch 1 thread", .peer_args = "--threads 1", .ref = me};
         if (i == 1 && peers) {
-            cols[ncols++] = (column){.name = "pytorch 2 threads", .peer_args = "--threads 2"};
-            cols[ncols++] = (column){.name = "pytorch ddp gloo x2", .peer_args = "--ddp 2"};
+            cols[ncols++] =
+                (column){.name = "pytorch 2 threads", .peer_args = "--threads 2", .ref = me};
+            cols[ncols++] =
+                (column){.name = "pytorch ddp gloo x2", .peer_args = "--ddp 2", .ref = me};
         }
     }
     int rounds = ctx->quick ? 1 : ROUNDS;
@@ -158,6 +165,26 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         mwb_record_num(&rec, "tokens_per_s", tokens / (ms * 1e-3));
         mwb_record_num(&rec, "model_gflops", gf);
         if (sgemm > 0) mwb_record_num(&rec, "sgemm_1core_gflops", sgemm);
+        ctx->emit(ctx, &rec);
+    }
+    /* Paired: each PyTorch run against the meshwit run of the same round. */
+    for (int c = 0; c < ncols; c++) {
+        const column *p = &cols[c], *m = &cols[p->ref];
+        if (p->devices || !p->n || p->n != rounds || m->n != rounds) continue;
+        double ratio[ROUNDS];
+        for (int r = 0; r < rounds; r++) ratio[r] = p->ms[r] / m->ms[r];
+        double med = mwb_median(ratio, rounds);
+        printf("%s vs %s, paired by round: meshwit %.2fx the tokens/s (rounds:", m->name, p->name,
+               med);
+        for (int r = 0; r < rounds; r++) printf(" %.2f", ratio[r]);
+        printf(")\n");
+        mwb_record rec = {0};
+        mwb_record_str(&rec, "case", "llmc");
+        mwb_record_str(&rec, "devices", m->devices);
+        mwb_record_str(&rec, "mode", "paired ratio");
+        mwb_record_str(&rec, "peer", p->name);
+        mwb_record_num(&rec, "rounds", rounds);
+        mwb_record_num(&rec, "ratio", med);
         ctx->emit(ctx, &rec);
     }
     if (sgemm > 0 && ref_ms[0] > 0) {
