@@ -255,7 +255,8 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
 typedef struct mw_step_stats {
     double step_ms;   /* wall time of the whole command, as the host saw it */
     double reduce_ms; /* device 0's time inside collectives (gradient buckets and forward
-                         all-reduces), including waiting for peers */
+                         all-reduces), including waiting for peers (and, with devices sharing a
+                         thread, the other devices' turns meanwhile) */
     double update_ms; /* device 0's time in the optimizer update */
     /* Threads that ran this process's devices: one per device, or fewer when CPU devices shared
      * threads (mw_trainer_config.cpu_threads); 1: all on the calling thread. */
@@ -279,7 +280,8 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
 
 /* One row of a profile: the time spent in one kind of kernel in one phase of a step, summed over
  * the steps since the trainer was made or the profile reset, per device (the mean over this
- * process's devices). */
+ * process's devices). With devices sharing a thread (mw_trainer_config.cpu_threads), a
+ * collective's rows also count the turns the thread's other devices take while it waits. */
 typedef struct mw_profile_row {
     /* The graph op the kernels implement ("contract", "gelu", "attention_grad", "add", ...), with
      * ":copy" for the rearranging copies an op needed (an operand a GEMM cannot read in place),
