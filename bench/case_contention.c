@@ -1,7 +1,7 @@
 /* Bench case "contention": what sharding costs when the machine is not idle. A child process
  * busy-loops (one core's worth of competing work, unpinned, at normal priority) while the linreg
- * case (cpu:1 vs sharded cpu:2) and the gpt2 case (tiny GPT-2 on cpu:1 and cpu:2) run; the busy
- * process is killed afterwards. Records carry "condition": "busy". */
+ * case (cpu:1 vs sharded cpu:2 and cpu:4) and the gpt2 case (tiny GPT-2 on cpu:1, cpu:2 and
+ * cpu:4) run; the busy process is killed afterwards. Records carry "condition": "busy". */
 #include <signal.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -37,14 +37,14 @@ int mwb_case_contention(mwb_ctx *ctx) {
     printf("one busy-looping process competes for the cores during this case\n");
     mwb_ctx sub = *ctx;
     sub.condition = "busy";
-    static const char *const two[] = {"cpu:2"};
-    static const char *const gpt[] = {"cpu:1", "cpu:2"};
-    sub.devices = two;
-    sub.ndevices = 1;
+    static const char *const sharded[] = {"cpu:2", "cpu:4"};
+    static const char *const gpt[] = {"cpu:1", "cpu:2", "cpu:4"};
+    sub.devices = sharded;
+    sub.ndevices = 2;
     printf("-- linreg, busy machine\n");
     int failed = mwb_case_linreg(&sub);
     printf("-- gpt2 (tiny), busy machine\n");
-    failed |= mwb_gpt2_specs(&sub, gpt, 2);
+    failed |= mwb_gpt2_specs(&sub, gpt, 3);
     kill(busy, SIGKILL);
     waitpid(busy, NULL, 0);
     return failed;

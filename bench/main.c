@@ -23,7 +23,7 @@ static const bench_case cases[] = {
     {"llmc", mwb_case_llmc, "llm.c's GPT-2 (L4 C256 T256): cpu:1, cpu:2 vs PyTorch, sgemm rate"},
     {"profile", mwb_case_profile, "where a step of llm.c's GPT-2 goes, per op and phase"},
     {"contention", mwb_case_contention,
-     "linreg and gpt2, single vs sharded, beside a busy process"},
+     "linreg and gpt2, single vs sharded (cpu:2, cpu:4), beside a busy process"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
     {"parallel", mwb_case_parallel,
      "llm.c's GPT-2: data, ZeRO-1, tensor, data x tensor parallel: speed, memory per device"},
