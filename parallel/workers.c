@@ -338,7 +338,8 @@ mw_status mw__sched_init(mw_trainer *tr) {
             if (t < d && k < t && block(k + 1, d, t) - block(k, d, t) > cap)
                 cap = block(k + 1, d, t) - block(k, d, t);
         }
-        mw_status st = mw__gang_new(cap, &tr->wake, tr->spin_ns, &tr->gangs[k]);
+        /* Gangs run on at most `most` threads: they spin as long as that many threads may. */
+        mw_status st = mw__gang_new(cap, &tr->wake, mw__spin_ns(most), &tr->gangs[k]);
         if (st) return st;
     }
     return MW_OK;
