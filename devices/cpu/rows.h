@@ -1,7 +1,8 @@
-/* Internal: row helpers shared by the CPU kernels. Static inline, so each kernel compiled for
- * several vector units (simd.h) gets them compiled for the same unit. Every sum is taken over
- * eight interleaved lanes combined in a fixed order, so results depend only on the data and the
- * row length. */
+/* Internal: row helpers shared by the CPU kernels. Always inlined (MW__CPU_INLINE), so each kernel
+ * compiled for several vector units (simd.h) gets them compiled for the same unit (a copy kept
+ * out of line would be the baseline one: slower, and without FMA). Every sum is taken over eight
+ * interleaved lanes combined in a fixed order, so results depend only on the data and the row
+ * length. */
 #ifndef MW__CPU_ROWS_H
 #define MW__CPU_ROWS_H
 
@@ -14,16 +15,29 @@
 
 /* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
  * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
-static inline float mw__row_max(const float *restrict a, int64_t n, float scale) {
-    mw__v8 mv;
-    for (int l = 0; l < 8; l++) mv[l] = -INFINITY;
+#define MW__MAX8(mv, v)                                                                            \
+    do {                                                                                           \
+        mw__v8i take_ = ((v) > (mv)) | ((v) != (v));                                               \
+        (mv) = (mw__v8)(((mw__v8i)(v)&take_) | ((mw__v8i)(mv) & ~take_));                          \
+    } while (0)
+
+MW__CPU_INLINE float mw__row_max(const float *restrict a, int64_t n, float scale) {
+    mw__v8 mv, mv2, v, v2; /* two chains of compare-and-select, so that they overlap */
+    for (int l = 0; l < 8; l++) mv[l] = mv2[l] = -INFINITY;
     int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        memcpy(&v, a + j, sizeof v);
+        memcpy(&v2, a + j + 8, sizeof v2);
+        v *= scale;
+        v2 *= scale;
+        MW__MAX8(mv, v);
+        MW__MAX8(mv2, v2);
+    }
+    MW__MAX8(mv, mv2);
     for (; j + 8 <= n; j += 8) {
-        mw__v8 v;
         memcpy(&v, a + j, sizeof v);
         v *= scale;
-        mw__v8i take = (v > mv) | (v != v);
-        mv = (mw__v8)(((mw__v8i)v & take) | ((mw__v8i)mv & ~take));
+        MW__MAX8(mv, v);
     }
     float m[8];
     memcpy(m, &mv, sizeof m);
@@ -38,7 +52,7 @@ static inline float mw__row_max(const float *restrict a, int64_t n, float scale)
 
 /* sum of a[j] * b[j] over a row, in double (each product is exact there), rounded once: the
  * softmax gradient subtracts it from gy, where a float sum's error would show. */
-static inline float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
+MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
     double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -48,7 +62,7 @@ static inline float mw__row_dot(const float *restrict a, const float *restrict b
 }
 
 /* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. */
-static inline void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
+MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
     if (n <= 0) return;
     float mx = mw__row_max(a, n, scale);
     float acc[8] = {0};
@@ -59,10 +73,16 @@ static inline void mw__row_softmax(const float *a, float *y, int64_t n, float sc
             y[j + l] = e;
             acc[l] += e;
         }
-    for (int l = 0; j < n; j++, l++) {
-        float e = mw__expf(scale * a[j] - mx);
-        y[j] = e;
-        acc[l] += e;
+    if (j < n) { /* the last n - j elements in lanes 0.., the rest 0: one vector exponential */
+        int rem = (int)(n - j);
+        float v[8], e[8];
+        for (int l = 0; l < 8; l++) v[l] = l < rem ? scale * a[j + l] - mx : 0.0f;
+        for (int l = 0; l < 8; l++) {
+            e[l] = mw__expf(v[l]);
+            e[l] = l < rem ? e[l] : 0.0f;
+            acc[l] += e[l];
+        }
+        for (int l = 0; l < rem; l++) y[j + l] = e[l];
     }
     float inv = 1.0f / MW__SUM8(acc);
     for (j = 0; j < n; j++) y[j] *= inv;

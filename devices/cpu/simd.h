@@ -20,6 +20,10 @@
 #define MW__CPU_CLONES
 #endif
 
+/* A helper of a cloned kernel: inlined into each clone, so it is compiled for that clone's vector
+ * unit (an out-of-line copy would be compiled for the baseline). */
+#define MW__CPU_INLINE static inline __attribute__((always_inline))
+
 /* Eight floats (and eight int32 lanes) as one vector: GCC/Clang vector extensions, so a loop the
  * auto-vectoriser would leave scalar (a NaN-propagating max, a register-tiled product) is still
  * vector code; the baseline build runs each as two SSE halves. Values pass through memcpy and
