@@ -28,8 +28,8 @@ mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
 
 /* Mean and reciprocal standard deviation of one row: two passes, each summed in double over
  * eight interleaved lanes (a fixed order that vectorises). */
-static inline void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
-                             float *rstd) {
+MW__CPU_INLINE void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
+                              float *rstd) {
     double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -72,14 +72,24 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
         row_stats(x, k->n, k->eps, &mean, &rstd);
         /* dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy w */
         const float *restrict w = k->w;
-        double m1[8] = {0}, m2[8] = {0}; /* eight lanes, so the sums vectorise */
+        mw__v4d m1lo = {0}, m1hi = {0}, m2lo = {0}, m2hi = {0}; /* eight lanes each */
         int64_t j = 0;
-        for (; j + 8 <= k->n; j += 8)
-            for (int l = 0; l < 8; l++) {
-                float d = gy[j + l] * w[j + l], xh = (x[j + l] - mean) * rstd;
-                m1[l] += (double)d;
-                m2[l] += (double)(d * xh);
-            }
+        for (; j + 8 <= k->n; j += 8) {
+            mw__v8 d, xh, ww;
+            memcpy(&d, gy + j, sizeof d);
+            memcpy(&ww, w + j, sizeof ww);
+            memcpy(&xh, x + j, sizeof xh);
+            d *= ww;
+            xh = (xh - mean) * rstd;
+            MW__ADD_WIDE(m1lo, m1hi, d);
+            xh *= d;
+            MW__ADD_WIDE(m2lo, m2hi, xh);
+        }
+        double m1[8], m2[8];
+        memcpy(m1, &m1lo, sizeof m1lo);
+        memcpy(m1 + 4, &m1hi, sizeof m1hi);
+        memcpy(m2, &m2lo, sizeof m2lo);
+        memcpy(m2 + 4, &m2hi, sizeof m2hi);
         for (int l = 0; j < k->n; j++, l++) {
             float d = gy[j] * w[j], xh = (x[j] - mean) * rstd;
             m1[l] += (double)d;

@@ -31,6 +31,17 @@
 typedef float mw__v8 __attribute__((vector_size(32)));
 typedef int32_t mw__v8i __attribute__((vector_size(32)));
 
+/* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
+typedef double mw__v4d __attribute__((vector_size(32)));
+
+/* lo += v[0..3], hi += v[4..7], widened to double: the eight-lane double sums in vector code (the
+ * auto-vectoriser leaves some of them scalar). */
+#define MW__ADD_WIDE(lo, hi, v)                                                                    \
+    do {                                                                                           \
+        (lo) += __builtin_convertvector(__builtin_shufflevector((v), (v), 0, 1, 2, 3), mw__v4d);   \
+        (hi) += __builtin_convertvector(__builtin_shufflevector((v), (v), 4, 5, 6, 7), mw__v4d);   \
+    } while (0)
+
 /* The eight lanes of an accumulator combined pairwise, always in the same order. */
 #define MW__SUM8(acc)                                                                              \
     ((((acc)[0] + (acc)[4]) + ((acc)[1] + (acc)[5])) +                                             \
