@@ -8,21 +8,65 @@
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
+/* GELU and its derivative on eight lanes: mw__gelu and mw__gelu_grad (devices/math.h) with the
+ * exponential of mw__exp8. */
+MW__CPU_INLINE void gelu8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);
+    mw__exp8(&e, &v);
+    *y = x / (1.0f + e);
+}
+
+MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, x2 = x * x, e,
+           v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);
+    mw__exp8(&e, &v);
+    mw__v8 s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+    *y = s * (1.0f + 2.0f * x * du * (e * s));
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
-    float *restrict out = k->out;
-    const float *restrict a = k->a;
-    for (int64_t i = 0; i < k->count; i++) out[i] = mw__gelu(a[i]);
+    const float *a = k->a;
+    float *out = k->out;
+    mw__v8 x, y;
+    for (int64_t i = 0, n = k->count; i < n; i += 8) {
+        if (n - i >= 8) {
+            memcpy(&x, a + i, sizeof x);
+            gelu8(&y, &x);
+            memcpy(out + i, &y, sizeof y);
+        } else { /* the last elements in lanes 0.., zeros after them */
+            x = (mw__v8){0};
+            memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
+            gelu8(&y, &x);
+            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+        }
+    }
     return MW_OK;
 }
 
 MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
-    float *restrict out = k->out;
-    const float *restrict gy = k->gy, *restrict x = k->x;
-    for (int64_t i = 0; i < k->count; i++) out[i] = gy[i] * mw__gelu_grad(x[i]);
+    const float *xs = k->x, *gy = k->gy;
+    float *out = k->out;
+    mw__v8 x, g, y;
+    for (int64_t i = 0, n = k->count; i < n; i += 8) {
+        if (n - i >= 8) {
+            memcpy(&x, xs + i, sizeof x);
+            memcpy(&g, gy + i, sizeof g);
+        } else {
+            x = g = (mw__v8){0};
+            memcpy(&x, xs + i, (size_t)(n - i) * sizeof(float));
+            memcpy(&g, gy + i, (size_t)(n - i) * sizeof(float));
+        }
+        gelu_grad8(&y, &x);
+        y *= g;
+        if (n - i >= 8)
+            memcpy(out + i, &y, sizeof y);
+        else
+            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+    }
     return MW_OK;
 }
 

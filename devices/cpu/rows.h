@@ -13,6 +13,25 @@
 #include "devices/cpu/simd.h"
 #include "devices/math.h"
 
+/* *y = e^x lane by lane: mw__expf (devices/math.h) step for step in vector code, its clamps as
+ * mask selects. Written out because the compiler, given mw__expf's clamps as scalar selects,
+ * may copy the arithmetic that follows into each side of them (in GELU: two divisions). */
+MW__CPU_INLINE void mw__exp8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, lo = (mw__v8){0} - 87.0f, hi = (mw__v8){0} + 88.0f;
+    mw__v8i below = (x < -87.0f), above = (x > 88.0f); /* false in a NaN lane: it stays */
+    x = (mw__v8)(((mw__v8i)x & ~below) | ((mw__v8i)lo & below));
+    x = (mw__v8)(((mw__v8i)x & ~above) | ((mw__v8i)hi & above));
+    mw__v8 t = x * 1.44269504f + 12582912.0f;
+    mw__v8 n = t - 12582912.0f;
+    mw__v8 r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    mw__v8 p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    mw__v8u bits = ((mw__v8u)t - 0x4B400000u + 127u) << 23;
+    *y = p * (mw__v8)bits;
+}
+
 /* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
  * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
 #define MW__MAX8(mv, v)                                                                            \

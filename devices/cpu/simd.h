@@ -30,6 +30,7 @@
  * pointers, never by value across a function boundary (that would depend on the vector unit). */
 typedef float mw__v8 __attribute__((vector_size(32)));
 typedef int32_t mw__v8i __attribute__((vector_size(32)));
+typedef uint32_t mw__v8u __attribute__((vector_size(32)));
 
 /* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
 typedef double mw__v4d __attribute__((vector_size(32)));
