@@ -84,24 +84,24 @@ MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict 
 MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
     if (n <= 0) return;
     float mx = mw__row_max(a, n, scale);
-    float acc[8] = {0};
+    mw__v8 acc = {0}, v, e;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float e = mw__expf(scale * a[j + l] - mx);
-            y[j + l] = e;
-            acc[l] += e;
-        }
+    for (; j + 8 <= n; j += 8) {
+        memcpy(&v, a + j, sizeof v);
+        v = scale * v - mx;
+        mw__exp8(&e, &v);
+        memcpy(y + j, &e, sizeof e);
+        acc += e;
+    }
     if (j < n) { /* the last n - j elements in lanes 0.., the rest 0: one vector exponential */
         int rem = (int)(n - j);
-        float v[8], e[8];
-        for (int l = 0; l < 8; l++) v[l] = l < rem ? scale * a[j + l] - mx : 0.0f;
-        for (int l = 0; l < 8; l++) {
-            e[l] = mw__expf(v[l]);
-            e[l] = l < rem ? e[l] : 0.0f;
-            acc[l] += e[l];
-        }
-        for (int l = 0; l < rem; l++) y[j + l] = e[l];
+        v = (mw__v8){0};
+        memcpy(&v, a + j, (size_t)rem * sizeof(float));
+        v = scale * v - mx;
+        mw__exp8(&e, &v);
+        for (int l = rem; l < 8; l++) e[l] = 0.0f;
+        memcpy(y + j, &e, (size_t)rem * sizeof(float));
+        acc += e;
     }
     float inv = 1.0f / MW__SUM8(acc);
     for (j = 0; j < n; j++) y[j] *= inv;
