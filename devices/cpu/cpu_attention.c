@@ -258,6 +258,23 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
     }
 }
 
+/* dK or dV of the block [i0, i0 + m): C (kend x d) += A B over the block's queries, where rows
+ * [0, fresh) of C hold earlier blocks' sums and rows [fresh, kend) are met for the first time and
+ * are written instead (so that C needs no zeroing first). Tiles that start at fresh rather than
+ * at a multiple of TILE_M only add terms that are exactly 0 (masked scores): the same sums. */
+static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend) {
+    int64_t fresh = k->causal ? i0 : i0 == 0 ? 0 : kend;
+    for (int part = 0; part < 2; part++) {
+        int64_t r0 = part ? fresh : 0, r1 = part ? kend : fresh;
+        if (r1 <= r0) continue;
+        prod y = *x;
+        y.a += r0 * y.sar;
+        y.c += r0 * y.ldc;
+        y.add = !part;
+        product(&y, r1 - r0, k->d, m, queries_lo(k, i0) + r0, ALL, ALL);
+    }
+}
+
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
     int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
@@ -273,10 +290,6 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
         pack(kk, 1, seq, d, t, kt);
         pack(v, 1, seq, d, t, vt);
         pack(kk, seq, 1, t, d, kp);
-        for (int64_t i = 0; i < t; i++) {
-            memset(dk + i * seq, 0, (size_t)d * sizeof(float));
-            memset(dv + i * seq, 0, (size_t)d * sizeof(float));
-        }
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
             block_probs(k, q, kt, i0, m, kend, p);
@@ -285,18 +298,18 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
             x.c = dp, x.ldc = kend, x.alpha = 1.0f;
             product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
             block_dscores(k, p, dp, i0, m, kend);
-            /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO */
+            /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO (written where first met) */
             x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
             x.c = dq + i0 * seq, x.ldc = seq, x.alpha = k->scale;
             product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
             pack(q + i0 * seq, seq, 1, m, d, qb);
             x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
-            x.c = dk, x.ldc = seq, x.alpha = k->scale, x.add = 1;
-            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
+            x.c = dk, x.ldc = seq, x.alpha = k->scale;
+            key_grad(&x, k, i0, m, kend);
             pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
             x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
-            x.c = dv, x.ldc = seq, x.alpha = 1.0f, x.add = 1;
-            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
+            x.c = dv, x.ldc = seq, x.alpha = 1.0f;
+            key_grad(&x, k, i0, m, kend);
         }
     }
     return MW_OK;
