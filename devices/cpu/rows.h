@@ -32,14 +32,15 @@ MW__CPU_INLINE void mw__exp8(mw__v8 *y, const mw__v8 *xp) {
     *y = p * (mw__v8)bits;
 }
 
-/* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
- * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
+/* mv = v where v > mv or v is NaN, lane by lane. */
 #define MW__MAX8(mv, v)                                                                            \
     do {                                                                                           \
         mw__v8i take_ = ((v) > (mv)) | ((v) != (v));                                               \
         (mv) = (mw__v8)(((mw__v8i)(v)&take_) | ((mw__v8i)(mv) & ~take_));                          \
     } while (0)
 
+/* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
+ * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
 MW__CPU_INLINE float mw__row_max(const float *restrict a, int64_t n, float scale) {
     mw__v8 mv, mv2, v, v2; /* two chains of compare-and-select, so that they overlap */
     for (int l = 0; l < 8; l++) mv[l] = mv2[l] = -INFINITY;
