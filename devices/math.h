@@ -48,17 +48,23 @@ MW__HD float mw__tanh(float u) {
     return copysignf((1.0f - t) / (1.0f + t), u);
 }
 
-/* GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+/* GELU, tanh form: 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3). Since
+ * 0.5 (1 + tanh u) = 1 / (1 + e^-2u), this is x / (1 + e^-2u): one exponential and a division,
+ * no sign to carry, and accurate to a few ulp of the result (1 - tanh, near -1, is not formed).
+ * A NaN stays NaN; +Inf gives +Inf. */
 MW__HD float mw__gelu(float x) {
-    float u = MW__GELU_K * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + mw__tanh(u));
+    float e = mw__expf(x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x));
+    return x / (1.0f + e);
 }
 
+/* d/dx of the above: s + 0.5 x (1 - tanh^2 u) du/dx with s = 1 / (1 + e^-2u), and
+ * 0.5 (1 - tanh^2 u) = 2 s (1 - s) = 2 s (e^-2u s): the factor 1 - s is formed as a product,
+ * so it keeps its precision where s is near 1. */
 MW__HD float mw__gelu_grad(float x) {
-    float u = MW__GELU_K * (x + 0.044715f * x * x * x);
-    float t = mw__tanh(u);
-    float du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    float x2 = x * x;
+    float e = mw__expf(x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2));
+    float s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+    return s * (1.0f + 2.0f * x * du * (e * s));
 }
 
 MW__HD float mw__binop_apply(int op, float a, float b) {

@@ -105,6 +105,43 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
     }
 }
 
+/* Columns of the 8 x 8 block whose rows are r[0..7]: r[k] becomes (r[0][k], ..., r[7][k]), in
+ * three rounds of two-input shuffles (unpack, pairs of pairs, 128-bit halves). */
+static inline __attribute__((always_inline)) void transpose8(mw__v8 r[8]) {
+    mw__v8 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; h++) {
+            u[i + 2 * h] =
+                __builtin_shufflevector(t[i + h], t[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+            u[i + 2 * h + 1] =
+                __builtin_shufflevector(t[i + h], t[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        }
+    for (int k = 0; k < 4; k++) {
+        r[k] = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        r[k + 4] = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+
+/* A full panel of B(p, l) = src[p + l * sl], the transpose of 16 rows of src: 8 x 8 blocks
+ * through registers, the rows past a multiple of 8 element by element. */
+static inline __attribute__((always_inline)) void pack_transposed(const float *src, int64_t sl,
+                                                                  int64_t rows, float *panel) {
+    int64_t p = 0;
+    for (; p + 8 <= rows; p += 8)
+        for (int h = 0; h < TILE_N; h += 8) {
+            mw__v8 r[8];
+            for (int i = 0; i < 8; i++) memcpy(&r[i], src + (h + i) * sl + p, sizeof r[i]);
+            transpose8(r);
+            for (int k = 0; k < 8; k++) memcpy(panel + (p + k) * TILE_N + h, &r[k], sizeof r[k]);
+        }
+    for (; p < rows; p++)
+        for (int j = 0; j < TILE_N; j++) panel[p * TILE_N + j] = src[p + j * sl];
+}
+
 /* dst = B (rows x n, B(p, l) = src[p * sp + l * sl]) in panels of TILE_N columns (the last one
  * narrower), each panel's rows contiguous: a product then reads B sequentially, where the rows of
  * q, k, v (a few KiB apart) would keep evicting each other from the L1 cache. */
@@ -116,6 +153,8 @@ static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t
         if (sl == 1 && nc == TILE_N) /* a constant size: the copy inlines */
             for (int64_t p = 0; p < rows; p++)
                 memcpy(panel + p * TILE_N, src + p * sp + l, TILE_N * sizeof(float));
+        else if (sp == 1 && nc == TILE_N)
+            pack_transposed(src + l * sl, sl, rows, panel);
         else if (sl == 1)
             for (int64_t p = 0; p < rows; p++)
                 memcpy(panel + p * nc, src + p * sp + l, (size_t)nc * sizeof(float));
@@ -219,6 +258,23 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
     }
 }
 
+/* dK or dV of the block [i0, i0 + m): C (kend x d) += A B over the block's queries, where rows
+ * [0, fresh) of C hold earlier blocks' sums and rows [fresh, kend) are met for the first time and
+ * are written instead (so that C needs no zeroing first). Tiles that start at fresh rather than
+ * at a multiple of TILE_M only add terms that are exactly 0 (masked scores): the same sums. */
+static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend) {
+    int64_t fresh = k->causal ? i0 : i0 == 0 ? 0 : kend;
+    for (int part = 0; part < 2; part++) {
+        int64_t r0 = part ? fresh : 0, r1 = part ? kend : fresh;
+        if (r1 <= r0) continue;
+        prod y = *x;
+        y.a += r0 * y.sar;
+        y.c += r0 * y.ldc;
+        y.add = !part;
+        product(&y, r1 - r0, k->d, m, queries_lo(k, i0) + r0, ALL, ALL);
+    }
+}
+
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
     int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
@@ -234,10 +290,6 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
         pack(kk, 1, seq, d, t, kt);
         pack(v, 1, seq, d, t, vt);
         pack(kk, seq, 1, t, d, kp);
-        for (int64_t i = 0; i < t; i++) {
-            memset(dk + i * seq, 0, (size_t)d * sizeof(float));
-            memset(dv + i * seq, 0, (size_t)d * sizeof(float));
-        }
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
             block_probs(k, q, kt, i0, m, kend, p);
@@ -246,18 +298,18 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
             x.c = dp, x.ldc = kend, x.alpha = 1.0f;
             product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
             block_dscores(k, p, dp, i0, m, kend);
-            /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO */
+            /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO (written where first met) */
             x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
             x.c = dq + i0 * seq, x.ldc = seq, x.alpha = k->scale;
             product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
             pack(q + i0 * seq, seq, 1, m, d, qb);
             x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
-            x.c = dk, x.ldc = seq, x.alpha = k->scale, x.add = 1;
-            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
+            x.c = dk, x.ldc = seq, x.alpha = k->scale;
+            key_grad(&x, k, i0, m, kend);
             pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
             x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
-            x.c = dv, x.ldc = seq, x.alpha = 1.0f, x.add = 1;
-            product(&x, kend, d, m, queries_lo(k, i0), ALL, ALL);
+            x.c = dv, x.ldc = seq, x.alpha = 1.0f;
+            key_grad(&x, k, i0, m, kend);
         }
     }
     return MW_OK;

@@ -8,28 +8,72 @@
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
+/* GELU and its derivative on eight lanes: mw__gelu and mw__gelu_grad (devices/math.h) with the
+ * exponential of mw__exp8. */
+MW__CPU_INLINE void gelu8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);
+    mw__exp8(&e, &v);
+    *y = x / (1.0f + e);
+}
+
+MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, x2 = x * x, e,
+           v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);
+    mw__exp8(&e, &v);
+    mw__v8 s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
+    *y = s * (1.0f + 2.0f * x * du * (e * s));
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
-    float *restrict out = k->out;
-    const float *restrict a = k->a;
-    for (int64_t i = 0; i < k->count; i++) out[i] = mw__gelu(a[i]);
+    const float *a = k->a;
+    float *out = k->out;
+    mw__v8 x, y;
+    for (int64_t i = 0, n = k->count; i < n; i += 8) {
+        if (n - i >= 8) {
+            memcpy(&x, a + i, sizeof x);
+            gelu8(&y, &x);
+            memcpy(out + i, &y, sizeof y);
+        } else { /* the last elements in lanes 0.., zeros after them */
+            x = (mw__v8){0};
+            memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
+            gelu8(&y, &x);
+            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+        }
+    }
     return MW_OK;
 }
 
 MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
-    float *restrict out = k->out;
-    const float *restrict gy = k->gy, *restrict x = k->x;
-    for (int64_t i = 0; i < k->count; i++) out[i] = gy[i] * mw__gelu_grad(x[i]);
+    const float *xs = k->x, *gy = k->gy;
+    float *out = k->out;
+    mw__v8 x, g, y;
+    for (int64_t i = 0, n = k->count; i < n; i += 8) {
+        if (n - i >= 8) {
+            memcpy(&x, xs + i, sizeof x);
+            memcpy(&g, gy + i, sizeof g);
+        } else {
+            x = g = (mw__v8){0};
+            memcpy(&x, xs + i, (size_t)(n - i) * sizeof(float));
+            memcpy(&g, gy + i, (size_t)(n - i) * sizeof(float));
+        }
+        gelu_grad8(&y, &x);
+        y *= g;
+        if (n - i >= 8)
+            memcpy(out + i, &y, sizeof y);
+        else
+            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+    }
     return MW_OK;
 }
 
 /* Mean and reciprocal standard deviation of one row: two passes, each summed in double over
  * eight interleaved lanes (a fixed order that vectorises). */
-static inline void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
-                             float *rstd) {
+MW__CPU_INLINE void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
+                              float *rstd) {
     double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -72,14 +116,24 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
         row_stats(x, k->n, k->eps, &mean, &rstd);
         /* dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy w */
         const float *restrict w = k->w;
-        double m1[8] = {0}, m2[8] = {0}; /* eight lanes, so the sums vectorise */
+        mw__v4d m1lo = {0}, m1hi = {0}, m2lo = {0}, m2hi = {0}; /* eight lanes each */
         int64_t j = 0;
-        for (; j + 8 <= k->n; j += 8)
-            for (int l = 0; l < 8; l++) {
-                float d = gy[j + l] * w[j + l], xh = (x[j + l] - mean) * rstd;
-                m1[l] += (double)d;
-                m2[l] += (double)(d * xh);
-            }
+        for (; j + 8 <= k->n; j += 8) {
+            mw__v8 d, xh, ww;
+            memcpy(&d, gy + j, sizeof d);
+            memcpy(&ww, w + j, sizeof ww);
+            memcpy(&xh, x + j, sizeof xh);
+            d *= ww;
+            xh = (xh - mean) * rstd;
+            MW__ADD_WIDE(m1lo, m1hi, d);
+            xh *= d;
+            MW__ADD_WIDE(m2lo, m2hi, xh);
+        }
+        double m1[8], m2[8];
+        memcpy(m1, &m1lo, sizeof m1lo);
+        memcpy(m1 + 4, &m1hi, sizeof m1hi);
+        memcpy(m2, &m2lo, sizeof m2lo);
+        memcpy(m2 + 4, &m2hi, sizeof m2hi);
         for (int l = 0; j < k->n; j++, l++) {
             float d = gy[j] * w[j], xh = (x[j] - mean) * rstd;
             m1[l] += (double)d;

@@ -1,7 +1,8 @@
-/* Internal: row helpers shared by the CPU kernels. Static inline, so each kernel compiled for
- * several vector units (simd.h) gets them compiled for the same unit. Every sum is taken over
- * eight interleaved lanes combined in a fixed order, so results depend only on the data and the
- * row length. */
+/* Internal: row helpers shared by the CPU kernels. Always inlined (MW__CPU_INLINE), so each kernel
+ * compiled for several vector units (simd.h) gets them compiled for the same unit (a copy kept
+ * out of line would be the baseline one: slower, and without FMA). Every sum is taken over eight
+ * interleaved lanes combined in a fixed order, so results depend only on the data and the row
+ * length. */
 #ifndef MW__CPU_ROWS_H
 #define MW__CPU_ROWS_H
 
@@ -12,18 +13,51 @@
 #include "devices/cpu/simd.h"
 #include "devices/math.h"
 
+/* *y = e^x lane by lane: mw__expf (devices/math.h) step for step in vector code, its clamps as
+ * mask selects. Written out because the compiler, given mw__expf's clamps as scalar selects,
+ * may copy the arithmetic that follows into each side of them (in GELU: two divisions). */
+MW__CPU_INLINE void mw__exp8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, lo = (mw__v8){0} - 87.0f, hi = (mw__v8){0} + 88.0f;
+    mw__v8i below = (x < -87.0f), above = (x > 88.0f); /* false in a NaN lane: it stays */
+    x = (mw__v8)(((mw__v8i)x & ~below) | ((mw__v8i)lo & below));
+    x = (mw__v8)(((mw__v8i)x & ~above) | ((mw__v8i)hi & above));
+    mw__v8 t = x * 1.44269504f + 12582912.0f;
+    mw__v8 n = t - 12582912.0f;
+    mw__v8 r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
+    mw__v8 p =
+        1.0f +
+        r * (1.0f +
+             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    mw__v8u bits = ((mw__v8u)t - 0x4B400000u + 127u) << 23;
+    *y = p * (mw__v8)bits;
+}
+
+/* mv = v where v > mv or v is NaN, lane by lane. */
+#define MW__MAX8(mv, v)                                                                            \
+    do {                                                                                           \
+        mw__v8i take_ = ((v) > (mv)) | ((v) != (v));                                               \
+        (mv) = (mw__v8)(((mw__v8i)(v)&take_) | ((mw__v8i)(mv) & ~take_));                          \
+    } while (0)
+
 /* max of scale * a[j] over a row; a NaN anywhere makes it NaN. Lane l holds the elements
  * j = l mod 8 of the whole blocks (a sticky NaN: once a lane is NaN, v > NaN is false). */
-static inline float mw__row_max(const float *restrict a, int64_t n, float scale) {
-    mw__v8 mv;
-    for (int l = 0; l < 8; l++) mv[l] = -INFINITY;
+MW__CPU_INLINE float mw__row_max(const float *restrict a, int64_t n, float scale) {
+    mw__v8 mv, mv2, v, v2; /* two chains of compare-and-select, so that they overlap */
+    for (int l = 0; l < 8; l++) mv[l] = mv2[l] = -INFINITY;
     int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        memcpy(&v, a + j, sizeof v);
+        memcpy(&v2, a + j + 8, sizeof v2);
+        v *= scale;
+        v2 *= scale;
+        MW__MAX8(mv, v);
+        MW__MAX8(mv2, v2);
+    }
+    MW__MAX8(mv, mv2);
     for (; j + 8 <= n; j += 8) {
-        mw__v8 v;
         memcpy(&v, a + j, sizeof v);
         v *= scale;
-        mw__v8i take = (v > mv) | (v != v);
-        mv = (mw__v8)(((mw__v8i)v & take) | ((mw__v8i)mv & ~take));
+        MW__MAX8(mv, v);
     }
     float m[8];
     memcpy(m, &mv, sizeof m);
@@ -38,7 +72,7 @@ static inline float mw__row_max(const float *restrict a, int64_t n, float scale)
 
 /* sum of a[j] * b[j] over a row, in double (each product is exact there), rounded once: the
  * softmax gradient subtracts it from gy, where a float sum's error would show. */
-static inline float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
+MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
     double acc[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)
@@ -48,21 +82,27 @@ static inline float mw__row_dot(const float *restrict a, const float *restrict b
 }
 
 /* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. */
-static inline void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
+MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
     if (n <= 0) return;
     float mx = mw__row_max(a, n, scale);
-    float acc[8] = {0};
+    mw__v8 acc = {0}, v, e;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float e = mw__expf(scale * a[j + l] - mx);
-            y[j + l] = e;
-            acc[l] += e;
-        }
-    for (int l = 0; j < n; j++, l++) {
-        float e = mw__expf(scale * a[j] - mx);
-        y[j] = e;
-        acc[l] += e;
+    for (; j + 8 <= n; j += 8) {
+        memcpy(&v, a + j, sizeof v);
+        v = scale * v - mx;
+        mw__exp8(&e, &v);
+        memcpy(y + j, &e, sizeof e);
+        acc += e;
+    }
+    if (j < n) { /* the last n - j elements in lanes 0.., the rest 0: one vector exponential */
+        int rem = (int)(n - j);
+        v = (mw__v8){0};
+        memcpy(&v, a + j, (size_t)rem * sizeof(float));
+        v = scale * v - mx;
+        mw__exp8(&e, &v);
+        for (int l = rem; l < 8; l++) e[l] = 0.0f;
+        memcpy(y + j, &e, (size_t)rem * sizeof(float));
+        acc += e;
     }
     float inv = 1.0f / MW__SUM8(acc);
     for (j = 0; j < n; j++) y[j] *= inv;

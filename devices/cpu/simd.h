@@ -20,12 +20,28 @@
 #define MW__CPU_CLONES
 #endif
 
+/* A helper of a cloned kernel: inlined into each clone, so it is compiled for that clone's vector
+ * unit (an out-of-line copy would be compiled for the baseline). */
+#define MW__CPU_INLINE static inline __attribute__((always_inline))
+
 /* Eight floats (and eight int32 lanes) as one vector: GCC/Clang vector extensions, so a loop the
  * auto-vectoriser would leave scalar (a NaN-propagating max, a register-tiled product) is still
  * vector code; the baseline build runs each as two SSE halves. Values pass through memcpy and
  * pointers, never by value across a function boundary (that would depend on the vector unit). */
 typedef float mw__v8 __attribute__((vector_size(32)));
 typedef int32_t mw__v8i __attribute__((vector_size(32)));
+typedef uint32_t mw__v8u __attribute__((vector_size(32)));
+
+/* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
+typedef double mw__v4d __attribute__((vector_size(32)));
+
+/* lo += v[0..3], hi += v[4..7], widened to double: the eight-lane double sums in vector code (the
+ * auto-vectoriser leaves some of them scalar). */
+#define MW__ADD_WIDE(lo, hi, v)                                                                    \
+    do {                                                                                           \
+        (lo) += __builtin_convertvector(__builtin_shufflevector((v), (v), 0, 1, 2, 3), mw__v4d);   \
+        (hi) += __builtin_convertvector(__builtin_shufflevector((v), (v), 4, 5, 6, 7), mw__v4d);   \
+    } while (0)
 
 /* The eight lanes of an accumulator combined pairwise, always in the same order. */
 #define MW__SUM8(acc)                                                                              \

@@ -195,6 +195,14 @@ Test(attention, heads_before_batch) { check_case((dims){2, 70, 2, 8}, 1, 0, 1); 
 
 Test(attention, sharded_batch) { check_case((dims){3, 70, 2, 8}, 1, 1, 0); }
 
+/* GPT-2's head size (64: whole 8 x 8 blocks in the transposing pack), and head sizes that leave
+ * part of a block (20, 36) with sequences that end inside a 16-key panel and an 8-wide vector. */
+Test(attention, causal_head_size_64) { check_case((dims){1, 150, 2, 64}, 1, 0, 0); }
+
+Test(attention, causal_odd_head_size) { check_case((dims){2, 77, 1, 20}, 1, 0, 0); }
+
+Test(attention, full_odd_head_size) { check_case((dims){1, 45, 2, 36}, 0, 0, 0); }
+
 Test(attention, repeatable_bit_for_bit) {
     dims s = {2, 100, 2, 16};
     int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;

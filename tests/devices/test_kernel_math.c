@@ -89,6 +89,36 @@ Test(kernel_math, gelu_grad_matches_finite_differences) {
     }
 }
 
+/* The CPU backend's GELU kernels (vector code, with their own copy of the exponential) against
+ * the double references, to the tolerances above, over the grid (4001 points: the kernels' last
+ * vector is partial), the far points, and NaN and +Inf. gy = 1 + x / 20 checks the product
+ * with the incoming gradient (exact to 1 ulp more). */
+Test(kernel_math, cpu_gelu_kernels_match_reference) {
+    enum { NFAR = sizeof far_points / sizeof *far_points, N = NPOINTS + NFAR + 2 };
+    static float x[N], gy[N], y[N], dx[N];
+    for (int i = 0; i < N; i++)
+        x[i] = i < NPOINTS ? point(i) : i < NPOINTS + NFAR ? far_points[i - NPOINTS] : 0.0f;
+    x[N - 2] = NAN;
+    x[N - 1] = INFINITY;
+    for (int i = 0; i < N; i++) gy[i] = 1.0f + x[i] / 20.0f;
+    mw__k_unary u = {.count = N, .out = y, .a = x};
+    mw__k_unary_grad g = {.count = N, .out = dx, .gy = gy, .x = x};
+    cr_assert_eq(mw__cpu_device.unary(NULL, &u), MW_OK);
+    cr_assert_eq(mw__cpu_device.unary_grad(NULL, &g), MW_OK);
+    for (int i = 0; i < N - 2; i++) {
+        double ref = gelu_ref(x[i]),
+               tol = 2e-7 * (1.0 + fabs(x[i])) + 4.0 * FLT_EPSILON * fabs(ref);
+        cr_assert(fabs(y[i] - ref) <= tol, "gelu kernel(%.9g) = %.9g, reference %.9g", x[i], y[i],
+                  ref);
+        double gref = gy[i] * gelu_grad_ref(x[i]);
+        double gtol = fabs(gy[i]) * gelu_grad_tol(x[i]) + FLT_EPSILON * fabs(gref);
+        cr_assert(fabs(dx[i] - gref) <= gtol, "gelu' kernel(%.9g) = %.9g, reference %.9g", x[i],
+                  dx[i], gref);
+    }
+    cr_assert(isnan(y[N - 2]) && isnan(dx[N - 2]));
+    cr_assert(isinf(y[N - 1]) && y[N - 1] > 0);
+}
+
 /* One AdamW step in double, as device.h states it. */
 static double adamw_ref(double p, double g, double *m, double *v, double lr, double b1, double b2,
                         double eps, double wd, int t) {
