@@ -290,6 +290,7 @@ void mw__stop_workers(mw_trainer *tr) {
 #define WARM_UP 2         /* first steps not timed: they touch new memory */
 #define STARVED_SHARE 0.6 /* the host's share of a core below which fewer threads may do better */
 #define BETTER 0.9        /* a trial wins when its median step takes less than this much */
+#define HOPELESS 1.5      /* a trial ends after one step this much slower than the kept way */
 
 void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
     __typeof__(tr->sched) *s = &tr->sched;
@@ -376,9 +377,9 @@ static int next_trial(const __typeof__(((mw_trainer *)0)->sched) *s, int i) {
 /* MW_CPU_THREADS_AUTO. The candidates are a thread per device, one per core (when devices
  * outnumber cores) and one. With a thread per device, a host that keeps getting less than
  * STARVED_SHARE of a core starts a round of trials; with fewer threads, rounds come by
- * themselves. A round runs each other candidate for TRIAL_STEPS steps and keeps the fastest if
- * its median step beats the median of the kept one's last steps by BETTER; each round that
- * changes nothing doubles the wait before the next. */
+ * themselves. A round runs each other candidate for TRIAL_STEPS steps (one, when that step is
+ * HOPELESS) and keeps the fastest if its median step beats the median of the kept one's last
+ * steps by BETTER; each round that changes nothing doubles the wait before the next. */
 void mw__sched_after(mw_trainer *tr, double ms, double share) {
     __typeof__(tr->sched) *s = &tr->sched;
     if (s->ncand < 2) return;
@@ -391,6 +392,11 @@ void mw__sched_after(mw_trainer *tr, double ms, double share) {
     s->ms[m][s->nms[m]++ % 3] = ms;
     if (m == 0) s->share = 0.75 * s->share + 0.25 * share;
     if (s->trial >= 0) {
+        int nk = s->nms[s->cur] < 3 ? s->nms[s->cur] : 3;
+        if (ms > HOPELESS * median(s->ms[s->cur], nk)) { /* no need to see more */
+            s->ms[m][0] = s->ms[m][1] = s->ms[m][2] = ms;
+            s->trial_left = 1;
+        }
         if (--s->trial_left > 0) return;
         int next = next_trial(s, s->trial);
         if (next >= 0) {

@@ -290,6 +290,12 @@ Test(cpu_threads, a_losing_trial_is_dropped_and_tried_more_rarely) {
     cr_assert_eq(tr.threads_now, 2);
     cr_assert_leq(one, 3 * 14, "%d of 2000 steps on one thread", one);
     cr_assert_geq(one, 3, "never tried one thread");
+    /* A trial whose first step takes three times as long ends there: one step per round. */
+    bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
+    one = simulate(&tr, 2000, (timing){{0, 3.0, 1.0}, 0.3}, 1);
+    cr_assert_eq(tr.threads_now, 2);
+    cr_assert_leq(one, 14, "%d of 2000 steps on one thread", one);
+    cr_assert_geq(one, 1, "never tried one thread");
     /* A trial needs a clear win: 5 % faster is noise. */
     bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
     simulate(&tr, 2000, (timing){{0, 0.95, 1.0}, 0.3}, 1);
