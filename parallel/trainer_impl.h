@@ -175,8 +175,10 @@ struct mw_trainer {
         int cur, trial;     /* the kept candidate; the one on trial, or -1 */
         int64_t measured, next_trial;
         int interval, trial_left;
-        double share;    /* the host's share of a core with a thread per device, moving average */
-        double ms[3][3]; /* each candidate's last step times */
+        double share; /* the host's share of a core with a thread per device, moving average */
+        int64_t mark_wall, mark_cpu; /* where the current reading of that share began */
+        int mark_threads;            /* and with how many threads */
+        double ms[3][3];             /* each candidate's last step times */
         int nms[3];
     } sched;
 };
@@ -235,9 +237,9 @@ void mw__sched_free(mw_trainer *tr);
  * cpu_threads `setting` (MW_CPU_THREADS_PER_DEVICE for meshes whose devices cannot share
  * threads); sets threads_now to the first. */
 void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting);
-/* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds in which the calling thread was
- * on a core for `share` of the time, sets tr->threads_now for the next. Touches only tr->sched
- * and tr->threads_now. */
+/* MW_CPU_THREADS_AUTO: after a timed command of `ms` milliseconds, with `share` the calling
+ * thread's time on a core over the last reading's wall time (< 0: no reading ended with this
+ * command), sets tr->threads_now for the next. Touches only tr->sched and tr->threads_now. */
 void mw__sched_after(mw_trainer *tr, double ms, double share);
 /* Runs one command on every local worker and waits; on failure reports the root cause. */
 mw_status mw__dispatch(mw_trainer *tr, cmd c);

@@ -291,6 +291,7 @@ void mw__stop_workers(mw_trainer *tr) {
 #define STARVED_SHARE 0.6 /* the host's share of a core below which fewer threads may do better */
 #define BETTER 0.9        /* a trial wins when its median step takes less than this much */
 #define HOPELESS 1.5      /* a trial ends after one step this much slower than the kept way */
+#define SHARE_WINDOW_NS 2000000 /* the host's share of a core is read over at least 2 ms */
 
 void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
     __typeof__(tr->sched) *s = &tr->sched;
@@ -390,7 +391,7 @@ void mw__sched_after(mw_trainer *tr, double ms, double share) {
     int m = s->trial >= 0 ? s->trial : s->cur;
     if (++s->measured <= WARM_UP) return;
     s->ms[m][s->nms[m]++ % 3] = ms;
-    if (m == 0) s->share = 0.75 * s->share + 0.25 * share;
+    if (m == 0 && share >= 0.0) s->share = 0.75 * s->share + 0.25 * share;
     if (s->trial >= 0) {
         int nk = s->nms[s->cur] < 3 ? s->nms[s->cur] : 3;
         if (ms > HOPELESS * median(s->ms[s->cur], nk)) { /* no need to see more */
@@ -440,8 +441,15 @@ mw_status mw__dispatch(mw_trainer *tr, cmd c) {
     int timed =
         tr->sched.ncand > 1 &&
         (tr->forward_only ? c == CMD_EVAL : c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
-    int64_t cpu0 = timed ? thread_cpu_ns() : 0;
     int64_t t0 = mw__now_ns();
+    __typeof__(tr->sched) *sc = &tr->sched;
+    if (timed && (!sc->mark_wall || sc->mark_threads != tr->threads_now)) {
+        /* The calling thread's CPU time costs a system call: it is read once per window of
+         * SHARE_WINDOW_NS of commands run alike, not every command. */
+        sc->mark_wall = t0;
+        sc->mark_cpu = thread_cpu_ns();
+        sc->mark_threads = tr->threads_now;
+    }
     run_all(tr, c);
     int64_t wall = mw__now_ns() - t0;
     tr->stats = (mw_step_stats){.step_ms = (double)wall * 1e-6,
@@ -455,9 +463,17 @@ mw_status mw__dispatch(mw_trainer *tr, cmd c) {
             (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
             cause = w;
     }
-    if (timed && !cause)
-        mw__sched_after(tr, tr->stats.step_ms,
-                        (double)(thread_cpu_ns() - cpu0) / (double)(wall > 0 ? wall : 1));
+    if (timed && !cause) {
+        double share = -1.0; /* no reading this time */
+        int64_t end = t0 + wall;
+        if (end - sc->mark_wall >= SHARE_WINDOW_NS) {
+            int64_t cpu = thread_cpu_ns();
+            share = (double)(cpu - sc->mark_cpu) / (double)(end - sc->mark_wall);
+            sc->mark_wall = end;
+            sc->mark_cpu = cpu;
+        }
+        mw__sched_after(tr, tr->stats.step_ms, share);
+    }
     if (!cause) return MW_OK;
     /* A non-finite loss or gradient is seen alike everywhere, after every collective: every
      * process stops at the same point and the trainer stays usable. */
