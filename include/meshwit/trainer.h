@@ -145,7 +145,10 @@ typedef struct mw_trainer_config {
      * steps. mw_trainer_stats says how many threads ran the last step.
      * MW_CPU_THREADS_PER_DEVICE (-1): always a thread per device.
      * n >= 1: always n threads (at most one per device); 1 (MW_CPU_THREADS_ONE) runs every device
-     * on the calling thread, e.g. to test an 8-device program on a machine with one free core. */
+     * on the calling thread, e.g. to test an 8-device program on a machine with one free core.
+     * Below -1: MW_ERR_INVALID. Devices sharing a thread wait for each other's kernels: a device
+     * stalled inside one holds up the others of its thread, and their collective_timeout_ms
+     * counts from when they started waiting, checked whenever the thread is free. */
     int cpu_threads;
 } mw_trainer_config;
 
