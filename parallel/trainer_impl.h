@@ -93,6 +93,20 @@ typedef struct group {
     mw__comm **comms;
 } group;
 
+/* How the trainer chooses the number of threads under MW_CPU_THREADS_AUTO (workers.c). */
+typedef struct mw__sched {
+    void **args;        /* the gangs' tasks: this process's workers in order */
+    int ncand, cand[3]; /* thread counts that may run: a thread per device first */
+    int cur, trial;     /* the kept candidate; the one on trial, or -1 */
+    int64_t measured, next_trial;
+    int interval, trial_left;
+    double share; /* the host's share of a core with a thread per device, moving average */
+    int64_t mark_wall, mark_cpu; /* where the current reading of that share began */
+    int mark_threads;            /* and with how many threads */
+    double ms[3][3];             /* each candidate's last step times */
+    int nms[3];
+} mw__sched;
+
 struct mw_trainer {
     mw_graph *g; /* the trainer's own copy, extended with the backward pass */
     mw_tensor *loss;
@@ -169,18 +183,7 @@ struct mw_trainer {
     int ngangs;
     mw__event wake;
     int threads_now, run_threads;
-    struct {
-        void **args;        /* the gangs' tasks: this process's workers in order */
-        int ncand, cand[3]; /* thread counts that may run: a thread per device first */
-        int cur, trial;     /* the kept candidate; the one on trial, or -1 */
-        int64_t measured, next_trial;
-        int interval, trial_left;
-        double share; /* the host's share of a core with a thread per device, moving average */
-        int64_t mark_wall, mark_cpu; /* where the current reading of that share began */
-        int mark_threads;            /* and with how many threads */
-        double ms[3][3];             /* each candidate's last step times */
-        int nms[3];
-    } sched;
+    mw__sched sched;
 };
 
 /* How device d of the trainer's mesh sits along each of the graph's mesh names (once place() has

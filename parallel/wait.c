@@ -1,8 +1,9 @@
 /* Waiting without taking a peer's core (see wait.h). */
-#define _GNU_SOURCE /* syscall */
+#define _GNU_SOURCE /* syscall, sched_getaffinity */
 #include "parallel/wait.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,9 +15,17 @@
 #define SPIN_NS_DEFAULT 50000 /* 50 us */
 #define SPIN_NS_OVERSUBSCRIBED 2000
 
+int mw__cores(void) {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 int64_t mw__spin_ns(int threads) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 && threads > cpus ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS_DEFAULT;
+    return threads > mw__cores() ? SPIN_NS_OVERSUBSCRIBED : SPIN_NS_DEFAULT;
 }
 
 uint32_t mw__event_prepare(mw__event *e) {

@@ -19,6 +19,9 @@ typedef struct mw__event {
     _Atomic uint32_t sleepers; /* waiters between prepare and the end of their sleep */
 } mw__event;
 
+/* The cores this process may run on (its affinity mask; the online cores where that is unknown). */
+int mw__cores(void);
+
 /* How long a waiter spins before it sleeps: long enough to cover a peer that is running, short
  * enough that a peer waiting for this core loses little. Fewer cores than busy threads: less. */
 int64_t mw__spin_ns(int threads);

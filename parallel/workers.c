@@ -10,13 +10,10 @@
  * waiting for a peer the scheduler has not run yet; a gang never waits for a device of its own.
  * Under MW_CPU_THREADS_AUTO the host times the ways it may run (mw__sched_after) and keeps the
  * fastest. */
-#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -294,7 +291,7 @@ void mw__stop_workers(mw_trainer *tr) {
 #define SHARE_WINDOW_NS 2000000 /* the host's share of a core is read over at least 2 ms */
 
 void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
-    __typeof__(tr->sched) *s = &tr->sched;
+    mw__sched *s = &tr->sched;
     s->ncand = 0;
     s->cur = 0;
     s->trial = -1;
@@ -308,20 +305,12 @@ void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
     tr->threads_now = s->cand[0];
 }
 
-static int online_cores(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 mw_status mw__sched_init(mw_trainer *tr) {
     int d = tr->nlocal;
-    const mw_mesh *m = tr->mesh;
-    int can = d > 1 && m->nprocs == 1 && m->vt->host_memory && tr->reducer == &mw__reducer_shm &&
-              (!tr->all || tr->all_reducer == &mw__reducer_shm) && tr->w[tr->first].on_host;
-    mw__sched_candidates(tr, d, online_cores(),
-                         can ? tr->cfg.cpu_threads : MW_CPU_THREADS_PER_DEVICE);
+    /* on_host: the first device is a host-memory device of an unpinned one-process mesh. */
+    int can = d > 1 && tr->w[tr->first].on_host && tr->reducer == &mw__reducer_shm &&
+              (!tr->all || tr->all_reducer == &mw__reducer_shm);
+    mw__sched_candidates(tr, d, mw__cores(), can ? tr->cfg.cpu_threads : MW_CPU_THREADS_PER_DEVICE);
     /* Gangs for every thread count that may run: gang k holds the largest block k gets. */
     int most = 0;
     for (int i = 0; i < tr->sched.ncand; i++)
@@ -369,7 +358,7 @@ static double median(const double *v, int n) {
 }
 
 /* The candidate after i that is not the kept one, or -1. */
-static int next_trial(const __typeof__(((mw_trainer *)0)->sched) *s, int i) {
+static int next_trial(const mw__sched *s, int i) {
     for (int j = i + 1; j < s->ncand; j++)
         if (j != s->cur) return j;
     return -1;
@@ -382,7 +371,7 @@ static int next_trial(const __typeof__(((mw_trainer *)0)->sched) *s, int i) {
  * HOPELESS) and keeps the fastest if its median step beats the median of the kept one's last
  * steps by BETTER; each round that changes nothing doubles the wait before the next. */
 void mw__sched_after(mw_trainer *tr, double ms, double share) {
-    __typeof__(tr->sched) *s = &tr->sched;
+    mw__sched *s = &tr->sched;
     if (s->ncand < 2) return;
     if (!s->interval) { /* the first call */
         s->interval = FIRST_INTERVAL;
@@ -442,7 +431,7 @@ mw_status mw__dispatch(mw_trainer *tr, cmd c) {
         tr->sched.ncand > 1 &&
         (tr->forward_only ? c == CMD_EVAL : c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
     int64_t t0 = mw__now_ns();
-    __typeof__(tr->sched) *sc = &tr->sched;
+    mw__sched *sc = &tr->sched;
     if (timed && (!sc->mark_wall || sc->mark_threads != tr->threads_now)) {
         /* The calling thread's CPU time costs a system call: it is read once per window of
          * SHARE_WINDOW_NS of commands run alike, not every command. */

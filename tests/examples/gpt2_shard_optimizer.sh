@@ -37,5 +37,4 @@ if ! awk -v r="$rep" -v z="$z" 'BEGIN { exit !(r > 0 && z > 0 && z * 3 <= r * 1.
     exit 1
 fi
 echo "gpt2_shard_optimizer: models identical in both modes, on one thread and across resumes;" \
-     "optimizer state" \
-     "per device $rep MB -> $z MB"
+     "optimizer state per device $rep MB -> $z MB"
