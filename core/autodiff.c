@@ -105,9 +105,10 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
                   : 0;
     case MW__OP_ATTENTION: {
         if (!na) return 0;
-        /* The kernel reads gy in the forward output's axis order. */
+        /* The kernel reads gy in the forward output's axis order. The forward node is the third
+         * input: the plan may keep the probabilities beside its output (plan.c, attn_probs). */
         mw_tensor *d = mw__backward_op(g, MW__OP_ATTENTION_GRAD, &a->type,
-                                       mw__to_type(g, gy, &n->type), a, NULL, n);
+                                       mw__to_type(g, gy, &n->type), a, n, n);
         if (d) {
             d->axis = n->axis;
             d->start = n->start;

@@ -41,7 +41,8 @@ typedef enum mw__op {
     MW__OP_XENT_GRAD,    /* (gy, logits, targets) */
     MW__OP_ATTENTION,    /* (qkv): axis = part axis, start = seq axis, len = feature axis (of qkv);
                             flag = causal, scalar = scale */
-    MW__OP_ATTENTION_GRAD, /* (gy, qkv): the gradient of qkv; same fields as ATTENTION */
+    MW__OP_ATTENTION_GRAD, /* (gy, qkv, the ATTENTION node): the gradient of qkv; same fields as
+                            * ATTENTION */
     /* ops_extra.c: */
     MW__OP_MAP,        /* elementwise function `flag` (mw__mapfn) of x */
     MW__OP_MAP_GRAD,   /* (x, gy): gy * f'(x) */

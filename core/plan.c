@@ -127,6 +127,10 @@ typedef struct builder {
      * buffer that ADD a takes over (a then emits nothing), or -1. */
     int *addend;
     int *fused;
+    /* Per node: floats allocated after its value in the same buffer, freed with it. An ATTENTION
+     * node keeps its probabilities there for its gradient node (attn_probs). */
+    int64_t *extra;
+    int host_memory;
 } builder;
 
 static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
@@ -463,6 +467,21 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
 /* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
  * over the slices, and a scratch buffer for one block of scores (two in the backward pass), held
  * only while the kernel runs. */
+/* Floats of probabilities an ATTENTION node keeps for its gradient node: where the CPU kernels
+ * run (host memory), the backward then reads them instead of recomputing the scores and their
+ * softmax (about 15 % of the two kernels' time at llm.c's GPT-2 sizes). Kept only where they take
+ * no more memory than qkv itself (causal: sequences up to about 6 x the head size), so a long
+ * sequence still costs memory linear in its length; above that the backward recomputes them. */
+static int64_t attn_probs(const builder *b, const mw_tensor *fwd) {
+    if (!b->host_memory) return 0;
+    const mw_tensor *qkv = fwd->in[0];
+    ltype lq = local_type(&qkv->type, b->pl);
+    int64_t t = lq.size[fwd->start], blk = t < MW__ATTN_BLOCK ? t : MW__ATTN_BLOCK;
+    int64_t slices = lq.numel / (t * lq.size[fwd->len] * lq.size[fwd->axis]);
+    int64_t n = slices * mw__attn_probs_per_slice(t, blk, fwd->flag);
+    return n <= lq.numel ? n : 0;
+}
+
 static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     int grad = n->op == MW__OP_ATTENTION_GRAD;
     const mw_tensor *qkv = n->in[grad ? 1 : 0];
@@ -504,6 +523,13 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     in->ref[1] = b->ref[n->in[0]->id];
     if (grad) in->ref[2] = b->ref[n->in[1]->id];
     in->ref[grad ? 3 : 2] = mw__ref_at(MW__BASE_ARENA, MW_F32, soff);
+    /* The kept probabilities follow the forward node's value in its buffer. */
+    const mw_tensor *fwd = grad ? n->in[2] : n;
+    in->ref[4] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+    if (b->extra[fwd->id]) {
+        in->ref[4] = b->ref[fwd->id];
+        in->ref[4].off += local_type(&fwd->type, b->pl).numel * 4;
+    }
     in->k.attention = k;
     return arena_release(&b->ar, soff, k.scratch_elems);
 }
@@ -726,7 +752,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     memset(out, 0, sizeof *out);
     int failed = 1, lowered = 0;
     int nn = g->nnodes;
-    builder b = {.g = g, .pl = pl, .p = out};
+    builder b = {.g = g, .pl = pl, .p = out, .host_memory = host_memory};
     char *live = mw__calloc((size_t)nn, 1);
     b.ref = mw__calloc((size_t)nn, sizeof *b.ref);
     b.in_arena = mw__calloc((size_t)nn, 1);
@@ -734,6 +760,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.root = mw__calloc((size_t)nn, sizeof *b.root);
     b.addend = mw__calloc((size_t)nn + 1, sizeof *b.addend);
     b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
+    b.extra = mw__calloc((size_t)nn + 1, sizeof *b.extra);
     int *uses = mw__calloc((size_t)nn + 1, sizeof *uses);
     int *grad_of =
         mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
@@ -744,7 +771,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
-        !order || !out->views || !out->params || !b.addend || !b.fused || !uses)
+        !order || !out->views || !out->params || !b.addend || !b.fused || !b.extra || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -772,6 +799,11 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         if (!live[i]) continue;
         /* A buffer lives until the last use of any alias of it. */
         for (int k = 0; k < t->nin; k++) b.last_use[b.root[t->in[k]->id]] = i;
+    }
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
+        if (live[i] && t->op == MW__OP_ATTENTION_GRAD)
+            b.extra[t->in[2]->id] = attn_probs(&b, t->in[2]);
     }
     b.last_use[b.root[loss->id]] = nn; /* read by the host after the step */
     for (int o = 0; o < noutputs; o++) b.last_use[b.root[outputs[o]->id]] = nn;
@@ -837,7 +869,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             if (grad_of[i] >= 0) {
                 b.ref[i] = mw__ref_at(MW__BASE_GRADS, MW_F32, out->params[grad_of[i]].off);
             } else {
-                b.ref[i] = mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n));
+                b.ref[i] =
+                    mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n + b.extra[i]));
                 b.in_arena[i] = 1;
             }
             if ((lowered = lower_node(&b, t))) goto oom;
@@ -847,7 +880,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             if (b.last_use[a] == i && b.in_arena[a]) {
                 b.in_arena[a] = 0;
                 if (arena_release(&b.ar, b.ref[a].off / 4,
-                                  local_type(&g->nodes[a]->type, pl).numel))
+                                  local_type(&g->nodes[a]->type, pl).numel + b.extra[a]))
                     goto oom;
             }
         }
@@ -887,6 +920,7 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.root);
     mw__free(b.addend);
     mw__free(b.fused);
+    mw__free(b.extra);
     mw__free(uses);
     mw__free(grad_of);
     mw__free(order);

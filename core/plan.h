@@ -52,15 +52,15 @@ typedef enum mw__ins_kind {
     MW__I_EMBED_GRAD,
     MW__I_XENT,
     MW__I_XENT_GRAD,
-    MW__I_ATTENTION,      /* ref: out, qkv, scratch */
-    MW__I_ATTENTION_GRAD, /* ref: d(qkv), gy, qkv, scratch */
+    MW__I_ATTENTION,      /* ref: out, qkv, scratch, -, probs (off -1: none) */
+    MW__I_ATTENTION_GRAD, /* ref: d(qkv), gy, qkv, scratch, probs (off -1: none) */
     MW__I_EXTRA           /* ops_extra.c's ops: mw__k_extra */
 } mw__ins_kind;
 
 typedef struct mw__ins {
     mw__ins_kind kind;
     int node;       /* graph node it implements (for messages) */
-    mw__ref ref[4]; /* out, then the inputs in the order of the kernel's fields */
+    mw__ref ref[5]; /* out, then the inputs in the order of the kernel's fields */
     int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
     uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
     union mw__kernel {

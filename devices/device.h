@@ -210,7 +210,22 @@ typedef struct mw__k_attention {
     int64_t scratch_elems;
     float *out, *scratch;
     const float *qkv, *gy;
+    /* The probabilities kept from the forward pass for the backward one, or NULL: slice after
+     * slice of mw__attn_probs_per_slice floats, each slice's blocks in order, a block's m rows as
+     * long as the keys it may see. Set only for the CPU kernels (the plan's host-memory devices):
+     * the forward writes them, and the backward reads them instead of recomputing the scores. */
+    float *probs;
 } mw__k_attention;
+
+/* Floats of one slice's kept probabilities (mw__k_attention.probs). */
+static inline int64_t mw__attn_probs_per_slice(int64_t t, int64_t block, int causal) {
+    int64_t n = 0;
+    for (int64_t i0 = 0; i0 < t; i0 += block) {
+        int64_t m = t - i0 < block ? t - i0 : block;
+        n += m * (causal ? i0 + m : t);
+    }
+    return n;
+}
 /* SGD with momentum and L2 weight decay, as torch.optim.SGD: g' = grad_scale * g +
  * weight_decay * p; with momentum, buf = g' on the first step and momentum * buf +
  * (1 - dampening) * g' after, and the step is g' + momentum * buf (Nesterov) or buf; without

@@ -95,12 +95,14 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
         k->attention.out = mw__ptr(w, in->ref[0]);
         k->attention.qkv = mw__ptr(w, in->ref[1]);
         k->attention.scratch = mw__ptr(w, in->ref[2]);
+        k->attention.probs = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
         break;
     case MW__I_ATTENTION_GRAD:
         k->attention.out = mw__ptr(w, in->ref[0]);
         k->attention.gy = mw__ptr(w, in->ref[1]);
         k->attention.qkv = mw__ptr(w, in->ref[2]);
         k->attention.scratch = mw__ptr(w, in->ref[3]);
+        k->attention.probs = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
         break;
     case MW__I_EXTRA:
         k->extra.out = mw__ptr(w, in->ref[0]);

@@ -2,10 +2,13 @@
  * of k->block rows; a block's scores against the keys it may see go into a block x T scratch,
  * are softmaxed row by row, and multiplied into the output. With a causal mask a block only meets
  * the keys up to its last row, and within the block every product stops at the diagonal (to the
- * nearest micro tile), so the masked half is never computed and no Seq x Seq tensor outlives the
- * kernel. The backward pass recomputes each block's probabilities (bitwise the forward's), then
- * forms dS = P * (dP - D) with D_i = sum_j P_ij dP_ij, and accumulates dK and dV block after
- * block in a fixed order: the result is deterministic.
+ * nearest micro tile), so the masked half is never computed. When the plan gives k->probs (short
+ * sequences: the probabilities take no more memory than qkv), the forward writes each block's
+ * probabilities there instead of into the scratch and the backward reads them back; otherwise
+ * no Seq x Seq tensor outlives the kernel and the backward recomputes each block's probabilities
+ * (bitwise the forward's). The backward then forms dS = P * (dP - D) with
+ * D_i = sum_j P_ij dP_ij, and accumulates dK and dV block after block in a fixed order: the
+ * result is deterministic, and the same bits whether the probabilities were kept or not.
  *
  * The products are this file's own register-tiled loops (six rows by sixteen columns of
  * accumulators) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
@@ -215,6 +218,11 @@ static float *packed(const mw__k_attention *k, int grad) {
     return k->scratch + k->scratch_elems - n;
 }
 
+/* Where slice s keeps its probabilities (k->probs), or NULL; the blocks follow in order. */
+static float *kept(const mw__k_attention *k, int64_t s) {
+    return k->probs ? k->probs + s * mw__attn_probs_per_slice(k->t, k->block, k->causal) : NULL;
+}
+
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
     int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, t = k->t, d = k->d;
@@ -223,14 +231,16 @@ mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
         int64_t oo, oq;
         slice_offsets(&k->walk, s, &oo, &oq);
         const float *q = k->qkv + oq;
-        float *out = k->out + oo;
+        float *out = k->out + oo, *keep = kept(k, s);
         pack(q + k->part, 1, seq, d, t, kt);
         pack(q + 2 * k->part, seq, 1, t, d, vp);
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
-            block_probs(k, q, kt, i0, m, kend, k->scratch);
+            float *p = keep ? keep : k->scratch;
+            if (keep) keep += m * kend;
+            block_probs(k, q, kt, i0, m, kend, p);
             /* O = P V */
-            prod o = {.a = k->scratch,
+            prod o = {.a = p,
                       .sar = kend,
                       .sak = 1,
                       .b = vp,
@@ -279,7 +289,7 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
     int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
             t = k->t;
-    float *p = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
+    float *scores = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
           *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
     for (int64_t s = 0; s < ns; s++) {
         int64_t og, oq;
@@ -287,12 +297,17 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
         const float *q = k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
         const float *gy = k->gy + og;
         float *dq = k->out + oq, *dk = dq + k->part, *dv = dq + 2 * k->part;
-        pack(kk, 1, seq, d, t, kt);
+        const float *keep = kept(k, s);
+        if (!keep) pack(kk, 1, seq, d, t, kt);
         pack(v, 1, seq, d, t, vt);
         pack(kk, seq, 1, t, d, kp);
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
-            block_probs(k, q, kt, i0, m, kend, p);
+            const float *p = keep ? keep : scores;
+            if (keep)
+                keep += m * kend;
+            else
+                block_probs(k, q, kt, i0, m, kend, scores);
             /* dP = dO V^T */
             prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
             x.c = dp, x.ldc = kend, x.alpha = 1.0f;

@@ -61,3 +61,96 @@ Test(cpu_kernels, column_sums_in_row_order) {
         free(want);
     }
 }
+
+/* Attention over [Batch, Seq, Part, Head, HeadDim] as the planner lowers it: three blocks of
+ * queries (64, 64, 22), with probs kept (probs != NULL) or not. */
+typedef struct attn_case {
+    int64_t b, t, h, d;
+    int causal;
+} attn_case;
+
+static mw__k_attention attn_kernel(attn_case c, int grad, float *scratch) {
+    mw__k_attention k = {.causal = c.causal,
+                         .scale = 0.3f,
+                         .t = c.t,
+                         .d = c.d,
+                         .seq_qkv = 3 * c.h * c.d,
+                         .seq_out = c.h * c.d,
+                         .part = c.h * c.d,
+                         .slices = c.b * c.h,
+                         .block = c.t < MW__ATTN_BLOCK ? c.t : MW__ATTN_BLOCK,
+                         .scratch = scratch};
+    k.walk.rank = 2;
+    k.walk.dims[0] = c.b;
+    k.walk.dims[1] = c.h;
+    k.walk.stride[0][0] = c.t * c.h * c.d;
+    k.walk.stride[0][1] = c.d;
+    k.walk.stride[1][0] = c.t * 3 * c.h * c.d;
+    k.walk.stride[1][1] = c.d;
+    k.scratch_elems =
+        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + 3 * k.d * k.t + 2 * k.block * k.d
+             : k.block * k.t + 2 * k.d * k.t;
+    return k;
+}
+
+Test(cpu_kernels, attention_kept_probabilities_same_bits) {
+    /* The backward reading the forward's kept probabilities gives the bits of the one that
+     * recomputes them; the kept rows are the softmax rows, block after block, as long as the
+     * keys each block may see, and 0 past a row's last visible key. */
+    for (int causal = 0; causal < 2; causal++) {
+        attn_case c = {2, 150, 2, 16, causal};
+        int64_t nq = c.b * c.t * 3 * c.h * c.d, no = c.b * c.t * c.h * c.d;
+        int64_t per = mw__attn_probs_per_slice(c.t, MW__ATTN_BLOCK, causal);
+        cr_assert_eq(per, causal ? 64 * 64 + 64 * 128 + 22 * 150 : 150 * 150);
+        float *qkv = malloc(sizeof(float) * (size_t)nq), *gy = malloc(sizeof(float) * (size_t)no);
+        float *out[2], *dqkv[2], *probs = malloc(sizeof(float) * (size_t)(c.b * c.h * per));
+        fill(qkv, nq, 11);
+        fill(gy, no, 12);
+        for (int keep = 0; keep < 2; keep++) {
+            mw__k_attention f = attn_kernel(c, 0, NULL), g = attn_kernel(c, 1, NULL);
+            float *sf = malloc(sizeof(float) * (size_t)f.scratch_elems);
+            float *sg = malloc(sizeof(float) * (size_t)g.scratch_elems);
+            out[keep] = malloc(sizeof(float) * (size_t)no);
+            dqkv[keep] = malloc(sizeof(float) * (size_t)nq);
+            f.scratch = sf, g.scratch = sg;
+            f.qkv = g.qkv = qkv;
+            f.out = out[keep];
+            g.out = dqkv[keep];
+            g.gy = gy;
+            f.probs = g.probs = keep ? probs : NULL;
+            cr_assert_eq(mw__cpu_device.attention(NULL, &f), MW_OK);
+            memset(sg, 0xff, sizeof(float) * (size_t)g.scratch_elems); /* NaN: nothing read */
+            cr_assert_eq(mw__cpu_device.attention_grad(NULL, &g), MW_OK);
+            free(sf);
+            free(sg);
+        }
+        cr_assert_eq(memcmp(out[0], out[1], sizeof(float) * (size_t)no), 0, "causal %d", causal);
+        cr_assert_eq(memcmp(dqkv[0], dqkv[1], sizeof(float) * (size_t)nq), 0, "causal %d", causal);
+        for (int64_t s = 0; s < c.b * c.h; s++) {
+            const float *p = probs + s * per;
+            for (int64_t i0 = 0; i0 < c.t; i0 += MW__ATTN_BLOCK) {
+                int64_t m = c.t - i0 < MW__ATTN_BLOCK ? c.t - i0 : MW__ATTN_BLOCK;
+                int64_t kend = causal ? i0 + m : c.t;
+                for (int64_t r = 0; r < m; r++, p += kend) {
+                    int64_t seen = causal ? i0 + r + 1 : c.t;
+                    double sum = 0.0;
+                    for (int64_t j = 0; j < kend; j++) {
+                        if (j >= seen) cr_assert_eq(p[j], 0.0f, "masked key %lld", (long long)j);
+                        cr_assert(p[j] >= 0.0f && p[j] <= 1.0f);
+                        sum += p[j];
+                    }
+                    cr_assert(fabs(sum - 1.0) < 1e-5, "slice %lld row %lld: sum %.9g", (long long)s,
+                              (long long)(i0 + r), sum);
+                }
+            }
+            cr_assert_eq(p, probs + (s + 1) * per);
+        }
+        for (int keep = 0; keep < 2; keep++) {
+            free(out[keep]);
+            free(dqkv[keep]);
+        }
+        free(qkv);
+        free(gy);
+        free(probs);
+    }
+}
