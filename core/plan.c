@@ -131,6 +131,11 @@ typedef struct builder {
      * node keeps its probabilities there for its gradient node (attn_probs). */
     int64_t *extra;
     int host_memory;
+    /* Layer-norm gradients in one pass: ln_dw[i] / ln_db[i] is the LN_DW node / the bias
+     * gradient's SUM node whose result the LN_DX node i writes too, or -1; those nodes then emit
+     * nothing (find_ln_grads). grad_of: node -> the parameter it is the gradient of, or -1. */
+    int *ln_dw, *ln_db;
+    const int *grad_of;
 } builder;
 
 static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
@@ -388,6 +393,44 @@ static int cannot_lower(const mw_tensor *n) {
     return -2;
 }
 
+/* Where the gradient node i (grad_of[i] >= 0) lives: its parameter's slot of the gradients. */
+static mw__ref grad_ref(const builder *b, int i) {
+    return mw__ref_at(MW__BASE_GRADS, MW_F32, b->p->params[b->grad_of[i]].off);
+}
+
+/* A layer norm's three gradients in one pass over gy and x: an LN_DX node whose gy and x also
+ * feed an LN_DW node, and whose gy a SUM over every row feeds (the bias gradient), both later
+ * and both a parameter's whole gradient (so that they live in the gradient buffer, can be written
+ * early, and their buckets close after them). The SUM must give the column sums of gy read as
+ * rows of its last axis, which is the kernel's order for db too: the same bits. */
+static void find_ln_grads(builder *b, const char *live) {
+    const mw_graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) b->ln_dw[i] = b->ln_db[i] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *dx = g->nodes[i];
+        if (!live[i] || dx->op != MW__OP_LN_DX) continue;
+        const mw_tensor *gy = dx->in[0], *x = dx->in[1];
+        ltype lg = local_type(&gy->type, b->pl);
+        int dw = -1, db = -1;
+        for (int j = i + 1; j < g->nnodes; j++) {
+            const mw_tensor *t = g->nodes[j];
+            if (!live[j] || b->grad_of[j] < 0) continue;
+            if (t->op == MW__OP_LN_DW && dw < 0 && t->in[0] == gy && t->in[1] == x &&
+                t->scalar == dx->scalar)
+                dw = j;
+            if (t->op == MW__OP_SUM && db < 0 && t->in[0] == gy && t->type.rank == 1 &&
+                t->type.ax[0].name == gy->type.ax[gy->type.rank - 1].name &&
+                t->type.ax[0].mesh < 0 && gy->type.ax[gy->type.rank - 1].mesh < 0 &&
+                lg.stride[lg.rank - 1] == 1 && t->type.ax[0].size == lg.size[lg.rank - 1])
+                db = j;
+        }
+        if (dw < 0 || db < 0) continue;
+        b->ln_dw[i] = dw;
+        b->ln_db[i] = db;
+        b->ln_dw[dw] = b->ln_db[db] = i; /* absorbed: they emit nothing */
+    }
+}
+
 static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out) {
     const ltype la = local_type(&n->in[0]->type, b->pl);
     mw__ins *in;
@@ -414,6 +457,13 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
             in->k.layernorm = (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar};
         else
             in->k.ln_grad = (mw__k_layernorm_grad){.rows = rows, .n = len, .eps = n->scalar};
+        if (kind == MW__I_LN_DX) {
+            in->ref[4] = in->ref[5] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+            if (b->ln_dw[n->id] >= 0) {
+                in->ref[4] = grad_ref(b, b->ln_dw[n->id]);
+                in->ref[5] = grad_ref(b, b->ln_db[n->id]);
+            }
+        }
         return 0;
     }
     case MW__OP_SOFTMAX:
@@ -761,6 +811,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.addend = mw__calloc((size_t)nn + 1, sizeof *b.addend);
     b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
     b.extra = mw__calloc((size_t)nn + 1, sizeof *b.extra);
+    b.ln_dw = mw__calloc((size_t)nn + 1, sizeof *b.ln_dw);
+    b.ln_db = mw__calloc((size_t)nn + 1, sizeof *b.ln_db);
     int *uses = mw__calloc((size_t)nn + 1, sizeof *uses);
     int *grad_of =
         mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
@@ -771,7 +823,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
-        !order || !out->views || !out->params || !b.addend || !b.fused || !b.extra || !uses)
+        !order || !out->views || !out->params || !b.addend || !b.fused || !b.extra || !b.ln_dw ||
+        !b.ln_db || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -790,6 +843,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     uses[loss->id] += 2;
     for (int o = 0; o < noutputs; o++) uses[outputs[o]->id] += 2;
     find_gemm_addends(&b, live, grad_of, uses);
+    b.grad_of = grad_of;
+    find_ln_grads(&b, live);
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
         b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id]
@@ -867,13 +922,16 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
-                b.ref[i] = mw__ref_at(MW__BASE_GRADS, MW_F32, out->params[grad_of[i]].off);
+                b.ref[i] = grad_ref(&b, i);
             } else {
                 b.ref[i] =
                     mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n + b.extra[i]));
                 b.in_arena[i] = 1;
             }
-            if ((lowered = lower_node(&b, t))) goto oom;
+            /* A layer norm's weight or bias gradient its LN_DX node already wrote. */
+            int absorbed = (t->op == MW__OP_LN_DW && b.ln_dw[i] >= 0) ||
+                           (t->op == MW__OP_SUM && b.ln_db[i] >= 0);
+            if (!absorbed && (lowered = lower_node(&b, t))) goto oom;
         }
         for (int k = 0; k < t->nin; k++) {
             int a = b.root[t->in[k]->id];
@@ -921,6 +979,8 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.addend);
     mw__free(b.fused);
     mw__free(b.extra);
+    mw__free(b.ln_dw);
+    mw__free(b.ln_db);
     mw__free(uses);
     mw__free(grad_of);
     mw__free(order);

@@ -110,12 +110,16 @@ typedef struct mw__k_layernorm {
 } mw__k_layernorm;
 
 /* Layer norm backward. dx: the input gradient (w given); dw: sum over rows of gy * xhat (w NULL,
- * out has n elements). Statistics are recomputed from x. */
+ * out has n elements). Statistics are recomputed from x. The dx kernel also writes, when they are
+ * not NULL, dw (as the dw kernel would) and db = the sum over rows of gy, row after row: the plan
+ * gives them when the layer norm's weight and bias gradients come straight from the same gy, so
+ * one pass over gy and x serves all three. */
 typedef struct mw__k_layernorm_grad {
     int64_t rows, n;
     float eps;
     float *out;
     const float *gy, *x, *w;
+    float *dw, *db; /* dx only: NULL, or n floats each */
 } mw__k_layernorm_grad;
 
 /* Softmax over contiguous rows of k, of `outer` blocks of s rows: out = softmax(scale * a). When

@@ -110,6 +110,11 @@ mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
 MW__CPU_CLONES
 mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
+    float *restrict dw = k->dw, *restrict db = k->db;
+    if (dw) {
+        memset(dw, 0, (size_t)k->n * sizeof *dw);
+        memset(db, 0, (size_t)k->n * sizeof *db);
+    }
     for (int64_t r = 0; r < k->rows; r++) {
         const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
         float *dx = k->out + r * k->n, mean, rstd;
@@ -140,10 +145,34 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
             m2[l] += (double)(d * xh);
         }
         float a = (float)(MW__SUM8(m1) / (double)k->n), c = (float)(MW__SUM8(m2) / (double)k->n);
-        for (int64_t j = 0; j < k->n; j++) {
-            float d = gy[j] * k->w[j], xh = (x[j] - mean) * rstd;
-            dx[j] = rstd * (d - a - xh * c);
-        }
+        if (dw) { /* the dw kernel's terms and order; db as a column sum of gy, row after row */
+            int64_t i = 0;
+            for (; i + 8 <= k->n; i += 8) {
+                mw__v8 g, xv, ww, sw, sb, y;
+                memcpy(&g, gy + i, sizeof g);
+                memcpy(&xv, x + i, sizeof xv);
+                memcpy(&ww, w + i, sizeof ww);
+                memcpy(&sw, dw + i, sizeof sw);
+                memcpy(&sb, db + i, sizeof sb);
+                mw__v8 d = g * ww, xh = (xv - mean) * rstd;
+                y = rstd * (d - a - xh * c);
+                sw += g * (xv - mean) * rstd;
+                sb += g;
+                memcpy(dx + i, &y, sizeof y);
+                memcpy(dw + i, &sw, sizeof sw);
+                memcpy(db + i, &sb, sizeof sb);
+            }
+            for (; i < k->n; i++) {
+                float d = gy[i] * w[i], xh = (x[i] - mean) * rstd;
+                dx[i] = rstd * (d - a - xh * c);
+                dw[i] += gy[i] * (x[i] - mean) * rstd;
+                db[i] += gy[i];
+            }
+        } else
+            for (int64_t j = 0; j < k->n; j++) {
+                float d = gy[j] * k->w[j], xh = (x[j] - mean) * rstd;
+                dx[j] = rstd * (d - a - xh * c);
+            }
     }
     return MW_OK;
 }

@@ -154,3 +154,39 @@ Test(cpu_kernels, attention_kept_probabilities_same_bits) {
         free(probs);
     }
 }
+
+Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
+    /* The dx kernel given dw and db writes the bits of the dx and dw kernels and of the column
+     * sums of gy, on widths below, at and past a vector, over rows that start anywhere. */
+    static const int64_t shapes[][2] = {{1, 7}, {37, 8}, {300, 257}, {64, 256}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
+        float *x = malloc(sizeof(float) * (size_t)len), *gy = malloc(sizeof(float) * (size_t)len);
+        float *w = malloc(sizeof(float) * (size_t)n), *f[6];
+        for (int i = 0; i < 6; i++) f[i] = malloc(sizeof(float) * (size_t)(i < 2 ? len : n));
+        fill(x, len, 21 + s);
+        fill(gy, len, 22 + s);
+        fill(w, n, 23 + s);
+        mw__k_layernorm_grad d = {
+            .rows = rows, .n = n, .eps = 1e-5f, .out = f[0], .gy = gy, .x = x, .w = w};
+        cr_assert_eq(mw__cpu_device.layernorm_dx(NULL, &d), MW_OK);
+        d.out = f[2];
+        d.w = NULL;
+        cr_assert_eq(mw__cpu_device.layernorm_dw(NULL, &d), MW_OK);
+        column_sums(rows, n, n, 1.0f, gy, f[3]);
+        memset(f[4], 0xff, sizeof(float) * (size_t)n); /* NaN: written, not added to */
+        memset(f[5], 0xff, sizeof(float) * (size_t)n);
+        d.out = f[1];
+        d.w = w;
+        d.dw = f[4];
+        d.db = f[5];
+        cr_assert_eq(mw__cpu_device.layernorm_dx(NULL, &d), MW_OK);
+        cr_assert_eq(memcmp(f[1], f[0], sizeof(float) * (size_t)len), 0, "dx, shape %zu", s);
+        cr_assert_eq(memcmp(f[4], f[2], sizeof(float) * (size_t)n), 0, "dw, shape %zu", s);
+        cr_assert_eq(memcmp(f[5], f[3], sizeof(float) * (size_t)n), 0, "db, shape %zu", s);
+        for (int i = 0; i < 6; i++) free(f[i]);
+        free(x);
+        free(gy);
+        free(w);
+    }
+}

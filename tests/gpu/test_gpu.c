@@ -648,6 +648,44 @@ Test(gpu, layernorm_weight_gradient) {
     }
 }
 
+/* The dx kernel given dw and db (the plan's layer-norm gradients in one instruction) writes the
+ * dx, dw of the separate kernels bit for bit, and db as the CPU's column sums of gy within the
+ * summation bound. */
+Test(gpu, layernorm_gradients_in_one_instruction) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{3000, 200}, {37, 300}, {1, 7}};
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
+        float *x = ln_input(rows, n), *gy = rand_floats(len, -1, 1), *w = rand_floats(n, 0.5, 1.5);
+        float *gx = putf(x, len), *ggy = putf(gy, len), *gw = putf(w, n);
+        float *dx1 = putf(zeros(len), len), *dx2 = putf(zeros(len), len);
+        float *dw1 = putf(zeros(n), n), *dw2 = putf(rand_floats(n, 1, 2), n);
+        float *db = putf(rand_floats(n, 1, 2), n);
+        mw__k_layernorm_grad d = {
+            .rows = rows, .n = n, .eps = 1e-5f, .out = dx1, .gy = ggy, .x = gx, .w = gw};
+        OK(gpu.vt->layernorm_dx(&gpu, &d));
+        d.out = dw1;
+        d.w = NULL;
+        OK(gpu.vt->layernorm_dw(&gpu, &d));
+        d.out = dx2;
+        d.w = gw;
+        d.dw = dw2;
+        d.db = db;
+        OK(gpu.vt->layernorm_dx(&gpu, &d));
+        expect_equal("layernorm dx with dw, db", getf(dx2, len), getf(dx1, len), len);
+        expect_equal("layernorm dw beside dx", getf(dw2, n), getf(dw1, n), n);
+        float *ref = zeros(n);
+        double *tol = host_alloc((size_t)n * sizeof *tol);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) {
+                ref[j] += gy[r * n + j];
+                tol[j] += fabs(gy[r * n + j]);
+            }
+        for (int64_t j = 0; j < n; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
+        expect_close("layernorm db beside dx", getf(db, n), ref, n, tol, 0, 0);
+    }
+}
+
 /* --- softmax ---------------------------------------------------------------------------------- */
 
 Test(gpu, softmax_and_its_gradient) {
@@ -1046,7 +1084,8 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
             } break;
             case 7:
             case 8: {
-                mw__k_layernorm_grad k = {rows, n, 1e-5f, o, gy, gx, kind == 7 ? gw : NULL};
+                mw__k_layernorm_grad k = {rows, n,   1e-5f, o, gy, gx, kind == 7 ? gw : NULL,
+                                          NULL, NULL};
                 OK(kind == 7 ? gpu.vt->layernorm_dx(&gpu, &k) : gpu.vt->layernorm_dw(&gpu, &k));
             } break;
             case 9: {
