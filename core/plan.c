@@ -131,10 +131,12 @@ typedef struct builder {
      * node keeps its probabilities there for its gradient node (attn_probs). */
     int64_t *extra;
     int host_memory;
-    /* Layer-norm gradients in one pass: ln_dw[i] / ln_db[i] is the LN_DW node / the bias
-     * gradient's SUM node whose result the LN_DX node i writes too, or -1; those nodes then emit
-     * nothing (find_ln_grads). grad_of: node -> the parameter it is the gradient of, or -1. */
-    int *ln_dw, *ln_db;
+    /* Gradients written beside another kernel's output (find_fused_grads): ln_dw[i] is the
+     * LN_DW node an LN_DX node i writes too, col_sum[i] the SUM node (a bias gradient) an LN_DX
+     * or GELU_GRAD node i writes too, else -1; absorbed[j]: node j emits nothing. grad_of: node ->
+     * the parameter it is the gradient of, or -1. */
+    int *ln_dw, *col_sum;
+    char *absorbed;
     const int *grad_of;
 } builder;
 
@@ -398,36 +400,57 @@ static mw__ref grad_ref(const builder *b, int i) {
     return mw__ref_at(MW__BASE_GRADS, MW_F32, b->p->params[b->grad_of[i]].off);
 }
 
-/* A layer norm's three gradients in one pass over gy and x: an LN_DX node whose gy and x also
- * feed an LN_DW node, and whose gy a SUM over every row feeds (the bias gradient), both later
- * and both a parameter's whole gradient (so that they live in the gradient buffer, can be written
- * early, and their buckets close after them). The SUM must give the column sums of gy read as
- * rows of its last axis, which is the kernel's order for db too: the same bits. */
-static void find_ln_grads(builder *b, const char *live) {
+/* The first SUM after node `after` that gives a parameter's whole gradient (so that it lives in
+ * the gradient buffer, can be written early, and its bucket closes after it) as the column sums
+ * of src read as rows of its last axis, src's last axis kept; -1 when there is none. Kernels that
+ * write src's rows (or read them) add them up too, row after row: the SUM's own order, the same
+ * bits. */
+static int row_sum_of(const builder *b, const char *live, int after, const mw_tensor *src) {
+    ltype ls = local_type(&src->type, b->pl);
+    const mw__axis *last = &src->type.ax[src->type.rank - 1];
+    if (ls.stride[ls.rank - 1] != 1) return -1;
+    for (int j = after + 1; j < b->g->nnodes; j++) {
+        const mw_tensor *t = b->g->nodes[j];
+        if (live[j] && b->grad_of[j] >= 0 && t->op == MW__OP_SUM && t->in[0] == src &&
+            t->type.rank == 1 && t->type.ax[0].name == last->name &&
+            t->type.ax[0].mesh == last->mesh &&
+            local_type(&t->type, b->pl).numel == ls.size[ls.rank - 1])
+            return j;
+    }
+    return -1;
+}
+
+/* Gradients written by the kernel that reads their input anyway, their own nodes then emitting
+ * nothing (absorbed):
+ * - a layer norm's three gradients in one pass over gy and x: an LN_DX node whose gy and x also
+ *   feed a later LN_DW node giving a parameter's whole gradient, and whose gy the bias gradient
+ *   sums (row_sum_of);
+ * - a bias gradient summed from a GELU_GRAD node's output as that kernel writes it. */
+static void find_fused_grads(builder *b, const char *live) {
     const mw_graph *g = b->g;
-    for (int i = 0; i < g->nnodes; i++) b->ln_dw[i] = b->ln_db[i] = -1;
+    for (int i = 0; i < g->nnodes; i++) b->ln_dw[i] = b->col_sum[i] = -1;
     for (int i = 0; i < g->nnodes; i++) {
-        const mw_tensor *dx = g->nodes[i];
-        if (!live[i] || dx->op != MW__OP_LN_DX) continue;
-        const mw_tensor *gy = dx->in[0], *x = dx->in[1];
-        ltype lg = local_type(&gy->type, b->pl);
-        int dw = -1, db = -1;
-        for (int j = i + 1; j < g->nnodes; j++) {
+        const mw_tensor *n = g->nodes[i];
+        if (!live[i]) continue;
+        if (n->op == MW__OP_GELU_GRAD) {
+            int s = row_sum_of(b, live, i, n);
+            if (s < 0) continue;
+            b->col_sum[i] = s;
+            b->absorbed[s] = 1;
+        }
+        if (n->op != MW__OP_LN_DX) continue;
+        const mw_tensor *gy = n->in[0], *x = n->in[1];
+        int dw = -1, db = row_sum_of(b, live, i, gy);
+        for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
-            if (!live[j] || b->grad_of[j] < 0) continue;
-            if (t->op == MW__OP_LN_DW && dw < 0 && t->in[0] == gy && t->in[1] == x &&
-                t->scalar == dx->scalar)
+            if (live[j] && b->grad_of[j] >= 0 && t->op == MW__OP_LN_DW && t->in[0] == gy &&
+                t->in[1] == x && t->scalar == n->scalar)
                 dw = j;
-            if (t->op == MW__OP_SUM && db < 0 && t->in[0] == gy && t->type.rank == 1 &&
-                t->type.ax[0].name == gy->type.ax[gy->type.rank - 1].name &&
-                t->type.ax[0].mesh < 0 && gy->type.ax[gy->type.rank - 1].mesh < 0 &&
-                lg.stride[lg.rank - 1] == 1 && t->type.ax[0].size == lg.size[lg.rank - 1])
-                db = j;
         }
         if (dw < 0 || db < 0) continue;
         b->ln_dw[i] = dw;
-        b->ln_db[i] = db;
-        b->ln_dw[dw] = b->ln_db[db] = i; /* absorbed: they emit nothing */
+        b->col_sum[i] = db;
+        b->absorbed[dw] = b->absorbed[db] = 1;
     }
 }
 
@@ -442,6 +465,11 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     case MW__OP_GELU_GRAD:
         if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
         in->k.unary_grad = (mw__k_unary_grad){.op = MW__UN_GELU, .count = lo->numel};
+        in->ref[3] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+        if (b->col_sum[n->id] >= 0) {
+            in->ref[3] = grad_ref(b, b->col_sum[n->id]);
+            in->k.unary_grad.cols = lo->size[lo->rank - 1];
+        }
         return 0;
     case MW__OP_LAYERNORM:
     case MW__OP_LN_DX:
@@ -461,7 +489,7 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
             in->ref[4] = in->ref[5] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
             if (b->ln_dw[n->id] >= 0) {
                 in->ref[4] = grad_ref(b, b->ln_dw[n->id]);
-                in->ref[5] = grad_ref(b, b->ln_db[n->id]);
+                in->ref[5] = grad_ref(b, b->col_sum[n->id]);
             }
         }
         return 0;
@@ -812,7 +840,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
     b.extra = mw__calloc((size_t)nn + 1, sizeof *b.extra);
     b.ln_dw = mw__calloc((size_t)nn + 1, sizeof *b.ln_dw);
-    b.ln_db = mw__calloc((size_t)nn + 1, sizeof *b.ln_db);
+    b.col_sum = mw__calloc((size_t)nn + 1, sizeof *b.col_sum);
+    b.absorbed = mw__calloc((size_t)nn + 1, 1);
     int *uses = mw__calloc((size_t)nn + 1, sizeof *uses);
     int *grad_of =
         mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
@@ -824,7 +853,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
         !order || !out->views || !out->params || !b.addend || !b.fused || !b.extra || !b.ln_dw ||
-        !b.ln_db || !uses)
+        !b.col_sum || !b.absorbed || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -844,7 +873,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     for (int o = 0; o < noutputs; o++) uses[outputs[o]->id] += 2;
     find_gemm_addends(&b, live, grad_of, uses);
     b.grad_of = grad_of;
-    find_ln_grads(&b, live);
+    find_fused_grads(&b, live);
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
         b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id]
@@ -928,10 +957,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                     mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n + b.extra[i]));
                 b.in_arena[i] = 1;
             }
-            /* A layer norm's weight or bias gradient its LN_DX node already wrote. */
-            int absorbed = (t->op == MW__OP_LN_DW && b.ln_dw[i] >= 0) ||
-                           (t->op == MW__OP_SUM && b.ln_db[i] >= 0);
-            if (!absorbed && (lowered = lower_node(&b, t))) goto oom;
+            if (!b.absorbed[i] && (lowered = lower_node(&b, t))) goto oom;
         }
         for (int k = 0; k < t->nin; k++) {
             int a = b.root[t->in[k]->id];
@@ -980,7 +1006,8 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.fused);
     mw__free(b.extra);
     mw__free(b.ln_dw);
-    mw__free(b.ln_db);
+    mw__free(b.col_sum);
+    mw__free(b.absorbed);
     mw__free(uses);
     mw__free(grad_of);
     mw__free(order);

@@ -92,12 +92,16 @@ typedef struct mw__k_unary {
     const float *a;
 } mw__k_unary;
 
-/* out[i] = gy[i] * f'(x[i]) */
+/* out[i] = gy[i] * f'(x[i]). When colsum is not NULL, out is also read as rows of cols (count a
+ * multiple of it) and colsum[j] = the sum over rows of out[r * cols + j], added row after row
+ * (the order of the reduce kernel's column sums): the plan gives it for a bias gradient. */
 typedef struct mw__k_unary_grad {
     mw__unop op;
     int64_t count;
     float *out;
     const float *gy, *x;
+    int64_t cols;
+    float *colsum;
 } mw__k_unary_grad;
 
 /* Layer norm over contiguous rows of n: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var+eps)

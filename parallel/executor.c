@@ -47,6 +47,7 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
         k->unary_grad.out = mw__ptr(w, in->ref[0]);
         k->unary_grad.gy = mw__ptr(w, in->ref[1]);
         k->unary_grad.x = mw__ptr(w, in->ref[2]);
+        k->unary_grad.colsum = in->ref[3].off < 0 ? NULL : mw__ptr(w, in->ref[3]);
         break;
     case MW__I_LAYERNORM:
         k->layernorm.out = mw__ptr(w, in->ref[0]);

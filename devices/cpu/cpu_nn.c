@@ -45,28 +45,51 @@ mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     return MW_OK;
 }
 
+/* out[i] = gy[i] * gelu'(x[i]) over [0, n), eight at a time (the last ones in lanes 0..), and
+ * when sum is not NULL, sum[i] += out[i]. */
+MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, float *out,
+                                  float *sum) {
+    mw__v8 x, g, y, s;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* constant sizes: the copies are vector loads and stores */
+        memcpy(&x, xs + i, sizeof x);
+        memcpy(&g, gy + i, sizeof g);
+        gelu_grad8(&y, &x);
+        y *= g;
+        memcpy(out + i, &y, sizeof y);
+        if (sum) {
+            memcpy(&s, sum + i, sizeof s);
+            s += y;
+            memcpy(sum + i, &s, sizeof s);
+        }
+    }
+    if (i == n) return;
+    size_t b = (size_t)(n - i) * sizeof(float);
+    x = g = s = (mw__v8){0};
+    memcpy(&x, xs + i, b);
+    memcpy(&g, gy + i, b);
+    gelu_grad8(&y, &x);
+    y *= g;
+    memcpy(out + i, &y, b);
+    if (sum) {
+        memcpy(&s, sum + i, b);
+        s += y;
+        memcpy(sum + i, &s, b);
+    }
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
-    const float *xs = k->x, *gy = k->gy;
-    float *out = k->out;
-    mw__v8 x, g, y;
-    for (int64_t i = 0, n = k->count; i < n; i += 8) {
-        if (n - i >= 8) {
-            memcpy(&x, xs + i, sizeof x);
-            memcpy(&g, gy + i, sizeof g);
-        } else {
-            x = g = (mw__v8){0};
-            memcpy(&x, xs + i, (size_t)(n - i) * sizeof(float));
-            memcpy(&g, gy + i, (size_t)(n - i) * sizeof(float));
-        }
-        gelu_grad8(&y, &x);
-        y *= g;
-        if (n - i >= 8)
-            memcpy(out + i, &y, sizeof y);
-        else
-            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+    if (!k->colsum) {
+        gelu_grad_run(k->count, k->x, k->gy, k->out, NULL);
+        return MW_OK;
     }
+    /* Row after row, each row's values added into the column sums as they are written. */
+    int64_t cols = k->cols;
+    memset(k->colsum, 0, (size_t)cols * sizeof *k->colsum);
+    for (int64_t o = 0; o < k->count; o += cols)
+        gelu_grad_run(cols, k->x + o, k->gy + o, k->out + o, k->colsum);
     return MW_OK;
 }
 

@@ -129,7 +129,20 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     ENTER(dev);
     if (k->op != MW__UN_GELU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
-    if (k->count <= 0) return MW_OK;
-    LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->gy, k->x);
-    return mw__cuda_launched(dev, "gelu gradient kernel");
+    if (k->count > 0) {
+        LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->gy,
+               k->x);
+        mw_status st = mw__cuda_launched(dev, "gelu gradient kernel");
+        if (st) return st;
+    }
+    if (!k->colsum) return MW_OK;
+    /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */
+    mw__k_reduce kb = {.alpha = 1.0f, .out_count = k->cols, .out = k->colsum, .a = k->out};
+    kb.nd.rank = 2;
+    kb.nd.dims[0] = k->cols ? k->count / k->cols : 0;
+    kb.nd.dims[1] = k->cols;
+    kb.nd.stride[0][1] = 1;
+    kb.nd.stride[1][0] = k->cols;
+    kb.nd.stride[1][1] = 1;
+    return mw__cuda_reduce(dev, &kb);
 }

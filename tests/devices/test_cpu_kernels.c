@@ -190,3 +190,36 @@ Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
         free(w);
     }
 }
+
+Test(cpu_kernels, gelu_gradient_with_column_sums_same_bits) {
+    /* The GELU gradient given colsum writes the bits it writes without, and the column sums the
+     * reduce kernel gives for them: rows narrower than a vector, with a vector tail, and wide. */
+    static const int64_t shapes[][2] = {{1, 5}, {3, 8}, {37, 13}, {64, 1024}, {9, 1031}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], len = rows * cols;
+        float *x = malloc(sizeof(float) * (size_t)len), *gy = malloc(sizeof(float) * (size_t)len);
+        float *out[2], *sums[2];
+        fill(x, len, 31 + s);
+        fill(gy, len, 32 + s);
+        for (int i = 0; i < 2; i++) {
+            out[i] = malloc(sizeof(float) * (size_t)len);
+            sums[i] = malloc(sizeof(float) * (size_t)cols);
+            memset(sums[i], 0xff, sizeof(float) * (size_t)cols); /* NaN: written, not added to */
+        }
+        mw__k_unary_grad k = {.op = MW__UN_GELU, .count = len, .out = out[0], .gy = gy, .x = x};
+        cr_assert_eq(mw__cpu_device.unary_grad(NULL, &k), MW_OK);
+        column_sums(rows, cols, cols, 1.0f, out[0], sums[0]);
+        k.out = out[1];
+        k.cols = cols;
+        k.colsum = sums[1];
+        cr_assert_eq(mw__cpu_device.unary_grad(NULL, &k), MW_OK);
+        cr_assert_eq(memcmp(out[1], out[0], sizeof(float) * (size_t)len), 0, "shape %zu", s);
+        cr_assert_eq(memcmp(sums[1], sums[0], sizeof(float) * (size_t)cols), 0, "shape %zu", s);
+        for (int i = 0; i < 2; i++) {
+            free(out[i]);
+            free(sums[i]);
+        }
+        free(x);
+        free(gy);
+    }
+}

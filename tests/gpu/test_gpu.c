@@ -686,6 +686,37 @@ Test(gpu, layernorm_gradients_in_one_instruction) {
     }
 }
 
+/* The GELU gradient given colsum (a bias gradient the plan folded in) writes what it writes
+ * without, and the column sums of that within the summation bound of the CPU's. */
+Test(gpu, gelu_gradient_with_column_sums) {
+    NEED_GPU();
+    static const int64_t shapes[][2] = {{2048, 1024}, {37, 13}, {1, 5}};
+    for (int s = 0; s < 3; s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], len = rows * cols;
+        float *x = rand_floats(len, -4, 4), *gy = rand_floats(len, -1, 1);
+        float *gx = putf(x, len), *ggy = putf(gy, len);
+        float *o1 = putf(zeros(len), len), *o2 = putf(zeros(len), len);
+        float *gs = putf(rand_floats(cols, 1, 2), cols);
+        mw__k_unary_grad k = {.op = MW__UN_GELU, .count = len, .out = o1, .gy = ggy, .x = gx};
+        OK(gpu.vt->unary_grad(&gpu, &k));
+        k.out = o2;
+        k.cols = cols;
+        k.colsum = gs;
+        OK(gpu.vt->unary_grad(&gpu, &k));
+        float *got = getf(o2, len);
+        expect_equal("gelu grad with column sums", got, getf(o1, len), len);
+        float *ref = zeros(cols);
+        double *tol = host_alloc((size_t)cols * sizeof *tol);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < cols; j++) {
+                ref[j] += got[r * cols + j];
+                tol[j] += fabs(got[r * cols + j]);
+            }
+        for (int64_t j = 0; j < cols; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
+        expect_close("gelu grad column sums", getf(gs, cols), ref, cols, tol, 0, 0);
+    }
+}
+
 /* --- softmax ---------------------------------------------------------------------------------- */
 
 Test(gpu, softmax_and_its_gradient) {
@@ -1075,7 +1106,7 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 OK(gpu.vt->unary(&gpu, &k));
             } break;
             case 5: {
-                mw__k_unary_grad k = {MW__UN_GELU, len, o, gy, gx};
+                mw__k_unary_grad k = {MW__UN_GELU, len, o, gy, gx, 0, NULL};
                 OK(gpu.vt->unary_grad(&gpu, &k));
             } break;
             case 6: {
