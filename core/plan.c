@@ -542,9 +542,6 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     return cannot_lower(n);
 }
 
-/* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
- * over the slices, and a scratch buffer for one block of scores (two in the backward pass), held
- * only while the kernel runs. */
 /* Floats of probabilities an ATTENTION node keeps for its gradient node: where the CPU kernels
  * run (host memory), the backward then reads them instead of recomputing the scores and their
  * softmax (about 15 % of the two kernels' time at llm.c's GPT-2 sizes). Kept only where they take
@@ -560,6 +557,9 @@ static int64_t attn_probs(const builder *b, const mw_tensor *fwd) {
     return n <= lq.numel ? n : 0;
 }
 
+/* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
+ * over the slices, and a scratch buffer for one block of scores (two in the backward pass), held
+ * only while the kernel runs, and the probabilities the forward keeps (attn_probs). */
 static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     int grad = n->op == MW__OP_ATTENTION_GRAD;
     const mw_tensor *qkv = n->in[grad ? 1 : 0];
