@@ -127,6 +127,9 @@ typedef struct builder {
      * buffer that ADD a takes over (a then emits nothing), or -1. */
     int *addend;
     int *fused;
+    /* addend2[c]: a second ADD whose other operand (a residual) goes into c's buffer too, with
+     * the first addend, in one pass (x + (A B + b) with a bias and a residual), or -1. */
+    int *addend2;
     /* Per node: floats allocated after its value in the same buffer, freed with it. An ATTENTION
      * node keeps its probabilities there for its gradient node (attn_probs). */
     int64_t *extra;
@@ -256,6 +259,40 @@ static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *c
 
 /* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
  * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
+static int axes_within(const mw__type *t, const mw__type *u);
+
+/* out = a + c over the type t of the sum `sum` (the product's layout): a is node `a` mapped onto
+ * t by name (broadcast as needed), or, when a < 0, what `in` already holds in t's layout; c is
+ * node `c` mapped by name, or positionally when it has t's layout under other names (a residual
+ * added after a rename). */
+static int emit_add(builder *b, const mw_tensor *sum, mw__ref out, mw__ref in, const mw__type *t,
+                    int a, int c) {
+    ltype lo = local_type(t, b->pl);
+    mw__ins *add = emit(b, MW__I_BINARY, sum->id);
+    if (!add) return -1;
+    add->ref[0] = out;
+    add->ref[1] = a >= 0 ? b->ref[a] : in;
+    add->ref[2] = b->ref[c];
+    add->k.binary.op = MW__BIN_ADD;
+    nd_over(&add->k.binary.nd, t, &lo);
+    memcpy(add->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
+    if (a >= 0) {
+        const mw_tensor *x = b->g->nodes[a];
+        ltype lx = local_type(&x->type, b->pl);
+        map_strides(t, &x->type, &lx, add->k.binary.nd.stride[1]);
+    } else {
+        memcpy(add->k.binary.nd.stride[1], lo.stride, sizeof lo.stride);
+    }
+    const mw_tensor *y = b->g->nodes[c];
+    ltype ly = local_type(&y->type, b->pl);
+    if (axes_within(&y->type, t))
+        map_strides(t, &y->type, &ly, add->k.binary.nd.stride[2]);
+    else
+        memcpy(add->k.binary.nd.stride[2], ly.stride, sizeof ly.stride);
+    mw__nd_simplify(&add->k.binary.nd, 3);
+    return 0;
+}
+
 static int lower_contract(builder *b, const mw_tensor *n) {
     const mw_tensor *ta = n->in[0], *tb = n->in[1];
     axlist bt = {0}, m = {0}, nn = {0}, k = {0};
@@ -305,13 +342,22 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     const mw_tensor *sum = b->addend[n->id] >= 0 ? b->g->nodes[b->addend[n->id]] : NULL;
     int addend = -1;
     if (sum) addend = b->root[sum->in[0]->id] == b->root[n->id] ? sum->in[1]->id : sum->in[0]->id;
+    /* A residual added to that sum: it goes into C with the addend, in the sum's layout. */
+    const mw_tensor *sum2 = b->addend2[n->id] >= 0 ? b->g->nodes[b->addend2[n->id]] : NULL;
+    int residual = -1;
+    if (sum2)
+        residual = b->root[sum2->in[0]->id] == b->root[n->id] ? sum2->in[1]->id : sum2->in[0]->id;
     if (addend >= 0 && !permute_out) {
         /* out = addend + A B: the addend goes into C first (broadcast as needed), then the GEMM
          * adds onto it, so the ADD costs no pass of its own. */
         mw__ins gemm = *in;
         b->p->nins--;
         const mw_tensor *x = b->g->nodes[addend];
-        if (emit_copy(b, sum->id, rc, &sum->type, b->ref[addend], &x->type, 1.0f)) return -1;
+        if (residual < 0) {
+            if (emit_copy(b, sum->id, rc, &sum->type, b->ref[addend], &x->type, 1.0f)) return -1;
+        } else if (emit_add(b, sum, rc, rc, &sum->type, addend, residual)) {
+            return -1;
+        }
         mw__ins *g2 = emit(b, MW__I_GEMM, n->id);
         if (!g2) return -1;
         *g2 = gemm;
@@ -319,19 +365,12 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     }
     if (permute_out && emit_copy(b, n->id, b->ref[n->id], &n->type, rc, &tc, 1.0f)) return -1;
     if (addend >= 0 && permute_out) {
-        /* Rare: the product needed a permuting copy; add the addend in place after it. */
-        const mw_tensor *x = b->g->nodes[addend];
-        ltype lo = local_type(&sum->type, b->pl), lx = local_type(&x->type, b->pl);
-        mw__ins *add = emit(b, MW__I_BINARY, n->id);
-        if (!add) return -1;
-        add->ref[0] = add->ref[1] = b->ref[n->id];
-        add->ref[2] = b->ref[addend];
-        add->k.binary.op = MW__BIN_ADD;
-        nd_over(&add->k.binary.nd, &sum->type, &lo);
-        memcpy(add->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
-        memcpy(add->k.binary.nd.stride[1], lo.stride, sizeof lo.stride);
-        map_strides(&sum->type, &x->type, &lx, add->k.binary.nd.stride[2]);
-        mw__nd_simplify(&add->k.binary.nd, 3);
+        /* Rare: the product needed a permuting copy; add the addend (and the residual) in place
+         * after it. */
+        if (emit_add(b, sum, b->ref[n->id], b->ref[n->id], &sum->type, -1, addend)) return -1;
+        if (residual >= 0 &&
+            emit_add(b, sum, b->ref[n->id], b->ref[n->id], &sum->type, -1, residual))
+            return -1;
     }
     for (int i = 0; i < 3; i++)
         if (tmp_off[i] >= 0 && arena_release(&b->ar, tmp_off[i], tmp_len[i])) return -1;
@@ -783,7 +822,7 @@ static int same_layout(const mw__type *a, const mw__type *c) {
 static void find_gemm_addends(builder *b, const char *live, const int *grad_of, int *uses) {
     const mw_graph *g = b->g;
     int nn = g->nnodes;
-    for (int i = 0; i < nn; i++) b->addend[i] = b->fused[i] = -1;
+    for (int i = 0; i < nn; i++) b->addend[i] = b->fused[i] = b->addend2[i] = -1;
     for (int i = 0; i < nn; i++)
         if (live[i])
             for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
@@ -814,6 +853,33 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
             break;
         }
     }
+    /* A residual added to such a sum (x + (A B + b)): x goes into the product's buffer with the
+     * first addend, where it has the sum's layout exactly (no broadcast) and was computed before
+     * the contraction. */
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *n = g->nodes[i];
+        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
+            n->type.dtype != MW_F32 || b->fused[i] >= 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const mw_tensor *y = n->in[k], *x = n->in[1 - k], *s1 = y;
+            while (s1->op == MW__OP_ALIAS && uses[s1->id] == 1) s1 = s1->in[0];
+            if (s1->op != MW__OP_ADD || b->fused[s1->id] < 0 || uses[s1->id] != 1) continue;
+            int c = b->fused[s1->id];
+            if (b->addend2[c] >= 0 || x->id >= c || x->type.partial || x->type.dtype != MW_F32 ||
+                !same_layout(&n->type, &y->type) || !same_layout(&x->type, &n->type) ||
+                s1->type.rank != n->type.rank)
+                continue;
+            int ok = 1;
+            for (int a = 0; a < n->type.rank && ok; a++)
+                ok = s1->type.ax[a].size == n->type.ax[a].size &&
+                     s1->type.ax[a].mesh == n->type.ax[a].mesh;
+            if (!ok) continue;
+            b->addend2[c] = i;
+            b->fused[i] = c;
+            break;
+        }
+    }
 }
 
 static int cmp_slot(const void *x, const void *y) {
@@ -838,6 +904,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.root = mw__calloc((size_t)nn, sizeof *b.root);
     b.addend = mw__calloc((size_t)nn + 1, sizeof *b.addend);
     b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
+    b.addend2 = mw__calloc((size_t)nn + 1, sizeof *b.addend2);
     b.extra = mw__calloc((size_t)nn + 1, sizeof *b.extra);
     b.ln_dw = mw__calloc((size_t)nn + 1, sizeof *b.ln_dw);
     b.col_sum = mw__calloc((size_t)nn + 1, sizeof *b.col_sum);
@@ -852,8 +919,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
-        !order || !out->views || !out->params || !b.addend || !b.fused || !b.extra || !b.ln_dw ||
-        !b.col_sum || !b.absorbed || !uses)
+        !order || !out->views || !out->params || !b.addend || !b.fused || !b.addend2 || !b.extra ||
+        !b.ln_dw || !b.col_sum || !b.absorbed || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -1004,6 +1071,7 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.root);
     mw__free(b.addend);
     mw__free(b.fused);
+    mw__free(b.addend2);
     mw__free(b.extra);
     mw__free(b.ln_dw);
     mw__free(b.col_sum);
