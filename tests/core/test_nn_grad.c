@@ -476,6 +476,19 @@ Test(nn_grad, linear_with_bias) {
     case_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), b));
 }
 
+/* A residual block's output as gpt2_model.c traces it: x + rename(h . W^T + b, Out -> Embed),
+ * which the plan computes as one GEMM onto b + x. */
+Test(nn_grad, residual_linear_with_bias) {
+    grad_case c;
+    case_begin(&c);
+    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *h = case_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
+    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
+    mw_tensor *b = case_param(&c, "b", MW_AXES({"Out", 4}), 1.0f);
+    mw_tensor *y = mw_add(c.g, mw_dot(c.g, h, w, "Hidden"), b);
+    case_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
+}
+
 /* Causal multi-head self-attention as gpt2_model.c traces it, from qkv [Batch, Seq, QKV]:
  * split, select q, k, v, rename Seq to Key, scores, causal softmax, values, merge heads. */
 Test(nn_grad, causal_self_attention) {
