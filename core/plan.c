@@ -128,8 +128,10 @@ typedef struct builder {
     int *addend;
     int *fused;
     /* addend2[c]: a second ADD whose other operand (a residual) goes into c's buffer too, with
-     * the first addend, in one pass (x + (A B + b) with a bias and a residual), or -1. */
-    int *addend2;
+     * the first addend, in one pass (x + (A B + b) with a bias and a residual), or -1.
+     * ln_addend[i]: for an LN_DX node i, the node its kernel adds to dx (fused[] maps the ADD
+     * onto i), or -1. */
+    int *addend2, *ln_addend;
     /* Per node: floats allocated after its value in the same buffer, freed with it. An ATTENTION
      * node keeps its probabilities there for its gradient node (attn_probs). */
     int64_t *extra;
@@ -525,7 +527,8 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
         else
             in->k.ln_grad = (mw__k_layernorm_grad){.rows = rows, .n = len, .eps = n->scalar};
         if (kind == MW__I_LN_DX) {
-            in->ref[4] = in->ref[5] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+            in->ref[4] = in->ref[5] = in->ref[6] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+            if (b->ln_addend[n->id] >= 0) in->ref[6] = b->ref[b->ln_addend[n->id]];
             if (b->ln_dw[n->id] >= 0) {
                 in->ref[4] = grad_ref(b, b->ln_dw[n->id]);
                 in->ref[5] = grad_ref(b, b->col_sum[n->id]);
@@ -822,7 +825,7 @@ static int same_layout(const mw__type *a, const mw__type *c) {
 static void find_gemm_addends(builder *b, const char *live, const int *grad_of, int *uses) {
     const mw_graph *g = b->g;
     int nn = g->nnodes;
-    for (int i = 0; i < nn; i++) b->addend[i] = b->fused[i] = b->addend2[i] = -1;
+    for (int i = 0; i < nn; i++) b->addend[i] = b->fused[i] = b->addend2[i] = b->ln_addend[i] = -1;
     for (int i = 0; i < nn; i++)
         if (live[i])
             for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
@@ -880,6 +883,25 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
             break;
         }
     }
+    /* A gradient added to a layer norm's input gradient (a residual stream's: g + dx): the dx
+     * kernel adds g as it writes its rows, where g has the sum's layout and was computed first. */
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *n = g->nodes[i];
+        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
+            n->type.dtype != MW_F32 || b->fused[i] >= 0)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            const mw_tensor *y = n->in[k], *x = n->in[1 - k];
+            if (y->op != MW__OP_LN_DX || uses[y->id] != 1 || b->ln_addend[y->id] >= 0 ||
+                grad_of[y->id] >= 0 || x->id >= y->id || x->type.partial ||
+                x->type.dtype != MW_F32 || !same_layout(&n->type, &y->type) ||
+                !same_layout(&x->type, &n->type))
+                continue;
+            b->ln_addend[y->id] = x->id;
+            b->fused[i] = y->id;
+            break;
+        }
+    }
 }
 
 static int cmp_slot(const void *x, const void *y) {
@@ -905,6 +927,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.addend = mw__calloc((size_t)nn + 1, sizeof *b.addend);
     b.fused = mw__calloc((size_t)nn + 1, sizeof *b.fused);
     b.addend2 = mw__calloc((size_t)nn + 1, sizeof *b.addend2);
+    b.ln_addend = mw__calloc((size_t)nn + 1, sizeof *b.ln_addend);
     b.extra = mw__calloc((size_t)nn + 1, sizeof *b.extra);
     b.ln_dw = mw__calloc((size_t)nn + 1, sizeof *b.ln_dw);
     b.col_sum = mw__calloc((size_t)nn + 1, sizeof *b.col_sum);
@@ -919,8 +942,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->outputs = mw__calloc((size_t)noutputs + 1, sizeof *out->outputs);
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
-        !order || !out->views || !out->params || !b.addend || !b.fused || !b.addend2 || !b.extra ||
-        !b.ln_dw || !b.col_sum || !b.absorbed || !uses)
+        !order || !out->views || !out->params || !b.addend || !b.fused || !b.addend2 ||
+        !b.ln_addend || !b.extra || !b.ln_dw || !b.col_sum || !b.absorbed || !uses)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -1072,6 +1095,7 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.addend);
     mw__free(b.fused);
     mw__free(b.addend2);
+    mw__free(b.ln_addend);
     mw__free(b.extra);
     mw__free(b.ln_dw);
     mw__free(b.col_sum);

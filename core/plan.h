@@ -44,7 +44,7 @@ typedef enum mw__ins_kind {
     MW__I_UNARY,
     MW__I_UNARY_GRAD,
     MW__I_LAYERNORM,
-    MW__I_LN_DX, /* ref: dx, gy, x, w, dw, db (dw, db off -1: not fused here) */
+    MW__I_LN_DX, /* ref: dx, gy, x, w, dw, db, addend (off -1: not fused here) */
     MW__I_LN_DW,
     MW__I_SOFTMAX,
     MW__I_SOFTMAX_GRAD,
@@ -60,7 +60,7 @@ typedef enum mw__ins_kind {
 typedef struct mw__ins {
     mw__ins_kind kind;
     int node;       /* graph node it implements (for messages) */
-    mw__ref ref[6]; /* out, then the inputs in the order of the kernel's fields */
+    mw__ref ref[7]; /* out, then the inputs in the order of the kernel's fields */
     int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
     uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
     union mw__kernel {

@@ -124,6 +124,9 @@ typedef struct mw__k_layernorm_grad {
     float *out;
     const float *gy, *x, *w;
     float *dw, *db; /* dx only: NULL, or n floats each */
+    /* dx only: NULL, or what to add to dx (the same rows): out = addend + dx, a gradient the plan
+     * folded in (a residual stream's). */
+    const float *addend;
 } mw__k_layernorm_grad;
 
 /* Softmax over contiguous rows of k, of `outer` blocks of s rows: out = softmax(scale * a). When

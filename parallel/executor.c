@@ -62,10 +62,13 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
         k->ln_grad.x = mw__ptr(w, in->ref[2]);
         k->ln_grad.w = in->kind == MW__I_LN_DX ? mw__ptr(w, in->ref[3]) : NULL;
         k->ln_grad.dw = k->ln_grad.db = NULL;
+        k->ln_grad.addend = NULL;
         if (in->kind == MW__I_LN_DX && in->ref[4].off >= 0) {
             k->ln_grad.dw = mw__ptr(w, in->ref[4]);
             k->ln_grad.db = mw__ptr(w, in->ref[5]);
         }
+        if (in->kind == MW__I_LN_DX && in->ref[6].off >= 0)
+            k->ln_grad.addend = mw__ptr(w, in->ref[6]);
         break;
     case MW__I_SOFTMAX:
         k->softmax.out = mw__ptr(w, in->ref[0]);

@@ -212,7 +212,8 @@ mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     return mw__cuda_launched(dev, "layernorm kernel");
 }
 
-/* With dw and db given (the plan's layer-norm gradients in one instruction), the dw kernel and a
+/* With an addend, the binary kernel adds it to dx. With dw and db given (the plan's layer-norm
+ * gradients in one instruction), the dw kernel and a
  * column sum of gy follow the dx kernel on the stream: the GPU reads gy and x from its own memory
  * at a rate where one pass more costs little, so they stay the kernels they were. */
 mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
@@ -222,6 +223,14 @@ mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) 
                k->eps, k->out, k->gy, k->x, k->w);
         mw_status st = mw__cuda_launched(dev, "layernorm dx kernel");
         if (st) return st;
+        if (k->addend) { /* out = addend + dx, by the binary kernel (the ADD the plan folded in) */
+            mw__k_binary ka = {MW__BIN_ADD, {}, k->out, k->addend, k->out};
+            ka.nd.rank = 1;
+            ka.nd.dims[0] = k->rows * k->n;
+            ka.nd.stride[0][0] = ka.nd.stride[1][0] = ka.nd.stride[2][0] = 1;
+            st = mw__cuda_binary(dev, &ka);
+            if (st) return st;
+        }
     }
     if (!k->dw) return MW_OK;
     mw__k_layernorm_grad kw = *k;

@@ -157,7 +157,8 @@ Test(cpu_kernels, attention_kept_probabilities_same_bits) {
 
 Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
     /* The dx kernel given dw and db writes the bits of the dx and dw kernels and of the column
-     * sums of gy, on widths below, at and past a vector, over rows that start anywhere. */
+     * sums of gy, on widths below, at and past a vector, over rows that start anywhere; given an
+     * addend, the bits of adding it to dx. */
     static const int64_t shapes[][2] = {{1, 7}, {37, 8}, {300, 257}, {64, 256}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
@@ -184,6 +185,21 @@ Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
         cr_assert_eq(memcmp(f[1], f[0], sizeof(float) * (size_t)len), 0, "dx, shape %zu", s);
         cr_assert_eq(memcmp(f[4], f[2], sizeof(float) * (size_t)n), 0, "dw, shape %zu", s);
         cr_assert_eq(memcmp(f[5], f[3], sizeof(float) * (size_t)n), 0, "db, shape %zu", s);
+        /* With an addend (a residual gradient folded in): addend + dx, rounded as the ADD. */
+        float *ad = malloc(sizeof(float) * (size_t)len),
+              *want = malloc(sizeof(float) * (size_t)len);
+        fill(ad, len, 24 + s);
+        for (int64_t i = 0; i < len; i++) want[i] = ad[i] + f[0][i];
+        for (int fused = 0; fused < 2; fused++) {
+            d.dw = fused ? f[4] : NULL;
+            d.db = fused ? f[5] : NULL;
+            d.addend = ad;
+            cr_assert_eq(mw__cpu_device.layernorm_dx(NULL, &d), MW_OK);
+            cr_assert_eq(memcmp(f[1], want, sizeof(float) * (size_t)len), 0,
+                         "dx + addend, shape %zu, dw and db %d", s, fused);
+        }
+        free(ad);
+        free(want);
         for (int i = 0; i < 6; i++) free(f[i]);
         free(x);
         free(gy);

@@ -683,6 +683,14 @@ Test(gpu, layernorm_gradients_in_one_instruction) {
             }
         for (int64_t j = 0; j < n; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
         expect_close("layernorm db beside dx", getf(db, n), ref, n, tol, 0, 0);
+        /* With an addend: addend + dx, as the binary kernel adds them. */
+        float *ad = rand_floats(len, -1, 1), *gad = putf(ad, len), *dx3 = putf(zeros(len), len);
+        float *want = getf(dx1, len);
+        for (int64_t i = 0; i < len; i++) want[i] = ad[i] + want[i];
+        d.out = dx3;
+        d.addend = gad;
+        OK(gpu.vt->layernorm_dx(&gpu, &d));
+        expect_equal("layernorm dx + addend", getf(dx3, len), want, len);
     }
 }
 
@@ -1115,8 +1123,8 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
             } break;
             case 7:
             case 8: {
-                mw__k_layernorm_grad k = {rows, n,   1e-5f, o, gy, gx, kind == 7 ? gw : NULL,
-                                          NULL, NULL};
+                mw__k_layernorm_grad k = {rows, n,    1e-5f, o, gy, gx, kind == 7 ? gw : NULL,
+                                          NULL, NULL, NULL};
                 OK(kind == 7 ? gpu.vt->layernorm_dx(&gpu, &k) : gpu.vt->layernorm_dw(&gpu, &k));
             } break;
             case 9: {
