@@ -822,6 +822,14 @@ static int same_layout(const mw__type *a, const mw__type *c) {
  * the sum lacks, nothing is partial, and neither the sum nor the product is a parameter's
  * gradient (those live in the gradient buffer). The product is then written onto a copy of x:
  * bias adds (x . W + b) and residual adds (x + proj(h)). */
+/* An ADD another kernel may write instead: live, f32, nothing partial, not a parameter's
+ * gradient (those live in the gradient buffer) and not taken over already. */
+static int foldable_add(const builder *b, const char *live, const int *grad_of, int i) {
+    const mw_tensor *n = b->g->nodes[i];
+    return live[i] && n->op == MW__OP_ADD && !n->type.partial && grad_of[i] < 0 &&
+           n->type.dtype == MW_F32 && b->fused[i] < 0;
+}
+
 static void find_gemm_addends(builder *b, const char *live, const int *grad_of, int *uses) {
     const mw_graph *g = b->g;
     int nn = g->nnodes;
@@ -831,9 +839,7 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
             for (int k = 0; k < g->nodes[i]->nin; k++) uses[g->nodes[i]->in[k]->id]++;
     for (int i = 0; i < nn; i++) {
         const mw_tensor *n = g->nodes[i];
-        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
-            n->type.dtype != MW_F32)
-            continue;
+        if (!foldable_add(b, live, grad_of, i)) continue;
         for (int k = 0; k < 2; k++) {
             const mw_tensor *y = n->in[k], *x = n->in[1 - k], *c = y;
             while (c->op == MW__OP_ALIAS && uses[c->id] == 1) c = c->in[0];
@@ -861,9 +867,7 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
      * the contraction. */
     for (int i = 0; i < nn; i++) {
         const mw_tensor *n = g->nodes[i];
-        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
-            n->type.dtype != MW_F32 || b->fused[i] >= 0)
-            continue;
+        if (!foldable_add(b, live, grad_of, i)) continue;
         for (int k = 0; k < 2; k++) {
             const mw_tensor *y = n->in[k], *x = n->in[1 - k], *s1 = y;
             while (s1->op == MW__OP_ALIAS && uses[s1->id] == 1) s1 = s1->in[0];
@@ -887,9 +891,7 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
      * kernel adds g as it writes its rows, where g has the sum's layout and was computed first. */
     for (int i = 0; i < nn; i++) {
         const mw_tensor *n = g->nodes[i];
-        if (!live[i] || n->op != MW__OP_ADD || n->type.partial || grad_of[i] >= 0 ||
-            n->type.dtype != MW_F32 || b->fused[i] >= 0)
-            continue;
+        if (!foldable_add(b, live, grad_of, i)) continue;
         for (int k = 0; k < 2; k++) {
             const mw_tensor *y = n->in[k], *x = n->in[1 - k];
             if (y->op != MW__OP_LN_DX || uses[y->id] != 1 || b->ln_addend[y->id] >= 0 ||

@@ -648,6 +648,24 @@ Test(gpu, layernorm_weight_gradient) {
     }
 }
 
+/* got (n sums) against the column sums of a (rows x n, host) in double, within the summation
+ * bound of float sums: (rows + 8) eps sum |a|. */
+static void expect_column_sums(const char *what, const float *got, const float *a, int64_t rows,
+                               int64_t n) {
+    float *ref = zeros(n);
+    double *tol = host_alloc((size_t)n * sizeof *tol), *sum = host_alloc((size_t)n * sizeof *sum);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) {
+            sum[j] += a[r * n + j];
+            tol[j] += fabs(a[r * n + j]);
+        }
+    for (int64_t j = 0; j < n; j++) {
+        ref[j] = (float)sum[j];
+        tol[j] *= (double)(rows + 8) * FLT_EPSILON;
+    }
+    expect_close(what, got, ref, n, tol, 0, 0);
+}
+
 /* The dx kernel given dw and db (the plan's layer-norm gradients in one instruction) writes the
  * dx, dw of the separate kernels bit for bit, and db as the CPU's column sums of gy within the
  * summation bound. */
@@ -674,15 +692,7 @@ Test(gpu, layernorm_gradients_in_one_instruction) {
         OK(gpu.vt->layernorm_dx(&gpu, &d));
         expect_equal("layernorm dx with dw, db", getf(dx2, len), getf(dx1, len), len);
         expect_equal("layernorm dw beside dx", getf(dw2, n), getf(dw1, n), n);
-        float *ref = zeros(n);
-        double *tol = host_alloc((size_t)n * sizeof *tol);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < n; j++) {
-                ref[j] += gy[r * n + j];
-                tol[j] += fabs(gy[r * n + j]);
-            }
-        for (int64_t j = 0; j < n; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
-        expect_close("layernorm db beside dx", getf(db, n), ref, n, tol, 0, 0);
+        expect_column_sums("layernorm db beside dx", getf(db, n), gy, rows, n);
         /* With an addend: addend + dx, as the binary kernel adds them. */
         float *ad = rand_floats(len, -1, 1), *gad = putf(ad, len), *dx3 = putf(zeros(len), len);
         float *want = getf(dx1, len);
@@ -713,15 +723,7 @@ Test(gpu, gelu_gradient_with_column_sums) {
         OK(gpu.vt->unary_grad(&gpu, &k));
         float *got = getf(o2, len);
         expect_equal("gelu grad with column sums", got, getf(o1, len), len);
-        float *ref = zeros(cols);
-        double *tol = host_alloc((size_t)cols * sizeof *tol);
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t j = 0; j < cols; j++) {
-                ref[j] += got[r * cols + j];
-                tol[j] += fabs(got[r * cols + j]);
-            }
-        for (int64_t j = 0; j < cols; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
-        expect_close("gelu grad column sums", getf(gs, cols), ref, cols, tol, 0, 0);
+        expect_column_sums("gelu grad column sums", getf(gs, cols), got, rows, cols);
     }
 }
 
