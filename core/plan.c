@@ -259,8 +259,6 @@ static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *c
     return 0;
 }
 
-/* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
- * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
 static int axes_within(const mw__type *t, const mw__type *u);
 
 /* out = a + c over the type t of the sum `sum` (the product's layout): a is node `a` mapped onto
@@ -295,6 +293,8 @@ static int emit_add(builder *b, const mw_tensor *sum, mw__ref out, mw__ref in, c
     return 0;
 }
 
+/* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
+ * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
 static int lower_contract(builder *b, const mw_tensor *n) {
     const mw_tensor *ta = n->in[0], *tb = n->in[1];
     axlist bt = {0}, m = {0}, nn = {0}, k = {0};
@@ -817,11 +817,6 @@ static int same_layout(const mw__type *a, const mw__type *c) {
     return 1;
 }
 
-/* Finds ADDs that a GEMM can absorb: out = x + y where y is (a rename or other alias of) a
- * contraction that nothing else reads, x was computed before that contraction and has no axis
- * the sum lacks, nothing is partial, and neither the sum nor the product is a parameter's
- * gradient (those live in the gradient buffer). The product is then written onto a copy of x:
- * bias adds (x . W + b) and residual adds (x + proj(h)). */
 /* An ADD another kernel may write instead: live, f32, nothing partial, not a parameter's
  * gradient (those live in the gradient buffer) and not taken over already. */
 static int foldable_add(const builder *b, const char *live, const int *grad_of, int i) {
@@ -830,6 +825,11 @@ static int foldable_add(const builder *b, const char *live, const int *grad_of, 
            n->type.dtype == MW_F32 && b->fused[i] < 0;
 }
 
+/* Finds ADDs that a GEMM can absorb: out = x + y where y is (a rename or other alias of) a
+ * contraction that nothing else reads, x was computed before that contraction and has no axis
+ * the sum lacks, nothing is partial, and neither the sum nor the product is a parameter's
+ * gradient (those live in the gradient buffer). The product is then written onto a copy of x:
+ * bias adds (x . W + b) and residual adds (x + proj(h)). */
 static void find_gemm_addends(builder *b, const char *live, const int *grad_of, int *uses) {
     const mw_graph *g = b->g;
     int nn = g->nnodes;

@@ -53,6 +53,24 @@ typedef struct mw__k_reduce {
     const float *a;
 } mw__k_reduce;
 
+/* The reduce that sums the columns of a (rows x n, rows lda apart) into out: out[j] = alpha *
+ * sum over r of a[r * lda + j], the planner's layout of a bias gradient. */
+static inline mw__k_reduce mw__column_sums(int64_t rows, int64_t n, int64_t lda, float alpha,
+                                           float *out, const float *a) {
+    mw__k_reduce k = {0};
+    k.alpha = alpha;
+    k.out_count = n;
+    k.out = out;
+    k.a = a;
+    k.nd.rank = 2;
+    k.nd.dims[0] = rows;
+    k.nd.dims[1] = n;
+    k.nd.stride[0][1] = 1;
+    k.nd.stride[1][0] = lda;
+    k.nd.stride[1][1] = 1;
+    return k;
+}
+
 /* C[b] = A[b] * B[b] + beta * C[b] for b < batch, row-major; A is M x K (K x M when trans_a), B
  * is K x N (N x K when trans_b), C is M x N; leading dimensions are those of the stored matrices.
  * beta is 0 (C is only written) or 1 (the product is added to what C holds: a bias or residual

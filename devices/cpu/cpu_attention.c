@@ -39,8 +39,8 @@ typedef struct prod {
 
 /* Rows [r, r + R) by columns [l, l + nc) of C over depth [p0, p1), summed in order of p. R is a
  * constant after inlining, so a full tile's accumulators stay in registers. */
-static inline __attribute__((always_inline)) void micro(const prod *x, int R, int64_t r, int64_t l,
-                                                        int nc, int64_t p0, int64_t p1) {
+MW__CPU_INLINE void micro(const prod *x, int R, int64_t r, int64_t l, int nc, int64_t p0,
+                          int64_t p1) {
     const float *a = x->a + r * x->sar, *b = x->b + l * x->rows;
     float *c = x->c + r * x->ldc + l;
     if (nc == TILE_N) {
@@ -110,7 +110,7 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
 
 /* Columns of the 8 x 8 block whose rows are r[0..7]: r[k] becomes (r[0][k], ..., r[7][k]), in
  * three rounds of two-input shuffles (unpack, pairs of pairs, 128-bit halves). */
-static inline __attribute__((always_inline)) void transpose8(mw__v8 r[8]) {
+MW__CPU_INLINE void transpose8(mw__v8 r[8]) {
     mw__v8 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {
         t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
@@ -131,8 +131,7 @@ static inline __attribute__((always_inline)) void transpose8(mw__v8 r[8]) {
 
 /* A full panel of B(p, l) = src[p + l * sl], the transpose of 16 rows of src: 8 x 8 blocks
  * through registers, the rows past a multiple of 8 element by element. */
-static inline __attribute__((always_inline)) void pack_transposed(const float *src, int64_t sl,
-                                                                  int64_t rows, float *panel) {
+MW__CPU_INLINE void pack_transposed(const float *src, int64_t sl, int64_t rows, float *panel) {
     int64_t p = 0;
     for (; p + 8 <= rows; p += 8)
         for (int h = 0; h < TILE_N; h += 8) {

@@ -168,34 +168,35 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
             m2[l] += (double)(d * xh);
         }
         float a = (float)(MW__SUM8(m1) / (double)k->n), c = (float)(MW__SUM8(m2) / (double)k->n);
-        if (dw) { /* the dw kernel's terms and order; db as a column sum of gy, row after row */
-            int64_t i = 0;
-            for (; i + 8 <= k->n; i += 8) {
-                mw__v8 g, xv, ww, sw, sb, y;
-                memcpy(&g, gy + i, sizeof g);
-                memcpy(&xv, x + i, sizeof xv);
-                memcpy(&ww, w + i, sizeof ww);
+        /* dx, and with dw and db the dw kernel's terms and order, db as a column sum of gy, row
+         * after row */
+        int64_t i = 0;
+        for (; i + 8 <= k->n; i += 8) {
+            mw__v8 g, xv, ww, y;
+            memcpy(&g, gy + i, sizeof g);
+            memcpy(&xv, x + i, sizeof xv);
+            memcpy(&ww, w + i, sizeof ww);
+            mw__v8 d = g * ww, xh = (xv - mean) * rstd;
+            y = rstd * (d - a - xh * c);
+            memcpy(dx + i, &y, sizeof y);
+            if (dw) {
+                mw__v8 sw, sb;
                 memcpy(&sw, dw + i, sizeof sw);
                 memcpy(&sb, db + i, sizeof sb);
-                mw__v8 d = g * ww, xh = (xv - mean) * rstd;
-                y = rstd * (d - a - xh * c);
                 sw += g * (xv - mean) * rstd;
                 sb += g;
-                memcpy(dx + i, &y, sizeof y);
                 memcpy(dw + i, &sw, sizeof sw);
                 memcpy(db + i, &sb, sizeof sb);
             }
-            for (; i < k->n; i++) {
-                float d = gy[i] * w[i], xh = (x[i] - mean) * rstd;
-                dx[i] = rstd * (d - a - xh * c);
+        }
+        for (; i < k->n; i++) {
+            float d = gy[i] * w[i], xh = (x[i] - mean) * rstd;
+            dx[i] = rstd * (d - a - xh * c);
+            if (dw) {
                 dw[i] += gy[i] * (x[i] - mean) * rstd;
                 db[i] += gy[i];
             }
-        } else
-            for (int64_t j = 0; j < k->n; j++) {
-                float d = gy[j] * k->w[j], xh = (x[j] - mean) * rstd;
-                dx[j] = rstd * (d - a - xh * c);
-            }
+        }
         if (k->addend) { /* the row is in the L1 cache: a second pass costs next to nothing */
             const float *restrict ad = k->addend + r * k->n;
             float *restrict o = dx;

@@ -137,12 +137,7 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     }
     if (!k->colsum) return MW_OK;
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */
-    mw__k_reduce kb = {.alpha = 1.0f, .out_count = k->cols, .out = k->colsum, .a = k->out};
-    kb.nd.rank = 2;
-    kb.nd.dims[0] = k->cols ? k->count / k->cols : 0;
-    kb.nd.dims[1] = k->cols;
-    kb.nd.stride[0][1] = 1;
-    kb.nd.stride[1][0] = k->cols;
-    kb.nd.stride[1][1] = 1;
+    mw__k_reduce kb = mw__column_sums(k->cols ? k->count / k->cols : 0, k->cols, k->cols, 1.0f,
+                                      k->colsum, k->out);
     return mw__cuda_reduce(dev, &kb);
 }

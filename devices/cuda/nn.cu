@@ -213,9 +213,9 @@ mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k) {
 }
 
 /* With an addend, the binary kernel adds it to dx. With dw and db given (the plan's layer-norm
- * gradients in one instruction), the dw kernel and a
- * column sum of gy follow the dx kernel on the stream: the GPU reads gy and x from its own memory
- * at a rate where one pass more costs little, so they stay the kernels they were. */
+ * gradients in one instruction), the dw kernel and a column sum of gy follow the dx kernel on the
+ * stream: the GPU reads gy and x from its own memory at a rate where one pass more costs little,
+ * so they stay the kernels they were. */
 mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
     ENTER(dev);
     if (k->rows > 0 && k->n > 0) {
@@ -239,13 +239,7 @@ mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) 
     kw.dw = kw.db = NULL;
     mw_status st = mw__cuda_layernorm_dw(dev, &kw);
     if (st) return st;
-    mw__k_reduce kb = {.alpha = 1.0f, .out_count = k->n, .out = k->db, .a = k->gy};
-    kb.nd.rank = 2;
-    kb.nd.dims[0] = k->rows;
-    kb.nd.dims[1] = k->n;
-    kb.nd.stride[0][1] = 1;
-    kb.nd.stride[1][0] = k->n;
-    kb.nd.stride[1][1] = 1;
+    mw__k_reduce kb = mw__column_sums(k->rows, k->n, k->n, 1.0f, k->db, k->gy);
     return mw__cuda_reduce(dev, &kb);
 }
 

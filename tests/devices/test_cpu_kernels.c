@@ -19,13 +19,7 @@ static void fill(float *x, int64_t n, uint64_t seed) {
  * gives a column sum: [rows, n] with out's stride 0 along the rows. */
 static void column_sums(int64_t rows, int64_t n, int64_t lda, float alpha, const float *a,
                         float *out) {
-    mw__k_reduce k = {.alpha = alpha, .out_count = n, .out = out, .a = a};
-    k.nd.rank = 2;
-    k.nd.dims[0] = rows;
-    k.nd.dims[1] = n;
-    k.nd.stride[0][1] = 1;
-    k.nd.stride[1][0] = lda;
-    k.nd.stride[1][1] = 1;
+    mw__k_reduce k = mw__column_sums(rows, n, lda, alpha, out, a);
     cr_assert_eq(mw__cpu_device.reduce(NULL, &k), MW_OK);
 }
 
