@@ -77,10 +77,6 @@ mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, int nbufs, si
 mw_status mw__cuda_sum_slices_on(mw__device *dev, struct CUstream_st *stream, float *const *bufs,
                                  int nbufs, size_t lo, size_t hi);
 
-/* Fused attention (devices/cuda/attention.cu), the vtable's attention and attention_grad. */
-mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k);
-mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k);
-
 #ifdef __cplusplus
 }
 #endif

@@ -109,7 +109,7 @@ static mw_status init_impl(mw__device *dev, cuda_impl *im) {
     return MW_OK;
 }
 
-static mw_status cuda_init(mw__device *dev) {
+extern "C" mw_status mw__cuda_init(mw__device *dev) {
     if (dev->impl) return MW_OK;
     mw_status st = bind(dev);
     if (st) return st;
@@ -125,12 +125,12 @@ static mw_status cuda_init(mw__device *dev) {
     return MW_OK;
 }
 
-static void cuda_shutdown(mw__device *dev) {
+extern "C" void mw__cuda_shutdown(mw__device *dev) {
     release(dev, impl_of(dev));
     dev->impl = NULL;
 }
 
-static mw_status cuda_alloc(mw__device *dev, size_t bytes, void **out) {
+extern "C" mw_status mw__cuda_alloc(mw__device *dev, size_t bytes, void **out) {
     *out = NULL;
     if (!bytes) return MW_OK;
     mw_status st = bind(dev);
@@ -146,7 +146,7 @@ static mw_status cuda_alloc(mw__device *dev, size_t bytes, void **out) {
     return MW_OK;
 }
 
-static void cuda_free(mw__device *dev, void *p) {
+extern "C" void mw__cuda_free(mw__device *dev, void *p) {
     if (!p || cudaSetDevice(dev->ordinal) != cudaSuccess) return;
     cudaFree(p);
     (void)cudaGetLastError();
@@ -171,15 +171,15 @@ static mw_status copy_sync(mw__device *dev, void *dst, const void *src, size_t b
     return mw__cuda_flagged(dev);
 }
 
-static mw_status cuda_upload(mw__device *dev, void *dst, const void *src, size_t bytes) {
+extern "C" mw_status mw__cuda_upload(mw__device *dev, void *dst, const void *src, size_t bytes) {
     return copy_sync(dev, dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
-static mw_status cuda_download(mw__device *dev, void *dst, const void *src, size_t bytes) {
+extern "C" mw_status mw__cuda_download(mw__device *dev, void *dst, const void *src, size_t bytes) {
     return copy_sync(dev, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
-static mw_status cuda_host_alloc(mw__device *dev, size_t bytes, void **out) {
+extern "C" mw_status mw__cuda_host_alloc(mw__device *dev, size_t bytes, void **out) {
     *out = NULL;
     if (!bytes) return MW_OK;
     mw_status st = bind(dev);
@@ -195,21 +195,22 @@ static mw_status cuda_host_alloc(mw__device *dev, size_t bytes, void **out) {
     return MW_OK;
 }
 
-static void cuda_host_free(mw__device *dev, void *p) {
+extern "C" void mw__cuda_host_free(mw__device *dev, void *p) {
     if (!p || cudaSetDevice(dev->ordinal) != cudaSuccess) return;
     cudaFreeHost(p);
     (void)cudaGetLastError();
 }
 
 /* Queued on the stream: the kernels that read dst run after it, and nothing waits here. */
-static mw_status cuda_upload_async(mw__device *dev, void *dst, const void *src, size_t bytes) {
+extern "C" mw_status mw__cuda_upload_async(mw__device *dev, void *dst, const void *src,
+                                           size_t bytes) {
     if (!bytes) return MW_OK;
     ENTER(dev);
     CU(dev, cudaMemcpyAsync, dst, src, bytes, cudaMemcpyHostToDevice, im->stream);
     return MW_OK;
 }
 
-static mw_status cuda_sync(mw__device *dev) {
+extern "C" mw_status mw__cuda_sync(mw__device *dev) {
     ENTER(dev);
     CU(dev, cudaStreamSynchronize, im->stream);
     return mw__cuda_flagged(dev);
@@ -286,42 +287,3 @@ extern "C" mw_status mw__cuda_sum_slices(mw__device *dev, float *const *bufs, in
     CU(dev, cudaStreamSynchronize, impl_of(dev)->stream);
     return MW_OK;
 }
-
-/* In the order of mw__device_vtable's members. */
-extern "C" const mw__device_vtable mw__cuda_device = {
-    "cuda",                  /* kind */
-    0,                       /* host_memory */
-    cuda_init,               /* init */
-    cuda_shutdown,           /* shutdown */
-    cuda_alloc,              /* alloc */
-    cuda_free,               /* free */
-    cuda_upload,             /* upload */
-    cuda_download,           /* download */
-    cuda_sync,               /* sync */
-    mw__cuda_binary,         /* binary */
-    mw__cuda_copy,           /* copy */
-    mw__cuda_reduce,         /* reduce */
-    mw__cuda_gemm,           /* gemm */
-    mw__cuda_fill,           /* fill */
-    mw__cuda_sgd,            /* sgd */
-    mw__cuda_unary,          /* unary */
-    mw__cuda_unary_grad,     /* unary_grad */
-    mw__cuda_layernorm,      /* layernorm */
-    mw__cuda_layernorm_dx,   /* layernorm_dx */
-    mw__cuda_layernorm_dw,   /* layernorm_dw */
-    mw__cuda_softmax,        /* softmax */
-    mw__cuda_softmax_grad,   /* softmax_grad */
-    mw__cuda_embed,          /* embed */
-    mw__cuda_embed_grad,     /* embed_grad */
-    mw__cuda_xent,           /* xent */
-    mw__cuda_xent_grad,      /* xent_grad */
-    mw__cuda_sumsq,          /* sumsq */
-    mw__cuda_adamw,          /* adamw */
-    cuda_host_alloc,         /* host_alloc */
-    cuda_host_free,          /* host_free */
-    cuda_upload_async,       /* upload_async */
-    mw__cuda_attention,      /* attention (attention.cu) */
-    mw__cuda_attention_grad, /* attention_grad */
-    mw__cuda_sgd_momentum,   /* sgd_momentum (cuda_ops_extra.cu) */
-    mw__cuda_extra,          /* extra */
-};

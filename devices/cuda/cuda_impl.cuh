@@ -2,7 +2,7 @@
  * and launch macros, grid sizing, warp and block reductions, and the kernels' entry points, one
  * file per op family (elementwise.cu, reduce.cu, gemm.cu, nn.cu, embed.cu, optim.cu; memory,
  * streams and data errors in cuda_device.cu). A new op: its kernels and its mw__cuda_<op> in the
- * file of its family, a declaration below, its slot in cuda_device.cu's vtable. Only .cu files
+ * file of its family, a declaration in cuda_kernels.h, its slot in cuda_vtable.c. Only .cu files
  * include this. */
 #ifndef MW__CUDA_IMPL_CUH
 #define MW__CUDA_IMPL_CUH
@@ -24,6 +24,7 @@ extern "C" {
 #include "meshwit/mesh.h"
 }
 #include "devices/cuda/cuda.h"
+#include "devices/cuda/cuda_kernels.h"
 #include "devices/math.h"
 
 #define THREADS 256     /* block size of element-wise kernels */
@@ -207,27 +208,5 @@ static inline int64_t nd_total(const mw__nd *nd) {
 
 #define LAUNCH(kernel, grid, block, smem, ...)                                                     \
     kernel<<<(grid), (block), (smem), im->stream>>>(__VA_ARGS__)
-
-/* --- the ops (the vtable's kernels) ----------------------------------------------------------- */
-
-mw_status mw__cuda_binary(mw__device *dev, const mw__k_binary *k);
-mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k);
-mw_status mw__cuda_reduce(mw__device *dev, const mw__k_reduce *k);
-mw_status mw__cuda_gemm(mw__device *dev, const mw__k_gemm *k);
-mw_status mw__cuda_fill(mw__device *dev, const mw__k_fill *k);
-mw_status mw__cuda_sgd(mw__device *dev, const mw__k_sgd *k);
-mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k);
-mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k);
-mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k);
-mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k);
-mw_status mw__cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k);
-mw_status mw__cuda_softmax(mw__device *dev, const mw__k_softmax *k);
-mw_status mw__cuda_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k);
-mw_status mw__cuda_embed(mw__device *dev, const mw__k_embed *k);
-mw_status mw__cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k);
-mw_status mw__cuda_xent(mw__device *dev, const mw__k_xent *k);
-mw_status mw__cuda_xent_grad(mw__device *dev, const mw__k_xent_grad *k);
-mw_status mw__cuda_sumsq(mw__device *dev, const mw__k_sumsq *k);
-mw_status mw__cuda_adamw(mw__device *dev, const mw__k_adamw *k);
 
 #endif

@@ -1,0 +1,42 @@
+/* The CUDA backend's device vtable, filled by name (C's designated initializers: two slots of
+ * one type cannot be swapped unnoticed). */
+#include "devices/cuda/cuda.h"
+#include "devices/cuda/cuda_kernels.h"
+
+const mw__device_vtable mw__cuda_device = {
+    .kind = "cuda",
+    .host_memory = 0,
+    .init = mw__cuda_init,
+    .shutdown = mw__cuda_shutdown,
+    .alloc = mw__cuda_alloc,
+    .free = mw__cuda_free,
+    .upload = mw__cuda_upload,
+    .download = mw__cuda_download,
+    .sync = mw__cuda_sync,
+    .binary = mw__cuda_binary,
+    .copy = mw__cuda_copy,
+    .reduce = mw__cuda_reduce,
+    .gemm = mw__cuda_gemm,
+    .fill = mw__cuda_fill,
+    .sgd = mw__cuda_sgd,
+    .unary = mw__cuda_unary,
+    .unary_grad = mw__cuda_unary_grad,
+    .layernorm = mw__cuda_layernorm,
+    .layernorm_dx = mw__cuda_layernorm_dx,
+    .layernorm_dw = mw__cuda_layernorm_dw,
+    .softmax = mw__cuda_softmax,
+    .softmax_grad = mw__cuda_softmax_grad,
+    .embed = mw__cuda_embed,
+    .embed_grad = mw__cuda_embed_grad,
+    .xent = mw__cuda_xent,
+    .xent_grad = mw__cuda_xent_grad,
+    .sumsq = mw__cuda_sumsq,
+    .adamw = mw__cuda_adamw,
+    .host_alloc = mw__cuda_host_alloc,
+    .host_free = mw__cuda_host_free,
+    .upload_async = mw__cuda_upload_async,
+    .attention = mw__cuda_attention,
+    .attention_grad = mw__cuda_attention_grad,
+    .sgd_momentum = mw__cuda_sgd_momentum,
+    .extra = mw__cuda_extra,
+};
