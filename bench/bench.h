@@ -7,6 +7,8 @@
 
 #define MWB_MAX_FIELDS 24
 
+enum { MWB_FP32 = 1, MWB_BF16 = 2 }; /* mwb_ctx.precision */
+
 /* One measured configuration: an ordered list of fields, written as one JSON object and one
  * CSV row. Every record has at least "case", "devices" and, for step benchmarks, "ms_per_step". */
 typedef struct mwb_record {
@@ -26,6 +28,9 @@ typedef struct mwb_ctx {
     const char *const *devices; /* --devices values, in order; cases use their defaults if none */
     int ndevices;
     int quick; /* --quick: fewer repeats, smaller sizes (for CI smoke runs) */
+    /* --precision: MWB_FP32 | MWB_BF16 (bits) for the cases that train in either; 0: each
+     * case's own default */
+    int precision;
     void (*emit)(struct mwb_ctx *ctx, const mwb_record *r); /* appends to JSON/CSV output */
     void *driver;                                           /* the driver's own state */
     const char *condition; /* NULL, or added to every record as "condition" (e.g. "busy") */

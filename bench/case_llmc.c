@@ -201,11 +201,15 @@ int mwb_case_profile(mwb_ctx *ctx) {
     int n = 1;
     for (int i = 0; i < ctx->ndevices && i < MAX_CONFIGS; i++) specs[i] = ctx->devices[i];
     if (ctx->ndevices) n = ctx->ndevices < MAX_CONFIGS ? ctx->ndevices : MAX_CONFIGS;
+    int precisions = ctx->precision ? ctx->precision : MWB_FP32 | MWB_BF16;
     int failed = 0;
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < 2 * n; j++) {
+        int i = j / 2, bf16 = j % 2;
+        if (!(precisions & (bf16 ? MWB_BF16 : MWB_FP32))) continue;
         mwb_gpt2_setup s;
         llmc_setup(&s, specs[i], ctx->quick);
         s.profile = 1;
+        s.precision = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
         if (!r.ok) {
@@ -214,14 +218,15 @@ int mwb_case_profile(mwb_ctx *ctx) {
             continue;
         }
         int steps = s.repeats * s.steps;
-        printf("%s: llm.c's GPT-2, batch %d x %d: %.1f ms/step (median), per op over %d steps "
-               "(per device):\n",
-               specs[i], s.batch, s.seq, r.ms, steps);
+        printf("%s, %s: llm.c's GPT-2, batch %d x %d: %.1f ms/step (median), per op over %d "
+               "steps (per device):\n",
+               specs[i], bf16 ? "bf16" : "fp32", s.batch, s.seq, r.ms, steps);
         mwb_print_profile(&r, steps);
         for (int k = 0; k < r.nprofile; k++) {
             mwb_record rec = {0};
             mwb_record_str(&rec, "case", "profile");
             mwb_record_str(&rec, "devices", specs[i]);
+            mwb_record_str(&rec, "precision", bf16 ? "bf16" : "fp32");
             mwb_record_str(&rec, "op", r.profile[k].op);
             mwb_record_str(&rec, "phase", r.profile[k].phase);
             mwb_record_num(&rec, "calls_per_step", (double)r.profile[k].calls / steps);

@@ -124,6 +124,7 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     mw_trainer_config tc = mwb_gpt2_config(s->blas_threads);
     tc.profile = s->profile;
     tc.shard_optimizer = s->shard_optimizer;
+    tc.precision = s->precision;
     const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
     if (mwb_gpt2_make_mesh(mesh, &s->model, s->batch, s->seq, data, s->model_axis, &tc, &m,
                            r->error, sizeof r->error) ||

@@ -21,6 +21,7 @@ typedef struct mwb_gpt2_setup {
      * (NULL: none) and ZeRO-1. */
     const char *mesh_axes, *data_axis, *model_axis;
     int shard_optimizer;
+    mw_precision precision; /* mw_trainer_config.precision */
 } mwb_gpt2_setup;
 
 /* What the child sends back. */

@@ -224,8 +224,8 @@ static int finish_file(FILE *f, const char *path, const driver *d, int csv) {
 /* --- the program ------------------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: meshwit-bench [CASE...] [--devices SPEC]... [--json FILE] [--csv FILE] "
-               "[--quick]\n"
+    fprintf(f, "usage: meshwit-bench [CASE...] [--devices SPEC]... [--precision P] [--json FILE] "
+               "[--csv FILE] [--quick]\n"
                "\n"
                "Cases (default: all):\n");
     for (int i = 0; i < NCASES; i++) fprintf(f, "  %-10s %s\n", cases[i].name, cases[i].what);
@@ -239,6 +239,9 @@ static void usage(FILE *f) {
             "                  ...), then one row per record; a field a case does not have is an\n"
             "                  empty cell. Filter on the case column in a spreadsheet, or in\n"
             "                  gnuplot: set datafile separator ','; set key autotitle columnhead\n"
+            "  --precision P   fp32, bf16 or both: what the GPT-2 cases train in\n"
+            "                  (mw_trainer_config.precision; llmc and profile default to both,\n"
+            "                  the others to fp32)\n"
             "  --quick         fewer repeats (a smoke run, not a measurement)\n"
             "  --help          this text\n"
             "\n"
@@ -286,7 +289,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "meshwit-bench: out of memory\n");
         return 2;
     }
-    int nrun = 0, ndevices = 0, quick = 0, rc = 0;
+    int nrun = 0, ndevices = 0, quick = 0, precision = 0, rc = 0;
     const char *json_path = NULL, *csv_path = NULL;
     /* Under mpirun every process runs the bench; rank 0 alone prints and writes the files. */
     if (mw_distributed_init(&argc, &argv) != MW_OK) {
@@ -310,6 +313,15 @@ int main(int argc, char **argv) {
             quick = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
             devices[ndevices++] = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
+            precision = !strcmp(v, "fp32")   ? MWB_FP32
+                        : !strcmp(v, "bf16") ? MWB_BF16
+                        : !strcmp(v, "both") ? MWB_FP32 | MWB_BF16
+                                             : -1;
+            if (precision < 0) {
+                fprintf(stderr, "meshwit-bench: --precision %s: expected fp32, bf16 or both\n", v);
+                rc = 2;
+            }
         } else if ((v = cli_option_value(argc, argv, &i, "--json", &missing))) {
             json_path = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--csv", &missing))) {
@@ -358,7 +370,12 @@ int main(int argc, char **argv) {
 
     print_header();
     driver d = {0};
-    mwb_ctx ctx = {devices, ndevices, quick, emit, &d, NULL};
+    mwb_ctx ctx = {.devices = devices,
+                   .ndevices = ndevices,
+                   .quick = quick,
+                   .precision = precision,
+                   .emit = emit,
+                   .driver = &d};
     for (int i = 0; i < nrun; i++) {
         printf("== %s: %s\n", run[i]->name, run[i]->what);
         fflush(stdout);

@@ -93,6 +93,11 @@ function(meshwit_pkgconfig_fields)
     # CUDA, NCCL and MPI are the modules' dependencies (libmeshwit-cuda.so, libmeshwit-mpi.so,
     # loaded at run time), never a consumer's; dlopen needs -ldl on older C libraries.
     set(_deps "-lpthread -lm -ldl")
+    if(MESHWIT_WITH_DNNL)
+        # oneDNN is linked into libmeshwit (the CPU backend's contractions), with the OpenMP
+        # runtime whose thread count the devices set around its primitives.
+        set(_deps "-ldnnl${MESHWIT_PC_GOMP} ${_deps}")
+    endif()
 
     if(BUILD_SHARED_LIBS)
         set(_requires "")

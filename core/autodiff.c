@@ -10,10 +10,12 @@
 #include "core/error.h"
 #include "core/graph_impl.h"
 
-/* grads[id] += contribution, with the contribution first brought to the node's own axes. */
+/* grads[id] += contribution, with the contribution first brought to the node's own axes (in f32,
+ * the dtype of every gradient). */
 static int accumulate(mw_graph *g, mw_tensor **grads, mw_tensor *node, mw_tensor *contrib) {
     if (!contrib) return -1;
-    contrib = mw__to_type(g, contrib, &node->type);
+    mw__type t = mw__grad_type(&node->type);
+    contrib = mw__to_type(g, contrib, &t);
     if (!contrib) return -1;
     if (!grads[node->id]) {
         grads[node->id] = contrib;
@@ -55,28 +57,34 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_BROADCAST:
     case MW__OP_SUM:
     case MW__OP_ALLREDUCE:
+    case MW__OP_CAST: /* the gradient passes in f32: a cast to bf16 does not round it */
         /* Linear reshapes of the data: the gradient is the adjoint reshape, which accumulate()'s
          * conversion to a's axes performs (sum for broadcast, broadcast for sum). For an
          * all-reduce, every device's share receives the whole (replicated) gradient. */
         return na ? accumulate(g, grads, a, gy) : 0;
     case MW__OP_CONTRACT:
         /* out = sum_K a*b; da = sum over b's own axes of gy*b, expressed as a contraction into
-         * a's axes, and likewise for b. */
+         * a's axes, and likewise for b. Of bf16 operands, gy is multiplied in bf16 too (one
+         * rounding of it serves both products). */
+        if (a->type.dtype == MW_BF16 && (na || nb)) gy = mw__cast(g, gy, MW_BF16);
         if (na && accumulate(g, grads, a, mw__contract_to(g, gy, b, &a->type))) return -1;
         if (nb && accumulate(g, grads, b, mw__contract_to(g, gy, a, &b->type))) return -1;
         return 0;
     case MW__OP_ALIAS: {
         /* The same data under a's axes. */
-        mw_tensor proto = {.op = MW__OP_ALIAS, .nin = 1, .in = {gy}, .type = a->type};
+        mw_tensor proto = {
+            .op = MW__OP_ALIAS, .nin = 1, .in = {gy}, .type = mw__grad_type(&a->type)};
         proto.type.partial = gy->type.partial;
         return na ? accumulate(g, grads, a, mw__node_new(g, &proto)) : 0;
     }
     case MW__OP_SLICE:
-    case MW__OP_PAD:
+    case MW__OP_PAD: {
+        mw__type ta = mw__grad_type(&a->type);
         return na ? accumulate(g, grads, a,
                                mw__slice_node(g, n->op == MW__OP_SLICE ? MW__OP_PAD : MW__OP_SLICE,
-                                              gy, &a->type, n->axis, n->start, n->len))
+                                              gy, &ta, n->axis, n->start, n->len))
                   : 0;
+    }
     case MW__OP_GELU:
         return na ? accumulate(g, grads, a,
                                mw__backward_op(g, MW__OP_GELU_GRAD, &a->type, gy, a, NULL, n))
@@ -107,8 +115,9 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (!na) return 0;
         /* The kernel reads gy in the forward output's axis order. The forward node is the third
          * input: the plan may keep the probabilities beside its output (plan.c, attn_probs). */
-        mw_tensor *d = mw__backward_op(g, MW__OP_ATTENTION_GRAD, &a->type,
-                                       mw__to_type(g, gy, &n->type), a, n, n);
+        mw__type ta = mw__grad_type(&a->type);
+        mw_tensor *d =
+            mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta, mw__to_type(g, gy, &n->type), a, n, n);
         if (d) {
             d->axis = n->axis;
             d->start = n->start;

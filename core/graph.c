@@ -366,7 +366,7 @@ static const char *const op_names[] = {
     "attention",     "attention_grad",
     "map",           "map_grad",
     "dropout",       "argmax",
-    "reduce_max",
+    "reduce_max",    "cast",
 };
 _Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
 

@@ -49,6 +49,7 @@ typedef enum mw__op {
     MW__OP_DROPOUT,    /* x * keep / (1 - p): p = `scalar`, seed = `count`; its own adjoint */
     MW__OP_ARGMAX,     /* index of the largest element along axis `axis` of x (f32, no gradient) */
     MW__OP_REDUCE_MAX, /* the largest element along axis `axis` of x */
+    MW__OP_CAST,       /* x as another dtype (f32 <-> bf16), rounded to the nearest even */
     MW__OP_COUNT
 } mw__op;
 
@@ -130,6 +131,18 @@ mw_tensor *mw__broadcast(mw_graph *g, mw_tensor *x, const mw__type *target);
 mw_tensor *mw__sum_to(mw_graph *g, mw_tensor *x, const mw__type *target);
 mw_tensor *mw__contract_to(mw_graph *g, mw_tensor *a, mw_tensor *b, const mw__type *out);
 mw_tensor *mw__fill(mw_graph *g, const mw__type *type, float value);
+/* x as dtype (MW_F32 or MW_BF16): x itself when it has that dtype already, else a CAST of its
+ * replicated value. */
+mw_tensor *mw__cast(mw_graph *g, mw_tensor *x, mw_dtype dtype);
+
+/* The type of a gradient of a tensor of type t: t's axes in f32 (gradients are f32 whatever the
+ * dtype of the value they belong to, so casting to bf16 does not round them). */
+static inline mw__type mw__grad_type(const mw__type *t) {
+    mw__type g = *t;
+    g.dtype = MW_F32;
+    return g;
+}
+
 /* Returns x itself when it is not partial, else an ALLREDUCE of it. */
 mw_tensor *mw__replicated(mw_graph *g, mw_tensor *x);
 /* x rearranged (and, where x lacks axes, broadcast, and where x has extra axes, summed) to match

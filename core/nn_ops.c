@@ -335,7 +335,8 @@ mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
 mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
                         const char *feature_axis, int causal, float scale) {
     const char *op = "mw_attention";
-    if (!usable(g, op, &qkv, 1) || !want_dtype(g, op, "qkv", qkv, MW_F32)) return NULL;
+    if (!usable(g, op, &qkv, 1)) return NULL;
+    if (qkv->type.dtype != MW_BF16 && !want_dtype(g, op, "qkv", qkv, MW_F32)) return NULL;
     int p = axis_of(g, op, qkv, part_axis);
     int s = p < 0 ? -1 : axis_of(g, op, qkv, seq_axis);
     int f = s < 0 ? -1 : axis_of(g, op, qkv, feature_axis);
@@ -365,6 +366,7 @@ mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, cons
                        .axis = p,
                        .start = s,
                        .len = f};
+    proto.type.dtype = MW_F32; /* of bf16 q, k, v too: the products are summed in f32 */
     proto.type.rank--;
     for (int i = p; i < proto.type.rank; i++) proto.type.ax[i] = qkv->type.ax[i + 1];
     return mw__node_new(g, &proto);

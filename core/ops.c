@@ -9,7 +9,8 @@
 
 #define DESC(t, buf) mw__type_describe(g, &(t)->type, buf, sizeof buf)
 
-/* Common entry checks: a usable graph, non-NULL operands from this graph, f32 data. */
+/* Common entry checks: a usable graph, non-NULL operands from this graph, f32 data (or, for a
+ * contraction, bf16 in both). */
 static int check_operands(mw_graph *g, const char *op, mw_tensor *a, mw_tensor *b, int nin) {
     if (!g || g->status) return -1;
     if (!a || (nin == 2 && !b)) {
@@ -20,8 +21,23 @@ static int check_operands(mw_graph *g, const char *op, mw_tensor *a, mw_tensor *
         mw__graph_fail(g, MW_ERR_INVALID, "%s: operand belongs to another graph", op);
         return -1;
     }
-    if (a->type.dtype != MW_F32 || (nin == 2 && b->type.dtype != MW_F32)) {
-        mw__graph_fail(g, MW_ERR_DTYPE, "%s: only f32 operands are supported", op);
+    int contraction = strcmp(op, "mw_dot") == 0 || strcmp(op, "mw_contract") == 0;
+    mw_tensor *odd = a->type.dtype != MW_F32 ? a : nin == 2 && b->type.dtype != MW_F32 ? b : NULL;
+    if (odd && contraction && a->type.dtype == MW_BF16 && b->type.dtype == MW_BF16) odd = NULL;
+    if (odd) {
+        char d[256];
+        if (contraction && (a->type.dtype == MW_BF16 || b->type.dtype == MW_BF16))
+            mw__graph_fail(g, MW_ERR_DTYPE,
+                           "%s: %s %s is %s but the other operand is not; contract two bf16 "
+                           "tensors or two f32 ones (mw_cast one of them)",
+                           op, odd == a ? "a" : "b", DESC(odd, d), mw__dtype_name(odd->type.dtype));
+        else
+            mw__graph_fail(g, MW_ERR_DTYPE, "%s: %s %s is %s; only f32 operands are supported%s",
+                           op, odd == a ? "a" : "b", DESC(odd, d), mw__dtype_name(odd->type.dtype),
+                           odd->type.dtype == MW_BF16
+                               ? " (bf16 only by mw_dot, mw_contract and mw_attention: mw_cast it "
+                                 "to f32 first)"
+                               : "");
         return -1;
     }
     return 0;
@@ -129,6 +145,30 @@ mw_tensor *mw_scale(mw_graph *g, mw_tensor *x, float factor) {
     return mw__node_new(g, &proto);
 }
 
+mw_tensor *mw__cast(mw_graph *g, mw_tensor *x, mw_dtype dtype) {
+    if (!x || x->type.dtype == dtype) return x;
+    x = mw__replicated(g, x); /* rounding is not linear: the true values first */
+    if (!x) return NULL;
+    mw_tensor proto = {.op = MW__OP_CAST, .nin = 1, .in = {x}, .type = x->type};
+    proto.type.dtype = dtype;
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_cast(mw_graph *g, mw_tensor *x, mw_dtype dtype) {
+    if (!g || g->status) return NULL;
+    if (!x) return mw__graph_fail(g, MW_ERR_INVALID, "mw_cast: operand is NULL");
+    if (x->g != g)
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_cast: operand belongs to another graph");
+    int ok = (x->type.dtype == MW_F32 || x->type.dtype == MW_BF16) &&
+             (dtype == MW_F32 || dtype == MW_BF16);
+    if (!ok) {
+        char d[256];
+        return mw__graph_fail(g, MW_ERR_DTYPE, "mw_cast: %s to %s: only f32 and bf16 convert",
+                              DESC(x, d), mw__dtype_name(dtype));
+    }
+    return mw__cast(g, x, dtype);
+}
+
 mw_tensor *mw__fill(mw_graph *g, const mw__type *type, float value) {
     mw_tensor proto = {.op = MW__OP_FILL, .type = *type, .scalar = value};
     proto.type.partial = 0;
@@ -186,8 +226,14 @@ mw_tensor *mw__contract_to(mw_graph *g, mw_tensor *a, mw_tensor *b, const mw__ty
     if (!a || !b) return NULL;
     a = mw__replicated(g, a);
     b = mw__replicated(g, b);
+    /* A gradient (f32) meeting a bf16 operand in the backward pass is multiplied in bf16. */
+    if (a && b && a->type.dtype != b->type.dtype) {
+        a = mw__cast(g, a, MW_BF16);
+        b = mw__cast(g, b, MW_BF16);
+    }
     if (!a || !b) return NULL;
-    mw_tensor proto = {.op = MW__OP_CONTRACT, .nin = 2, .in = {a, b}, .type = *out};
+    /* Products are summed in f32, also of bf16 operands. */
+    mw_tensor proto = {.op = MW__OP_CONTRACT, .nin = 2, .in = {a, b}, .type = mw__grad_type(out)};
     proto.type.partial = 0;
     for (int i = 0; i < a->type.rank; i++) {
         const mw__axis *ax = &a->type.ax[i];

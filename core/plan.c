@@ -19,6 +19,19 @@ int64_t mw__split_lo(int64_t n, int parts, int c) {
 
 /* --- the arena: first-fit over a sorted free list, with coalescing -------------------------- */
 
+/* The arena's 4-byte units that numel elements of dtype take, and the ref of a buffer of dtype
+ * at arena unit `unit`. */
+static int64_t units_of(int64_t numel, mw_dtype dtype) {
+    return (numel * mw__dtype_bytes(dtype) + 3) / 4;
+}
+
+static mw__ref arena_ref(mw_dtype dtype, int64_t unit) {
+    return (mw__ref){MW__BASE_ARENA, dtype, unit * 4};
+}
+
+/* No operand (an optional ref a kernel goes without). */
+static const mw__ref no_ref = {MW__BASE_ARENA, MW_F32, -1};
+
 typedef struct block {
     int64_t off, len;
 } block;
@@ -143,7 +156,19 @@ typedef struct builder {
     int *ln_dw, *col_sum;
     char *absorbed;
     const int *grad_of;
+    /* bf16 (find_bf16_casts): cast[i], for a CAST node i to bf16, says how it is made; buf16[r]
+     * says that the buffer owned by node r holds bf16 (its kernel writes a cast's value). */
+    char *cast, *buf16;
+    uint32_t bf16_out; /* mw__plan_target's */
 } builder;
+
+enum {
+    CAST_CONVERT = 0, /* a converting copy of its own */
+    CAST_PARAM,       /* a parameter's bf16 copy (MW__BASE_PARAMS16), written by whoever changes
+                         the parameter */
+    CAST_FUSED        /* written in bf16 by the kernel that makes the value, which nobody else
+                         reads */
+};
 
 static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
     mw__plan *p = b->p;
@@ -184,6 +209,8 @@ static int emit_copy(builder *b, int node, mw__ref out, const mw__type *to, mw__
     in->ref[0] = out;
     in->ref[1] = x;
     in->k.copy.alpha = alpha;
+    in->k.copy.out_dtype = out.dtype;
+    in->k.copy.a_dtype = x.dtype;
     nd_over(&in->k.copy.nd, to, &lo);
     memcpy(in->k.copy.nd.stride[0], lo.stride, sizeof lo.stride);
     map_strides(to, tx, &lx, in->k.copy.nd.stride[1]);
@@ -192,7 +219,7 @@ static int emit_copy(builder *b, int node, mw__ref out, const mw__type *to, mw__
 }
 
 static int64_t scratch(builder *b, const mw__type *t, int64_t *len) {
-    *len = local_type(t, b->pl).numel;
+    *len = units_of(local_type(t, b->pl).numel, t->dtype);
     return arena_alloc(&b->ar, *len);
 }
 
@@ -252,14 +279,16 @@ static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *c
     if (seq_equals(t, direct, 3)) return 0;
     if (seq_equals(t, trans, 3)) return 1;
     mw__type want = type_of(direct, 3);
+    want.dtype = ref->dtype;
     *tmp_off = scratch(b, &want, tmp_len);
-    mw__ref r = mw__ref_at(MW__BASE_ARENA, MW_F32, *tmp_off);
+    mw__ref r = arena_ref(ref->dtype, *tmp_off);
     if (emit_copy(b, node, r, &want, *ref, t, 1.0f)) return -1;
     *ref = r;
     return 0;
 }
 
 static int axes_within(const mw__type *t, const mw__type *u);
+static int same_layout(const mw__type *a, const mw__type *c);
 
 /* out = a + c over the type t of the sum `sum` (the product's layout): a is node `a` mapped onto
  * t by name (broadcast as needed), or, when a < 0, what `in` already holds in t's layout; c is
@@ -293,43 +322,106 @@ static int emit_add(builder *b, const mw_tensor *sum, mw__ref out, mw__ref in, c
     return 0;
 }
 
+/* How a GEMM's epilogue can read an addend x of the sum `sum` (whose type has the product's
+ * layout): as a bias (x is exactly the sum's last `cols` axes, the GEMM's columns: added to every
+ * row), as an array laid out like C (x has the sum's layout), or not (EPI_NONE). */
+enum { EPI_NONE, EPI_BIAS, EPI_FULL };
+static int epilogue_of(const mw_tensor *x, const mw_tensor *sum, int cols) {
+    const mw__type *t = &x->type, *u = &sum->type;
+    if (t->dtype != MW_F32 || t->partial) return EPI_NONE;
+    if (same_layout(t, u)) return EPI_FULL;
+    if (t->rank != cols || cols > u->rank) return EPI_NONE;
+    for (int i = 0; i < cols; i++) {
+        const mw__axis *a = &t->ax[i], *c = &u->ax[u->rank - cols + i];
+        if (a->name != c->name || a->mesh != c->mesh) return EPI_NONE;
+    }
+    return EPI_BIAS;
+}
+
+/* How a contraction maps onto one GEMM: its axis groups (Bt batch, M, N, K); whether C is
+ * computed swapped (C^T = B^T A^T, so that the GEMM's rows and columns are C's in memory) or
+ * into scratch and permuted after; the addends the plan folds into it (find_gemm_addends: the
+ * sum's other operand, and a residual added to that sum) and where each goes: into the GEMM's
+ * epilogue (EPI_BIAS, EPI_FULL) or, EPI_NONE, into C before the product is added to it. */
+typedef struct contraction {
+    axlist bt, m, nn, k;
+    int swap, permute_out;
+    const mw_tensor *sum, *sum2;
+    int addend, residual;
+    int epi_addend, epi_residual;
+} contraction;
+
+static void analyse_contract(const builder *b, const mw_tensor *n, contraction *c) {
+    const mw_tensor *ta = n->in[0], *tb = n->in[1];
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < n->type.rank; i++) {
+        const mw__axis *ax = &n->type.ax[i];
+        int ina = mw__type_find(&ta->type, ax) >= 0, inb = mw__type_find(&tb->type, ax) >= 0;
+        axlist *dst = ina && inb ? &c->bt : ina ? &c->m : &c->nn;
+        dst->ax[dst->n++] = *ax;
+    }
+    for (int i = 0; i < ta->type.rank; i++)
+        if (mw__type_find(&n->type, &ta->type.ax[i]) < 0) c->k.ax[c->k.n++] = ta->type.ax[i];
+    const axlist *c_direct[] = {&c->bt, &c->m, &c->nn}, *c_trans[] = {&c->bt, &c->nn, &c->m};
+    c->swap = !seq_equals(&n->type, c_direct, 3) && seq_equals(&n->type, c_trans, 3);
+    c->permute_out = !seq_equals(&n->type, c_direct, 3) && !c->swap;
+    /* The sum's type has the product's layout (its axes possibly renamed): the addend is mapped
+     * onto it by name. A residual added to that sum goes into C with the addend, in the sum's
+     * layout. */
+    c->addend = c->residual = -1;
+    c->sum = b->addend[n->id] >= 0 ? b->g->nodes[b->addend[n->id]] : NULL;
+    if (c->sum)
+        c->addend =
+            b->root[c->sum->in[0]->id] == b->root[n->id] ? c->sum->in[1]->id : c->sum->in[0]->id;
+    c->sum2 = b->addend2[n->id] >= 0 ? b->g->nodes[b->addend2[n->id]] : NULL;
+    if (c->sum2)
+        c->residual =
+            b->root[c->sum2->in[0]->id] == b->root[n->id] ? c->sum2->in[1]->id : c->sum2->in[0]->id;
+    /* The GEMM's own epilogue where the addends fit it: a bias along C's rows, an array laid
+     * out like C; both are read by the kernel as it writes C (no pass of their own). */
+    c->epi_addend = c->epi_residual = EPI_NONE;
+    if (c->addend >= 0 && !c->permute_out) {
+        int cols = c->swap ? c->m.n : c->nn.n; /* C's trailing axes: the GEMM's columns */
+        int ka = epilogue_of(b->g->nodes[c->addend], c->sum, cols);
+        int kr = c->residual >= 0 ? epilogue_of(b->g->nodes[c->residual], c->sum2, cols) : EPI_NONE;
+        if (ka != EPI_NONE && (c->residual < 0 || (kr != EPI_NONE && kr != ka))) {
+            c->epi_addend = ka;
+            c->epi_residual = kr;
+        }
+    }
+}
+
+/* Whether the GEMM of a contraction writes its whole result itself (nothing added to C by a pass
+ * before it or after it): only then may C be bf16. */
+static int contract_writes_all(const contraction *c) {
+    return !c->permute_out && (c->addend < 0 || c->epi_addend != EPI_NONE);
+}
+
 /* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
  * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
 static int lower_contract(builder *b, const mw_tensor *n) {
     const mw_tensor *ta = n->in[0], *tb = n->in[1];
-    axlist bt = {0}, m = {0}, nn = {0}, k = {0};
-    for (int i = 0; i < n->type.rank; i++) {
-        const mw__axis *ax = &n->type.ax[i];
-        int ina = mw__type_find(&ta->type, ax) >= 0, inb = mw__type_find(&tb->type, ax) >= 0;
-        axlist *dst = ina && inb ? &bt : ina ? &m : &nn;
-        dst->ax[dst->n++] = *ax;
-    }
-    for (int i = 0; i < ta->type.rank; i++)
-        if (mw__type_find(&n->type, &ta->type.ax[i]) < 0) k.ax[k.n++] = ta->type.ax[i];
-
+    contraction c;
+    analyse_contract(b, n, &c);
     int64_t tmp_off[3] = {-1, -1, -1}, tmp_len[3] = {0};
     mw__ref ra = b->ref[ta->id], rb = b->ref[tb->id], rc = b->ref[n->id];
-    const axlist *a_direct[] = {&bt, &m, &k}, *a_trans[] = {&bt, &k, &m};
-    const axlist *b_direct[] = {&bt, &k, &nn}, *b_trans[] = {&bt, &nn, &k};
-    const axlist *c_direct[] = {&bt, &m, &nn}, *c_trans[] = {&bt, &nn, &m};
+    const axlist *a_direct[] = {&c.bt, &c.m, &c.k}, *a_trans[] = {&c.bt, &c.k, &c.m};
+    const axlist *b_direct[] = {&c.bt, &c.k, &c.nn}, *b_trans[] = {&c.bt, &c.nn, &c.k};
+    const axlist *c_direct[] = {&c.bt, &c.m, &c.nn};
     int trans_a =
         gemm_operand(b, n->id, &ta->type, a_direct, a_trans, &ra, &tmp_off[0], &tmp_len[0]);
     int trans_b =
         gemm_operand(b, n->id, &tb->type, b_direct, b_trans, &rb, &tmp_off[1], &tmp_len[1]);
     if (trans_a < 0 || trans_b < 0) return -1;
-    int swap = 0, permute_out = 0;
+    int swap = c.swap, permute_out = c.permute_out;
     mw__type tc = type_of(c_direct, 3);
-    if (seq_equals(&n->type, c_direct, 3))
-        swap = 0;
-    else if (seq_equals(&n->type, c_trans, 3))
-        swap = 1;
-    else {
-        permute_out = 1;
+    tc.dtype = rc.dtype;
+    if (permute_out) {
         tmp_off[2] = scratch(b, &tc, &tmp_len[2]);
-        rc = mw__ref_at(MW__BASE_ARENA, MW_F32, tmp_off[2]);
+        rc = arena_ref(rc.dtype, tmp_off[2]);
     }
-    int64_t B = group_size(&bt, b->pl), M = group_size(&m, b->pl);
-    int64_t N = group_size(&nn, b->pl), K = group_size(&k, b->pl);
+    int64_t B = group_size(&c.bt, b->pl), M = group_size(&c.m, b->pl);
+    int64_t N = group_size(&c.nn, b->pl), K = group_size(&c.k, b->pl);
     mw__ins *in = emit(b, MW__I_GEMM, n->id);
     if (!in) return -1;
     mw__k_gemm *gm = &in->k.gemm;
@@ -339,16 +431,16 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     in->ref[1] = swap ? rb : ra;
     in->ref[2] = swap ? ra : rb;
     in->ref[0] = rc;
-    /* The sum's type has the product's layout (its axes possibly renamed): the addend is mapped
-     * onto it by name. */
-    const mw_tensor *sum = b->addend[n->id] >= 0 ? b->g->nodes[b->addend[n->id]] : NULL;
-    int addend = -1;
-    if (sum) addend = b->root[sum->in[0]->id] == b->root[n->id] ? sum->in[1]->id : sum->in[0]->id;
-    /* A residual added to that sum: it goes into C with the addend, in the sum's layout. */
-    const mw_tensor *sum2 = b->addend2[n->id] >= 0 ? b->g->nodes[b->addend2[n->id]] : NULL;
-    int residual = -1;
-    if (sum2)
-        residual = b->root[sum2->in[0]->id] == b->root[n->id] ? sum2->in[1]->id : sum2->in[0]->id;
+    in->ref[3] = in->ref[4] = no_ref;
+    gm->ab_dtype = ra.dtype;
+    gm->c_dtype = rc.dtype;
+    const mw_tensor *sum = c.sum;
+    int addend = c.addend, residual = c.residual;
+    if (c.epi_addend != EPI_NONE) {
+        in->ref[c.epi_addend == EPI_BIAS ? 3 : 4] = b->ref[addend];
+        if (residual >= 0) in->ref[c.epi_residual == EPI_BIAS ? 3 : 4] = b->ref[residual];
+        addend = residual = -1;
+    }
     if (addend >= 0 && !permute_out) {
         /* out = addend + A B: the addend goes into C first (broadcast as needed), then the GEMM
          * adds onto it, so the ADD costs no pass of its own. */
@@ -408,6 +500,8 @@ static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
     else
         in->ref[0].off += shift * mw__dtype_bytes(in->ref[0].dtype);
     in->k.copy.alpha = 1.0f;
+    in->k.copy.out_dtype = out.dtype;
+    in->k.copy.a_dtype = src.dtype;
     nd_over(&in->k.copy.nd, &small->type, &ls);
     if (slice) {
         memcpy(in->k.copy.nd.stride[0], ls.stride, sizeof ls.stride);
@@ -501,12 +595,13 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     switch (n->op) {
     case MW__OP_GELU:
         if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
-        in->k.unary = (mw__k_unary){.op = MW__UN_GELU, .count = lo->numel};
+        in->k.unary = (mw__k_unary){.op = MW__UN_GELU, .out_dtype = out.dtype, .count = lo->numel};
         return 0;
     case MW__OP_GELU_GRAD:
         if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
-        in->k.unary_grad = (mw__k_unary_grad){.op = MW__UN_GELU, .count = lo->numel};
-        in->ref[3] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+        in->k.unary_grad =
+            (mw__k_unary_grad){.op = MW__UN_GELU, .out_dtype = out.dtype, .count = lo->numel};
+        in->ref[3] = no_ref;
         if (b->col_sum[n->id] >= 0) {
             in->ref[3] = grad_ref(b, b->col_sum[n->id]);
             in->k.unary_grad.cols = lo->size[lo->rank - 1];
@@ -523,11 +618,12 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
                                                       : MW__I_LN_DW;
         if (!(in = emit_io(b, kind, n, out))) return -1;
         if (kind == MW__I_LAYERNORM)
-            in->k.layernorm = (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar};
+            in->k.layernorm =
+                (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar, .out_dtype = out.dtype};
         else
             in->k.ln_grad = (mw__k_layernorm_grad){.rows = rows, .n = len, .eps = n->scalar};
         if (kind == MW__I_LN_DX) {
-            in->ref[4] = in->ref[5] = in->ref[6] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+            in->ref[4] = in->ref[5] = in->ref[6] = no_ref;
             if (b->ln_addend[n->id] >= 0) in->ref[6] = b->ref[b->ln_addend[n->id]];
             if (b->ln_dw[n->id] >= 0) {
                 in->ref[4] = grad_ref(b, b->ln_dw[n->id]);
@@ -633,22 +729,28 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     k.block = k.t < MW__ATTN_BLOCK ? k.t : MW__ATTN_BLOCK;
     k.slices = 1;
     for (int i = 0; i < k.walk.rank; i++) k.slices *= k.walk.dims[i];
+    k.qkv_dtype = b->ref[qkv->id].dtype;
+    k.out_dtype = out.dtype;
+    /* CPU: a slice of bf16 q, k, v (and a bf16 output) staged in f32 (mw__k_attention). */
+    int64_t stage = (k.qkv_dtype == MW_BF16 ? 3 * k.d * k.t : 0) +
+                    (!grad && k.out_dtype == MW_BF16 ? k.d * k.t : 0);
     k.scratch_elems =
-        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + 3 * k.d * k.t + 2 * k.block * k.d
-             : k.block * k.t + 2 * k.d * k.t;
-    int64_t soff = arena_alloc(&b->ar, k.scratch_elems);
+        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + stage + 3 * k.d * k.t + 2 * k.block * k.d
+             : k.block * k.t + stage + 2 * k.d * k.t;
+    int64_t soff = arena_alloc(&b->ar, k.scratch_elems); /* floats */
     mw__ins *in = emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
     if (!in) return -1;
     in->ref[0] = out;
     in->ref[1] = b->ref[n->in[0]->id];
     if (grad) in->ref[2] = b->ref[n->in[1]->id];
-    in->ref[grad ? 3 : 2] = mw__ref_at(MW__BASE_ARENA, MW_F32, soff);
+    in->ref[grad ? 3 : 2] = arena_ref(MW_F32, soff);
     /* The kept probabilities follow the forward node's value in its buffer. */
     const mw_tensor *fwd = grad ? n->in[2] : n;
-    in->ref[4] = (mw__ref){MW__BASE_ARENA, MW_F32, -1};
+    in->ref[4] = no_ref;
     if (b->extra[fwd->id]) {
-        in->ref[4] = b->ref[fwd->id];
-        in->ref[4].off += local_type(&fwd->type, b->pl).numel * 4;
+        mw__ref v = b->ref[fwd->id];
+        in->ref[4] =
+            arena_ref(MW_F32, v.off / 4 + units_of(local_type(&fwd->type, b->pl).numel, v.dtype));
     }
     in->k.attention = k;
     return arena_release(&b->ar, soff, k.scratch_elems);
@@ -745,6 +847,8 @@ static int lower_node(builder *b, const mw_tensor *n) {
         return 0;
     }
     case MW__OP_CONTRACT: return lower_contract(b, n);
+    case MW__OP_CAST: /* CAST_CONVERT: the others emit nothing */
+        return emit_copy(b, n->id, out, &n->type, b->ref[n->in[0]->id], &n->in[0]->type, 1.0f);
     case MW__OP_COUNT: break;
     }
     return cannot_lower(n);
@@ -906,6 +1010,72 @@ static void find_gemm_addends(builder *b, const char *live, const int *grad_of, 
     }
 }
 
+/* The node whose buffer holds node i's value (through aliases and the ADDs a GEMM writes). */
+static int owner_of(const builder *b, int i) {
+    const mw_tensor *t = b->g->nodes[i];
+    for (;;) {
+        if (t->op == MW__OP_ALIAS)
+            t = t->in[0];
+        else if (b->fused[t->id] >= 0)
+            t = b->g->nodes[b->fused[t->id]];
+        else
+            return t->id;
+    }
+}
+
+/* The instruction a node's kernel is, when that kernel can write its output in bf16 (and the
+ * device's does: target bf16_out); -1 otherwise. */
+static int bf16_writer(const builder *b, const mw_tensor *t) {
+    int kind = t->op == MW__OP_CONTRACT         ? MW__I_GEMM
+               : t->op == MW__OP_LAYERNORM      ? MW__I_LAYERNORM
+               : t->op == MW__OP_GELU           ? MW__I_UNARY
+               : t->op == MW__OP_GELU_GRAD      ? MW__I_UNARY_GRAD
+               : t->op == MW__OP_ATTENTION      ? MW__I_ATTENTION
+               : t->op == MW__OP_ATTENTION_GRAD ? MW__I_ATTENTION_GRAD
+                                                : -1;
+    if (kind < 0 || !(b->bf16_out & (1u << kind))) return -1;
+    if (t->op == MW__OP_CONTRACT) {
+        contraction c;
+        analyse_contract(b, t, &c);
+        if (!contract_writes_all(&c)) return -1;
+    }
+    return kind;
+}
+
+/* Casts to bf16 that need no pass of their own (see CAST_PARAM, CAST_FUSED); the rest convert.
+ * A value is written in bf16 by its kernel when the cast is its only reader: nothing else reads
+ * its buffer (an attention gradient's third input only locates the kept probabilities; a bias
+ * gradient summed by the kernel itself is made from its f32 values), it is no parameter's
+ * gradient and the host does not read it. Runs once b->root is known; sets the casts' roots. */
+static void find_bf16_casts(builder *b, const char *live, const char *host_read) {
+    const mw_graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *c = g->nodes[i];
+        if (!live[i] || c->op != MW__OP_CAST || c->type.dtype != MW_BF16) continue;
+        const mw_tensor *src = c->in[0];
+        while (src->op == MW__OP_ALIAS) src = src->in[0];
+        if (src->op == MW__OP_PARAM) {
+            b->cast[i] = CAST_PARAM;
+            continue;
+        }
+        int r = owner_of(b, c->in[0]->id);
+        const mw_tensor *t = g->nodes[r];
+        if (b->buf16[r] || host_read[r] || b->grad_of[r] >= 0 || bf16_writer(b, t) < 0) continue;
+        int readers = 0;
+        for (int j = 0; j < g->nnodes && !readers; j++) {
+            const mw_tensor *u = g->nodes[j];
+            if (!live[j] || j == i || b->root[j] == r || j == b->col_sum[r]) continue;
+            for (int k = 0; k < u->nin; k++)
+                readers +=
+                    b->root[u->in[k]->id] == r && !(u->op == MW__OP_ATTENTION_GRAD && k == 2);
+        }
+        if (readers) continue;
+        b->cast[i] = CAST_FUSED;
+        b->buf16[r] = 1;
+        b->root[i] = b->root[c->in[0]->id];
+    }
+}
+
 static int cmp_slot(const void *x, const void *y) {
     const mw__param_slot *a = *(const mw__param_slot *const *)x;
     const mw__param_slot *c = *(const mw__param_slot *const *)y;
@@ -916,11 +1086,14 @@ static int cmp_slot(const void *x, const void *y) {
 
 mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
-                         int host_memory, int64_t bucket_elems, mw__plan *out) {
+                         const mw__plan_target *target, mw__plan *out) {
     memset(out, 0, sizeof *out);
     int failed = 1, lowered = 0;
     int nn = g->nnodes;
-    builder b = {.g = g, .pl = pl, .p = out, .host_memory = host_memory};
+    int host_memory = target->host_memory;
+    int64_t bucket_elems = target->bucket_elems;
+    builder b = {
+        .g = g, .pl = pl, .p = out, .host_memory = host_memory, .bf16_out = target->bf16_out};
     char *live = mw__calloc((size_t)nn, 1);
     b.ref = mw__calloc((size_t)nn, sizeof *b.ref);
     b.in_arena = mw__calloc((size_t)nn, 1);
@@ -934,6 +1107,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     b.ln_dw = mw__calloc((size_t)nn + 1, sizeof *b.ln_dw);
     b.col_sum = mw__calloc((size_t)nn + 1, sizeof *b.col_sum);
     b.absorbed = mw__calloc((size_t)nn + 1, 1);
+    b.cast = mw__calloc((size_t)nn + 1, 1);
+    b.buf16 = mw__calloc((size_t)nn + 1, 1);
+    char *host_read = mw__calloc((size_t)nn + 1, 1);
     int *uses = mw__calloc((size_t)nn + 1, sizeof *uses);
     int *grad_of =
         mw__malloc((size_t)nn * sizeof *grad_of); /* node -> parameter it is the grad of */
@@ -945,7 +1121,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     out->noutputs = noutputs;
     if (!out->outputs || !live || !b.ref || !b.in_arena || !b.last_use || !b.root || !grad_of ||
         !order || !out->views || !out->params || !b.addend || !b.fused || !b.addend2 ||
-        !b.ln_addend || !b.extra || !b.ln_dw || !b.col_sum || !b.absorbed || !uses)
+        !b.ln_addend || !b.extra || !b.ln_dw || !b.col_sum || !b.absorbed || !uses || !b.cast ||
+        !b.buf16 || !host_read)
         goto oom;
 
     /* Live nodes: ancestors of the loss and of the gradients. */
@@ -971,6 +1148,12 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id]
                     : b.fused[i] >= 0     ? b.root[b.fused[i]]
                                           : i;
+    }
+    host_read[b.root[loss->id]] = 1;
+    for (int o = 0; o < noutputs; o++) host_read[b.root[outputs[o]->id]] = 1;
+    find_bf16_casts(&b, live, host_read);
+    for (int i = 0; i < nn; i++) {
+        const mw_tensor *t = g->nodes[i];
         b.last_use[i] = i;
         if (!live[i]) continue;
         /* A buffer lives until the last use of any alias of it. */
@@ -1005,6 +1188,11 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         if (!live[i]) continue;
         if (t->op == MW__OP_PARAM) {
             b.ref[i] = mw__ref_at(MW__BASE_PARAMS, MW_F32, out->params[t->leaf].off);
+        } else if (t->op == MW__OP_CAST && b.cast[i] == CAST_PARAM) {
+            const mw_tensor *p = t->in[0];
+            while (p->op == MW__OP_ALIAS) p = p->in[0];
+            out->params[p->leaf].bf16 = out->params16 = 1;
+            b.ref[i] = mw__ref_at(MW__BASE_PARAMS16, MW_BF16, out->params[p->leaf].off);
         } else if (t->op == MW__OP_INPUT || t->op == MW__OP_SHARD) {
             /* A shard chain only needs the view of its last link. */
             int used = 0;
@@ -1020,7 +1208,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         mw__view *w = &out->views[v];
         w->staging = (mw__ref){MW__BASE_ARENA, w->dtype, -1};
         if (!w->contiguous || !host_memory)
-            w->staging = mw__ref_at(MW__BASE_ARENA, w->dtype, arena_alloc(&b.ar, w->count));
+            w->staging = arena_ref(w->dtype, arena_alloc(&b.ar, units_of(w->count, w->dtype)));
     }
 
     /* Gradient buckets: runs of consecutive slots partial over the same group, at most
@@ -1036,17 +1224,19 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
         const mw_tensor *t = g->nodes[i];
         if (i == fwd_last + 1) out->fwd_end = out->nins;
         if (!live[i]) continue;
-        if (t->op == MW__OP_ALIAS) {
-            b.ref[i] = b.ref[t->in[0]->id];
+        if (t->op == MW__OP_ALIAS || (t->op == MW__OP_CAST && b.cast[i] == CAST_FUSED)) {
+            b.ref[i] = b.ref[t->in[0]->id]; /* a fused cast: its input's kernel wrote bf16 */
         } else if (b.fused[i] >= 0) {
             b.ref[i] = b.ref[b.fused[i]]; /* the GEMM already wrote the sum there */
+        } else if (t->op == MW__OP_CAST && b.cast[i] == CAST_PARAM) {
+            /* the parameter's bf16 copy, set above */
         } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
                 b.ref[i] = grad_ref(&b, i);
             } else {
-                b.ref[i] =
-                    mw__ref_at(MW__BASE_ARENA, t->type.dtype, arena_alloc(&b.ar, n + b.extra[i]));
+                mw_dtype d = b.buf16[i] ? MW_BF16 : t->type.dtype;
+                b.ref[i] = arena_ref(d, arena_alloc(&b.ar, units_of(n, d) + b.extra[i]));
                 b.in_arena[i] = 1;
             }
             if (!b.absorbed[i] && (lowered = lower_node(&b, t))) goto oom;
@@ -1055,8 +1245,10 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             int a = b.root[t->in[k]->id];
             if (b.last_use[a] == i && b.in_arena[a]) {
                 b.in_arena[a] = 0;
-                if (arena_release(&b.ar, b.ref[a].off / 4,
-                                  local_type(&g->nodes[a]->type, pl).numel + b.extra[a]))
+                if (arena_release(
+                        &b.ar, b.ref[a].off / 4,
+                        units_of(local_type(&g->nodes[a]->type, pl).numel, b.ref[a].dtype) +
+                            b.extra[a]))
                     goto oom;
             }
         }
@@ -1102,6 +1294,9 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b.ln_dw);
     mw__free(b.col_sum);
     mw__free(b.absorbed);
+    mw__free(b.cast);
+    mw__free(b.buf16);
+    mw__free(host_read);
     mw__free(uses);
     mw__free(grad_of);
     mw__free(order);

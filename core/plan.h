@@ -14,7 +14,8 @@ enum {
     MW__BASE_ARENA = 0,
     MW__BASE_PARAMS = 1,
     MW__BASE_GRADS = 2,
-    MW__BASE_VIEW0 = 3 /* MW__BASE_VIEW0 + v: input view v */
+    MW__BASE_PARAMS16 = 3, /* the bf16 copy of the flat parameters (where plan.params16) */
+    MW__BASE_VIEW0 = 4     /* MW__BASE_VIEW0 + v: input view v */
 };
 
 /* A place in a device buffer: its base, the dtype of the elements there, and the offset in bytes
@@ -113,6 +114,8 @@ typedef struct mw__param_slot {
     int64_t off, count; /* in the flat parameter and gradient buffers (same layout) */
     int grad_node;      /* node computing its gradient, or -1 (gradient is zero) */
     uint32_t group;     /* mesh names its gradient is partial over (0: needs no reduction) */
+    int bf16;           /* a bf16 copy of it is read (at the same offset of MW__BASE_PARAMS16):
+                           whoever changes the parameter rewrites the copy */
 } mw__param_slot;
 
 /* How one device sits in the mesh, per graph mesh name. */
@@ -135,17 +138,27 @@ typedef struct mw__plan {
     int nviews;
     mw__param_slot *params; /* by parameter leaf index */
     int nparams;
+    int params16; /* some parameter has a bf16 copy: MW__BASE_PARAMS16 holds param_elems bf16 */
     mw__ref loss;
     mw__ref *outputs; /* where each requested output lives (kept to the end of the step) */
     int noutputs;
 } mw__plan;
 
+/* What the plan needs to know of the device it compiles for. */
+typedef struct mw__plan_target {
+    int host_memory;      /* the device reads host arrays in place */
+    int64_t bucket_elems; /* bounds a gradient bucket */
+    /* Bit k set: the device's kernel of instruction kind k (mw__ins_kind) writes a bf16 output,
+     * so a value that is only read as bf16 is written as bf16 by the kernel that makes it,
+     * rather than in f32 and converted. */
+    uint32_t bf16_out;
+} mw__plan_target;
+
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of
- * parameter i (or NULL); host_memory says whether the device reads host arrays in place;
- * bucket_elems bounds a gradient bucket. */
+ * parameter i (or NULL). */
 mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
-                         int host_memory, int64_t bucket_elems, mw__plan *out);
+                         const mw__plan_target *target, mw__plan *out);
 void mw__plan_free(mw__plan *p);
 
 /* Fills the kernel of ops_extra.c's node n (MAP, MAP_GRAD, DROPOUT, ARGMAX, REDUCE_MAX) for the

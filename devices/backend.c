@@ -134,11 +134,26 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
     return (dtype == MW_F32 || (dtype == MW_I32 && op == MW__I_COPY)) && has_slot(b->vt, op);
 }
 
+uint32_t mw__backend_bf16_writers(const mw__backend *b) {
+    uint32_t mask = 0;
+    for (int k = 0; k < (int)(sizeof op_names / sizeof *op_names); k++)
+        if (mw__backend_supports(b, k, MW_BF16)) mask |= 1u << k;
+    return mask;
+}
+
+/* The dtype an instruction asks the backend for: bf16 when any operand is bf16, else what it
+ * writes. */
+static mw_dtype ins_dtype(const mw__ins *in) {
+    for (int r = 0; r < (int)(sizeof in->ref / sizeof *in->ref); r++)
+        if (in->ref[r].off >= 0 && in->ref[r].dtype == MW_BF16) return MW_BF16;
+    return in->ref[0].dtype;
+}
+
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
                                  const struct mw__plan *plan, const char *device) {
     for (int i = 0; i < plan->nins; i++) {
         const mw__ins *in = &plan->ins[i];
-        mw_dtype dtype = in->ref[0].dtype; /* what the instruction writes */
+        mw_dtype dtype = ins_dtype(in);
         if (mw__backend_supports(b, (int)in->kind, dtype)) continue;
         int op = (int)in->kind;
         const char *what = op >= 0 && op < (int)(sizeof op_names / sizeof *op_names) && op_names[op]

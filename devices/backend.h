@@ -67,6 +67,10 @@ const mw__backend *mw__backend_named(const char *name);
 /* Whether b runs plan instruction op on dtype (b->supports, or the vtable's slot). */
 int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);
 
+/* The instruction kinds (bit k: mw__ins_kind k) whose kernels b runs with bf16 operands: those
+ * the plan may have write a bf16 output. */
+uint32_t mw__backend_bf16_writers(const mw__backend *b);
+
 /* MW_OK when b runs every instruction of plan; otherwise MW_ERR_UNSUPPORTED naming the first op
  * it lacks, the graph node it comes from and device (its name, "cuda:0"). */
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,

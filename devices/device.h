@@ -35,12 +35,15 @@ typedef struct mw__k_binary {
     const float *a, *b;
 } mw__k_binary;
 
-/* out[i] = alpha * a[i] over nd (operands 0, 1): copies, permutations, broadcasts, scaling. */
+/* out[i] = alpha * a[i] over nd (operands 0, 1): copies, permutations, broadcasts, scaling, and
+ * conversions between f32 and bf16 (a value computed in f32, then rounded to out's dtype to the
+ * nearest even; see devices/bf16.h). */
 typedef struct mw__k_copy {
     float alpha;
+    mw_dtype out_dtype, a_dtype; /* MW_F32 or MW_BF16 each; MW_I32 only to MW_I32 */
     mw__nd nd;
-    float *out;
-    const float *a;
+    void *out;
+    const void *a;
 } mw__k_copy;
 
 /* out = alpha * sum of a over the dims where out's stride is 0 (operands 0, 1; nd walks a). The
@@ -71,18 +74,29 @@ static inline mw__k_reduce mw__column_sums(int64_t rows, int64_t n, int64_t lda,
     return k;
 }
 
-/* C[b] = A[b] * B[b] + beta * C[b] for b < batch, row-major; A is M x K (K x M when trans_a), B
- * is K x N (N x K when trans_b), C is M x N; leading dimensions are those of the stored matrices.
- * beta is 0 (C is only written) or 1 (the product is added to what C holds: a bias or residual
- * the plan copied there first). */
+/* C[b] = A[b] * B[b] + bias + addend[b] + beta * C[b] for b < batch, row-major; A is M x K (K x M
+ * when trans_a), B is K x N (N x K when trans_b), C is M x N; leading dimensions are those of the
+ * stored matrices.
+ * - A and B are both f32 or both bf16 (products and sums in f32 either way); C is f32 or bf16
+ *   (rounded once, after the epilogue).
+ * - beta is 0 (C is only written) or 1 (the product is added to what C holds: an addend the plan
+ *   copied there first; f32 C only).
+ * - bias, when not NULL: N floats added to every row of every C[b]; addend, when not NULL: an f32
+ *   array laid out like C (ldc, stride_c) added to it. The epilogue the plan fuses: x W + b and
+ *   x + (h W + b).
+ * - impl: what the backend's gemm_prepare made for this instruction, or NULL (a kernel called on
+ *   its own: it then works without one, more slowly where it must convert). */
 typedef struct mw__k_gemm {
     float beta;
     int64_t batch, m, n, k;
     int trans_a, trans_b;
     int64_t lda, ldb, ldc;
     int64_t stride_a, stride_b, stride_c;
-    float *c;
-    const float *a, *b;
+    mw_dtype ab_dtype, c_dtype;
+    void *c;
+    const void *a, *b;
+    const float *bias, *addend;
+    void *impl;
 } mw__k_gemm;
 
 typedef struct mw__k_fill {
@@ -91,22 +105,25 @@ typedef struct mw__k_fill {
     float *out;
 } mw__k_fill;
 
-/* p[i] -= lr * g[i] */
+/* p[i] -= lr * g[i]. The optimizers' kernels also write, when p16 is not NULL, each updated
+ * parameter's bf16 rounding to p16[i] (the copy bf16 contractions read), as they update it. */
 typedef struct mw__k_sgd {
     float lr;
     int64_t count;
     float *p;
     const float *g;
+    uint16_t *p16;
 } mw__k_sgd;
 
 /* Elementwise unary ops and their gradients (math in devices/math.h). */
 typedef enum mw__unop { MW__UN_GELU } mw__unop;
 
-/* out[i] = f(a[i]) */
+/* out[i] = f(a[i]); out is f32 or bf16 (rounded once). */
 typedef struct mw__k_unary {
     mw__unop op;
+    mw_dtype out_dtype;
     int64_t count;
-    float *out;
+    void *out;
     const float *a;
 } mw__k_unary;
 
@@ -115,19 +132,21 @@ typedef struct mw__k_unary {
  * (the order of the reduce kernel's column sums): the plan gives it for a bias gradient. */
 typedef struct mw__k_unary_grad {
     mw__unop op;
+    mw_dtype out_dtype; /* f32, or bf16 (the column sums are of the f32 values, unrounded) */
     int64_t count;
-    float *out;
+    void *out;
     const float *gy, *x;
     int64_t cols;
     float *colsum;
 } mw__k_unary_grad;
 
 /* Layer norm over contiguous rows of n: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var+eps)
- * with the biased variance. */
+ * with the biased variance; out is f32 or bf16 (rounded once). */
 typedef struct mw__k_layernorm {
     int64_t rows, n;
     float eps;
-    float *out;
+    mw_dtype out_dtype;
+    void *out;
     const float *x, *w, *b;
 } mw__k_layernorm;
 
@@ -216,6 +235,7 @@ typedef struct mw__k_adamw {
     float lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale;
     float *p, *m, *v;
     const float *g;
+    uint16_t *p16; /* NULL, or the bf16 copy to write (see mw__k_sgd) */
 } mw__k_adamw;
 
 /* Fused self-attention (mw_attention) over `outer` independent (batch, head) slices. For slice
@@ -230,6 +250,11 @@ typedef struct mw__k_adamw {
 #define MW__ATTN_BLOCK 64 /* query rows per block of scores */
 typedef struct mw__k_attention {
     int causal;
+    /* qkv (both passes) in f32 or bf16; out f32, or bf16 in the forward pass. gy is f32. Where
+     * qkv or out are bf16 the CPU kernels stage a slice of them in f32 in the scratch: forward
+     * 3 D x T more floats for qkv and D x T for out (after the block of probabilities), backward
+     * 3 D x T for qkv (after the 2 per query row). */
+    mw_dtype qkv_dtype, out_dtype;
     float scale;
     int64_t t, d;
     int64_t seq_qkv, seq_out, part;
@@ -237,8 +262,10 @@ typedef struct mw__k_attention {
     int64_t slices; /* walk's index count: the (batch, head) slices */
     int64_t block;  /* query rows per block: min(t, MW__ATTN_BLOCK) */
     int64_t scratch_elems;
-    float *out, *scratch;
-    const float *qkv, *gy;
+    void *out;
+    float *scratch;
+    const void *qkv;
+    const float *gy;
     /* The probabilities kept from the forward pass for the backward one, or NULL: slice after
      * slice of mw__attn_probs_per_slice floats, each slice's blocks in order, a block's m rows as
      * long as the keys it may see. Set only for the CPU kernels (the plan's host-memory devices):
@@ -265,6 +292,7 @@ typedef struct mw__k_sgd_momentum {
     int nesterov, first;
     float *p, *buf;
     const float *g;
+    uint16_t *p16; /* NULL, or the bf16 copy to write (see mw__k_sgd) */
 } mw__k_sgd_momentum;
 
 /* The ops beyond the core set (math in devices/math_ops.h):
@@ -314,6 +342,12 @@ typedef struct mw__device_vtable {
     mw_status (*copy)(mw__device *dev, const mw__k_copy *k);
     mw_status (*reduce)(mw__device *dev, const mw__k_reduce *k);
     mw_status (*gemm)(mw__device *dev, const mw__k_gemm *k);
+    /* Optional: called once for every GEMM of a plan when the worker starts (on its thread,
+     * after init), so that what depends only on the GEMM's shape, dtypes and epilogue (a oneDNN
+     * primitive, its scratchpad) is made before the first step and a step allocates nothing:
+     * sets k->impl, owned by the device until shutdown. Which of k's pointers are NULL is
+     * final; the others may still change (an input read in place is bound every step). */
+    mw_status (*gemm_prepare)(mw__device *dev, mw__k_gemm *k);
     mw_status (*fill)(mw__device *dev, const mw__k_fill *k);
     mw_status (*sgd)(mw__device *dev, const mw__k_sgd *k);
     mw_status (*unary)(mw__device *dev, const mw__k_unary *k);
@@ -340,6 +374,13 @@ typedef struct mw__device_vtable {
      * with MW_ERR_UNSUPPORTED when the trainer is made). */
     mw_status (*attention)(mw__device *dev, const mw__k_attention *k);
     mw_status (*attention_grad)(mw__device *dev, const mw__k_attention *k);
+    /* Optional: what implements a kernel of instruction kind `kind` (an mw__ins_kind) whose
+     * descriptor is k, as prepared on dev ("onednn brg:avx512_core_amx_bf16", "cublas", ...),
+     * for reports; NULL or "" when the backend does not say. The string lives as long as dev. */
+    const char *(*describe)(const mw__device *dev, int kind, const void *k);
+    /* Optional: bytes the device's kernels hold for themselves (workspaces made when the worker
+     * started), for mw_trainer_memory. */
+    size_t (*workspace)(const mw__device *dev);
     /* Optional: SGD with momentum or weight decay (NULL: the trainer refuses those options). */
     mw_status (*sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k);
     /* Optional: the ops beyond the core set (NULL: a step using one fails, MW_ERR_UNSUPPORTED). */

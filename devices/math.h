@@ -71,6 +71,25 @@ MW__HD float mw__binop_apply(int op, float a, float b) {
     return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
 }
 
+/* bf16 is the top half of an f32: sign, the same 8 exponent bits, 7 mantissa bits. Converting
+ * rounds to the nearest, ties to even, on the bits (so subnormals round like normals, a carry out
+ * of the mantissa moves to the next binade and past the largest finite value to Inf); a NaN stays
+ * a NaN of the same sign and top payload bits, made quiet (as the CPUs' VCVTNEPS2BF16 does, but
+ * without its flushing of subnormal inputs to zero). Every bf16 value is exactly an f32. */
+MW__HD uint16_t mw__bf16_from_f32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+MW__HD float mw__bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 /* One AdamW update of one element; returns the new parameter and updates *m, *v. */
 MW__HD float mw__adamw_update(float p, float g, float *m, float *v, float lr, float beta1,
                               float beta2, float eps, float wd, float bias1, float bias2) {

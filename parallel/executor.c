@@ -37,6 +37,8 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
         k->gemm.c = mw__ptr(w, in->ref[0]);
         k->gemm.a = mw__ptr(w, in->ref[1]);
         k->gemm.b = mw__ptr(w, in->ref[2]);
+        k->gemm.bias = in->ref[3].off < 0 ? NULL : mw__ptr(w, in->ref[3]);
+        k->gemm.addend = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
         break;
     case MW__I_FILL: k->fill.out = mw__ptr(w, in->ref[0]); break;
     case MW__I_UNARY:
@@ -197,22 +199,28 @@ mw_status mw__executor_init(worker *w) {
     if (!w->kern || !w->rebind)
         return mw__error(MW_ERR_NOMEM, "out of memory making the kernels of device %s",
                          w->dev.name);
+    /* Inputs read in place are bound every step; until then at a placeholder, so that every
+     * kernel is resolved here (a GEMM's preparation sees which operands it has). */
+    static char placeholder[64];
     for (int v = 0; v < p->nviews; v++)
-        if (p->views[v].staging.off >= 0)
-            w->bases[MW__BASE_VIEW0 + v] = (char *)w->arena + p->views[v].staging.off;
+        w->bases[MW__BASE_VIEW0 + v] =
+            p->views[v].staging.off >= 0 ? (char *)w->arena + p->views[v].staging.off : placeholder;
     w->nrebind = 0;
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
         int in_place = 0;
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < (int)(sizeof in->ref / sizeof *in->ref); r++) {
             int v = in->ref[r].base - MW__BASE_VIEW0;
             in_place |= v >= 0 && p->views[v].staging.off < 0;
         }
         w->kern[i] = in->k;
-        if (in_place)
-            w->rebind[w->nrebind++] = i; /* resolved by mw__bind_views */
-        else
-            resolve(w, in, &w->kern[i]);
+        resolve(w, in, &w->kern[i]);
+        if (in_place) w->rebind[w->nrebind++] = i; /* resolved again by mw__bind_views */
+        /* What depends only on the GEMM's shape is made now, not in a step. */
+        mw_status st;
+        if (in->kind == MW__I_GEMM && w->dev.vt->gemm_prepare &&
+            (st = w->dev.vt->gemm_prepare(&w->dev, &w->kern[i].gemm)))
+            return st;
     }
     return MW_OK;
 }

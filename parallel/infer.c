@@ -71,15 +71,18 @@ mw_status mw__share_params(mw_trainer *tr, worker *w) {
         } else
             to[t->leaf] = sp->params[u->leaf].off;
     }
+    /* The program's bf16 copy (its own, made from the trainer's parameters) follows the same
+     * layout: its references move alike. */
     for (int i = 0; i < p->nins && st == MW_OK; i++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < (int)(sizeof p->ins[i].ref / sizeof *p->ins[i].ref); k++) {
             mw__ref *r = &p->ins[i].ref[k];
-            if (r->base != MW__BASE_PARAMS) continue;
+            if ((r->base != MW__BASE_PARAMS && r->base != MW__BASE_PARAMS16) || r->off < 0)
+                continue;
+            int64_t bytes = r->base == MW__BASE_PARAMS ? 4 : 2, e = r->off / bytes;
             for (int j = 0; j < p->nparams; j++) {
                 const mw__param_slot *s = &p->params[j];
-                int64_t e = r->off / 4; /* the flat parameters are f32 */
                 if (s->count && e >= s->off && e < s->off + s->count) {
-                    r->off = (to[j] + (e - s->off)) * 4;
+                    r->off = (to[j] + (e - s->off)) * bytes;
                     break;
                 }
             }
@@ -179,7 +182,8 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
                                  .pin_threads = config->pin_threads,
                                  .blas_threads = from ? -1 : config->blas_threads,
                                  .collective_timeout_ms = config->collective_timeout_ms,
-                                 .cpu_threads = config->cpu_threads};
+                                 .cpu_threads = config->cpu_threads,
+                                 .precision = config->precision};
         st = mw__trainer_new_forward(graph, from ? from->mesh : mesh, &cfg, from, &inf->tr);
     }
     if (st == MW_OK) st = prepare(inf);

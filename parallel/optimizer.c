@@ -90,7 +90,8 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
         mw__k_sgd k = {.lr = lr * scale,
                        .count = w->own_hi - w->own_lo,
                        .p = (float *)w->params + w->own_lo,
-                       .g = (const float *)w->grads + w->own_lo};
+                       .g = (const float *)w->grads + w->own_lo,
+                       .p16 = w->params16 ? (uint16_t *)w->params16 + w->own_lo : NULL};
         return k.count ? vt->sgd(&w->dev, &k) : MW_OK;
     }
     for (int i = 0; i < tr->g->nnodes; i++) {
@@ -98,18 +99,19 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
         int64_t lo, hi;
         if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
             continue;
-        mw__k_sgd_momentum k = {.count = hi - lo,
-                                .lr = lr,
-                                .momentum = o->momentum,
-                                .dampening = o->dampening,
-                                .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0.0f,
-                                .grad_scale = scale,
-                                .nesterov = o->nesterov,
-                                .first = tr->steps == 0,
-                                .p = (float *)w->params + lo,
-                                .buf = o->momentum > 0.0f ? (float *)w->moments + (lo - w->own_lo)
-                                                          : NULL,
-                                .g = (const float *)w->grads + lo};
+        mw__k_sgd_momentum k = {
+            .count = hi - lo,
+            .lr = lr,
+            .momentum = o->momentum,
+            .dampening = o->dampening,
+            .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0.0f,
+            .grad_scale = scale,
+            .nesterov = o->nesterov,
+            .first = tr->steps == 0,
+            .p = (float *)w->params + lo,
+            .buf = o->momentum > 0.0f ? (float *)w->moments + (lo - w->own_lo) : NULL,
+            .g = (const float *)w->grads + lo,
+            .p16 = w->plan.params[pn->leaf].bf16 ? (uint16_t *)w->params16 + lo : NULL};
         mw_status st = vt->sgd_momentum(&w->dev, &k);
         if (st) return st;
     }

@@ -89,6 +89,7 @@ mw_status mw__param_transfer(mw_trainer *tr, const mw_tensor *p, mw__held held, 
         int64_t lo, hi;
         char *at = held_range(w, s, held, &lo, &hi);
         if (lo == hi) continue;
+        if (write && held == MW__HELD_PARAMS) w->version++; /* its bf16 copy is out of date */
         mw__box box;
         mw__type_box(tr, d, &p->type, &box);
         size_t bytes = (size_t)(hi - lo) * 4;

@@ -4,6 +4,7 @@
  * which the calling thread runs); a worker runs its plan (executor.c) and the optimizer step
  * (update.c). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -290,10 +291,61 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
     int64_t p = w->plan.param_elems * 4;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer); /* allocated in every trainer */
     int64_t slice = (w->own_hi - w->own_lo) * 4, accum = tr->cfg.grad_accumulation ? slice : 0;
-    *out = (mw_device_memory){.parameters = tr->params_from ? 0 : p,
+    int64_t p16 = w->params16 ? (int64_t)mw__params16_elems(w) * 2 : 0;
+    const mw__device_vtable *vt = w->dev.vt;
+    *out = (mw_device_memory){.parameters = (tr->params_from ? 0 : p) + p16,
                               .gradients = tr->forward_only ? 0 : p + accum,
                               .optimizer = moments * slice,
-                              .activations = w->plan.arena_bytes};
+                              .activations = w->plan.arena_bytes,
+                              .workspace = vt->workspace ? (int64_t)vt->workspace(&w->dev) : 0};
+    return MW_OK;
+}
+
+mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
+    if (!tr || !buf || !size) return mw__error(MW_ERR_INVALID, "mw_trainer_kernels: NULL argument");
+    const worker *w = &tr->w[tr->first];
+    const mw__device_vtable *vt = w->dev.vt;
+    /* Distinct (kind, dtype, implementation) in order of first appearance, with counts. */
+    enum { MAX_LINES = 16 };
+    struct {
+        char text[160];
+        int count;
+    } lines[MAX_LINES];
+    int n = 0;
+    for (int i = 0; i < w->plan.nins; i++) {
+        const mw__ins *in = &w->plan.ins[i];
+        const mw__k_gemm *gm = &w->kern[i].gemm;
+        const mw__k_attention *at = &w->kern[i].attention;
+        const char *kind, *impl = NULL;
+        mw_dtype dt;
+        if (in->kind == MW__I_GEMM) {
+            kind = "gemm";
+            dt = gm->ab_dtype;
+        } else if (in->kind == MW__I_ATTENTION || in->kind == MW__I_ATTENTION_GRAD) {
+            kind = in->kind == MW__I_ATTENTION ? "attention" : "attention_grad";
+            dt = at->qkv_dtype;
+        } else {
+            continue;
+        }
+        if (vt->describe) impl = vt->describe(&w->dev, (int)in->kind, &w->kern[i]);
+        char text[160];
+        snprintf(text, sizeof text, "%s %s: %s", kind, mw__dtype_name(dt),
+                 impl && *impl ? impl : vt->kind);
+        int j = 0;
+        while (j < n && strcmp(lines[j].text, text) != 0) j++;
+        if (j == n && n < MAX_LINES) {
+            snprintf(lines[n].text, sizeof lines[0].text, "%s", text);
+            lines[n++].count = 0;
+        }
+        if (j < n) lines[j].count++;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int j = 0; j < n && used < size; j++) {
+        int k = snprintf(buf + used, size - used, "%s%s (%d)", j ? "\n" : "", lines[j].text,
+                         lines[j].count);
+        used += k > 0 ? (size_t)k : 0;
+    }
     return MW_OK;
 }
 

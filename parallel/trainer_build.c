@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/autocast.h"
 #include "core/autodiff.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
@@ -449,6 +450,7 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
     }
     if (tr->forward_only) tr->loss = tr->outputs[0];
     tr->cfg.outputs = NULL; /* borrowed only during construction */
+    if (tr->cfg.precision == MW_PRECISION_BF16 && (st = mw__autocast_bf16(g))) return st;
     if ((!tr->forward_only && ((st = mw__autodiff(g, tr->loss, tr->grads)) ||
                                (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)))) ||
         (st = place(tr)))
@@ -476,8 +478,11 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss)
         snprintf(w->dev.name, sizeof w->dev.name, "%s", mesh->device_name[d]);
         mw__placement pl;
         mw__trainer_placement(tr, d, &pl);
+        mw__plan_target target = {.host_memory = mesh->vt->host_memory,
+                                  .bucket_elems = (int64_t)(bucket / 4),
+                                  .bf16_out = mw__backend_bf16_writers(mesh->backend)};
         if ((st = mw__plan_build(g, tr->loss, tr->grads, tr->outputs, tr->cfg.noutputs, &pl,
-                                 mesh->vt->host_memory, (int64_t)(bucket / 4), &w->plan)))
+                                 &target, &w->plan)))
             return st;
         if ((st = mw__backend_check_plan(mesh->backend, g, &w->plan, w->dev.name))) return st;
         if (tr->cfg.profile && (st = mw__profile_init(w, g))) return st;
@@ -550,6 +555,12 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
+    if (st == MW_OK && tr->cfg.precision != MW_PRECISION_FP32 &&
+        tr->cfg.precision != MW_PRECISION_BF16)
+        st = mw__error(MW_ERR_INVALID,
+                       "mw_trainer_new: precision is %d (expected MW_PRECISION_FP32 or "
+                       "MW_PRECISION_BF16)",
+                       (int)tr->cfg.precision);
     if (st == MW_OK && tr->cfg.cpu_threads < MW_CPU_THREADS_PER_DEVICE)
         st = mw__error(MW_ERR_INVALID,
                        "mw_trainer_new: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "

@@ -32,6 +32,11 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads;
+    /* plan.params16: the bf16 copy of the flat parameters that bf16 contractions read. version
+     * counts the changes of this device's parameters (the optimizer's, and writes from the
+     * host); version16 is the version the copy was made from (see mw__params16_sync). */
+    void *params16;
+    uint64_t version, version16;
     /* AdamW: m then v; SGD with momentum: its buffer. Each covers this device's slice
      * [own_lo, own_hi) of the flat parameters: all of them, or with ZeRO-1 its own slice. */
     void *moments;
@@ -228,6 +233,16 @@ mw_status mw__enter(worker *w, mw_phase phase);
 
 /* update.c: the optimizer step on worker w's slice of the parameters. */
 mw_status mw__update(worker *w);
+/* Makes w's bf16 copy of the parameters current (a conversion of every parameter that has one,
+ * when they changed since it was made: written from the host, loaded, or another program's);
+ * before every command that runs the forward pass. */
+mw_status mw__params16_sync(worker *w);
+/* Elements of w's bf16 copy: those of the flat parameters it reads (another program's when it
+ * shares them). */
+static inline size_t mw__params16_elems(const worker *w) {
+    const mw_trainer *from = w->tr->params_from;
+    return (size_t)(from ? from->w[w->index].plan.param_elems : w->plan.param_elems);
+}
 
 /* workers.c: a worker thread's loop (arg: its worker). */
 void *mw__worker_main(void *arg);

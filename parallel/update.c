@@ -78,6 +78,7 @@ static mw_status update_slice(worker *w) {
         int64_t lo, hi;
         if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
             continue;
+        const mw__param_slot *slot = &w->plan.params[pn->leaf];
         mw__k_adamw k = {.count = hi - lo,
                          .lr = lr,
                          .beta1 = o->beta1,
@@ -90,18 +91,45 @@ static mw_status update_slice(worker *w) {
                          .p = (float *)w->params + lo,
                          .m = m + (lo - w->own_lo),
                          .v = v + (lo - w->own_lo),
-                         .g = (const float *)w->grads + lo};
+                         .g = (const float *)w->grads + lo,
+                         .p16 = slot->bf16 ? (uint16_t *)w->params16 + lo : NULL};
         if ((st = vt->adamw(&w->dev, &k))) return st;
     }
     return MW_OK;
 }
 
-/* The optimizer step on this device's slice of the parameters (all of them unless ZeRO-1). The
- * slice's gradients are already summed over the devices, so every device computes the same norm
- * and the same update of what it holds; ZeRO-1 then all-gathers the parameters. */
-mw_status mw__update(worker *w) {
-    mw_status st = update_slice(w);
-    if (st || !w->tr->zero1 || w->skipped) return st;
+/* Converts the parameters of [lo, hi) that have a bf16 copy into it. */
+static mw_status params16_refresh(worker *w, int64_t lo, int64_t hi) {
+    const mw__plan *p = &w->plan;
+    for (int j = 0; j < p->nparams; j++) {
+        const mw__param_slot *s = &p->params[j];
+        int64_t a = s->off > lo ? s->off : lo, b = s->off + s->count < hi ? s->off + s->count : hi;
+        if (!s->bf16 || a >= b) continue;
+        mw__k_copy k = {.alpha = 1.0f,
+                        .out_dtype = MW_BF16,
+                        .a_dtype = MW_F32,
+                        .nd = {.rank = 1, .dims = {b - a}, .stride = {{1}, {1}}},
+                        .out = (uint16_t *)w->params16 + a,
+                        .a = (const float *)w->params + a};
+        mw_status st = w->dev.vt->copy(&w->dev, &k);
+        if (st) return st;
+    }
+    return MW_OK;
+}
+
+mw_status mw__params16_sync(worker *w) {
+    if (!w->params16) return MW_OK;
+    const mw_trainer *from = w->tr->params_from;
+    uint64_t v = from ? from->w[w->index].version : w->version;
+    if (v == w->version16) return MW_OK;
+    mw_status st = params16_refresh(w, 0, (int64_t)mw__params16_elems(w));
+    if (st == MW_OK) w->version16 = v;
+    return st;
+}
+
+/* ZeRO-1: the parameters after this device updated its slice, all-gathered. */
+static mw_status gather_params(worker *w) {
+    mw_status st;
     if ((st = w->dev.vt->sync(&w->dev))) return st;
     mw_trainer *tr = w->tr;
     size_t n = (size_t)w->plan.param_elems;
@@ -116,4 +144,22 @@ mw_status mw__update(worker *w) {
         if (tr->groups[gi].ncomms == 1 && w->comm[gi])
             return tr->reducer->all_gather(w->comm[gi], w->rank[gi], w->params, n, tr->slices);
     return mw__error(MW_ERR_STATE, "internal: ZeRO-1 without a reduction group over the mesh");
+}
+
+/* The optimizer step on this device's slice of the parameters (all of them unless ZeRO-1). The
+ * slice's gradients are already summed over the devices, so every device computes the same norm
+ * and the same update of what it holds; ZeRO-1 then all-gathers the parameters. The optimizer's
+ * kernels write the bf16 copy of what they update; with ZeRO-1 the rest of it is converted from
+ * the gathered parameters (the bits the owner's kernel wrote). */
+mw_status mw__update(worker *w) {
+    mw_status st = update_slice(w);
+    if (st || w->skipped) return st;
+    w->version++;
+    if (w->tr->zero1) {
+        if ((st = gather_params(w)) || (st = params16_refresh(w, 0, w->own_lo)) ||
+            (st = params16_refresh(w, w->own_hi, w->plan.param_elems)))
+            return st;
+    }
+    if (w->version16 == w->version - 1) w->version16 = w->version;
+    return MW_OK;
 }

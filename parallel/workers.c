@@ -35,7 +35,8 @@ static mw_status worker_init(worker *w) {
     if (from) w->params = from->w[w->index].params; /* shared, not copied */
     if ((st = vt->alloc(&w->dev, (size_t)p->arena_bytes, &w->arena)) ||
         (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
-        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))))
+        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))) ||
+        (p->params16 && (st = vt->alloc(&w->dev, mw__params16_elems(w) * 2, &w->params16))))
         return st;
     size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
     size_t pieces = (size_t)w->tr->g->nparams * (size_t)w->zparts * sizeof(float);
@@ -64,10 +65,12 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
+    w->bases[MW__BASE_PARAMS16] = w->params16;
     if ((st = mw__executor_init(w))) return st;
     const float *init =
         w->tr->init_boxes ? w->tr->init_boxes[w->index - w->tr->first] : w->tr->init_values;
     if (!from && (st = vt->upload(&w->dev, w->params, init, pbytes))) return st;
+    w->version = 1; /* the bf16 copy (version16 0) is made before the first forward pass */
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
     if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;
@@ -80,14 +83,18 @@ static mw_status worker_run(worker *w, cmd c) {
     switch (c) {
     case CMD_INIT: return worker_init(w);
     case CMD_EVAL:
-        if ((st = mw__bind_views(w)) || (st = mw__run_range(w, 0, w->plan.fwd_end))) return st;
+        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
+            (st = mw__run_range(w, 0, w->plan.fwd_end)))
+            return st;
         return w->dev.vt->sync(&w->dev);
     case CMD_GRADS:
     case CMD_STEP:
     case CMD_ACCUM:
         w->skipped = 0;
         w->inflight = 0;
-        if ((st = mw__bind_views(w)) || (st = mw__run_range(w, 0, w->plan.bwd_end))) return st;
+        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
+            (st = mw__run_range(w, 0, w->plan.bwd_end)))
+            return st;
         if (w->inflight) {
             w->phase = MW_PHASE_GRAD_REDUCE;
             if ((st = mw__reductions(w, 1))) return st;
@@ -189,6 +196,7 @@ static void run_one(worker *w, cmd c) {
         w->dev.vt->free(&w->dev, w->arena);
         if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
         w->dev.vt->free(&w->dev, w->grads);
+        w->dev.vt->free(&w->dev, w->params16);
         w->dev.vt->free(&w->dev, w->moments);
         w->dev.vt->free(&w->dev, w->accum);
         w->dev.vt->free(&w->dev, w->scratch);

@@ -8,6 +8,7 @@ PACKAGES=(
     cmake
     pkg-config
     libopenblas-dev   # the CPU backend's BLAS (ships openblas.pc)
+    libdnnl-dev       # oneDNN: the CPU backend's contractions (MESHWIT_DNNL=AUTO)
     libcriterion-dev  # unit tests
     clang             # second compiler
     clang-format      # style check

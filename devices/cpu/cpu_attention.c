@@ -17,8 +17,11 @@
  * into the scratch (see pack), so that every product reads its B operand sequentially. */
 #include <string.h>
 
+#include "core/error.h"
+#include "devices/cpu/cpu_gemm.h"
 #include "devices/cpu/cpu_nn.h"
 #include "devices/cpu/rows.h"
+#include "devices/math.h"
 
 #define TILE_N 16 /* output columns per micro tile: two AVX2 vectors, one AVX-512 vector */
 #define ALL ((int64_t)1 << 40) /* a product's limit that limits nothing */
@@ -177,6 +180,17 @@ static void slice_offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) 
     }
 }
 
+/* One (batch, head) slice in f32: q (k and v `part` floats after it), positions `seq` apart; the
+ * output positions (out or, backward, gy) `seq_out` apart. Where the kernel's q, k, v or output
+ * are bf16, these point at f32 copies of the slice in the scratch (stage_slice). */
+typedef struct slice {
+    const float *q;
+    int64_t seq, part;
+    float *out;
+    const float *gy;
+    int64_t seq_out;
+} slice;
+
 /* Keys the queries of the block [i0, i0 + m) may see. */
 static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
     return k->causal ? i0 + m : k->t;
@@ -185,10 +199,10 @@ static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
 /* P (m x kend, row stride kend) = softmax of scale * q k^T (kt = k^T packed) over the keys each row
  * may see; the masked entries of the block's last columns are 0. */
 MW__CPU_CLONES
-static void block_probs(const mw__k_attention *k, const float *q, const float *kt, int64_t i0,
+static void block_probs(const mw__k_attention *k, const slice *v, const float *kt, int64_t i0,
                         int64_t m, int64_t kend, float *p) {
-    prod x = {.a = q + i0 * k->seq_qkv,
-              .sar = k->seq_qkv,
+    prod x = {.a = v->q + i0 * v->seq,
+              .sar = v->seq,
               .sak = 1,
               .b = kt,
               .rows = k->d,
@@ -222,33 +236,100 @@ static float *kept(const mw__k_attention *k, int64_t s) {
     return k->probs ? k->probs + s * mw__attn_probs_per_slice(k->t, k->block, k->causal) : NULL;
 }
 
+/* rows x n bf16 (rows `from_stride` apart) widened into f32 rows `to_stride` apart. */
+MW__CPU_CLONES
+static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t from_stride,
+                       float *to, int64_t to_stride) {
+    for (int64_t r = 0; r < rows; r++) {
+        const uint16_t *a = from + r * from_stride;
+        float *o = to + r * to_stride;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            mw__v8 x;
+            mw__bf16_load8(&x, a + j);
+            memcpy(o + j, &x, sizeof x);
+        }
+        for (; j < n; j++) o[j] = mw__bf16_to_f32(a[j]);
+    }
+}
+
+/* rows x n f32 (rows `from_stride` apart) rounded into bf16 rows `to_stride` apart. */
+MW__CPU_CLONES
+static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from_stride,
+                        uint16_t *to, int64_t to_stride) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *a = from + r * from_stride;
+        uint16_t *o = to + r * to_stride;
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            mw__v8 x;
+            memcpy(&x, a + j, sizeof x);
+            mw__bf16_store8(o + j, &x);
+        }
+        for (; j < n; j++) o[j] = mw__bf16_from_f32(a[j]);
+    }
+}
+
+/* Slice s as f32: in place where the kernel's operands are f32, else q, k and v widened into the
+ * scratch at stage (3 x t x d: q, then k, then v; positions d apart) and, forward, the output
+ * made there (after them, t x d) and rounded into out by finish_slice. */
+static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *stage, slice *v) {
+    int64_t oo, oq, t = k->t, d = k->d;
+    slice_offsets(&k->walk, s, &oo, &oq);
+    if (k->qkv_dtype == MW_BF16) {
+        const uint16_t *q = (const uint16_t *)k->qkv + oq;
+        for (int p = 0; p < 3; p++)
+            widen_rows(t, d, q + p * k->part, k->seq_qkv, stage + p * t * d, d);
+        v->q = stage, v->seq = d, v->part = t * d;
+        stage += 3 * t * d;
+    } else {
+        v->q = (const float *)k->qkv + oq, v->seq = k->seq_qkv, v->part = k->part;
+    }
+    v->seq_out = k->seq_out;
+    v->gy = grad ? k->gy + oo : NULL;
+    if (grad) /* d(qkv): f32, laid out like qkv */
+        v->out = (float *)k->out + oq;
+    else if (k->out_dtype == MW_BF16)
+        v->out = stage, v->seq_out = d;
+    else
+        v->out = (float *)k->out + oo;
+}
+
+/* Forward: the output of slice s from its staged f32 copy, rounded to bf16. */
+static void finish_slice(const mw__k_attention *k, int64_t s, const slice *v) {
+    if (k->out_dtype != MW_BF16) return;
+    int64_t oo, oq;
+    slice_offsets(&k->walk, s, &oo, &oq);
+    narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo, k->seq_out);
+}
+
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, t = k->t, d = k->d;
+    int64_t ns = k->slices, blk = k->block, t = k->t, d = k->d;
     float *kt = packed(k, 0), *vp = kt + d * t;
     for (int64_t s = 0; s < ns; s++) {
-        int64_t oo, oq;
-        slice_offsets(&k->walk, s, &oo, &oq);
-        const float *q = k->qkv + oq;
-        float *out = k->out + oo, *keep = kept(k, s);
-        pack(q + k->part, 1, seq, d, t, kt);
-        pack(q + 2 * k->part, seq, 1, t, d, vp);
+        slice v;
+        stage_slice(k, s, 0, k->scratch + blk * t, &v);
+        float *keep = kept(k, s);
+        pack(v.q + v.part, 1, v.seq, d, t, kt);
+        pack(v.q + 2 * v.part, v.seq, 1, t, d, vp);
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
             float *p = keep ? keep : k->scratch;
             if (keep) keep += m * kend;
-            block_probs(k, q, kt, i0, m, kend, p);
+            block_probs(k, &v, kt, i0, m, kend, p);
             /* O = P V */
             prod o = {.a = p,
                       .sar = kend,
                       .sak = 1,
                       .b = vp,
                       .rows = t,
-                      .c = out + i0 * k->seq_out,
-                      .ldc = k->seq_out,
+                      .c = v.out + i0 * v.seq_out,
+                      .ldc = v.seq_out,
                       .alpha = 1.0f};
             product(&o, m, d, kend, -ALL, keys_hi(k, i0), ALL);
         }
+        finish_slice(k, s, &v);
     }
     return MW_OK;
 }
@@ -286,19 +367,21 @@ static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_
 
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
     (void)dev;
-    int64_t ns = k->slices, blk = k->block, seq = k->seq_qkv, seq_out = k->seq_out, d = k->d,
-            t = k->t;
+    if (k->out_dtype != MW_F32)
+        return mw__error(MW_ERR_UNSUPPORTED, "attention gradient: d(qkv) is written in f32 only");
+    int64_t ns = k->slices, blk = k->block, d = k->d, t = k->t;
     float *scores = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
           *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
+    float *stage = k->scratch + 2 * blk * t + 2 * ns * t;
     for (int64_t s = 0; s < ns; s++) {
-        int64_t og, oq;
-        slice_offsets(&k->walk, s, &og, &oq);
-        const float *q = k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
-        const float *gy = k->gy + og;
-        float *dq = k->out + oq, *dk = dq + k->part, *dv = dq + 2 * k->part;
+        slice v;
+        stage_slice(k, s, 1, stage, &v);
+        int64_t seq = v.seq, seq_out = v.seq_out;
+        const float *q = v.q, *kk = q + v.part, *vv = q + 2 * v.part, *gy = v.gy;
+        float *dq = v.out, *dk = dq + k->part, *dv = dq + 2 * k->part;
         const float *keep = kept(k, s);
         if (!keep) pack(kk, 1, seq, d, t, kt);
-        pack(v, 1, seq, d, t, vt);
+        pack(vv, 1, seq, d, t, vt);
         pack(kk, seq, 1, t, d, kp);
         for (int64_t i0 = 0; i0 < t; i0 += blk) {
             int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
@@ -306,7 +389,7 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
             if (keep)
                 keep += m * kend;
             else
-                block_probs(k, q, kt, i0, m, kend, scores);
+                block_probs(k, &v, kt, i0, m, kend, scores);
             /* dP = dO V^T */
             prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
             x.c = dp, x.ldc = kend, x.alpha = 1.0f;
@@ -314,17 +397,27 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
             block_dscores(k, p, dp, i0, m, kend);
             /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO (written where first met) */
             x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
-            x.c = dq + i0 * seq, x.ldc = seq, x.alpha = k->scale;
+            x.c = dq + i0 * k->seq_qkv, x.ldc = k->seq_qkv, x.alpha = k->scale;
             product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
             pack(q + i0 * seq, seq, 1, m, d, qb);
             x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
-            x.c = dk, x.ldc = seq, x.alpha = k->scale;
+            x.c = dk, x.ldc = k->seq_qkv, x.alpha = k->scale;
             key_grad(&x, k, i0, m, kend);
             pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
             x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
-            x.c = dv, x.ldc = seq, x.alpha = 1.0f;
+            x.c = dv, x.ldc = k->seq_qkv, x.alpha = 1.0f;
             key_grad(&x, k, i0, m, kend);
         }
     }
     return MW_OK;
+}
+
+const char *mw__cpu_attention_impl(const mw__k_attention *k) {
+    static const char *const names[2][3] = {
+        {"f32 tiles (avx512)", "f32 tiles (avx2)", "f32 tiles (sse2)"},
+        {"f32 tiles (avx512) of bf16 widened", "f32 tiles (avx2) of bf16 widened",
+         "f32 tiles (sse2) of bf16 widened"}};
+    const char *isa = mw__cpu_vector_isa();
+    int v = !strcmp(isa, "avx512") ? 0 : !strcmp(isa, "avx2") ? 1 : 2;
+    return names[k->qkv_dtype == MW_BF16][v];
 }

@@ -1,6 +1,7 @@
-/* The CPU backend: host memory, OpenBLAS for contractions, plain C loops (written so the compiler
- * vectorises the contiguous cases) for everything else. Each virtual CPU device is one worker
- * thread; BLAS runs single-threaded inside it (the trainer sets OpenBLAS's thread count). */
+/* The CPU backend: host memory, oneDNN or OpenBLAS for contractions (cpu_gemm.c), plain C loops
+ * (written so the compiler vectorises the contiguous cases) for everything else. Each virtual CPU
+ * device is one worker thread; BLAS and oneDNN run single-threaded inside it (the trainer sets
+ * OpenBLAS's thread count; oneDNN's is set around each primitive). */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include <cblas.h>
 #include <sched.h>
@@ -10,10 +11,12 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "devices/cpu/cpu_gemm.h"
 #include "devices/cpu/cpu_nn.h"
 #include "devices/cpu/cpu_ops_extra.h"
 #include "devices/cpu/simd.h"
 #include "devices/device.h"
+#include "devices/math.h"
 
 /* Pins the calling worker to the index-th CPU this process may use, when there are at least as
  * many such CPUs as there are devices (oversubscribed devices are left to the scheduler). */
@@ -36,10 +39,10 @@ static void pin_to_core(int index, int ndevices) {
 
 static mw_status cpu_init(mw__device *dev) {
     if (dev->pin > 0) pin_to_core(dev->index, dev->pin);
-    return MW_OK;
+    return mw__cpu_state_init(dev);
 }
 
-static void cpu_shutdown(mw__device *dev) { (void)dev; }
+static void cpu_shutdown(mw__device *dev) { mw__cpu_state_free(dev); }
 
 static mw_status cpu_alloc(mw__device *dev, size_t bytes, void **out) {
     size_t n = (bytes + 63) / 64 * 64;
@@ -168,17 +171,77 @@ static void copy_row(float alpha, int64_t n, float *restrict out, int64_t so,
         for (int64_t i = 0; i < n; i++) out[i * so] = alpha * a[i * sa];
 }
 
+/* f32 -> bf16: alpha * a, rounded. */
+MW__CPU_CLONES
+static void narrow_row(float alpha, int64_t n, uint16_t *restrict out, int64_t so,
+                       const float *restrict a, int64_t sa) {
+    int64_t i = 0;
+    if (so == 1 && sa == 1)
+        for (; i + 8 <= n; i += 8) {
+            mw__v8 x;
+            memcpy(&x, a + i, sizeof x);
+            x *= alpha;
+            mw__bf16_store8(out + i, &x);
+        }
+    for (; i < n; i++) out[i * so] = mw__bf16_from_f32(alpha * a[i * sa]);
+}
+
+/* bf16 -> f32 (alpha * a, exact for alpha 1), or bf16 -> bf16 (widen, scale, round). */
+MW__CPU_CLONES
+static void widen_row(float alpha, int64_t n, void *restrict out, int to_bf16, int64_t so,
+                      const uint16_t *restrict a, int64_t sa) {
+    uint16_t *o16 = out;
+    float *o32 = out;
+    int64_t i = 0;
+    if (!to_bf16 && so == 1 && sa == 1)
+        for (; i + 8 <= n; i += 8) {
+            mw__v8 x;
+            mw__bf16_load8(&x, a + i);
+            x *= alpha;
+            memcpy(o32 + i, &x, sizeof x);
+        }
+    if (to_bf16 && alpha == 1.0f)
+        for (; i < n; i++) o16[i * so] = a[i * sa];
+    for (; i < n; i++) {
+        float v = alpha * mw__bf16_to_f32(a[i * sa]);
+        if (to_bf16)
+            o16[i * so] = mw__bf16_from_f32(v);
+        else
+            o32[i * so] = v;
+    }
+}
+
+/* 4-byte elements moved as they are (i32 ids). */
+static void move_row(int64_t n, uint32_t *restrict out, int64_t so, const uint32_t *restrict a,
+                     int64_t sa) {
+    for (int64_t i = 0; i < n; i++) out[i * so] = a[i * sa];
+}
+
 static mw_status cpu_copy(mw__device *dev, const mw__k_copy *k) {
     (void)dev;
     const mw__nd *nd = &k->nd;
-    if (nd->rank == 0) {
-        k->out[0] = k->alpha * k->a[0];
-        return MW_OK;
-    }
     int l = nd->rank - 1;
-    ND_ROWS(nd, 2,
-            copy_row(k->alpha, nd->dims[l], k->out + o0, nd->stride[0][l], k->a + o1,
-                     nd->stride[1][l]));
+    int64_t n = nd->rank ? nd->dims[l] : 1, so = nd->rank ? nd->stride[0][l] : 0,
+            sa = nd->rank ? nd->stride[1][l] : 0;
+    mw__nd one = {.rank = 1, .dims = {1}};
+    if (nd->rank == 0) nd = &one; /* a single element: one row of one */
+    l = nd->rank - 1;
+    if (k->a_dtype == MW_I32 || k->out_dtype == MW_I32) {
+        if (k->a_dtype != k->out_dtype || k->alpha != 1.0f)
+            return mw__error(MW_ERR_DTYPE, "copy: i32 elements only move as they are");
+        ND_ROWS(nd, 2, move_row(n, (uint32_t *)k->out + o0, so, (const uint32_t *)k->a + o1, sa));
+    } else if (k->a_dtype == MW_F32 && k->out_dtype == MW_F32) {
+        ND_ROWS(nd, 2,
+                copy_row(k->alpha, n, (float *)k->out + o0, so, (const float *)k->a + o1, sa));
+    } else if (k->a_dtype == MW_F32) {
+        ND_ROWS(nd, 2,
+                narrow_row(k->alpha, n, (uint16_t *)k->out + o0, so, (const float *)k->a + o1, sa));
+    } else {
+        int to16 = k->out_dtype == MW_BF16;
+        ND_ROWS(nd, 2,
+                widen_row(k->alpha, n, (char *)k->out + o0 * (to16 ? 2 : 4), to16, so,
+                          (const uint16_t *)k->a + o1, sa));
+    }
     return MW_OK;
 }
 
@@ -262,39 +325,6 @@ static mw_status cpu_reduce(mw__device *dev, const mw__k_reduce *k) {
     return MW_OK;
 }
 
-static mw_status cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
-    (void)dev;
-    for (int64_t bi = 0; bi < k->batch; bi++) {
-        const float *a = k->a + bi * k->stride_a, *b = k->b + bi * k->stride_b;
-        float *c = k->c + bi * k->stride_c;
-        if (k->n == 1 && k->m == 1) {
-            /* A and B are contiguous vectors of length K whatever their transposition. */
-            c[0] = cblas_sdot((int)k->k, a, 1, b, 1) + (k->beta != 0.0f ? k->beta * c[0] : 0.0f);
-        } else if (k->n == 1) {
-            /* C (M) = op(A) * b, with b a contiguous K-vector. */
-            if (k->trans_a)
-                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->m, 1.0f, a, (int)k->lda,
-                            b, 1, k->beta, c, 1);
-            else
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a, (int)k->lda,
-                            b, 1, k->beta, c, 1);
-        } else if (k->m == 1) {
-            /* C (N) = op(B)^T * a, with a a contiguous K-vector. */
-            if (k->trans_b)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b, (int)k->ldb,
-                            a, 1, k->beta, c, 1);
-            else
-                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->n, 1.0f, b, (int)k->ldb,
-                            a, 1, k->beta, c, 1);
-        } else {
-            cblas_sgemm(CblasRowMajor, k->trans_a ? CblasTrans : CblasNoTrans,
-                        k->trans_b ? CblasTrans : CblasNoTrans, (int)k->m, (int)k->n, (int)k->k,
-                        1.0f, a, (int)k->lda, b, (int)k->ldb, k->beta, c, (int)k->ldc);
-        }
-    }
-    return MW_OK;
-}
-
 static mw_status cpu_fill(mw__device *dev, const mw__k_fill *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++) k->out[i] = k->value;
@@ -306,6 +336,7 @@ static mw_status cpu_sgd(mw__device *dev, const mw__k_sgd *k) {
     float *restrict p = k->p;
     const float *restrict g = k->g;
     for (int64_t i = 0; i < k->count; i++) p[i] -= k->lr * g[i];
+    if (k->p16) narrow_row(1.0f, k->count, k->p16, 1, p, 1);
     return MW_OK;
 }
 
@@ -322,7 +353,8 @@ const mw__device_vtable mw__cpu_device = {
     .binary = cpu_binary,
     .copy = cpu_copy,
     .reduce = cpu_reduce,
-    .gemm = cpu_gemm,
+    .gemm = mw__cpu_gemm,
+    .gemm_prepare = mw__cpu_gemm_prepare,
     .fill = cpu_fill,
     .sgd = cpu_sgd,
     .unary = mw__cpu_unary,
@@ -340,6 +372,8 @@ const mw__device_vtable mw__cpu_device = {
     .adamw = mw__cpu_adamw,
     .attention = mw__cpu_attention,
     .attention_grad = mw__cpu_attention_grad,
+    .describe = mw__cpu_describe,
+    .workspace = mw__cpu_workspace,
     .sgd_momentum = mw__cpu_sgd_momentum,
     .extra = mw__cpu_extra,
 };
@@ -379,6 +413,12 @@ const char *mw_blas_warning(void) {
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         if (strstr(core, wide[i])) return "";
     if (!cpu_has_flag("avx512f")) return "";
+#ifdef MESHWIT_HAVE_DNNL
+    /* Contractions run on oneDNN, which picks its kernels from the CPU's features; OpenBLAS
+     * only multiplies matrices by vectors. */
+    const char *engine = getenv("MESHWIT_CPU_GEMM");
+    if (!engine || strcmp(engine, "openblas") != 0) return "";
+#endif
     snprintf(msg, sizeof msg,
              "OpenBLAS runs its generic %s kernels on a CPU with AVX-512; "
              "OPENBLAS_CORETYPE=SkylakeX selects the fast ones",

@@ -24,31 +24,43 @@ MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
     *y = s * (1.0f + 2.0f * x * du * (e * s));
 }
 
+/* Stores the first n (at most 8) lanes of y at out + i, as f32 or bf16. */
+MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const mw__v8 *y) {
+    if (bf16) {
+        uint16_t h[8];
+        mw__bf16_store8(n == 8 ? (uint16_t *)out + i : h, y);
+        if (n < 8) memcpy((uint16_t *)out + i, h, (size_t)n * sizeof *h);
+    } else {
+        memcpy((float *)out + i, y, (size_t)n * sizeof(float));
+    }
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
     const float *a = k->a;
-    float *out = k->out;
+    int bf16 = k->out_dtype == MW_BF16;
     mw__v8 x, y;
     for (int64_t i = 0, n = k->count; i < n; i += 8) {
         if (n - i >= 8) {
             memcpy(&x, a + i, sizeof x);
             gelu8(&y, &x);
-            memcpy(out + i, &y, sizeof y);
+            store_lanes(k->out, bf16, i, 8, &y);
         } else { /* the last elements in lanes 0.., zeros after them */
             x = (mw__v8){0};
             memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
             gelu8(&y, &x);
-            memcpy(out + i, &y, (size_t)(n - i) * sizeof(float));
+            store_lanes(k->out, bf16, i, n - i, &y);
         }
     }
     return MW_OK;
 }
 
-/* out[i] = gy[i] * gelu'(x[i]) over [0, n), eight at a time (the last ones in lanes 0..), and
- * when sum is not NULL, sum[i] += out[i]. */
-MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, float *out,
-                                  float *sum) {
+/* out[i] = gy[i] * gelu'(x[i]) over [0, n), eight at a time (the last ones in lanes 0..), out f32
+ * or bf16 (at element offset o of out), and when sum is not NULL, sum[i] += out[i] (the f32
+ * value). */
+MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, void *out, int bf16,
+                                  int64_t o, float *sum) {
     mw__v8 x, g, y, s;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) { /* constant sizes: the copies are vector loads and stores */
@@ -56,7 +68,7 @@ MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, f
         memcpy(&g, gy + i, sizeof g);
         gelu_grad8(&y, &x);
         y *= g;
-        memcpy(out + i, &y, sizeof y);
+        store_lanes(out, bf16, o + i, 8, &y);
         if (sum) {
             memcpy(&s, sum + i, sizeof s);
             s += y;
@@ -70,7 +82,7 @@ MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, f
     memcpy(&g, gy + i, b);
     gelu_grad8(&y, &x);
     y *= g;
-    memcpy(out + i, &y, b);
+    store_lanes(out, bf16, o + i, n - i, &y);
     if (sum) {
         memcpy(&s, sum + i, b);
         s += y;
@@ -81,15 +93,16 @@ MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, f
 MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
+    int bf16 = k->out_dtype == MW_BF16;
     if (!k->colsum) {
-        gelu_grad_run(k->count, k->x, k->gy, k->out, NULL);
+        gelu_grad_run(k->count, k->x, k->gy, k->out, bf16, 0, NULL);
         return MW_OK;
     }
     /* Row after row, each row's values added into the column sums as they are written. */
     int64_t cols = k->cols;
     memset(k->colsum, 0, (size_t)cols * sizeof *k->colsum);
     for (int64_t o = 0; o < k->count; o += cols)
-        gelu_grad_run(cols, k->x + o, k->gy + o, k->out + o, k->colsum);
+        gelu_grad_run(cols, k->x + o, k->gy + o, k->out, bf16, o, k->colsum);
     return MW_OK;
 }
 
@@ -121,11 +134,27 @@ MW__CPU_INLINE void row_stats(const float *restrict x, int64_t n, float eps, flo
 MW__CPU_CLONES
 mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     (void)dev;
+    int bf16 = k->out_dtype == MW_BF16;
     for (int64_t r = 0; r < k->rows; r++) {
         const float *x = k->x + r * k->n;
-        float *y = k->out + r * k->n, mean, rstd;
+        float mean, rstd;
         row_stats(x, k->n, k->eps, &mean, &rstd);
-        for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j] + k->b[j];
+        if (!bf16) {
+            float *y = (float *)k->out + r * k->n;
+            for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j] + k->b[j];
+            continue;
+        }
+        uint16_t *y = (uint16_t *)k->out + r * k->n;
+        int64_t j = 0;
+        for (; j + 8 <= k->n; j += 8) {
+            mw__v8 xv, w, b;
+            memcpy(&xv, x + j, sizeof xv);
+            memcpy(&w, k->w + j, sizeof w);
+            memcpy(&b, k->b + j, sizeof b);
+            xv = (xv - mean) * rstd * w + b;
+            mw__bf16_store8(y + j, &xv);
+        }
+        for (; j < k->n; j++) y[j] = mw__bf16_from_f32((x[j] - mean) * rstd * k->w[j] + k->b[j]);
     }
     return MW_OK;
 }
@@ -344,11 +373,29 @@ mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     return MW_OK;
 }
 
+/* p16[i] = bf16(p[i]) over [0, n), eight at a time. */
+MW__CPU_INLINE void narrow_run(int64_t n, const float *p, uint16_t *p16) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 x;
+        memcpy(&x, p + i, sizeof x);
+        mw__bf16_store8(p16 + i, &x);
+    }
+    for (; i < n; i++) p16[i] = mw__bf16_from_f32(p[i]);
+}
+
+#define ADAMW_RUN 512 /* elements updated before their bf16 copies are written: in the L1 cache */
+
 MW__CPU_CLONES
 mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
     (void)dev;
-    for (int64_t i = 0; i < k->count; i++)
-        k->p[i] = mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
-                                   k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1, k->bias2);
+    for (int64_t i0 = 0; i0 < k->count; i0 += ADAMW_RUN) {
+        int64_t i1 = k->count - i0 < ADAMW_RUN ? k->count : i0 + ADAMW_RUN;
+        for (int64_t i = i0; i < i1; i++)
+            k->p[i] =
+                mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
+                                 k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1, k->bias2);
+        if (k->p16) narrow_run(i1 - i0, k->p + i0, k->p16 + i0);
+    }
     return MW_OK;
 }

@@ -19,5 +19,7 @@ mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k);
 mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k);
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k);
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k);
+/* What runs the attention kernels for k's dtypes, for reports. */
+const char *mw__cpu_attention_impl(const mw__k_attention *k);
 
 #endif

@@ -10,10 +10,12 @@
 
 mw_status mw__cpu_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {
     (void)dev;
-    for (int64_t i = 0; i < k->count; i++)
+    for (int64_t i = 0; i < k->count; i++) {
         k->p[i] = mw__sgd_momentum_update(k->p[i], k->grad_scale * k->g[i],
                                           k->buf ? &k->buf[i] : NULL, k->lr, k->momentum,
                                           k->dampening, k->weight_decay, k->nesterov, k->first);
+        if (k->p16) k->p16[i] = mw__bf16_from_f32(k->p[i]);
+    }
     return MW_OK;
 }
 

@@ -9,6 +9,7 @@
 #define MW__CPU_SIMD_H
 
 #include <stdint.h> /* also defines __GLIBC__ where it applies */
+#include <string.h>
 
 /* GCC with glibc only: clang 14 makes the resolvers of static clones global symbols, and under
  * ThreadSanitizer the loader would run an instrumented resolver before the runtime is up. Other
@@ -31,6 +32,29 @@
 typedef float mw__v8 __attribute__((vector_size(32)));
 typedef int32_t mw__v8i __attribute__((vector_size(32)));
 typedef uint32_t mw__v8u __attribute__((vector_size(32)));
+
+/* Eight bf16 (or other 16-bit) lanes. */
+typedef uint16_t mw__v8h __attribute__((vector_size(16)));
+
+/* Eight floats stored as bf16, each rounded as mw__bf16_from_f32 (devices/math.h) rounds it:
+ * to the nearest even on the bits, a NaN kept a NaN and made quiet. */
+MW__CPU_INLINE void mw__bf16_store8(uint16_t *dst, const mw__v8 *x) {
+    mw__v8u u;
+    memcpy(&u, x, sizeof u);
+    mw__v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    mw__v8u nan = (mw__v8u)((u & 0x7fffffffu) > 0x7f800000u);
+    r = (r & ~nan) | (q & nan);
+    mw__v8h h = __builtin_convertvector(r, mw__v8h);
+    memcpy(dst, &h, sizeof h);
+}
+
+/* Eight bf16 values widened to floats (exactly). */
+MW__CPU_INLINE void mw__bf16_load8(mw__v8 *x, const uint16_t *src) {
+    mw__v8h h;
+    memcpy(&h, src, sizeof h);
+    mw__v8u u = __builtin_convertvector(h, mw__v8u) << 16;
+    memcpy(x, &u, sizeof u);
+}
 
 /* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
 typedef double mw__v4d __attribute__((vector_size(32)));

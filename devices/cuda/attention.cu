@@ -93,10 +93,10 @@ __global__ static void k_attention(mw__k_attention k) {
     float *red = smem, *p = smem + ATT_WARPS;
     int64_t i = blockIdx.x, s = blockIdx.y;
     slice_off off = offsets(k.walk, s);
-    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     int64_t n = k.causal ? i + 1 : k.t;
     row_probs(k, q, kk, i, n, p, red);
-    float *out = k.out + off.o0 + i * k.seq_out;
+    float *out = (float *)k.out + off.o0 + i * k.seq_out;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
         for (int64_t j = 0; j < n; j++) acc += p[j] * v[j * k.seq_qkv + e];
@@ -111,7 +111,7 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
     int64_t i = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     const float *gy = k.gy + off.o0 + i * k.seq_out;
     int64_t n = k.causal ? i + 1 : k.t;
     float l = row_probs(k, q, kk, i, n, p, red);
@@ -125,7 +125,7 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
     float D = block_reduce(part, 1, red);
     for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) dp[j] = p[j] * (dp[j] - D);
     __syncthreads();
-    float *dq = k.out + off.o1 + i * k.seq_qkv;
+    float *dq = (float *)k.out + off.o1 + i * k.seq_qkv;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
         for (int64_t j = 0; j < n; j++) acc += dp[j] * kk[j * k.seq_qkv + e];
@@ -144,9 +144,9 @@ __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, cons
     int64_t j = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const float *q = k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     const float *gy = k.gy + off.o0;
-    float *dk = k.out + off.o1 + k.part + j * k.seq_qkv, *dv = dk + k.part;
+    float *dk = (float *)k.out + off.o1 + k.part + j * k.seq_qkv, *dv = dk + k.part;
     /* Each thread owns features e = threadIdx.x, + ATT_THREADS, ...; at most 4 per thread. */
     float ak[4] = {0, 0, 0, 0}, av[4] = {0, 0, 0, 0};
     for (int64_t i0 = k.causal ? j : 0; i0 < k.t; i0 += KV_CHUNK) {
@@ -197,7 +197,15 @@ static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_
     return MW_OK;
 }
 
+/* bf16 q, k, v or output: not on this backend yet (the plan is refused before it runs). */
+static mw_status f32_only(mw__device *dev, const mw__k_attention *k) {
+    if (k->qkv_dtype == MW_F32 && k->out_dtype == MW_F32) return MW_OK;
+    return mw__error(MW_ERR_UNSUPPORTED, "%s: attention on bf16 is not implemented", dev->name);
+}
+
 extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k) {
+    mw_status dt = f32_only(dev, k);
+    if (dt) return dt;
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
     if (st) return st;
@@ -207,6 +215,8 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
 }
 
 extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k) {
+    mw_status dt = f32_only(dev, k);
+    if (dt) return dt;
     size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem);
     if (st) return st;

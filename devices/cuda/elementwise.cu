@@ -83,6 +83,10 @@ mw_status mw__cuda_binary(mw__device *dev, const mw__k_binary *k) {
 
 mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
     ENTER(dev);
+    if (k->a_dtype == MW_BF16 || k->out_dtype == MW_BF16)
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: copy of bf16 is not implemented", dev->name);
+    float *out = (float *)k->out;
+    const float *a = (const float *)k->a;
     mw__nd nd = k->nd;
     mw__nd_simplify(&nd, 2);
     int64_t total = nd_total(&nd);
@@ -90,18 +94,17 @@ mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
     if (nd.rank <= 1) {
         int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
         if (s0 == 1 && s1 == 1 && k->alpha == 1.0f) {
-            CU(dev, cudaMemcpyAsync, k->out, k->a, (size_t)total * sizeof(float),
+            CU(dev, cudaMemcpyAsync, out, a, (size_t)total * sizeof(float),
                cudaMemcpyDeviceToDevice, im->stream);
             return mw__cuda_launched(dev, "copy");
         }
-        LAUNCH(k_copy_1d, blocks_for(total, THREADS), THREADS, 0, total, k->alpha, k->out, s0, k->a,
-               s1);
+        LAUNCH(k_copy_1d, blocks_for(total, THREADS), THREADS, 0, total, k->alpha, out, s0, a, s1);
     } else if (total < INT32_MAX) {
         LAUNCH(k_copy_nd<uint32_t>, blocks_for(total, THREADS), THREADS, 0, nd, (uint32_t)total,
-               k->alpha, k->out, k->a);
+               k->alpha, out, a);
     } else {
-        LAUNCH(k_copy_nd<int64_t>, blocks_for(total, THREADS), THREADS, 0, nd, total, k->alpha,
-               k->out, k->a);
+        LAUNCH(k_copy_nd<int64_t>, blocks_for(total, THREADS), THREADS, 0, nd, total, k->alpha, out,
+               a);
     }
     return mw__cuda_launched(dev, "copy kernel");
 }
@@ -121,7 +124,7 @@ mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k) {
     if (k->op != MW__UN_GELU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
     if (k->count <= 0) return MW_OK;
-    LAUNCH(k_gelu, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->a);
+    LAUNCH(k_gelu, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out, k->a);
     return mw__cuda_launched(dev, "gelu kernel");
 }
 
@@ -130,14 +133,14 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     if (k->op != MW__UN_GELU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
     if (k->count > 0) {
-        LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->out, k->gy,
-               k->x);
+        LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out,
+               k->gy, k->x);
         mw_status st = mw__cuda_launched(dev, "gelu gradient kernel");
         if (st) return st;
     }
     if (!k->colsum) return MW_OK;
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */
     mw__k_reduce kb = mw__column_sums(k->cols ? k->count / k->cols : 0, k->cols, k->cols, 1.0f,
-                                      k->colsum, k->out);
+                                      k->colsum, (const float *)k->out);
     return mw__cuda_reduce(dev, &kb);
 }

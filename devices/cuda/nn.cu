@@ -208,7 +208,7 @@ mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     ENTER(dev);
     if (k->rows <= 0 || k->n <= 0) return MW_OK;
     LAUNCH(k_layernorm<ROW_THREADS>, row_blocks(k->rows), ROW_THREADS, 0, k->rows, k->n, k->eps,
-           k->out, k->x, k->w, k->b);
+           (float *)k->out, k->x, k->w, k->b);
     return mw__cuda_launched(dev, "layernorm kernel");
 }
 

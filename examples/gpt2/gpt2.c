@@ -41,6 +41,7 @@ typedef struct options {
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
     int cpu_threads; /* mw_trainer_config.cpu_threads */
+    int bf16;        /* --precision bf16 */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -109,6 +110,9 @@ static void usage(FILE *f) {
         "                      data parallel over X, tensor parallel over Y)\n"
         "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
         "                      slice of the parameters (same results, less memory per device)\n"
+        "  --precision P       fp32 (default) or bf16: contractions and attention in bf16 with\n"
+        "                      f32 sums, master weights and optimizer state in f32, as PyTorch's\n"
+        "                      autocast (on the CPU's AMX or AVX512-BF16 units where it has them)\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
         "  --cpu-threads HOW   threads running the CPU devices: auto (default: a thread each,\n"
         "                      or fewer while that is faster, as when other work keeps the\n"
@@ -238,6 +242,12 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->skip_nonfinite = 1;
         } else if (strcmp(arg, "--shard-optimizer") == 0) {
             o->shard_optimizer = 1;
+        } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
+            if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
+                fprintf(stderr, "gpt2: --precision %s: expected fp32 or bf16\n", v);
+                return 2;
+            }
+            o->bf16 = !strcmp(v, "bf16");
         } else if ((v = cli_option_value(argc, argv, &i, "--check-replicas", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->check_replicas);
         } else if ((v = cli_option_value(argc, argv, &i, "--cpu-threads", &missing))) {
@@ -528,7 +538,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                              .skip_nonfinite = o->skip_nonfinite,
                              .check_replicas_every = o->check_replicas,
                              .shard_optimizer = o->shard_optimizer,
-                             .cpu_threads = o->cpu_threads};
+                             .cpu_threads = o->cpu_threads,
+                             .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -680,7 +691,9 @@ static int sample(run *r) {
     if (st == MW_OK) st = mw_graph_new(&g);
     if (st == MW_OK) st = gpt2_build_mesh(g, c, 1, T, NULL, r->o.model_axis, &m);
     if (st == MW_OK) {
-        mw_infer_config ic = {.outputs = &m.logits, .noutputs = 1};
+        mw_infer_config ic = {.outputs = &m.logits,
+                              .noutputs = 1,
+                              .precision = r->o.bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
         st = mw_infer_from_trainer(r->tr, g, &ic, &inf);
     }
     if (st != MW_OK) {
@@ -755,7 +768,7 @@ static mw_status agree_flags(const run *r) {
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
-             "--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n"
+             "--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
@@ -765,8 +778,9 @@ static mw_status agree_flags(const run *r) {
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
              o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
-             o->mesh ? o->mesh : MESH_AXIS, o->model_axis ? o->model_axis : "none", o->sample,
-             o->temperature, (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
+             o->mesh ? o->mesh : MESH_AXIS, o->model_axis ? o->model_axis : "none",
+             o->bf16 ? "bf16" : "fp32", o->sample, o->temperature,
+             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
 
@@ -836,9 +850,15 @@ static int run_main(int argc, char **argv) {
     mw_mesh_local_devices(r.mesh, &first);
     if (mw_trainer_memory(r.tr, first, &mem) == MW_OK)
         printf("memory per device: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, "
-               "activations %.2f MB\n",
+               "activations %.2f MB, kernel workspace %.2f MB\n",
                mem.parameters / 1e6, mem.gradients / 1e6, mem.optimizer / 1e6,
-               mem.activations / 1e6);
+               mem.activations / 1e6, mem.workspace / 1e6);
+    char kernels[1024];
+    if (mw_trainer_kernels(r.tr, kernels, sizeof kernels) == MW_OK) {
+        printf("precision %s; kernels:\n", o->bf16 ? "bf16" : "fp32");
+        for (char *line = strtok(kernels, "\n"); line; line = strtok(NULL, "\n"))
+            printf("  %s\n", line);
+    }
     if (o->load) {
         st = gpt2_is_safetensors(o->load)
                  ? gpt2_hf_load(r.tr, &o->model, o->load, err, sizeof err)

@@ -28,7 +28,7 @@ extern "C" {
 
 typedef enum mw_dtype {
     MW_F32 = 0,  /* 32-bit float: every op */
-    MW_BF16 = 1, /* reserved for mixed precision; no op accepts it yet */
+    MW_BF16 = 1, /* bfloat16: mw_cast, mw_dot, mw_contract, mw_attention and the reshapes */
     MW_I32 = 2,  /* integer ids (inputs only) */
     MW_U16 = 3   /* reserved for compact token storage; no op accepts it yet */
 } mw_dtype;
@@ -139,6 +139,17 @@ mw_tensor *mw_div(mw_graph *g, mw_tensor *a, mw_tensor *b);
 
 /* factor * x. */
 mw_tensor *mw_scale(mw_graph *g, mw_tensor *x, float factor);
+
+/* x in another element type: MW_BF16 rounds each value to the nearest bfloat16 (ties to even; 8
+ * bits of mantissa, f32's range), MW_F32 widens exactly; x itself when it has that dtype already.
+ * Explicit control over mixed precision: bf16 tensors are taken by mw_dot and mw_contract (both
+ * operands bf16; the products are summed in f32 and the result is f32), by mw_attention (q, k and
+ * v bf16; softmax statistics and the result in f32) and by the reshapes (mw_rename, mw_split,
+ * mw_merge, mw_slice); every other op asks for f32 (MW_ERR_DTYPE). Gradients stay f32: the
+ * gradient of a cast is the incoming one, unrounded. mw_trainer_config.precision applies the same
+ * casts to every contraction without a change to the model. Errors: MW_ERR_DTYPE (not f32 or
+ * bf16). */
+mw_tensor *mw_cast(mw_graph *g, mw_tensor *x, mw_dtype dtype);
 
 /* --- contractions ----------------------------------------------------------------------------- */
 

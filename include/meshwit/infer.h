@@ -44,6 +44,10 @@ typedef struct mw_infer_config {
     int blas_threads;
     int collective_timeout_ms;
     int cpu_threads;
+    /* As in mw_trainer_config: MW_PRECISION_BF16 computes the contractions and attention in
+     * bf16 (a program reading a trainer's parameters keeps its own bf16 copy of them, made again
+     * after the trainer changed them). */
+    mw_precision precision;
 } mw_infer_config;
 
 /* Compiles `graph` forward-only for config->outputs over `mesh`, with its own parameters

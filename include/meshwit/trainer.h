@@ -67,8 +67,29 @@ typedef struct mw_optimizer {
  * point to change fields of. */
 mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind);
 
+/* What contractions and attention compute in (mw_trainer_config.precision). */
+typedef enum mw_precision {
+    MW_PRECISION_FP32 = 0, /* everything in f32 */
+    MW_PRECISION_BF16 = 1  /* contractions and attention in bf16, summed in f32 (see below) */
+} mw_precision;
+
 typedef struct mw_trainer_config {
     mw_optimizer optimizer;
+    /* MW_PRECISION_BF16: mixed precision with no change to the model, as PyTorch's CPU autocast.
+     * Every contraction (mw_dot, mw_contract) of two f32 tensors, and every mw_attention, reads
+     * bf16 roundings of its operands (mw_cast) and sums its products in f32: its result is f32,
+     * as is every other op's. The master parameters, their gradients, the gradient all-reduce
+     * and the optimizer state stay f32; the optimizer writes the bf16 copy of each parameter a
+     * contraction reads as it updates it. An activation a bf16 contraction reads is written in
+     * bf16 by the kernel that makes it, and kept so for the backward pass (a layer norm's output,
+     * an attention's). Gradients are rounded to bf16 only where a contraction multiplies them
+     * (the gradients reaching a parameter are summed in f32). bf16 has f32's exponent range, so
+     * no loss scaling is needed; skip_nonfinite still skips a step that overflowed. On a CPU the
+     * products run on its bf16 instructions (AMX, AVX512-BF16) where it has them, and on its f32
+     * units otherwise (exactly the same products, slower); on GPUs on tensor cores. Sharded runs
+     * equal one device's to float tolerance and repeat bitwise per mesh, as in f32.
+     * MW_PRECISION_FP32 (0, the default): every op in f32. Other values: MW_ERR_INVALID. */
+    mw_precision precision;
     /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
     size_t bucket_bytes;
     /* Pinning of CPU workers to cores: 1 pins each worker to its own core when the process may
@@ -275,11 +296,24 @@ typedef struct mw_device_memory {
                             slice with ZeRO-1) */
     int64_t optimizer;   /* AdamW moments or SGD momentum: this device's slice with ZeRO-1 */
     int64_t activations; /* the plan's arena: activations, their gradients and temporaries */
+    int64_t workspace;   /* the kernels' own buffers: oneDNN scratchpads, bf16 operands widened
+                            where the CPU lacks bf16 instructions */
 } mw_device_memory;
 
-/* What device `device` of the mesh holds. MW_ERR_INVALID for a NULL argument or a device that is
- * not this process's. */
+/* What device `device` of the mesh holds (parameters: the f32 ones and, with bf16 precision,
+ * their bf16 copy). MW_ERR_INVALID for a NULL argument or a device that is not this process's. */
 mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *out);
+
+/* Writes to buf (at most size bytes, always terminated) what runs the contractions and the
+ * attention of this process's first device: a line per kind of kernel and implementation, with
+ * how many of the plan's kernels it runs, e.g.
+ *   gemm bf16: onednn brg:avx512_core_amx_bf16 (48)
+ *   gemm f32: openblas sgemv (1)
+ *   attention bf16: f32 tiles (avx512) of bf16 widened to f32 (8)
+ * The CPU backend's choices depend on the CPU, on how libmeshwit was built and on the
+ * environment (MESHWIT_CPU_GEMM, MESHWIT_CPU_ISA: see the README). Errors: MW_ERR_INVALID (NULL
+ * trainer or buf, size 0). */
+mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size);
 
 /* One row of a profile: the time spent in one kind of kernel in one phase of a step, summed over
  * the steps since the trainer was made or the profile reset, per device (the mean over this

@@ -1090,7 +1090,7 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 OK(gpu.vt->binary(&gpu, &k));
             } break;
             case 1: {
-                mw__k_copy k = {0.5f, nd_of(2, d2, s2, s2, NULL), o, gx};
+                mw__k_copy k = {.alpha = 0.5f, .nd = nd_of(2, d2, s2, s2, NULL), .out = o, .a = gx};
                 OK(gpu.vt->copy(&gpu, &k));
             } break;
             case 2: {
@@ -1112,15 +1112,16 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 OK(gpu.vt->gemm(&gpu, &k));
             } break;
             case 4: {
-                mw__k_unary k = {MW__UN_GELU, len, o, gx};
+                mw__k_unary k = {.op = MW__UN_GELU, .count = len, .out = o, .a = gx};
                 OK(gpu.vt->unary(&gpu, &k));
             } break;
             case 5: {
-                mw__k_unary_grad k = {MW__UN_GELU, len, o, gy, gx, 0, NULL};
+                mw__k_unary_grad k = {.op = MW__UN_GELU, .count = len, .out = o, .gy = gy, .x = gx};
                 OK(gpu.vt->unary_grad(&gpu, &k));
             } break;
             case 6: {
-                mw__k_layernorm k = {rows, n, 1e-5f, o, gx, gw, gb};
+                mw__k_layernorm k = {
+                    .rows = rows, .n = n, .eps = 1e-5f, .out = o, .x = gx, .w = gw, .b = gb};
                 OK(gpu.vt->layernorm(&gpu, &k));
             } break;
             case 7:
@@ -1164,9 +1165,19 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 /* Fresh state each repeat: p, m, v copied from the same inputs. */
                 float *p = o, *m = putf(y, len), *vv = putf(w, n < len ? n : len);
                 OK(gpu.vt->upload(&gpu, p, x, (size_t)len * sizeof(float)));
-                /* count, lr, beta1, beta2, eps, weight decay, bias1, bias2, grad scale */
-                mw__k_adamw k = {n,     1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f,
-                                 0.05f, 1.0f,  p,    m,     vv,    gy};
+                mw__k_adamw k = {.count = n,
+                                 .lr = 1e-3f,
+                                 .beta1 = 0.9f,
+                                 .beta2 = 0.95f,
+                                 .eps = 1e-8f,
+                                 .weight_decay = 0.1f,
+                                 .bias1 = 0.1f,
+                                 .bias2 = 0.05f,
+                                 .grad_scale = 1.0f,
+                                 .p = p,
+                                 .m = m,
+                                 .v = vv,
+                                 .g = gy};
                 OK(gpu.vt->adamw(&gpu, &k));
             } break;
             }

@@ -1,0 +1,447 @@
+/* The CPU backend's GEMMs: oneDNN matmul primitives made when the worker starts, OpenBLAS where
+ * oneDNN is absent or where it measures faster (matrix-vector products; CPUs without AVX-512,
+ * where oneDNN 2.x has no brgemm kernels, unless OpenBLAS itself only has generic kernels for
+ * the CPU), and bf16 operands widened to f32 where the CPU lacks bf16 instructions. Per device
+ * the state holds the oneDNN engine, each prepared GEMM and one work buffer that every prepared
+ * GEMM shares (scratchpads, widened operands): one runs at a time, and the buffer is made before
+ * the first step, so a step allocates nothing. */
+#define _GNU_SOURCE
+#include "devices/cpu/cpu_gemm.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/plan.h"
+#include "devices/cpu/cpu_dnnl.h"
+#include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/simd.h"
+#include "devices/math.h"
+
+/* --- what the CPU has and what it may use -------------------------------------------------- */
+
+enum { F_AVX2 = 1, F_AVX512 = 2, F_AVX512_BF16 = 4, F_AMX_BF16 = 8 };
+enum { ISA_AVX2 = 1, ISA_AVX512, ISA_AVX512_BF16, ISA_AMX, ISA_ANY };
+
+static unsigned features;
+static pthread_once_t features_once = PTHREAD_ONCE_INIT;
+
+/* Whether the flags line of /proc/cpuinfo lists flag (a whole word). */
+static int has_word(const char *line, const char *flag) {
+    size_t n = strlen(flag);
+    for (const char *p = strstr(line, flag); p; p = strstr(p + 1, flag))
+        if ((p == line || p[-1] == ' ' || p[-1] == '\t') &&
+            (p[n] == ' ' || p[n] == '\n' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+static void read_features(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return; /* not Linux: no bf16 instructions assumed; oneDNN still checks for itself */
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        features = (has_word(line, "avx2") ? F_AVX2 : 0) |
+                   (has_word(line, "avx512f") ? F_AVX512 : 0) |
+                   (has_word(line, "avx512_bf16") ? F_AVX512_BF16 : 0) |
+                   (has_word(line, "amx_bf16") ? F_AMX_BF16 : 0);
+        break;
+    }
+    fclose(f);
+}
+
+static unsigned cpu_features(void) {
+    pthread_once(&features_once, read_features);
+    return features;
+}
+
+/* MESHWIT_CPU_ISA as a level; -1 when it is not one of the names. */
+static int isa_cap(const char *v) {
+    static const char *const names[] = {"avx2", "avx512", "avx512_bf16", "amx"};
+    if (!v || !*v || strcmp(v, "auto") == 0) return ISA_ANY;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(v, names[i]) == 0) return ISA_AVX2 + i;
+    return -1;
+}
+
+static int bf16_allowed(int cap) {
+    return (cpu_features() & (F_AVX512_BF16 | F_AMX_BF16)) && cap >= ISA_AVX512_BF16;
+}
+
+/* Whether OpenBLAS runs kernels written for a vector unit at least as wide as AVX2 here. */
+static int blas_tuned(void) {
+    static const char *const tuned[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                        "SapphireRapids"};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof tuned / sizeof *tuned; i++)
+        if (strstr(core, tuned[i])) return 1;
+    return !(cpu_features() & F_AVX2); /* nothing better exists for such a CPU */
+}
+
+/* --- device state -------------------------------------------------------------------------- */
+
+enum { ENGINE_AUTO, ENGINE_ONEDNN, ENGINE_OPENBLAS };
+enum { PATH_BLAS, PATH_DNNL, PATH_WIDEN };
+
+/* A prepared GEMM. */
+typedef struct cpu_gemm {
+    int path;
+    mw__dnnl_gemm *dnnl; /* DNNL: of the GEMM itself; WIDEN: of its f32 form, or NULL (BLAS) */
+    size_t off_a, off_b, off_c; /* WIDEN: the f32 operands in the work buffer (off_c: C's, when
+                                   it is bf16) */
+    char name[96];
+} cpu_gemm;
+
+typedef struct cpu_state {
+    int engine;     /* ENGINE_* from MESHWIT_CPU_GEMM */
+    int cap;        /* ISA_* from MESHWIT_CPU_ISA */
+    mw__dnnl *dnnl; /* NULL without oneDNN (not built, or openblas asked for) */
+    void *work;     /* shared by the prepared GEMMs */
+    size_t work_bytes;
+    cpu_gemm **gemms; /* prepared, freed with the state */
+    int ngemms, cap_gemms;
+} cpu_state;
+
+mw_status mw__cpu_state_init(mw__device *dev) {
+    const char *eng = getenv("MESHWIT_CPU_GEMM"), *isa = getenv("MESHWIT_CPU_ISA");
+    int engine = !eng || !*eng || strcmp(eng, "auto") == 0 ? ENGINE_AUTO
+                 : strcmp(eng, "onednn") == 0              ? ENGINE_ONEDNN
+                 : strcmp(eng, "openblas") == 0            ? ENGINE_OPENBLAS
+                                                           : -1;
+    if (engine < 0)
+        return mw__error(MW_ERR_INVALID, "MESHWIT_CPU_GEMM=%s: expected auto, onednn or openblas",
+                         eng);
+    int cap = isa_cap(isa);
+    if (cap < 0)
+        return mw__error(MW_ERR_INVALID,
+                         "MESHWIT_CPU_ISA=%s: expected auto, avx2, avx512, avx512_bf16 or amx",
+                         isa);
+#ifndef MESHWIT_HAVE_DNNL
+    if (engine == ENGINE_ONEDNN)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "MESHWIT_CPU_GEMM=onednn, but this meshwit was built without oneDNN "
+                         "(MESHWIT_DNNL=OFF, or libdnnl-dev missing)");
+#endif
+    cpu_state *s = mw__calloc(1, sizeof *s);
+    if (!s) return mw__error(MW_ERR_NOMEM, "%s: out of memory", dev->name);
+    s->engine = engine;
+    s->cap = cap;
+    mw_status st = MW_OK;
+#ifdef MESHWIT_HAVE_DNNL
+    if (engine != ENGINE_OPENBLAS) {
+        if ((st = mw__dnnl_cap_isa(cap == ISA_ANY ? "" : isa)) == MW_OK)
+            st = mw__dnnl_new(&s->dnnl);
+        if (st && st != MW_ERR_NOMEM && engine == ENGINE_AUTO) st = MW_OK; /* OpenBLAS */
+    }
+#endif
+    if (st) {
+        mw__free(s);
+        return st;
+    }
+    dev->impl = s;
+    return MW_OK;
+}
+
+void mw__cpu_state_free(mw__device *dev) {
+    cpu_state *s = dev ? dev->impl : NULL;
+    if (!s) return;
+    for (int i = 0; i < s->ngemms; i++) {
+#ifdef MESHWIT_HAVE_DNNL
+        mw__dnnl_gemm_free(s->gemms[i]->dnnl);
+#endif
+        mw__free(s->gemms[i]);
+    }
+    mw__free(s->gemms);
+    mw__free(s->work);
+#ifdef MESHWIT_HAVE_DNNL
+    mw__dnnl_free(s->dnnl);
+#endif
+    mw__free(s);
+    dev->impl = NULL;
+}
+
+int mw__cpu_bf16_native(const mw__device *dev) {
+    const cpu_state *s = dev ? dev->impl : NULL;
+    return bf16_allowed(s ? s->cap : isa_cap(getenv("MESHWIT_CPU_ISA")));
+}
+
+/* --- the kernels ----------------------------------------------------------------------------- */
+
+/* Elements a GEMM operand spans: batch matrices `stride` apart, the last rows x ld. */
+static int64_t span(const mw__k_gemm *k, int64_t rows, int64_t ld, int64_t stride) {
+    return k->batch > 0 && rows > 0 ? (k->batch - 1) * stride + (rows - 1) * ld + ld : 0;
+}
+
+static int64_t span_a(const mw__k_gemm *k) {
+    return span(k, k->trans_a ? k->k : k->m, k->lda, k->stride_a);
+}
+static int64_t span_b(const mw__k_gemm *k) {
+    return span(k, k->trans_b ? k->n : k->k, k->ldb, k->stride_b);
+}
+static int64_t span_c(const mw__k_gemm *k) { return span(k, k->m, k->ldc, k->stride_c); }
+
+MW__CPU_CLONES
+static void widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 x;
+        mw__bf16_load8(&x, src + i);
+        memcpy(dst + i, &x, sizeof x);
+    }
+    for (; i < n; i++) dst[i] = mw__bf16_to_f32(src[i]);
+}
+
+MW__CPU_CLONES
+static void narrow(int64_t n, const float *restrict src, uint16_t *restrict dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 x;
+        memcpy(&x, src + i, sizeof x);
+        mw__bf16_store8(dst + i, &x);
+    }
+    for (; i < n; i++) dst[i] = mw__bf16_from_f32(src[i]);
+}
+
+/* C (f32, rows of N ldc apart) = beta C + bias + addend, the epilogue BLAS leaves to us: put
+ * there before the product, which is then added with beta 1. */
+MW__CPU_CLONES
+static void epilogue_first(const mw__k_gemm *k, float *c) {
+    for (int64_t bi = 0; bi < k->batch; bi++)
+        for (int64_t i = 0; i < k->m; i++) {
+            float *row = c + bi * k->stride_c + i * k->ldc;
+            const float *add = k->addend ? k->addend + bi * k->stride_c + i * k->ldc : NULL;
+            for (int64_t j = 0; j < k->n; j++) {
+                float v = k->beta != 0.0f ? row[j] : 0.0f;
+                if (k->bias) v += k->bias[j];
+                if (add) v += add[j];
+                row[j] = v;
+            }
+        }
+}
+
+/* An f32 GEMM through OpenBLAS (C f32). */
+static void blas_gemm(const mw__k_gemm *k) {
+    float beta = k->beta;
+    if (k->bias || k->addend) {
+        epilogue_first(k, k->c);
+        beta = 1.0f;
+    }
+    for (int64_t bi = 0; bi < k->batch; bi++) {
+        const float *a = (const float *)k->a + bi * k->stride_a;
+        const float *b = (const float *)k->b + bi * k->stride_b;
+        float *c = (float *)k->c + bi * k->stride_c;
+        if (k->k == 0) {
+            if (beta == 0.0f)
+                for (int64_t i = 0; i < k->m; i++) memset(c + i * k->ldc, 0, (size_t)k->n * 4);
+        } else if (k->n == 1 && k->m == 1) {
+            /* A and B are contiguous vectors of length K whatever their transposition. */
+            c[0] = cblas_sdot((int)k->k, a, 1, b, 1) + (beta != 0.0f ? beta * c[0] : 0.0f);
+        } else if (k->n == 1) {
+            /* C (M) = op(A) * b, with b a contiguous K-vector. */
+            if (k->trans_a)
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->m, 1.0f, a, (int)k->lda,
+                            b, 1, beta, c, (int)k->ldc);
+            else
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->m, (int)k->k, 1.0f, a, (int)k->lda,
+                            b, 1, beta, c, (int)k->ldc);
+        } else if (k->m == 1) {
+            /* C (N) = op(B)^T * a, with a a contiguous K-vector. */
+            if (k->trans_b)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)k->n, (int)k->k, 1.0f, b, (int)k->ldb,
+                            a, 1, beta, c, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)k->k, (int)k->n, 1.0f, b, (int)k->ldb,
+                            a, 1, beta, c, 1);
+        } else {
+            cblas_sgemm(CblasRowMajor, k->trans_a ? CblasTrans : CblasNoTrans,
+                        k->trans_b ? CblasTrans : CblasNoTrans, (int)k->m, (int)k->n, (int)k->k,
+                        1.0f, a, (int)k->lda, b, (int)k->ldb, beta, c, (int)k->ldc);
+        }
+    }
+}
+
+/* k with bf16 parts replaced by f32 ones at a, b, c (NULL: keep k's). */
+static mw__k_gemm widened(const mw__k_gemm *k, const float *a, const float *b, float *c) {
+    mw__k_gemm f = *k;
+    f.ab_dtype = f.c_dtype = MW_F32;
+    if (a) f.a = a, f.b = b;
+    if (c) f.c = c;
+    f.impl = NULL;
+    return f;
+}
+
+/* The f32 GEMM f (prepared as g->dnnl or BLAS), then C narrowed to k's bf16 C when it is. */
+static mw_status run_f32(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
+#ifdef MESHWIT_HAVE_DNNL
+    if (g && g->dnnl) return mw__dnnl_gemm_run(s->dnnl, g->dnnl, f, s->work);
+#else
+    (void)s, (void)g;
+#endif
+    blas_gemm(f);
+    return MW_OK;
+}
+
+/* A GEMM with no prepared state (a kernel called on its own): BLAS, through temporaries for bf16
+ * parts. */
+static mw_status unprepared(const mw__k_gemm *k) {
+    if (k->ab_dtype == MW_F32 && k->c_dtype == MW_F32) {
+        blas_gemm(k);
+        return MW_OK;
+    }
+    int64_t na = k->ab_dtype == MW_BF16 ? span_a(k) : 0,
+            nb = k->ab_dtype == MW_BF16 ? span_b(k) : 0;
+    int64_t nc = k->c_dtype == MW_BF16 ? span_c(k) : 0;
+    float *t = mw__malloc((size_t)(na + nb + nc + 1) * sizeof *t);
+    if (!t) return mw__error(MW_ERR_NOMEM, "out of memory widening a bf16 GEMM");
+    if (na) widen(na, k->a, t);
+    if (nb) widen(nb, k->b, t + na);
+    if (nc && k->beta != 0.0f) widen(nc, k->c, t + na + nb);
+    mw__k_gemm f = widened(k, na ? t : NULL, na ? t + na : NULL, nc ? t + na + nb : NULL);
+    blas_gemm(&f);
+    if (nc) narrow(nc, t + na + nb, k->c);
+    mw__free(t);
+    return MW_OK;
+}
+
+mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
+    cpu_gemm *g = k->impl;
+    if (!g) return unprepared(k);
+    cpu_state *s = dev->impl;
+    if (g->path == PATH_BLAS) {
+        blas_gemm(k);
+        return MW_OK;
+    }
+#ifdef MESHWIT_HAVE_DNNL
+    if (g->path == PATH_DNNL) return mw__dnnl_gemm_run(s->dnnl, g->dnnl, k, s->work);
+#endif
+    /* WIDEN: the bf16 operands (and a bf16 C) as f32 in the work buffer; the scratchpad of the
+     * f32 primitive lies at the start of it. */
+    char *w = s->work;
+    float *a = (float *)(w + g->off_a), *b = (float *)(w + g->off_b);
+    float *c = k->c_dtype == MW_BF16 ? (float *)(w + g->off_c) : NULL;
+    if (k->ab_dtype == MW_BF16) {
+        widen(span_a(k), k->a, a);
+        widen(span_b(k), k->b, b);
+    }
+    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
+    mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
+    mw_status st = run_f32(s, g, &f);
+    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
+    return st;
+}
+
+/* Makes the work buffer at least `need` bytes (while the worker starts: its contents are not
+ * kept). */
+static mw_status grow_work(cpu_state *s, size_t need) {
+    if (need <= s->work_bytes) return MW_OK;
+    void *p = mw__aligned_alloc(64, need);
+    if (!p) return mw__error(MW_ERR_NOMEM, "out of memory for %zu bytes of GEMM workspace", need);
+    mw__free(s->work);
+    s->work = p;
+    s->work_bytes = need;
+    return MW_OK;
+}
+
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* Whether oneDNN's implementation name is one of its brgemm kernels using bf16 instructions
+ * (AVX512-BF16 or AMX) rather than an emulation. */
+static int native_bf16_impl(const char *impl) {
+    return strstr(impl, "brg") && (strstr(impl, "bf16") || strstr(impl, "amx"));
+}
+
+mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
+    cpu_state *s = dev->impl;
+    cpu_gemm *g = mw__calloc(1, sizeof *g);
+    if (!g) return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
+    if (s->ngemms == s->cap_gemms) {
+        int cap = s->cap_gemms ? 2 * s->cap_gemms : 32;
+        cpu_gemm **p = mw__realloc(s->gemms, (size_t)cap * sizeof *p);
+        if (!p) {
+            mw__free(g);
+            return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
+        }
+        s->gemms = p;
+        s->cap_gemms = cap;
+    }
+    s->gemms[s->ngemms++] = g;
+    int bf16 = k->ab_dtype == MW_BF16 || k->c_dtype == MW_BF16;
+    int vector = k->m == 1 || k->n == 1 || k->k == 0;
+    mw_status st = MW_OK;
+    size_t scratch = 0;
+    g->path = PATH_BLAS;
+    snprintf(g->name, sizeof g->name, "openblas %s", vector ? "sgemv" : "sgemm");
+#ifdef MESHWIT_HAVE_DNNL
+    /* bf16 as it is, on bf16 instructions. */
+    if (s->dnnl && bf16 && k->k > 0 && bf16_allowed(s->cap) && k->ab_dtype == MW_BF16) {
+        if ((st = mw__dnnl_gemm_new(s->dnnl, k, &g->dnnl))) return st;
+        if (g->dnnl && native_bf16_impl(mw__dnnl_gemm_impl(g->dnnl))) {
+            g->path = PATH_DNNL;
+            scratch = mw__dnnl_gemm_scratch(g->dnnl);
+            snprintf(g->name, sizeof g->name, "onednn %s", mw__dnnl_gemm_impl(g->dnnl));
+        } else {
+            mw__dnnl_gemm_free(g->dnnl);
+            g->dnnl = NULL;
+        }
+    }
+#endif
+    if (g->path == PATH_BLAS && bf16) {
+        g->path = PATH_WIDEN;
+        snprintf(g->name, sizeof g->name, "bf16 widened to f32, openblas %s",
+                 vector ? "sgemv" : "sgemm");
+    }
+#ifdef MESHWIT_HAVE_DNNL
+    /* f32 (as it is, or the widened form) on oneDNN, where that is the faster engine here. */
+    if (s->dnnl && g->path != PATH_DNNL && !vector && s->engine != ENGINE_OPENBLAS) {
+        mw__k_gemm f = widened(k, NULL, NULL, NULL);
+        if ((st = mw__dnnl_gemm_new(s->dnnl, &f, &g->dnnl))) return st;
+        const char *impl = g->dnnl ? mw__dnnl_gemm_impl(g->dnnl) : "";
+        if (g->dnnl &&
+            (s->engine == ENGINE_ONEDNN || strncmp(impl, "brg", 3) == 0 || !blas_tuned())) {
+            scratch = mw__dnnl_gemm_scratch(g->dnnl);
+            if (g->path == PATH_BLAS) g->path = PATH_DNNL;
+            snprintf(g->name, sizeof g->name, "%sonednn %s",
+                     g->path == PATH_WIDEN ? "bf16 widened to f32, " : "", impl);
+        } else {
+            mw__dnnl_gemm_free(g->dnnl);
+            g->dnnl = NULL;
+        }
+    }
+#endif
+    size_t need = round64(scratch);
+    if (g->path == PATH_WIDEN) {
+        g->off_a = need;
+        g->off_b = g->off_a + round64((size_t)span_a(k) * 4);
+        g->off_c = g->off_b + round64((size_t)span_b(k) * 4);
+        need = g->off_c + (k->c_dtype == MW_BF16 ? round64((size_t)span_c(k) * 4) : 0);
+    }
+    k->impl = g;
+    return grow_work(s, need);
+}
+
+const char *mw__cpu_gemm_impl(const mw__k_gemm *k) {
+    const cpu_gemm *g = k->impl;
+    return g ? g->name : "openblas (unprepared)";
+}
+
+size_t mw__cpu_workspace(const mw__device *dev) {
+    const cpu_state *s = dev ? dev->impl : NULL;
+    return s ? s->work_bytes : 0;
+}
+
+const char *mw__cpu_vector_isa(void) {
+    unsigned f = cpu_features();
+    return f & F_AVX512 ? "avx512" : f & F_AVX2 ? "avx2" : "sse2";
+}
+
+const char *mw__cpu_describe(const mw__device *dev, int kind, const void *k) {
+    (void)dev;
+    if (kind == MW__I_GEMM) return mw__cpu_gemm_impl(k);
+    if (kind == MW__I_ATTENTION || kind == MW__I_ATTENTION_GRAD) return mw__cpu_attention_impl(k);
+    return "";
+}
