@@ -10,6 +10,7 @@ PyTorch, e.g. in a virtual environment:
     python3 -m venv /tmp/peer-venv && /tmp/peer-venv/bin/pip install torch
     /tmp/peer-venv/bin/python bench/peers/torch_gpt2.py --threads 1
     /tmp/peer-venv/bin/python bench/peers/torch_gpt2.py --ddp 2      # DDP, gloo, 2 processes
+    /tmp/peer-venv/bin/python bench/peers/torch_gpt2.py --bf16 --compile   # autocast bf16
 
 Prints one JSON object on its last line: {"peer": ..., "ms_per_step": median, "tokens_per_s": ...}.
 """
@@ -77,6 +78,7 @@ def run(args, rank=0, world=1):
     model = build(args, torch)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
+    step_model = torch.compile(model) if args.compile else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -90,7 +92,8 @@ def run(args, rank=0, world=1):
         tgt = torch.randint(0, args.vocab, (rows, args.seq), generator=g)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = step_model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -125,6 +128,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--port", type=int, default=29533)
+    ap.add_argument("--bf16", action="store_true",
+                    help="mixed precision: torch.autocast('cpu', dtype=torch.bfloat16)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = ap.parse_args()
     import torch
 
@@ -138,6 +144,10 @@ def main():
     else:
         ms, peer = run(args), f"pytorch-{args.threads}-thread"
     tokens = args.batch * args.seq
+    if args.bf16:
+        peer += "-bf16"
+    if args.compile:
+        peer += "-compile"
     print(json.dumps({"peer": peer, "torch": torch.__version__, "threads": args.threads,
                       "processes": max(args.ddp, 1), "ms_per_step": round(ms, 2),
                       "tokens_per_s": round(tokens / (ms * 1e-3), 1)}))

@@ -17,9 +17,9 @@ typedef struct mw__dnnl mw__dnnl;
 typedef struct mw__dnnl_gemm mw__dnnl_gemm;
 
 /* Caps the instruction sets oneDNN may use, by name ("avx2", "avx512", "avx512_bf16", "amx";
- * "" or "auto": no cap). Process-wide, and effective only before oneDNN's first primitive:
- * MW_ERR_STATE when it comes too late, MW_ERR_INVALID for an unknown name. */
-mw_status mw__dnnl_cap_isa(const char *name);
+ * anything else: no cap). Process-wide, and possible only before oneDNN first looks at the CPU:
+ * returns 0 when it came too late and oneDNN already uses wider instructions, else 1. */
+int mw__dnnl_cap_isa(const char *name);
 
 /* An engine and stream for one device. Errors: MW_ERR_DEVICE, MW_ERR_NOMEM. */
 mw_status mw__dnnl_new(mw__dnnl **out);

@@ -134,8 +134,10 @@ mw_status mw__cpu_state_init(mw__device *dev) {
     mw_status st = MW_OK;
 #ifdef MESHWIT_HAVE_DNNL
     if (engine != ENGINE_OPENBLAS) {
-        if ((st = mw__dnnl_cap_isa(cap == ISA_ANY ? "" : isa)) == MW_OK)
-            st = mw__dnnl_new(&s->dnnl);
+        /* The cap binds oneDNN from its first use in the process on (a later, narrower one
+         * still decides where bf16 runs: bf16_allowed). */
+        if (cap != ISA_ANY) (void)mw__dnnl_cap_isa(isa);
+        st = mw__dnnl_new(&s->dnnl);
         if (st && st != MW_ERR_NOMEM && engine == ENGINE_AUTO) st = MW_OK; /* OpenBLAS */
     }
 #endif
