@@ -271,6 +271,7 @@ typedef struct mw__k_attention {
      * long as the keys it may see. Set only for the CPU kernels (the plan's host-memory devices):
      * the forward writes them, and the backward reads them instead of recomputing the scores. */
     float *probs;
+    void *impl; /* what the backend's attention_prepare made, or NULL */
 } mw__k_attention;
 
 /* Floats of one slice's kept probabilities (mw__k_attention.probs). */
@@ -374,6 +375,8 @@ typedef struct mw__device_vtable {
      * with MW_ERR_UNSUPPORTED when the trainer is made). */
     mw_status (*attention)(mw__device *dev, const mw__k_attention *k);
     mw_status (*attention_grad)(mw__device *dev, const mw__k_attention *k);
+    /* Optional: as gemm_prepare, for the attention of the forward (grad 0) or backward pass. */
+    mw_status (*attention_prepare)(mw__device *dev, mw__k_attention *k, int grad);
     /* Optional: what implements a kernel of instruction kind `kind` (an mw__ins_kind) whose
      * descriptor is k, as prepared on dev ("onednn brg:avx512_core_amx_bf16", "cublas", ...),
      * for reports; NULL or "" when the backend does not say. The string lives as long as dev. */

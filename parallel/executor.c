@@ -221,6 +221,11 @@ mw_status mw__executor_init(worker *w) {
         if (in->kind == MW__I_GEMM && w->dev.vt->gemm_prepare &&
             (st = w->dev.vt->gemm_prepare(&w->dev, &w->kern[i].gemm)))
             return st;
+        int attention = in->kind == MW__I_ATTENTION || in->kind == MW__I_ATTENTION_GRAD;
+        if (attention && w->dev.vt->attention_prepare &&
+            (st = w->dev.vt->attention_prepare(&w->dev, &w->kern[i].attention,
+                                               in->kind == MW__I_ATTENTION_GRAD)))
+            return st;
     }
     return MW_OK;
 }

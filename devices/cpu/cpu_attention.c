@@ -304,6 +304,9 @@ static void finish_slice(const mw__k_attention *k, int64_t s, const slice *v) {
 }
 
 mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
+#ifdef MESHWIT_HAVE_DNNL
+    if (k->impl) return mw__cpu_attention_dnnl(dev, k, 0);
+#endif
     (void)dev;
     int64_t ns = k->slices, blk = k->block, t = k->t, d = k->d;
     float *kt = packed(k, 0), *vp = kt + d * t;
@@ -366,6 +369,9 @@ static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_
 }
 
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
+#ifdef MESHWIT_HAVE_DNNL
+    if (k->impl) return mw__cpu_attention_dnnl(dev, k, 1);
+#endif
     (void)dev;
     if (k->out_dtype != MW_F32)
         return mw__error(MW_ERR_UNSUPPORTED, "attention gradient: d(qkv) is written in f32 only");
@@ -417,6 +423,9 @@ const char *mw__cpu_attention_impl(const mw__k_attention *k) {
         {"f32 tiles (avx512)", "f32 tiles (avx2)", "f32 tiles (sse2)"},
         {"f32 tiles (avx512) of bf16 widened", "f32 tiles (avx2) of bf16 widened",
          "f32 tiles (sse2) of bf16 widened"}};
+#ifdef MESHWIT_HAVE_DNNL
+    if (k->impl) return mw__cpu_attention_dnnl_name(k);
+#endif
     const char *isa = mw__cpu_vector_isa();
     int v = !strcmp(isa, "avx512") ? 0 : !strcmp(isa, "avx2") ? 1 : 2;
     return names[k->qkv_dtype == MW_BF16][v];

@@ -372,6 +372,9 @@ const mw__device_vtable mw__cpu_device = {
     .adamw = mw__cpu_adamw,
     .attention = mw__cpu_attention,
     .attention_grad = mw__cpu_attention_grad,
+#ifdef MESHWIT_HAVE_DNNL
+    .attention_prepare = mw__cpu_attention_prepare,
+#endif
     .describe = mw__cpu_describe,
     .workspace = mw__cpu_workspace,
     .sgd_momentum = mw__cpu_sgd_momentum,

@@ -97,14 +97,20 @@ typedef struct cpu_gemm {
     char name[96];
 } cpu_gemm;
 
+/* Something a prepared kernel owns until the device shuts down. */
+typedef struct owned {
+    void *p;
+    void (*free)(void *p);
+} owned;
+
 typedef struct cpu_state {
     int engine;     /* ENGINE_* from MESHWIT_CPU_GEMM */
     int cap;        /* ISA_* from MESHWIT_CPU_ISA */
     mw__dnnl *dnnl; /* NULL without oneDNN (not built, or openblas asked for) */
-    void *work;     /* shared by the prepared GEMMs */
+    void *work;     /* shared by the prepared kernels: one runs at a time */
     size_t work_bytes;
-    cpu_gemm **gemms; /* prepared, freed with the state */
-    int ngemms, cap_gemms;
+    owned *owned; /* what the prepared kernels made, freed with the state */
+    int nowned, cap_owned;
 } cpu_state;
 
 mw_status mw__cpu_state_init(mw__device *dev) {
@@ -152,13 +158,8 @@ mw_status mw__cpu_state_init(mw__device *dev) {
 void mw__cpu_state_free(mw__device *dev) {
     cpu_state *s = dev ? dev->impl : NULL;
     if (!s) return;
-    for (int i = 0; i < s->ngemms; i++) {
-#ifdef MESHWIT_HAVE_DNNL
-        mw__dnnl_gemm_free(s->gemms[i]->dnnl);
-#endif
-        mw__free(s->gemms[i]);
-    }
-    mw__free(s->gemms);
+    for (int i = s->nowned - 1; i >= 0; i--) s->owned[i].free(s->owned[i].p);
+    mw__free(s->owned);
     mw__free(s->work);
 #ifdef MESHWIT_HAVE_DNNL
     mw__dnnl_free(s->dnnl);
@@ -339,6 +340,19 @@ mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
 
 /* Makes the work buffer at least `need` bytes (while the worker starts: its contents are not
  * kept). */
+static mw_status grow_work(cpu_state *s, size_t need);
+
+mw_status mw__cpu_work_reserve(mw__device *dev, size_t bytes) {
+    return grow_work(dev->impl, bytes);
+}
+
+void *mw__cpu_work(const mw__device *dev) { return ((const cpu_state *)dev->impl)->work; }
+
+mw__dnnl *mw__cpu_dnnl(const mw__device *dev) {
+    const cpu_state *s = dev ? dev->impl : NULL;
+    return s ? s->dnnl : NULL;
+}
+
 static mw_status grow_work(cpu_state *s, size_t need) {
     if (need <= s->work_bytes) return MW_OK;
     void *p = mw__aligned_alloc(64, need);
@@ -351,30 +365,38 @@ static mw_status grow_work(cpu_state *s, size_t need) {
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
-/* Whether oneDNN's implementation name is one of its brgemm kernels using bf16 instructions
- * (AVX512-BF16 or AMX) rather than an emulation. */
-static int native_bf16_impl(const char *impl) {
-    return strstr(impl, "brg") && (strstr(impl, "bf16") || strstr(impl, "amx"));
+mw_status mw__cpu_own(mw__device *dev, void *p, void (*free_fn)(void *p)) {
+    cpu_state *s = dev->impl;
+    if (s->nowned == s->cap_owned) {
+        int cap = s->cap_owned ? 2 * s->cap_owned : 32;
+        owned *o = mw__realloc(s->owned, (size_t)cap * sizeof *o);
+        if (!o) {
+            free_fn(p);
+            return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a kernel", dev->name);
+        }
+        s->owned = o;
+        s->cap_owned = cap;
+    }
+    s->owned[s->nowned++] = (owned){p, free_fn};
+    return MW_OK;
+}
+
+static void gemm_free(void *p) {
+    cpu_gemm *g = p;
+#ifdef MESHWIT_HAVE_DNNL
+    mw__dnnl_gemm_free(g->dnnl);
+#endif
+    mw__free(g);
 }
 
 mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
     cpu_state *s = dev->impl;
     cpu_gemm *g = mw__calloc(1, sizeof *g);
-    if (!g) return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
-    if (s->ngemms == s->cap_gemms) {
-        int cap = s->cap_gemms ? 2 * s->cap_gemms : 32;
-        cpu_gemm **p = mw__realloc(s->gemms, (size_t)cap * sizeof *p);
-        if (!p) {
-            mw__free(g);
-            return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
-        }
-        s->gemms = p;
-        s->cap_gemms = cap;
-    }
-    s->gemms[s->ngemms++] = g;
+    mw_status st = g ? mw__cpu_own(dev, g, gemm_free)
+                     : mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
+    if (st) return st;
     int bf16 = k->ab_dtype == MW_BF16 || k->c_dtype == MW_BF16;
     int vector = k->m == 1 || k->n == 1 || k->k == 0;
-    mw_status st = MW_OK;
     size_t scratch = 0;
     g->path = PATH_BLAS;
     snprintf(g->name, sizeof g->name, "openblas %s", vector ? "sgemv" : "sgemm");
@@ -382,7 +404,7 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
     /* bf16 as it is, on bf16 instructions. */
     if (s->dnnl && bf16 && k->k > 0 && bf16_allowed(s->cap) && k->ab_dtype == MW_BF16) {
         if ((st = mw__dnnl_gemm_new(s->dnnl, k, &g->dnnl))) return st;
-        if (g->dnnl && native_bf16_impl(mw__dnnl_gemm_impl(g->dnnl))) {
+        if (g->dnnl) { /* the CPU has bf16 instructions (bf16_allowed): its kernels use them */
             g->path = PATH_DNNL;
             scratch = mw__dnnl_gemm_scratch(g->dnnl);
             snprintf(g->name, sizeof g->name, "onednn %s", mw__dnnl_gemm_impl(g->dnnl));

@@ -23,6 +23,15 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k);
 /* What runs a prepared GEMM ("onednn brg:avx512_core_bf16", "openblas sgemm", ...). */
 const char *mw__cpu_gemm_impl(const mw__k_gemm *k);
 
+/* For the CPU backend's other prepared kernels (attention): the device's oneDNN engine (NULL
+ * without one), its work buffer (shared by the prepared kernels, made at least `bytes` while the
+ * worker starts; its address is final once every kernel is prepared) and a list of what they
+ * made, freed with the device (free_fn(p) at once when it cannot be recorded). */
+struct mw__dnnl *mw__cpu_dnnl(const mw__device *dev);
+mw_status mw__cpu_work_reserve(mw__device *dev, size_t bytes);
+void *mw__cpu_work(const mw__device *dev);
+mw_status mw__cpu_own(mw__device *dev, void *p, void (*free_fn)(void *p));
+
 /* The vtable's describe and workspace (devices/device.h). */
 const char *mw__cpu_describe(const mw__device *dev, int kind, const void *k);
 size_t mw__cpu_workspace(const mw__device *dev);

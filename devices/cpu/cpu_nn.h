@@ -21,5 +21,11 @@ mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k);
 mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k);
 /* What runs the attention kernels for k's dtypes, for reports. */
 const char *mw__cpu_attention_impl(const mw__k_attention *k);
+/* bf16 attention on the CPU's bf16 instructions through oneDNN (cpu_attention_dnnl.c):
+ * prepare sets k->impl where it applies (bf16 q, k, v, the CPU has bf16 instructions, oneDNN
+ * is built and has the products), and then the kernels above run through it. */
+mw_status mw__cpu_attention_prepare(mw__device *dev, mw__k_attention *k, int grad);
+mw_status mw__cpu_attention_dnnl(mw__device *dev, const mw__k_attention *k, int grad);
+const char *mw__cpu_attention_dnnl_name(const mw__k_attention *k);
 
 #endif

@@ -488,3 +488,126 @@ Test(bf16, bad_environment_is_refused_with_its_name) {
     cr_assert_eq(dev.vt->init(&dev), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "MESHWIT_CPU_ISA=avx1024"), "%s", mw_last_error());
 }
+
+/* --- attention on bf16 instructions (oneDNN), against float64 ---------------------------------
+ */
+
+/* The causal attention of one slice in float64 from the (bf16) values of qkv, and its
+ * gradients for gy: out (t x d), dq, dk, dv (t x d each). */
+static void attention_reference(const float *qkv, const float *gy, int64_t T, int64_t H, int64_t D,
+                                int64_t b, int64_t h, double scale, double *out, double *dq,
+                                double *dk, double *dv) {
+    int64_t seq = 3 * H * D, base = b * T * seq + h * D, part = H * D;
+    double *p = calloc((size_t)(T * T), sizeof *p), *dp = calloc((size_t)(T * T), sizeof *dp);
+    for (int64_t i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+            double s = 0;
+            for (int64_t e = 0; e < D; e++)
+                s += (double)qkv[base + i * seq + e] * qkv[base + part + j * seq + e];
+            p[i * T + j] = scale * s;
+            if (p[i * T + j] > mx) mx = p[i * T + j];
+        }
+        for (int64_t j = 0; j <= i; j++) sum += p[i * T + j] = exp(p[i * T + j] - mx);
+        for (int64_t j = 0; j <= i; j++) p[i * T + j] /= sum;
+    }
+    const float *g = gy + b * T * H * D + h * D;
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t e = 0; e < D; e++) {
+            double o = 0;
+            for (int64_t j = 0; j <= i; j++) o += p[i * T + j] * qkv[base + 2 * part + j * seq + e];
+            out[i * D + e] = o;
+        }
+    memset(dq, 0, sizeof(double) * (size_t)(T * D));
+    memset(dk, 0, sizeof(double) * (size_t)(T * D));
+    memset(dv, 0, sizeof(double) * (size_t)(T * D));
+    for (int64_t i = 0; i < T; i++) {
+        double dsum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+            double s = 0;
+            for (int64_t e = 0; e < D; e++)
+                s += (double)g[i * H * D + e] * qkv[base + 2 * part + j * seq + e];
+            dp[i * T + j] = s;
+            dsum += s * p[i * T + j];
+        }
+        for (int64_t j = 0; j <= i; j++) {
+            double ds = scale * p[i * T + j] * (dp[i * T + j] - dsum);
+            for (int64_t e = 0; e < D; e++) {
+                dq[i * D + e] += ds * qkv[base + part + j * seq + e];
+                dk[j * D + e] += ds * qkv[base + i * seq + e];
+                dv[j * D + e] += p[i * T + j] * g[i * H * D + e];
+            }
+        }
+    }
+    free(p);
+    free(dp);
+}
+
+static double max_abs(const double *x, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+Test(bf16, attention_on_bf16_instructions_against_float64) {
+    enum { B = 2, T = 150, H = 2, D = 24 };
+    mw__device dev = {.vt = &mw__cpu_device, .name = "cpu:0"};
+    cr_assert_eq(dev.vt->init(&dev), MW_OK);
+    int64_t nq = B * T * 3 * H * D, no = B * T * H * D;
+    float *qkv = malloc(nq * 4), *gy = malloc(no * 4), *dqkv = malloc(nq * 4);
+    fill(qkv, nq), fill(gy, no);
+    for (int64_t i = 0; i < nq; i++) qkv[i] *= 2.0f; /* scores of a few units: peaked softmaxes */
+    uint16_t *h16 = to_bf16(qkv, nq), *o16 = malloc(no * 2);
+    for (int64_t i = 0; i < nq; i++) qkv[i] = mw__bf16_to_f32(h16[i]);
+    int keep = 0;
+    float *probs = malloc((size_t)(B * H * mw__attn_probs_per_slice(T, MW__ATTN_BLOCK, 1)) * 4);
+    for (int run = 0; run < 4; run++) {
+        int grad = run % 2, kept = run / 2; /* with the probabilities kept, and recomputed */
+        mw__k_attention k = attention_of(B, T, H, D, grad);
+        k.probs = kept ? probs : NULL;
+        k.qkv_dtype = MW_BF16, k.qkv = h16, k.gy = gy;
+        k.out_dtype = grad ? MW_F32 : MW_BF16, k.out = grad ? (void *)dqkv : (void *)o16;
+        k.scratch = malloc((size_t)(k.scratch_elems + 4 * D * T) * 4);
+        k.scratch_elems += grad ? 3 * D * T : 4 * D * T;
+        cr_assert_eq(dev.vt->attention_prepare(&dev, &k, grad), MW_OK);
+        if (!k.impl) {
+            free(k.scratch);
+            cr_skip_test("no bf16 instructions or no oneDNN here: the f32 kernel runs (tested "
+                         "above)");
+        }
+        keep = 1;
+        cr_assert(strstr(dev.vt->describe(&dev, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, &k),
+                         "onednn"));
+        cr_assert_eq((grad ? dev.vt->attention_grad : dev.vt->attention)(&dev, &k), MW_OK);
+        free(k.scratch);
+        if (run < 3 && run != 1) continue;
+        /* P, dO and dS are rounded to bf16 where a product reads them (2^-9 each), and the
+         * output once more: against the largest value of each result, 2^-6 leaves room for a
+         * few such roundings adding up, and none for a wrong term. Checked after each backward
+         * pass (probabilities recomputed, then kept). */
+        double ref[T * D], dq[T * D], dk[T * D], dv[T * D];
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t h = 0; h < H; h++) {
+                attention_reference(qkv, gy, T, H, D, b, h, 0.125, ref, dq, dk, dv);
+                const double *want[4] = {ref, dq, dk, dv};
+                const char *names[4] = {"out", "dq", "dk", "dv"};
+                for (int w = 0; w < 4; w++) {
+                    double tol = ldexp(max_abs(want[w], T * D), -6);
+                    for (int64_t i = 0; i < T; i++)
+                        for (int64_t e = 0; e < D; e++) {
+                            double got =
+                                w == 0 ? mw__bf16_to_f32(o16[b * T * H * D + i * H * D + h * D + e])
+                                       : dqkv[b * T * 3 * H * D + i * 3 * H * D + (w - 1) * H * D +
+                                              h * D + e];
+                            cr_assert(fabs(got - want[w][i * D + e]) <= tol,
+                                      "%s[b %lld, h %lld, %lld, %lld] = %.7g, want %.7g (tol %.3g)",
+                                      names[w], (long long)b, (long long)h, (long long)i,
+                                      (long long)e, got, want[w][i * D + e], tol);
+                        }
+                }
+            }
+    }
+    cr_assert(keep);
+    dev.vt->shutdown(&dev);
+    free(qkv), free(gy), free(dqkv), free(h16), free(o16), free(probs);
+}
