@@ -25,7 +25,7 @@
 #endif
 
 #define ROUNDS 5
-#define MAX_CONFIGS 12
+#define MAX_CONFIGS 24
 
 static void llmc_setup(mwb_gpt2_setup *s, const char *devices, int quick) {
     memset(s, 0, sizeof *s);
@@ -44,9 +44,10 @@ static void llmc_setup(mwb_gpt2_setup *s, const char *devices, int quick) {
 }
 
 typedef struct column {
-    char name[40];
+    char name[48];
     const char *devices; /* meshwit, or NULL for a peer */
-    const char *peer_args;
+    int bf16;            /* meshwit: --precision bf16; a peer: autocast */
+    char peer_args[64];
     int ref; /* a peer: the meshwit column it is paired with */
     double ms[ROUNDS];
     int n;
@@ -71,6 +72,16 @@ static int have_torch(const char *python) {
     return system(cmd) == 0;
 }
 
+static int add_column(column *cols, int *n, const char *name, const char *devices, int bf16,
+                      const char *peer_args, int ref) {
+    if (*n == MAX_CONFIGS) return -1;
+    column *c = &cols[(*n)++];
+    *c = (column){.devices = devices, .bf16 = bf16, .ref = ref};
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(c->peer_args, sizeof c->peer_args, "%s", peer_args ? peer_args : "");
+    return *n - 1;
+}
+
 int mwb_case_llmc(mwb_ctx *ctx) {
     mwb_gpt2_setup s;
     llmc_setup(&s, "cpu:1", ctx->quick);
@@ -79,25 +90,41 @@ int mwb_case_llmc(mwb_ctx *ctx) {
     char script[512];
     snprintf(script, sizeof script, "%s/bench/peers/torch_gpt2.py", MWB_SOURCE_DIR);
     int peers = !ctx->quick && have_torch(python);
+    int precisions = ctx->precision ? ctx->precision : MWB_FP32 | MWB_BF16;
 
+    /* meshwit cpu:1 and cpu:2 (and every --devices) in each precision; PyTorch beside them on
+     * 1 and 2 threads and DDP over 2 processes, in f32 or under autocast, eager and (bf16) with
+     * torch.compile; each PyTorch column is paired with the meshwit one of its thread count and
+     * precision. */
     column cols[MAX_CONFIGS];
     int ncols = 0;
     const char *mine[MAX_CONFIGS] = {"cpu:1", "cpu:2"};
     int nmine = 2;
-    for (int i = 0; i < ctx->ndevices && nmine < MAX_CONFIGS - 3; i++)
-        mine[nmine++] = ctx->devices[i];
-    for (int i = 0; i < nmine; i++) {
-        cols[ncols] = (column){.devices = mine[i]};
-        snprintf(cols[ncols++].name, sizeof cols[0].name, "meshwit %s", mine[i]);
-        int me = ncols - 1;
-        if (i == 0 && peers)
-            cols[ncols++] =
-                (column){.name = "pytorch 1 thread", .peer_args = "--threads 1", .ref = me};
-        if (i == 1 && peers) {
-            cols[ncols++] =
-                (column){.name = "pytorch 2 threads", .peer_args = "--threads 2", .ref = me};
-            cols[ncols++] =
-                (column){.name = "pytorch ddp gloo x2", .peer_args = "--ddp 2", .ref = me};
+    for (int i = 0; i < ctx->ndevices && nmine < 4; i++) mine[nmine++] = ctx->devices[i];
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        if (!(precisions & (bf16 ? MWB_BF16 : MWB_FP32))) continue;
+        const char *p = bf16 ? " bf16" : "", *a = bf16 ? " --bf16" : "";
+        for (int i = 0; i < nmine; i++) {
+            char name[48], args[64];
+            snprintf(name, sizeof name, "meshwit %s%s", mine[i], p);
+            int me = add_column(cols, &ncols, name, mine[i], bf16, NULL, 0);
+            if (me < 0 || !peers || i > 1) continue;
+            int threads = i + 1;
+            snprintf(name, sizeof name, "pytorch %d thread%s%s", threads, threads > 1 ? "s" : "",
+                     p);
+            snprintf(args, sizeof args, "--threads %d%s", threads, a);
+            add_column(cols, &ncols, name, NULL, bf16, args, me);
+            if (bf16) {
+                snprintf(name, sizeof name, "pytorch %d thread%s bf16 compile", threads,
+                         threads > 1 ? "s" : "");
+                snprintf(args, sizeof args, "--threads %d --bf16 --compile", threads);
+                add_column(cols, &ncols, name, NULL, bf16, args, me);
+            }
+            if (threads == 2) {
+                snprintf(name, sizeof name, "pytorch ddp gloo x2%s", p);
+                snprintf(args, sizeof args, "--ddp 2%s", a);
+                add_column(cols, &ncols, name, NULL, bf16, args, me);
+            }
         }
     }
     int rounds = ctx->quick ? 1 : ROUNDS;
@@ -112,6 +139,9 @@ int mwb_case_llmc(mwb_ctx *ctx) {
     printf("BLAS core: %s%s%s\n", mw_blas_core(), *mw_blas_warning() ? "; " : "",
            mw_blas_warning());
     double sgemm = ctx->quick ? 0.0 : mwb_sgemm_gflops(1024);
+    char impl32[96] = "", impl16[96] = "";
+    double gemm32 = ctx->quick ? 0.0 : mwb_gemm_gflops(1024, MW_F32, impl32, sizeof impl32);
+    double gemm16 = ctx->quick ? 0.0 : mwb_gemm_gflops(1024, MW_BF16, impl16, sizeof impl16);
     fflush(stdout);
     int failed = 0;
     for (int round = 0; round < rounds; round++)
@@ -120,6 +150,7 @@ int mwb_case_llmc(mwb_ctx *ctx) {
             if (cols[c].devices) {
                 mwb_gpt2_result r;
                 s.devices = cols[c].devices;
+                s.precision = cols[c].bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
                 mwb_gpt2_measure(&s, &r);
                 if (!r.ok) {
                     fprintf(stderr, "llmc: %s: %s\n", cols[c].name, r.error);
@@ -140,24 +171,25 @@ int mwb_case_llmc(mwb_ctx *ctx) {
             cols[c].ms[cols[c].n++] = ms;
         }
     double fpt = mwb_gpt2_flops_per_token(&s.model, s.seq), tokens = (double)s.batch * s.seq;
-    double ref_ms[2] = {0, 0}; /* meshwit cpu:1, cpu:2 */
+    double ref_ms[2] = {0, 0}; /* meshwit cpu:1, cpu:2 in f32 */
     for (int c = 0; c < ncols; c++) {
-        if (!cols[c].n) continue;
+        if (!cols[c].n || !cols[c].devices || cols[c].bf16) continue;
         double ms = mwb_median(cols[c].ms, cols[c].n);
-        if (cols[c].devices && strcmp(cols[c].devices, "cpu:1") == 0) ref_ms[0] = ms;
-        if (cols[c].devices && strcmp(cols[c].devices, "cpu:2") == 0) ref_ms[1] = ms;
+        if (strcmp(cols[c].devices, "cpu:1") == 0) ref_ms[0] = ms;
+        if (strcmp(cols[c].devices, "cpu:2") == 0) ref_ms[1] = ms;
     }
-    printf("%-22s %10s %10s %13s %14s %16s\n", "run", "ms/step", "tokens/s", "model GFLOP/s",
+    printf("%-30s %10s %10s %13s %14s %16s\n", "run", "ms/step", "tokens/s", "model GFLOP/s",
            "vs cpu:1 (x)", "vs cpu:2 (x)");
     for (int c = 0; c < ncols; c++) {
         if (!cols[c].n) continue;
         double ms = mwb_median(cols[c].ms, cols[c].n), gf = tokens / (ms * 1e-3) * fpt * 1e-9;
-        printf("%-22s %10.1f %10.0f %13.1f %14.2f %16.2f\n", cols[c].name, ms, tokens / (ms * 1e-3),
+        printf("%-30s %10.1f %10.0f %13.1f %14.2f %16.2f\n", cols[c].name, ms, tokens / (ms * 1e-3),
                gf, ref_ms[0] > 0 ? ms / ref_ms[0] : NAN, ref_ms[1] > 0 ? ms / ref_ms[1] : NAN);
         mwb_record rec = {0};
         mwb_record_str(&rec, "case", "llmc");
         mwb_record_str(&rec, "devices", cols[c].devices ? cols[c].devices : "-");
         mwb_record_str(&rec, "mode", cols[c].name);
+        mwb_record_str(&rec, "precision", cols[c].bf16 ? "bf16" : "fp32");
         mwb_record_num(&rec, "batch", s.batch);
         mwb_record_num(&rec, "seq", s.seq);
         mwb_record_num(&rec, "rounds", cols[c].n);
@@ -165,6 +197,8 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         mwb_record_num(&rec, "tokens_per_s", tokens / (ms * 1e-3));
         mwb_record_num(&rec, "model_gflops", gf);
         if (sgemm > 0) mwb_record_num(&rec, "sgemm_1core_gflops", sgemm);
+        double rate = cols[c].bf16 ? gemm16 : gemm32;
+        if (rate > 0 && cols[c].devices) mwb_record_num(&rec, "gemm_1core_gflops", rate);
         ctx->emit(ctx, &rec);
     }
     /* Paired: each PyTorch run against the meshwit run of the same round. */
@@ -182,16 +216,23 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         mwb_record_str(&rec, "case", "llmc");
         mwb_record_str(&rec, "devices", m->devices);
         mwb_record_str(&rec, "mode", "paired ratio");
+        mwb_record_str(&rec, "precision", p->bf16 ? "bf16" : "fp32");
         mwb_record_str(&rec, "peer", p->name);
         mwb_record_num(&rec, "rounds", rounds);
         mwb_record_num(&rec, "ratio", med);
         ctx->emit(ctx, &rec);
     }
-    if (sgemm > 0 && ref_ms[0] > 0) {
-        double gf = tokens / (ref_ms[0] * 1e-3) * fpt * 1e-9;
-        printf("single-core sgemm 1024^3: %.1f GFLOP/s; meshwit cpu:1 runs the model at %.1f "
-               "GFLOP/s = %.0f%% of it\n",
-               sgemm, gf, 100.0 * gf / sgemm);
+    if (sgemm > 0 || gemm32 > 0)
+        printf("single-core GEMM 1024^3: OpenBLAS sgemm %.1f GFLOP/s; meshwit f32 %.1f (%s), "
+               "bf16 %.1f (%s)\n",
+               sgemm, gemm32, impl32, gemm16, impl16);
+    for (int c = 0; c < ncols; c++) {
+        if (!cols[c].n || !cols[c].devices || strcmp(cols[c].devices, "cpu:1") != 0) continue;
+        double ms = mwb_median(cols[c].ms, cols[c].n), gf = tokens / (ms * 1e-3) * fpt * 1e-9;
+        double rate = cols[c].bf16 ? gemm16 : gemm32;
+        if (rate > 0)
+            printf("%s runs the model at %.1f GFLOP/s = %.0f%% of the %s GEMM rate\n",
+                   cols[c].name, gf, 100.0 * gf / rate, cols[c].bf16 ? "bf16" : "f32");
     }
     return failed;
 }

@@ -14,6 +14,8 @@
 
 #include "../examples/common/gpt2_data.h"
 #include "bench.h"
+#include "core/plan.h"
+#include "devices/device.h"
 
 #define DATA_BYTES (1 << 18)
 #define MAX_REPEATS 32
@@ -253,6 +255,53 @@ double mwb_sgemm_gflops(int n) {
     char error[200];
     in_child(sgemm_fn, &n, &gf, sizeof gf, error, sizeof error);
     return gf;
+}
+
+typedef struct gemm_rate {
+    int n;
+    mw_dtype dtype;
+    double gflops;
+    char impl[96];
+} gemm_rate;
+
+/* The CPU backend's own GEMM, prepared as a plan's are, on one thread (in the child). */
+static void gemm_fn(const void *arg, void *out) {
+    const gemm_rate *in = arg;
+    gemm_rate *r = out;
+    *r = *in;
+    int64_t n = in->n, es = in->dtype == MW_BF16 ? 2 : 4;
+    openblas_set_num_threads(1);
+    char *a = malloc((size_t)(n * n * es)), *b = malloc((size_t)(n * n * es));
+    float *c = malloc(sizeof(float) * (size_t)(n * n));
+    mw__device dev = {.vt = &mw__cpu_device, .name = "cpu:0"};
+    if (!a || !b || !c || dev.vt->init(&dev) != MW_OK) goto done;
+    for (int64_t i = 0; i < n * n * es; i++) a[i] = b[i] = (char)(i % 5 == 0 ? 0x3c : 0);
+    mw__k_gemm k = {.batch = 1, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n};
+    k.stride_a = k.stride_b = k.stride_c = n * n;
+    k.ab_dtype = in->dtype, k.c_dtype = MW_F32, k.a = a, k.b = b, k.c = c;
+    if (dev.vt->gemm_prepare(&dev, &k) != MW_OK) goto stop;
+    snprintf(r->impl, sizeof r->impl, "%s", dev.vt->describe(&dev, MW__I_GEMM, &k));
+    double t[5];
+    for (int rep = -1; rep < 5; rep++) {
+        double t0 = mwb_now();
+        if (dev.vt->gemm(&dev, &k) != MW_OK) goto stop;
+        if (rep >= 0) t[rep] = mwb_now() - t0;
+    }
+    r->gflops = 2.0 * (double)n * n * n / mwb_median(t, 5) * 1e-9;
+stop:
+    dev.vt->shutdown(&dev);
+done:
+    free(a);
+    free(b);
+    free(c);
+}
+
+double mwb_gemm_gflops(int n, mw_dtype dtype, char *impl, size_t impl_size) {
+    gemm_rate in = {.n = n, .dtype = dtype}, r;
+    char error[200];
+    in_child(gemm_fn, &in, &r, sizeof r, error, sizeof error);
+    snprintf(impl, impl_size, "%s", r.impl[0] ? r.impl : "?");
+    return r.gflops;
 }
 
 void mwb_print_profile(const mwb_gpt2_result *r, int steps) {

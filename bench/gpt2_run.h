@@ -65,6 +65,10 @@ double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq);
  * BLAS thread; 0 on failure. */
 double mwb_sgemm_gflops(int n);
 
+/* The CPU backend's own GEMM rate at n x n x n on one core (as a plan runs it: prepared, on the
+ * engine the backend picks for dtype), in GFLOP/s, with what ran it in impl; 0 on failure. */
+double mwb_gemm_gflops(int n, mw_dtype dtype, char *impl, size_t impl_size);
+
 /* Prints a profile as a table: op, phase, calls/step, ms/step, share of the summed time. */
 void mwb_print_profile(const mwb_gpt2_result *r, int steps);
 

@@ -35,24 +35,30 @@ MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const
     }
 }
 
+/* GELU of a[0, n) into out as f32 or bf16 (a constant after inlining: one loop each). */
+MW__CPU_INLINE void gelu_run(int64_t n, const float *a, void *out, int bf16) {
+    mw__v8 x, y;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, sizeof x);
+        gelu8(&y, &x);
+        store_lanes(out, bf16, i, 8, &y);
+    }
+    if (i < n) { /* the last elements in lanes 0.., zeros after them */
+        x = (mw__v8){0};
+        memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
+        gelu8(&y, &x);
+        store_lanes(out, bf16, i, n - i, &y);
+    }
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
-    const float *a = k->a;
-    int bf16 = k->out_dtype == MW_BF16;
-    mw__v8 x, y;
-    for (int64_t i = 0, n = k->count; i < n; i += 8) {
-        if (n - i >= 8) {
-            memcpy(&x, a + i, sizeof x);
-            gelu8(&y, &x);
-            store_lanes(k->out, bf16, i, 8, &y);
-        } else { /* the last elements in lanes 0.., zeros after them */
-            x = (mw__v8){0};
-            memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
-            gelu8(&y, &x);
-            store_lanes(k->out, bf16, i, n - i, &y);
-        }
-    }
+    if (k->out_dtype == MW_BF16)
+        gelu_run(k->count, k->a, k->out, 1);
+    else
+        gelu_run(k->count, k->a, k->out, 0);
     return MW_OK;
 }
 
@@ -95,14 +101,20 @@ mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
     int bf16 = k->out_dtype == MW_BF16;
     if (!k->colsum) {
-        gelu_grad_run(k->count, k->x, k->gy, k->out, bf16, 0, NULL);
+        if (bf16)
+            gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL);
+        else
+            gelu_grad_run(k->count, k->x, k->gy, k->out, 0, 0, NULL);
         return MW_OK;
     }
     /* Row after row, each row's values added into the column sums as they are written. */
     int64_t cols = k->cols;
     memset(k->colsum, 0, (size_t)cols * sizeof *k->colsum);
     for (int64_t o = 0; o < k->count; o += cols)
-        gelu_grad_run(cols, k->x + o, k->gy + o, k->out, bf16, o, k->colsum);
+        if (bf16)
+            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 1, o, k->colsum);
+        else
+            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 0, o, k->colsum);
     return MW_OK;
 }
 
