@@ -50,8 +50,9 @@ int mwb_case_contention(mwb_ctx *ctx); /* linreg and gpt2 with a competing busy 
 /* The gpt2 case on exactly these device specs (no defaults); its table and records. */
 int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n);
 int mwb_case_soak(mwb_ctx *ctx);
-int mwb_case_parallel(mwb_ctx *ctx); /* data, ZeRO-1, tensor and data x tensor parallelism */
-int mwb_case_mpi(mwb_ctx *ctx);      /* all-reduce between processes vs threads (under mpirun) */
+int mwb_case_parallel(mwb_ctx *ctx);  /* data, ZeRO-1, tensor and data x tensor parallelism */
+int mwb_case_gpt2_124m(mwb_ctx *ctx); /* GPT-2 124M at T=1024 on a GPU: MFU */
+int mwb_case_mpi(mwb_ctx *ctx);       /* all-reduce between processes vs threads (under mpirun) */
 
 /* GPT-2 trained on a mesh, stepped by the caller (bench/gpt2_run.c; mwb_gpt2_make there takes
  * any model and batch): mwb_gpt2_new makes the tiny GPT-2 of the gpt2 case (batch 32 x 32,

@@ -25,6 +25,8 @@ static const bench_case cases[] = {
     {"contention", mwb_case_contention,
      "linreg and gpt2, single vs sharded (cpu:2, cpu:4), beside a busy process"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},
+    {"gpt2-124m", mwb_case_gpt2_124m,
+     "GPT-2 124M at context 1024 (default cuda:0, bf16): ms/step, tokens/s, MFU"},
     {"parallel", mwb_case_parallel,
      "llm.c's GPT-2: data, ZeRO-1, tensor, data x tensor parallel: speed, memory per device"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},

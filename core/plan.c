@@ -1034,10 +1034,10 @@ static int bf16_writer(const builder *b, const mw_tensor *t) {
                : t->op == MW__OP_ATTENTION_GRAD ? MW__I_ATTENTION_GRAD
                                                 : -1;
     if (kind < 0 || !(b->bf16_out & (1u << kind))) return -1;
-    if (t->op == MW__OP_CONTRACT) {
+    if (t->op == MW__OP_CONTRACT) { /* a bf16 C of bf16 operands only (mw__k_gemm) */
         contraction c;
         analyse_contract(b, t, &c);
-        if (!contract_writes_all(&c)) return -1;
+        if (!contract_writes_all(&c) || t->in[0]->type.dtype != MW_BF16) return -1;
     }
     return kind;
 }

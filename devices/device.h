@@ -77,8 +77,8 @@ static inline mw__k_reduce mw__column_sums(int64_t rows, int64_t n, int64_t lda,
 /* C[b] = A[b] * B[b] + bias + addend[b] + beta * C[b] for b < batch, row-major; A is M x K (K x M
  * when trans_a), B is K x N (N x K when trans_b), C is M x N; leading dimensions are those of the
  * stored matrices.
- * - A and B are both f32 or both bf16 (products and sums in f32 either way); C is f32 or bf16
- *   (rounded once, after the epilogue).
+ * - A and B are both f32 or both bf16 (products and sums in f32 either way); C is f32, or bf16
+ *   (rounded once, after the epilogue) when A and B are.
  * - beta is 0 (C is only written) or 1 (the product is added to what C holds: an addend the plan
  *   copied there first; f32 C only).
  * - bias, when not NULL: N floats added to every row of every C[b]; addend, when not NULL: an f32

@@ -12,8 +12,11 @@
 #                                    the CPU tests, every gpu-labelled test with
 #                                    MESHWIT_REQUIRE_GPU=1 (no GPU is a failure naming the CUDA
 #                                    error, never a skip; this includes 10 GPT-2 steps on cuda:0
-#                                    and cuda:0x2 against cpu:1), and the GPU bench (linreg and
-#                                    gpt2 on cuda:0 and cuda:0x2, with MFU). It writes
+#                                    and cuda:0x2 against cpu:1, in f32 and bf16, and the bf16
+#                                    kernels against the CPU's), and the GPU bench (linreg and
+#                                    gpt2 on cuda:0 and cuda:0x2, with MFU; GPT-2 124M at context
+#                                    1024 in bf16 and f32 with MFU against the dense peaks). It
+#                                    writes
 #                                    OUTDIR/log.txt, OUTDIR/summary.txt, OUTDIR/gpu-check.json and
 #                                    the bench's OUTDIR/bench-*.json, and exits 1 if any stage
 #                                    failed. Every stage has a time limit; the whole run stays
@@ -21,7 +24,8 @@
 #
 # Environment: GPU_ARCH (CMAKE_CUDA_ARCHITECTURES, default 90), JOBS (default: all cores),
 # GPU_PEAK_TFLOPS (FP32 peak for the MFU column, default 67: H100/H200 SXM without tensor cores),
-# GPU_CHECK_BUDGET (seconds for the whole run, default 470), BUILD (default build-gpu; kept between
+# GPU_PEAK_BF16_TFLOPS (dense bf16 tensor-core peak, default 989: H100/H200 SXM),
+# GPU_CHECK_BUDGET (seconds for the whole run, default 560), BUILD (default build-gpu; kept between
 # runs, so a second run only rebuilds what changed), GPU_CHECK_CLEAN=1 (build from scratch).
 set -uo pipefail
 
@@ -80,7 +84,7 @@ PREFIX=$ROOT/build-gpu-deps
 LIBDIR=$PREFIX/usr/lib/$MULTIARCH
 JOBS=${JOBS:-$(nproc 2> /dev/null || echo 4)}
 GPU_ARCH=${GPU_ARCH:-90}
-BUDGET=${GPU_CHECK_BUDGET:-470}
+BUDGET=${GPU_CHECK_BUDGET:-560}
 DEADLINE=$((SECONDS + BUDGET))
 : > "$OUT/log.txt"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -234,7 +238,7 @@ do_gpu_kernels() {
     command -v nvidia-smi > /dev/null &&
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader |
         sed 's/^/GPU: /'
-    gpu_ctest '^gpu$'
+    gpu_ctest '^(gpu|gpu_bf16)$'
 }
 
 # 10 GPT-2 steps on cuda:0 and cuda:0x2 against cpu:1, cuda:0x2 against cuda:0, repeats.
@@ -252,6 +256,16 @@ do_bench_gpt2() {
         --devices cuda:0 --devices cuda:0x2 --json "$OUT/bench-gpt2.json"
 }
 
+# GPT-2 124M at context 1024 on cuda:0 in bf16 (tensor cores) and f32: MFU against the dense
+# peaks.
+do_bench_124m() {
+    runtime_env
+    MESHWIT_PEAK_TFLOPS=${GPU_PEAK_TFLOPS:-67} \
+        MESHWIT_PEAK_BF16_TFLOPS=${GPU_PEAK_BF16_TFLOPS:-989} run_limited \
+        "$BUILD/meshwit-bench" gpt2-124m --precision both --devices cuda:0 \
+        --json "$OUT/bench-gpt2-124m.json"
+}
+
 echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n), $JOBS jobs, sm_$GPU_ARCH," \
     "budget ${BUDGET}s, commit $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')"
 stage deps 60 do_deps
@@ -265,6 +279,7 @@ if [ "${#RESULTS[@]}" -eq 3 ] && [ "${RESULTS[2]}" = ok ]; then
     stage gpu-trainer 150 do_gpu_trainer
     stage bench-linreg 60 do_bench_linreg
     stage bench-gpt2 120 do_bench_gpt2
+    stage bench-124m 150 do_bench_124m
 fi
 
 {
@@ -278,7 +293,7 @@ fi
     grep -h -m1 -- '-- meshwit ' "$OUT/log.txt" | sed 's/^-- /  build: /'
     grep -h -m1 '^GPU: ' "$OUT/log.txt" | sed 's/^/  /'
     grep -h -E '^ *[0-9]+/[0-9]+ Test +#' "$OUT/log.txt" | sed 's/^ */  test /'
-    grep -h -E '^(devices +(repeats|BLAS)|cuda:|(linreg|gpt2): cuda)' "$OUT/log.txt" |
+    grep -h -E '^(devices +(repeats|BLAS|prec)|cuda:|(linreg|gpt2|gpt2-124m): cuda)' "$OUT/log.txt" |
         sed 's/^/  bench /'
 } > "$OUT/summary.txt"
 {

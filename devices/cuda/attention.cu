@@ -42,9 +42,19 @@ __device__ static float warp_sum(float v) {
     return v;
 }
 
-__device__ static float warp_dot(const float *a, const float *b, int64_t d) {
+/* q, k, v are f32 or bf16 (widened as they are read: the same products as the CPU's f32 kernel
+ * of the widened values); the output f32, or bf16 in the forward pass. */
+__device__ __forceinline__ float get(const float *a, int64_t i) { return a[i]; }
+__device__ __forceinline__ float get(const uint16_t *a, int64_t i) { return mw__bf16_to_f32(a[i]); }
+__device__ __forceinline__ void put(float *o, int64_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void put(uint16_t *o, int64_t i, float v) {
+    o[i] = mw__bf16_from_f32(v);
+}
+
+template <typename A, typename B>
+__device__ static float warp_dot(const A *a, const B *b, int64_t d) {
     float s = 0.0f;
-    for (int64_t e = threadIdx.x % 32; e < d; e += 32) s += a[e] * b[e];
+    for (int64_t e = threadIdx.x % 32; e < d; e += 32) s += get(a, e) * get(b, e);
     return warp_sum(s);
 }
 
@@ -64,8 +74,9 @@ __device__ static float block_reduce(float v, int op, float *red) {
 }
 
 /* p[j] = softmax_j(scale q_i . k_j) for j < n, in shared memory; returns the log-sum-exp. */
-__device__ static float row_probs(const mw__k_attention &k, const float *q, const float *kk,
-                                  int64_t i, int64_t n, float *p, float *red) {
+template <typename Q>
+__device__ static float row_probs(const mw__k_attention &k, const Q *q, const Q *kk, int64_t i,
+                                  int64_t n, float *p, float *red) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int64_t j = warp; j < n; j += ATT_WARPS) {
         float s = warp_dot(q + i * k.seq_qkv, kk + j * k.seq_qkv, k.d);
@@ -88,30 +99,31 @@ __device__ static float row_probs(const mw__k_attention &k, const float *q, cons
     return mx + logf(sum);
 }
 
-__global__ static void k_attention(mw__k_attention k) {
+template <typename Q, typename O> __global__ static void k_attention(mw__k_attention k) {
     extern __shared__ float smem[];
     float *red = smem, *p = smem + ATT_WARPS;
     int64_t i = blockIdx.x, s = blockIdx.y;
     slice_off off = offsets(k.walk, s);
-    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     int64_t n = k.causal ? i + 1 : k.t;
     row_probs(k, q, kk, i, n, p, red);
-    float *out = (float *)k.out + off.o0 + i * k.seq_out;
+    O *out = (O *)k.out + off.o0 + i * k.seq_out;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < n; j++) acc += p[j] * v[j * k.seq_qkv + e];
-        out[e] = acc;
+        for (int64_t j = 0; j < n; j++) acc += p[j] * get(v, j * k.seq_qkv + e);
+        put(out, e, acc);
     }
 }
 
 /* Per query row: dQ, and the row's log-sum-exp and D into scratch. */
+template <typename Q>
 __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum) {
     extern __shared__ float smem[];
     float *red = smem, *p = smem + ATT_WARPS, *dp = p + k.t;
     int64_t i = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     const float *gy = k.gy + off.o0 + i * k.seq_out;
     int64_t n = k.causal ? i + 1 : k.t;
     float l = row_probs(k, q, kk, i, n, p, red);
@@ -128,7 +140,7 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
     float *dq = (float *)k.out + off.o1 + i * k.seq_qkv;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
-        for (int64_t j = 0; j < n; j++) acc += dp[j] * kk[j * k.seq_qkv + e];
+        for (int64_t j = 0; j < n; j++) acc += dp[j] * get(kk, j * k.seq_qkv + e);
         dq[e] = k.scale * acc;
     }
     if (threadIdx.x == 0) {
@@ -139,12 +151,13 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
 
 /* Per key row j: dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i over the queries that
  * see j, in query order, KV_CHUNK queries at a time. */
+template <typename Q>
 __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, const float *dsum) {
     __shared__ float ps[KV_CHUNK], ds[KV_CHUNK];
     int64_t j = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const float *q = (const float *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
     const float *gy = k.gy + off.o0;
     float *dk = (float *)k.out + off.o1 + k.part + j * k.seq_qkv, *dv = dk + k.part;
     /* Each thread owns features e = threadIdx.x, + ATT_THREADS, ...; at most 4 per thread. */
@@ -166,7 +179,7 @@ __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, cons
             int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
             if (e >= k.d) break;
             for (int64_t c = 0; c < m; c++) {
-                ak[r] += ds[c] * q[(i0 + c) * k.seq_qkv + e];
+                ak[r] += ds[c] * get(q, (i0 + c) * k.seq_qkv + e);
                 av[r] += ps[c] * gy[(i0 + c) * k.seq_out + e];
             }
         }
@@ -197,26 +210,28 @@ static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_
     return MW_OK;
 }
 
-/* bf16 q, k, v or output: not on this backend yet (the plan is refused before it runs). */
-static mw_status f32_only(mw__device *dev, const mw__k_attention *k) {
-    if (k->qkv_dtype == MW_F32 && k->out_dtype == MW_F32) return MW_OK;
-    return mw__error(MW_ERR_UNSUPPORTED, "%s: attention on bf16 is not implemented", dev->name);
-}
-
 extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k) {
-    mw_status dt = f32_only(dev, k);
-    if (dt) return dt;
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
     if (st) return st;
     dim3 grid((unsigned)k->t, (unsigned)k->slices);
-    k_attention<<<grid, ATT_THREADS, smem, mw__cuda_stream(dev)>>>(*k);
+    cudaStream_t stream = mw__cuda_stream(dev);
+    int q16 = k->qkv_dtype == MW_BF16, o16 = k->out_dtype == MW_BF16;
+    if (q16 && o16)
+        k_attention<uint16_t, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k);
+    else if (q16)
+        k_attention<uint16_t, float><<<grid, ATT_THREADS, smem, stream>>>(*k);
+    else if (o16)
+        k_attention<float, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k);
+    else
+        k_attention<float, float><<<grid, ATT_THREADS, smem, stream>>>(*k);
     return check(dev, k, "attention kernel");
 }
 
 extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k) {
-    mw_status dt = f32_only(dev, k);
-    if (dt) return dt;
+    if (k->out_dtype != MW_F32)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "%s: attention gradient: d(qkv) is written in f32 only", dev->name);
     size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem);
     if (st) return st;
@@ -224,8 +239,14 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
     float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
     dim3 grid((unsigned)k->t, (unsigned)ns);
     cudaStream_t stream = mw__cuda_stream(dev);
-    k_attention_dq<<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
+    if (k->qkv_dtype == MW_BF16)
+        k_attention_dq<uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
+    else
+        k_attention_dq<float><<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
     if ((st = check(dev, k, "attention gradient kernel (queries)"))) return st;
-    k_attention_dkv<<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
+    if (k->qkv_dtype == MW_BF16)
+        k_attention_dkv<uint16_t><<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
+    else
+        k_attention_dkv<float><<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
     return check(dev, k, "attention gradient kernel (keys and values)");
 }

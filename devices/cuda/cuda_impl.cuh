@@ -206,6 +206,17 @@ static inline int64_t nd_total(const mw__nd *nd) {
     return t;
 }
 
+/* Elements as f32 or bf16: read widened, written rounded (devices/math.h's rounding, so the
+ * CPU's bits). */
+__device__ __forceinline__ float mw__get(const float *a, int64_t i) { return a[i]; }
+__device__ __forceinline__ float mw__get(const uint16_t *a, int64_t i) {
+    return mw__bf16_to_f32(a[i]);
+}
+__device__ __forceinline__ void mw__put(float *o, int64_t i, float v) { o[i] = v; }
+__device__ __forceinline__ void mw__put(uint16_t *o, int64_t i, float v) {
+    o[i] = mw__bf16_from_f32(v);
+}
+
 #define LAUNCH(kernel, grid, block, smem, ...)                                                     \
     kernel<<<(grid), (block), (smem), im->stream>>>(__VA_ARGS__)
 

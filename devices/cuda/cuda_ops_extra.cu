@@ -61,10 +61,12 @@ __global__ void k_reduce_max(int64_t outer, int64_t n, int64_t inner, int arg, f
 
 __global__ void k_sgd_momentum(mw__k_sgd_momentum k) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < k.count;
-         i += (int64_t)gridDim.x * blockDim.x)
+         i += (int64_t)gridDim.x * blockDim.x) {
         k.p[i] =
             mw__sgd_momentum_update(k.p[i], k.grad_scale * k.g[i], k.buf ? &k.buf[i] : NULL, k.lr,
                                     k.momentum, k.dampening, k.weight_decay, k.nesterov, k.first);
+        if (k.p16) k.p16[i] = mw__bf16_from_f32(k.p[i]);
+    }
 }
 
 static mw_status launched(mw__device *dev, const char *kernel) {

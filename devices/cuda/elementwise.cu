@@ -21,29 +21,42 @@ __global__ void k_binary_nd(mw__nd nd, I total, float *out, const float *a, cons
     }
 }
 
-__global__ void k_copy_1d(int64_t n, float alpha, float *out, int64_t so, const float *a,
-                          int64_t sa) {
-    GRID_LOOP(i, n) out[i * so] = alpha * a[i * sa];
+/* out = alpha a, converting between f32 and bf16 (O and A each float or uint16_t). */
+template <typename O, typename A>
+__global__ void k_copy_1d(int64_t n, float alpha, O *out, int64_t so, const A *a, int64_t sa) {
+    GRID_LOOP(i, n) mw__put(out, i * so, alpha * mw__get(a, i * sa));
 }
 
-template <typename I>
-__global__ void k_copy_nd(mw__nd nd, I total, float alpha, float *out, const float *a) {
+template <typename I, typename O, typename A>
+__global__ void k_copy_nd(mw__nd nd, I total, float alpha, O *out, const A *a) {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (I)blockDim.x * gridDim.x) {
         int64_t o[2];
         nd_offsets<2>(nd, i, o);
-        out[o[0]] = alpha * a[o[1]];
+        mw__put(out, o[0], alpha * mw__get(a, o[1]));
     }
 }
 
 __global__ void k_fill(int64_t n, float value, float *out) { GRID_LOOP(i, n) out[i] = value; }
 
-__global__ void k_gelu(int64_t n, float *out, const float *a) {
-    GRID_LOOP(i, n) out[i] = mw__gelu(a[i]);
+template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a) {
+    GRID_LOOP(i, n) mw__put(out, i, mw__gelu(a[i]));
 }
 
-__global__ void k_gelu_grad(int64_t n, float *out, const float *gy, const float *x) {
-    GRID_LOOP(i, n) out[i] = gy[i] * mw__gelu_grad(x[i]);
+template <typename O>
+__global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x) {
+    GRID_LOOP(i, n) mw__put(out, i, gy[i] * mw__gelu_grad(x[i]));
+}
+
+/* colsum[j] = sum over rows, in row order, of gy * gelu'(x) at (r, j): the bias gradient of a
+ * bf16 GELU gradient, from its f32 values (the CPU kernel's terms and order). */
+__global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, const float *gy,
+                                   const float *x) {
+    GRID_LOOP(j, cols) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < rows; r++) s += gy[r * cols + j] * mw__gelu_grad(x[r * cols + j]);
+        colsum[j] = s;
+    }
 }
 
 /* --- entry points ------------------------------------------------------------------------ */
@@ -81,31 +94,44 @@ mw_status mw__cuda_binary(mw__device *dev, const mw__k_binary *k) {
     return mw__cuda_launched(dev, "binary kernel");
 }
 
+template <typename O, typename A>
+static void launch_copy(cuda_impl *im, const mw__nd &nd, int64_t total, float alpha, void *out,
+                        const void *a) {
+    if (nd.rank <= 1) {
+        int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
+        LAUNCH((k_copy_1d<O, A>), blocks_for(total, THREADS), THREADS, 0, total, alpha, (O *)out,
+               s0, (const A *)a, s1);
+    } else if (total < INT32_MAX) {
+        LAUNCH((k_copy_nd<uint32_t, O, A>), blocks_for(total, THREADS), THREADS, 0, nd,
+               (uint32_t)total, alpha, (O *)out, (const A *)a);
+    } else {
+        LAUNCH((k_copy_nd<int64_t, O, A>), blocks_for(total, THREADS), THREADS, 0, nd, total, alpha,
+               (O *)out, (const A *)a);
+    }
+}
+
 mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
     ENTER(dev);
-    if (k->a_dtype == MW_BF16 || k->out_dtype == MW_BF16)
-        return mw__error(MW_ERR_UNSUPPORTED, "%s: copy of bf16 is not implemented", dev->name);
-    float *out = (float *)k->out;
-    const float *a = (const float *)k->a;
     mw__nd nd = k->nd;
     mw__nd_simplify(&nd, 2);
     int64_t total = nd_total(&nd);
     if (total <= 0) return MW_OK;
-    if (nd.rank <= 1) {
-        int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
-        if (s0 == 1 && s1 == 1 && k->alpha == 1.0f) {
-            CU(dev, cudaMemcpyAsync, out, a, (size_t)total * sizeof(float),
-               cudaMemcpyDeviceToDevice, im->stream);
-            return mw__cuda_launched(dev, "copy");
-        }
-        LAUNCH(k_copy_1d, blocks_for(total, THREADS), THREADS, 0, total, k->alpha, out, s0, a, s1);
-    } else if (total < INT32_MAX) {
-        LAUNCH(k_copy_nd<uint32_t>, blocks_for(total, THREADS), THREADS, 0, nd, (uint32_t)total,
-               k->alpha, out, a);
-    } else {
-        LAUNCH(k_copy_nd<int64_t>, blocks_for(total, THREADS), THREADS, 0, nd, total, k->alpha, out,
-               a);
+    int o16 = k->out_dtype == MW_BF16, a16 = k->a_dtype == MW_BF16;
+    int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
+    if (nd.rank <= 1 && s0 == 1 && s1 == 1 && k->alpha == 1.0f && o16 == a16) {
+        /* 4-byte elements (f32, i32) or 2-byte ones (bf16) as they are */
+        CU(dev, cudaMemcpyAsync, k->out, k->a, (size_t)total * (o16 ? 2 : 4),
+           cudaMemcpyDeviceToDevice, im->stream);
+        return mw__cuda_launched(dev, "copy");
     }
+    if (o16 && a16)
+        launch_copy<uint16_t, uint16_t>(im, nd, total, k->alpha, k->out, k->a);
+    else if (o16)
+        launch_copy<uint16_t, float>(im, nd, total, k->alpha, k->out, k->a);
+    else if (a16)
+        launch_copy<float, uint16_t>(im, nd, total, k->alpha, k->out, k->a);
+    else
+        launch_copy<float, float>(im, nd, total, k->alpha, k->out, k->a);
     return mw__cuda_launched(dev, "copy kernel");
 }
 
@@ -124,7 +150,12 @@ mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k) {
     if (k->op != MW__UN_GELU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
     if (k->count <= 0) return MW_OK;
-    LAUNCH(k_gelu, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out, k->a);
+    if (k->out_dtype == MW_BF16)
+        LAUNCH(k_gelu<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
+               (uint16_t *)k->out, k->a);
+    else
+        LAUNCH(k_gelu<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out,
+               k->a);
     return mw__cuda_launched(dev, "gelu kernel");
 }
 
@@ -132,13 +163,24 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     ENTER(dev);
     if (k->op != MW__UN_GELU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
+    int bf16 = k->out_dtype == MW_BF16;
     if (k->count > 0) {
-        LAUNCH(k_gelu_grad, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out,
-               k->gy, k->x);
+        if (bf16)
+            LAUNCH(k_gelu_grad<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
+                   (uint16_t *)k->out, k->gy, k->x);
+        else
+            LAUNCH(k_gelu_grad<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
+                   (float *)k->out, k->gy, k->x);
         mw_status st = mw__cuda_launched(dev, "gelu gradient kernel");
         if (st) return st;
     }
     if (!k->colsum) return MW_OK;
+    if (bf16) {
+        int64_t rows = k->cols ? k->count / k->cols : 0;
+        LAUNCH(k_gelu_grad_colsum, blocks_for(k->cols, THREADS), THREADS, 0, rows, k->cols,
+               k->colsum, k->gy, k->x);
+        return mw__cuda_launched(dev, "gelu gradient column sums");
+    }
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */
     mw__k_reduce kb = mw__column_sums(k->cols ? k->count / k->cols : 0, k->cols, k->cols, 1.0f,
                                       k->colsum, (const float *)k->out);

@@ -23,16 +23,17 @@ __device__ __forceinline__ void row_stats(const float *x, int64_t n, float eps, 
     *rstd = (float)(1.0 / sqrt(var + eps));
 }
 
-template <int BS>
-__global__ void k_layernorm(int64_t rows, int64_t n, float eps, float *out, const float *x,
+template <int BS, typename O>
+__global__ void k_layernorm(int64_t rows, int64_t n, float eps, O *out, const float *x,
                             const float *w, const float *b) {
     __shared__ double sh[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * n;
-        float *o = out + r * n;
+        O *o = out + r * n;
         float mean, rstd;
         row_stats<BS>(xr, n, eps, sh, &mean, &rstd);
-        for (int64_t j = threadIdx.x; j < n; j += BS) o[j] = (xr[j] - mean) * rstd * w[j] + b[j];
+        for (int64_t j = threadIdx.x; j < n; j += BS)
+            mw__put(o, j, (xr[j] - mean) * rstd * w[j] + b[j]);
     }
 }
 
@@ -207,8 +208,12 @@ __global__ void k_xent_grad(int64_t rows, int64_t v, int64_t valid, float *out, 
 mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     ENTER(dev);
     if (k->rows <= 0 || k->n <= 0) return MW_OK;
-    LAUNCH(k_layernorm<ROW_THREADS>, row_blocks(k->rows), ROW_THREADS, 0, k->rows, k->n, k->eps,
-           (float *)k->out, k->x, k->w, k->b);
+    if (k->out_dtype == MW_BF16)
+        LAUNCH((k_layernorm<ROW_THREADS, uint16_t>), row_blocks(k->rows), ROW_THREADS, 0, k->rows,
+               k->n, k->eps, (uint16_t *)k->out, k->x, k->w, k->b);
+    else
+        LAUNCH((k_layernorm<ROW_THREADS, float>), row_blocks(k->rows), ROW_THREADS, 0, k->rows,
+               k->n, k->eps, (float *)k->out, k->x, k->w, k->b);
     return mw__cuda_launched(dev, "layernorm kernel");
 }
 

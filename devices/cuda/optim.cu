@@ -2,24 +2,31 @@
 
 #include "devices/cuda/cuda_impl.cuh"
 
-__global__ void k_sgd(int64_t n, float lr, float *p, const float *g) {
-    GRID_LOOP(i, n) p[i] -= lr * g[i];
+/* Each also writes the updated parameter's bf16 rounding to p16 when it is given. */
+__global__ void k_sgd(int64_t n, float lr, float *p, const float *g, uint16_t *p16) {
+    GRID_LOOP(i, n) {
+        float x = p[i] - lr * g[i];
+        p[i] = x;
+        if (p16) p16[i] = mw__bf16_from_f32(x);
+    }
 }
 
 __global__ void k_adamw(mw__k_adamw k) {
     GRID_LOOP(i, k.count) {
         float m = k.m[i], v = k.v[i];
-        k.p[i] = mw__adamw_update(k.p[i], k.grad_scale * k.g[i], &m, &v, k.lr, k.beta1, k.beta2,
-                                  k.eps, k.weight_decay, k.bias1, k.bias2);
+        float p = mw__adamw_update(k.p[i], k.grad_scale * k.g[i], &m, &v, k.lr, k.beta1, k.beta2,
+                                   k.eps, k.weight_decay, k.bias1, k.bias2);
+        k.p[i] = p;
         k.m[i] = m;
         k.v[i] = v;
+        if (k.p16) k.p16[i] = mw__bf16_from_f32(p);
     }
 }
 
 mw_status mw__cuda_sgd(mw__device *dev, const mw__k_sgd *k) {
     ENTER(dev);
     if (k->count <= 0) return MW_OK;
-    LAUNCH(k_sgd, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->lr, k->p, k->g);
+    LAUNCH(k_sgd, blocks_for(k->count, THREADS), THREADS, 0, k->count, k->lr, k->p, k->g, k->p16);
     return mw__cuda_launched(dev, "sgd kernel");
 }
 

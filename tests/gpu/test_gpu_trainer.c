@@ -121,6 +121,7 @@ static void open_model(model *m, const char *devices, const mw_trainer_config *e
         c.collective_timeout_ms = extra->collective_timeout_ms;
         c.check_finite = extra->check_finite;
         c.shard_optimizer = extra->shard_optimizer;
+        c.precision = extra->precision;
     }
     st = mw_trainer_new(m->g, m->gg.loss, m->mesh, &c, &m->tr);
     cr_assert_eq(st, MW_OK, "trainer on %s: %s", devices, mw_last_error());
@@ -255,6 +256,30 @@ Test(gpu_trainer, ten_gpt2_steps_match_the_cpu) {
     run again1 = train("cuda:0", t, nt), again2 = train("cuda:0x2", t, nt);
     expect_same_bits("cuda:0 run twice", &gpu1, &again1);
     expect_same_bits("cuda:0x2 run twice", &gpu2, &again2);
+}
+
+/* bf16 precision on the GPU (tensor-core GEMMs, bf16 activations) against the CPU's bf16, with
+ * the CPU's own cpu:1 / cpu:2 difference in bf16 as the measure of rounding's drift, and bit for
+ * bit on a second run. The two backends round in more places apart than in f32 (the CPU's
+ * attention rounds P, dS and dO to bf16 for its products, the GPU's computes them in f32 from
+ * the same bf16 q, k, v), which the same factor covers: a wrong kernel moves the values by the
+ * learning rate times the steps, far above it. */
+Test(gpu_trainer, bf16_gpt2_matches_the_cpu_in_bf16) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    mw_trainer_config bf16 = {.precision = MW_PRECISION_BF16};
+    run cpu1 = train_with("cpu:1", t, nt, &bf16), cpu2 = train_with("cpu:2", t, nt, &bf16);
+    run gpu1 = train_with("cuda:0", t, nt, &bf16), again = train_with("cuda:0", t, nt, &bf16);
+    cr_assert_lt(cpu1.loss[STEPS - 1], cpu1.loss[0]);
+    compare("cuda:0 bf16", &gpu1, &cpu1, &cpu2, t, nt);
+    expect_same_bits("cuda:0 bf16 run twice", &gpu1, &again);
+    model m;
+    open_model(&m, "cuda:0", &bf16);
+    char k[512];
+    OK(mw_trainer_kernels(m.tr, k, sizeof k));
+    cr_assert(strstr(k, "gemm bf16"), "%s", k);
+    close_model(&m);
 }
 
 /* Heads and MLP units split over two logical devices of one GPU: the shards, the partial-sum
