@@ -231,8 +231,8 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         double ms = mwb_median(cols[c].ms, cols[c].n), gf = tokens / (ms * 1e-3) * fpt * 1e-9;
         double rate = cols[c].bf16 ? gemm16 : gemm32;
         if (rate > 0)
-            printf("%s runs the model at %.1f GFLOP/s = %.0f%% of the %s GEMM rate\n",
-                   cols[c].name, gf, 100.0 * gf / rate, cols[c].bf16 ? "bf16" : "f32");
+            printf("%s runs the model at %.1f GFLOP/s = %.0f%% of the %s GEMM rate\n", cols[c].name,
+                   gf, 100.0 * gf / rate, cols[c].bf16 ? "bf16" : "f32");
     }
     return failed;
 }

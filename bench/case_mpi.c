@@ -61,7 +61,8 @@ static void *shm_main(void *arg) {
     for (int i = 0; i < r->reps && r->st == MW_OK; i++) {
         r->st = mw__reducer_shm.barrier(r->comm, r->rank);
         double t0 = mwb_now();
-        if (r->st == MW_OK) r->st = mw__reducer_shm.allreduce_sum(r->comm, r->rank, r->buf, r->n);
+        if (r->st == MW_OK)
+            r->st = mw__reducer_shm.allreduce_sum(r->comm, r->rank, r->buf, r->n, MW_F32);
         r->times[i] = mwb_now() - t0;
     }
     return NULL;
@@ -105,7 +106,7 @@ static int time_procs(mw__comm *comm, int rank, size_t n, int reps, double *mesh
     for (int i = 0; i < reps && st == MW_OK && rc == MPI_SUCCESS; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = mwb_now();
-        st = HIER.allreduce_sum(comm, rank, buf, n);
+        st = HIER.allreduce_sum(comm, rank, buf, n, MW_F32);
         tm[i] = mwb_now() - t0;
         MPI_Barrier(MPI_COMM_WORLD);
         t0 = mwb_now();

@@ -26,6 +26,7 @@
 
 #include "bench/bench.h"
 #include "core/error.h"
+#include "devices/device.h"
 #include "parallel/reducer.h"
 
 #define MAX_P 64
@@ -120,6 +121,7 @@ static double probe_gbps(int kind, int threads, size_t total, int reps) {
 typedef struct run {
     mw__comm *comm;
     int p;
+    mw_dtype dtype;      /* of the buffers: sizes are bytes all the same */
     const size_t *sizes; /* bytes */
     int nsizes;
     double budget_s;
@@ -151,10 +153,16 @@ static void *rank_main(void *arg) {
     }
     /* 1.0 grows by a factor P per iteration up to inf, never through subnormals, so the adds
      * run at full speed whatever the values. */
-    for (size_t i = 0; i < max_bytes / sizeof(float); i++) buf[i] = 1.0f;
+    size_t es = run->dtype == MW_BF16 ? 2 : 4;
+    for (size_t i = 0; i < max_bytes / es; i++) {
+        if (es == 4)
+            buf[i] = 1.0f;
+        else
+            ((uint16_t *)buf)[i] = 0x3f80; /* bf16 1.0 */
+    }
     unsigned long barriers = 0;
     for (int s = 0; s < run->nsizes; s++) {
-        size_t n = run->sizes[s] / sizeof(float);
+        size_t n = run->sizes[s] / es;
         int warmup = run->sizes[s] >= ((size_t)16 << 20) ? 1 : 5;
         double started = 0;
         for (int it = 0;; it++) {
@@ -169,7 +177,7 @@ static void *rank_main(void *arg) {
             if (st != MW_OK) goto fail;
             if (!atomic_load(&run->go[barriers++ & 1])) break;
             double t0 = mwb_now();
-            st = red->allreduce_sum(run->comm, a->rank, buf, n);
+            st = red->allreduce_sum(run->comm, a->rank, buf, n, run->dtype);
             double t1 = mwb_now();
             if (st != MW_OK) goto fail;
             if (a->rank == 0 && it >= warmup) run->times[it - warmup] = t1 - t0;
@@ -234,6 +242,95 @@ static void format_bytes(size_t b, char *out, size_t size) {
         snprintf(out, size, "%zu KB", b >> 10);
     else
         snprintf(out, size, "%zu B", b);
+}
+
+/* Median all-reduce time in ms of `bytes` bytes of dtype elements over p ranks (one size). */
+static double allreduce_ms(int p, size_t bytes, mw_dtype dtype, int quick) {
+    run *r = calloc(1, sizeof *r);
+    double *times = malloc(MAX_TIMES * sizeof(double));
+    mw__comm_options opt = {.timeout_ms = 0};
+    mw__comm *comm = NULL;
+    double ms = -1;
+    if (r && times && mw__reducer_shm.comm_new(p, NULL, &opt, &comm) == MW_OK) {
+        *r = (run){.comm = comm,
+                   .p = p,
+                   .dtype = dtype,
+                   .sizes = &bytes,
+                   .nsizes = 1,
+                   .budget_s = quick ? 0.05 : 0.5,
+                   .min_reps = quick ? 3 : 9,
+                   .times = times};
+        if (run_p(r) == 0) ms = r->median_us[0] * 1e-3;
+        mw__reducer_shm.comm_free(comm);
+    }
+    free(r);
+    free(times);
+    return ms;
+}
+
+/* Median ms of the two conversions a bf16 gradient reduce adds on each device: n f32 gradients
+ * rounded to bf16 before, and the summed bf16 widened back after (the CPU backend's copy
+ * kernel). */
+static double convert_ms(size_t n, int quick) {
+    float *f = malloc(n * sizeof *f);
+    uint16_t *h = malloc(n * sizeof *h);
+    double t[9], ms = -1;
+    int reps = quick ? 3 : 9;
+    if (f && h) {
+        for (size_t i = 0; i < n; i++) f[i] = (float)(i % 97) * 1e-3f;
+        mw__k_copy down = {.alpha = 1.0f, .out_dtype = MW_BF16, .a_dtype = MW_F32};
+        down.nd.rank = 1, down.nd.dims[0] = (int64_t)n, down.nd.stride[0][0] = 1;
+        down.nd.stride[1][0] = 1, down.out = h, down.a = f;
+        mw__k_copy up = down;
+        up.out_dtype = MW_F32, up.a_dtype = MW_BF16, up.out = f, up.a = h;
+        for (int i = -1; i < reps; i++) {
+            double t0 = mwb_now();
+            mw__cpu_device.copy(NULL, &down);
+            mw__cpu_device.copy(NULL, &up);
+            if (i >= 0) t[i] = mwb_now() - t0;
+        }
+        ms = mwb_median(t, reps) * 1e3;
+    }
+    free(f);
+    free(h);
+    return ms;
+}
+
+/* What the gradient all-reduce of a step costs in f32 (what the trainer runs) and what it would
+ * cost in bf16 (half the bytes, plus a conversion each way on every device), for the gradients
+ * of llm.c's GPT-2 (3.3M parameters) and of 16M parameters. */
+static int gradients_f32_bf16(mwb_ctx *ctx, const int *counts, int ncounts) {
+    static const size_t params[] = {3290624, (size_t)16 << 20};
+    printf("gradient all-reduce per step, f32 (what the trainer runs) against bf16 (half the "
+           "bytes, plus rounding before and widening after on every device):\n");
+    printf("%-8s %12s %10s %10s %14s %16s\n", "devices", "parameters", "f32 ms", "bf16 ms",
+           "conversions ms", "bf16 total / f32");
+    for (int i = 0; i < ncounts; i++)
+        for (size_t k = 0; k < sizeof params / sizeof *params; k++) {
+            int p = counts[i];
+            if (p < 2 || (ctx->quick && k > 0)) continue;
+            double f32 = allreduce_ms(p, params[k] * 4, MW_F32, ctx->quick);
+            double b16 = allreduce_ms(p, params[k] * 2, MW_BF16, ctx->quick);
+            double conv = convert_ms(params[k], ctx->quick);
+            if (f32 < 0 || b16 < 0 || conv < 0) {
+                fprintf(stderr, "reduce: cpu:%d: the f32/bf16 comparison failed\n", p);
+                return 1;
+            }
+            char devices[32];
+            snprintf(devices, sizeof devices, "cpu:%d", p);
+            printf("%-8s %12zu %10.3f %10.3f %14.3f %16.2f\n", devices, params[k], f32, b16, conv,
+                   (b16 + conv) / f32);
+            mwb_record rec = {0};
+            mwb_record_str(&rec, "case", "reduce");
+            mwb_record_str(&rec, "devices", devices);
+            mwb_record_str(&rec, "mode", "gradients f32 vs bf16");
+            mwb_record_num(&rec, "params", (double)params[k]);
+            mwb_record_num(&rec, "f32_ms", f32);
+            mwb_record_num(&rec, "bf16_ms", b16);
+            mwb_record_num(&rec, "convert_ms", conv);
+            if (ctx->emit) ctx->emit(ctx, &rec);
+        }
+    return 0;
 }
 
 int mwb_case_reduce(mwb_ctx *ctx) {
@@ -344,6 +441,7 @@ int mwb_case_reduce(mwb_ctx *ctx) {
         free(r);
         if (rc != 0) return 1;
     }
+    if (gradients_f32_bf16(ctx, counts, ncounts)) return 1;
     if (ratio_64m_2 >= 0) {
         int threads = 2 < cores ? 2 : cores;
         printf("64 MB over 2 devices: %.2f GB/s = %.2f of the memory-bandwidth bound %.2f GB/s\n",

@@ -173,17 +173,17 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
                 w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
             if ((st = vt->sync(dev)) == MW_OK)
                 st = r->reduce_scatter_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]), n,
-                                           w->bounds);
+                                           MW_F32, w->bounds);
         } else if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
             /* A bucket is reduced while backward continues, where the reducer can: queued
              * behind the kernels that wrote it on a GPU, progressed between instructions across
              * processes; mw__reductions() completes it before the gradients are read. */
             w->inflight |= 1u << gi;
             st = r->allreduce_start(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
-                                    (size_t)in->count);
+                                    (size_t)in->count, MW_F32);
         } else if ((st = vt->sync(dev)) == MW_OK) {
             st = r->allreduce_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
-                                  (size_t)in->count);
+                                  (size_t)in->count, MW_F32);
         }
         w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
         return st;

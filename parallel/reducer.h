@@ -7,6 +7,10 @@
  * - Every rank of a communicator calls the same collectives in the same order with the same n.
  * - allreduce_sum is in place and deterministic: the result is the sum over ranks in rank order
  *   (rank 0 + rank 1 + ... for each element), the same bits on every rank and on every run.
+ * - Buffers hold n elements of a dtype: every reducer takes MW_F32 (the gradients, the
+ *   parameters); one that also takes MW_BF16 sums the widened values in f32, in rank order, and
+ *   rounds each sum once (the shared-memory reducer); the others refuse it with
+ *   MW_ERR_UNSUPPORTED before any rank waits (mw__reducer_dtype).
  * - A rank that fails calls abort(): every rank blocked in (or later entering) a collective on
  *   that communicator returns MW_ERR_ABORTED promptly, with a message. reset() (called by the
  *   host when no rank is inside a collective) makes the communicator usable again.
@@ -18,6 +22,8 @@
 
 #include <stddef.h>
 
+#include "core/error.h"
+#include "meshwit/graph.h"
 #include "meshwit/status.h"
 
 typedef struct mw__comm mw__comm;
@@ -45,7 +51,7 @@ typedef struct mw__reducer_vtable {
                           const mw__comm_options *opt, mw__comm **out);
     void (*comm_free)(mw__comm *comm);
     /* In-place sum of buf[0..n) over all ranks. */
-    mw_status (*allreduce_sum)(mw__comm *comm, int rank, float *buf, size_t n);
+    mw_status (*allreduce_sum)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype);
     /* All ranks wait for each other. */
     mw_status (*barrier)(mw__comm *comm, int rank);
     /* Optional (NULL in a reducer without them): allreduce_sum split in two, so that a rank can
@@ -59,7 +65,7 @@ typedef struct mw__reducer_vtable {
      * the device's later work ordered after them). Ranks start the same all-reduces in the same
      * order; results are those of allreduce_sum, errors likewise. allreduce_sum and barrier may
      * be called with some in flight: they complete those first. */
-    mw_status (*allreduce_start)(mw__comm *comm, int rank, float *buf, size_t n);
+    mw_status (*allreduce_start)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype);
     mw_status (*progress)(mw__comm *comm, int rank);
     mw_status (*allreduce_finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
@@ -79,11 +85,22 @@ typedef struct mw__reducer_vtable {
      * from rank q's buf); outside the parts buf is left as it was.
      * broadcast: every rank's buf[0..n) becomes root's (0 <= root < nranks, alike on every
      * rank). */
-    mw_status (*reduce_scatter_sum)(mw__comm *comm, int rank, float *buf, size_t n,
+    mw_status (*reduce_scatter_sum)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
                                     const size_t *bounds);
-    mw_status (*all_gather)(mw__comm *comm, int rank, float *buf, size_t n, const size_t *bounds);
-    mw_status (*broadcast)(mw__comm *comm, int rank, float *buf, size_t n, int root);
+    mw_status (*all_gather)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                            const size_t *bounds);
+    mw_status (*broadcast)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype, int root);
 } mw__reducer_vtable;
+
+/* MW_OK for a dtype a reducer that takes only f32 is given f32; else MW_ERR_UNSUPPORTED naming
+ * the reducer, the collective and the dtype. */
+static inline mw_status mw__reducer_dtype(const char *reducer, const char *what, mw_dtype dtype) {
+    if (dtype == MW_F32) return MW_OK;
+    return mw__error(MW_ERR_UNSUPPORTED,
+                     "%s reducer: %s of %s elements is not implemented (f32 "
+                     "only)",
+                     reducer, what, dtype == MW_BF16 ? "bf16" : "non-f32");
+}
 
 /* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
  * balanced to within one line; lo of r == parts is n. Depends only on n, parts and r. */

@@ -80,9 +80,10 @@ enum cause { CAUSE_ABORT = 1, CAUSE_TIMEOUT = 2, CAUSE_INVALID = 3 };
 
 /* What a rank passes into one collective; peers read it after the step that publishes it. */
 typedef struct desc {
-    float *buf;
+    void *buf;
     size_t n;
     int op;
+    mw_dtype dtype;
     const size_t *bounds; /* reduce-scatter and all-gather: the parts */
     int root;             /* broadcast: the rank whose buffer is copied */
 } desc;
@@ -152,22 +153,78 @@ VEC_CLONES static void sum_pair(float *restrict a, float *restrict b, size_t n) 
     }
 }
 
+/* The published buffer of rank q for step parity `parity`, as floats or bf16. */
+static float *fbuf(mw__comm *c, int q, int parity) { return c->ranks[q].pub[parity].buf; }
+static uint16_t *hbuf(mw__comm *c, int q, int parity) { return c->ranks[q].pub[parity].buf; }
+
 /* Sums [lo, hi) over the buffers published for step parity `parity`, in rank order, and stores
  * the sum into every buffer. */
 static void reduce_slice(mw__comm *c, int parity, size_t lo, size_t hi) {
     int p = c->nranks;
     for (size_t at = lo; at < hi; at += CHUNK_FLOATS) {
         size_t len = hi - at < CHUNK_FLOATS ? hi - at : CHUNK_FLOATS;
-        float *acc = c->ranks[0].pub[parity].buf + at; /* rank 0's copy is the accumulator */
+        float *acc = fbuf(c, 0, parity) + at; /* rank 0's copy is the accumulator */
         if (p == 2) {
-            sum_pair(acc, c->ranks[1].pub[parity].buf + at, len);
+            sum_pair(acc, fbuf(c, 1, parity) + at, len);
             continue;
         }
-        for (int q = 1; q < p; q++) add_into(acc, c->ranks[q].pub[parity].buf + at, len);
-        for (int q = 1; q < p; q++)
-            memcpy(c->ranks[q].pub[parity].buf + at, acc, len * sizeof(float));
+        for (int q = 1; q < p; q++) add_into(acc, fbuf(c, q, parity) + at, len);
+        for (int q = 1; q < p; q++) memcpy(fbuf(c, q, parity) + at, acc, len * sizeof(float));
     }
 }
+
+/* bf16: acc[0..n) = the widened values of [at, at + n) summed in rank order, in f32 (the bits
+ * of mw__bf16_to_f32 and mw__bf16_from_f32, devices/math.h, written out in fixed runs of 16 so
+ * GCC -O2 vectorises them). */
+static inline float widen1(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+VEC_CLONES static void sum_bf16(mw__comm *c, int parity, size_t at, size_t n, float *restrict acc) {
+    for (int q = 0; q < c->nranks; q++) {
+        const uint16_t *restrict h = hbuf(c, q, parity) + at;
+        size_t i = 0;
+        if (q == 0) {
+            for (; i + 16 <= n; i += 16)
+                for (size_t j = 0; j < 16; j++) acc[i + j] = widen1(h[i + j]);
+            for (; i < n; i++) acc[i] = widen1(h[i]);
+        } else {
+            for (; i + 16 <= n; i += 16)
+                for (size_t j = 0; j < 16; j++) acc[i + j] += widen1(h[i + j]);
+            for (; i < n; i++) acc[i] += widen1(h[i]);
+        }
+    }
+}
+
+static inline uint16_t round1(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    uint32_t nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u); /* all ones for a NaN */
+    return (uint16_t)((r & ~nan) | (q & nan));
+}
+
+VEC_CLONES static void round_bf16(const float *restrict acc, size_t n, uint16_t *restrict out) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++) out[i + j] = round1(acc[i + j]);
+    for (; i < n; i++) out[i] = round1(acc[i]);
+}
+
+/* reduce_slice for bf16 buffers: each sum in f32, rounded once into every buffer. */
+static void reduce_slice_bf16(mw__comm *c, int parity, size_t lo, size_t hi) {
+    float acc[CHUNK_FLOATS];
+    for (size_t at = lo; at < hi; at += CHUNK_FLOATS) {
+        size_t len = hi - at < CHUNK_FLOATS ? hi - at : CHUNK_FLOATS;
+        sum_bf16(c, parity, at, len, acc);
+        for (int q = 0; q < c->nranks; q++) round_bf16(acc, len, hbuf(c, q, parity) + at);
+    }
+}
+
+static size_t esize(mw_dtype d) { return d == MW_BF16 ? 2 : 4; }
 
 /* ---- waiting ---- */
 
@@ -339,11 +396,11 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
 /* Publishes this rank's call, takes a refusable step and checks that every rank made the same
  * call (a mismatch would otherwise write past a buffer). All ranks see the same descriptors, so
  * they all fail or all go on. */
-static mw_status enter_root(mw__comm *c, int rank, int op, float *buf, size_t n,
+static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
                             const size_t *bounds, int root) {
     rank_state *me = &c->ranks[rank];
     int parity = (int)((me->step + 1) & 1);
-    me->pub[parity] = (desc){buf, n, op, bounds, root};
+    me->pub[parity] = (desc){buf, n, op, dtype, bounds, root};
     mw_status st = take_step(c, rank, op, 1);
     if (st != MW_OK) return st;
     const desc *d0 = &c->ranks[0].pub[parity];
@@ -354,9 +411,12 @@ static mw_status enter_root(mw__comm *c, int rank, int op, float *buf, size_t n,
                              op_name(op), op_name(d0->op), q, op_name(d->op));
         if (d->n != d0->n)
             return mw__error(MW_ERR_INVALID,
-                             "%s: ranks disagree on the length: rank 0 has %zu floats, "
+                             "%s: ranks disagree on the length: rank 0 has %zu elements, "
                              "rank %d has %zu",
                              op_name(op), d0->n, q, d->n);
+        if (d->dtype != d0->dtype)
+            return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the element type",
+                             op_name(op), q);
         if (d0->bounds &&
             memcmp(d->bounds, d0->bounds, (size_t)(c->nranks + 1) * sizeof *d->bounds) != 0)
             return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the parts",
@@ -370,8 +430,9 @@ static mw_status enter_root(mw__comm *c, int rank, int op, float *buf, size_t n,
     return MW_OK;
 }
 
-static mw_status enter(mw__comm *c, int rank, int op, float *buf, size_t n, const size_t *bounds) {
-    return enter_root(c, rank, op, buf, n, bounds, 0);
+static mw_status enter(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
+                       const size_t *bounds) {
+    return enter_root(c, rank, op, buf, n, dtype, bounds, 0);
 }
 
 /* ---- vtable ---- */
@@ -428,8 +489,13 @@ static void shm_comm_free(mw__comm *c) {
 
 /* Checks the arguments of a call; a bad one aborts the communicator, so peers are not left
  * waiting for a rank that will never arrive. */
-static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf) {
+static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
     if (!c) return mw__error(MW_ERR_INVALID, "%s: communicator is NULL", what);
+    if (dtype != MW_F32 && dtype != MW_BF16) {
+        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: elements of dtype %d (f32 and bf16 only)", what,
+                         (int)dtype);
+    }
     if (rank < 0 || rank >= c->nranks) {
         set_abort(c, pack_why(CAUSE_INVALID, -1, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d out of range 0..%d", what, rank,
@@ -442,9 +508,10 @@ static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf
     return MW_OK;
 }
 
-static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) {
-    mw_status st = check_args(c, rank, "all-reduce", !buf && n > 0);
+static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, mw_dtype dtype) {
+    mw_status st = check_args(c, rank, "all-reduce", !vbuf && n > 0, dtype);
     if (st != MW_OK) return st;
+    float *buf = vbuf;
     int p = c->nranks;
     if (p == 1) {
         if (atomic_load_explicit(&c->sync, memory_order_acquire) & ABORT_BIT)
@@ -453,26 +520,27 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) 
     }
     /* Nothing to add, but still one step: skipping it would let ranks disagree on which
      * collective an abort stopped, and would hide a peer that passed a different length. */
-    if (n == 0) return enter(c, rank, OP_ALLREDUCE, buf, 0, NULL);
+    if (n == 0) return enter(c, rank, OP_ALLREDUCE, buf, 0, dtype, NULL);
     rank_state *me = &c->ranks[rank];
-    if (n <= SMALL_MAX_FLOATS) {
+    if (n <= SMALL_MAX_FLOATS && dtype == MW_F32) {
         int parity = (int)((me->step + 1) & 1);
         memcpy(me->slot[parity], buf, n * sizeof(float));
-        st = enter(c, rank, OP_ALLREDUCE, buf, n, NULL);
+        st = enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
         if (st != MW_OK) return st;
         add_two(buf, c->ranks[0].slot[parity], c->ranks[1].slot[parity], n);
         for (int q = 2; q < p; q++) add_into(buf, c->ranks[q].slot[parity], n);
         return MW_OK;
     }
     int parity = (int)((me->step + 1) & 1);
-    st = enter(c, rank, OP_ALLREDUCE, buf, n, NULL);
+    st = enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
     if (st != MW_OK) return st;
     /* Slices in whole 64-byte lines, so no two ranks write the same line. */
-    size_t lines = (n + 15) / 16;
-    size_t lo = lines * (size_t)rank / (size_t)p * 16;
-    size_t hi = lines * (size_t)(rank + 1) / (size_t)p * 16;
+    size_t per = 64 / esize(dtype), lines = (n + per - 1) / per;
+    size_t lo = lines * (size_t)rank / (size_t)p * per;
+    size_t hi = lines * (size_t)(rank + 1) / (size_t)p * per;
     if (hi > n) hi = n;
-    if (lo < hi) reduce_slice(c, parity, lo, hi);
+    if (lo < hi && dtype == MW_F32) reduce_slice(c, parity, lo, hi);
+    if (lo < hi && dtype == MW_BF16) reduce_slice_bf16(c, parity, lo, hi);
     return take_step(c, rank, OP_ALLREDUCE, 0);
 }
 
@@ -481,9 +549,9 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, float *buf, size_t n) 
  * before it is overwritten), then copied home. Peers read this rank's other parts meanwhile,
  * which it does not write; the committed "done" step keeps every buffer alive until all parts
  * are summed. */
-static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, float *buf, size_t n,
+static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
                                         const size_t *bounds) {
-    mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds);
+    mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (mw__bad_bounds(bounds, c->nranks, n)) {
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -491,23 +559,29 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, float *buf, size_
                          rank, n);
     }
     int p = c->nranks;
-    if (p == 1) return shm_allreduce_sum(c, rank, buf, n);
+    if (p == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
     int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter(c, rank, OP_REDUCE_SCATTER, buf, n, bounds)) != MW_OK) return st;
+    if ((st = enter(c, rank, OP_REDUCE_SCATTER, buf, n, dtype, bounds)) != MW_OK) return st;
     float acc[CHUNK_FLOATS];
     for (size_t at = bounds[rank]; at < bounds[rank + 1]; at += CHUNK_FLOATS) {
         size_t left = bounds[rank + 1] - at, len = left < CHUNK_FLOATS ? left : CHUNK_FLOATS;
-        add_two(acc, c->ranks[0].pub[parity].buf + at, c->ranks[1].pub[parity].buf + at, len);
-        for (int q = 2; q < p; q++) add_into(acc, c->ranks[q].pub[parity].buf + at, len);
-        memcpy(buf + at, acc, len * sizeof(float));
+        if (dtype == MW_BF16) {
+            sum_bf16(c, parity, at, len, acc);
+            round_bf16(acc, len, (uint16_t *)buf + at);
+            continue;
+        }
+        add_two(acc, fbuf(c, 0, parity) + at, fbuf(c, 1, parity) + at, len);
+        for (int q = 2; q < p; q++) add_into(acc, fbuf(c, q, parity) + at, len);
+        memcpy((float *)buf + at, acc, len * sizeof(float));
     }
     return take_step(c, rank, OP_REDUCE_SCATTER, 0);
 }
 
 /* Every rank copies the peers' parts out of their buffers into its own; nobody writes a part
  * another rank reads. */
-static mw_status shm_all_gather(mw__comm *c, int rank, float *buf, size_t n, const size_t *bounds) {
-    mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds);
+static mw_status shm_all_gather(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
+                                const size_t *bounds) {
+    mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (mw__bad_bounds(bounds, c->nranks, n)) {
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -515,42 +589,45 @@ static mw_status shm_all_gather(mw__comm *c, int rank, float *buf, size_t n, con
                          n);
     }
     int p = c->nranks;
-    if (p == 1) return shm_allreduce_sum(c, rank, buf, n);
+    if (p == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
     int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, bounds)) != MW_OK) return st;
+    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds)) != MW_OK) return st;
+    size_t es = esize(dtype);
     for (int q = 0; q < p; q++)
         if (q != rank && bounds[q] < bounds[q + 1])
-            memcpy(buf + bounds[q], c->ranks[q].pub[parity].buf + bounds[q],
-                   (bounds[q + 1] - bounds[q]) * sizeof(float));
+            memcpy((char *)buf + bounds[q] * es,
+                   (const char *)c->ranks[q].pub[parity].buf + bounds[q] * es,
+                   (bounds[q + 1] - bounds[q]) * es);
     return take_step(c, rank, OP_ALL_GATHER, 0);
 }
 
 /* Every rank but the root copies the root's buffer; nobody writes what another rank reads. */
-static mw_status shm_broadcast(mw__comm *c, int rank, float *buf, size_t n, int root) {
-    mw_status st = check_args(c, rank, "broadcast", !buf && n > 0);
+static mw_status shm_broadcast(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
+                               int root) {
+    mw_status st = check_args(c, rank, "broadcast", !buf && n > 0, dtype);
     if (st != MW_OK) return st;
     if (root < 0 || root >= c->nranks) {
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "broadcast: rank %d named root %d (expected 0..%d)", rank,
                          root, c->nranks - 1);
     }
-    if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n);
+    if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
     int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter_root(c, rank, OP_BROADCAST, buf, n, NULL, root)) != MW_OK) return st;
-    const float *from = c->ranks[root].pub[parity].buf;
-    if (rank != root && n > 0 && from != buf) memcpy(buf, from, n * sizeof(float));
+    if ((st = enter_root(c, rank, OP_BROADCAST, buf, n, dtype, NULL, root)) != MW_OK) return st;
+    const void *from = c->ranks[root].pub[parity].buf;
+    if (rank != root && n > 0 && from != buf) memcpy(buf, from, n * esize(dtype));
     return take_step(c, rank, OP_BROADCAST, 0);
 }
 
 static mw_status shm_barrier(mw__comm *c, int rank) {
-    mw_status st = check_args(c, rank, "barrier", 0);
+    mw_status st = check_args(c, rank, "barrier", 0, MW_F32);
     if (st != MW_OK) return st;
     if (c->nranks == 1) {
         if (atomic_load_explicit(&c->sync, memory_order_acquire) & ABORT_BIT)
             return aborted_error(c, rank, OP_BARRIER, c->ranks[rank].step + 1, 1);
         return MW_OK;
     }
-    return enter(c, rank, OP_BARRIER, NULL, 0, NULL);
+    return enter(c, rank, OP_BARRIER, NULL, 0, MW_F32, NULL);
 }
 
 static void shm_abort(mw__comm *c) {

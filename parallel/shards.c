@@ -178,7 +178,7 @@ mw_status mw__grad_norm_sharded(worker *w, float *norm) {
     if (tr->all) {
         for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r * per;
         if ((st = tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n * per,
-                                              w->bounds)))
+                                              MW_F32, w->bounds)))
             return st;
     }
     /* Parameter by parameter, shard by shard (the devices with coordinate 0 off the axes that

@@ -34,8 +34,8 @@ static mw_status grad_norm(worker *w, float *norm) {
         if (sl[r] == sl[r + 1]) w->partials[r] = 0.0f;
     if (tr->zero1) {
         for (int r = 0; r <= n; r++) w->bounds[r] = (size_t)r; /* one partial each */
-        if ((st =
-                 tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n, w->bounds)))
+        if ((st = tr->all_reducer->all_gather(tr->all, w->index, w->partials, (size_t)n, MW_F32,
+                                              w->bounds)))
             return st;
     }
     double sq = 0.0;
@@ -135,14 +135,15 @@ static mw_status gather_params(worker *w) {
     size_t n = (size_t)w->plan.param_elems;
     if (tr->sharded_params) /* among the devices holding the same shards */
         return tr->reducer->all_gather(w->comm[tr->zero_group], w->rank[tr->zero_group], w->params,
-                                       n, w->zslices);
+                                       n, MW_F32, w->zslices);
     if (w->dev.vt->host_memory)
-        return tr->all_reducer->all_gather(tr->all, w->index, w->params, n, tr->slices);
+        return tr->all_reducer->all_gather(tr->all, w->index, w->params, n, MW_F32, tr->slices);
     /* Device memory: through the gradients' reducer, on a group spanning the mesh (rank d on
      * device d, as plan_slices checked). */
     for (int gi = 0; gi < tr->ngroups; gi++)
         if (tr->groups[gi].ncomms == 1 && w->comm[gi])
-            return tr->reducer->all_gather(w->comm[gi], w->rank[gi], w->params, n, tr->slices);
+            return tr->reducer->all_gather(w->comm[gi], w->rank[gi], w->params, n, MW_F32,
+                                           tr->slices);
     return mw__error(MW_ERR_STATE, "internal: ZeRO-1 without a reduction group over the mesh");
 }
 

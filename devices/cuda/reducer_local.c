@@ -220,7 +220,7 @@ static mw_status close_sum(local_comm *c, int rank, mw_status st) {
     return closing ? relabel(closing, "all-reduce") : MW_OK;
 }
 
-static mw_status local_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
+static mw_status local_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, size_t n) {
     local_comm *c = as_local(comm);
     mw_status st = check_call(c, rank, buf, n);
     if (st) return st;
@@ -246,7 +246,7 @@ static mw_status cuda_failed(local_comm *c, int rank, const char *call, cudaErro
                      c->devs[rank]->name, call, cudaGetErrorString(e));
 }
 
-static mw_status local_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+static mw_status local_allreduce_start_f32(mw__comm *comm, int rank, float *buf, size_t n) {
     local_comm *c = as_local(comm);
     mw_status st = check_call(c, rank, buf, n);
     if (st) return st;
@@ -337,17 +337,17 @@ static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, fl
     return close_sum(c, rank, st);
 }
 
-static mw_status local_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
-                                          const size_t *bounds) {
+static mw_status local_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                              const size_t *bounds) {
     return local_collective(comm, rank, LOCAL_REDUCE_SCATTER, buf, n, bounds, 0);
 }
 
-static mw_status local_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
-                                  const size_t *bounds) {
+static mw_status local_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                      const size_t *bounds) {
     return local_collective(comm, rank, LOCAL_ALL_GATHER, buf, n, bounds, 0);
 }
 
-static mw_status local_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+static mw_status local_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     return local_collective(comm, rank, LOCAL_BROADCAST, buf, n, NULL, root);
 }
 
@@ -365,6 +365,37 @@ static void local_reset(mw__comm *comm) {
     if (!comm) return;
     drain(as_local(comm));
     mw__reducer_shm.reset(as_local(comm)->sync);
+}
+
+/* The typed entry points: f32 only (mw__reducer_dtype). */
+static mw_status local_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n,
+                                     mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("cuda-local", "all-reduce", dtype);
+    return st ? st : local_allreduce_sum_f32(comm, rank, buf, n);
+}
+
+static mw_status local_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
+                                       mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("cuda-local", "all-reduce", dtype);
+    return st ? st : local_allreduce_start_f32(comm, rank, buf, n);
+}
+
+static mw_status local_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
+                                          mw_dtype dtype, const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("cuda-local", "reduce-scatter", dtype);
+    return st ? st : local_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status local_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                  const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("cuda-local", "all-gather", dtype);
+    return st ? st : local_all_gather_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status local_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                 int root) {
+    mw_status st = mw__reducer_dtype("cuda-local", "broadcast", dtype);
+    return st ? st : local_broadcast_f32(comm, rank, buf, n, root);
 }
 
 const mw__reducer_vtable mw__reducer_cuda_local = {

@@ -410,7 +410,7 @@ static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf
                                  : MW_OK;
 }
 
-static mw_status nm_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+static mw_status nm_allreduce_start_f32(mw__comm *comm, int rank, float *buf, size_t n) {
     return start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALLREDUCE, buf, n, NULL, 0, 0);
 }
 
@@ -430,26 +430,26 @@ static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
     return MW_OK;
 }
 
-static mw_status nm_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    mw_status st = nm_allreduce_start(comm, rank, buf, n);
+static mw_status nm_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = nm_allreduce_start_f32(comm, rank, buf, n);
     return st ? st : nm_allreduce_finish(comm, rank);
 }
 
 /* The whole buffer is all-reduced, as in the in-process NCCL reducer: only an all-reduce of the
  * same buffer gives the all-reduce's bits on the part. */
-static mw_status nm_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
-                                       const size_t *bounds) {
+static mw_status nm_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                           const size_t *bounds) {
     mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALLREDUCE, buf, n, bounds, 1, 0);
     return st ? st : nm_allreduce_finish(comm, rank);
 }
 
-static mw_status nm_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
-                               const size_t *bounds) {
+static mw_status nm_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                   const size_t *bounds) {
     mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 1, 0);
     return st ? st : nm_allreduce_finish(comm, rank);
 }
 
-static mw_status nm_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+static mw_status nm_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, 0, root);
     return st ? st : nm_allreduce_finish(comm, rank);
 }
@@ -476,6 +476,35 @@ static void nm_reset(mw__comm *comm) {
     for (int i = 0; c->started && i < c->nlocal; i++) c->started[i] = 0;
     mw__reducer_mpi_hier.reset(c->host);
     atomic_store(&c->aborted, 0);
+}
+
+/* The typed entry points: f32 only (mw__reducer_dtype). */
+static mw_status nm_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "all-reduce", dtype);
+    return st ? st : nm_allreduce_sum_f32(comm, rank, buf, n);
+}
+
+static mw_status nm_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "all-reduce", dtype);
+    return st ? st : nm_allreduce_start_f32(comm, rank, buf, n);
+}
+
+static mw_status nm_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
+                                       mw_dtype dtype, const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "reduce-scatter", dtype);
+    return st ? st : nm_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status nm_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                               const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "all-gather", dtype);
+    return st ? st : nm_all_gather_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status nm_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                              int root) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "broadcast", dtype);
+    return st ? st : nm_broadcast_f32(comm, rank, buf, n, root);
 }
 
 const mw__reducer_vtable mw__reducer_nccl_mpi = {

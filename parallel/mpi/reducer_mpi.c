@@ -265,18 +265,18 @@ static mw_status hier_allreduce_finish(mw__comm *comm, int rank) {
     if (!c->local) return MW_OK;
     started *todo = c->todo + (size_t)li * MW__MPI_MAX_INFLIGHT;
     for (int i = 0; i < c->ntodo[li] && st == MW_OK; i++)
-        st = mw__reducer_shm.broadcast(c->local, li, todo[i].buf, todo[i].n, 0);
+        st = mw__reducer_shm.broadcast(c->local, li, todo[i].buf, todo[i].n, MW_F32, 0);
     c->ntodo[li] = 0;
     return st;
 }
 
 /* Moves 1 and the start of 2. */
-static mw_status hier_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+static mw_status hier_allreduce_start_f32(mw__comm *comm, int rank, float *buf, size_t n) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = check_rank(c, rank, "all-reduce");
     if (st) return st;
     int li = c->local_of[rank];
-    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
+    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n, MW_F32))) return st;
     if (!c->multi) return MW_OK;
     /* Every local rank reaches a full list at the same all-reduce. */
     if (c->ntodo[li] == MW__MPI_MAX_INFLIGHT && (st = hier_allreduce_finish(comm, rank))) return st;
@@ -297,8 +297,8 @@ static mw_status hier_progress(mw__comm *comm, int rank) {
     return st;
 }
 
-static mw_status hier_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    mw_status st = hier_allreduce_start(comm, rank, buf, n);
+static mw_status hier_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = hier_allreduce_start_f32(comm, rank, buf, n);
     return st ? st : hier_allreduce_finish(comm, rank);
 }
 
@@ -384,15 +384,16 @@ static void copy_part(float *to, const float *from, const size_t *bounds, int r)
  * the leaders exchange only the parts (the owner of a part sums it in process order, as the
  * all-reduce's exchange does), and each other local rank copies its part of the leader's
  * buffer. */
-static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
-                                         const size_t *bounds) {
+static mw_status hier_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                             const size_t *bounds) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = enter_parts(c, rank, "reduce-scatter", buf, n, bounds, -1);
     if (st) return st;
     int li = c->local_of[rank];
     if (!c->multi)
-        return c->local ? mw__reducer_shm.reduce_scatter_sum(c->local, li, buf, n, bounds) : MW_OK;
-    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n))) return st;
+        return c->local ? mw__reducer_shm.reduce_scatter_sum(c->local, li, buf, n, MW_F32, bounds)
+                        : MW_OK;
+    if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n, MW_F32))) return st;
     if (li == 0 && (st = leader_parts(c, buf, bounds, c->nranks, 1, "reduce-scatter"))) return st;
     if (!c->local) return MW_OK;
     if (li == 0) c->bufs[0] = buf;
@@ -403,14 +404,14 @@ static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, s
 
 /* The leader collects its process's parts from the local buffers, the leaders exchange every
  * part, and the other local ranks copy the rest from the leader's buffer. */
-static mw_status hier_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
-                                 const size_t *bounds) {
+static mw_status hier_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                     const size_t *bounds) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = enter_parts(c, rank, "all-gather", buf, n, bounds, -1);
     if (st) return st;
     int li = c->local_of[rank];
     if (!c->multi)
-        return c->local ? mw__reducer_shm.all_gather(c->local, li, buf, n, bounds) : MW_OK;
+        return c->local ? mw__reducer_shm.all_gather(c->local, li, buf, n, MW_F32, bounds) : MW_OK;
     if (c->local) {
         c->bufs[li] = buf;
         if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
@@ -429,22 +430,54 @@ static mw_status hier_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
 
 /* In the root's process the local ranks take the root's buffer, its leader sends it to the
  * other leaders, and in their processes the local ranks take the leader's. */
-static mw_status hier_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+static mw_status hier_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = enter_parts(c, rank, "broadcast", buf, n, NULL, root);
     if (st) return st;
     int li = c->local_of[rank];
-    if (!c->multi) return c->local ? mw__reducer_shm.broadcast(c->local, li, buf, n, root) : MW_OK;
+    if (!c->multi)
+        return c->local ? mw__reducer_shm.broadcast(c->local, li, buf, n, MW_F32, root) : MW_OK;
     int local_root = c->local_of[root];
     if (c->local && local_root >= 0 &&
-        (st = mw__reducer_shm.broadcast(c->local, li, buf, n, local_root)))
+        (st = mw__reducer_shm.broadcast(c->local, li, buf, n, MW_F32, local_root)))
         return st;
     if (li == 0) {
         c->parts[0] = (mw__mpi_part){0, n, c->proc_index[root]};
         if ((st = leader_parts(c, buf, NULL, 1, 0, "broadcast"))) return st;
     }
-    if (c->local && local_root < 0) return mw__reducer_shm.broadcast(c->local, li, buf, n, 0);
+    if (c->local && local_root < 0)
+        return mw__reducer_shm.broadcast(c->local, li, buf, n, MW_F32, 0);
     return MW_OK;
+}
+
+/* The typed entry points: f32 only (mw__reducer_dtype). */
+static mw_status hier_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("mpi", "all-reduce", dtype);
+    return st ? st : hier_allreduce_sum_f32(comm, rank, buf, n);
+}
+
+static mw_status hier_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
+                                      mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("mpi", "all-reduce", dtype);
+    return st ? st : hier_allreduce_start_f32(comm, rank, buf, n);
+}
+
+static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
+                                         mw_dtype dtype, const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("mpi", "reduce-scatter", dtype);
+    return st ? st : hier_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status hier_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                 const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("mpi", "all-gather", dtype);
+    return st ? st : hier_all_gather_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status hier_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                int root) {
+    mw_status st = mw__reducer_dtype("mpi", "broadcast", dtype);
+    return st ? st : hier_broadcast_f32(comm, rank, buf, n, root);
 }
 
 const mw__reducer_vtable mw__reducer_mpi_hier = {

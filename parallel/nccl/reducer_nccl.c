@@ -363,7 +363,7 @@ static mw_status enter_call(nccl_comm *c, int rank, int entering, mw__nccl_op op
                      rank, bad, n);
 }
 
-static mw_status nccl_allreduce_start(mw__comm *comm, int rank, float *buf, size_t n) {
+static mw_status nccl_allreduce_start_f32(mw__comm *comm, int rank, float *buf, size_t n) {
     nccl_comm *c = as_nccl(comm);
     mw_status st = enter_call(c, rank, 1, MW__NCCL_ALLREDUCE, buf, n, NULL, 0, 0);
     return st ? st : start_op(c, rank, MW__NCCL_ALLREDUCE, buf, n, NULL, 0);
@@ -383,18 +383,18 @@ static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
     return e == cudaSuccess ? MW_OK : cuda_failed(c, rank, "ordering the compute after the sum", e);
 }
 
-static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, float *buf, size_t n) {
-    mw_status st = nccl_allreduce_start(comm, rank, buf, n);
+static mw_status nccl_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, size_t n) {
+    mw_status st = nccl_allreduce_start_f32(comm, rank, buf, n);
     return st ? st : nccl_allreduce_finish(comm, rank);
 }
 
 /* The whole buffer is all-reduced: NCCL's order of additions depends on the length, so only an
  * all-reduce of the same buffer gives the all-reduce's bits on the part. */
-static mw_status nccl_reduce_scatter_sum(mw__comm *comm, int rank, float *buf, size_t n,
-                                         const size_t *bounds) {
+static mw_status nccl_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                             const size_t *bounds) {
     nccl_comm *c = as_nccl(comm);
     mw_status st = enter_call(c, rank, 1, MW__NCCL_ALLREDUCE, buf, n, bounds, 1, 0);
-    return st ? st : nccl_allreduce_sum(comm, rank, buf, n);
+    return st ? st : nccl_allreduce_sum_f32(comm, rank, buf, n);
 }
 
 static mw_status nccl_copies(mw__comm *comm, int rank, mw__nccl_op op, float *buf, size_t n,
@@ -405,12 +405,12 @@ static mw_status nccl_copies(mw__comm *comm, int rank, mw__nccl_op op, float *bu
     return nccl_allreduce_finish(comm, rank);
 }
 
-static mw_status nccl_all_gather(mw__comm *comm, int rank, float *buf, size_t n,
-                                 const size_t *bounds) {
+static mw_status nccl_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                     const size_t *bounds) {
     return nccl_copies(comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 0);
 }
 
-static mw_status nccl_broadcast(mw__comm *comm, int rank, float *buf, size_t n, int root) {
+static mw_status nccl_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     return nccl_copies(comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, root);
 }
 
@@ -443,6 +443,36 @@ static void nccl_reset(mw__comm *comm) {
     atomic_store(&c->why, 0);
     atomic_store(&c->aborted, 0);
     mw__reducer_shm.reset(c->sync);
+}
+
+/* The typed entry points: f32 only (mw__reducer_dtype). */
+static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("nccl", "all-reduce", dtype);
+    return st ? st : nccl_allreduce_sum_f32(comm, rank, buf, n);
+}
+
+static mw_status nccl_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
+                                      mw_dtype dtype) {
+    mw_status st = mw__reducer_dtype("nccl", "all-reduce", dtype);
+    return st ? st : nccl_allreduce_start_f32(comm, rank, buf, n);
+}
+
+static mw_status nccl_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
+                                         mw_dtype dtype, const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("nccl", "reduce-scatter", dtype);
+    return st ? st : nccl_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status nccl_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                 const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("nccl", "all-gather", dtype);
+    return st ? st : nccl_all_gather_f32(comm, rank, buf, n, bounds);
+}
+
+static mw_status nccl_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                int root) {
+    mw_status st = mw__reducer_dtype("nccl", "broadcast", dtype);
+    return st ? st : nccl_broadcast_f32(comm, rank, buf, n, root);
 }
 
 const mw__reducer_vtable mw__reducer_nccl = {

@@ -1205,7 +1205,7 @@ typedef struct rank_job {
 
 static void *rank_main(void *arg) {
     rank_job *j = arg;
-    j->st = j->R->allreduce_sum(j->comm, j->rank, j->buf, j->n);
+    j->st = j->R->allreduce_sum(j->comm, j->rank, j->buf, j->n, MW_F32);
     snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
     return NULL;
 }
@@ -1285,10 +1285,10 @@ Test(gpu, cuda_local_reducer_times_out_and_resets) {
     OK(devs[0].vt->upload(&devs[0], d0, host, sizeof host));
     OK(devs[1].vt->upload(&devs[1], d1, host, sizeof host));
     /* Rank 1 never comes. */
-    mw_status st = mw__reducer_cuda_local.allreduce_sum(comm, 0, d0, 64);
+    mw_status st = mw__reducer_cuda_local.allreduce_sum(comm, 0, d0, 64, MW_F32);
     cr_assert_eq(st, MW_ERR_TIMEOUT, "got %s: %s", mw_status_name(st), mw_last_error());
     /* Aborted until reset; then a full collective works. */
-    st = mw__reducer_cuda_local.allreduce_sum(comm, 1, d1, 64);
+    st = mw__reducer_cuda_local.allreduce_sum(comm, 1, d1, 64, MW_F32);
     cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
     mw__reducer_cuda_local.reset(comm);
     float *bufs[2] = {d0, d1}, out[128];
@@ -1315,7 +1315,7 @@ Test(gpu, nccl_reducer_one_rank) {
     /* Abort releases later calls until reset; nothing was in flight, so reset keeps the
      * communicator and it works again. */
     mw__reducer_nccl.abort(comm);
-    mw_status st = mw__reducer_nccl.allreduce_sum(comm, 0, d, n);
+    mw_status st = mw__reducer_nccl.allreduce_sum(comm, 0, d, n, MW_F32);
     cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
     mw__reducer_nccl.reset(comm);
     run_allreduce(&mw__reducer_nccl, comm, 1, dp, &d, n, out);
@@ -1334,14 +1334,14 @@ Test(gpu, nccl_reset_after_an_abandoned_sum) {
     size_t n = 4099;
     float *in = rand_floats((int64_t)n, -1, 1), *d = putf(in, (int64_t)n);
     cr_assert_not_null(mw__reducer_nccl.allreduce_start);
-    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n));
-    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n / 2));
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n, MW_F32));
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n / 2, MW_F32));
     mw__reducer_nccl.abort(comm);
-    mw_status st = mw__reducer_nccl.allreduce_start(comm, 0, d, n);
+    mw_status st = mw__reducer_nccl.allreduce_start(comm, 0, d, n, MW_F32);
     cr_assert_eq(st, MW_ERR_ABORTED, "got %s", mw_status_name(st));
     mw__reducer_nccl.reset(comm);
     float *out = zeros((int64_t)n);
-    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n));
+    OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n, MW_F32));
     OK(mw__reducer_nccl.allreduce_finish(comm, 0));
     OK(gpu.vt->download(&gpu, out, d, n * sizeof(float)));
     expect_equal("nccl sum of one rank after reset", out, in, (int64_t)n);

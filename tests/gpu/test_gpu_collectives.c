@@ -72,10 +72,10 @@ static void *job_main(void *arg) {
     const mw__reducer_vtable *R = j->k->R;
     mw__comm *c = j->k->comm;
     switch (j->op) {
-    case AR: j->st = R->allreduce_sum(c, j->rank, j->buf, j->n); break;
-    case RS: j->st = R->reduce_scatter_sum(c, j->rank, j->buf, j->n, j->bounds); break;
-    case AG: j->st = R->all_gather(c, j->rank, j->buf, j->n, j->bounds); break;
-    default: j->st = R->broadcast(c, j->rank, j->buf, j->n, j->root); break;
+    case AR: j->st = R->allreduce_sum(c, j->rank, j->buf, j->n, MW_F32); break;
+    case RS: j->st = R->reduce_scatter_sum(c, j->rank, j->buf, j->n, MW_F32, j->bounds); break;
+    case AG: j->st = R->all_gather(c, j->rank, j->buf, j->n, MW_F32, j->bounds); break;
+    default: j->st = R->broadcast(c, j->rank, j->buf, j->n, MW_F32, j->root); break;
     }
     snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
     return NULL;
@@ -236,11 +236,11 @@ Test(gpu, nccl_collectives_refuse_bad_arguments_and_reset) {
     float *d, out[64];
     OK(k.dp[0]->vt->alloc(k.dp[0], 64 * sizeof(float), (void **)&d));
     size_t past[2] = {0, 65};
-    cr_assert_eq(k.R->reduce_scatter_sum(k.comm, 0, d, 64, past), MW_ERR_INVALID);
+    cr_assert_eq(k.R->reduce_scatter_sum(k.comm, 0, d, 64, MW_F32, past), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "parts outside the buffer"), "%s", mw_last_error());
-    cr_assert_eq(k.R->broadcast(k.comm, 0, d, 64, 0), MW_ERR_ABORTED);
+    cr_assert_eq(k.R->broadcast(k.comm, 0, d, 64, MW_F32, 0), MW_ERR_ABORTED);
     k.R->reset(k.comm);
-    cr_assert_eq(k.R->broadcast(k.comm, 0, d, 64, 1), MW_ERR_INVALID);
+    cr_assert_eq(k.R->broadcast(k.comm, 0, d, 64, MW_F32, 1), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "root out of range"), "%s", mw_last_error());
     k.R->reset(k.comm);
     size_t b[2] = {0, 64};

@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
     for (int round = 0; round < 2 && st == MW_OK; round++) {
         for (size_t k = 0; k < NSIZES; k++) fill(bufs[k], sizes[k], me, (int)k + 100 * round);
         for (size_t k = 0; k < NSIZES && st == MW_OK; k++) {
-            st = R->allreduce_start(comm, me, bufs[k], sizes[k]);
+            st = R->allreduce_start(comm, me, bufs[k], sizes[k], MW_F32);
             if (st == MW_OK) st = R->progress(comm, me);
         }
         if (st == MW_OK) st = R->allreduce_finish(comm, me);
@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     /* One at a time. */
     for (size_t k = 0; k < NSIZES && st == MW_OK; k++) {
         fill(bufs[k], sizes[k], me, (int)k + 1000);
-        st = R->allreduce_sum(comm, me, bufs[k], sizes[k]);
+        st = R->allreduce_sum(comm, me, bufs[k], sizes[k], MW_F32);
         size_t bad = st == MW_OK ? check(bufs[k], sizes[k], procs, (int)k + 1000) : 0;
         if (bad) {
             printf("[rank %d] blocking, %zu floats: %zu elements differ\n", me, sizes[k], bad);
@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
     /* More small ones in flight than the exchange holds: it completes the oldest first. */
     float many[MANY][3];
     for (int j = 0; j < MANY; j++) fill(many[j], 3, me, 5000 + j);
-    for (int j = 0; j < MANY && st == MW_OK; j++) st = R->allreduce_start(comm, me, many[j], 3);
+    for (int j = 0; j < MANY && st == MW_OK; j++)
+        st = R->allreduce_start(comm, me, many[j], 3, MW_F32);
     if (st == MW_OK) st = R->allreduce_finish(comm, me);
     for (int j = 0; j < MANY && st == MW_OK; j++)
         if (check(many[j], 3, procs, 5000 + j)) {

@@ -83,7 +83,7 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
     rank_order &= nranks == procs; /* one rank per process, in process order */
     /* -0 + -0 is -0: on every rank, so the result is copied, never added to a +0. */
     float zeros[5] = {-0.0f, -0.0f, -0.0f, -0.0f, -0.0f};
-    mw_status st = R->allreduce_sum(comm, r, zeros, 5);
+    mw_status st = R->allreduce_sum(comm, r, zeros, 5, MW_F32);
     if (st) return st;
     for (int i = 0; i < 5; i++) CHECK(signbit(zeros[i]), "all-reduce of -0: element %d is +0", i);
     for (size_t k = 0; k < NSIZES; k++) {
@@ -92,9 +92,9 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
             int salt = (int)(k * 10 + (size_t)c);
             cut(c, n, b);
             fill(ar, n, r, salt);
-            if ((st = R->allreduce_sum(comm, r, ar, n))) return st;
+            if ((st = R->allreduce_sum(comm, r, ar, n, MW_F32))) return st;
             fill(buf, n, r, salt);
-            if ((st = R->reduce_scatter_sum(comm, r, buf, n, b))) return st;
+            if ((st = R->reduce_scatter_sum(comm, r, buf, n, MW_F32, b))) return st;
             for (size_t i = b[r]; i < b[r + 1]; i++) {
                 CHECK(same(buf[i], ar[i]),
                       "reduce-scatter n %zu cut %d element %zu: %a, all-reduce %a", n, c, i,
@@ -105,12 +105,12 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
                 CHECK(same(buf[i], s), "reduce-scatter n %zu element %zu: not the rank-order sum",
                       n, i);
             }
-            if ((st = R->all_gather(comm, r, buf, n, b))) return st;
+            if ((st = R->all_gather(comm, r, buf, n, MW_F32, b))) return st;
             for (size_t i = b[0]; i < b[nranks]; i++)
                 CHECK(same(buf[i], ar[i]), "reduce-scatter + all-gather n %zu cut %d element %zu",
                       n, c, i);
             fill(buf, n, r, salt + 1);
-            if ((st = R->all_gather(comm, r, buf, n, b))) return st;
+            if ((st = R->all_gather(comm, r, buf, n, MW_F32, b))) return st;
             for (int q = 0; q < nranks; q++)
                 for (size_t i = b[q]; i < b[q + 1]; i++)
                     CHECK(buf[i] == value(q, i, salt + 1), "all-gather n %zu cut %d element %zu", n,
@@ -120,7 +120,7 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
         }
         for (int root = 0; root<nranks; root += nranks - 1> 0 ? nranks - 1 : 1) {
             fill(buf, n, r, (int)k + 500);
-            if ((st = R->broadcast(comm, r, buf, n, root))) return st;
+            if ((st = R->broadcast(comm, r, buf, n, MW_F32, root))) return st;
             for (size_t i = 0; i < n; i++)
                 CHECK(buf[i] == value(root, i, (int)k + 500), "broadcast n %zu root %d element %zu",
                       n, root, i);
@@ -182,9 +182,9 @@ static const char *const names[] = {"reduce-scatter", "all-gather", "broadcast"}
 static float fault_bufs[6][FAULT_N]; /* receives of a process that gave up may land later */
 
 static mw_status call(mw__comm *c, int op, float *buf, const size_t *b) {
-    if (op == RS) return R->reduce_scatter_sum(c, me, buf, FAULT_N, b);
-    if (op == AG) return R->all_gather(c, me, buf, FAULT_N, b);
-    return R->broadcast(c, me, buf, FAULT_N, 1); /* a root may finish before the others */
+    if (op == RS) return R->reduce_scatter_sum(c, me, buf, FAULT_N, MW_F32, b);
+    if (op == AG) return R->all_gather(c, me, buf, FAULT_N, MW_F32, b);
+    return R->broadcast(c, me, buf, FAULT_N, MW_F32, 1); /* a root may finish before the others */
 }
 
 static void *abort_later(void *arg) {
@@ -252,16 +252,16 @@ static int faults(void) {
     if (R->comm_new(2, NULL, &opt, &c)) return 2;
     float *buf = fault_bufs[0];
     size_t past[3] = {0, 40, FAULT_N + 1};
-    rc |= expect(R->reduce_scatter_sum(c, me, buf, FAULT_N, past) == MW_ERR_INVALID &&
+    rc |= expect(R->reduce_scatter_sum(c, me, buf, FAULT_N, MW_F32, past) == MW_ERR_INVALID &&
                      strstr(mw_last_error(), "parts outside the buffer"),
                  "parts past the buffer refused");
     R->reset(c);
-    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 2) == MW_ERR_INVALID &&
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, MW_F32, 2) == MW_ERR_INVALID &&
                      strstr(mw_last_error(), "a root out of range"),
                  "a root out of range refused");
     R->reset(c);
     fill(buf, FAULT_N, me, 999);
-    rc |= expect(R->broadcast(c, me, buf, FAULT_N, 0) == MW_OK, "a broadcast after reset");
+    rc |= expect(R->broadcast(c, me, buf, FAULT_N, MW_F32, 0) == MW_OK, "a broadcast after reset");
     for (size_t i = 0; i < FAULT_N; i++)
         rc |= expect(same(buf[i], value(0, i, 999)), "the broadcast's values after reset");
     R->comm_free(c);

@@ -44,9 +44,9 @@ static float input(int r, size_t i) {
 
 static mw_status call(job *j) {
     switch (j->op) {
-    case RS: return R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, j->bounds);
-    case AG: return R->all_gather(j->comm, j->rank, j->buf, j->n, j->bounds);
-    default: return R->broadcast(j->comm, j->rank, j->buf, j->n, j->root);
+    case RS: return R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
+    case AG: return R->all_gather(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
+    default: return R->broadcast(j->comm, j->rank, j->buf, j->n, MW_F32, j->root);
     }
 }
 
@@ -118,7 +118,7 @@ Test(collectives, broadcast_copies_the_root_everywhere, .timeout = 60) {
 
 static void *disagree_main(void *arg) {
     job *j = arg;
-    j->st = R->broadcast(j->comm, j->rank, j->buf, j->n, j->rank == 1 ? 1 : 0);
+    j->st = R->broadcast(j->comm, j->rank, j->buf, j->n, MW_F32, j->rank == 1 ? 1 : 0);
     snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
     return NULL;
 }
@@ -140,10 +140,10 @@ Test(collectives, broadcast_roots_that_ranks_disagree_on_or_out_of_range_fail, .
     R->comm_free(comm);
 
     comm = new_comm(2, 20000);
-    cr_assert_eq(R->broadcast(comm, 0, bufs[0], 8, 2), MW_ERR_INVALID);
+    cr_assert_eq(R->broadcast(comm, 0, bufs[0], 8, MW_F32, 2), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "named root 2 (expected 0..1)"), "%s", mw_last_error());
     /* The bad call aborted the communicator: a peer is not left waiting for it. */
-    cr_assert_eq(R->broadcast(comm, 1, bufs[1], 8, 0), MW_ERR_ABORTED);
+    cr_assert_eq(R->broadcast(comm, 1, bufs[1], 8, MW_F32, 0), MW_ERR_ABORTED);
     R->comm_free(comm);
 }
 

@@ -107,7 +107,7 @@ static void release(worker *w, int p) {
 }
 
 static void do_allreduce(worker *w) {
-    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n);
+    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n, MW_F32);
     snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
 }
 
@@ -250,7 +250,7 @@ static void do_sequence(worker *w) {
         size_t n = seq_len(k);
         for (size_t i = 0; i < n; i++)
             buf[i] = (float)((w->rank + 1) * (int)((i + (size_t)k) % 97));
-        w->st = R->allreduce_sum(w->comm, w->rank, buf, n);
+        w->st = R->allreduce_sum(w->comm, w->rank, buf, n, MW_F32);
         float pp = (float)(w->p * (w->p + 1) / 2);
         for (size_t i = 0; i < n && w->st == MW_OK; i++)
             if (buf[i] != pp * (float)((i + (size_t)k) % 97)) w->failures++;
@@ -341,7 +341,7 @@ Test(reducer, abort_releases_waiters_and_reset_recovers, .timeout = 60) {
 
         /* Still aborted: a rank entering now is refused at once. */
         float x = 1;
-        cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1), MW_ERR_ABORTED);
+        cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1, MW_F32), MW_ERR_ABORTED);
         cr_assert(strstr(mw_last_error(), "entered after the communicator was aborted"), "%s",
                   mw_last_error());
         cr_assert_eq(R->barrier(comm, 2), MW_ERR_ABORTED);
@@ -429,7 +429,7 @@ Test(reducer, barrier_waits_for_everyone, .timeout = 60) {
 
 /* A contract violation must fail on every rank rather than write past a buffer. */
 static void mismatched_lengths(worker *w) {
-    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n - (size_t)w->rank);
+    w->st = R->allreduce_sum(w->comm, w->rank, w->buf, w->n - (size_t)w->rank, MW_F32);
     snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
 }
 
@@ -441,7 +441,7 @@ Test(reducer, mismatched_lengths_fail_on_every_rank, .timeout = 60) {
     run_ranks(comm, p, w, mismatched_lengths, NULL);
     for (int r = 0; r < p; r++) {
         cr_assert_eq(w[r].st, MW_ERR_INVALID, "rank %d got %s", r, mw_status_name(w[r].st));
-        cr_assert(strstr(w[r].msg, "rank 0 has 4097 floats, rank 1 has 4096"), "%s", w[r].msg);
+        cr_assert(strstr(w[r].msg, "rank 0 has 4097 elements, rank 1 has 4096"), "%s", w[r].msg);
         for (size_t i = 0; i < 4096; i++) cr_assert_eq(w[r].buf[i], input(6, r, i));
     }
     release(w, p);
@@ -460,12 +460,12 @@ Test(reducer, invalid_arguments, .timeout = 60) {
 
     comm = new_comm(2, 0);
     float x = 1;
-    cr_assert_eq(R->allreduce_sum(comm, 2, &x, 1), MW_ERR_INVALID);
+    cr_assert_eq(R->allreduce_sum(comm, 2, &x, 1, MW_F32), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "rank 2 out of range"), "%s", mw_last_error());
     /* A bad call aborts the communicator so the peer is not left waiting. */
-    cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1), MW_ERR_ABORTED);
+    cr_assert_eq(R->allreduce_sum(comm, 1, &x, 1, MW_F32), MW_ERR_ABORTED);
     R->reset(comm);
-    cr_assert_eq(R->allreduce_sum(comm, 0, NULL, 5), MW_ERR_INVALID);
+    cr_assert_eq(R->allreduce_sum(comm, 0, NULL, 5, MW_F32), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "rank 0 passed a NULL buffer"), "%s", mw_last_error());
     cr_assert_eq(R->barrier(comm, 1), MW_ERR_ABORTED);
     cr_assert(strstr(mw_last_error(), "rank 0 passed an invalid argument"), "%s", mw_last_error());
@@ -495,4 +495,80 @@ Test(reducer, out_of_memory_in_comm_new, .timeout = 60) {
         cr_assert(strstr(mw_last_error(), "out of memory"), "%s", mw_last_error());
     }
     cr_assert_geq(failures, 1);
+}
+
+/* --- bf16 buffers ------------------------------------------------------------------------------
+ */
+
+#include "devices/math.h"
+
+typedef struct bf16_job {
+    int op; /* 0 all-reduce, 1 reduce-scatter, 2 all-gather, 3 broadcast */
+    uint16_t *buf;
+    size_t n;
+    const size_t *bounds;
+} bf16_job;
+
+static void do_bf16(worker *w) {
+    bf16_job *j = (bf16_job *)w->arg + w->rank;
+    w->st = j->op == 0   ? R->allreduce_sum(w->comm, w->rank, j->buf, j->n, MW_BF16)
+            : j->op == 1 ? R->reduce_scatter_sum(w->comm, w->rank, j->buf, j->n, MW_BF16, j->bounds)
+            : j->op == 2 ? R->all_gather(w->comm, w->rank, j->buf, j->n, MW_BF16, j->bounds)
+                         : R->broadcast(w->comm, w->rank, j->buf, j->n, MW_BF16, 1);
+    if (w->st) snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+}
+
+Test(reducer, bf16_sums_are_f32_sums_in_rank_order_rounded_once, .timeout = 60) {
+    /* Sizes on the small and the large path, past a chunk, and odd ones. */
+    static const size_t sizes[] = {1, 37, 512, 4097, 70001};
+    for (int p = 2; p <= 3; p++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+            for (int op = 0; op < 4; op++) {
+                size_t n = sizes[si];
+                mw__comm *comm = new_comm(p, 0);
+                worker w[MAXP] = {0};
+                bf16_job j[MAXP];
+                uint16_t *orig[MAXP];
+                size_t bounds[MAXP + 1];
+                for (int q = 0; q <= p; q++) bounds[q] = mw__slice_lo(n, p, q);
+                for (int r = 0; r < p; r++) {
+                    j[r] = (bf16_job){op, malloc(n * 2), n, bounds};
+                    orig[r] = malloc(n * 2);
+                    for (size_t i = 0; i < n; i++)
+                        orig[r][i] = j[r].buf[i] = mw__bf16_from_f32(input(9, r, i));
+                    w[r].arg = j;
+                }
+                run_ranks(comm, p, w, do_bf16, j);
+                for (int r = 0; r < p; r++) {
+                    cr_assert_eq(w[r].st, MW_OK, "p %d n %zu op %d rank %d: %s", p, n, op, r,
+                                 w[r].msg);
+                    for (size_t i = 0; i < n; i++) {
+                        float sum = 0.0f;
+                        for (int q = 0; q < p; q++) sum += mw__bf16_to_f32(orig[q][i]);
+                        int owner = 0;
+                        while (i >= bounds[owner + 1]) owner++;
+                        uint16_t want = op == 0                 ? mw__bf16_from_f32(sum)
+                                        : op == 1 && owner == r ? mw__bf16_from_f32(sum)
+                                        : op == 1               ? orig[r][i]
+                                        : op == 2               ? orig[owner][i]
+                                                                : orig[1][i];
+                        cr_assert_eq(j[r].buf[i], want,
+                                     "p %d n %zu op %d rank %d [%zu]: 0x%04x, "
+                                     "want 0x%04x",
+                                     p, n, op, r, i, j[r].buf[i], want);
+                    }
+                }
+                for (int r = 0; r < p; r++) free(j[r].buf), free(orig[r]);
+                R->comm_free(comm);
+            }
+}
+
+Test(reducer, other_dtypes_and_reducers_refuse_by_name) {
+    cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_F32), MW_OK);
+    cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_BF16), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(mw_last_error(), "mpi reducer: all-reduce of bf16"), "%s", mw_last_error());
+    mw__comm *comm = new_comm(1, 0);
+    int32_t x = 3;
+    cr_assert_eq(R->allreduce_sum(comm, 0, &x, 1, MW_I32), MW_ERR_UNSUPPORTED);
+    R->comm_free(comm);
 }

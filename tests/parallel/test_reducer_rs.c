@@ -30,11 +30,11 @@ typedef struct rank_job {
 static void *rank_main(void *arg) {
     rank_job *j = arg;
     if (j->op == 0)
-        j->st = R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, j->bounds);
+        j->st = R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
     else if (j->op == 1)
-        j->st = R->all_gather(j->comm, j->rank, j->buf, j->n, j->bounds);
+        j->st = R->all_gather(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
     else
-        j->st = R->allreduce_sum(j->comm, j->rank, j->buf, j->n);
+        j->st = R->allreduce_sum(j->comm, j->rank, j->buf, j->n, MW_F32);
     return NULL;
 }
 
@@ -183,7 +183,7 @@ Test(reducer_rs, reduce_scatter_then_all_gather_is_all_reduce, .timeout = 60) {
 static void *disagree_main(void *arg) {
     rank_job *j = arg;
     if (j->rank == 1) j->bounds[1]++; /* rank 1 cuts the parts elsewhere */
-    j->st = R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, j->bounds);
+    j->st = R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
     return NULL;
 }
 
@@ -208,12 +208,12 @@ Test(reducer_rs, parts_outside_the_buffer_are_refused, .timeout = 60) {
     mw__comm *comm = new_comm(1);
     float x[4] = {0};
     size_t past[] = {0, 5};
-    cr_assert_eq(R->reduce_scatter_sum(comm, 0, x, 4, past), MW_ERR_INVALID);
+    cr_assert_eq(R->reduce_scatter_sum(comm, 0, x, 4, MW_F32, past), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "reduce-scatter"), "%s", mw_last_error());
     R->reset(comm);
     size_t down[] = {3, 1};
-    cr_assert_eq(R->all_gather(comm, 0, x, 4, down), MW_ERR_INVALID);
+    cr_assert_eq(R->all_gather(comm, 0, x, 4, MW_F32, down), MW_ERR_INVALID);
     R->reset(comm);
-    cr_assert_eq(R->all_gather(comm, 0, x, 4, NULL), MW_ERR_INVALID);
+    cr_assert_eq(R->all_gather(comm, 0, x, 4, MW_F32, NULL), MW_ERR_INVALID);
     R->comm_free(comm);
 }

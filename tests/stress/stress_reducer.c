@@ -142,11 +142,12 @@ static void *rank_main(void *arg) {
             } else {
                 for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
                 st = op == OP_REDUCE_SCATTER
-                         ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, bounds)
-                     : op == OP_ALL_GATHER ? sh->red->all_gather(sh->comm, a->rank, buf, n, bounds)
+                         ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, MW_F32, bounds)
+                     : op == OP_ALL_GATHER
+                         ? sh->red->all_gather(sh->comm, a->rank, buf, n, MW_F32, bounds)
                      : op == OP_BROADCAST
-                         ? sh->red->broadcast(sh->comm, a->rank, buf, n, salt % sh->p)
-                         : sh->red->allreduce_sum(sh->comm, a->rank, buf, n);
+                         ? sh->red->broadcast(sh->comm, a->rank, buf, n, MW_F32, salt % sh->p)
+                         : sh->red->allreduce_sum(sh->comm, a->rank, buf, n, MW_F32);
             }
             if (st == MW_ERR_ABORTED && plan->kind != ROUND_PLAIN) {
                 failed_at = k;
