@@ -82,6 +82,29 @@ static int add_column(column *cols, int *n, const char *name, const char *device
     return *n - 1;
 }
 
+/* A JSON row per line of r->kernels: what ran each kind of contraction and attention. */
+static void emit_kernels(mwb_ctx *ctx, const char *name, const char *devices, int bf16,
+                         const mwb_gpt2_result *r) {
+    for (const char *p = r->kernels; *p;) {
+        while (*p == ' ') p++;
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len > 0) {
+            char line[96];
+            snprintf(line, sizeof line, "%.*s", (int)len, p);
+            mwb_record rec = {0};
+            mwb_record_str(&rec, "case", name);
+            mwb_record_str(&rec, "devices", devices);
+            mwb_record_str(&rec, "mode", "kernels");
+            mwb_record_str(&rec, "precision", bf16 ? "bf16" : "fp32");
+            mwb_record_str(&rec, "kernel", line);
+            ctx->emit(ctx, &rec);
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+}
+
 int mwb_case_llmc(mwb_ctx *ctx) {
     mwb_gpt2_setup s;
     llmc_setup(&s, "cpu:1", ctx->quick);
@@ -158,6 +181,10 @@ int mwb_case_llmc(mwb_ctx *ctx) {
                     continue;
                 }
                 ms = r.ms;
+                if (round == 0) {
+                    mwb_print_kernels(cols[c].name, &r);
+                    emit_kernels(ctx, "llmc", cols[c].devices, cols[c].bf16, &r);
+                }
             } else {
                 char args[256];
                 snprintf(args, sizeof args, "%s --batch %d --seq %d --steps %d", cols[c].peer_args,
@@ -262,6 +289,10 @@ int mwb_case_profile(mwb_ctx *ctx) {
         printf("%s, %s: llm.c's GPT-2, batch %d x %d: %.1f ms/step (median), per op over %d "
                "steps (per device):\n",
                specs[i], bf16 ? "bf16" : "fp32", s.batch, s.seq, r.ms, steps);
+        char who[64];
+        snprintf(who, sizeof who, "%s %s", specs[i], bf16 ? "bf16" : "fp32");
+        mwb_print_kernels(who, &r);
+        emit_kernels(ctx, "profile", specs[i], bf16, &r);
         mwb_print_profile(&r, steps);
         for (int k = 0; k < r.nprofile; k++) {
             mwb_record rec = {0};

@@ -131,7 +131,9 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     if (mwb_gpt2_make_mesh(mesh, &s->model, s->batch, s->seq, data, s->model_axis, &tc, &m,
                            r->error, sizeof r->error) ||
         mwb_check(mw_trainer_memory(m->tr, 0, &r->memory), "no memory figures", r->error,
-                  sizeof r->error))
+                  sizeof r->error) ||
+        mwb_check(mw_trainer_kernels(m->tr, r->kernels, sizeof r->kernels), "no kernel list",
+                  r->error, sizeof r->error))
         goto done;
     int repeats = s->repeats < MAX_REPEATS ? s->repeats : MAX_REPEATS;
     double ms[MAX_REPEATS];
@@ -159,6 +161,18 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
 done:
     mwb_gpt2_free(m);
     mw_mesh_free(mesh);
+}
+
+void mwb_print_kernels(const char *who, const mwb_gpt2_result *r) {
+    printf("kernels of %s:\n", who);
+    for (const char *p = r->kernels; *p;) {
+        const char *e = strchr(p, '\n');
+        int len = e ? (int)(e - p) : (int)strlen(p);
+        while (len > 0 && p[0] == ' ') p++, len--;
+        if (len > 0) printf("  %.*s\n", len, p);
+        p += len + (e ? 1 : 0);
+        if (!e) break;
+    }
 }
 
 /* Runs fn(arg, out) in a forked child and copies its `bytes` of result back through a pipe. */

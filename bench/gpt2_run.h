@@ -33,6 +33,7 @@ typedef struct mwb_gpt2_result {
     int nprofile;
     mw_profile_row profile[MWB_MAX_PROFILE];
     mw_device_memory memory; /* what device 0 holds */
+    char kernels[600];       /* mw_trainer_kernels: what ran the contractions and attention */
     char error[400];
 } mwb_gpt2_result;
 
@@ -68,6 +69,9 @@ double mwb_sgemm_gflops(int n);
 /* The CPU backend's own GEMM rate at n x n x n on one core (as a plan runs it: prepared, on the
  * engine the backend picks for dtype), in GFLOP/s, with what ran it in impl; 0 on failure. */
 double mwb_gemm_gflops(int n, mw_dtype dtype, char *impl, size_t impl_size);
+
+/* Prints r->kernels, each line indented and prefixed by who ran them ("meshwit cpu:1 bf16"). */
+void mwb_print_kernels(const char *who, const mwb_gpt2_result *r);
 
 /* Prints a profile as a table: op, phase, calls/step, ms/step, share of the summed time. */
 void mwb_print_profile(const mwb_gpt2_result *r, int steps);

@@ -1,10 +1,10 @@
 /* The CPU backend's GEMMs: oneDNN matmul primitives made when the worker starts, OpenBLAS where
  * oneDNN is absent or where it measures faster (matrix-vector products; CPUs without AVX-512,
- * where oneDNN 2.x has no brgemm kernels, unless OpenBLAS itself only has generic kernels for
- * the CPU), and bf16 operands widened to f32 where the CPU lacks bf16 instructions. Per device
- * the state holds the oneDNN engine, each prepared GEMM and one work buffer that every prepared
- * GEMM shares (scratchpads, widened operands): one runs at a time, and the buffer is made before
- * the first step, so a step allocates nothing. */
+ * where oneDNN 2.x has no brgemm kernels), unless OpenBLAS itself only has generic kernels for
+ * the CPU (then oneDNN takes every product), and bf16 operands widened to f32 where the CPU lacks
+ * bf16 instructions. Per device the state holds the oneDNN engine, each prepared GEMM and one work
+ * buffer that every prepared GEMM shares (scratchpads, widened operands): one runs at a time, and
+ * the buffer is made before the first step, so a step allocates nothing. */
 #define _GNU_SOURCE
 #include "devices/cpu/cpu_gemm.h"
 
@@ -421,7 +421,8 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
     }
 #ifdef MESHWIT_HAVE_DNNL
     /* f32 (as it is, or the widened form) on oneDNN, where that is the faster engine here. */
-    if (s->dnnl && g->path != PATH_DNNL && !vector && s->engine != ENGINE_OPENBLAS) {
+    if (s->dnnl && g->path != PATH_DNNL && k->k > 0 && (!vector || !blas_tuned()) &&
+        s->engine != ENGINE_OPENBLAS) {
         mw__k_gemm f = widened(k, NULL, NULL, NULL);
         if ((st = mw__dnnl_gemm_new(s->dnnl, &f, &g->dnnl))) return st;
         const char *impl = g->dnnl ? mw__dnnl_gemm_impl(g->dnnl) : "";
