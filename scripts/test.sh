@@ -4,10 +4,14 @@
 #   format    clang-format --dry-run -Werror on every source file
 #   build     Release build in build/ (tests, examples, bench)
 #   ctest     every test in build/ (gpu-labelled tests skip themselves without a GPU)
-#   asan      AddressSanitizer + UBSan build in build-asan/ (Debug, -O1), all but install and gpu
+#   asan      AddressSanitizer + UBSan build in build-asan/ (Debug, -O1, without CUDA: the
+#             configuration of a machine without the toolkit), all but install and gpu
 #   tsan      ThreadSanitizer build in build-tsan/, the stress programs only
+#   minimal   Release build in build-min/ without CUDA, MPI and oneDNN (OpenBLAS only), and
+#             its ctest: every optional dependency absent still builds and passes
+#   fuzz      the libFuzzer harnesses (scripts/fuzz.sh), FUZZ_SECONDS each (default 20)
 #   bench     meshwit-bench --quick smoke run, writes build/bench.json
-# Usage: scripts/test.sh [--quick]    (--quick skips asan and tsan)
+# Usage: scripts/test.sh [--quick]    (--quick skips asan, tsan, minimal and fuzz)
 # Environment: JOBS (parallel build jobs, default 2).
 set -euo pipefail
 
@@ -18,7 +22,7 @@ for arg in "$@"; do
     case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-        sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -103,7 +107,7 @@ do_ctest() {
 do_asan() {
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
         -DMESHWIT_SANITIZE=address -DMESHWIT_BUILD_TESTS=ON \
-        -DMESHWIT_BUILD_EXAMPLES=OFF -DMESHWIT_BUILD_BENCH=OFF
+        -DMESHWIT_BUILD_EXAMPLES=OFF -DMESHWIT_BUILD_BENCH=OFF -DMESHWIT_CUDA=OFF
     cmake --build build-asan -j "$JOBS"
     # protect_shadow_gap=0: the CUDA runtime maps memory in ASan's shadow gap on GPU machines.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:protect_shadow_gap=0 \
@@ -119,6 +123,13 @@ do_tsan() {
         -DMESHWIT_CUDA=OFF -DMESHWIT_MPI=OFF
     cmake --build build-tsan -j "$JOBS" --target stress
     TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -L '^stress$'
+}
+
+do_minimal() {
+    cmake -S . -B build-min -DCMAKE_BUILD_TYPE=Release -DMESHWIT_BUILD_TESTS=ON \
+        -DMESHWIT_CUDA=OFF -DMESHWIT_MPI=OFF -DMESHWIT_DNNL=OFF
+    cmake --build build-min -j "$JOBS"
+    ctest --test-dir build-min --output-on-failure
 }
 
 do_fuzz() {
@@ -138,6 +149,7 @@ stage ctest do_ctest
 if [ "$QUICK" -eq 1 ]; then
     skip asan "--quick"
     skip tsan "--quick"
+    skip minimal "--quick"
     skip fuzz "--quick"
 else
     stage asan do_asan
@@ -146,6 +158,7 @@ else
     else
         skip tsan "no tests/stress/*.c"
     fi
+    stage minimal do_minimal
     stage fuzz do_fuzz
 fi
 if [ -x build/meshwit-bench ]; then

@@ -69,6 +69,7 @@ static int isa_cap(const char *v) {
     return -1;
 }
 
+#ifdef MESHWIT_HAVE_DNNL
 static int bf16_allowed(int cap) {
     return (cpu_features() & (F_AVX512_BF16 | F_AMX_BF16)) && cap >= ISA_AVX512_BF16;
 }
@@ -82,6 +83,7 @@ static int blas_tuned(void) {
         if (strstr(core, tuned[i])) return 1;
     return !(cpu_features() & F_AVX2); /* nothing better exists for such a CPU */
 }
+#endif
 
 /* --- device state -------------------------------------------------------------------------- */
 
@@ -169,8 +171,13 @@ void mw__cpu_state_free(mw__device *dev) {
 }
 
 int mw__cpu_bf16_native(const mw__device *dev) {
+#ifdef MESHWIT_HAVE_DNNL
     const cpu_state *s = dev ? dev->impl : NULL;
     return bf16_allowed(s ? s->cap : isa_cap(getenv("MESHWIT_CPU_ISA")));
+#else
+    (void)dev;
+    return 0; /* only oneDNN's kernels use bf16 instructions */
+#endif
 }
 
 /* --- the kernels ----------------------------------------------------------------------------- */

@@ -39,8 +39,9 @@ size_t mw__cpu_workspace(const mw__device *dev);
 /* The widest vector unit the CPU kernels' clones use here: "avx512", "avx2" or "sse2". */
 const char *mw__cpu_vector_isa(void);
 
-/* Whether this device may run bf16 products on bf16 instructions (the CPU has them and
- * MESHWIT_CPU_ISA allows them); dev NULL: the process's CPU and environment. */
+/* Whether this device may run bf16 products on bf16 instructions (the CPU has them,
+ * MESHWIT_CPU_ISA allows them and libmeshwit was built with oneDNN); dev NULL: the process's CPU
+ * and environment. */
 int mw__cpu_bf16_native(const mw__device *dev);
 
 #endif

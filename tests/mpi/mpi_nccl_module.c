@@ -8,6 +8,7 @@
 #include "meshwit.h"
 #include "parallel/reducer_select.h"
 
+#ifdef MESHWIT_HAVE_NCCL
 /* Whether a mapped file's name contains part. */
 static int mapped(const char *part) {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -17,6 +18,7 @@ static int mapped(const char *part) {
     if (f) fclose(f);
     return hit;
 }
+#endif
 
 int main(int argc, char **argv) {
     if (mw_distributed_init(&argc, &argv) != MW_OK) {
