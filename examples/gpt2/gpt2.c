@@ -571,9 +571,11 @@ typedef struct resume_state {
 
 #define RESUME_MAGIC 0x6770743272657375ull /* "gpt2resu" */
 
+/* Under mpirun every process calls it: the save is collective (ZeRO-1 gathers the other
+ * processes' moments), and every process writes the file it resumes from (on a shared file
+ * system the writers' temporary files differ and each rename leaves one complete state). */
 static mw_status save_checkpoint(run *r) {
     resume_state rs = {RESUME_MAGIC, r->rng.state, mw_trainer_steps(r->tr)};
-    if (mw_distributed_rank() > 0) return MW_OK; /* replicas are identical: one writer */
     return mw_trainer_save(r->tr, r->o.checkpoint, &rs, sizeof rs);
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ctrl-C reaching one process of an MPI job: every process stops after the same step (the stop
-# is agreed at the step boundary), rank 0 writes the checkpoint, the job ends, and resuming it
-# prints exactly the losses of an uninterrupted run. The signal goes straight to rank 1's
+# is agreed at the step boundary), every process writes the checkpoint, the job ends, and
+# resuming it prints exactly the losses of an uninterrupted run. The signal goes straight to rank 1's
 # process, started through sigdefault so that SIGINT is at its default disposition.
 # Usage: gpt2_mpi_signal.sh "MPIRUN ARGS..." PATH_TO_GPT2 PATH_TO_SIGDEFAULT
 set -euo pipefail
