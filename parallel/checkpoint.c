@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/file.h"
 #include "parallel/consistency.h"
 #include "parallel/optimizer.h"
 #include "parallel/shards.h"
@@ -204,6 +205,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
         st = gather_moments(tr, image, params, nparams, moments);
     char tmp[4096];
     FILE *f = NULL;
+    if (st == MW_OK) st = mw__file_replaceable(path, "checkpoint");
     if (st == MW_OK && temp_name(path, tmp, sizeof tmp) != 0)
         st = mw__error(MW_ERR_INVALID, "mw_trainer_save: path too long");
     if (st == MW_OK && !(f = fopen(tmp, "wb")))
@@ -244,44 +246,22 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     return st;
 }
 
-static const char *file_kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file";
-}
-
 /* Reads the whole file; MW_ERR_IO when it cannot be read. Opening does not block (a FIFO
  * without a writer would), and anything but a regular file is refused before a read. */
 static mw_status slurp(const char *path, unsigned char **data, size_t *size) {
     *data = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) return mw__error(MW_ERR_IO, "cannot open checkpoint %s: %s", path, strerror(errno));
-    struct stat sb;
-    mw_status st = MW_OK;
-    if (fstat(fd, &sb) != 0)
-        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: it is %s, not a regular file", path,
-                       file_kind(sb.st_mode));
-    else if ((uint64_t)sb.st_size > ((uint64_t)1 << 42))
+    int fd;
+    int64_t n64;
+    mw_status st = mw__file_open_read(path, "checkpoint", &fd, &n64);
+    if (st) return st;
+    if ((uint64_t)n64 > ((uint64_t)1 << 42))
         st = mw__error(MW_ERR_FORMAT, "checkpoint %s is too large to be one (%lld bytes)", path,
-                       (long long)sb.st_size);
-    size_t n = st ? 0 : (size_t)sb.st_size, got = 0;
+                       (long long)n64);
+    size_t n = st ? 0 : (size_t)n64;
     if (st == MW_OK && !(*data = mw__malloc(n + 1)))
         st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
-    while (st == MW_OK && got < n) {
-        ssize_t r = read(fd, *data + got, n - got);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (r <= 0)
-            st = mw__error(MW_ERR_IO, "cannot read checkpoint %s: %s", path,
-                           r < 0 ? strerror(errno) : "the file shrank while it was read");
-        else
-            got += (size_t)r;
-    }
+    if (st == MW_OK) st = mw__file_read_at(fd, *data, n, 0, path);
     close(fd);
     if (st) {
         mw__free(*data);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "meshwit.h"
 
 #define MAX_HEADER ((uint64_t)100 << 20) /* the safetensors package's own bound */
@@ -405,6 +407,11 @@ static mw_status check_layout(mw_safetensors *f) {
                              "before they begin",
                              f->label, t->name, (unsigned long long)t->begin,
                              (unsigned long long)t->end);
+        if ((uint64_t)t->count > (UINT64_C(1) << 62) / (uint64_t)t->esize)
+            return mw__error(MW_ERR_FORMAT,
+                             "%s: tensor '%.80s': %s with %lld elements: its size in bytes "
+                             "overflows",
+                             f->label, t->name, t->dtype, (long long)t->count);
         if ((uint64_t)t->count * (uint64_t)t->esize != t->end - t->begin)
             return mw__error(MW_ERR_FORMAT,
                              "%s: tensor '%.80s': %s with %lld elements needs %llu bytes but "
@@ -471,42 +478,62 @@ void mw_safetensors_close(mw_safetensors *f) {
     mw__free(f);
 }
 
+/* Checks the length prefix and parses and checks the header of a file of `size` bytes whose
+ * first bytes (at least 8 + the header's length, when the prefix is sane) are in buf; the data
+ * section is not read. On success *hlen is the header's length. */
+static mw_status parse_head(mw_safetensors *f, const unsigned char *buf, size_t avail, size_t size,
+                            uint64_t *hlen_out) {
+    const char *label = f->label;
+    uint64_t hlen = 0;
+    if (size < 8 || avail < 8)
+        return mw__error(MW_ERR_FORMAT, "%s: %zu bytes is too short for a safetensors file", label,
+                         size);
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    if (hlen > MAX_HEADER || hlen > size - 8)
+        return mw__error(MW_ERR_FORMAT,
+                         "%s: the header length %llu at byte 0 is more than the %zu bytes after "
+                         "it%s",
+                         label, (unsigned long long)hlen, size - 8,
+                         hlen > MAX_HEADER ? " (or the 100 MB limit)" : "");
+    if (hlen < 2)
+        return mw__error(MW_ERR_FORMAT, "%s: a header of %llu bytes cannot hold a JSON object",
+                         label, (unsigned long long)hlen);
+    if (avail < 8 + hlen) return mw__error(MW_ERR_IO, "%s: the header was not read", label);
+    f->data_size = size - 8 - hlen;
+    parser p = {.s = (const char *)buf + 8, .n = (size_t)hlen, .f = f};
+    mw_status st = header(&p);
+    if (st == MW_OK) st = check_layout(f);
+    *hlen_out = hlen;
+    return st;
+}
+
+static mw_safetensors *new_file(const char *label) {
+    mw_safetensors *f = mw__calloc(1, sizeof *f);
+    if (!f) {
+        mw__error(MW_ERR_NOMEM, "out of memory reading %s", label);
+        return NULL;
+    }
+    snprintf(f->label, sizeof f->label, "%s", label);
+    return f;
+}
+
 /* Takes ownership of buf (size bytes). */
 static mw_status parse_owned(unsigned char *buf, size_t size, const char *label,
                              mw_safetensors **out) {
-    mw_safetensors *f = mw__calloc(1, sizeof *f);
+    mw_safetensors *f = new_file(label);
     if (!f) {
         mw__free(buf);
-        return mw__error(MW_ERR_NOMEM, "out of memory reading %s", label);
+        return MW_ERR_NOMEM;
     }
     f->buf = buf;
     f->size = size;
-    snprintf(f->label, sizeof f->label, "%s", label);
-    mw_status st = MW_OK;
     uint64_t hlen = 0;
-    if (size < 8)
-        st = mw__error(MW_ERR_FORMAT, "%s: %zu bytes is too short for a safetensors file", label,
-                       size);
-    for (int i = 7; st == MW_OK && i >= 0; i--) hlen = hlen << 8 | buf[i];
-    if (st == MW_OK && (hlen > MAX_HEADER || hlen > size - 8))
-        st = mw__error(MW_ERR_FORMAT,
-                       "%s: the header length %llu at byte 0 is more than the %zu bytes after it%s",
-                       label, (unsigned long long)hlen, size - 8,
-                       hlen > MAX_HEADER ? " (or the 100 MB limit)" : "");
-    if (st == MW_OK && hlen < 2)
-        st = mw__error(MW_ERR_FORMAT, "%s: a header of %llu bytes cannot hold a JSON object", label,
-                       (unsigned long long)hlen);
-    if (st == MW_OK) {
-        f->data = buf + 8 + hlen;
-        f->data_size = size - 8 - hlen;
-        parser p = {.s = (const char *)buf + 8, .n = (size_t)hlen, .f = f};
-        st = header(&p);
-    }
-    if (st == MW_OK) st = check_layout(f);
+    mw_status st = parse_head(f, buf, size, size, &hlen);
     if (st) {
         mw_safetensors_close(f);
         return st;
     }
+    f->data = buf + 8 + hlen;
     *out = f;
     return MW_OK;
 }
@@ -525,23 +552,53 @@ mw_status mw_safetensors_parse(const void *data, size_t size, const char *label,
 mw_status mw_safetensors_open(const char *path, mw_safetensors **out) {
     if (!path || !out) return mw__error(MW_ERR_INVALID, "mw_safetensors_open: NULL argument");
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return mw__error(MW_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    long n = -1;
-    unsigned char *buf = NULL;
-    mw_status st = MW_OK;
-    if (fseek(fp, 0, SEEK_END) != 0 || (n = ftell(fp)) < 0 || fseek(fp, 0, SEEK_SET) != 0)
-        st = mw__error(MW_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    if (st == MW_OK && !(buf = mw__malloc((size_t)n + 1)))
-        st = mw__error(MW_ERR_NOMEM, "out of memory reading %s (%ld bytes)", path, n);
-    if (st == MW_OK && fread(buf, 1, (size_t)n, fp) != (size_t)n)
-        st = mw__error(MW_ERR_IO, "cannot read %s", path);
-    fclose(fp);
+    int fd;
+    int64_t size;
+    mw_status st = mw__file_open_read(path, "safetensors file", &fd, &size);
+    if (st) return st;
+    if ((uint64_t)size > (uint64_t)SIZE_MAX - 1) {
+        close(fd);
+        return mw__error(MW_ERR_NOMEM, "%s: %lld bytes do not fit this process's memory", path,
+                         (long long)size);
+    }
+    /* The length prefix and the header are read and checked before the data: a file that is
+     * not one costs no more than its header. */
+    mw_safetensors *f = new_file(path);
+    unsigned char prefix[8];
+    uint64_t hlen = 0;
+    if (!f) st = MW_ERR_NOMEM;
+    if (st == MW_OK && size >= 8) st = mw__file_read_at(fd, prefix, 8, 0, path);
+    if (st == MW_OK) {
+        for (int i = 7; i >= 0 && size >= 8; i--) hlen = hlen << 8 | prefix[i];
+        /* Whatever is wrong with the prefix, parse_head says it without more than 8 bytes. */
+        size_t head = size >= 8 && hlen <= MAX_HEADER && hlen <= (uint64_t)size - 8
+                          ? (size_t)(8 + hlen)
+                          : (size >= 8 ? 8 : (size_t)size);
+        if (!(f->buf = mw__malloc(head ? head : 1)))
+            st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
+        if (st == MW_OK) st = mw__file_read_at(fd, f->buf, head, 0, path);
+        if (st == MW_OK) st = parse_head(f, f->buf, head, (size_t)size, &hlen);
+    }
+    if (st == MW_OK) {
+        unsigned char *all = mw__realloc(f->buf, (size_t)size + 1);
+        if (!all)
+            st = mw__error(MW_ERR_NOMEM, "out of memory reading %s (%lld bytes)", path,
+                           (long long)size);
+        else
+            f->buf = all;
+    }
+    if (st == MW_OK)
+        st = mw__file_read_at(fd, f->buf + 8 + hlen, (size_t)size - 8 - (size_t)hlen,
+                              (int64_t)(8 + hlen), path);
+    close(fd);
     if (st) {
-        mw__free(buf);
+        mw_safetensors_close(f);
         return st;
     }
-    return parse_owned(buf, (size_t)n, path, out);
+    f->size = (size_t)size;
+    f->data = f->buf + 8 + hlen;
+    *out = f;
+    return MW_OK;
 }
 
 int mw_safetensors_count(const mw_safetensors *f) { return f ? f->n : 0; }
@@ -724,6 +781,11 @@ mw_status mw_safetensors_write(const char *path, const mw_safetensors_entry *e, 
     if (h.failed) {
         mw__free(h.s);
         return mw__error(MW_ERR_NOMEM, "out of memory writing %s", path);
+    }
+    mw_status rst = mw__file_replaceable(path, "safetensors file");
+    if (rst) {
+        mw__free(h.s);
+        return rst;
     }
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {

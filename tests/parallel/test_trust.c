@@ -280,7 +280,14 @@ Test(checkpoint_trust, odd_files_are_refused_without_blocking, .init = setup, .f
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(mw_trainer_load(m.tr, odd[i].path, NULL, 0, NULL), MW_ERR_IO);
         cr_assert(strstr(mw_last_error(), odd[i].kind), "%s", mw_last_error());
+        /* Nor is one replaced by a save: a rename would put a regular file in its place. */
+        cr_assert_eq(mw_trainer_save(m.tr, odd[i].path, NULL, 0), MW_ERR_IO);
+        cr_assert(strstr(mw_last_error(), odd[i].kind) && strstr(mw_last_error(), "not replaced"),
+                  "%s", mw_last_error());
     }
+    struct stat sb;
+    cr_assert(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    cr_assert(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
     model_free(&m);
 }
 

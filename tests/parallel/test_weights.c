@@ -3,10 +3,13 @@
  * their exact values, every kind of damaged header refused with a message naming the tensor and
  * the offset, and weights loaded only when every tensor asked for fits. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "meshwit.h"
@@ -271,6 +274,81 @@ Test(weights, damaged_lengths_are_refused) {
     cr_assert_eq(mw_safetensors_parse(file, n, "empty", &f), MW_OK, "%s", mw_last_error());
     cr_assert_eq(mw_safetensors_count(f), 0);
     mw_safetensors_close(f);
+}
+
+Test(weights, a_byte_size_that_overflows_is_refused) {
+    /* [2^31, 2^31] F32 needs 2^64 bytes, which wraps to the 0 bytes its offsets hold. */
+    static unsigned char file[256];
+    size_t n = make_file(file,
+                         "{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],"
+                         "\"data_offsets\":[0,0]}}",
+                         NULL, 0);
+    mw_safetensors *f;
+    cr_assert_eq(mw_safetensors_parse(file, n, "wrap", &f), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "'a'") && strstr(mw_last_error(), "overflows"), "%s",
+              mw_last_error());
+}
+
+/* A FIFO, a directory or a device is refused before anything is read (opening a FIFO without
+ * a writer would block), and not replaced by a write. */
+Test(weights, odd_files_are_refused_without_blocking, .timeout = 30) {
+    char fifo[160], dir[160];
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("_fifo.safetensors"));
+    snprintf(dir, sizeof dir, "%s", tmp_path("_dir.safetensors"));
+    unlink(fifo);
+    rmdir(dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    const struct {
+        const char *path, *kind;
+    } odd[] = {{fifo, "a FIFO"}, {dir, "a directory"}, {"/dev/zero", "a character device"}};
+    const float x = 1.0f;
+    const mw_safetensors_entry e[] = {{"x", 0, {0}, &x}};
+    for (int i = 0; i < 3; i++) {
+        mw_safetensors *f = (mw_safetensors *)1;
+        cr_assert_eq(mw_safetensors_open(odd[i].path, &f), MW_ERR_IO);
+        cr_assert_null(f);
+        cr_assert(strstr(mw_last_error(), odd[i].kind) && strstr(mw_last_error(), odd[i].path),
+                  "%s", mw_last_error());
+        cr_assert_eq(mw_safetensors_write(odd[i].path, e, 1), MW_ERR_IO);
+        cr_assert(strstr(mw_last_error(), odd[i].kind), "%s", mw_last_error());
+    }
+    struct stat sb;
+    cr_assert(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    cr_assert(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode));
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* The length prefix and the header are checked before the data is read: a large file that is
+ * not a safetensors file costs no memory (here 3 GB of zeros, a sparse file, under a 1 GB
+ * address-space limit). */
+Test(weights, the_header_is_checked_before_the_data_is_read) {
+    const char *path = tmp_path("_zeros.safetensors");
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    cr_assert(fd >= 0);
+    cr_assert_eq(ftruncate(fd, (off_t)3 << 30), 0);
+    close(fd);
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer reserves terabytes of address space */
+    struct rlimit lim = {(rlim_t)1 << 30, (rlim_t)1 << 30};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
+#endif
+    mw_safetensors *f;
+    cr_assert_eq(mw_safetensors_open(path, &f), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "header of 0 bytes"), "%s", mw_last_error());
+    /* A sane header whose tensors run past the end: refused from the header alone. */
+    unsigned char file[256];
+    size_t n = make_file(file,
+                         "{\"a\":{\"dtype\":\"F32\",\"shape\":[1000000000],"
+                         "\"data_offsets\":[0,4000000000]}}",
+                         NULL, 0);
+    FILE *fp = fopen(path, "r+b");
+    cr_assert(fp);
+    cr_assert_eq(fwrite(file, 1, n, fp), n);
+    fclose(fp);
+    cr_assert_eq(mw_safetensors_open(path, &f), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "run past"), "%s", mw_last_error());
+    unlink(path);
 }
 
 Test(weights, writer_output_is_laid_out_as_specified) {
