@@ -28,12 +28,12 @@ typedef enum mw__op {
     MW__OP_ALIAS,     /* the same data under other axes: split, merge, rename */
     MW__OP_SLICE,     /* rows [start, start+len) of axis `axis` of x (dropped when len is 0) */
     MW__OP_PAD,       /* the adjoint of SLICE: x placed at `start` of axis `axis`, zeros around */
-    MW__OP_GELU,
-    MW__OP_GELU_GRAD,    /* (gy, x) */
-    MW__OP_LAYERNORM,    /* (x, w, b) over the last axis */
-    MW__OP_LN_DX,        /* (gy, x, w) */
-    MW__OP_LN_DW,        /* (gy, x) */
-    MW__OP_SOFTMAX,      /* over the last axis; `flag` = causal over the last two */
+    MW__OP_GELU,      /* flag: the exact form (erf) */
+    MW__OP_GELU_GRAD, /* (gy, x) */
+    MW__OP_LAYERNORM, /* (x, w, b) over the last axis */
+    MW__OP_LN_DX,     /* (gy, x, w) */
+    MW__OP_LN_DW,     /* (gy, x) */
+    MW__OP_SOFTMAX,   /* over the last axis; `flag` = causal over the last two */
     MW__OP_SOFTMAX_GRAD, /* (gy, y) */
     MW__OP_EMBED,        /* (table, ids) */
     MW__OP_EMBED_GRAD,   /* (gy, ids) */

@@ -237,12 +237,16 @@ mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index)
     return slice(g, "mw_select", x, axis, index, 0, NULL);
 }
 
-mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x) {
-    if (!usable(g, "mw_gelu", &x, 1) || !want_dtype(g, "mw_gelu", "x", x, MW_F32)) return NULL;
+static mw_tensor *gelu(mw_graph *g, const char *op, mw_tensor *x, int exact) {
+    if (!usable(g, op, &x, 1) || !want_dtype(g, op, "x", x, MW_F32)) return NULL;
     x = mw__replicated(g, x);
-    mw_tensor proto = {.op = MW__OP_GELU, .nin = 1, .in = {x}, .type = x->type};
+    mw_tensor proto = {.op = MW__OP_GELU, .nin = 1, .in = {x}, .type = x->type, .flag = exact};
     return x ? mw__node_new(g, &proto) : NULL;
 }
+
+mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x) { return gelu(g, "mw_gelu", x, 0); }
+
+mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x) { return gelu(g, "mw_gelu_erf", x, 1); }
 
 /* The last axis of x must be `axis`, unsharded. */
 static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis) {

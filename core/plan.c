@@ -595,12 +595,15 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     switch (n->op) {
     case MW__OP_GELU:
         if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
-        in->k.unary = (mw__k_unary){.op = MW__UN_GELU, .out_dtype = out.dtype, .count = lo->numel};
+        in->k.unary = (mw__k_unary){.op = n->flag ? MW__UN_GELU_ERF : MW__UN_GELU,
+                                    .out_dtype = out.dtype,
+                                    .count = lo->numel};
         return 0;
     case MW__OP_GELU_GRAD:
         if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
-        in->k.unary_grad =
-            (mw__k_unary_grad){.op = MW__UN_GELU, .out_dtype = out.dtype, .count = lo->numel};
+        in->k.unary_grad = (mw__k_unary_grad){.op = n->flag ? MW__UN_GELU_ERF : MW__UN_GELU,
+                                              .out_dtype = out.dtype,
+                                              .count = lo->numel};
         in->ref[3] = no_ref;
         if (b->col_sum[n->id] >= 0) {
             in->ref[3] = grad_ref(b, b->col_sum[n->id]);

@@ -116,7 +116,8 @@ typedef struct mw__k_sgd {
 } mw__k_sgd;
 
 /* Elementwise unary ops and their gradients (math in devices/math.h). */
-typedef enum mw__unop { MW__UN_GELU } mw__unop;
+/* GELU in its tanh form (mw_gelu) or exact, through erf (mw_gelu_erf). */
+typedef enum mw__unop { MW__UN_GELU, MW__UN_GELU_ERF } mw__unop;
 
 /* out[i] = f(a[i]); out is f32 or bf16 (rounded once). */
 typedef struct mw__k_unary {

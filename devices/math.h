@@ -67,6 +67,16 @@ MW__HD float mw__gelu_grad(float x) {
     return s * (1.0f + 2.0f * x * du * (e * s));
 }
 
+/* GELU, exact (torch.nn.GELU(), approximate='none'): x Phi(x) = 0.5 x erfc(-x / sqrt 2), through
+ * erfc so that it keeps its relative precision where Phi(x) is small (x far below 0). */
+MW__HD float mw__gelu_erf(float x) { return 0.5f * x * erfcf(-0.70710678118654752f * x); }
+
+/* Its derivative: Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi). */
+MW__HD float mw__gelu_erf_grad(float x) {
+    return 0.5f * erfcf(-0.70710678118654752f * x) +
+           x * 0.39894228040143268f * mw__expf(-0.5f * x * x);
+}
+
 MW__HD float mw__binop_apply(int op, float a, float b) {
     return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
 }

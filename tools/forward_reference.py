@@ -7,7 +7,7 @@ the output is written in meshwit's layout for that op's result: row-major in the
 order (binary ops: the larger operand's order, a's when both have the same axes; mw_dot: shared
 axes, then a's other axes, then b's; mw_contract: the order asked for; reductions: the kept axes
 in the input's order). The formulas are written from their definitions, independently of the C
-kernels: GELU in its tanh form, layer norm with the biased variance and eps inside the square
+kernels: GELU in its tanh form and exactly (x Phi(x) through math.erfc), layer norm with the biased variance and eps inside the square
 root, softmax(scale * x), the causal mask "key j <= query i + (keys - queries)", cross-entropy as
 log-sum-exp over the first `valid` classes minus the target's logit.
 
@@ -93,6 +93,7 @@ def cases():
     yield "merge_select", [("x", x)], x.reshape(2, 6)[:, 4]
     x = f32(np.linspace(-4, 4, 17))
     yield "gelu", [("x", x)], gelu(x)
+    yield "gelu_erf", [("x", x)], np.array([0.5 * v * math.erfc(-v / math.sqrt(2)) for v in x])
     x, w, b = uniform(3, 8, lo=-2, hi=2), f32(1 + 0.3 * uniform(8)), uniform(8)
     mu = x.mean(axis=1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=1, keepdims=True)

@@ -52,10 +52,35 @@ MW__CPU_INLINE void gelu_run(int64_t n, const float *a, void *out, int bf16) {
     }
 }
 
+/* Exact GELU and its gradient, element by element (erfc has no vector form here). */
+static void gelu_erf_run(int64_t n, const float *a, void *out, int bf16) {
+    for (int64_t i = 0; i < n; i++) {
+        float y = mw__gelu_erf(a[i]);
+        if (bf16)
+            ((uint16_t *)out)[i] = mw__bf16_from_f32(y);
+        else
+            ((float *)out)[i] = y;
+    }
+}
+
+static void gelu_erf_grad_run(int64_t n, const float *xs, const float *gy, void *out, int bf16,
+                              int64_t o, float *sum) {
+    for (int64_t i = 0; i < n; i++) {
+        float y = gy[i] * mw__gelu_erf_grad(xs[i]);
+        if (bf16)
+            ((uint16_t *)out)[o + i] = mw__bf16_from_f32(y);
+        else
+            ((float *)out)[o + i] = y;
+        if (sum) sum[i] += y;
+    }
+}
+
 MW__CPU_CLONES
 mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
-    if (k->out_dtype == MW_BF16)
+    if (k->op == MW__UN_GELU_ERF)
+        gelu_erf_run(k->count, k->a, k->out, k->out_dtype == MW_BF16);
+    else if (k->out_dtype == MW_BF16)
         gelu_run(k->count, k->a, k->out, 1);
     else
         gelu_run(k->count, k->a, k->out, 0);
@@ -100,6 +125,16 @@ MW__CPU_CLONES
 mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
     int bf16 = k->out_dtype == MW_BF16;
+    if (k->op == MW__UN_GELU_ERF) {
+        if (!k->colsum) {
+            gelu_erf_grad_run(k->count, k->x, k->gy, k->out, bf16, 0, NULL);
+            return MW_OK;
+        }
+        memset(k->colsum, 0, (size_t)k->cols * sizeof *k->colsum);
+        for (int64_t o = 0; o < k->count; o += k->cols)
+            gelu_erf_grad_run(k->cols, k->x + o, k->gy + o, k->out, bf16, o, k->colsum);
+        return MW_OK;
+    }
     if (!k->colsum) {
         if (bf16)
             gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL);

@@ -39,22 +39,31 @@ __global__ void k_copy_nd(mw__nd nd, I total, float alpha, O *out, const A *a) {
 
 __global__ void k_fill(int64_t n, float value, float *out) { GRID_LOOP(i, n) out[i] = value; }
 
-template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a) {
-    GRID_LOOP(i, n) mw__put(out, i, mw__gelu(a[i]));
+/* exact: mw_gelu_erf's form, else the tanh one. */
+__device__ __forceinline__ float gelu_of(int exact, float x) {
+    return exact ? mw__gelu_erf(x) : mw__gelu(x);
+}
+__device__ __forceinline__ float gelu_grad_of(int exact, float x) {
+    return exact ? mw__gelu_erf_grad(x) : mw__gelu_grad(x);
+}
+
+template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a, int exact) {
+    GRID_LOOP(i, n) mw__put(out, i, gelu_of(exact, a[i]));
 }
 
 template <typename O>
-__global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x) {
-    GRID_LOOP(i, n) mw__put(out, i, gy[i] * mw__gelu_grad(x[i]));
+__global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, int exact) {
+    GRID_LOOP(i, n) mw__put(out, i, gy[i] * gelu_grad_of(exact, x[i]));
 }
 
 /* colsum[j] = sum over rows, in row order, of gy * gelu'(x) at (r, j): the bias gradient of a
  * bf16 GELU gradient, from its f32 values (the CPU kernel's terms and order). */
 __global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, const float *gy,
-                                   const float *x) {
+                                   const float *x, int exact) {
     GRID_LOOP(j, cols) {
         float s = 0.0f;
-        for (int64_t r = 0; r < rows; r++) s += gy[r * cols + j] * mw__gelu_grad(x[r * cols + j]);
+        for (int64_t r = 0; r < rows; r++)
+            s += gy[r * cols + j] * gelu_grad_of(exact, x[r * cols + j]);
         colsum[j] = s;
     }
 }
@@ -147,30 +156,31 @@ mw_status mw__cuda_fill(mw__device *dev, const mw__k_fill *k) {
 
 mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k) {
     ENTER(dev);
-    if (k->op != MW__UN_GELU)
+    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
     if (k->count <= 0) return MW_OK;
+    int exact = k->op == MW__UN_GELU_ERF;
     if (k->out_dtype == MW_BF16)
         LAUNCH(k_gelu<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-               (uint16_t *)k->out, k->a);
+               (uint16_t *)k->out, k->a, exact);
     else
         LAUNCH(k_gelu<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out,
-               k->a);
+               k->a, exact);
     return mw__cuda_launched(dev, "gelu kernel");
 }
 
 mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     ENTER(dev);
-    if (k->op != MW__UN_GELU)
+    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
-    int bf16 = k->out_dtype == MW_BF16;
+    int bf16 = k->out_dtype == MW_BF16, exact = k->op == MW__UN_GELU_ERF;
     if (k->count > 0) {
         if (bf16)
             LAUNCH(k_gelu_grad<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-                   (uint16_t *)k->out, k->gy, k->x);
+                   (uint16_t *)k->out, k->gy, k->x, exact);
         else
             LAUNCH(k_gelu_grad<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-                   (float *)k->out, k->gy, k->x);
+                   (float *)k->out, k->gy, k->x, exact);
         mw_status st = mw__cuda_launched(dev, "gelu gradient kernel");
         if (st) return st;
     }
@@ -178,7 +188,7 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     if (bf16) {
         int64_t rows = k->cols ? k->count / k->cols : 0;
         LAUNCH(k_gelu_grad_colsum, blocks_for(k->cols, THREADS), THREADS, 0, rows, k->cols,
-               k->colsum, k->gy, k->x);
+               k->colsum, k->gy, k->x, exact);
         return mw__cuda_launched(dev, "gelu gradient column sums");
     }
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */

@@ -198,8 +198,12 @@ mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index)
 /* --- neural-network ops ------------------------------------------------------------------------
  */
 
-/* GELU, tanh approximation, elementwise. */
+/* GELU, elementwise. mw_gelu: the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))) (GPT-2's; torch.nn.GELU(approximate='tanh'), Hugging Face's "gelu_new"). mw_gelu_erf:
+ * the exact form, x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (torch.nn.GELU()'s default, Hugging
+ * Face's "gelu"), slower on the CPU (element by element). */
 mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x);
+mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x);
 
 /* Layer norm over axis `axis` (which must be x's last axis), then * w + b, where w and b have
  * exactly that one axis. Errors: MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING (a sharded axis). */

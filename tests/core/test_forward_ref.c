@@ -83,6 +83,7 @@ static mw_tensor *merge_select(mw_graph *g) {
     return mw_select(g, mw_merge(g, x, "P,Q", "F"), "F", 4);
 }
 static mw_tensor *gelu(mw_graph *g) { return mw_gelu(g, in(g, "x", MW_AXES({"N", 17}))); }
+static mw_tensor *gelu_erf(mw_graph *g) { return mw_gelu_erf(g, in(g, "x", MW_AXES({"N", 17}))); }
 static mw_tensor *layernorm(mw_graph *g) {
     mw_axes c = MW_AXES({"C", 8});
     return mw_layernorm(g, in(g, "x", MW_AXES({"B", 3}, {"C", 8})), in(g, "w", c), in(g, "b", c),
@@ -138,6 +139,11 @@ static const fwd_case cases[] = {
     /* tanh's absolute error ~1e-7 (devices/math.h) times |x| / 2 <= 2, plus ~10 roundings of
      * terms up to 4 (x + 0.044715 x^3 at |x| = 4): 2e-7 + 40 u = 2.6e-6. */
     {"gelu", gelu, 2.6e-6, U, "tanh approximation and ~10 roundings at |x| <= 4"},
+    /* x / sqrt 2 is rounded (u), and erfc amplifies its argument's relative error by
+     * |z erfc'(z) / erfc(z)| ~ 2 z^2 + 1 <= 17 at z = 4 / sqrt 2; libm's erfcf adds a few ulp and
+     * the two products two roundings: 24 u relative, which the tail values (|ref| ~1e-4 at
+     * x = -4) need. */
+    {"gelu_erf", gelu_erf, 0, 24 * U, "erfc of a rounded argument and two roundings, relative"},
     /* mean and variance of 8 terms |x| <= 2 (SUM_TOL(8) * 4 relative to the variance of ~1),
      * rstd from them, then (x - mean) rstd w + b with |(x - mean) rstd| <= sqrt(8) and w <= 1.3:
      * ~3.7 * (300 u) = 6.6e-5 at worst; typically far less. */
@@ -280,6 +286,7 @@ FORWARD_TEST(select)
 FORWARD_TEST(split_sum)
 FORWARD_TEST(merge_select)
 FORWARD_TEST(gelu)
+FORWARD_TEST(gelu_erf)
 FORWARD_TEST(layernorm)
 FORWARD_TEST(softmax)
 FORWARD_TEST(causal_softmax)

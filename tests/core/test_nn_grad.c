@@ -290,6 +290,12 @@ Test(nn_grad, gelu) {
     case_check(&c, mw_gelu(c.g, case_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
 }
 
+Test(nn_grad, gelu_erf) {
+    grad_case c;
+    case_begin(&c);
+    case_check(&c, mw_gelu_erf(c.g, case_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
+}
+
 /* The scale multiplies the logits, so it multiplies the gradient too. */
 Test(nn_grad, softmax) {
     grad_case c;

@@ -203,25 +203,23 @@ Test(bf16, layernorm_gelu_and_gelu_grad_write_the_rounded_f32_results) {
     cr_assert_eq(mw__cpu_device.layernorm(NULL, &ln), MW_OK);
     expect_rounded(h, f, ROWS * N, "layernorm");
 
-    mw__k_unary u = {.op = MW__UN_GELU, .count = ROWS * N, .out = f, .a = x};
-    cr_assert_eq(mw__cpu_device.unary(NULL, &u), MW_OK);
-    u.out_dtype = MW_BF16, u.out = h;
-    cr_assert_eq(mw__cpu_device.unary(NULL, &u), MW_OK);
-    expect_rounded(h, f, ROWS * N, "gelu");
+    for (int e = 0; e < 2; e++) { /* the tanh form, then the exact one */
+        mw__unop op = e ? MW__UN_GELU_ERF : MW__UN_GELU;
+        mw__k_unary u = {.op = op, .count = ROWS * N, .out = f, .a = x};
+        cr_assert_eq(mw__cpu_device.unary(NULL, &u), MW_OK);
+        u.out_dtype = MW_BF16, u.out = h;
+        cr_assert_eq(mw__cpu_device.unary(NULL, &u), MW_OK);
+        expect_rounded(h, f, ROWS * N, op ? "gelu_erf" : "gelu");
 
-    mw__k_unary_grad g = {.op = MW__UN_GELU,
-                          .count = ROWS * N,
-                          .out = f,
-                          .gy = gy,
-                          .x = x,
-                          .cols = N,
-                          .colsum = cs32};
-    cr_assert_eq(mw__cpu_device.unary_grad(NULL, &g), MW_OK);
-    g.out_dtype = MW_BF16, g.out = h, g.colsum = cs16;
-    cr_assert_eq(mw__cpu_device.unary_grad(NULL, &g), MW_OK);
-    expect_rounded(h, f, ROWS * N, "gelu_grad");
-    /* The bias gradient is summed from the f32 values, before they are rounded. */
-    cr_assert_eq(memcmp(cs32, cs16, N * 4), 0, "column sums differ");
+        mw__k_unary_grad g = {
+            .op = op, .count = ROWS * N, .out = f, .gy = gy, .x = x, .cols = N, .colsum = cs32};
+        cr_assert_eq(mw__cpu_device.unary_grad(NULL, &g), MW_OK);
+        g.out_dtype = MW_BF16, g.out = h, g.colsum = cs16;
+        cr_assert_eq(mw__cpu_device.unary_grad(NULL, &g), MW_OK);
+        expect_rounded(h, f, ROWS * N, op ? "gelu_erf_grad" : "gelu_grad");
+        /* The bias gradient is summed from the f32 values, before they are rounded. */
+        cr_assert_eq(memcmp(cs32, cs16, N * 4), 0, "column sums differ");
+    }
     free(x), free(gy), free(w), free(b), free(f), free(cs32), free(cs16), free(h);
 }
 

@@ -205,7 +205,9 @@ Test(cpu_kernels, gelu_gradient_with_column_sums_same_bits) {
     /* The GELU gradient given colsum writes the bits it writes without, and the column sums the
      * reduce kernel gives for them: rows narrower than a vector, with a vector tail, and wide. */
     static const int64_t shapes[][2] = {{1, 5}, {3, 8}, {37, 13}, {64, 1024}, {9, 1031}};
-    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+    for (size_t j = 0; j < 2 * sizeof shapes / sizeof *shapes; j++) {
+        size_t s = j / 2; /* each shape in the tanh form, then exact */
+        mw__unop op = j % 2 ? MW__UN_GELU_ERF : MW__UN_GELU;
         int64_t rows = shapes[s][0], cols = shapes[s][1], len = rows * cols;
         float *x = malloc(sizeof(float) * (size_t)len), *gy = malloc(sizeof(float) * (size_t)len);
         float *out[2], *sums[2];
@@ -216,7 +218,7 @@ Test(cpu_kernels, gelu_gradient_with_column_sums_same_bits) {
             sums[i] = malloc(sizeof(float) * (size_t)cols);
             memset(sums[i], 0xff, sizeof(float) * (size_t)cols); /* NaN: written, not added to */
         }
-        mw__k_unary_grad k = {.op = MW__UN_GELU, .count = len, .out = out[0], .gy = gy, .x = x};
+        mw__k_unary_grad k = {.op = op, .count = len, .out = out[0], .gy = gy, .x = x};
         cr_assert_eq(mw__cpu_device.unary_grad(NULL, &k), MW_OK);
         column_sums(rows, cols, cols, 1.0f, out[0], sums[0]);
         k.out = out[1];

@@ -338,6 +338,35 @@ Test(gpu, gelu_and_its_gradient) {
     expect_close("gelu gradient", getf(gout, n), ref, n, tol, 0, 0);
 }
 
+Test(gpu, exact_gelu_against_float64) {
+    NEED_GPU();
+    int64_t n = 100003;
+    float *x = rand_floats(n, -6, 6), *gy = rand_floats(n, -2, 2);
+    float *gx = putf(x, n), *ggy = putf(gy, n), *gout = putf(zeros(n), n);
+    /* CUDA's erfcf and the CPU's libm differ by a few ulp; both against float64: the argument's
+     * rounding amplified by 2 z^2 + 1 (z = x / sqrt 2 <= 4.3), erfcf's error and two roundings. */
+    double *want = host_alloc((size_t)n * sizeof *want), *dwant = host_alloc((size_t)n * 8);
+    double *tol = host_alloc((size_t)n * sizeof *tol), *dtol = host_alloc((size_t)n * 8);
+    float *ref = zeros(n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i], z = v / sqrt(2.0), amp = 2.0 * z * z + 1.0;
+        want[i] = 0.5 * v * erfc(-z);
+        dwant[i] = gy[i] * (0.5 * erfc(-z) + v * exp(-0.5 * v * v) / sqrt(6.283185307179586));
+        tol[i] = (amp + 8.0) * FLT_EPSILON * fabs(want[i]) + 1e-30;
+        dtol[i] = (amp + 8.0) * FLT_EPSILON * (fabs(gy[i]) * (1.0 + fabs(v))) + 1e-30;
+    }
+    mw__k_unary u = {.op = MW__UN_GELU_ERF, .count = n, .out = gout, .a = gx};
+    OK(gpu.vt->unary(&gpu, &u));
+    float *got = getf(gout, n);
+    for (int64_t i = 0; i < n; i++) ref[i] = (float)want[i];
+    expect_close("exact gelu", got, ref, n, tol, 0, 0);
+    mw__k_unary_grad ug = {.op = MW__UN_GELU_ERF, .count = n, .out = gout, .gy = ggy, .x = gx};
+    OK(gpu.vt->unary_grad(&gpu, &ug));
+    got = getf(gout, n);
+    for (int64_t i = 0; i < n; i++) ref[i] = (float)dwant[i];
+    expect_close("exact gelu gradient", got, ref, n, dtol, 0, 0);
+}
+
 Test(gpu, adamw) {
     NEED_GPU();
     int64_t n = 100003;
