@@ -9,6 +9,10 @@ transformers in float64.
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers safetensors
     /tmp/venv/bin/python tools/make_hf_gpt2_ref.py tests/data/hf_gpt2_tiny
 
+With --variants DIR it writes DIR/variants.txt: the loss on the reference batch with the same
+weights under configs that set layer_norm_epsilon, activation_function, scale_attn_weights and
+scale_attn_by_inverse_layer_idx otherwise (what meshwit must honour, not ignore).
+
 With --check DIR it instead loads DIR (a model meshwit wrote with gpt2 --save DIR/model.safetensors)
 with GPT2LMHeadModel.from_pretrained and checks that its logits on the reference batch equal
 those of the reference model: the other direction of the round trip.
@@ -39,7 +43,55 @@ def loss_and_logits(model, tokens, targets):
     return loss.item(), logits
 
 
+# Config fields that change what GPT-2 computes, each set otherwise on the reference weights:
+# (name, {field: value}) as gpt2_hf_read_config must honour them.
+VARIANTS = [
+    ("eps", {"layer_norm_epsilon": 0.001}),
+    ("gelu", {"activation_function": "gelu"}),
+    ("unscaled", {"scale_attn_weights": False}),
+    ("layer_scaled", {"scale_attn_by_inverse_layer_idx": True}),
+    ("all", {"layer_norm_epsilon": 0.001, "activation_function": "gelu",
+             "scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": True}),
+]
+
+
+def variants(folder):
+    """variants.safetensors: the reference weights with every matrix scaled by 20 (so that
+    attention scores and GELU inputs reach the range where these fields matter); variants.txt:
+    the loss transformers computes on the reference batch with them, as given and under each of
+    VARIANTS."""
+    base = GPT2LMHeadModel.from_pretrained(folder)
+    with torch.no_grad():
+        for name, p in base.named_parameters():
+            if p.dim() == 2:
+                p.mul_(20.0)
+    from safetensors.torch import save_file
+    state = {k: v.contiguous() for k, v in base.state_dict().items() if k != "lm_head.weight"}
+    path = os.path.join(folder, "variants.safetensors")
+    save_file(state, path, metadata={"format": "pt"})
+    os.chmod(path, 0o644)
+    tokens, targets = batch(base.config.vocab_size)
+    with open(os.path.join(folder, "variants.txt"), "w") as f:
+        model = GPT2LMHeadModel(GPT2Config.from_pretrained(folder))
+        model.load_state_dict(base.state_dict())
+        loss, _ = loss_and_logits(model, tokens, targets)
+        f.write(f"plain {loss:.12g} {{}}\n")
+        print(f"plain: loss {loss:.9f}")
+        for name, fields in VARIANTS:
+            cfg = GPT2Config.from_pretrained(folder)
+            for k, v in fields.items():
+                setattr(cfg, k, v)
+            model = GPT2LMHeadModel(cfg)
+            model.load_state_dict(base.state_dict())
+            loss, _ = loss_and_logits(model, tokens, targets)
+            f.write(f"{name} {loss:.12g} {json.dumps(fields, separators=(',', ':'))}\n")
+            print(f"{name}: loss {loss:.9f}")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--variants":
+        variants(sys.argv[2])
+        return
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         ours = GPT2LMHeadModel.from_pretrained(sys.argv[2])
         ref = GPT2LMHeadModel.from_pretrained(os.path.join(os.path.dirname(__file__), "..", "tests", "data", "hf_gpt2_tiny"))

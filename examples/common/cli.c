@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing) {
@@ -65,7 +66,9 @@ int cli_parse_u64(const char *s, uint64_t *out) {
     char *end;
     if (!starts_number(s, 0)) return -1;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
+    /* Decimal, or hex after 0x: a leading zero is not octal ("010" is ten). */
+    int hex = s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+    unsigned long long v = strtoull(s, &end, hex ? 16 : 10);
     if (errno || end == s || *end) return -1;
     *out = v;
     return 0;
@@ -111,6 +114,65 @@ FILE *cli_open_regular(const char *path, int64_t *size, char *err, size_t errsiz
     }
     if (size) *size = (int64_t)sb.st_size;
     return f;
+}
+
+/* The folder of path ("." for a bare name), into dir. */
+static void folder_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, n, ".");
+    else if (slash == path)
+        snprintf(dir, n, "/");
+    else
+        snprintf(dir, n, "%.*s", (int)(slash - path), path);
+}
+
+int cli_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b) return 0;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return strcmp(a, b) == 0; /* neither exists yet, or one does not: the same name is the same */
+}
+
+int cli_check_output(const char *program, const cli_file *out, const cli_file *inputs, int n,
+                     int64_t bytes) {
+    if (!out->path) return 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i].path && cli_same_file(out->path, inputs[i].path)) {
+            fprintf(stderr, "%s: %s %s is also %s %s: writing it would destroy an input\n", program,
+                    out->flag, out->path, inputs[i].flag, inputs[i].path);
+            return -1;
+        }
+    struct stat sb;
+    if (stat(out->path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "%s: %s %s exists and is %s, not a regular file\n", program, out->flag,
+                out->path, file_kind(sb.st_mode));
+        return -1;
+    }
+    /* The file is written to a temporary name beside it, then renamed: the folder must take a
+     * new file. Tried now, so that a missing folder or a read-only file system is said before
+     * the work rather than after it. */
+    char dir[4096], probe[4200];
+    folder_of(out->path, dir, sizeof dir);
+    snprintf(probe, sizeof probe, "%s/.%s-probe-%ld", dir, program, (long)getpid());
+    int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "%s: %s %s cannot be written: cannot create a file in %s: %s\n", program,
+                out->flag, out->path, dir, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
+    struct statvfs vf;
+    if (bytes > 0 && statvfs(dir, &vf) == 0 &&
+        (double)vf.f_bavail * (double)vf.f_frsize < (double)bytes) {
+        fprintf(stderr, "%s: %s %s needs %.1f MB, and %s has %.1f MB free\n", program, out->flag,
+                out->path, (double)bytes / 1e6, dir,
+                (double)vf.f_bavail * (double)vf.f_frsize / 1e6);
+        return -1;
+    }
+    return 0;
 }
 
 /* --- interruptions ---------------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -256,6 +257,19 @@ mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char
     if (gpt2_config_check(c, why, sizeof why) != 0) {
         snprintf(err, errsize, "cannot save %s: %s", path, why);
         return MW_ERR_INVALID;
+    }
+    if (!gpt2_config_is_plain(c)) {
+        snprintf(err, errsize,
+                 "cannot save %s: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU "
+                 "and attention scale only, and this model differs (save it as .safetensors)",
+                 path);
+        return MW_ERR_UNSUPPORTED;
+    }
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        snprintf(err, errsize, "cannot save %s: it exists and is not a regular file (not replaced)",
+                 path);
+        return MW_ERR_IO;
     }
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 5);

@@ -54,12 +54,27 @@ int gpt2_config_check(const gpt2_config *c, char *err, size_t errsize) {
     else if (c->channels % c->heads)
         snprintf(err, errsize, "channels (%d) must be divisible by heads (%d)", c->channels,
                  c->heads);
+    else if (!(c->ln_eps >= 0.0f && c->ln_eps < 1.0f))
+        snprintf(err, errsize, "layer-norm epsilon %g outside [0, 1)", (double)c->ln_eps);
     else if (c->padded_vocab < c->vocab)
         snprintf(err, errsize, "padded vocab (%d) is smaller than vocab (%d)", c->padded_vocab,
                  c->vocab);
     else
         return 0;
     return -1;
+}
+
+static float ln_eps(const gpt2_config *c) { return c->ln_eps > 0.0f ? c->ln_eps : 1e-5f; }
+
+int gpt2_config_is_plain(const gpt2_config *c) {
+    return ln_eps(c) == 1e-5f && !c->gelu_exact && !c->attn_unscaled && !c->attn_layer_scaled;
+}
+
+int gpt2_config_equal(const gpt2_config *a, const gpt2_config *b) {
+    return a->layers == b->layers && a->heads == b->heads && a->channels == b->channels &&
+           a->max_seq == b->max_seq && a->vocab == b->vocab && a->padded_vocab == b->padded_vocab &&
+           ln_eps(a) == ln_eps(b) && !a->gelu_exact == !b->gelu_exact &&
+           !a->attn_unscaled == !b->attn_unscaled && !a->attn_layer_scaled == !b->attn_layer_scaled;
 }
 
 int64_t gpt2_num_params(const gpt2_config *c) {
@@ -90,10 +105,11 @@ static mw_tensor *split(tracer *t, mw_tensor *p, const char *axis) {
 }
 
 static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, const char *b,
-                            int64_t C) {
+                            const gpt2_config *c) {
+    int64_t C = c->channels;
     mw_tensor *lw = param(t, layer, w, MW_AXES({"Embed", C}), MW_INIT_CONST(1.0f));
     mw_tensor *lb = param(t, layer, b, MW_AXES({"Embed", C}), MW_INIT_ZEROS);
-    return mw_layernorm(t->g, x, lw, lb, "Embed", 1e-5f);
+    return mw_layernorm(t->g, x, lw, lb, "Embed", ln_eps(c));
 }
 
 /* Causal self-attention, with llm.c's weights: qkvw [QKV=3C, Embed] holds (q, k, v) x heads x
@@ -115,7 +131,9 @@ static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_confi
         param(t, layer, "qkvb", MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}), MW_INIT_ZEROS),
         "Head");
     mw_tensor *qkv = mw_add(g, mw_dot(g, x, w, "Embed"), b); /* [Batch, Seq, Part, Head, HeadDim] */
-    mw_tensor *y = mw_attention(g, qkv, "Part", "Seq", "HeadDim", 1, 1.0f / sqrtf((float)D));
+    float scale = c->attn_unscaled ? 1.0f : 1.0f / sqrtf((float)D);
+    if (c->attn_layer_scaled) scale /= (float)(layer + 1);
+    mw_tensor *y = mw_attention(g, qkv, "Part", "Seq", "HeadDim", 1, scale);
     mw_tensor *pw =
         split(t,
               param(t, layer, "attprojw", MW_AXES({"Out", C}, {"Head", H}, {"HeadDim", D}),
@@ -127,14 +145,17 @@ static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_confi
 
 /* The MLP: fcw [Hidden=4C, Embed] and fcprojw [Out, Hidden]; splitting Hidden over the model
  * axis is Megatron's column- then row-parallel pair. */
-static mw_tensor *mlp(tracer *t, mw_tensor *x, int layer, int64_t C, float std, float proj_std) {
+static mw_tensor *mlp(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, float std,
+                      float proj_std) {
     mw_graph *g = t->g;
+    const int64_t C = c->channels;
     mw_tensor *w = split(
         t, param(t, layer, "fcw", MW_AXES({"Hidden", 4 * C}, {"Embed", C}), MW_INIT_NORMAL(std)),
         "Hidden");
     mw_tensor *b =
         split(t, param(t, layer, "fcb", MW_AXES({"Hidden", 4 * C}), MW_INIT_ZEROS), "Hidden");
-    mw_tensor *h = mw_gelu(g, mw_add(g, mw_dot(g, x, w, "Embed"), b));
+    mw_tensor *pre = mw_add(g, mw_dot(g, x, w, "Embed"), b);
+    mw_tensor *h = c->gelu_exact ? mw_gelu_erf(g, pre) : mw_gelu(g, pre);
     mw_tensor *pw = split(t,
                           param(t, layer, "fcprojw", MW_AXES({"Out", C}, {"Hidden", 4 * C}),
                                 MW_INIT_NORMAL(proj_std)),
@@ -168,12 +189,12 @@ mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
     for (int l = 0; l < L; l++) {
-        mw_tensor *a = attention(&t, layernorm(&t, x, l, "ln1w", "ln1b", C), l, c, std, proj_std);
+        mw_tensor *a = attention(&t, layernorm(&t, x, l, "ln1w", "ln1b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, a, "Out", "Embed"));
-        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", C), l, C, std, proj_std);
+        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
     }
-    x = layernorm(&t, x, -1, "lnfw", "lnfb", C);
+    x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
     out->logits = mw_dot(g, x, wte, "Embed"); /* the head shares the token embedding */
     out->loss = mw_mean(g, mw_cross_entropy(g, out->logits, targets, "Vocab", c->vocab), NULL);
     return mw_graph_status(g);

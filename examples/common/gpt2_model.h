@@ -20,7 +20,19 @@ typedef struct gpt2_config {
     int max_seq;      /* context length the position table holds (llm.c's maxT) */
     int vocab;        /* real vocabulary size (llm.c's V) */
     int padded_vocab; /* rows of wte (llm.c's Vp, >= vocab); logits beyond vocab are ignored */
+    /* What Hugging Face's GPT2Config may set otherwise (zero: GPT-2's own, as llm.c computes it;
+     * llm.c files hold only the defaults): */
+    float ln_eps;          /* layer_norm_epsilon; 0 means 1e-5 */
+    int gelu_exact;        /* activation_function "gelu": GELU through erf, not the tanh form */
+    int attn_unscaled;     /* scale_attn_weights false: scores not divided by sqrt(head size) */
+    int attn_layer_scaled; /* scale_attn_by_inverse_layer_idx: scores also divided by layer + 1 */
 } gpt2_config;
+
+/* Whether c computes GPT-2 as llm.c does (none of the fields above set otherwise). */
+int gpt2_config_is_plain(const gpt2_config *c);
+
+/* Whether a and b describe the same model (every field; a zero ln_eps equals 1e-5). */
+int gpt2_config_equal(const gpt2_config *a, const gpt2_config *b);
 
 /* Named presets: "tiny" (CPU-sized, byte vocabulary), "small" (a larger CPU model),
  * "gpt2-124m" (12 layers, 12 heads, 768 channels, context 1024, vocab 50257 padded to 50304).
@@ -77,15 +89,31 @@ mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char
  * GPT2LMHeadModel.save_pretrained writes (tensor names with or without the "transformer."
  * prefix; Conv1D weights stored [In, Out]; no lm_head.weight, the head being tied to wte) and
  * the config.json beside it.
- * gpt2_hf_read_config fills *c from the config.json in path's folder (padded_vocab = vocab) and
- * refuses a model this GPT-2 does not compute (another activation or layer-norm epsilon, an
- * untied head): MW_ERR_IO, MW_ERR_FORMAT, MW_ERR_UNSUPPORTED.
- * gpt2_hf_load checks every tensor's presence and shape against c before it copies any into
- * the trainer (wte's padding rows become 0): MW_ERR_IO, MW_ERR_FORMAT, MW_ERR_NOT_FOUND,
- * MW_ERR_SHAPE. gpt2_hf_save writes the file with the prefix, and config.json beside it, so that
- * transformers' GPT2LMHeadModel.from_pretrained(folder) loads it (name it model.safetensors).
- * Messages go to err. */
+ * gpt2_hf_read_config fills *c from the config.json in path's folder (padded_vocab = vocab), a
+ * strict JSON object whose every field is honoured or refused by name: the sizes, the
+ * activation ("gelu_new"/"gelu_pytorch_tanh"/"gelu_fast": tanh, "gelu": exact), the
+ * layer-norm epsilon, scale_attn_weights and scale_attn_by_inverse_layer_idx are honoured;
+ * metadata, generation and initialisation settings change nothing; dropout is read and not
+ * applied; an untied head, cross-attention, pruned heads, another MLP width or an unknown field
+ * are refused. A key given twice takes its last value (as Python's json); sizes must be whole
+ * numbers. MW_ERR_IO, MW_ERR_FORMAT (the message names the file, line and column),
+ * MW_ERR_UNSUPPORTED.
+ * gpt2_hf_load checks every tensor's presence and shape against c, and that the file holds no
+ * tensor the model does not use (an lm_head.weight equal to wte and transformers' attention-mask
+ * buffers excepted), before it copies any into the trainer (wte's padding rows become 0):
+ * MW_ERR_IO, MW_ERR_FORMAT, MW_ERR_NOT_FOUND, MW_ERR_SHAPE, MW_ERR_UNSUPPORTED. gpt2_hf_save
+ * writes the file with the prefix, and config.json beside it (after the weights, atomically), so
+ * that transformers' GPT2LMHeadModel.from_pretrained(folder) loads it (name it
+ * model.safetensors). Messages go to err. */
 mw_status gpt2_hf_read_config(const char *path, gpt2_config *c, char *err, size_t errsize);
+/* The same, with a note for the user in note (empty when none): the dropout probabilities it
+ * read and does not apply. */
+mw_status gpt2_hf_read_config_note(const char *path, gpt2_config *c, char *note, size_t notesize,
+                                   char *err, size_t errsize);
+/* Whether gpt2_hf_save may write path for model c: the config.json beside it is absent or
+ * describes c (another model's, or a file that is not a GPT-2 config, is never replaced).
+ * MW_ERR_IO with the reason in err otherwise. */
+mw_status gpt2_hf_check_save(const char *path, const gpt2_config *c, char *err, size_t errsize);
 mw_status gpt2_hf_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                        size_t errsize);
 mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,

@@ -35,7 +35,7 @@ typedef struct options {
     const char *model_axis; /* mesh axis splitting heads and MLP units, or NULL */
     char data_axis[64];     /* mesh axis sharding the batch ("" when none) */
     gpt2_data_format format;
-    int preset_given; /* --preset: the model's sizes are not taken from the --load file */
+    int preset_given; /* --preset given: with --load, its sizes must be the file's */
     gpt2_config model;
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
@@ -71,8 +71,9 @@ static void usage(FILE *f) {
         "                      override the preset's sizes (--vocab pads to a multiple of 128)\n"
         "  --load FILE         start from a model file: FILE.bin is llm.c's (fp32),\n"
         "                      FILE.safetensors Hugging Face's GPT-2 (with its config.json\n"
-        "                      beside it); without --preset the model takes its sizes from the\n"
-        "                      file (sizes given must agree with it)\n"
+        "                      beside it); the model takes its sizes from the file (a --preset\n"
+        "                      or sizes given must agree with it; --padded-vocab may pad a\n"
+        "                      .safetensors vocabulary)\n"
         "  --save FILE         write the model after training: .bin llm.c's format,\n"
         "                      .safetensors Hugging Face's (and config.json beside it, so that\n"
         "                      GPT2LMHeadModel.from_pretrained(folder) reads model.safetensors)\n"
@@ -136,8 +137,8 @@ static void usage(FILE *f) {
 
 /* --- arguments -------------------------------------------------------------------------------- */
 
-/* Explicit model sizes, applied over the preset (or the --load file's header) once all arguments
- * are read; 0 when not given. */
+/* Explicit model sizes, applied over the preset (or checked against the --load file's) once all
+ * arguments are read; 0 when not given. */
 typedef struct sizes {
     int layers, heads, channels, context, vocab, padded_vocab;
 } sizes;
@@ -358,28 +359,68 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
     return check_flags(o) || mesh_roles(o) ? -1 : 0;
 }
 
-/* The model: the --load file's header (unless --preset is given) or the preset, then the explicit
- * sizes, which gpt2_load later checks against the file. 0, or -1 with the error reported. */
+/* A size the command line gives for a --load model must be the file's own: 0 when it is (or
+ * not given), -1 with a message naming both otherwise. */
+static int agrees(const char *what, int given, int file_value, const char *path) {
+    if (!given || given == file_value) return 0;
+    fprintf(stderr, "gpt2: %s %d, but %s has %d (a loaded model's sizes are the file's)\n", what,
+            given, path, file_value);
+    return -1;
+}
+
+/* The model: the --load file's own (its header, or config.json), which a --preset or explicit
+ * sizes given too must agree with; else the preset with the explicit sizes over it. 0, or -1
+ * with the error reported. */
 static int choose_model(options *o, const sizes *sz) {
-    char err[512];
-    if (o->load && !o->preset_given) {
+    char err[512], note[256] = "";
+    gpt2_config *c = &o->model;
+    if (o->load) {
         mw_status st = gpt2_is_safetensors(o->load)
-                           ? gpt2_hf_read_config(o->load, &o->model, err, sizeof err)
-                           : gpt2_read_header(o->load, &o->model, err, sizeof err);
+                           ? gpt2_hf_read_config_note(o->load, c, note, sizeof note, err,
+                                                      sizeof err)
+                           : gpt2_read_header(o->load, c, err, sizeof err);
         if (st != MW_OK) {
             fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
             return -1;
         }
+        if (note[0]) printf("%s: %s\n", o->load, note);
+        gpt2_config p;
+        if (o->preset_given) {
+            char what[96];
+            gpt2_preset(o->preset, &p);
+            const struct {
+                const char *name;
+                int preset, file;
+            } f[] = {{"layers", p.layers, c->layers},      {"heads", p.heads, c->heads},
+                     {"channels", p.channels, c->channels}, {"context", p.max_seq, c->max_seq},
+                     {"vocab", p.vocab, c->vocab}};
+            for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+                snprintf(what, sizeof what, "--preset %s has %s", o->preset, f[i].name);
+                if (agrees(what, f[i].preset, f[i].file, o->load)) return -1;
+            }
+            if (p.padded_vocab > c->padded_vocab) c->padded_vocab = p.padded_vocab;
+        }
+        if (agrees("--layers", sz->layers, c->layers, o->load) ||
+            agrees("--heads", sz->heads, c->heads, o->load) ||
+            agrees("--channels", sz->channels, c->channels, o->load) ||
+            agrees("--context", sz->context, c->max_seq, o->load) ||
+            agrees("--vocab", sz->vocab, c->vocab, o->load))
+            return -1;
+        /* Padding rows are not part of a Hugging Face file (wte holds the real vocabulary), so
+         * they may be chosen; an llm.c file holds its own. */
+        if (sz->padded_vocab && gpt2_is_safetensors(o->load))
+            c->padded_vocab = sz->padded_vocab;
+        else if (agrees("--padded-vocab", sz->padded_vocab, c->padded_vocab, o->load))
+            return -1;
     } else {
-        gpt2_preset(o->preset, &o->model);
+        gpt2_preset(o->preset, c);
+        if (sz->layers) c->layers = sz->layers;
+        if (sz->heads) c->heads = sz->heads;
+        if (sz->channels) c->channels = sz->channels;
+        if (sz->context) c->max_seq = sz->context;
+        if (sz->vocab) c->vocab = sz->vocab, c->padded_vocab = (sz->vocab + 127) / 128 * 128;
+        if (sz->padded_vocab) c->padded_vocab = sz->padded_vocab;
     }
-    gpt2_config *c = &o->model;
-    if (sz->layers) c->layers = sz->layers;
-    if (sz->heads) c->heads = sz->heads;
-    if (sz->channels) c->channels = sz->channels;
-    if (sz->context) c->max_seq = sz->context;
-    if (sz->vocab) c->vocab = sz->vocab, c->padded_vocab = (sz->vocab + 127) / 128 * 128;
-    if (sz->padded_vocab) c->padded_vocab = sz->padded_vocab;
     if (gpt2_config_check(c, err, sizeof err) != 0) {
         fprintf(stderr, "gpt2: bad model size: %s\n", err);
         return -1;
@@ -741,15 +782,37 @@ done:
     return rc;
 }
 
-/* A --checkpoint that exists must be a regular file (it will be replaced): refused before
- * training rather than at the first save. */
-static int writable_checkpoint(const char *path) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "gpt2: --checkpoint %s exists and is not a regular file\n", path);
-        return 0;
+/* Every output is checked before the first step (an output that cannot be written is said now,
+ * not after the training it would hold), and none may be an input: 0, or -1 reported. */
+static int check_outputs(const run *r) {
+    const options *o = &r->o;
+    cli_file in[4] = {{"--load", o->load}, {"--data", o->data}, {"--val-data", o->val_data}};
+    int nin = 3;
+    if (o->resume) in[nin++] = (cli_file){"--checkpoint", o->checkpoint};
+    int64_t params = gpt2_num_params(&o->model) * (int64_t)sizeof(float);
+    cli_file save = {"--save", o->save}, ckpt = {"--checkpoint", o->checkpoint};
+    if (o->save && o->checkpoint && cli_same_file(o->save, o->checkpoint)) {
+        fprintf(stderr, "gpt2: --save and --checkpoint name the same file %s\n", o->save);
+        return -1;
     }
-    return 1; /* absent or a file; any other problem shows at the first save */
+    /* A resumed checkpoint is read, then replaced: the one output that is also an input. */
+    if (cli_check_output("gpt2", &ckpt, in, o->resume ? nin - 1 : nin, 3 * params) != 0) return -1;
+    if (mw_distributed_rank() > 0) return 0; /* rank 0 alone writes --save */
+    if (cli_check_output("gpt2", &save, in, nin, params) != 0) return -1;
+    char err[1024];
+    if (o->save && gpt2_is_safetensors(o->save) &&
+        gpt2_hf_check_save(o->save, &o->model, err, sizeof err) != MW_OK) {
+        fprintf(stderr, "gpt2: %s\n", err);
+        return -1;
+    }
+    if (o->save && !gpt2_is_safetensors(o->save) && !gpt2_config_is_plain(&o->model)) {
+        fprintf(stderr,
+                "gpt2: --save %s: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU "
+                "and attention scale only, and this model differs (save it as .safetensors)\n",
+                o->save);
+        return -1;
+    }
+    return 0;
 }
 
 /* Every process of an MPI job must train the same model on the same data: compares every flag
@@ -818,7 +881,7 @@ static int run_main(int argc, char **argv) {
     char err[512];
     mw_status st;
     if ((rc = prepare_data(&r)) != 0) goto done;
-    if (o->checkpoint && !o->resume && !writable_checkpoint(o->checkpoint)) {
+    if (check_outputs(&r) != 0) {
         rc = 2;
         goto done;
     }

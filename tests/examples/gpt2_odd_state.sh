@@ -24,13 +24,61 @@ mkdir "$dir/adir"
 for opt in --data --load "--checkpoint"; do
     extra=()
     [[ $opt == --checkpoint ]] && extra=(--resume)
-    expect_fail "it is a FIFO, not a regular file" "${args[@]}" $opt "$dir/fifo" "${extra[@]}"
-    expect_fail "it is a directory, not a regular file" "${args[@]}" $opt "$dir/adir" "${extra[@]}"
-    expect_fail "it is a character device" "${args[@]}" $opt /dev/zero "${extra[@]}"
+    expect_fail "is a FIFO, not a regular file" "${args[@]}" $opt "$dir/fifo" "${extra[@]}"
+    expect_fail "is a directory, not a regular file" "${args[@]}" $opt "$dir/adir" "${extra[@]}"
+    expect_fail "is a character device" "${args[@]}" $opt /dev/zero "${extra[@]}"
 done
 
-expect_fail "--checkpoint .*adir exists and is not a regular file" "${args[@]}" --checkpoint \
-    "$dir/adir"
+# Outputs, checked before the first step: never a FIFO, device or folder (a rename would
+# replace it with a regular file), never an input, always in a folder that takes a new file.
+for opt in --checkpoint --save; do
+    expect_fail "$opt .*adir exists and is a directory, not a regular file" "${args[@]}" $opt \
+        "$dir/adir"
+    expect_fail "$opt .*fifo exists and is a FIFO, not a regular file" "${args[@]}" $opt \
+        "$dir/fifo"
+    expect_fail "$opt /dev/null exists and is a character device" "${args[@]}" $opt /dev/null
+    expect_fail "$opt .*/missing/m.bin cannot be written: cannot create a file in .*missing: No such file" \
+        "${args[@]}" $opt "$dir/missing/m.bin"
+done
+[[ -p "$dir/fifo" ]] || die "the FIFO was replaced"
+printf 'some text to train on, long enough for a batch or two of sixteen bytes\n%.0s' {1..40} \
+    > "$dir/d.txt"
+expect_fail "--save .*d.txt is also --data .*d.txt: writing it would destroy an input" \
+    "${args[@]}" --data "$dir/d.txt" --save "$dir/d.txt"
+"$gpt2" "${args[@]}" --steps 1 --save "$dir/m0.bin" > /dev/null
+expect_fail "--checkpoint .*m0.bin is also --load .*m0.bin" "${args[@]}" --load "$dir/m0.bin" \
+    --checkpoint "$dir/m0.bin"
+ln -s "$dir/m0.bin" "$dir/link.bin"
+expect_fail "--save .*link.bin is also --load .*m0.bin" "${args[@]}" --load "$dir/m0.bin" \
+    --save "$dir/link.bin"
+expect_fail "--save and --checkpoint name the same file" "${args[@]}" --save "$dir/s.bin" \
+    --checkpoint "$dir/s.bin"
+# A read-only folder (root ignores permissions, so a read-only bind mount when possible).
+mkdir "$dir/ro"
+if [[ $(id -u) != 0 ]]; then
+    chmod a-w "$dir/ro"
+    expect_fail "--save .*ro/m.bin cannot be written: cannot create a file in .*ro: Permission denied" \
+        "${args[@]}" --save "$dir/ro/m.bin"
+    chmod u+w "$dir/ro"
+elif mount --bind "$dir/ro" "$dir/ro" 2>/dev/null && mount -o remount,bind,ro "$dir/ro" 2>/dev/null; then
+    expect_fail "--save .*ro/m.bin cannot be written: cannot create a file in .*ro: Read-only file system" \
+        "${args[@]}" --save "$dir/ro/m.bin"
+    umount "$dir/ro"
+else
+    umount "$dir/ro" 2>/dev/null || true
+    echo "gpt2_odd_state: no read-only mount here (skipped that case)"
+fi
+# A model that llm.c's format cannot hold is refused before training, not at the save.
+mkdir "$dir/hf"
+"$gpt2" "${args[@]}" --steps 1 --save "$dir/hf/model.safetensors" > /dev/null
+sed -i 's/"gelu_new"/"gelu"/' "$dir/hf/config.json"
+expect_fail "--save .*m1.bin: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU" \
+    "${args[@]}" --load "$dir/hf/model.safetensors" --save "$dir/m1.bin"
+grep -q '^step' "$dir/out" && die "trained before refusing the --save"
+# Another model's config.json in the folder of a .safetensors --save is not replaced.
+expect_fail "hf/config.json describes another model \(1 layers" "${args[@]}" --layers 2 \
+    --save "$dir/hf/other.safetensors"
+grep -q '"gelu"' "$dir/hf/config.json" || die "config.json was replaced"
 
 # Contradictory flags and sloppy numbers.
 expect_fail "--stop-at 50 is not before the last step \(--steps 2\)" "${args[@]}" --stop-at 50 \

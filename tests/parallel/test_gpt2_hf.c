@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gpt2_model.h"
@@ -226,4 +227,245 @@ Test(gpt2_hf, refuses_a_mismatched_file) {
     cr_assert_eq(gpt2_hf_load(m.tr, &wider, src, err, sizeof err), MW_ERR_SHAPE);
     cr_assert(strstr(err, "transformer.wpe.weight") && strstr(err, "[16, 24]"), "%s", err);
     model_close(&m);
+}
+
+/* --- config.json: every field honoured or refused ----------------------------------------------
+ */
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert(f, "cannot open %s", path);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    cr_assert(f, "cannot create %s", path);
+    cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+    cr_assert_eq(fclose(f), 0);
+}
+
+static void copy_file(const char *from, const char *to) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* The reference config.json with `fields` (a JSON object's members, "a":1,"b":2) given again at
+ * its end: the last value of a key counts, as in Python's json. */
+static void config_with(const char *dir, const char *fields) {
+    char src[4096], dst[512];
+    data_path(src, sizeof src, "config.json");
+    char *text = read_text(src), *end = strrchr(text, '}');
+    cr_assert(end);
+    *end = '\0';
+    static char out[70000];
+    snprintf(out, sizeof out, "%s%s%s}\n", text, *fields ? ",\n  " : "", fields);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    write_text(dst, out);
+}
+
+/* Layer-norm epsilon, exact GELU and both attention scalings as transformers computes them, on
+ * weights (variants.safetensors: the reference's matrices x 20) where each changes the loss by
+ * 10 to 10^4 times the tolerance. */
+Test(gpt2_hf, config_fields_are_computed_as_transformers_does) {
+    ref r;
+    read_ref(&r);
+    char path[4096], weights[4096], dir[256], dst[512];
+    data_path(path, sizeof path, "variants.txt");
+    data_path(weights, sizeof weights, "variants.safetensors");
+    scratch_dir(dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    copy_file(weights, dst);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot open %s", path);
+    char name[32], fields[512];
+    double want;
+    int cases = 0;
+    while (fscanf(f, "%31s %lf %511s", name, &want, fields) == 3) {
+        size_t n = strlen(fields); /* {"a":1,...} -> "a":1,... */
+        cr_assert(n >= 2 && fields[0] == '{' && fields[n - 1] == '}');
+        fields[n - 1] = '\0';
+        config_with(dir, fields + 1);
+        model m;
+        model_open(&m, dst, &r, cases % 2 ? "cpu:2" : "cpu:1");
+        mw_feed feeds[2] = {{"tokens", r.tokens, r.B * r.T}, {"targets", r.targets, r.B * r.T}};
+        float loss;
+        cr_assert_eq(mw_trainer_eval(m.tr, feeds, 2, &loss), MW_OK, "%s", mw_last_error());
+        cr_assert(fabs(loss - want) <= 2e-6 * fabs(want), "%s: loss %.9g, transformers %.9g", name,
+                  loss, want);
+        model_close(&m);
+        cases++;
+    }
+    fclose(f);
+    cr_assert_eq(cases, 6);
+    remove_dir(dir);
+}
+
+Test(gpt2_hf, config_fields_are_honoured_or_refused_by_name, .timeout = 30) {
+    char dir[256], weights[512];
+    scratch_dir(dir, sizeof dir);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    const struct {
+        const char *fields;
+        mw_status st;
+        const char *words;
+    } cases[] = {
+        {"\"n_layer\": 2.9", MW_ERR_FORMAT, "\"n_layer\" is a number; expected a whole number"},
+        {"\"n_layer\": 2.0", MW_ERR_FORMAT, "expected a whole number"},
+        {"\"n_head\": \"3\"", MW_ERR_FORMAT, "\"n_head\" is 3; expected a whole number"},
+        {"\"rotary_dim\": 8", MW_ERR_UNSUPPORTED, "unknown field \"rotary_dim\""},
+        {"\"tie_word_embeddings\": false", MW_ERR_UNSUPPORTED, "output head"},
+        {"\"activation_function\": \"relu\"", MW_ERR_UNSUPPORTED,
+         "\"activation_function\" is relu"},
+        {"\"model_type\": \"llama\"", MW_ERR_UNSUPPORTED, "expected \"gpt2\""},
+        {"\"n_inner\": 100", MW_ERR_UNSUPPORTED, "4 x n_embd"},
+        {"\"n_ctx\": 32", MW_ERR_UNSUPPORTED, "n_positions"},
+        {"\"add_cross_attention\": true", MW_ERR_UNSUPPORTED, "decoder alone"},
+        {"\"pruned_heads\": {\"0\": [1]}", MW_ERR_UNSUPPORTED, "every head"},
+        {"\"layer_norm_epsilon\": -1", MW_ERR_FORMAT, "(0, 1)"},
+        {"\"scale_attn_weights\": 1", MW_ERR_FORMAT, "true or false"},
+        {"\"n_layer\": 02", MW_ERR_FORMAT, "leading zero"},
+        {"\"n_layer\": 2 \"x\": 1", MW_ERR_FORMAT, "expected ',' or '}'"},
+        {"\"n_layer\": tru", MW_ERR_FORMAT, "expected a value"},
+        {"\"a\\q\": 1", MW_ERR_FORMAT, "bad escape"},
+    };
+    char err[1024];
+    gpt2_config c;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        config_with(dir, cases[i].fields);
+        mw_status st = gpt2_hf_read_config(weights, &c, err, sizeof err);
+        cr_assert_eq(st, cases[i].st, "case %zu (%s): %s: %s", i, cases[i].fields,
+                     mw_status_name(st), err);
+        cr_assert(strstr(err, cases[i].words), "case %zu (%s): message lacks '%s': %s", i,
+                  cases[i].fields, cases[i].words, err);
+        cr_assert(strstr(err, "config.json"), "case %zu: no file name: %s", i, err);
+    }
+    /* A field's place: line and column of its value. */
+    config_with(dir, "\"n_layer\": 2.9");
+    cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert(strstr(err, "config.json:35:14:"), "%s", err);
+    /* A key given twice: its last value, as Python's json. */
+    config_with(dir, "\"n_layer\": 3, \"n_layer\": 1");
+    cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_OK, "%s", err);
+    cr_assert_eq(c.layers, 1);
+    /* Truncated. */
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    write_text(cfg, "{\n  \"n_layer\": 2,\n  \"n_");
+    cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert(strstr(err, "config.json:3:") && strstr(err, "unterminated string"), "%s", err);
+    /* Dropout is read and said not to be applied. */
+    config_with(dir, "\"resid_pdrop\": 0.1, \"attn_pdrop\": 0.1");
+    char note[256];
+    cr_assert_eq(gpt2_hf_read_config_note(weights, &c, note, sizeof note, err, sizeof err), MW_OK,
+                 "%s", err);
+    cr_assert(strstr(note, "resid_pdrop 0.1") && strstr(note, "attn_pdrop 0.1") &&
+                  strstr(note, "not applied"),
+              "%s", note);
+    /* A FIFO as config.json is refused without blocking. */
+    unlink(cfg);
+    cr_assert_eq(mkfifo(cfg, 0600), 0);
+    cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_ERR_IO);
+    cr_assert(strstr(err, "a FIFO"), "%s", err);
+    remove_dir(dir);
+}
+
+/* A file holding tensors the model does not use is not loaded in part: a model of fewer layers
+ * than the file, or an untied head, is an error naming them. */
+Test(gpt2_hf, a_file_with_unused_tensors_is_refused) {
+    ref r;
+    read_ref(&r);
+    char src[4096];
+    data_path(src, sizeof src, "model.safetensors");
+    model m;
+    model_open(&m, src, &r, "cpu:1");
+    char err[1024];
+    gpt2_config fewer = m.c;
+    fewer.layers = 1;
+    cr_assert_eq(gpt2_hf_load(m.tr, &fewer, src, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert(strstr(err, "holds 12 tensors a GPT-2 of 1 layers does not use") &&
+                  strstr(err, "'transformer.h.1."),
+              "%s", err);
+    /* lm_head.weight: accepted when it is wte again, refused when it differs. */
+    char dir[256], dst[512];
+    scratch_dir(dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    mw_safetensors *f;
+    cr_assert_eq(mw_safetensors_open(src, &f), MW_OK);
+    int n = mw_safetensors_count(f);
+    mw_safetensors_entry *e = calloc((size_t)n + 1, sizeof *e);
+    float *wte = NULL;
+    for (int i = 0; i < n; i++) {
+        mw_stored_tensor t;
+        cr_assert_eq(mw_safetensors_tensor(f, i, &t), MW_OK);
+        e[i].name = t.name;
+        e[i].rank = t.rank;
+        memcpy(e[i].shape, t.shape, sizeof t.shape);
+        float *d = malloc((size_t)t.count * sizeof *d);
+        cr_assert_eq(mw_safetensors_read(f, t.name, d, t.count), MW_OK);
+        e[i].data = d;
+        if (!strcmp(t.name, "transformer.wte.weight")) {
+            e[n] = e[i];
+            e[n].name = "lm_head.weight";
+            wte = malloc((size_t)t.count * sizeof *wte);
+            memcpy(wte, d, (size_t)t.count * sizeof *wte);
+            e[n].data = wte;
+        }
+    }
+    cr_assert(wte);
+    cr_assert_eq(mw_safetensors_write(dst, e, n + 1), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(gpt2_hf_load(m.tr, &m.c, dst, err, sizeof err), MW_OK, "%s", err);
+    check_against_transformers(&m, &r);
+    wte[3] += 1.0f;
+    cr_assert_eq(mw_safetensors_write(dst, e, n + 1), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(gpt2_hf_load(m.tr, &m.c, dst, err, sizeof err), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(err, "untied output head"), "%s", err);
+    for (int i = 0; i <= n; i++) free((void *)e[i].data);
+    free(e);
+    mw_safetensors_close(f);
+    model_close(&m);
+    remove_dir(dir);
+}
+
+/* config.json beside a save: written after the weights; another model's (or a file that is not
+ * a GPT-2 config) is never replaced, and nothing is written then. */
+Test(gpt2_hf, a_save_never_replaces_another_models_config) {
+    ref r;
+    read_ref(&r);
+    char src[4096], dir[256], dst[512], cfg[512], err[1024];
+    data_path(src, sizeof src, "model.safetensors");
+    scratch_dir(dir, sizeof dir); /* holds the reference's config.json: this very model */
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    model m;
+    model_open(&m, src, &r, "cpu:1");
+    cr_assert_eq(gpt2_hf_save(m.tr, &m.c, dst, err, sizeof err), MW_OK, "%s", err);
+    gpt2_config other = m.c;
+    other.layers = 1; /* saved into the same folder as a model of another size */
+    char second[512];
+    snprintf(second, sizeof second, "%s/other.safetensors", dir);
+    char *before = strdup(read_text(cfg));
+    cr_assert_eq(gpt2_hf_check_save(second, &other, err, sizeof err), MW_ERR_IO);
+    cr_assert(strstr(err, "describes another model"), "%s", err);
+    cr_assert_eq(gpt2_hf_save(m.tr, &other, second, err, sizeof err), MW_ERR_IO);
+    cr_assert_str_eq(read_text(cfg), before);
+    cr_assert_eq(access(second, F_OK), -1, "the weights were written");
+    write_text(cfg, "{\"foo\": 1}\n"); /* an unrelated config.json */
+    cr_assert_eq(gpt2_hf_save(m.tr, &m.c, dst, err, sizeof err), MW_ERR_IO);
+    cr_assert(strstr(err, "not a GPT-2 config.json"), "%s", err);
+    cr_assert_str_eq(read_text(cfg), "{\"foo\": 1}\n");
+    free(before);
+    model_close(&m);
+    remove_dir(dir);
 }
