@@ -9,10 +9,12 @@
  * --layers and the same columns).
  *
  *   classify examples/classify/wine.csv --devices cpu:2 */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "csv_table.h"
@@ -32,7 +34,8 @@ static void usage(void) {
            "  --test-fraction F   rows held out for the test accuracy (default 0.2)\n"
            "  --hidden N          units per hidden layer (default 32)\n"
            "  --layers N          hidden layers (default 1; 0: a linear model)\n"
-           "  --activation A      relu (default), tanh, sigmoid or gelu\n"
+           "  --activation A      relu (default), tanh, sigmoid, gelu (exact, as nn.GELU()) or\n"
+           "                      gelu_tanh (its tanh approximation)\n"
            "  --optimizer O       adamw (default, lr 0.01) or sgd (momentum 0.9, lr 0.05)\n"
            "  --lr X              learning rate\n"
            "  --batch N           rows per step (default 32)\n"
@@ -79,8 +82,8 @@ static int parse(int argc, char **argv, options *o) {
             bad = cli_parse_int(v, 0, 64, &o->layers);
         } else if ((v = cli_option_value(argc, argv, &i, "--activation", &missing))) {
             o->activation = v;
-            bad =
-                strcmp(v, "relu") && strcmp(v, "tanh") && strcmp(v, "sigmoid") && strcmp(v, "gelu");
+            bad = strcmp(v, "relu") && strcmp(v, "tanh") && strcmp(v, "sigmoid") &&
+                  strcmp(v, "gelu") && strcmp(v, "gelu_tanh");
         } else if ((v = cli_option_value(argc, argv, &i, "--optimizer", &missing))) {
             o->optimizer = v;
             bad = strcmp(v, "adamw") && strcmp(v, "sgd");
@@ -139,10 +142,11 @@ typedef struct model {
 } model;
 
 static mw_tensor *activate(mw_graph *g, mw_tensor *h, const char *a) {
-    return !strcmp(a, "relu")      ? mw_relu(g, h)
-           : !strcmp(a, "tanh")    ? mw_tanh(g, h)
-           : !strcmp(a, "sigmoid") ? mw_sigmoid(g, h)
-                                   : mw_gelu(g, h);
+    return !strcmp(a, "relu")        ? mw_relu(g, h)
+           : !strcmp(a, "tanh")      ? mw_tanh(g, h)
+           : !strcmp(a, "sigmoid")   ? mw_sigmoid(g, h)
+           : !strcmp(a, "gelu_tanh") ? mw_gelu(g, h)
+                                     : mw_gelu_erf(g, h);
 }
 
 static mw_status build(const options *o, int features, int classes, int batch, int sharded,
@@ -214,6 +218,34 @@ static mw_status save(mw_trainer *tr, const char *path, const float *mean, const
     return st;
 }
 
+/* The class labels a --load file was trained on ("class_labels"), into *out (malloc'ed). */
+static mw_status load_classes(const char *path, int32_t **out, int *n) {
+    mw_safetensors *f;
+    mw_stored_tensor t;
+    *out = NULL;
+    mw_status st = mw_safetensors_open(path, &f);
+    if (st == MW_OK && (st = mw_safetensors_find(f, "class_labels", &t)) == MW_OK &&
+        (t.rank != 1 || t.count < 1 || t.count > (1 << 20)))
+        st = MW_ERR_FORMAT;
+    float *v = st == MW_OK ? malloc((size_t)t.count * sizeof *v) : NULL;
+    *out = v ? malloc((size_t)t.count * sizeof **out) : NULL;
+    if (st == MW_OK && (!v || !*out)) st = MW_ERR_NOMEM;
+    if (st == MW_OK) st = mw_safetensors_read(f, "class_labels", v, t.count);
+    for (int64_t i = 0; st == MW_OK && i < t.count; i++) {
+        if (v[i] != floorf(v[i]) || fabsf(v[i]) > 16777216.0f) st = MW_ERR_FORMAT;
+        (*out)[i] = (int32_t)v[i];
+    }
+    free(v);
+    mw_safetensors_close(f);
+    if (st != MW_OK) {
+        free(*out);
+        *out = NULL;
+        return st;
+    }
+    *n = (int)t.count;
+    return MW_OK;
+}
+
 static mw_status load_stats(const char *path, float *mean, float *sd, int features) {
     mw_safetensors *f;
     mw_status st = mw_safetensors_open(path, &f);
@@ -221,6 +253,22 @@ static mw_status load_stats(const char *path, float *mean, float *sd, int featur
         st = mw_safetensors_read(f, "feature_std", sd, features);
     mw_safetensors_close(f);
     return st;
+}
+
+/* The predicted labels, one per line, written to a temporary file and renamed over path once
+ * complete (a full disk leaves the previous file, and says so). 0, or -1 reported. */
+static int write_predictions(const char *path, const float *pred, int64_t n, const csv_table *t) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL;
+    for (int64_t i = 0; ok && i < n; i++) ok = fprintf(f, "%d\n", t->classes[(int)pred[i]]) > 0;
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f) ok = (fclose(f) == 0) && ok;
+    if (ok && rename(tmp, path) == 0) return 0;
+    fprintf(stderr, "classify: cannot write --predictions %s: %s\n", path, strerror(errno));
+    remove(tmp);
+    return -1;
 }
 
 static int fail(mw_status st, const char *what) {
@@ -233,9 +281,30 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc > 0 ? 0 : 2;
+    /* Outputs are checked before anything is trained, and may be no input. */
+    cli_file in[2] = {{"the CSV", o.data}, {"--load", o.load}};
+    cli_file save_out = {"--save", o.save}, pred_out = {"--predictions", o.predictions};
+    if (o.save && o.predictions && cli_same_file(o.save, o.predictions)) {
+        fprintf(stderr, "classify: --save and --predictions name the same file %s\n", o.save);
+        return 2;
+    }
+    if (cli_check_output("classify", &save_out, in, 2, 0) ||
+        cli_check_output("classify", &pred_out, in, 2, 0))
+        return 2;
+    /* A loaded model's classes are the labels it was trained on: the CSV's must be among them. */
+    int32_t *known = NULL;
+    int nknown = 0;
+    mw_status st;
+    if (o.load && (st = load_classes(o.load, &known, &nknown)) != MW_OK) {
+        fprintf(stderr, "classify: %s: no usable class_labels (a file written by --save?): %s\n",
+                o.load, st == MW_ERR_FORMAT ? "not a list of integer labels" : mw_last_error());
+        return 2;
+    }
     csv_table t;
     char err[512];
-    if (csv_table_load(o.data, o.label, o.header, &t, err, sizeof err)) {
+    int bad_csv = csv_table_load(o.data, o.label, o.header, known, nknown, &t, err, sizeof err);
+    free(known);
+    if (bad_csv) {
         fprintf(stderr, "classify: %s\n", err);
         return 2;
     }
@@ -270,7 +339,6 @@ int main(int argc, char **argv) {
         mean[f] = (float)mu;
         sd[f] = v > 0 ? (float)v : 1.0f;
     }
-    mw_status st;
     if (o.load && (st = load_stats(o.load, mean, sd, t.features)) != MW_OK)
         return fail(st, "cannot load the standardisation");
     for (int64_t i = 0; i < t.rows; i++)
@@ -340,14 +408,10 @@ int main(int argc, char **argv) {
         if (st == MW_OK) st = mw_infer_run(inf, &in, 1, ntest, &out, 1);
         if (st == MW_OK) {
             int64_t correct = 0;
-            FILE *pf = o.predictions ? fopen(o.predictions, "w") : NULL;
-            for (int64_t i = 0; i < ntest; i++) {
-                correct += (int32_t)pred[i] == t.y[test[i]];
-                if (pf) fprintf(pf, "%d\n", t.classes[(int)pred[i]]);
-            }
-            if (pf) fclose(pf);
+            for (int64_t i = 0; i < ntest; i++) correct += (int32_t)pred[i] == t.y[test[i]];
             printf("test accuracy %.6f (%lld/%lld)\n", (double)correct / (double)ntest,
                    (long long)correct, (long long)ntest);
+            if (o.predictions && write_predictions(o.predictions, pred, ntest, &t) != 0) rc = 2;
         } else {
             rc = fail(st, "prediction failed");
         }

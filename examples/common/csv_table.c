@@ -1,8 +1,11 @@
 /* Reading a CSV of numeric features and an integer label (see csv_table.h). */
 #include "csv_table.h"
 
+#include "cli.h"
+
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,20 +38,24 @@ static int split(char *line, cells *out) {
     }
 }
 
+/* A finite number: 0; not a number (or NaN, Inf): -1; beyond float's range: -2. */
 static int number(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || errno == ERANGE || !isfinite(v)) return -1;
+    if (!*s || *end || !isfinite(v)) return -1;
+    if ((errno == ERANGE && fabs(v) > 1.0) || fabs(v) > FLT_MAX) return -2;
     *out = v;
     return 0;
 }
 
+/* An integer label: 0; not an integer: -1; beyond 32 bits: -2. */
 static int integer(const char *s, int32_t *out) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || v < INT32_MIN || v > INT32_MAX) return -1;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || !(isdigit((unsigned char)*s) || *s == '-' || *s == '+')) return -1;
+    if (errno == ERANGE || v < INT32_MIN || v > INT32_MAX) return -2;
     *out = (int32_t)v;
     return 0;
 }
@@ -69,13 +76,11 @@ void csv_table_free(csv_table *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* Reads the whole file into a NUL-terminated buffer. */
-static char *slurp(const char *path, char *err, size_t errsize) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
+/* Reads the whole file into a NUL-terminated buffer (its length to *len); a FIFO or device is
+ * refused without blocking. */
+static char *slurp(const char *path, size_t *len, char *err, size_t errsize) {
+    FILE *f = cli_open_regular(path, NULL, err, errsize);
+    if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
@@ -94,14 +99,37 @@ static char *slurp(const char *path, char *err, size_t errsize) {
         return NULL;
     }
     buf[n] = '\0';
+    *len = n;
     return buf;
 }
 
-int csv_table_load(const char *path, const char *label, int header, csv_table *t, char *err,
-                   size_t errsize) {
+/* Whether a row's cells are 0, 1, ..., n - 1: the column names pandas writes for a frame whose
+ * columns were never named. */
+static int pandas_names(const cells *c) {
+    for (int k = 0; k < c->n; k++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", k);
+        if (strcmp(c->c[k], want) != 0) return 0;
+    }
+    return 1;
+}
+
+int csv_table_load(const char *path, const char *label, int header, const int32_t *known,
+                   int nknown, csv_table *t, char *err, size_t errsize) {
     memset(t, 0, sizeof *t);
-    char *text = slurp(path, err, errsize);
-    if (!text) return -1;
+    size_t size = 0;
+    char *all = slurp(path, &size, err, errsize), *text = all;
+    if (!all) return -1;
+    const char *nul = memchr(all, '\0', size);
+    if (nul) {
+        int64_t line = 1, col = 1;
+        for (const char *p = all; p < nul; p++) line += *p == '\n', col = *p == '\n' ? 1 : col + 1;
+        snprintf(err, errsize, "%s: line %lld, byte %lld: a NUL byte; a CSV is text", path,
+                 (long long)line, (long long)col);
+        free(all);
+        return -1;
+    }
+    if (size >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) text += 3; /* a UTF-8 byte-order mark */
     cells c = {0};
     int rc = -1, ncols = 0, label_col = -1;
     int64_t cap = 0, first_line = 0;
@@ -132,6 +160,13 @@ int csv_table_load(const char *path, const char *label, int header, csv_table *t
             for (int k = 0; header < 0 && k < ncols && is_header < 1; k++) {
                 double v;
                 is_header = number(c.c[k], &v) ? 1 : 0;
+            }
+            if (header < 0 && is_header == 0 && pandas_names(&c)) {
+                snprintf(err, errsize,
+                         "%s: line %lld reads 0,1,...,%d: the column names pandas gives unnamed "
+                         "columns, or a row of data? Say which with --header yes or --header no",
+                         path, (long long)lineno, ncols - 1);
+                goto fail;
             }
             t->features = ncols - 1;
             t->names = calloc((size_t)ncols, sizeof *t->names);
@@ -175,19 +210,22 @@ int csv_table_load(const char *path, const char *label, int header, csv_table *t
         for (int k = 0, f = 0; k < ncols; k++) {
             const char *name = k == label_col ? t->names[ncols - 1] : t->names[f];
             if (k == label_col) {
-                if (integer(c.c[k], &labels[t->rows])) {
+                int why = integer(c.c[k], &labels[t->rows]);
+                if (why) {
                     snprintf(err, errsize,
-                             "%s: line %lld, column %d ('%s'): the label '%.40s' is "
-                             "not an integer",
-                             path, (long long)lineno, k + 1, name, c.c[k]);
+                             "%s: line %lld, column %d ('%s'): the label '%.40s' is %s", path,
+                             (long long)lineno, k + 1, name, c.c[k],
+                             why == -2 ? "outside the 32-bit integers" : "not an integer");
                     goto fail;
                 }
                 continue;
             }
             double v;
-            if (number(c.c[k], &v)) {
-                snprintf(err, errsize, "%s: line %lld, column %d ('%s'): '%.40s' is not a number",
-                         path, (long long)lineno, k + 1, name, c.c[k]);
+            int why = number(c.c[k], &v);
+            if (why) {
+                snprintf(err, errsize, "%s: line %lld, column %d ('%s'): '%.40s' is %s", path,
+                         (long long)lineno, k + 1, name, c.c[k],
+                         why == -2 ? "beyond float's range (about 3.4e38)" : "not a number");
                 goto fail;
             }
             t->x[t->rows * t->features + f++] = (float)v;
@@ -202,6 +240,33 @@ int csv_table_load(const char *path, const char *label, int header, csv_table *t
         snprintf(err, errsize, "%s: line %lld is a header and no data rows follow", path,
                  (long long)first_line);
         goto fail;
+    }
+    if (known) { /* the classes of a model: every label must be one of them */
+        t->classes = malloc((size_t)nknown * sizeof *t->classes);
+        t->y = malloc((size_t)t->rows * sizeof *t->y);
+        if (!t->classes || !t->y) goto oom;
+        memcpy(t->classes, known, (size_t)nknown * sizeof *known);
+        t->nclasses = nknown;
+        for (int64_t i = 0; i < t->rows; i++) {
+            int hit = -1;
+            for (int j = 0; j < nknown && hit < 0; j++)
+                if (known[j] == labels[i]) hit = j;
+            if (hit < 0) {
+                char set[160] = "";
+                for (int j = 0; j < nknown && strlen(set) < sizeof set - 16; j++)
+                    snprintf(set + strlen(set), sizeof set - strlen(set), "%s%d", j ? ", " : "",
+                             known[j]);
+                snprintf(err, errsize,
+                         "%s: line %lld, column %d ('%s'): the label %d is not one of the "
+                         "model's classes (%s)",
+                         path, (long long)t->line[i], label_col + 1, t->names[ncols - 1], labels[i],
+                         set);
+                goto fail;
+            }
+            t->y[i] = hit;
+        }
+        rc = 0;
+        goto done;
     }
     /* Classes: the distinct labels, increasing. */
     int32_t *sorted = malloc((size_t)t->rows * sizeof *sorted);
@@ -238,6 +303,6 @@ fail:
 done:
     free(labels);
     free(c.c);
-    free(text);
+    free(all);
     return rc;
 }

@@ -40,9 +40,48 @@ check header 'a,b,c\n' "line 1 is a header and no data rows follow"
 printf 'a,b,c\n1,2,0\n2,1,1\n' > "$dir/nolabel.csv"
 if "$classify" "$dir/nolabel.csv" --label d > "$dir/nolabel.out" 2>&1; then fail "--label d: accepted"; fi
 grep -qF "line 1: no column named 'd'" "$dir/nolabel.out" || fail "--label d: $(cat "$dir/nolabel.out")"
+# Nothing silently dropped or turned into inf.
+check nul 'a,b,c\n1,2,0\n3,4\0,1\n5,6,1\n' "line 3, byte 4: a NUL byte"
+check huge 'a,b,c\n1,2,0\n1e39,4,1\n' "line 3, column 1 ('a'): '1e39' is beyond float's range"
+check wide 'a,b,c\n1,2,0\n1,4,1099511627776\n' "the label '1099511627776' is outside the 32-bit integers"
+check pandas '0,1,2\n1,2,0\n3,4,1\n' "line 1 reads 0,1,...,2" "--header yes or --header no"
+printf '0,1,2\n1,2,0\n3,4,1\n1,1,0\n4,4,1\n' > "$dir/pandas2.csv"
+"$classify" "$dir/pandas2.csv" --header yes --steps 2 --test-fraction 0.25 > "$dir/p.out" ||
+    fail "--header yes: $(cat "$dir/p.out")"
+grep -q "4 rows" "$dir/p.out" || fail "--header yes: $(head -1 "$dir/p.out")"
+# A byte-order mark on a file without a header: every row is data.
+printf '\xef\xbb\xbf1,2,0\n2,1,1\n0.5,3,0\n3,0.1,1\n1,1,0\n2,2,1\n' > "$dir/bom.csv"
+"$classify" "$dir/bom.csv" --steps 2 --test-fraction 0.34 > "$dir/bom.out" ||
+    fail "a CSV with a BOM: $(cat "$dir/bom.out")"
+grep -q "6 rows" "$dir/bom.out" || fail "the BOM lost a row: $(head -1 "$dir/bom.out")"
+# A loaded model predicts its own classes: a CSV of other labels is refused, naming them.
+sed 's/,\([0-9]\)$/,1\1/' "$wine" > "$dir/relabelled.csv"
+if "$classify" "$dir/relabelled.csv" --load "$dir/w.safetensors" --steps 0 > "$dir/rl.out" 2>&1; then
+    fail "labels the model never saw: accepted"
+fi
+grep -q "is not one of the model's classes (0, 1, 2)" "$dir/rl.out" || fail "relabelled: $(cat "$dir/rl.out")"
+# Outputs: checked before training, never an input, never a FIFO or device.
+for bad in "$dir/missing/p.txt" /dev/null "$wine"; do
+    if "$classify" "$wine" --predictions "$bad" > "$dir/o.out" 2>&1; then fail "--predictions $bad: accepted"; fi
+    grep -q '^step' "$dir/o.out" && fail "--predictions $bad: refused only after training"
+    grep -qE "cannot be written|is a character device|would destroy an input" "$dir/o.out" ||
+        fail "--predictions $bad: $(cat "$dir/o.out")"
+done
+mkdir "$dir/full"
+if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64k tmpfs "$dir/full" 2>/dev/null; then
+    head -c 60000 /dev/zero > "$dir/full/filler" 2>/dev/null || true
+    head -c 8192 /dev/zero > "$dir/full/more" 2>/dev/null || true
+    rc=0
+    "$classify" "$wine" --predictions "$dir/full/p.txt" > "$dir/full.out" 2>&1 || rc=$?
+    umount "$dir/full"
+    [ "$rc" != 0 ] || fail "--predictions on a full disk: rc 0"
+    grep -q "cannot write --predictions" "$dir/full.out" || fail "full disk: $(cat "$dir/full.out")"
+else
+    echo "classify.sh: no tmpfs mount here (the full-disk case skipped)"
+fi
 # Without a header the columns are numbered and the last is the label.
 printf '1,2,0\n2,1,1\n0.5,3,0\n3,0.1,1\n1,1,0\n2,2,1\n' > "$dir/plain.csv"
 "$classify" "$dir/plain.csv" --steps 20 --test-fraction 0.34 > "$dir/plain.out" ||
     fail "a CSV without header: $(cat "$dir/plain.out")"
 grep -q "label 'column 3'" "$dir/plain.out" || fail "columns without a header: $(head -1 "$dir/plain.out")"
-echo "classify.sh: test accuracy $acc, cpu:2 predictions identical, reload identical, 7 bad CSVs refused"
+echo "classify.sh: test accuracy $acc, cpu:2 predictions identical, reload identical, 11 bad CSVs and 4 bad outputs refused"
