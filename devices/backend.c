@@ -50,15 +50,18 @@ static mw_status lookup(const char *name, size_t len, const mw__backend **out) {
     n[len] = '\0';
     mw_status st = mw__module_for_backend(n);
     if (st) return st;
-    *out = find(name, len);
-    return *out ? MW_OK : MW_ERR_NOT_FOUND;
+    if ((*out = find(name, len))) return MW_OK;
+    return mw__error(MW_ERR_UNSUPPORTED,
+                     "the module for '%s' devices loaded but registered no '%s' backend (a module "
+                     "of another build?)",
+                     n, n);
 }
 
 mw_status mw__backend_for_spec(const char *spec, const mw__backend **out) {
     *out = NULL;
     size_t len = strcspn(spec, ":");
     mw_status st = lookup(spec, len, out);
-    if (st == MW_ERR_NOT_FOUND)
+    if (st == MW_ERR_NOT_FOUND && !*out)
         return mw__error(MW_ERR_DEVICE, "malformed device spec '%s': %s", spec, MW__SPEC_HELP);
     if (st) {
         char msg[MW__MSG_SIZE];

@@ -7,10 +7,12 @@
  * an override), the directory of the binary that holds libmeshwit (a shared libmeshwit's own
  * directory), the install library directory compiled in, and the build tree compiled in (for
  * the tests). */
-#define _GNU_SOURCE /* dladdr */
+#define _GNU_SOURCE /* dladdr1, realpath */
 #include "devices/module.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,12 +125,22 @@ static void load(module *m) {
         if (try_dir(m, p, len, looked, sizeof looked)) return;
         p += len + (p[len] == ':');
     }
+    /* The directory of the file that holds libmeshwit: a shared libmeshwit's own, or, linked
+     * statically, the program's, found through /proc/self/exe (dladdr names the main program by
+     * its argv[0], which a PATH lookup or a symbolic link makes another place). */
     Dl_info self;
-    if (dladdr((void *)&core_api, &self) && self.dli_fname && strrchr(self.dli_fname, '/')) {
-        const char *slash = strrchr(self.dli_fname, '/');
-        if (try_dir(m, self.dli_fname, (size_t)(slash - self.dli_fname), looked, sizeof looked))
-            return;
+    struct link_map *lm = NULL;
+    char real[4096] = "";
+    if (dladdr1((void *)&core_api, &self, (void **)&lm, RTLD_DL_LINKMAP) && lm) {
+        if (!lm->l_name || !lm->l_name[0]) {
+            ssize_t n = readlink("/proc/self/exe", real, sizeof real - 1);
+            real[n > 0 ? n : 0] = '\0';
+        } else if (!realpath(lm->l_name, real)) {
+            snprintf(real, sizeof real, "%s", lm->l_name);
+        }
     }
+    const char *slash = strrchr(real, '/');
+    if (slash && try_dir(m, real, (size_t)(slash - real), looked, sizeof looked)) return;
 #ifdef MESHWIT_MODULE_INSTALL_DIR
     if (try_dir(m, MESHWIT_MODULE_INSTALL_DIR, strlen(MESHWIT_MODULE_INSTALL_DIR), looked,
                 sizeof looked))

@@ -10,10 +10,42 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 
+/* What the launcher says of this process: the job's size and this rank from Open MPI's or the
+ * PMI environment; -1 where it says nothing. */
+static void launcher_view(int *size, int *rank, const char **from) {
+    static const char *const vars[][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                          {"PMI_SIZE", "PMI_RANK"}};
+    *size = *rank = -1;
+    *from = NULL;
+    for (size_t i = 0; i < sizeof vars / sizeof *vars && *size < 0; i++) {
+        const char *s = getenv(vars[i][0]), *r = getenv(vars[i][1]);
+        char *end;
+        long v = s ? strtol(s, &end, 10) : -1;
+        if (!s || *end || v < 1) continue;
+        *size = (int)v;
+        *from = vars[i][0];
+        v = r ? strtol(r, &end, 10) : -1;
+        *rank = r && !*end && v >= 0 ? (int)v : -1;
+    }
+}
+
 mw_status mw_distributed_init(int *argc, char ***argv) {
     const mw__dist_api *d = mw__dist();
     /* Under a launcher the module must load: without it the processes would run alone. */
-    return d ? d->init(argc, argv) : mw__dist_failure();
+    mw_status st = d ? d->init(argc, argv) : mw__dist_failure();
+    if (st || !d) return st;
+    /* The MPI world must be the one the launcher made: a module of another MPI (or none) would
+     * leave every process alone as rank 0 of a world of one. */
+    int size, rank;
+    const char *from;
+    launcher_view(&size, &rank, &from);
+    if (size > 0 && (d->size() != size || (rank >= 0 && d->rank() != rank)))
+        return mw__error(MW_ERR_STATE,
+                         "the launcher started %d processes (%s) and calls this one rank %d, but "
+                         "MPI reports rank %d of %d: libmeshwit-mpi.so is built for another MPI "
+                         "than the one that launched the job",
+                         size, from, rank, d->rank(), d->size());
+    return MW_OK;
 }
 
 void mw_distributed_finalize(void) {

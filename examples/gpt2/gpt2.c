@@ -168,12 +168,20 @@ static int check_flags(const options *o) {
  * with the error reported. */
 static int mesh_roles(options *o) {
     const char *p = o->mesh ? o->mesh : MESH_AXIS;
-    int found_model = 0, data = 0;
+    int found_model = 0, data = 0, count = 0;
+    char names[16][64];
     o->data_axis[0] = '\0';
     while (*p) {
         size_t n = strcspn(p, "=,");
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        for (int k = 0; k < count && k < 16; k++)
+            if (strcmp(names[k], name) == 0) {
+                fprintf(stderr, "gpt2: --mesh %s names axis %s twice\n", o->mesh, name);
+                return -1;
+            }
+        if (count < 16) snprintf(names[count], sizeof names[count], "%s", name);
+        count++;
         if (o->model_axis && strcmp(name, o->model_axis) == 0) {
             found_model = 1;
         } else if (data++ == 0) {
@@ -987,7 +995,8 @@ static int run_main(int argc, char **argv) {
     }
     if (o->sample > 0) rc = sample(&r);
     if (rc == 0 && cli_stop_signal()) {
-        printf("interrupted while sampling\n");
+        printf(o->sample > 0 ? "interrupted while sampling\n"
+                             : "interrupted after training (the run had finished)\n");
         rc = cli_stop_status();
     }
 done:

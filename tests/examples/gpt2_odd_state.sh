@@ -89,6 +89,11 @@ expect_fail "--eval-only trains nothing" "${args[@]}" --eval-only --save "$dir/m
 expect_fail "bad value ' -5' for --seed" "${args[@]}" --seed " -5"
 expect_fail "bad value '-5' for --seed" "${args[@]}" --seed -5
 expect_fail "bad value ' 3' for --steps" "${args[@]}" --steps " 3"
+expect_fail "--mesh X=2,X=2 names axis X twice" "${args[@]}" --devices cpu:4 --mesh X=2,X=2
+# A leading zero is not octal: --seed 010 is --seed 10.
+a=$("$gpt2" "${args[@]}" --steps 1 --seed 010 | grep '^step 1')
+b=$("$gpt2" "${args[@]}" --steps 1 --seed 10 | grep '^step 1')
+[[ ${a%%  *} == "${b%%  *}" ]] || die "--seed 010 is not --seed 10: '$a' vs '$b'"
 
 # Resuming a finished run does nothing else: no training, no --save.
 "$gpt2" "${args[@]}" --checkpoint "$dir/done.mwc" > /dev/null

@@ -49,7 +49,11 @@ static int train(mw_mesh *mesh, const linreg_data *data, int64_t rows, const cha
 }
 
 int main(int argc, char **argv) {
-    if (mw_distributed_init(&argc, &argv) != MW_OK || argc != 6) {
+    if (mw_distributed_init(&argc, &argv) != MW_OK) {
+        fprintf(stderr, "mpi_linreg: %s\n", mw_last_error());
+        return 2;
+    }
+    if (argc != 6) {
         fprintf(stderr, "usage: mpi_linreg ROWS LOCAL_SPEC REFERENCE_SPEC AXES SHARD_AXIS\n");
         return 2;
     }
