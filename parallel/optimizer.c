@@ -62,17 +62,46 @@ int mw__optimizer_moments(const mw_optimizer *o) {
     return o->kind == MW_ADAMW ? 2 : o->momentum > 0.0f ? 1 : 0;
 }
 
+/* Ops that hand a parameter on as it is: the same values under other axes (renames, splits,
+ * merges, a shard's label), in another order or dtype, or broadcast. */
+static int passes_on(mw__op op) {
+    return op == MW__OP_ALIAS || op == MW__OP_SHARD || op == MW__OP_PERMUTE ||
+           op == MW__OP_BROADCAST || op == MW__OP_CAST;
+}
+
 mw_status mw__optimizer_decays(mw_trainer *tr) {
     const mw_graph *g = tr->g;
     const mw_optimizer *o = &tr->cfg.optimizer;
     tr->decays = mw__calloc((size_t)g->nparams + 1, 1);
-    if (!tr->decays) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    /* origin[node]: the parameter leaf a node hands on unchanged, or -1; not_bias[leaf]: the
+     * parameter (through such nodes) reaches an op other than an addition. */
+    int *origin = mw__malloc((size_t)g->nnodes * sizeof *origin + 1);
+    char *not_bias = mw__calloc((size_t)g->nparams + 1, 1);
+    if (!tr->decays || !origin || !not_bias) {
+        mw__free(origin);
+        mw__free(not_bias);
+        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        origin[i] = t->op == MW__OP_PARAM ? t->leaf : -1;
+        for (int k = 0; k < t->nin; k++) {
+            int p = origin[t->in[k]->id];
+            if (p < 0) continue;
+            if (passes_on(t->op))
+                origin[i] = p;
+            else if (t->op != MW__OP_ADD && t->op != MW__OP_SUB)
+                not_bias[p] = 1;
+        }
+    }
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         if (t->op != MW__OP_PARAM) continue;
-        tr->decays[t->leaf] =
-            o->decays ? o->decays(t->name, t->type.rank, o->decay_user) != 0 : t->type.rank >= 2;
+        tr->decays[t->leaf] = o->decays ? o->decays(t->name, t->type.rank, o->decay_user) != 0
+                                        : t->type.rank >= 2 && not_bias[t->leaf];
     }
+    mw__free(origin);
+    mw__free(not_bias);
     return MW_OK;
 }
 

@@ -34,8 +34,9 @@ typedef enum mw_optimizer_kind {
 
 /* The optimizer and its learning-rate schedule. Fields a kind does not use are ignored. A field
  * left 0 takes the default written beside it, so the natural C initialiser
- * {.kind = MW_ADAMW, .lr = 1e-3f} is Adam with beta1 0.9, beta2 0.999, eps 1e-8 (PyTorch's
- * defaults) and no weight decay. mw_trainer_new refuses a value outside the range written beside
+ * {.kind = MW_ADAMW, .lr = 1e-3f} is Adam with beta1 0.9, beta2 0.999 and eps 1e-8 (PyTorch's
+ * defaults) and no weight decay: unlike torch.optim.AdamW, whose weight_decay defaults to 0.01
+ * (set .weight_decay = 0.01f for that). mw_trainer_new refuses a value outside the range written beside
  * it with MW_ERR_INVALID and a message naming the field. The update rules are PyTorch's
  * (torch.optim.SGD and torch.optim.AdamW), applied to the gradient after clipping:
  *   SGD:   g += weight_decay * p (decayed parameters only); with momentum, buf = g on the first
@@ -58,7 +59,10 @@ typedef struct mw_optimizer {
     int nesterov;       /* SGD: non-zero for Nesterov momentum (needs momentum > 0, dampening 0) */
     /* Which parameters weight decay applies to: called once per parameter by mw_trainer_new with
      * its name and rank (and decay_user), non-zero to decay it. NULL: parameters of rank >= 2
-     * (matrices, not biases or norm gains). */
+     * that are not biases, where a bias is a parameter whose every use is an addition (through
+     * renames, splits, shards, broadcasts and casts): so a multi-head bias [Part, Head, HeadDim]
+     * is not decayed, as nanoGPT's and llm.c's 1-D biases are not; matrices, embeddings and
+     * position tables are. */
     int (*decays)(const char *name, int rank, void *decay_user);
     void *decay_user;
 } mw_optimizer;

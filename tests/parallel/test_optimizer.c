@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpt2_model.h"
 #include "meshwit.h"
+#include "parallel/trainer_impl.h"
 #include "tests/reference_text.h"
 
 #define PI 3.14159265358979323846
@@ -474,3 +476,74 @@ static void run_against_pytorch(const char *devices, const char *shard_over) {
 Test(optimizer, adamw_clipping_and_schedule_match_pytorch) { run_against_pytorch("cpu:1", NULL); }
 
 Test(optimizer, adamw_sharded_matches_pytorch) { run_against_pytorch("cpu:2", "X"); }
+
+/* The default decay rule: matrices and tables decay, biases do not, whatever their rank: a
+ * multi-head bias [Part, Head, HeadDim] (renamed and added), a 1-D gain; a position table read
+ * through a slice is a table, as in nanoGPT and llm.c. */
+Test(optimizer, biases_of_any_rank_are_not_decayed) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"Embed", 3}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Part", 3}, {"Head", 2}, {"HeadDim", 2}, {"Embed", 3}),
+                            MW_INIT_NORMAL(1));
+    mw_tensor *b =
+        mw_param(g, "b", MW_AXES({"Part", 3}, {"Head", 2}, {"Unit", 2}), MW_INIT_NORMAL(1));
+    mw_tensor *pos = mw_param(g, "pos", MW_AXES({"Ctx", 8}, {"Embed", 3}), MW_INIT_NORMAL(1));
+    mw_tensor *gain = mw_param(g, "gain", MW_AXES({"Hd", 2}), MW_INIT_CONST(1));
+    mw_tensor *h =
+        mw_add(g, mw_dot(g, mw_add(g, x, mw_slice(g, pos, "Ctx", 0, 4, "Batch")), w, "Embed"),
+               mw_rename(g, b, "Unit", "HeadDim"));
+    h = mw_mul(g, mw_rename(g, h, "HeadDim", "Hd"), gain);
+    mw_tensor *loss = mw_sum(g, mw_mul(g, h, h), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .weight_decay = 0.1f}};
+    mw_trainer *tr;
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    const struct {
+        const mw_tensor *p;
+        int decays;
+    } want[] = {{w, 1}, {b, 0}, {pos, 1}, {gain, 0}};
+    for (int i = 0; i < 4; i++) {
+        const mw_tensor *p = want[i].p;
+        cr_assert_eq(tr->decays[p->leaf], want[i].decays, "%s: decayed %d", p->name,
+                     tr->decays[p->leaf]);
+    }
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* GPT-2's parameters under the default rule, data and tensor parallel: its multi-head bias qkvb
+ * [Part, Head, HeadDim] (split over the model axis) is a bias; wte, wpe and the weights decay. */
+Test(optimizer, gpt2_decays_its_matrices_only) {
+    gpt2_config c = {
+        .layers = 1, .heads = 2, .channels = 8, .max_seq = 8, .vocab = 16, .padded_vocab = 16};
+    for (int tp = 0; tp < 2; tp++) {
+        mw_graph *g;
+        cr_assert_eq(mw_graph_new(&g), MW_OK);
+        gpt2_graph m;
+        cr_assert_eq(gpt2_build_mesh(g, &c, 2, 4, tp ? NULL : "X", tp ? "X" : NULL, &m), MW_OK,
+                     "%s", mw_graph_error(g));
+        mw_mesh *mesh;
+        cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
+        mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .weight_decay = 0.1f}};
+        mw_trainer *tr;
+        cr_assert_eq(mw_trainer_new(g, m.loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+        static const char *const decayed[] = {"wte",         "wpe",    "h0.qkvw",
+                                              "h0.attprojw", "h0.fcw", "h0.fcprojw"};
+        for (int i = 0; i < g->nnodes; i++) {
+            const mw_tensor *p = g->nodes[i];
+            if (p->op != MW__OP_PARAM) continue;
+            int want = 0;
+            for (size_t k = 0; k < sizeof decayed / sizeof *decayed; k++)
+                want |= strcmp(p->name, decayed[k]) == 0;
+            cr_assert_eq(tr->decays[p->leaf], want, "%s (tensor parallel %d): decayed %d", p->name,
+                         tp, tr->decays[p->leaf]);
+        }
+        mw_trainer_free(tr);
+        mw_mesh_free(mesh);
+        mw_graph_free(g);
+    }
+}
