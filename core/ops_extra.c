@@ -156,12 +156,18 @@ mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed) {
     if (!(p >= 0.0f && p < 1.0f))
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_dropout: p is %g; it must be in [0, 1)", p);
     if (!(x = mw__replicated(g, x))) return NULL;
+    /* Each call draws its own mask: the n-th dropout of the graph mixes n into its seed (the
+     * first keeps the seed as given), so two calls with one seed do not drop the same elements.
+     * Its gradient node copies the mixed seed, and so the mask. */
+    uint64_t n = 0;
+    for (int i = 0; i < g->nnodes; i++) n += g->nodes[i]->op == MW__OP_DROPOUT;
+    uint64_t stream = n ? mw__mix64(seed ^ mw__mix64(n * 0xD6E8FEB86659FD93ull)) : seed;
     mw_tensor proto = {.op = MW__OP_DROPOUT,
                        .nin = 1,
                        .in = {x},
                        .type = x->type,
                        .scalar = p,
-                       .count = (int64_t)seed};
+                       .count = (int64_t)stream};
     return mw__node_new(g, &proto);
 }
 

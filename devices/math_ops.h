@@ -82,13 +82,45 @@ MW__HD uint64_t mw__mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* Whether dropout keeps element `index` (of the whole tensor) at `step`: a hash of the three
- * (splitmix64's finaliser, chained), its top 24 bits a uniform u in [0, 1), kept when u >= p. */
-MW__HD int mw__dropout_keep(uint64_t seed, uint64_t step, uint64_t index, float p) {
+/* Dropout's mask. Whether element `index` (of the whole tensor) is kept at `step` depends on the
+ * three alone: key = a hash of (seed, step), made once per kernel; each block of 2^32 elements
+ * (index >> 32) gets two 32-bit words from the key; an element's 32-bit hash (lowbias32, a full
+ * avalanche finaliser) of its low index bits xor the first word, times the second (odd, so a
+ * bijection that differs per key), gives u = its top 24 bits, uniform in [0, 2^24): kept when
+ * u >= ceil(p 2^24), i.e. with probability 1 - p to 2^-24. All in 32-bit integer arithmetic, so
+ * the CPU's loop runs in vector lanes. */
+MW__HD uint64_t mw__dropout_key(uint64_t seed, uint64_t step) {
     uint64_t h = mw__mix64(seed + 0x9E3779B97F4A7C15ull);
-    h = mw__mix64(h ^ (step * 0xD1B54A32D192ED03ull));
-    h = mw__mix64(h ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull));
-    return (float)(h >> 40) * (1.0f / 16777216.0f) >= p;
+    return mw__mix64(h ^ (step * 0xD1B54A32D192ED03ull));
+}
+
+MW__HD uint32_t mw__hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7FEB352Du;
+    x ^= x >> 15;
+    x *= 0x846CA68Bu;
+    return x ^ (x >> 16);
+}
+
+/* The two words of block hi of key's stream. */
+MW__HD void mw__dropout_block(uint64_t key, uint32_t hi, uint32_t *w0, uint32_t *w1) {
+    uint64_t b = mw__mix64(key ^ ((uint64_t)hi * 0x9E3779B97F4A7C15ull));
+    *w0 = (uint32_t)b;
+    *w1 = (uint32_t)(b >> 32) | 1u;
+}
+
+/* p as the threshold of u: ceil(p 2^24) (p 2^24 is exact in float). */
+MW__HD uint32_t mw__dropout_threshold(float p) { return (uint32_t)ceilf(p * 16777216.0f); }
+
+MW__HD int mw__dropout_keeps(uint32_t w0, uint32_t w1, uint32_t lo, uint32_t threshold) {
+    return (mw__hash32(lo ^ w0) * w1 >> 8) >= threshold;
+}
+
+/* The whole test for one element (the GPU's kernel and the tests). */
+MW__HD int mw__dropout_keep(uint64_t key, uint64_t index, uint32_t threshold) {
+    uint32_t w0, w1;
+    mw__dropout_block(key, (uint32_t)(index >> 32), &w0, &w1);
+    return mw__dropout_keeps(w0, w1, (uint32_t)index, threshold);
 }
 
 #endif

@@ -31,7 +31,7 @@ __global__ void k_map_grad(int64_t n, int fn, float *out, const float *x, const 
 }
 
 /* Element i of the local box: its global index from its local coordinates. */
-__global__ void k_dropout(mw__k_extra k) {
+__global__ void k_dropout(mw__k_extra k, uint64_t key, uint32_t threshold) {
     float scale = 1.0f / (1.0f - k.p);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < k.count;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -40,7 +40,7 @@ __global__ void k_dropout(mw__k_extra k) {
             g += (k.lo[d] + rest % k.len[d]) * k.gstride[d];
             rest /= k.len[d];
         }
-        k.out[i] = mw__dropout_keep(k.seed, k.step, (uint64_t)g, k.p) ? k.a[i] * scale : 0.0f;
+        k.out[i] = mw__dropout_keep(key, (uint64_t)g, threshold) ? k.a[i] * scale : 0.0f;
     }
 }
 
@@ -105,7 +105,8 @@ extern "C" mw_status mw__cuda_extra(mw__device *dev, const mw__k_extra *k) {
                                     : mw__error(MW_ERR_DEVICE, "%s: dropout copy failed: %s",
                                                 dev->name, cudaGetErrorString(e));
         }
-        k_dropout<<<blocks_for(k->count), THREADS, 0, s>>>(*k);
+        k_dropout<<<blocks_for(k->count), THREADS, 0, s>>>(*k, mw__dropout_key(k->seed, k->step),
+                                                           mw__dropout_threshold(k->p));
         return launched(dev, "dropout kernel");
     case MW__X_ARGMAX:
     case MW__X_REDUCE_MAX:

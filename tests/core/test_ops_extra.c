@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "devices/device.h"
+#include "devices/math_ops.h"
 #include "meshwit.h"
 
 #define N 12
@@ -370,6 +372,77 @@ Test(ops_extra, dropout_mask_is_the_same_on_every_sharding) {
     for (int i = 0; i < DROWS * DCOLS; i++) cr_assert_eq(y1[i], x[i] * w[i % DCOLS]);
     drop_close(&one);
     drop_close(&three);
+}
+
+/* Two dropouts given one seed draw independent masks: of 4096 elements at p = 0.5, the two
+ * agree on about half (2048, standard deviation 32; 6 sigma either way). */
+Test(ops_extra, two_dropouts_with_one_seed_draw_different_masks) {
+    enum { DN = 4096 };
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"DN", DN}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"DN", DN}), MW_INIT_CONST(1.0f));
+    mw_tensor *xw = mw_mul(g, x, w);
+    mw_tensor *outs[2] = {mw_dropout(g, xw, 0.5f, 7), mw_dropout(g, xw, 0.5f, 7)};
+    mw_tensor *loss = mw_sum(g, mw_add(g, outs[0], outs[1]), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = outs, .noutputs = 2};
+    mw_trainer *tr;
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    static float ones[DN], a[DN], b[DN];
+    for (int i = 0; i < DN; i++) ones[i] = 1.0f;
+    mw_feed feed = {"x", ones, DN};
+    cr_assert_eq(mw_trainer_step(tr, &feed, 1, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_output(tr, outs[0], a, DN), MW_OK);
+    cr_assert_eq(mw_trainer_read_output(tr, outs[1], b, DN), MW_OK);
+    int agree = 0, kept = 0;
+    for (int i = 0; i < DN; i++) agree += (a[i] == 0.0f) == (b[i] == 0.0f), kept += a[i] != 0.0f;
+    cr_assert(agree > 2048 - 192 && agree < 2048 + 192, "the masks agree on %d of %d", agree, DN);
+    cr_assert(kept > 2048 - 192 && kept < 2048 + 192, "kept %d of %d", kept, DN);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* The CPU kernel keeps exactly the elements mw__dropout_keep says, also where a row crosses a
+ * block of 2^32 elements of a (virtual) huge tensor, and about 1 - p of them. */
+Test(ops_extra, dropout_kernel_follows_the_mask_across_blocks) {
+    enum { R = 3, C = 4099 };
+    static float a[R * C], out[R * C];
+    for (int i = 0; i < R * C; i++) a[i] = 1.0f + (float)(i % 5);
+    const int64_t huge = (INT64_C(1) << 33) + 17; /* the global row length */
+    for (int c = 0; c < 2; c++) {
+        mw__k_extra k = {.op = MW__X_DROPOUT,
+                         .count = R * C,
+                         .rank = 2,
+                         .len = {R, C},
+                         .lo = {1, c ? (INT64_C(1) << 32) - 2000 : 0},
+                         .gstride = {huge, 1},
+                         .p = 0.3f,
+                         .seed = 99,
+                         .step = 4,
+                         .active = 1,
+                         .out = out,
+                         .a = a};
+        cr_assert_eq(mw__cpu_device.extra(NULL, &k), MW_OK);
+        uint64_t key = mw__dropout_key(99, 4);
+        uint32_t th = mw__dropout_threshold(0.3f);
+        int kept = 0;
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < C; j++) {
+                uint64_t g = (uint64_t)((k.lo[0] + r) * huge + k.lo[1] + j);
+                int want = mw__dropout_keep(key, g, th);
+                float y = out[r * C + j];
+                cr_assert_eq(y != 0.0f, want, "row %d column %d (global %llu)", r, j,
+                             (unsigned long long)g);
+                if (want) cr_assert_eq(y, a[r * C + j] * (1.0f / 0.7f));
+                kept += want;
+            }
+        /* 12297 draws at 0.7: 8608 expected, standard deviation 51; 6 sigma. */
+        cr_assert(kept > 8608 - 306 && kept < 8608 + 306, "kept %d", kept);
+    }
 }
 
 static mw_tensor *f_dropout(mw_graph *g, mw_tensor *a, mw_tensor *b) {
