@@ -99,6 +99,66 @@ static int axis_pos(const mw_graph *g, const mw__type *t, const char *name) {
     return -1;
 }
 
+/* Which nodes depend on the chunked rows and which mix them (a value of one row computed from
+ * others: a sum, contraction, softmax, layer norm, slice or reshape along the chunk axis, or a
+ * value without the axis that depends on it): an output that mixes rows would change with the
+ * chunking (a mean over the batch would average the padding rows in). Refused by name. */
+static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
+                            mw_tensor *const *outputs) {
+    mw_graph *g = inf->graph;
+    char *dep = mw__calloc((size_t)g->nnodes + 1, 1), *mix = mw__calloc((size_t)g->nnodes + 1, 1);
+    const char **why = mw__calloc((size_t)g->nnodes + 1, sizeof *why);
+    if (!dep || !mix || !why) {
+        mw__free(dep), mw__free(mix), mw__free(why);
+        return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        int at = chunk_name >= 0 ? mw__type_find_name(&t->type, chunk_name) : -1;
+        if (t->op == MW__OP_INPUT) dep[i] = at >= 0;
+        int from_rows = 0; /* an input that depends on the rows and has the chunk axis */
+        for (int k = 0; k < t->nin; k++) {
+            int j = t->in[k]->id;
+            dep[i] |= dep[j];
+            if (mix[j] && !mix[i]) mix[i] = 1, why[i] = why[j];
+            from_rows |= dep[j] && mw__type_find_name(&t->in[k]->type, chunk_name) >= 0;
+        }
+        if (!dep[i] || mix[i]) continue;
+        const mw_tensor *x = t->nin ? t->in[0] : NULL;
+        int xat = x ? mw__type_find_name(&x->type, chunk_name) : -1;
+        const char *w = NULL;
+        if (at < 0)
+            w = "a value without the chunk axis computed from it";
+        else if (from_rows && t->op == MW__OP_ALIAS && x && xat >= 0 &&
+                 x->type.ax[xat].size != t->type.ax[at].size)
+            w = "a split or merge of the chunk axis";
+        else if ((t->op == MW__OP_SLICE || t->op == MW__OP_PAD) && x && t->axis >= 0 &&
+                 t->axis < x->type.rank && x->type.ax[t->axis].name == chunk_name)
+            w = "a slice of the chunk axis";
+        else if ((t->op == MW__OP_SOFTMAX || t->op == MW__OP_LAYERNORM) && x && xat >= 0 &&
+                 xat == x->type.rank - 1)
+            w = t->op == MW__OP_SOFTMAX ? "a softmax over the chunk axis"
+                                        : "a layer norm over the chunk axis";
+        else if (t->op == MW__OP_ATTENTION && x && xat >= 0 &&
+                 (xat == t->axis || xat == (int)t->start || xat == (int)t->len))
+            w = "attention along the chunk axis";
+        if (w) mix[i] = 1, why[i] = w;
+    }
+    mw_status st = MW_OK;
+    for (int o = 0; o < inf->nout && st == MW_OK; o++) {
+        const mw_tensor *t = outputs[o];
+        if (!mix[t->id]) continue;
+        char d[256];
+        st = mw__error(MW_ERR_SHAPE,
+                       "inference: output %d, %s, mixes rows of the chunk axis '%s' (%s), so a "
+                       "run chunk by chunk would change it; compute it with mw_trainer_eval, or "
+                       "choose another chunk_axis",
+                       o, mw__type_describe(g, &t->type, d, sizeof d), axis, why[t->id]);
+    }
+    mw__free(dep), mw__free(mix), mw__free(why);
+    return st;
+}
+
 static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *outputs) {
     mw_graph *g = inf->graph;
     for (int i = 0; i < g->nnodes; i++)
@@ -136,7 +196,7 @@ static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *out
                                  (long long)inf->chunk);
             inf->chunk = t->type.ax[0].size;
         }
-    return MW_OK;
+    return check_rows(inf, mw__graph_find_name(g, axis), axis, outputs);
 }
 
 /* Buffers for the last, padded chunk, and which inputs the program reads. */

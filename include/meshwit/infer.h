@@ -53,7 +53,10 @@ typedef struct mw_infer_config {
 /* Compiles `graph` forward-only for config->outputs over `mesh`, with its own parameters
  * initialised as the graph says. The graph and mesh are borrowed and must outlive the program.
  * Errors: those of mw_trainer_new, MW_ERR_INVALID (no outputs, an output of another graph),
- * MW_ERR_AXIS (an input or output with the chunk axis elsewhere than first). */
+ * MW_ERR_AXIS (an input or output with the chunk axis elsewhere than first), MW_ERR_SHAPE (an
+ * output that mixes rows of the chunk axis: a sum, mean, softmax or layer norm over it, a value
+ * without it computed from it, or one computed from such a value; the message names the output
+ * and how). */
 mw_status mw_infer_new(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *config,
                        mw_infer **out);
 
