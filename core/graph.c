@@ -223,6 +223,13 @@ mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes)
     return t;
 }
 
+mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value) {
+    if (!g || g->status) return NULL;
+    mw_tensor proto = {.op = MW__OP_FILL, .scalar = value};
+    if (leaf_type(g, "mw_full", "(constant)", MW_F32, axes, &proto.type)) return NULL;
+    return mw__node_new(g, &proto);
+}
+
 mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init) {
     if (!g || g->status) return NULL;
     mw_tensor proto = {.op = MW__OP_PARAM, .init = init};

@@ -353,6 +353,28 @@ mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_
     return contract_checked(g, "mw_contract", a, b, &out);
 }
 
+mw_tensor *mw_permute(mw_graph *g, mw_tensor *x, const char *order) {
+    if (check_operands(g, "mw_permute", x, NULL, 1)) return NULL;
+    if (!order) return mw__graph_fail(g, MW_ERR_INVALID, "mw_permute: order is NULL");
+    int names[MW_MAX_RANK];
+    int n = parse_names(g, "mw_permute", order, x, names);
+    if (n < 0) return NULL;
+    if (n != x->type.rank) {
+        char d[256];
+        return mw__graph_fail(g, MW_ERR_AXIS,
+                              "mw_permute: '%s' names %d axes but %s has %d: name every axis once",
+                              order, n, mw__type_describe(g, &x->type, d, sizeof d), x->type.rank);
+    }
+    mw__type target = x->type;
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        int j = mw__type_find_name(&x->type, names[i]);
+        target.ax[i] = x->type.ax[j];
+        same &= j == i;
+    }
+    return same ? x : mw__permute(g, x, &target);
+}
+
 static mw_tensor *reduce(mw_graph *g, const char *op, mw_tensor *x, const char *axes, int mean) {
     if (check_operands(g, op, x, NULL, 1)) return NULL;
     mw__type keep = x->type;

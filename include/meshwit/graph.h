@@ -95,6 +95,10 @@ void mw_graph_set_seed(mw_graph *g, uint64_t seed);
  * global: a sharded input is still fed whole, and each device reads its own rows. */
 mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes);
 
+/* A constant: f32 of the given axes (MW_SCALAR for a scalar) with every element `value`, as
+ * torch.full; it has no gradient and is neither fed nor trained. Errors: as mw_input's axes. */
+mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value);
+
 /* A trained parameter (f32), replicated on every device unless mw_shard splits one of its axes,
  * initialised by `init`. */
 mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
@@ -179,6 +183,12 @@ mw_tensor *mw_mean(mw_graph *g, mw_tensor *x, const char *axes);
 /* x with axis `axis` called `new_name`. Errors: MW_ERR_AXIS (no such axis, or the new name is
  * taken), MW_ERR_SHARDING (renaming a sharded axis). */
 mw_tensor *mw_rename(mw_graph *g, mw_tensor *x, const char *axis, const char *new_name);
+
+/* x with its axes in the order `order` names them ("Seq,Batch,Embed": every axis of x once, by
+ * base name), as torch.permute does by position; a sharded axis keeps its sharding wherever it
+ * moves. x itself when the order is x's. Its gradient is the inverse permutation. Errors:
+ * MW_ERR_AXIS (an unknown axis, one named twice, one left out). */
+mw_tensor *mw_permute(mw_graph *g, mw_tensor *x, const char *order);
 
 /* Splits axis `axis` into consecutive axes "Head=12,HeadDim=64" (one size may be left out and is
  * inferred); the memory layout is unchanged. Errors: MW_ERR_SHAPE (sizes whose product is not
@@ -285,8 +295,12 @@ mw_tensor *mw_concat(mw_graph *g, mw_tensor *const *xs, int n, const char *axis)
 /* Dropout: during a training step (mw_trainer_step, compute_grads, accumulate) each element is
  * zeroed with probability p and the others scaled by 1 / (1 - p); in mw_trainer_eval and
  * inference programs it is the identity. Whether an element is kept depends only on (seed, the
- * trainer's step and micro-batch, the element's index in the whole tensor), so a sharded run
- * draws exactly the single-device mask. Errors: MW_ERR_INVALID (p outside [0, 1)). */
+ * call's place among the graph's mw_dropout calls, the trainer's step and micro-batch, the
+ * element's index in the whole tensor), so a sharded run draws exactly the single-device mask,
+ * and two calls given the same seed still draw independent masks (the n-th call mixes n into
+ * its seed; the first uses the seed as given). The backward pass recomputes the mask (a hash in
+ * 32-bit vector lanes, about as fast as a copy) instead of keeping it. Errors: MW_ERR_INVALID
+ * (p outside [0, 1)). */
 mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed);
 
 /* --- inspection ------------------------------------------------------------------------------- */

@@ -636,3 +636,65 @@ Test(init, seed_and_name_decide_the_values) {
     read_one(1337, "p", MW_INIT_NORMAL(1.0f), other);
     cr_assert_arr_eq(values, other, sizeof values, "the default seed is 1337");
 }
+
+/* --- mw_permute and mw_full ------------------------------------------------------------------- */
+
+Test(axes, permute_moves_axes_and_their_sharding) {
+    mw_graph *g = new_graph();
+    mw_tensor *x = batch_input(g, "x", 1);
+    assert_describes(mw_permute(g, x, "Feature,Batch"), "f32[Feature=4, Batch@X=8]");
+    cr_assert_eq(mw_permute(g, x, "Batch,Feature"), x, "the same order is x itself");
+    assert_describes(mw_full(g, MW_AXES({"Row", 3}), 1.5f), "f32[Row=3]");
+    assert_describes(mw_full(g, MW_SCALAR, 1.0f), "f32[]");
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_graph_free(g);
+}
+
+Test(axes, permute_refuses_a_wrong_order) {
+    static const char *const orders[] = {"Feature", "Feature,Batch,Feature", "Feature,Seq", ""};
+    static const char *const words[] = {"names 1 axes but", "named twice", "no axis named 'Seq'",
+                                        "names 0 axes"};
+    for (int i = 0; i < 4; i++) {
+        mw_graph *g = new_graph();
+        mw_tensor *x = batch_input(g, "x", 0);
+        EXPECT_TRACE_ERROR(g, mw_permute(g, x, orders[i]), MW_ERR_AXIS, words[i]);
+        mw_graph_free(g);
+    }
+    mw_graph *g = new_graph();
+    mw_tensor *bad = mw_full(g, MW_AXES({"Row", 0}), 1.0f);
+    EXPECT_TRACE_ERROR(g, bad, MW_ERR_SHAPE, "size 0");
+    mw_graph_free(g);
+}
+
+/* Values: a permuted tensor on one device and with its batch sharded over three, and a constant
+ * added to it. */
+Test(axes, permute_and_full_values) {
+    enum { B = 6, F = 4 };
+    static float x[B * F], y[B * F];
+    for (int i = 0; i < B * F; i++) x[i] = (float)i;
+    for (int sharded = 0; sharded < 2; sharded++) {
+        mw_graph *g = new_graph();
+        mw_tensor *in = input(g, "x", MW_AXES({"Batch", B}, {"Feature", F}));
+        mw_tensor *xs = sharded ? mw_shard(g, in, "Batch", "X") : in;
+        mw_tensor *w = mw_param(g, "w", MW_AXES({"Feature", F}), MW_INIT_CONST(1.0f));
+        mw_tensor *out = mw_add(g, mw_permute(g, mw_mul(g, xs, w), "Feature,Batch"),
+                                mw_full(g, MW_AXES({"Feature", F}), 0.5f));
+        mw_tensor *loss = mw_sum(g, out, NULL);
+        cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+        mw_mesh *mesh;
+        cr_assert_eq(mw_mesh_new(sharded ? "cpu:3" : "cpu:1", "X", &mesh), MW_OK);
+        mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &out, .noutputs = 1};
+        mw_trainer *tr;
+        cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+        mw_feed feed = {"x", x, B * F};
+        cr_assert_eq(mw_trainer_eval(tr, &feed, 1, NULL), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_read_output(tr, out, y, B * F), MW_OK, "%s", mw_last_error());
+        for (int f = 0; f < F; f++)
+            for (int b = 0; b < B; b++)
+                cr_assert_eq(y[f * B + b], x[b * F + f] + 0.5f, "sharded %d: [%d, %d]", sharded, f,
+                             b);
+        mw_trainer_free(tr);
+        mw_mesh_free(mesh);
+        mw_graph_free(g);
+    }
+}

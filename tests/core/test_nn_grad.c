@@ -283,6 +283,15 @@ Test(nn_grad, layernorm) {
     case_check(&c, mw_layernorm(c.g, x, w, b, "Dim", 1e-5f));
 }
 
+/* The gradient of a permutation is the inverse permutation; a constant adds nothing to it. */
+Test(nn_grad, permute_and_full) {
+    grad_case c;
+    case_begin(&c);
+    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}, {"C", 2}), 1.0f);
+    mw_tensor *y = mw_permute(c.g, x, "C,A,B");
+    case_check(&c, mw_mul(c.g, mw_add(c.g, y, mw_full(c.g, MW_AXES({"B", 4}), 0.5f)), y));
+}
+
 /* Values with standard deviation 2 reach GELU's curved region and both tails. */
 Test(nn_grad, gelu) {
     grad_case c;
