@@ -75,6 +75,11 @@ sed -i 's/"gelu_new"/"gelu"/' "$dir/hf/config.json"
 expect_fail "--save .*m1.bin: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU" \
     "${args[@]}" --load "$dir/hf/model.safetensors" --save "$dir/m1.bin"
 grep -q '^step' "$dir/out" && die "trained before refusing the --save"
+# A loaded model's sizes are the file's: flags and presets that disagree are refused.
+expect_fail "--layers 2, but .*hf/model.safetensors has 1" "${args[@]}" --layers 2 \
+    --load "$dir/hf/model.safetensors"
+expect_fail "--preset small has layers 6, but .*hf/model.safetensors has 1" "${args[@]}" \
+    --preset small --load "$dir/hf/model.safetensors"
 # Another model's config.json in the folder of a .safetensors --save is not replaced.
 expect_fail "hf/config.json describes another model \(1 layers" "${args[@]}" --layers 2 \
     --save "$dir/hf/other.safetensors"
