@@ -33,7 +33,13 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_INPUT:
     case MW__OP_PARAM:
     case MW__OP_SHARD:
-    case MW__OP_FILL: return 0;
+    case MW__OP_FILL:
+    case MW__OP_STATE: return 0;
+    case MW__OP_STATE_WRITE:
+    case MW__OP_ATTENTION_CACHED:
+        mw__graph_fail(g, MW_ERR_UNSUPPORTED, "%s has no gradient (inference programs only)",
+                       mw__op_name(n->op));
+        return -1;
     case MW__OP_ADD:
         if (na && accumulate(g, grads, a, gy)) return -1;
         if (nb && accumulate(g, grads, b, gy)) return -1;

@@ -167,9 +167,12 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
     }
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
-        if ((t->op == MW__OP_INPUT || t->op == MW__OP_PARAM) && strcmp(t->name, name) == 0) {
+        if ((t->op == MW__OP_INPUT || t->op == MW__OP_PARAM || t->op == MW__OP_STATE) &&
+            strcmp(t->name, name) == 0) {
             mw__graph_fail(g, MW_ERR_INVALID, "%s: the name '%s' is already used by %s", what, name,
-                           t->op == MW__OP_INPUT ? "an input" : "a parameter");
+                           t->op == MW__OP_INPUT   ? "an input"
+                           : t->op == MW__OP_PARAM ? "a parameter"
+                                                   : "a state");
             return -1;
         }
     }
@@ -223,6 +226,17 @@ mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes)
     return t;
 }
 
+mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes) {
+    if (!g || g->status) return NULL;
+    mw_tensor proto = {.op = MW__OP_STATE};
+    if (leaf_type(g, "mw_state", name, MW_F32, axes, &proto.type)) return NULL;
+    snprintf(proto.name, sizeof proto.name, "%s", name);
+    proto.leaf = g->nstates;
+    mw_tensor *t = mw__node_new(g, &proto);
+    if (t) g->nstates++;
+    return t;
+}
+
 mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value) {
     if (!g || g->status) return NULL;
     mw_tensor proto = {.op = MW__OP_FILL, .scalar = value};
@@ -251,7 +265,8 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
     if (x->g != g) return mw__graph_fail(g, MW_ERR_INVALID, "mw_shard: x belongs to another graph");
     char desc[256];
     mw__type_describe(g, &x->type, desc, sizeof desc);
-    if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD && x->op != MW__OP_PARAM)
+    if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD && x->op != MW__OP_PARAM &&
+        x->op != MW__OP_STATE)
         return mw__graph_fail(g, MW_ERR_SHARDING,
                               "mw_shard: %s is computed, not an input or a parameter; shard the "
                               "inputs or parameters it is computed from instead",
@@ -273,9 +288,9 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
                                   "mw_shard: %s already has an axis sharded over mesh axis %s; "
                                   "one tensor can split only one axis over each mesh axis",
                                   desc, mesh_axis);
-    if (x->op == MW__OP_PARAM) {
-        /* A parameter is stored sharded: the label goes on the parameter itself, which must not
-         * have been used yet (its earlier uses would have seen it whole). */
+    if (x->op == MW__OP_PARAM || x->op == MW__OP_STATE) {
+        /* A parameter (or state) is stored sharded: the label goes on the leaf itself, which must
+         * not have been used yet (its earlier uses would have seen it whole). */
         for (int j = x->id + 1; j < g->nnodes; j++)
             for (int k = 0; k < g->nodes[j]->nin; k++)
                 if (g->nodes[j]->in[k] == x)
@@ -292,7 +307,7 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
         snprintf(g->mesh_names[m], MW_MAX_NAME, "%s", mesh_axis);
         g->nmesh_names++;
     }
-    if (x->op == MW__OP_PARAM) {
+    if (x->op == MW__OP_PARAM || x->op == MW__OP_STATE) {
         x->type.ax[i].mesh = m;
         return x;
     }
@@ -356,24 +371,45 @@ oom:
 /* Names of the graph ops, in mw__op order ("map" is relu, tanh, exp and the other elementwise
  * functions of ops_extra.c). */
 static const char *const op_names[] = {
-    "input",         "param",
-    "shard",         "fill",
-    "add",           "sub",
-    "mul",           "div",
-    "scale",         "permute",
-    "broadcast",     "sum",
-    "contract",      "all-reduce",
-    "alias",         "slice",
-    "pad",           "gelu",
-    "gelu_grad",     "layernorm",
-    "layernorm_dx",  "layernorm_dw",
-    "softmax",       "softmax_grad",
-    "embedding",     "embedding_grad",
-    "cross_entropy", "cross_entropy_grad",
-    "attention",     "attention_grad",
-    "map",           "map_grad",
-    "dropout",       "argmax",
-    "reduce_max",    "cast",
+    "input",
+    "param",
+    "shard",
+    "fill",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "scale",
+    "permute",
+    "broadcast",
+    "sum",
+    "contract",
+    "all-reduce",
+    "alias",
+    "slice",
+    "pad",
+    "gelu",
+    "gelu_grad",
+    "layernorm",
+    "layernorm_dx",
+    "layernorm_dw",
+    "softmax",
+    "softmax_grad",
+    "embedding",
+    "embedding_grad",
+    "cross_entropy",
+    "cross_entropy_grad",
+    "attention",
+    "attention_grad",
+    "map",
+    "map_grad",
+    "dropout",
+    "argmax",
+    "reduce_max",
+    "cast",
+    "state",
+    "state_write",
+    "attention_cached",
 };
 _Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
 

@@ -44,12 +44,17 @@ typedef enum mw__op {
     MW__OP_ATTENTION_GRAD, /* (gy, qkv, the ATTENTION node): the gradient of qkv; same fields as
                             * ATTENTION */
     /* ops_extra.c: */
-    MW__OP_MAP,        /* elementwise function `flag` (mw__mapfn) of x */
-    MW__OP_MAP_GRAD,   /* (x, gy): gy * f'(x) */
-    MW__OP_DROPOUT,    /* x * keep / (1 - p): p = `scalar`, seed = `count`; its own adjoint */
-    MW__OP_ARGMAX,     /* index of the largest element along axis `axis` of x (f32, no gradient) */
-    MW__OP_REDUCE_MAX, /* the largest element along axis `axis` of x */
-    MW__OP_CAST,       /* x as another dtype (f32 <-> bf16), rounded to the nearest even */
+    MW__OP_MAP,         /* elementwise function `flag` (mw__mapfn) of x */
+    MW__OP_MAP_GRAD,    /* (x, gy): gy * f'(x) */
+    MW__OP_DROPOUT,     /* x * keep / (1 - p): p = `scalar`, seed = `count`; its own adjoint */
+    MW__OP_ARGMAX,      /* index of the largest element along axis `axis` of x (f32, no gradient) */
+    MW__OP_REDUCE_MAX,  /* the largest element along axis `axis` of x */
+    MW__OP_CAST,        /* x as another dtype (f32 <-> bf16), rounded to the nearest even */
+    MW__OP_STATE,       /* an inference program's state: kept between runs, zero at first */
+    MW__OP_STATE_WRITE, /* (state, value, index): the state with value written at row index[..]
+                           of axis `axis`, in place */
+    MW__OP_ATTENTION_CACHED, /* (q, kv, pos): q attends to kv's keys 0..pos along the seq axis;
+                                axis = kv's seq axis, start = its part axis, scalar = scale */
     MW__OP_COUNT
 } mw__op;
 
@@ -82,10 +87,11 @@ struct mw_tensor {
     int64_t start, len;     /* SLICE / PAD: the rows; len 0 means the axis is dropped (a select) */
     int flag;               /* SOFTMAX: causal */
     int64_t count;          /* XENT: valid columns */
-    int leaf;               /* INPUT / PARAM: index among the graph's inputs / params */
+    int leaf;               /* INPUT / PARAM / STATE: index among the graph's inputs / params /
+                               states */
     int shard_axis;         /* SHARD: the axis (index into type) that was sharded */
     mw_init init;           /* PARAM */
-    char name[MW_MAX_NAME]; /* INPUT / PARAM */
+    char name[MW_MAX_NAME]; /* INPUT / PARAM / STATE */
 };
 
 struct mw_graph {
@@ -95,7 +101,7 @@ struct mw_graph {
     int nnames, names_cap;
     char mesh_names[MW__MAX_MESH_NAMES][MW_MAX_NAME];
     int nmesh_names;
-    int ninputs, nparams;
+    int ninputs, nparams, nstates;
     uint64_t seed;
     mw_status status;
     char error[512];

@@ -767,6 +767,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_INPUT:
     case MW__OP_PARAM:
     case MW__OP_SHARD:
+    case MW__OP_STATE:
     case MW__OP_ALIAS: return 0;
     case MW__OP_SLICE:
     case MW__OP_PAD: return lower_slice(b, n, out);
@@ -787,7 +788,9 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_MAP_GRAD:
     case MW__OP_DROPOUT:
     case MW__OP_ARGMAX:
-    case MW__OP_REDUCE_MAX: {
+    case MW__OP_REDUCE_MAX:
+    case MW__OP_STATE_WRITE:
+    case MW__OP_ATTENTION_CACHED: {
         mw__ins *in = emit_io(b, MW__I_EXTRA, n, out);
         if (!in) return -1;
         mw__lower_extra(n, pl, &in->k.extra);
@@ -1137,6 +1140,8 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             live[param_grads[p]->id] = 1;
             grad_of[param_grads[p]->id] = p;
         }
+    /* A state's writes are kept for the next run even where this one reads none of them. */
+    for (int i = 0; i < nn; i++) live[i] |= g->nodes[i]->op == MW__OP_STATE_WRITE;
     for (int i = nn - 1; i >= 0; i--)
         if (live[i])
             for (int k = 0; k < g->nodes[i]->nin; k++) live[g->nodes[i]->in[k]->id] = 1;
@@ -1148,9 +1153,9 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     find_fused_grads(&b, live);
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
-        b.root[i] = t->op == MW__OP_ALIAS ? b.root[t->in[0]->id]
-                    : b.fused[i] >= 0     ? b.root[b.fused[i]]
-                                          : i;
+        b.root[i] = t->op == MW__OP_ALIAS || t->op == MW__OP_STATE_WRITE ? b.root[t->in[0]->id]
+                    : b.fused[i] >= 0                                    ? b.root[b.fused[i]]
+                                                                         : i;
     }
     host_read[b.root[loss->id]] = 1;
     for (int o = 0; o < noutputs; o++) host_read[b.root[outputs[o]->id]] = 1;
@@ -1189,7 +1194,10 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
         if (!live[i]) continue;
-        if (t->op == MW__OP_PARAM) {
+        if (t->op == MW__OP_STATE) { /* the states, one after another in node order */
+            b.ref[i] = mw__ref_at(MW__BASE_STATE, MW_F32, out->state_elems);
+            out->state_elems += local_type(&t->type, pl).numel;
+        } else if (t->op == MW__OP_PARAM) {
             b.ref[i] = mw__ref_at(MW__BASE_PARAMS, MW_F32, out->params[t->leaf].off);
         } else if (t->op == MW__OP_CAST && b.cast[i] == CAST_PARAM) {
             const mw_tensor *p = t->in[0];
@@ -1231,9 +1239,13 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             b.ref[i] = b.ref[t->in[0]->id]; /* a fused cast: its input's kernel wrote bf16 */
         } else if (b.fused[i] >= 0) {
             b.ref[i] = b.ref[b.fused[i]]; /* the GEMM already wrote the sum there */
+        } else if (t->op == MW__OP_STATE_WRITE) {
+            b.ref[i] = b.ref[t->in[0]->id]; /* written in place */
+            if ((lowered = lower_node(&b, t))) goto oom;
         } else if (t->op == MW__OP_CAST && b.cast[i] == CAST_PARAM) {
             /* the parameter's bf16 copy, set above */
-        } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD) {
+        } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD &&
+                   t->op != MW__OP_STATE) {
             int64_t n = local_type(&t->type, pl).numel;
             if (grad_of[i] >= 0) {
                 b.ref[i] = grad_ref(&b, i);

@@ -15,7 +15,8 @@ enum {
     MW__BASE_PARAMS = 1,
     MW__BASE_GRADS = 2,
     MW__BASE_PARAMS16 = 3, /* the bf16 copy of the flat parameters (where plan.params16) */
-    MW__BASE_VIEW0 = 4     /* MW__BASE_VIEW0 + v: input view v */
+    MW__BASE_STATE = 4,    /* an inference program's states (mw_state), kept between runs */
+    MW__BASE_VIEW0 = 5     /* MW__BASE_VIEW0 + v: input view v */
 };
 
 /* A place in a device buffer: its base, the dtype of the elements there, and the offset in bytes
@@ -139,6 +140,7 @@ typedef struct mw__plan {
     mw__param_slot *params; /* by parameter leaf index */
     int nparams;
     int params16; /* some parameter has a bf16 copy: MW__BASE_PARAMS16 holds param_elems bf16 */
+    int64_t state_elems; /* f32 elements of this device's states (MW__BASE_STATE) */
     mw__ref loss;
     mw__ref *outputs; /* where each requested output lives (kept to the end of the step) */
     int noutputs;

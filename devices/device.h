@@ -305,13 +305,20 @@ typedef struct mw__k_sgd_momentum {
  *               tensor draws the same mask. The local elements form the box [lo, lo + len) of
  *               the global tensor, whose row-major strides are gstride.
  *   ARGMAX / REDUCE_MAX: a as [outer, n, inner], out[o, i] = argmax / max over k of a[o, k, i]
- *               (the first index among equal maxima; NaN compares as smallest). */
+ *               (the first index among equal maxima; NaN compares as smallest).
+ *   STATE_WRITE: out (a state, in place) as [outer, n, inner], a as [outer, inner]:
+ *               out[o, ids[o], :] = a[o, :]; ids[o] outside [0, n) fails naming it.
+ *   ATTENTION_CACHED: b (keys and values) as [outer, n, 2, inner, dim], a (queries) and out as
+ *               [outer, inner, dim]: out[o, h] = softmax_j(scale a[o, h] . k[o, j, h]) v[o, j, h]
+ *               over j in [0, ids[o]] (f32, in key order); ids[o] outside [0, n) fails. */
 typedef enum mw__xop {
     MW__X_MAP,
     MW__X_MAP_GRAD,
     MW__X_DROPOUT,
     MW__X_ARGMAX,
-    MW__X_REDUCE_MAX
+    MW__X_REDUCE_MAX,
+    MW__X_STATE_WRITE,
+    MW__X_ATTENTION_CACHED
 } mw__xop;
 
 typedef struct mw__k_extra {
@@ -324,8 +331,11 @@ typedef struct mw__k_extra {
     float p;
     uint64_t seed, step;
     int active;
+    float scale; /* ATTENTION_CACHED */
+    int64_t dim; /* ATTENTION_CACHED: the feature axis */
     float *out;
     const float *a, *b;
+    const int32_t *ids; /* STATE_WRITE, ATTENTION_CACHED: a position per outer row */
 } mw__k_extra;
 
 typedef struct mw__device mw__device;

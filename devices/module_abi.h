@@ -20,7 +20,7 @@
 
 /* Raised whenever these tables or a kernel descriptor (devices/device.h) change layout: a module
  * of the same version built from other source is refused rather than misread. */
-#define MW__MODULE_ABI 4
+#define MW__MODULE_ABI 5
 #define MW__STR_(x) #x
 #define MW__STR(x) MW__STR_(x)
 /* "0.1.0", from meshwit.h's numbers. */

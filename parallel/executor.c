@@ -118,7 +118,17 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
     case MW__I_EXTRA:
         k->extra.out = mw__ptr(w, in->ref[0]);
         k->extra.a = mw__ptr(w, in->ref[1]);
-        k->extra.b = k->extra.op == MW__X_MAP_GRAD ? mw__ptr(w, in->ref[2]) : NULL;
+        k->extra.b = NULL;
+        k->extra.ids = NULL;
+        if (k->extra.op == MW__X_MAP_GRAD) k->extra.b = mw__ptr(w, in->ref[2]);
+        if (k->extra.op == MW__X_STATE_WRITE) { /* ref: state, state, value, index */
+            k->extra.a = mw__ptr(w, in->ref[2]);
+            k->extra.ids = mw__ptr(w, in->ref[3]);
+        }
+        if (k->extra.op == MW__X_ATTENTION_CACHED) { /* ref: out, q, kv, pos */
+            k->extra.b = mw__ptr(w, in->ref[2]);
+            k->extra.ids = mw__ptr(w, in->ref[3]);
+        }
         break;
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: break;

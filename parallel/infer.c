@@ -115,7 +115,7 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         int at = chunk_name >= 0 ? mw__type_find_name(&t->type, chunk_name) : -1;
-        if (t->op == MW__OP_INPUT) dep[i] = at >= 0;
+        if (t->op == MW__OP_INPUT || t->op == MW__OP_STATE) dep[i] = at >= 0;
         int from_rows = 0; /* an input that depends on the rows and has the chunk axis */
         for (int k = 0; k < t->nin; k++) {
             int j = t->in[k]->id;
@@ -288,6 +288,11 @@ static mw_status check_call(mw_infer *inf, const mw_feed *feeds, int nfeeds, int
     if (rows < 1 || nfeeds < 0 || nfetches < 0 || (nfeeds && !feeds) || (nfetches && !fetches))
         return mw__error(MW_ERR_INVALID, "mw_infer_run: bad arguments (rows %lld)",
                          (long long)rows);
+    if (inf->graph->nstates && inf->chunk && rows != inf->chunk)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_infer_run: this program has states (mw_state), whose rows are the "
+                         "rows of every run: run exactly %lld rows, not %lld",
+                         (long long)inf->chunk, (long long)rows);
     if (!inf->chunk && rows != 1)
         return mw__error(MW_ERR_INVALID,
                          "mw_infer_run: no input has the chunk axis, so a run is "

@@ -528,6 +528,10 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     if (graph->status) return mw__error_copy(graph->status, graph->error);
     if (!loss || loss->g != graph)
         return mw__error(MW_ERR_INVALID, "mw_trainer_new: the loss is NULL or from another graph");
+    if (!forward_only && graph->nstates)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_trainer_new: the graph has states (mw_state), which belong to "
+                         "inference programs (mw_infer_new): they have no gradient");
     if (!forward_only && (loss->type.rank != 0 || loss->type.dtype != MW_F32)) {
         char d[256];
         return mw__error(MW_ERR_SHAPE, "mw_trainer_new: the loss must be an f32 scalar, not %s",

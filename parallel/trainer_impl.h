@@ -36,6 +36,7 @@ typedef struct worker {
      * counts the changes of this device's parameters (the optimizer's, and writes from the
      * host); version16 is the version the copy was made from (see mw__params16_sync). */
     void *params16;
+    void *state; /* an inference program's states (plan.state_elems), or NULL */
     uint64_t version, version16;
     /* AdamW: m then v; SGD with momentum: its buffer. Each covers this device's slice
      * [own_lo, own_hi) of the flat parameters: all of them, or with ZeRO-1 its own slice. */

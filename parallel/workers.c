@@ -66,6 +66,12 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
     w->bases[MW__BASE_PARAMS16] = w->params16;
+    if (p->state_elems) { /* an inference program's states: zero until first written */
+        if ((st = vt->alloc(&w->dev, (size_t)p->state_elems * 4, &w->state))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = p->state_elems, .out = w->state};
+        if ((st = vt->fill(&w->dev, &z))) return st;
+    }
+    w->bases[MW__BASE_STATE] = w->state;
     if ((st = mw__executor_init(w))) return st;
     const float *init =
         w->tr->init_boxes ? w->tr->init_boxes[w->index - w->tr->first] : w->tr->init_values;
@@ -197,6 +203,7 @@ static void run_one(worker *w, cmd c) {
         if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
         w->dev.vt->free(&w->dev, w->grads);
         w->dev.vt->free(&w->dev, w->params16);
+        w->dev.vt->free(&w->dev, w->state);
         w->dev.vt->free(&w->dev, w->moments);
         w->dev.vt->free(&w->dev, w->accum);
         w->dev.vt->free(&w->dev, w->scratch);

@@ -3,8 +3,10 @@
 #include "devices/cpu/cpu_ops_extra.h"
 
 #include "devices/cpu/simd.h"
+#include "devices/math.h"
 #include "devices/math_ops.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -62,6 +64,57 @@ static void dropout(const mw__k_extra *k) {
     }
 }
 
+/* A position per outer row in [0, n), or an error naming the first that is not. */
+static mw_status positions_ok(const mw__device *dev, const mw__k_extra *k, const char *what) {
+    for (int64_t o = 0; o < k->outer; o++)
+        if (k->ids[o] < 0 || k->ids[o] >= k->n)
+            return mw__error(MW_ERR_INVALID, "%s: %s: position %d of row %lld is outside [0, %lld)",
+                             dev ? dev->name : "cpu", what, (int)k->ids[o], (long long)o,
+                             (long long)k->n);
+    return MW_OK;
+}
+
+static mw_status state_write(const mw__device *dev, const mw__k_extra *k) {
+    mw_status st = positions_ok(dev, k, "state write");
+    if (st) return st;
+    for (int64_t o = 0; o < k->outer; o++)
+        memcpy(k->out + (o * k->n + k->ids[o]) * k->inner, k->a + o * k->inner,
+               (size_t)k->inner * sizeof *k->out);
+    return MW_OK;
+}
+
+/* Per row and head, the query against keys 0..pos in key order with a running maximum (the
+ * output row holds the weighted sum of values as it grows), f32 throughout. */
+static mw_status attention_cached(const mw__device *dev, const mw__k_extra *k) {
+    mw_status st = positions_ok(dev, k, "cached attention");
+    if (st) return st;
+    const int64_t H = k->inner, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
+    for (int64_t o = 0; o < k->outer; o++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *q = k->a + (o * H + h) * D, *kv = k->b + o * k->n * row + h * D;
+            float *acc = k->out + (o * H + h) * D, m = -INFINITY, l = 0.0f;
+            memset(acc, 0, (size_t)D * sizeof *acc);
+            for (int64_t j = 0; j <= k->ids[o]; j++) {
+                const float *key = kv + j * row, *val = key + H * D;
+                float s = 0.0f;
+                for (int64_t d = 0; d < D; d++) s += q[d] * key[d];
+                s *= k->scale;
+                if (s > m) { /* a new maximum: what is summed so far shrinks by e^(m - s) */
+                    float c = mw__expf(m - s);
+                    l *= c;
+                    for (int64_t d = 0; d < D; d++) acc[d] *= c;
+                    m = s;
+                }
+                float e = mw__expf(s - m);
+                l += e;
+                for (int64_t d = 0; d < D; d++) acc[d] += e * val[d];
+            }
+            float inv = 1.0f / l;
+            for (int64_t d = 0; d < D; d++) acc[d] *= inv;
+        }
+    return MW_OK;
+}
+
 static void reduce_max(const mw__k_extra *k, int arg) {
     for (int64_t o = 0; o < k->outer; o++)
         for (int64_t i = 0; i < k->inner; i++) {
@@ -93,6 +146,8 @@ mw_status mw__cpu_extra(mw__device *dev, const mw__k_extra *k) {
         return MW_OK;
     case MW__X_ARGMAX:
     case MW__X_REDUCE_MAX: reduce_max(k, k->op == MW__X_ARGMAX); return MW_OK;
+    case MW__X_STATE_WRITE: return state_write(dev, k);
+    case MW__X_ATTENTION_CACHED: return attention_cached(dev, k);
     }
     return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown extra op %d", dev->name, (int)k->op);
 }

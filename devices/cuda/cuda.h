@@ -51,6 +51,9 @@ typedef struct mw__cuda_data_error {
  * that is set (an embedding id and a cross-entropy target each with its position and range). */
 mw_status mw__cuda_data_errors(const char *dev, const mw__cuda_data_error *embed,
                                const mw__cuda_data_error *target);
+/* MW_OK when pos is not set; else MW_ERR_INVALID naming device dev, the row and the position a
+ * state write or cached attention was given outside [0, limit). */
+mw_status mw__cuda_position_error(const char *dev, const mw__cuda_data_error *pos);
 
 /* A GPU's identity across processes and hosts: "host PCI-bus-id GPU-UUID". */
 #define MW__GPU_ID_SIZE 160

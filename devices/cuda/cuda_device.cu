@@ -43,7 +43,8 @@ static mw_status report_data_error(mw__device *dev) {
         kinds[kind].limit = rec[kind].limit;
     }
     /* MW_OK when the flag was raised but no record is set: nothing to report. */
-    return mw__cuda_data_errors(dev->name, &kinds[ERR_EMBED], &kinds[ERR_TARGET]);
+    mw_status st = mw__cuda_data_errors(dev->name, &kinds[ERR_EMBED], &kinds[ERR_TARGET]);
+    return st ? st : mw__cuda_position_error(dev->name, &kinds[ERR_POSITION]);
 }
 
 /* A data error an earlier kernel flagged (read without waiting). */

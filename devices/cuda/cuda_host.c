@@ -41,6 +41,14 @@ mw_status mw__cuda_data_errors(const char *dev, const mw__cuda_data_error *embed
     return mw__error(MW_ERR_INVALID, "%s: %s%s%s", dev, a, *a && *b ? "; and " : "", b);
 }
 
+mw_status mw__cuda_position_error(const char *dev, const mw__cuda_data_error *pos) {
+    if (!pos || !pos->set) return MW_OK;
+    return mw__error(MW_ERR_INVALID,
+                     "%s: a state write or cached attention: position %d of row %lld is outside "
+                     "[0, %lld)",
+                     dev, pos->value, pos->pos, pos->limit);
+}
+
 int mw__find_shared_gpu(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, int *second) {
     for (int j = 1; j < n; j++)
         for (int i = 0; i < j; i++)

@@ -39,7 +39,7 @@ typedef struct err_rec {
     long long limit;
 } err_rec;
 
-enum { ERR_EMBED = 0, ERR_TARGET = 1, NERR = 2 };
+enum { ERR_EMBED = 0, ERR_TARGET = 1, ERR_POSITION = 2, NERR = 3 };
 #define ERR_NONE 0xffffffffffffffffull
 
 typedef struct cuda_impl {

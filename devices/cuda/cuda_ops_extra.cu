@@ -9,6 +9,7 @@ extern "C" {
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_ops_extra.h"
 }
+#include "devices/cuda/cuda_impl.cuh"
 #include "devices/math_ops.h"
 
 #define THREADS 256
@@ -41,6 +42,73 @@ __global__ void k_dropout(mw__k_extra k, uint64_t key, uint32_t threshold) {
             rest /= k.len[d];
         }
         k.out[i] = mw__dropout_keep(key, (uint64_t)g, threshold) ? k.a[i] * scale : 0.0f;
+    }
+}
+
+/* out[o, ids[o], i] = a[o, i]; a row with a position outside [0, n) is left and recorded. */
+__global__ void k_state_write(int64_t outer, int64_t n, int64_t inner, float *out, const float *a,
+                              const int32_t *ids, err_rec *err, int *flag) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t / inner, i = t % inner;
+        int32_t at = ids[o];
+        if (at < 0 || at >= n) {
+            if (i == 0) record_bad(&err[ERR_POSITION], flag, o, at, n);
+            continue;
+        }
+        out[(o * n + at) * inner + i] = a[t];
+    }
+}
+
+/* One warp per (row, head): the query against keys 0..pos in key order, with a running maximum
+ * (the CPU kernel's order of terms per feature; the dot products summed by a fixed shuffle
+ * tree). Each lane keeps the features lane, lane + 32, ... (dim <= 256). */
+#define CACHED_MAX_DIM 256
+__global__ void k_attention_cached(mw__k_extra k, err_rec *err, int *flag) {
+    int64_t pair = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (pair >= k.outer * k.inner) return;
+    int64_t o = pair / k.inner, h = pair % k.inner, H = k.inner, D = k.dim, row = 2 * H * D;
+    int32_t pos = k.ids[o];
+    if (pos < 0 || pos >= k.n) {
+        if (lane == 0 && h == 0) record_bad(&err[ERR_POSITION], flag, o, pos, k.n);
+        return;
+    }
+    const float *q = k.a + (o * H + h) * D, *kv = k.b + o * k.n * row + h * D;
+    float acc[CACHED_MAX_DIM / 32], qv[CACHED_MAX_DIM / 32];
+    int per = (int)((D + 31) / 32);
+    for (int r = 0; r < per; r++) {
+        int64_t d = lane + 32 * r;
+        acc[r] = 0.0f;
+        qv[r] = d < D ? q[d] : 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= pos; j++) {
+        const float *key = kv + j * row, *val = key + H * D;
+        float s = 0.0f;
+        for (int r = 0; r < per; r++) {
+            int64_t d = lane + 32 * r;
+            if (d < D) s += qv[r] * key[d];
+        }
+        for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+        s *= k.scale;
+        if (s > m) {
+            float c = mw__expf(m - s);
+            l *= c;
+            for (int r = 0; r < per; r++) acc[r] *= c;
+            m = s;
+        }
+        float e = mw__expf(s - m);
+        l += e;
+        for (int r = 0; r < per; r++) {
+            int64_t d = lane + 32 * r;
+            if (d < D) acc[r] += e * val[d];
+        }
+    }
+    float inv = 1.0f / l;
+    for (int r = 0; r < per; r++) {
+        int64_t d = lane + 32 * r;
+        if (d < D) k.out[(o * H + h) * D + d] = acc[r] * inv;
     }
 }
 
@@ -114,6 +182,25 @@ extern "C" mw_status mw__cuda_extra(mw__device *dev, const mw__k_extra *k) {
         k_reduce_max<<<blocks_for(k->outer * k->inner), THREADS, 0, s>>>(
             k->outer, k->n, k->inner, k->op == MW__X_ARGMAX, k->out, k->a);
         return launched(dev, "max kernel");
+    case MW__X_STATE_WRITE: {
+        if (k->outer * k->inner <= 0) return MW_OK;
+        cuda_impl *im = (cuda_impl *)dev->impl;
+        k_state_write<<<blocks_for(k->outer * k->inner), THREADS, 0, s>>>(
+            k->outer, k->n, k->inner, k->out, k->a, k->ids, im->err, im->flag_dev);
+        return launched(dev, "state write kernel");
+    }
+    case MW__X_ATTENTION_CACHED: {
+        if (k->outer * k->inner <= 0) return MW_OK;
+        if (k->dim > CACHED_MAX_DIM)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "%s: cached attention supports head sizes up to %d, not %lld",
+                             dev->name, CACHED_MAX_DIM, (long long)k->dim);
+        cuda_impl *im = (cuda_impl *)dev->impl;
+        int64_t pairs = k->outer * k->inner, per_block = THREADS / 32;
+        unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
+        k_attention_cached<<<blocks, THREADS, 0, s>>>(*k, im->err, im->flag_dev);
+        return launched(dev, "cached attention kernel");
+    }
     }
     return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown extra op %d", dev->name, (int)k->op);
 }

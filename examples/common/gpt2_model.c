@@ -117,8 +117,7 @@ static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, c
  * order), and attprojw [Out, Embed=(Head, HeadDim)] as [Out, Head, HeadDim]. The heads are
  * independent, so splitting Head over the model axis gives each device whole heads: the
  * projection contracts Head, and its partial sums are all-reduced before the bias is added. */
-static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, float std,
-                            float proj_std) {
+static mw_tensor *qkv_of(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, float std) {
     mw_graph *g = t->g;
     const int64_t C = c->channels, H = c->heads, D = c->channels / c->heads;
     mw_tensor *w = split(t,
@@ -130,17 +129,33 @@ static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_confi
         t,
         param(t, layer, "qkvb", MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}), MW_INIT_ZEROS),
         "Head");
-    mw_tensor *qkv = mw_add(g, mw_dot(g, x, w, "Embed"), b); /* [Batch, Seq, Part, Head, HeadDim] */
-    float scale = c->attn_unscaled ? 1.0f : 1.0f / sqrtf((float)D);
-    if (c->attn_layer_scaled) scale /= (float)(layer + 1);
-    mw_tensor *y = mw_attention(g, qkv, "Part", "Seq", "HeadDim", 1, scale);
+    return mw_add(g, mw_dot(g, x, w, "Embed"), b); /* [Batch, (Seq,) Part, Head, HeadDim] */
+}
+
+static float attention_scale(const gpt2_config *c, int layer) {
+    float scale = c->attn_unscaled ? 1.0f : 1.0f / sqrtf((float)(c->channels / c->heads));
+    return c->attn_layer_scaled ? scale / (float)(layer + 1) : scale;
+}
+
+/* The projection of the heads' outputs y [..., Head, HeadDim] back to Out. */
+static mw_tensor *attention_proj(tracer *t, mw_tensor *y, int layer, const gpt2_config *c,
+                                 float proj_std, const char *out_axes) {
+    mw_graph *g = t->g;
+    const int64_t C = c->channels, H = c->heads, D = c->channels / c->heads;
     mw_tensor *pw =
         split(t,
               param(t, layer, "attprojw", MW_AXES({"Out", C}, {"Head", H}, {"HeadDim", D}),
                     MW_INIT_NORMAL(proj_std)),
               "Head");
     mw_tensor *pb = param(t, layer, "attprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS);
-    return mw_add(g, mw_contract(g, y, pw, "Batch,Seq,Out"), pb);
+    return mw_add(g, mw_contract(g, y, pw, out_axes), pb);
+}
+
+static mw_tensor *attention(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, float std,
+                            float proj_std) {
+    mw_tensor *qkv = qkv_of(t, x, layer, c, std);
+    mw_tensor *y = mw_attention(t->g, qkv, "Part", "Seq", "HeadDim", 1, attention_scale(c, layer));
+    return attention_proj(t, y, layer, c, proj_std, "Batch,Seq,Out");
 }
 
 /* The MLP: fcw [Hidden=4C, Embed] and fcprojw [Out, Hidden]; splitting Hidden over the model
@@ -197,5 +212,47 @@ mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
     x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
     out->logits = mw_dot(g, x, wte, "Embed"); /* the head shares the token embedding */
     out->loss = mw_mean(g, mw_cross_entropy(g, out->logits, targets, "Vocab", c->vocab), NULL);
+    return mw_graph_status(g);
+}
+
+mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
+                            const char *model_axis, gpt2_decode *out) {
+    tracer t = {.g = g, .model_axis = model_axis};
+    const int64_t C = c->channels, L = c->layers, H = c->heads, D = c->channels / c->heads;
+    const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
+    memset(out, 0, sizeof *out);
+    out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", batch}));
+    out->pos = mw_input(g, "pos", MW_I32, MW_AXES({"Batch", batch}));
+    mw_tensor *tokens = out->tokens, *pos = out->pos;
+    if (data_axis) {
+        tokens = mw_shard(g, tokens, "Batch", data_axis);
+        pos = mw_shard(g, pos, "Batch", data_axis);
+    }
+    mw_tensor *wte = param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
+                           MW_INIT_NORMAL(std));
+    mw_tensor *wpe =
+        param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f));
+    mw_tensor *x =
+        mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_embedding(g, wpe, pos, "Ctx"));
+    for (int l = 0; l < L; l++) {
+        mw_tensor *qkv = qkv_of(&t, layernorm(&t, x, l, "ln1w", "ln1b", c), l, c, std);
+        /* This position's keys and values join the cache at pos; the query reads 0..pos. */
+        char name[32];
+        snprintf(name, sizeof name, "h%d.kv", l);
+        mw_tensor *kv = mw_state(g, name,
+                                 MW_AXES({"Batch", batch}, {"Ctx", c->max_seq}, {"Part", 2},
+                                         {"Head", H}, {"HeadDim", D}));
+        if (data_axis) kv = mw_shard(g, kv, "Batch", data_axis);
+        if (model_axis) kv = mw_shard(g, kv, "Head", model_axis);
+        kv = mw_state_write(g, kv, mw_slice(g, qkv, "Part", 1, 2, NULL), "Ctx", pos);
+        mw_tensor *y = mw_attention_cached(g, mw_select(g, qkv, "Part", 0), kv, "Part", "Ctx",
+                                           "HeadDim", pos, attention_scale(c, l));
+        x = mw_add(
+            g, x, mw_rename(g, attention_proj(&t, y, l, c, proj_std, "Batch,Out"), "Out", "Embed"));
+        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
+        x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
+    }
+    x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
+    out->logits = mw_dot(g, x, wte, "Embed"); /* [Batch, Vocab] */
     return mw_graph_status(g);
 }

@@ -67,6 +67,21 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
 mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
                           const char *data_axis, const char *model_axis, gpt2_graph *out);
 
+/* One decoding step of the same model with a key/value cache, for inference programs
+ * (mw_infer_from_trainer reads a trainer's parameters by name): i32 inputs "tokens" [Batch] (the
+ * token at each sequence's position) and "pos" [Batch] (that position, < max_seq); logits
+ * [Batch, Vocab] of the next token. Each layer keeps a state "h<l>.kv" [Batch, Ctx, Part=2,
+ * Head, HeadDim] of the keys and values of every position so far: a run writes this position's
+ * and attends to positions 0..pos, so feeding a sequence's tokens at positions 0, 1, 2, ... gives
+ * the logits gpt2_build gives at those positions (to float tolerance). data_axis and model_axis
+ * shard it as gpt2_build_mesh does. Returns the graph's status. */
+typedef struct gpt2_decode {
+    mw_tensor *tokens, *pos;
+    mw_tensor *logits;
+} gpt2_decode;
+mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
+                            const char *model_axis, gpt2_decode *out);
+
 /* llm.c model files (fp32, version 3): a 256 x int32 header (magic 20240326, version 3, maxT, V,
  * L, NH, C, Vp) and the parameters in llm.c's order, each layer's tensors stacked over L.
  * gpt2_read_header fills *c from a file's header; gpt2_load copies a file's weights into the

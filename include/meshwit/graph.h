@@ -303,6 +303,34 @@ mw_tensor *mw_concat(mw_graph *g, mw_tensor *const *xs, int n, const char *axis)
  * (p outside [0, 1)). */
 mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed);
 
+/* --- states: what an inference program keeps between runs (key/value caches) ----------------- */
+
+/* A state of an inference program (mw_infer_new): f32 of the given axes, zero when the program is
+ * made, kept from one mw_infer_run to the next on the devices; shard it with mw_shard like an
+ * input (before its first use). A trainer refuses a graph with states (they have no gradient).
+ * Errors: as mw_input's. */
+mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes);
+
+/* The state (or the result of its last mw_state_write) with value written in place at position
+ * index[r] of axis `axis` for every row r of the axes before it: index is i32 with exactly the
+ * state's axes before `axis`; value has the state's axes without `axis`, in order. Readers of the
+ * result see the write; a state's writes form a chain (each must take the latest version). A
+ * position outside the axis fails the run naming it. Errors: MW_ERR_INVALID (not a state, or not
+ * its latest version), MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING (the written axis sharded). */
+mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const char *axis,
+                          mw_tensor *index);
+
+/* One query per row attending to cached keys and values: kv holds [batch axes..., seq_axis,
+ * part_axis = 2 (keys, then values), head axes..., feature_axis]; q has kv's axes without
+ * seq_axis and part_axis; pos (i32, the batch axes) says how far each row has got: row r attends
+ * to positions 0..pos[r] of seq_axis, softmax(scale q . k) v, in f32 with a running maximum (the
+ * decoding step of mw_attention with causal = 1, without a score tensor). The seq, part and
+ * feature axes must not be sharded; batch and head axes may be. No gradient. Errors:
+ * MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING; a position outside seq_axis fails the run. */
+mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const char *part_axis,
+                               const char *seq_axis, const char *feature_axis, mw_tensor *pos,
+                               float scale);
+
 /* --- inspection ------------------------------------------------------------------------------- */
 
 int mw_tensor_rank(const mw_tensor *t);
