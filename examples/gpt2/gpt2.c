@@ -40,8 +40,9 @@ typedef struct options {
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
-    int cpu_threads; /* mw_trainer_config.cpu_threads */
-    int bf16;        /* --precision bf16 */
+    int cpu_threads;      /* mw_trainer_config.cpu_threads */
+    int bf16;             /* --precision bf16 */
+    int sample_recompute; /* --sample-recompute: no key/value cache */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -125,6 +126,9 @@ static void usage(FILE *f) {
         "  --eval-batches N    (default 16)\n"
         "  --sample N          generate N tokens at the end (default 200; 0: none)\n"
         "  --temperature X     sampling temperature; 0 picks the likeliest token (default 0.7)\n"
+        "  --sample-recompute  sample by running the model over the whole window for every\n"
+        "                      token instead of through a key/value cache (the cache keeps\n"
+        "                      the last --seq tokens; full, it starts again from the last half)\n"
         "  --prompt TEXT       start of the sample, byte-level data only (default a newline)\n"
         "  --help              this text\n"
         "\n"
@@ -355,6 +359,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             bad = cli_parse_int(v, 1, big, &o->eval_batches);
         } else if ((v = cli_option_value(argc, argv, &i, "--sample", &missing))) {
             bad = cli_parse_int(v, 0, big, &o->sample);
+        } else if (strcmp(arg, "--sample-recompute") == 0) {
+            o->sample_recompute = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--temperature", &missing))) {
             bad = cli_parse_double(v, 0.0, 1e3, &o->temperature);
         } else if ((v = cli_option_value(argc, argv, &i, "--prompt", &missing))) {
@@ -383,10 +389,10 @@ static int choose_model(options *o, const sizes *sz) {
     char err[512], note[256] = "";
     gpt2_config *c = &o->model;
     if (o->load) {
-        mw_status st = gpt2_is_safetensors(o->load)
-                           ? gpt2_hf_read_config_note(o->load, c, note, sizeof note, err,
-                                                      sizeof err)
-                           : gpt2_read_header(o->load, c, err, sizeof err);
+        mw_status st =
+            gpt2_is_safetensors(o->load)
+                ? gpt2_hf_read_config_note(o->load, c, note, sizeof note, err, sizeof err)
+                : gpt2_read_header(o->load, c, err, sizeof err);
         if (st != MW_OK) {
             fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
             return -1;
@@ -399,8 +405,10 @@ static int choose_model(options *o, const sizes *sz) {
             const struct {
                 const char *name;
                 int preset, file;
-            } f[] = {{"layers", p.layers, c->layers},      {"heads", p.heads, c->heads},
-                     {"channels", p.channels, c->channels}, {"context", p.max_seq, c->max_seq},
+            } f[] = {{"layers", p.layers, c->layers},
+                     {"heads", p.heads, c->heads},
+                     {"channels", p.channels, c->channels},
+                     {"context", p.max_seq, c->max_seq},
                      {"vocab", p.vocab, c->vocab}};
             for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
                 snprintf(what, sizeof what, "--preset %s has %s", o->preset, f[i].name);
@@ -724,29 +732,100 @@ static void print_token(int token, int byte_level) {
         putchar(token);
 }
 
-/* Generates o->sample tokens with an inference program of the model traced for one sequence,
- * reading the trainer's parameters in place (no copy, no targets, no gradients): each new token
- * is drawn from the logits at the last position of the window of the latest seq tokens. */
-static int sample(run *r) {
+/* What produces the logits of the next token: a decoding program with a key/value cache (one
+ * position per run), or the model over the whole window each time (--sample-recompute). */
+typedef struct sampler {
+    int cached, window, at; /* at: positions in the cache (cached) */
+    mw_graph *g;
+    mw_infer *inf;
+    mw_tensor *logits;
+    int32_t *tokens; /* recompute: the window */
+    float *out;      /* recompute: window x Vp logits; cached: Vp */
+} sampler;
+
+static mw_status sampler_open(run *r, sampler *s) {
     const options *o = &r->o;
     const gpt2_config *c = &o->model;
-    const int T = o->seq, V = c->vocab, Vp = c->padded_vocab;
-    mw_graph *g = NULL;
-    mw_infer *inf = NULL;
-    gpt2_graph m;
-    int rc = 0, n = 0, cap = o->sample + (int)strlen(o->prompt) + 1;
-    int32_t *hist = malloc((size_t)cap * sizeof *hist), *tokens = calloc((size_t)T, 4);
-    float *logits = malloc((size_t)T * (size_t)Vp * sizeof *logits);
-    char *text = malloc((size_t)cap);
-    mw_status st = hist && tokens && logits && text ? MW_OK : MW_ERR_NOMEM;
-    if (st == MW_OK) st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build_mesh(g, c, 1, T, NULL, r->o.model_axis, &m);
-    if (st == MW_OK) {
-        mw_infer_config ic = {.outputs = &m.logits,
-                              .noutputs = 1,
-                              .precision = r->o.bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
-        st = mw_infer_from_trainer(r->tr, g, &ic, &inf);
+    memset(s, 0, sizeof *s);
+    s->cached = !o->sample_recompute;
+    s->window = o->seq;
+    s->tokens = calloc((size_t)s->window, sizeof *s->tokens);
+    s->out = malloc((size_t)(s->cached ? 1 : s->window) * (size_t)c->padded_vocab * sizeof *s->out);
+    mw_status st = s->tokens && s->out ? mw_graph_new(&s->g) : MW_ERR_NOMEM;
+    if (st == MW_OK && s->cached) {
+        gpt2_decode d;
+        st = gpt2_build_decode(s->g, c, 1, NULL, o->model_axis, &d);
+        s->logits = d.logits;
+    } else if (st == MW_OK) {
+        gpt2_graph m;
+        st = gpt2_build_mesh(s->g, c, 1, s->window, NULL, o->model_axis, &m);
+        s->logits = m.logits;
     }
+    if (st == MW_OK) {
+        mw_infer_config ic = {.outputs = &s->logits,
+                              .noutputs = 1,
+                              .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
+        st = mw_infer_from_trainer(r->tr, s->g, &ic, &s->inf);
+    }
+    return st;
+}
+
+static void sampler_close(sampler *s) {
+    mw_infer_free(s->inf);
+    mw_graph_free(s->g);
+    free(s->tokens);
+    free(s->out);
+}
+
+/* One decoding step: the token at cache position s->at; its logits to s->out. */
+static mw_status sampler_feed(sampler *s, int32_t token) {
+    int32_t pos = s->at;
+    mw_feed in[2] = {{"tokens", &token, 1}, {"pos", &pos, 1}};
+    mw_fetch f = {s->logits, s->out, mw_tensor_numel(s->logits)};
+    mw_status st = mw_infer_run(s->inf, in, 2, 1, &f, 1);
+    if (st == MW_OK) s->at++;
+    return st;
+}
+
+/* The logits of the token after hist[0, n) (its last window), in *logits. With the cache, tokens
+ * since the last call are fed one by one; when the window is full the cache starts again from
+ * the last half of it (fed anew at positions 0, 1, ...), so the model never sees a position
+ * beyond the window it was trained on. */
+static mw_status sampler_next(sampler *s, const int32_t *hist, int n, int fed, int Vp,
+                              const float **logits) {
+    mw_status st = MW_OK;
+    if (!s->cached) {
+        int start = n > s->window ? n - s->window : 0, len = n - start;
+        memcpy(s->tokens, hist + start, (size_t)len * sizeof *s->tokens);
+        mw_feed feed = {"tokens", s->tokens, s->window};
+        mw_fetch f = {s->logits, s->out, (int64_t)s->window * Vp};
+        st = mw_infer_run(s->inf, &feed, 1, 1, &f, 1);
+        *logits = s->out + (size_t)(len - 1) * (size_t)Vp;
+        return st;
+    }
+    for (int i = fed; i < n && st == MW_OK; i++) {
+        if (s->at == s->window) { /* full: keep the last half */
+            int keep = s->window / 2 > 0 ? s->window / 2 : 1;
+            s->at = 0;
+            for (int k = i - keep; k < i && st == MW_OK; k++) st = sampler_feed(s, hist[k]);
+        }
+        if (st == MW_OK) st = sampler_feed(s, hist[i]);
+    }
+    *logits = s->out;
+    return st;
+}
+
+/* Generates o->sample tokens with an inference program reading the trainer's parameters in place
+ * (no copy, no targets, no gradients): the decoding step with a key/value cache, or with
+ * --sample-recompute the model over the window of the latest seq tokens for every token. */
+static int sample(run *r) {
+    const options *o = &r->o;
+    const int V = o->model.vocab, Vp = o->model.padded_vocab;
+    sampler sm;
+    int rc = 0, n = 0, fed = 0, cap = o->sample + (int)strlen(o->prompt) + 1;
+    int32_t *hist = malloc((size_t)cap * sizeof *hist);
+    char *text = malloc((size_t)cap);
+    mw_status st = hist && text ? sampler_open(r, &sm) : MW_ERR_NOMEM;
     if (st != MW_OK) {
         rc = fail(st, "cannot set up sampling");
         goto done;
@@ -756,22 +835,26 @@ static int sample(run *r) {
     else
         hist[n++] = V == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
     int prompt_len = n;
-    printf("sample (%d tokens, temperature %g):\n", o->sample, o->temperature);
+    printf("sample (%d tokens, temperature %g, %s):\n", o->sample, o->temperature,
+           sm.cached ? "key/value cache" : "recomputing the window");
     if (r->byte_level) fwrite(o->prompt, 1, strlen(o->prompt), stdout);
-    mw_feed feed = {"tokens", tokens, T};
-    mw_fetch fetch = {m.logits, logits, (int64_t)T * Vp};
+    double t0 = now();
     for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
-        int start = n > T ? n - T : 0, len = n - start;
-        memcpy(tokens, hist + start, (size_t)len * sizeof *tokens);
-        if ((st = mw_infer_run(inf, &feed, 1, 1, &fetch, 1)) != MW_OK) {
+        const float *logits;
+        if ((st = sampler_next(&sm, hist, n, fed, Vp, &logits)) != MW_OK) {
             rc = fail(st, "sampling failed");
             goto done;
         }
-        hist[n] = draw(logits + (size_t)(len - 1) * (size_t)Vp, V, o->temperature, &r->rng);
+        fed = n;
+        hist[n] = draw(logits, V, o->temperature, &r->rng);
         print_token(hist[n++], r->byte_level);
         fflush(stdout);
     }
+    double secs = now() - t0;
     printf("\n");
+    if (n > prompt_len)
+        printf("sampled %d tokens in %.3f s (%.1f tokens/s)\n", n - prompt_len, secs,
+               (double)(n - prompt_len) / (secs > 0 ? secs : 1e-9));
     if (r->corpus) {
         for (int i = 0; i < n; i++) text[i] = (char)hist[i];
         int lines, ok, correct; /* the first line counts when the prompt ends one */
@@ -781,11 +864,8 @@ static int sample(run *r) {
                correct);
     }
 done:
-    mw_infer_free(inf);
-    mw_graph_free(g);
+    if (hist && text) sampler_close(&sm);
     free(hist);
-    free(tokens);
-    free(logits);
     free(text);
     return rc;
 }
