@@ -53,6 +53,8 @@ int mwb_case_soak(mwb_ctx *ctx);
 int mwb_case_parallel(mwb_ctx *ctx);  /* data, ZeRO-1, tensor and data x tensor parallelism */
 int mwb_case_gpt2_124m(mwb_ctx *ctx); /* GPT-2 124M at T=1024 on a GPU: MFU */
 int mwb_case_mpi(mwb_ctx *ctx);       /* all-reduce between processes vs threads (under mpirun) */
+int mwb_case_sample(mwb_ctx *ctx);    /* sampling with and without the key/value cache */
+int mwb_case_tokenize(mwb_ctx *ctx);  /* GPT-2's tokenizer vs Hugging Face tokenizers, MB/s */
 
 /* GPT-2 trained on a mesh, stepped by the caller (bench/gpt2_run.c; mwb_gpt2_make there takes
  * any model and batch): mwb_gpt2_new makes the tiny GPT-2 of the gpt2 case (batch 32 x 32,

@@ -31,6 +31,10 @@ static const bench_case cases[] = {
      "llm.c's GPT-2: data, ZeRO-1, tensor, data x tensor parallel: speed, memory per device"},
     {"soak", mwb_case_soak, "thousands of steps on cpu:4 with faults and checkpoints: flat memory"},
     {"mpi", mwb_case_mpi, "under mpirun: all-reduce vs MPI_Allreduce, GPT-2 processes vs threads"},
+    {"sample", mwb_case_sample,
+     "llm.c's GPT-2 sampling 256 tokens: key/value cache vs recomputing, tokens/s"},
+    {"tokenize", mwb_case_tokenize,
+     "GPT-2's BPE tokenizer: encode MB/s vs Hugging Face tokenizers"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

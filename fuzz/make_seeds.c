@@ -8,6 +8,8 @@
 #include "gpt2_model.h"
 #include "meshwit.h"
 
+static int write_tokenizer_seeds(const char *dir);
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_seeds DIR\n");
@@ -41,9 +43,53 @@ int main(int argc, char **argv) {
     rc |=
         !f || fwrite(header, sizeof header, 1, f) != 1 || fwrite(tokens, sizeof tokens, 1, f) != 1;
     if (f) fclose(f);
+    rc |= write_tokenizer_seeds(argv[1]);
     if (rc) fprintf(stderr, "make_seeds: could not write the seeds under %s\n", argv[1]);
     mw_trainer_free(tr);
     mw_mesh_free(mesh);
     mw_graph_free(g);
+    return rc;
+}
+
+/* The tokenizer harness reads every input both as a tokenizer.json and as text: a small
+ * tokenizer.json with an added token, the prefix-space variant of the test data, and text in
+ * several scripts with the special token and bytes that are not UTF-8. */
+static int write_seed(const char *dir, const char *name, const void *data, size_t n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(data, 1, n, f) != n;
+    if (f) bad |= fclose(f) != 0;
+    return bad;
+}
+
+static int write_tokenizer_seeds(const char *dir) {
+    static const char tiny[] =
+        "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,\n"
+        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|endoftext|>\", \"single_word\": false,\n"
+        "   \"lstrip\": true, \"rstrip\": false, \"normalized\": false, \"special\": true}],\n"
+        " \"normalizer\": null,\n"
+        " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true,\n"
+        "   \"trim_offsets\": true, \"use_regex\": true},\n"
+        " \"post_processor\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"},\n"
+        " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": \"a\", \"fuse_unk\": "
+        "true,\n"
+        "   \"byte_fallback\": true,\n"
+        "   \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<0xC4>\": 3, \"<0xA0>\": 4},\n"
+        "   \"merges\": [\"a b\"]}}\n";
+    static const char text[] = "It's 42 o'clock \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 "
+                               "\xe4\xbd\xa0\xe5\xa5\xbd<|endoftext|>  \t\n\n x\x80\xff\xc3 "
+                               "e\xcc\x81 \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd";
+    int rc = write_seed(dir, "tiny.json", tiny, sizeof tiny - 1);
+    rc |= write_seed(dir, "text.txt", text, sizeof text - 1);
+    char path[4096];
+    const char *file = __FILE__, *slash = strrchr(file, '/');
+    snprintf(path, sizeof path, "%.*s/../tests/data/tokenizer/variants/prefix_space.json",
+             slash ? (int)(slash - file) : 1, slash ? file : ".");
+    FILE *f = fopen(path, "rb");
+    char buf[65536];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f) fclose(f);
+    rc |= !n || write_seed(dir, "prefix_space.json", buf, n);
     return rc;
 }

@@ -4,7 +4,8 @@
  * meshwit/trainer.h (compiling and running steps), meshwit/infer.h (forward-only programs for
  * prediction) and meshwit/weights.h (listing parameters, safetensors weight files); every fallible
  * call returns an mw_status (meshwit/status.h); meshwit/distributed.h runs meshes across processes
- * through MPI. */
+ * through MPI; meshwit/tokenizer.h turns text into GPT-2's token ids and back, as Hugging Face
+ * tokenizers does. */
 #ifndef MESHWIT_H
 #define MESHWIT_H
 
@@ -18,6 +19,7 @@
 #include "meshwit/mesh.h"
 #include "meshwit/status.h"
 #include "meshwit/testing.h"
+#include "meshwit/tokenizer.h"
 #include "meshwit/trainer.h"
 #include "meshwit/weights.h"
 

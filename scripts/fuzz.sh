@@ -12,12 +12,12 @@ cc=clang
 flags=(-std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I include -I .
        -I examples/common)
-sources=(core/*.c parallel/*.c devices/*.c devices/cpu/*.c examples/common/*.c)
+sources=(core/*.c parallel/*.c devices/*.c devices/cpu/*.c text/*.c examples/common/*.c)
 blas=$(pkg-config --cflags --libs openblas)
 # shellcheck disable=SC2086
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=}" fuzz/make_seeds.c "${sources[@]}" $blas -ldl \
     -lpthread -lm -o "$out/make_seeds"
-for target in checkpoint model_file token_file safetensors; do
+for target in checkpoint model_file token_file safetensors tokenizer; do
     # shellcheck disable=SC2086
     "$cc" "${flags[@]}" "fuzz/fuzz_$target.c" "${sources[@]}" $blas -lpthread -lm -ldl \
         -o "$out/fuzz_$target"
@@ -25,7 +25,7 @@ for target in checkpoint model_file token_file safetensors; do
 done
 "$out/make_seeds" "$out/seeds"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-for target in checkpoint model_file token_file safetensors; do
+for target in checkpoint model_file token_file safetensors tokenizer; do
     # A target with no kept crash has no folder (git keeps no empty folders).
     regressions=()
     [ -d "fuzz/regressions/$target" ] && regressions=("fuzz/regressions/$target")

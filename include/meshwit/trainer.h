@@ -36,8 +36,8 @@ typedef enum mw_optimizer_kind {
  * left 0 takes the default written beside it, so the natural C initialiser
  * {.kind = MW_ADAMW, .lr = 1e-3f} is Adam with beta1 0.9, beta2 0.999 and eps 1e-8 (PyTorch's
  * defaults) and no weight decay: unlike torch.optim.AdamW, whose weight_decay defaults to 0.01
- * (set .weight_decay = 0.01f for that). mw_trainer_new refuses a value outside the range written beside
- * it with MW_ERR_INVALID and a message naming the field. The update rules are PyTorch's
+ * (set .weight_decay = 0.01f for that). mw_trainer_new refuses a value outside the range written
+ * beside it with MW_ERR_INVALID and a message naming the field. The update rules are PyTorch's
  * (torch.optim.SGD and torch.optim.AdamW), applied to the gradient after clipping:
  *   SGD:   g += weight_decay * p (decayed parameters only); with momentum, buf = g on the first
  *          step, buf = momentum * buf + (1 - dampening) * g after, and g = g + momentum * buf

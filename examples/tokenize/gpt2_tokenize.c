@@ -1,0 +1,348 @@
+/* gpt2-tokenize: text to GPT-2 token ids (an llm.c token shard), and a shard back to text, with
+ * meshwit's byte-level BPE tokenizer (meshwit/tokenizer.h), which gives the ids Hugging Face
+ * tokenizers gives.
+ *
+ *   gpt2-tokenize --tokenizer tokenizer.json --out train.bin --val-fraction 0.1 \
+ *       --val-out val.bin book1.txt book2.txt
+ *   gpt2-tokenize --tokenizer tokenizer.json --decode train.bin
+ *
+ * Each TEXT is a document: its tokens follow the end-of-text token, as llm.c's data scripts
+ * write them. The shard is llm.c's: a header of 256 little-endian int32 (20240520, version 1,
+ * the token count, zeros) and then the tokens as little-endian uint16, so a vocabulary must fit
+ * 65536 ids. Shards are written to a temporary file and renamed, so a failed run leaves none.
+ *
+ * Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded, 2 bad
+ * arguments. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cli.h"
+#include "../common/gpt2_data.h"
+#include "meshwit.h"
+
+#define PROGRAM "gpt2-tokenize"
+#define SHARD_MAX_VOCAB 65536      /* uint16 tokens */
+#define SHARD_MAX_TOKENS INT32_MAX /* header[2] is an int32 */
+
+typedef struct options {
+    const char *tokenizer, *out, *val_out, *decode, *eot;
+    double val_fraction;
+    int no_eot;
+    const char **texts;
+    int ntexts;
+} options;
+
+static void usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: " PROGRAM " --tokenizer PATH [--out SHARD] [--val-fraction F --val-out SHARD2]\n"
+        "                     [--eot TOKEN | --no-eot] TEXT...\n"
+        "       " PROGRAM " --tokenizer PATH --decode SHARD [--out FILE]\n"
+        "\n"
+        "Encodes each TEXT file (- for standard input) into GPT-2 token ids with a byte-level\n"
+        "BPE tokenizer, exactly as Hugging Face tokenizers encodes it, and writes them as an\n"
+        "llm.c token shard (or prints them); or decodes a shard back to its text.\n"
+        "\n"
+        "  --tokenizer PATH   a Hugging Face tokenizer.json, or a folder holding one, or a\n"
+        "                     folder holding GPT-2's vocab.json and merges.txt\n"
+        "  --out SHARD        write the tokens as an llm.c token shard: 256 int32 (20240520,\n"
+        "                     1, the count, zeros), then uint16 tokens, little-endian. Without\n"
+        "                     it the ids are printed, one line per TEXT\n"
+        "  --val-fraction F   the last F of the tokens (0 < F < 1) go to --val-out instead,\n"
+        "                     as the gpt2 example's --val-fraction splits a shard\n"
+        "  --val-out SHARD2   the validation shard (needs --val-fraction and --out)\n"
+        "  --eot TOKEN        the token put before each TEXT, to separate documents as\n"
+        "                     llm.c's data scripts do (default: <|endoftext|> when the\n"
+        "                     tokenizer has it, else none)\n"
+        "  --no-eot           no token between documents\n"
+        "  --decode SHARD     print the text of a token shard (to --out FILE if given); the\n"
+        "                     bytes exactly as the tokens spell them, even where they are not\n"
+        "                     UTF-8\n"
+        "  --help             this text\n"
+        "\n"
+        "A token shard holds uint16 ids: a tokenizer with more than %d ids cannot write\n"
+        "one (print the ids instead). decode(encode(text)) gives the text back byte for byte.\n"
+        "Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded,\n"
+        "2 bad arguments.\n",
+        SHARD_MAX_VOCAB);
+}
+
+/* 0 ok, 1 --help, -1 bad arguments (reported). */
+static int parse_args(int argc, char **argv, options *o) {
+    memset(o, 0, sizeof *o);
+    o->texts = calloc((size_t)argc, sizeof *o->texts);
+    if (!o->texts) {
+        fprintf(stderr, PROGRAM ": out of memory\n");
+        return -1;
+    }
+    int have_fraction = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i], *v = NULL;
+        int missing = 0, bad = 0, matched = 1;
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
+        if ((v = cli_option_value(argc, argv, &i, "--tokenizer", &missing))) {
+            o->tokenizer = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--out", &missing))) {
+            o->out = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--val-out", &missing))) {
+            o->val_out = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--val-fraction", &missing))) {
+            bad = cli_parse_double(v, 0.0, 1.0, &o->val_fraction) || o->val_fraction <= 0.0 ||
+                  o->val_fraction >= 1.0;
+            have_fraction = 1;
+        } else if ((v = cli_option_value(argc, argv, &i, "--eot", &missing))) {
+            o->eot = v;
+        } else if (strcmp(arg, "--no-eot") == 0) {
+            o->no_eot = 1;
+        } else if ((v = cli_option_value(argc, argv, &i, "--decode", &missing))) {
+            o->decode = v;
+        } else if (!missing && (arg[0] != '-' || strcmp(arg, "-") == 0)) {
+            o->texts[o->ntexts++] = arg;
+        } else {
+            matched = 0;
+        }
+        if (cli_report(PROGRAM, arg, v, matched, missing, bad)) return -1;
+    }
+    const char *why = !o->tokenizer            ? "--tokenizer PATH is required"
+                      : o->decode && o->ntexts ? "--decode takes no TEXT"
+                      : o->decode && (have_fraction || o->val_out || o->eot || o->no_eot)
+                          ? "--decode takes only --out"
+                      : !o->decode && !o->ntexts      ? "no TEXT to encode"
+                      : have_fraction != !!o->val_out ? "--val-fraction and --val-out go together"
+                      : o->val_out && !o->out         ? "--val-out needs --out"
+                      : o->eot && o->no_eot           ? "--eot and --no-eot contradict each other"
+                                                      : NULL;
+    if (why) {
+        fprintf(stderr, PROGRAM ": %s (see --help)\n", why);
+        return -1;
+    }
+    return 0;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, PROGRAM ": %s%s%s\n", what, *mw_last_error() ? ": " : "", mw_last_error());
+    return 1;
+}
+
+/* The whole of `path` ("-": standard input) into *data (*len bytes). 0, or 1 reported. */
+static int read_text(const char *path, char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    char err[512];
+    FILE *f = stdin;
+    if (strcmp(path, "-") != 0 && !(f = cli_open_regular(path, NULL, err, sizeof err))) {
+        fprintf(stderr, PROGRAM ": %s\n", err);
+        return 1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fprintf(stderr, PROGRAM ": out of memory reading %s\n", path);
+            break;
+        }
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *grown = cap <= SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+        if (!grown) free(buf);
+        buf = grown;
+    }
+    int bad = !buf || ferror(f);
+    if (buf && ferror(f)) fprintf(stderr, PROGRAM ": cannot read %s: %s\n", path, strerror(errno));
+    if (f != stdin) fclose(f);
+    if (bad) {
+        free(buf);
+        return 1;
+    }
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+/* An llm.c token shard of ids[0, n) at path, through path.tmp. 0, or 1 reported. */
+static int write_shard(const char *path, const int32_t *ids, size_t n) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        fprintf(stderr, PROGRAM ": %s: the path is too long\n", path);
+        return 1;
+    }
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        fprintf(stderr, PROGRAM ": cannot create %s: %s\n", tmp, strerror(errno));
+        return 1;
+    }
+    unsigned char header[GPT2_HEADER_INTS * 4] = {0};
+    const int32_t fields[3] = {GPT2_SHARD_MAGIC, GPT2_SHARD_VERSION, (int32_t)n};
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; b < 4; b++)
+            header[4 * k + b] = (unsigned char)((uint32_t)fields[k] >> 8 * b);
+    int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    unsigned char chunk[8192];
+    for (size_t i = 0; i < n && ok;) {
+        size_t m = 0;
+        for (; i < n && m < sizeof chunk; i++) {
+            chunk[m++] = (unsigned char)(ids[i] & 0xFF);
+            chunk[m++] = (unsigned char)(ids[i] >> 8);
+        }
+        ok = fwrite(chunk, 1, m, f) == m;
+    }
+    ok = (fflush(f) == 0) && ok;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, PROGRAM ": cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
+static int encode_all(const options *o, mw_tokenizer *tok) {
+    int32_t eot = -1;
+    const char *eot_name = o->eot ? o->eot : "<|endoftext|>";
+    if (!o->no_eot && mw_tokenizer_token_id(tok, eot_name, &eot) != MW_OK && o->eot)
+        return fail("--eot");
+    if (o->out && mw_tokenizer_vocab_size(tok) > SHARD_MAX_VOCAB) {
+        fprintf(stderr,
+                PROGRAM ": the tokenizer %s has %d ids, but an llm.c token shard stores uint16 "
+                        "ids, at most %d (ids 0 to %d): print the ids instead (no --out)\n",
+                o->tokenizer, mw_tokenizer_vocab_size(tok), SHARD_MAX_VOCAB, SHARD_MAX_VOCAB - 1);
+        return 1;
+    }
+    int32_t *all = NULL;
+    size_t count = 0, cap = 0;
+    int rc = 0;
+    for (int t = 0; t < o->ntexts && rc == 0; t++) {
+        char *text;
+        size_t len, n;
+        if (read_text(o->texts[t], &text, &len)) return free(all), 1;
+        size_t need = mw_tokenizer_max_ids(tok, len) + 1;
+        if (need > SIZE_MAX / sizeof *all - count) {
+            fprintf(stderr, PROGRAM ": %s: too large to tokenize in memory\n", o->texts[t]);
+            free(text);
+            free(all);
+            return 1;
+        }
+        if (count + need > cap) {
+            size_t grown_cap = cap * 2 > count + need ? cap * 2 : count + need;
+            int32_t *grown = realloc(all, grown_cap * sizeof *all);
+            if (!grown) {
+                fprintf(stderr, PROGRAM ": out of memory for the ids of %s\n", o->texts[t]);
+                free(text);
+                free(all);
+                return 1;
+            }
+            all = grown;
+            cap = grown_cap;
+        }
+        size_t start = count;
+        if (eot >= 0) all[count++] = eot;
+        mw_status st = mw_tokenizer_encode(tok, text, len, all + count, cap - count, &n);
+        free(text);
+        if (st != MW_OK) {
+            char what[4200];
+            snprintf(what, sizeof what, "cannot tokenize %s", o->texts[t]);
+            rc = fail(what);
+            break;
+        }
+        count += n;
+        if (!o->out) {
+            for (size_t i = start; i < count; i++) printf("%s%d", i > start ? " " : "", all[i]);
+            printf("\n");
+        }
+    }
+    if (rc == 0 && o->out) {
+        size_t nval = o->val_out ? (size_t)((double)count * o->val_fraction) : 0;
+        size_t ntrain = count - nval;
+        if (ntrain > SHARD_MAX_TOKENS || nval > SHARD_MAX_TOKENS) {
+            fprintf(stderr,
+                    PROGRAM ": %zu tokens: an llm.c token shard holds at most %d (its count is "
+                            "an int32); split the text into several shards\n",
+                    ntrain > nval ? ntrain : nval, SHARD_MAX_TOKENS);
+            rc = 1;
+        } else if (count == 0 || (o->val_out && (nval == 0 || ntrain == 0))) {
+            fprintf(stderr, PROGRAM ": %zu tokens in all%s: a token shard cannot be empty\n", count,
+                    o->val_out ? ", too few to split by --val-fraction" : "");
+            rc = 1;
+        } else {
+            rc = write_shard(o->out, all, ntrain);
+            if (rc == 0 && o->val_out) rc = write_shard(o->val_out, all + ntrain, nval);
+            if (rc == 0) {
+                fprintf(stderr, PROGRAM ": %zu tokens to %s", ntrain, o->out);
+                if (o->val_out) fprintf(stderr, ", %zu to %s", nval, o->val_out);
+                fprintf(stderr, "\n");
+            }
+        }
+    }
+    if (fflush(stdout) != 0 && rc == 0) {
+        fprintf(stderr, PROGRAM ": cannot write the ids: %s\n", strerror(errno));
+        rc = 1;
+    }
+    free(all);
+    return rc;
+}
+
+static int decode_shard(const options *o, mw_tokenizer *tok) {
+    gpt2_tokens t;
+    char err[1024];
+    if (gpt2_tokens_load_shard(o->decode, &t, err, sizeof err) != MW_OK) {
+        fprintf(stderr, PROGRAM ": %s\n", err);
+        return 1;
+    }
+    int32_t *ids = malloc((size_t)t.count * sizeof *ids);
+    size_t len = 0;
+    if (!ids) {
+        gpt2_tokens_free(&t);
+        fprintf(stderr, PROGRAM ": out of memory decoding %s\n", o->decode);
+        return 1;
+    }
+    size_t n = (size_t)t.count;
+    for (size_t i = 0; i < n; i++) ids[i] = t.ids[i];
+    gpt2_tokens_free(&t);
+    mw_status st = mw_tokenizer_decode(tok, ids, n, NULL, 0, &len);
+    char *text = st == MW_ERR_SHAPE || st == MW_OK ? malloc(len ? len : 1) : NULL;
+    if ((st == MW_ERR_SHAPE || st == MW_OK) && !text) {
+        free(ids);
+        fprintf(stderr, PROGRAM ": out of memory for the %zu bytes of %s\n", len, o->decode);
+        return 1;
+    }
+    if (st == MW_ERR_SHAPE) st = mw_tokenizer_decode(tok, ids, n, text, len, &len);
+    free(ids);
+    if (st != MW_OK) {
+        free(text);
+        char what[4200];
+        snprintf(what, sizeof what, "cannot decode %s", o->decode);
+        return fail(what);
+    }
+    FILE *f = o->out ? fopen(o->out, "wb") : stdout;
+    int ok = f && fwrite(text, 1, len, f) == len;
+    if (f) ok = ((o->out ? fclose(f) : fflush(f)) == 0) && ok;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, PROGRAM ": cannot write %s: %s\n", o->out ? o->out : "the text",
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int r = parse_args(argc, argv, &o);
+    if (r) {
+        if (r > 0) usage(stdout);
+        free(o.texts);
+        return r > 0 ? 0 : 2;
+    }
+    mw_tokenizer *tok;
+    if (mw_tokenizer_load(o.tokenizer, &tok) != MW_OK) {
+        free(o.texts);
+        return fail("cannot load the tokenizer");
+    }
+    int rc = o.decode ? decode_shard(&o, tok) : encode_all(&o, tok);
+    mw_tokenizer_free(tok);
+    free(o.texts);
+    return rc;
+}

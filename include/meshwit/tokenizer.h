@@ -1,0 +1,131 @@
+/* meshwit: GPT-2's byte-level BPE tokenizer, token for token as Hugging Face `tokenizers`.
+ *
+ * Text becomes token ids the way `tokenizers` (0.23) encodes it with a byte-level BPE model, the
+ * kind GPT-2 has and `ByteLevelBPETokenizer` trains:
+ *
+ *   1. added tokens (`<|endoftext|>` and the like) are cut out of the text where they appear
+ *      literally, leftmost-longest, before anything else: first those with "normalized": false,
+ *      then, in the pieces between, those with "normalized": true (there is no normalizer, so
+ *      both match the raw text; the order matters only when one contains another);
+ *   2. each piece between them gets a leading space when "add_prefix_space" is set and it does
+ *      not start with one, then is split by GPT-2's regex
+ *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      (unless "use_regex" is false), with \p{L}, \p{N} and \s (White_Space) as Unicode 16.0.0
+ *      defines them, the version of the Oniguruma regex engine inside `tokenizers`;
+ *   3. each word's bytes are mapped to GPT-2's printable byte alphabet and merged by BPE: the
+ *      pair of lowest merge rank first, the leftmost of equal ranks, exactly as `tokenizers`'
+ *      Word::merge_all does (a heap of candidate merges, so a word of n bytes takes
+ *      O(n log n)); repeated words come from a bounded cache.
+ *
+ * Input is bytes, not necessarily UTF-8 (the Python API of `tokenizers` cannot even be given
+ * invalid UTF-8): a byte that does not start a valid UTF-8 sequence (a stray continuation byte,
+ * an overlong form, a surrogate, a sequence cut short) is a character of its own of the "other"
+ * class (neither letter, number nor space), so it joins a run of punctuation and is encoded as
+ * the byte-level token(s) of that byte. Every byte is thus covered by exactly one token, and
+ * mw_tokenizer_decode(mw_tokenizer_encode(x)) == x, byte for byte, for every x, when the
+ * vocabulary holds the 256 byte tokens (as every trained byte-level vocabulary does).
+ *
+ * Decoding maps each token back to its bytes: an added token to its content, a vocabulary token
+ * through GPT-2's byte alphabet (a token with a character outside that alphabet to its own UTF-8
+ * bytes, as the ByteLevel decoder does). The result is bytes: where `tokenizers` would put
+ * U+FFFD for bytes that are not valid UTF-8 (a sequence of ids cut inside a character), they are
+ * returned as they are. (`tokenizers` also passes added tokens through the byte alphabet, which
+ * differs only for an added token holding a character such as 'Ġ' or 'é': that is decoded here
+ * to the token's own text, so that the round trip above holds.)
+ *
+ * Files. mw_tokenizer_load reads either
+ *   - a `tokenizer.json` of `tokenizers` (Tokenizer.save): "model" of type "BPE" (its "vocab" and
+ *     "merges", in the old "a b" or the newer ["a", "b"] form; "unk_token", "fuse_unk",
+ *     "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix", "ignore_merges" are
+ *     honoured; "dropout" must be null or 0), "pre_tokenizer" of type "ByteLevel" (any
+ *     "add_prefix_space", "use_regex", "trim_offsets"), "decoder" of type "ByteLevel",
+ *     "post_processor" null or "ByteLevel" (it only moves offsets), "normalizer", "truncation"
+ *     and "padding" null, and "added_tokens" (each with "single_word" false; "lstrip" and
+ *     "rstrip" are honoured; the ids must be those `tokenizers` would assign: a token's id in
+ *     "vocab" when it is there, else the next after the vocabulary);
+ *   - or a folder: its `tokenizer.json` when it has one, else GPT-2's original pair `vocab.json`
+ *     (token -> id) and `merges.txt` (one merge "a b" per line; lines starting "#version" are
+ *     skipped) as `ByteLevelBPETokenizer(vocab, merges)` reads them (no prefix space, regex on),
+ *     with `<|endoftext|>`, when vocab.json has it, a special token matched literally in the
+ *     text, as Hugging Face's GPT-2 tokenizer adds it (transformers' GPT2TokenizerFast does
+ *     exactly that on top of `ByteLevelBPETokenizer(vocab, merges)`).
+ * Anything else is refused: MW_ERR_FORMAT for damage (JSON syntax, a value of the wrong type, a
+ * missing field, an id given twice, a token listed twice, a merge of tokens that are not in the
+ * vocabulary), MW_ERR_UNSUPPORTED for settings this tokenizer does not implement (another model,
+ * normalizer, pre-tokenizer or decoder, dropout, single_word, truncation, padding). Each message
+ * names the file and the place: "tokenizer.json:12:5: model.vocab["the"]: ..." (line:column,
+ * then the JSON path), "merges.txt:17: ...".
+ *
+ * Thread-safety: a loaded tokenizer is never changed by the calls below except for its word
+ * cache, which one call at a time holds (another call made meanwhile, from another thread, runs
+ * without it and gives the same ids): every function may be called from any number of threads
+ * at once on one tokenizer. mw_tokenizer_free must not race with them. */
+#ifndef MESHWIT_TOKENIZER_H
+#define MESHWIT_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mw_tokenizer mw_tokenizer;
+
+/* Loads the tokenizer at `path` (a tokenizer.json, or a folder: see above) into *out, owned by
+ * the caller (mw_tokenizer_free). *out is NULL on failure. Errors: MW_ERR_INVALID (NULL
+ * argument), MW_ERR_IO (a file that cannot be opened or read; the message names it),
+ * MW_ERR_FORMAT, MW_ERR_UNSUPPORTED, MW_ERR_NOMEM. */
+mw_status mw_tokenizer_load(const char *path, mw_tokenizer **out);
+
+/* Frees the tokenizer. NULL is a no-op. */
+void mw_tokenizer_free(mw_tokenizer *tok);
+
+/* One more than the largest token id (vocabulary and added tokens): every id encode produces is
+ * below it. 0 for NULL. (A vocabulary with unassigned ids below it is allowed; decode refuses
+ * those ids.) */
+int32_t mw_tokenizer_vocab_size(const mw_tokenizer *tok);
+
+/* The id of the token whose text is the NUL-terminated `token` (an added token's content, or a
+ * vocabulary entry as the file spells it, in the byte alphabet: " the" is "Ġthe"). Errors:
+ * MW_ERR_NOT_FOUND (no such token; the message names it), MW_ERR_INVALID (NULL argument). */
+mw_status mw_tokenizer_token_id(const mw_tokenizer *tok, const char *token, int32_t *id);
+
+/* 1 when `id` is an added token marked "special" (as `<|endoftext|>`), else 0 (also for an id
+ * that is not a token, or NULL). */
+int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id);
+
+/* The most ids a text of `len` bytes can need: len for GPT-2's and every tokenizer without
+ * "add_prefix_space" or "byte_fallback" (each id covers at least one byte), 2 * len with
+ * add_prefix_space, more when byte_fallback spells a byte as several "<0xXX>" tokens. SIZE_MAX
+ * when that overflows. 0 for NULL. */
+size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len);
+
+/* Encodes the `len` bytes at `text` (any bytes; see above) into ids[0, cap) and sets *n to the
+ * number of ids the whole text needs. When that is more than cap, ids holds the first cap of
+ * them and the call returns MW_ERR_SHAPE with a message giving both counts: call again with a
+ * buffer of *n (ids may be NULL when cap is 0, to ask for the count alone), or size the buffer
+ * by mw_tokenizer_max_ids beforehand. Empty text gives no ids. Errors: MW_ERR_SHAPE,
+ * MW_ERR_INVALID (NULL argument), MW_ERR_NOMEM (scratch space for a word, or with
+ * add_prefix_space a piece, too long for the stack; *n is then 0). */
+mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                              size_t cap, size_t *n);
+
+/* Decodes the n ids into buf[0, cap) (bytes, not terminated; see above for what they are) and
+ * sets *len to the number of bytes the whole sequence decodes to. An id that is not a token
+ * fails with MW_ERR_INVALID naming its position and value, *len 0. When *len is more than cap,
+ * buf holds the first cap bytes and the call returns MW_ERR_SHAPE giving both sizes (buf may be
+ * NULL when cap is 0). Errors: MW_ERR_INVALID, MW_ERR_SHAPE. */
+mw_status mw_tokenizer_decode(const mw_tokenizer *tok, const int32_t *ids, size_t n, char *buf,
+                              size_t cap, size_t *len);
+
+/* "16.0.0": the Unicode version whose letters, numbers and white space the pre-tokenizer
+ * follows. */
+const char *mw_tokenizer_unicode_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

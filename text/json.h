@@ -1,0 +1,84 @@
+/* Internal: a strict JSON reader (RFC 8259, as serde_json reads it: UTF-8 only, no comments, no
+ * trailing commas, escapes checked, at most 128 levels of nesting) that keeps where every value
+ * starts, so that a loader can name the line and column of whatever it refuses.
+ *
+ * A document is a tree of nodes in one array; strings are decoded (escapes resolved, may hold
+ * U+0000) into a buffer of the document. Everything is owned by the document. */
+#ifndef MW__TEXT_JSON_H
+#define MW__TEXT_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshwit/status.h"
+
+typedef enum mw__json_type {
+    MW__JSON_NULL,
+    MW__JSON_FALSE,
+    MW__JSON_TRUE,
+    MW__JSON_NUMBER,
+    MW__JSON_STRING,
+    MW__JSON_ARRAY,
+    MW__JSON_OBJECT
+} mw__json_type;
+
+#define MW__JSON_NONE UINT32_MAX /* no node: the end of a list of children */
+
+typedef struct mw__json_node {
+    mw__json_type type;
+    uint32_t offset;    /* byte offset in the text where the value starts */
+    uint32_t str, len;  /* string: decoded bytes (mw__json_str); number: its text in the source */
+    uint32_t key, klen; /* a member of an object: its decoded key; otherwise klen = 0, key unused */
+    uint32_t first;     /* array or object: the first child, else MW__JSON_NONE */
+    uint32_t next;      /* the next child of the same parent, or MW__JSON_NONE */
+    uint32_t count;     /* array or object: number of children */
+    int is_integer;     /* number: no fraction or exponent, and it fits int64 (ival) */
+    int64_t ival;
+} mw__json_node;
+
+typedef struct mw__json {
+    const char *text; /* borrowed: the caller keeps it alive while the document is used */
+    size_t size;
+    char label[256]; /* the file name used in messages */
+    mw__json_node *nodes;
+    uint32_t nnodes, cap;
+    char *strings; /* decoded strings, back to back */
+    size_t nstrings;
+} mw__json;
+
+/* Parses text[0, size) (a file's contents, borrowed for the document's lifetime) into *out.
+ * `label` names it in messages. Errors: MW_ERR_FORMAT ("label:line:column: JSON syntax: ..."),
+ * MW_ERR_NOMEM. Node 0 is the root. */
+mw_status mw__json_parse(const char *text, size_t size, const char *label, mw__json **out);
+
+/* Frees the document (NULL: nothing). */
+void mw__json_free(mw__json *doc);
+
+static inline const mw__json_node *mw__json_node_at(const mw__json *doc, uint32_t i) {
+    return i == MW__JSON_NONE ? NULL : &doc->nodes[i];
+}
+
+/* The decoded bytes of a string node (len bytes, not terminated) and of a member's key. */
+static inline const char *mw__json_str(const mw__json *doc, const mw__json_node *n) {
+    return doc->strings + n->str;
+}
+static inline const char *mw__json_key(const mw__json *doc, const mw__json_node *n) {
+    return doc->strings + n->key;
+}
+
+/* The member `key` of object `obj` (the first one when it appears more than once; see
+ * mw__json_duplicate), or NULL. */
+const mw__json_node *mw__json_get(const mw__json *doc, const mw__json_node *obj, const char *key);
+
+/* A second member of obj with the same key as an earlier one among the keys listed (a
+ * NULL-terminated list), or NULL. */
+const mw__json_node *mw__json_duplicate(const mw__json *doc, const mw__json_node *obj,
+                                        const char *const *keys);
+
+/* "line:column" (both from 1; the column counts characters) of byte offset `offset`. */
+void mw__json_where(const mw__json *doc, size_t offset, char *buf, size_t size);
+
+/* "null", "a string", "an object", ... for messages. */
+const char *mw__json_type_name(mw__json_type t);
+
+#endif

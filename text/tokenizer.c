@@ -1,0 +1,481 @@
+/* Encoding and decoding (include/meshwit/tokenizer.h): added tokens cut out of the text, the rest
+ * split by GPT-2's regex (written out by hand below), each word merged by BPE through a heap as
+ * tokenizers' Word::merge_all does, repeated words taken from a cache. */
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "text/tokenizer_impl.h"
+#include "text/unicode.h"
+
+/* --- output ------------------------------------------------------------------------------------
+ */
+
+#define STACK_SYMBOLS 64
+
+typedef struct encoder {
+    const mw_tokenizer *tok;
+    mw__cache_slot *cache; /* NULL: another call holds it */
+    int32_t *ids;
+    size_t cap, n;
+    mw_status st;
+    /* scratch: the symbols of a word (sym, prev, next, gone), its heap, its result */
+    size_t scap;
+    int32_t *sym, *prev, *next, *word;
+    uint8_t *gone;
+    uint64_t *heap;
+    int32_t s_sym[STACK_SYMBOLS], s_prev[STACK_SYMBOLS], s_next[STACK_SYMBOLS];
+    int32_t s_word[STACK_SYMBOLS];
+    uint8_t s_gone[STACK_SYMBOLS];
+    uint64_t s_heap[3 * STACK_SYMBOLS];
+    uint8_t *text; /* a piece with its prefix space */
+    size_t tcap;
+    uint8_t *alpha; /* a word in the byte alphabet (ignore_merges) */
+    size_t acap;
+} encoder;
+
+static void put(encoder *e, int32_t id) {
+    if (e->n < e->cap) e->ids[e->n] = id;
+    e->n++;
+}
+
+static int nomem(encoder *e) {
+    if (e->st == MW_OK) e->st = mw__error(MW_ERR_NOMEM, "out of memory encoding a word");
+    return -1;
+}
+
+/* Room for words of m symbols: 0, or -1 (out of memory). */
+static int reserve(encoder *e, size_t m) {
+    if (m <= e->scap) return 0;
+    if (m > SIZE_MAX / (3 * sizeof(uint64_t))) return nomem(e);
+    if (e->sym != e->s_sym) {
+        mw__free(e->sym);
+        mw__free(e->prev);
+        mw__free(e->next);
+        mw__free(e->word);
+        mw__free(e->gone);
+        mw__free(e->heap);
+    }
+    e->sym = mw__malloc(m * sizeof *e->sym);
+    e->prev = mw__malloc(m * sizeof *e->prev);
+    e->next = mw__malloc(m * sizeof *e->next);
+    e->word = mw__malloc(m * sizeof *e->word);
+    e->gone = mw__malloc(m);
+    e->heap = mw__malloc(3 * m * sizeof *e->heap);
+    e->scap = m;
+    if (!e->sym || !e->prev || !e->next || !e->word || !e->gone || !e->heap) {
+        mw__free(e->sym);
+        mw__free(e->prev);
+        mw__free(e->next);
+        mw__free(e->word);
+        mw__free(e->gone);
+        mw__free(e->heap);
+        e->sym = e->s_sym; /* back to the stack buffers, so nothing is freed twice */
+        e->prev = e->s_prev;
+        e->next = e->s_next;
+        e->word = e->s_word;
+        e->gone = e->s_gone;
+        e->heap = e->s_heap;
+        e->scap = STACK_SYMBOLS;
+        return nomem(e);
+    }
+    return 0;
+}
+
+/* *buf with room for n bytes (*cap of them now), or NULL out of memory. */
+static uint8_t *grow(encoder *e, uint8_t **buf, size_t *cap, size_t n) {
+    if (n > *cap) {
+        uint8_t *t = mw__realloc(*buf, n);
+        if (!t) {
+            nomem(e);
+            return NULL;
+        }
+        *buf = t;
+        *cap = n;
+    }
+    return *buf;
+}
+
+/* --- BPE on one word ---------------------------------------------------------------------------
+ */
+
+static void heap_push(uint64_t *h, size_t *n, uint64_t v) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (h[parent] <= v) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *n) {
+    uint64_t top = h[0], v = h[--*n];
+    size_t i = 0, len = *n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= len) break;
+        if (c + 1 < len && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (len) h[i] = v;
+    return top;
+}
+
+/* Pushes the merge of the pair (a, b) at position pos when there is one: rank first, then
+ * position, so the heap yields the lowest rank and, among equals, the leftmost. */
+static void candidate(const mw_tokenizer *tok, uint64_t *h, size_t *n, int32_t a, int32_t b,
+                      int32_t pos) {
+    const mw__pairmap_slot *s = mw__pairmap_find(&tok->merges, (uint32_t)a, (uint32_t)b);
+    if (s->key != UINT64_MAX) heap_push(h, n, (uint64_t)s->rank << 32 | (uint32_t)pos);
+}
+
+/* The ids of word w (n >= 1 bytes) into e->word; their count, or -1 out of memory. The first
+ * part is tokenizers' BPE::merge_word (a symbol per byte-level character, with the prefix, the
+ * suffix, byte fallback and the unknown token as it has them), the second Word::merge_all. */
+static int bpe(encoder *e, const uint8_t *w, size_t n) {
+    const mw_tokenizer *tok = e->tok;
+    if (n > SIZE_MAX / tok->max_ids_per_byte) return nomem(e);
+    if (reserve(e, n * tok->max_ids_per_byte)) return -1;
+    int32_t *sym = e->sym, *prev = e->prev, *next = e->next;
+    int32_t count = 0, unk = MW__NO_ID;
+#define ADD(id) (sym[count] = (id), count++)
+    for (size_t i = 0; i < n; i++) {
+        int v = (i > 0) | (i == n - 1) << 1;
+        int32_t id = tok->byte_id[v][w[i]];
+        if (id != MW__NO_ID) {
+            if (unk != MW__NO_ID) ADD(unk);
+            unk = MW__NO_ID;
+            ADD(id);
+            continue;
+        }
+        if (tok->byte_fallback && tok->byte_fb_count[v][w[i]]) {
+            /* tokenizers adds these before an unknown token still pending */
+            const int32_t *fb = tok->byte_fb_ids + tok->byte_fb_off[v][w[i]];
+            for (int k = 0; k < tok->byte_fb_count[v][w[i]]; k++) ADD(fb[k]);
+            continue;
+        }
+        if (tok->unk_id == MW__NO_ID) continue; /* no unk_token: the character is dropped */
+        if (unk != MW__NO_ID && !tok->fuse_unk) ADD(unk);
+        unk = tok->unk_id;
+    }
+    if (unk != MW__NO_ID) ADD(unk);
+#undef ADD
+    uint8_t *gone = e->gone;
+    uint64_t *heap = e->heap;
+    size_t nh = 0;
+    for (int32_t i = 0; i < count; i++) {
+        prev[i] = i - 1;
+        next[i] = i + 1 < count ? i + 1 : -1;
+        gone[i] = 0;
+    }
+    for (int32_t i = 0; i + 1 < count; i++) candidate(tok, heap, &nh, sym[i], sym[i + 1], i);
+    while (nh) {
+        uint64_t top = heap_pop(heap, &nh);
+        uint32_t rank = (uint32_t)(top >> 32);
+        int32_t p = (int32_t)(uint32_t)top, q = next[p];
+        if (gone[p] || q < 0) continue;
+        /* A stale entry: the pair at p has changed since it was pushed. */
+        const mw__pairmap_slot *s =
+            mw__pairmap_find(&tok->merges, (uint32_t)sym[p], (uint32_t)sym[q]);
+        if (s->key == UINT64_MAX || s->id != tok->merge_id[rank]) continue;
+        sym[p] = tok->merge_id[rank];
+        gone[q] = 1;
+        next[p] = next[q];
+        if (next[q] >= 0) prev[next[q]] = p;
+        if (prev[p] >= 0) candidate(tok, heap, &nh, sym[prev[p]], sym[p], prev[p]);
+        if (next[p] >= 0) candidate(tok, heap, &nh, sym[p], sym[next[p]], p);
+    }
+    int32_t k = 0;
+    for (int32_t i = 0; i < count; i++)
+        if (!gone[i]) e->word[k++] = sym[i];
+    return k;
+}
+
+/* --- words -------------------------------------------------------------------------------------
+ */
+
+static void word(encoder *e, const uint8_t *w, size_t n) {
+    const mw_tokenizer *tok = e->tok;
+    mw__cache_slot *slot = NULL;
+    uint32_t h32 = 0;
+    if (e->cache && n <= MW__CACHE_KEY) {
+        uint64_t h = mw__hash_bytes(w, n);
+        h32 = (uint32_t)(h >> 32) | 1;
+        slot = &e->cache[2 * (h & (MW__CACHE_SETS - 1))];
+        for (int k = 0; k < 2; k++)
+            if (slot[k].hash == h32 && slot[k].klen == n && memcmp(slot[k].key, w, n) == 0) {
+                for (int i = 0; i < slot[k].nids; i++) put(e, slot[k].ids[i]);
+                return;
+            }
+    }
+    int count;
+    if (tok->ignore_merges) {
+        /* A word that is a token as a whole is that token (in the byte alphabet, at most two
+         * bytes a byte). */
+        uint8_t *t = grow(e, &e->alpha, &e->acap, 2 * n);
+        if (!t) return;
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) k += mw__utf8_encode(mw__byte_char(w[i]), t + k);
+        const mw__strmap_slot *s = mw__strmap_get(&tok->vocab, tok->arena, (const char *)t, k);
+        if (s) {
+            e->word[0] = s->value;
+            count = 1;
+        } else {
+            count = bpe(e, w, n);
+        }
+    } else {
+        count = bpe(e, w, n);
+    }
+    if (count < 0) return;
+    for (int i = 0; i < count; i++) put(e, e->word[i]);
+    if (slot && count <= MW__CACHE_IDS) {
+        slot[1] = slot[0]; /* the older entry of the set makes way */
+        slot[0].hash = h32;
+        slot[0].klen = (uint8_t)n;
+        slot[0].nids = (uint8_t)count;
+        memcpy(slot[0].key, w, n);
+        memcpy(slot[0].ids, e->word, (size_t)count * sizeof *e->word);
+    }
+}
+
+/* --- GPT-2's regex -----------------------------------------------------------------------------
+ */
+
+/* The classes of ASCII, from the same table. */
+static uint8_t ascii_class[128];
+static pthread_once_t ascii_once = PTHREAD_ONCE_INIT;
+
+static void ascii_init(void) {
+    for (uint32_t c = 0; c < 128; c++) ascii_class[c] = (uint8_t)mw__uc_class(c);
+}
+
+/* The class of the character at s[i] (see unicode.h) and its length. */
+static inline int char_class(const uint8_t *s, size_t i, size_t n, size_t *len) {
+    if (s[i] < 0x80) {
+        *len = 1;
+        return ascii_class[s[i]];
+    }
+    uint32_t cp;
+    size_t l = mw__utf8_decode(s + i, n - i, &cp);
+    if (!l) {
+        *len = 1;
+        return MW__UC_OTHER;
+    }
+    *len = l;
+    return mw__uc_class(cp);
+}
+
+/* The end of the run of characters of class cls from i. */
+static size_t run(const uint8_t *s, size_t i, size_t n, int cls) {
+    while (i < n && s[i] < 0x80 && ascii_class[s[i]] == cls) i++;
+    while (i < n) {
+        size_t l;
+        if (char_class(s, i, n, &l) != cls) break;
+        i += l;
+    }
+    return i;
+}
+
+/* The end of the regex's match at i (< n): the alternatives in order, leftmost first as
+ * Oniguruma takes them. Every character is a letter, a number, a space or other, so some
+ * alternative always matches and the matches tile the text. */
+static size_t piece_end(const uint8_t *s, size_t i, size_t n) {
+    uint8_t c = s[i];
+    if (c == '\'' && i + 1 < n) { /* 's 't 're 've 'm 'll 'd */
+        uint8_t d = s[i + 1];
+        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
+        if (i + 2 < n && ((d == 'r' && s[i + 2] == 'e') || (d == 'v' && s[i + 2] == 'e') ||
+                          (d == 'l' && s[i + 2] == 'l')))
+            return i + 3;
+    }
+    size_t l;
+    int cls = char_class(s, i, n, &l);
+    if (c == ' ' && i + 1 < n) { /* " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+" */
+        size_t l2;
+        int next = char_class(s, i + 1, n, &l2);
+        if (next != MW__UC_SPACE) return run(s, i + 1 + l2, n, next);
+    }
+    if (cls != MW__UC_SPACE) return run(s, i + l, n, cls);
+    /* "\s+(?!\S)": the run of white space, less its last character when something follows
+     * (which is then not white space); "\s+" when that leaves nothing. */
+    size_t j = i + l, last = i;
+    while (j < n) {
+        size_t l3;
+        if (char_class(s, j, n, &l3) != MW__UC_SPACE) break;
+        last = j;
+        j += l3;
+    }
+    if (j == n) return n;
+    return last > i ? last : j;
+}
+
+/* A piece of text between added tokens: its prefix space, its words. */
+static void segment(encoder *e, const uint8_t *s, size_t n) {
+    if (n == 0) return;
+    if (e->tok->add_prefix_space && s[0] != ' ') {
+        uint8_t *t = grow(e, &e->text, &e->tcap, n + 1);
+        if (!t) return;
+        t[0] = ' ';
+        memcpy(t + 1, s, n);
+        s = t;
+        n++;
+    }
+    if (!e->tok->use_regex) {
+        word(e, s, n);
+        return;
+    }
+    for (size_t i = 0; i < n && e->st == MW_OK;) {
+        size_t j = piece_end(s, i, n);
+        word(e, s + i, j - i);
+        i = j;
+    }
+}
+
+/* --- added tokens ------------------------------------------------------------------------------
+ */
+
+/* Where the white space ending at `end` starts (Rust's regex \s*$ on s[0, end), White_Space). */
+static size_t space_before(const uint8_t *s, size_t end) {
+    while (end > 0) {
+        size_t back = 0;
+        uint32_t cp;
+        for (size_t l = 1; l <= 3 && l <= end && !back; l++)
+            if (mw__utf8_decode(s + end - l, l, &cp) == l && mw__uc_class(cp) == MW__UC_SPACE)
+                back = l;
+        if (!back) break;
+        end -= back;
+    }
+    return end;
+}
+
+/* The length of the white space at the start of s[0, n). */
+static size_t space_after(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t l;
+        if (char_class(s, i, n, &l) != MW__UC_SPACE) break;
+        i += l;
+    }
+    return i;
+}
+
+/* Pass p over s[0, n): the added tokens of that pass, leftmost-longest, as tokenizers'
+ * AddedVocabulary::find_matches splits; what lies between goes to pass 1, then to segment. */
+static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
+    const mw_tokenizer *tok = e->tok;
+    const mw__added_pass *ps = &tok->pass[p];
+    if (ps->count == 0) {
+        if (p == 0)
+            added_pass(e, 1, s, n);
+        else
+            segment(e, s, n);
+        return;
+    }
+    size_t offset = 0, i = 0;
+    while (i < n && e->st == MW_OK) {
+        uint32_t lo = ps->first[s[i]], hi = ps->first[s[i] + 1];
+        const mw__added *hit = NULL;
+        for (uint32_t k = lo; k < hi && !hit; k++) {
+            const mw__added *a = &tok->added[ps->order[k]];
+            if (a->len <= n - i && memcmp(tok->arena + a->off, s + i, a->len) == 0) hit = a;
+        }
+        if (!hit) {
+            i++;
+            continue;
+        }
+        size_t start = i, stop = i + hit->len;
+        if (hit->lstrip) {
+            size_t from = space_before(s, start);
+            start = from > offset ? from : offset;
+        }
+        if (hit->rstrip) stop += space_after(s + stop, n - stop);
+        if (offset < start) {
+            if (p == 0)
+                added_pass(e, 1, s + offset, start - offset);
+            else
+                segment(e, s + offset, start - offset);
+        }
+        put(e, hit->id);
+        offset = stop;
+        i += hit->len;
+    }
+    if (offset < n && e->st == MW_OK) {
+        if (p == 0)
+            added_pass(e, 1, s + offset, n - offset);
+        else
+            segment(e, s + offset, n - offset);
+    }
+}
+
+/* --- the API -----------------------------------------------------------------------------------
+ */
+
+mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                              size_t cap, size_t *n) {
+    if (n) *n = 0;
+    if (!tok || !n || (len && !text) || (cap && !ids))
+        return mw__error(MW_ERR_INVALID, "mw_tokenizer_encode: NULL argument");
+    encoder e = {.tok = tok, .ids = ids, .cap = cap, .scap = STACK_SYMBOLS};
+    e.sym = e.s_sym;
+    e.prev = e.s_prev;
+    e.next = e.s_next;
+    e.word = e.s_word;
+    e.gone = e.s_gone;
+    e.heap = e.s_heap;
+    pthread_once(&ascii_once, ascii_init);
+    int locked = pthread_mutex_trylock(&tok->cache_lock) == 0;
+    if (locked) e.cache = tok->cache;
+    added_pass(&e, 0, (const uint8_t *)text, len);
+    if (locked) pthread_mutex_unlock(&tok->cache_lock);
+    if (e.sym != e.s_sym) {
+        mw__free(e.sym);
+        mw__free(e.prev);
+        mw__free(e.next);
+        mw__free(e.word);
+        mw__free(e.gone);
+        mw__free(e.heap);
+    }
+    mw__free(e.text);
+    mw__free(e.alpha);
+    if (e.st) return e.st;
+    *n = e.n;
+    if (e.n > cap)
+        return mw__error(MW_ERR_SHAPE,
+                         "mw_tokenizer_encode: the text (%zu bytes) needs %zu ids, the buffer "
+                         "holds %zu",
+                         len, e.n, cap);
+    return MW_OK;
+}
+
+mw_status mw_tokenizer_decode(const mw_tokenizer *tok, const int32_t *ids, size_t n, char *buf,
+                              size_t cap, size_t *len) {
+    if (len) *len = 0;
+    if (!tok || !len || (n && !ids) || (cap && !buf))
+        return mw__error(MW_ERR_INVALID, "mw_tokenizer_decode: NULL argument");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= tok->size || tok->decoded_len[id] == UINT32_MAX)
+            return mw__error(MW_ERR_INVALID,
+                             "mw_tokenizer_decode: id %d at position %zu is not a token of the "
+                             "tokenizer (ids 0 to %d%s)",
+                             id, i, tok->size - 1,
+                             id >= 0 && id < tok->size ? ", with this one unassigned" : "");
+        size_t l = tok->decoded_len[id];
+        if (total < cap)
+            memcpy(buf + total, tok->arena + tok->decoded_off[id],
+                   l < cap - total ? l : cap - total);
+        total += l;
+    }
+    *len = total;
+    if (total > cap)
+        return mw__error(MW_ERR_SHAPE,
+                         "mw_tokenizer_decode: the %zu ids decode to %zu bytes, the buffer holds "
+                         "%zu",
+                         n, total, cap);
+    return MW_OK;
+}

@@ -1,0 +1,496 @@
+/* Reading a tokenizer: Hugging Face's tokenizer.json, or GPT-2's vocab.json + merges.txt, into a
+ * mw_tokenizer (tokenizer_model.c builds the rest). Everything the file says is checked before it
+ * is used; every refusal names the file, the line and column (or the merges.txt line) and the
+ * JSON path of what was refused. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "text/json.h"
+#include "text/tokenizer_read.h"
+#include "text/unicode.h"
+
+#define MAX_FILE ((size_t)UINT32_MAX - 1)
+#define SPECIAL_EOT "<|endoftext|>" /* GPT-2's one special token */
+
+/* --- reading files ---------------------------------------------------------------------------- */
+
+static mw_status read_file(const char *path, char **data, size_t *size) {
+    *data = NULL;
+    *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return mw__error(MW_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return mw__error(MW_ERR_IO, "cannot read %s: not a regular file", path);
+    }
+    if ((uint64_t)sb.st_size > MAX_FILE) {
+        fclose(f);
+        return mw__error(MW_ERR_FORMAT, "%s: %lld bytes is more than a tokenizer file may have",
+                         path, (long long)sb.st_size);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = mw__malloc(n ? n : 1);
+    if (!buf) {
+        fclose(f);
+        return mw__error(MW_ERR_NOMEM, "out of memory reading %s (%zu bytes)", path, n);
+    }
+    size_t got = n ? fread(buf, 1, n, f) : 0;
+    int bad = got != n || ferror(f);
+    fclose(f);
+    if (bad) {
+        mw__free(buf);
+        return mw__error(MW_ERR_IO, "cannot read %s: %s", path,
+                         got != n ? "the file ended early (changed while reading?)" : "read error");
+    }
+    *data = buf;
+    *size = n;
+    return MW_OK;
+}
+
+/* --- settings --------------------------------------------------------------------------------- */
+
+/* obj[key]: a boolean into *out; absent (or null when `nullable`): *out unchanged; anything else
+ * refused. */
+static mw_status get_bool(mw__loader *ld, const mw__json_node *obj, const char *key,
+                          const char *path, int nullable, int *out) {
+    const mw__json_node *v = mw__json_get(ld->doc, obj, key);
+    char p[96], buf[96];
+    snprintf(p, sizeof p, "%s.%s", path, key);
+    if (!v || (nullable && v->type == MW__JSON_NULL)) return MW_OK;
+    if (v->type != MW__JSON_TRUE && v->type != MW__JSON_FALSE)
+        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, p, "expected true or false, found %s",
+                               mw__tok_what(ld, v, buf, sizeof buf));
+    *out = v->type == MW__JSON_TRUE;
+    return MW_OK;
+}
+
+/* obj[key]: NULL when absent or null; a string node; anything else refused (*st set). */
+static const mw__json_node *get_string(mw__loader *ld, const mw__json_node *obj, const char *key,
+                                       const char *path, mw_status *st) {
+    const mw__json_node *v = mw__json_get(ld->doc, obj, key);
+    char p[96], buf[96];
+    *st = MW_OK;
+    if (!v || v->type == MW__JSON_NULL) return NULL;
+    if (v->type == MW__JSON_STRING) return v;
+    snprintf(p, sizeof p, "%s.%s", path, key);
+    *st = mw__tok_fail_at(ld, v, MW_ERR_FORMAT, p, "expected a string or null, found %s",
+                          mw__tok_what(ld, v, buf, sizeof buf));
+    return NULL;
+}
+
+/* The "type" of a component object, checked to be `want` (e.g. "ByteLevel"). */
+static mw_status check_type(mw__loader *ld, const mw__json_node *v, const char *path,
+                            const char *want, const char *why) {
+    char buf[96], p[96];
+    if (!v || v->type == MW__JSON_NULL)
+        return mw__tok_fail_at(ld, v, MW_ERR_UNSUPPORTED, path,
+                               "%s is missing; only \"%s\" is supported (%s)", path, want, why);
+    if (v->type != MW__JSON_OBJECT)
+        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, path, "expected an object, found %s",
+                               mw__tok_what(ld, v, buf, sizeof buf));
+    const mw__json_node *t = mw__json_get(ld->doc, v, "type");
+    snprintf(p, sizeof p, "%s.type", path);
+    if (!t || t->type != MW__JSON_STRING)
+        return mw__tok_fail_at(ld, t ? t : v, MW_ERR_FORMAT, t ? p : path,
+                               "expected a \"type\" string");
+    if (t->len != strlen(want) || memcmp(mw__json_str(ld->doc, t), want, t->len) != 0) {
+        char q[64];
+        return mw__tok_fail_at(
+            ld, t, MW_ERR_UNSUPPORTED, p, "%s is not supported: only \"%s\" (%s)",
+            mw__tok_quote(mw__json_str(ld->doc, t), t->len, q, sizeof q), want, why);
+    }
+    return MW_OK;
+}
+
+/* A member that must be absent or null because nothing here implements it. */
+static mw_status must_be_null(mw__loader *ld, const mw__json_node *root, const char *key,
+                              const char *why) {
+    const mw__json_node *v = mw__json_get(ld->doc, root, key);
+    if (!v || v->type == MW__JSON_NULL) return MW_OK;
+    const mw__json_node *t = v->type == MW__JSON_OBJECT ? mw__json_get(ld->doc, v, "type") : NULL;
+    char q[64] = "";
+    if (t && t->type == MW__JSON_STRING)
+        mw__tok_quote(mw__json_str(ld->doc, t), t->len, q, sizeof q);
+    return mw__tok_fail_at(ld, v, MW_ERR_UNSUPPORTED, key, "%s%s%s is not supported (%s)", key,
+                           *q ? " of type " : "", q, why);
+}
+
+static mw_status read_model(mw__loader *ld, const mw__json_node *model) {
+    mw_tokenizer *tok = ld->tok;
+    const mw__json *doc = ld->doc;
+    char buf[96];
+    mw_status st;
+    if (!model)
+        return mw__tok_fail_at(ld, NULL, MW_ERR_FORMAT, "model", "the file has no \"model\"");
+    if (model->type != MW__JSON_OBJECT)
+        return mw__tok_fail_at(ld, model, MW_ERR_FORMAT, "model", "expected an object, found %s",
+                               mw__tok_what(ld, model, buf, sizeof buf));
+    static const char *const keys[] = {"type",
+                                       "dropout",
+                                       "unk_token",
+                                       "continuing_subword_prefix",
+                                       "end_of_word_suffix",
+                                       "fuse_unk",
+                                       "byte_fallback",
+                                       "ignore_merges",
+                                       "vocab",
+                                       "merges",
+                                       NULL};
+    const mw__json_node *dup = mw__json_duplicate(doc, model, keys), *t;
+    if (dup) {
+        char p[64];
+        snprintf(p, sizeof p, "model.%.*s", (int)dup->klen, mw__json_key(doc, dup));
+        return mw__tok_fail_at(ld, dup, MW_ERR_FORMAT, p, "the field appears twice");
+    }
+    if ((t = mw__json_get(doc, model, "type")) &&
+        (st = check_type(ld, model, "model", "BPE", "a byte-level BPE model as GPT-2's")))
+        return st;
+    const mw__json_node *d = mw__json_get(doc, model, "dropout");
+    if (d && d->type != MW__JSON_NULL) {
+        if (d->type != MW__JSON_NUMBER || doc->text[d->str] == '-')
+            return mw__tok_fail_at(ld, d, MW_ERR_FORMAT, "model.dropout",
+                                   "expected null or a number from 0 to 1, found %s",
+                                   mw__tok_what(ld, d, buf, sizeof buf));
+        int zero = 1; /* every digit of the mantissa 0 */
+        for (uint32_t i = 0; i < d->len && zero; i++) {
+            char c = doc->text[d->str + i];
+            if (c == 'e' || c == 'E') break;
+            zero = !(c >= '1' && c <= '9');
+        }
+        if (!zero)
+            return mw__tok_fail_at(
+                ld, d, MW_ERR_UNSUPPORTED, "model.dropout",
+                "dropout %s is not supported (it makes encoding random): use null",
+                mw__tok_what(ld, d, buf, sizeof buf));
+    }
+    const mw__json_node *vocab = mw__json_get(doc, model, "vocab");
+    const mw__json_node *merges = mw__json_get(doc, model, "merges");
+    if (!vocab || !merges)
+        return mw__tok_fail_at(ld, model, MW_ERR_FORMAT, "model", "the model has no \"%s\"",
+                               vocab ? "merges" : "vocab");
+    const mw__json_node *unk = get_string(ld, model, "unk_token", "model", &st);
+    if (st) return st;
+    const mw__json_node *pre = get_string(ld, model, "continuing_subword_prefix", "model", &st);
+    if (st) return st;
+    const mw__json_node *suf = get_string(ld, model, "end_of_word_suffix", "model", &st);
+    if (st) return st;
+    if ((st = get_bool(ld, model, "fuse_unk", "model", 1, &tok->fuse_unk)) ||
+        (st = get_bool(ld, model, "byte_fallback", "model", 1, &tok->byte_fallback)) ||
+        (st = get_bool(ld, model, "ignore_merges", "model", 1, &tok->ignore_merges)))
+        return st;
+    if ((st = mw__tok_read_vocab(ld, vocab, "model.vocab"))) return st;
+    if (pre) {
+        tok->has_prefix = 1;
+        tok->prefix_len = pre->len;
+        if ((st = mw__tok_store(tok, mw__json_str(doc, pre), pre->len, &tok->prefix_off)))
+            return st;
+    }
+    if (suf) {
+        tok->has_suffix = 1;
+        tok->suffix_len = suf->len;
+        if ((st = mw__tok_store(tok, mw__json_str(doc, suf), suf->len, &tok->suffix_off)))
+            return st;
+    }
+    if (unk) {
+        tok->unk_id = mw__tok_vocab_id(tok, mw__json_str(doc, unk), unk->len);
+        if (tok->unk_id == MW__NO_ID) {
+            char q[64];
+            return mw__tok_fail_at(ld, unk, MW_ERR_FORMAT, "model.unk_token",
+                                   "%s is not in the vocabulary",
+                                   mw__tok_quote(mw__json_str(doc, unk), unk->len, q, sizeof q));
+        }
+    }
+    return mw__tok_read_merges_json(ld, merges);
+}
+
+static mw_status read_pre_tokenizer(mw__loader *ld, const mw__json_node *root) {
+    const mw__json_node *v = mw__json_get(ld->doc, root, "pre_tokenizer");
+    mw_status st =
+        check_type(ld, v, "pre_tokenizer", "ByteLevel", "GPT-2's regex and byte alphabet");
+    if (st) return st;
+    if (!mw__json_get(ld->doc, v, "add_prefix_space"))
+        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, "pre_tokenizer",
+                               "it has no \"add_prefix_space\"");
+    int trim = 0;
+    if ((st =
+             get_bool(ld, v, "add_prefix_space", "pre_tokenizer", 0, &ld->tok->add_prefix_space)) ||
+        (st = get_bool(ld, v, "use_regex", "pre_tokenizer", 0, &ld->tok->use_regex)) ||
+        (st = get_bool(ld, v, "trim_offsets", "pre_tokenizer", 0, &trim)))
+        return st;
+    return MW_OK;
+}
+
+/* added_tokens: each {"id", "content", "single_word", "lstrip", "rstrip", "normalized",
+ * "special"}, ids as tokenizers assigns them on loading (a token of the vocabulary keeps its id,
+ * the others take the next ids after the vocabulary's size, in order). */
+static mw_status read_added(mw__loader *ld, const mw__json_node *arr) {
+    mw_tokenizer *tok = ld->tok;
+    const mw__json *doc = ld->doc;
+    char buf[96], p[64], q[64];
+    if (!arr) return MW_OK;
+    if (arr->type != MW__JSON_ARRAY)
+        return mw__tok_fail_at(ld, arr, MW_ERR_FORMAT, "added_tokens",
+                               "expected an array, found %s",
+                               mw__tok_what(ld, arr, buf, sizeof buf));
+    tok->added = mw__calloc(arr->count ? arr->count : 1, sizeof *tok->added);
+    if (!tok->added) return mw__error(MW_ERR_NOMEM, "out of memory reading %s", ld->label);
+    int64_t next = tok->vocab_count;
+    uint32_t i = 0;
+    mw_status st;
+    for (const mw__json_node *c = mw__json_node_at(doc, arr->first); c;
+         c = mw__json_node_at(doc, c->next), i++) {
+        snprintf(p, sizeof p, "added_tokens[%u]", i);
+        if (c->type != MW__JSON_OBJECT)
+            return mw__tok_fail_at(ld, c, MW_ERR_FORMAT, p, "expected an object, found %s",
+                                   mw__tok_what(ld, c, buf, sizeof buf));
+        const mw__json_node *id = mw__json_get(doc, c, "id");
+        const mw__json_node *content = mw__json_get(doc, c, "content");
+        if (!id || !content)
+            return mw__tok_fail_at(ld, c, MW_ERR_FORMAT, p, "the token has no \"%s\"",
+                                   id ? "content" : "id");
+        char pf[96];
+        snprintf(pf, sizeof pf, "%s.id", p);
+        if (id->type != MW__JSON_NUMBER || !id->is_integer || id->ival < 0 || id->ival > INT32_MAX)
+            return mw__tok_fail_at(ld, id, MW_ERR_FORMAT, pf,
+                                   "expected an integer from 0 to 2147483647, found %s",
+                                   mw__tok_what(ld, id, buf, sizeof buf));
+        snprintf(pf, sizeof pf, "%s.content", p);
+        if (content->type != MW__JSON_STRING || content->len == 0)
+            return mw__tok_fail_at(
+                ld, content, MW_ERR_FORMAT, pf, "expected a non-empty string, found %s",
+                content->type == MW__JSON_STRING ? "\"\""
+                                                 : mw__tok_what(ld, content, buf, sizeof buf));
+        mw__added *a = &tok->added[i];
+        int single_word = 0;
+        a->normalized = 1; /* tokenizers' AddedToken::default() */
+        if ((st = get_bool(ld, c, "single_word", p, 0, &single_word)) ||
+            (st = get_bool(ld, c, "lstrip", p, 0, &a->lstrip)) ||
+            (st = get_bool(ld, c, "rstrip", p, 0, &a->rstrip)) ||
+            (st = get_bool(ld, c, "normalized", p, 0, &a->normalized)) ||
+            (st = get_bool(ld, c, "special", p, 0, &a->special)))
+            return st;
+        const char *s = mw__json_str(doc, content);
+        if (single_word)
+            return mw__tok_fail_at(ld, mw__json_get(doc, c, "single_word"), MW_ERR_UNSUPPORTED, p,
+                                   "%s: \"single_word\": true is not supported",
+                                   mw__tok_quote(s, content->len, q, sizeof q));
+        for (uint32_t k = 0; k < i; k++)
+            if (tok->added[k].len == content->len &&
+                memcmp(tok->arena + tok->added[k].off, s, content->len) == 0)
+                return mw__tok_fail_at(ld, content, MW_ERR_FORMAT, pf,
+                                       "%s is also added_tokens[%u]",
+                                       mw__tok_quote(s, content->len, q, sizeof q), k);
+        int32_t model_id = mw__tok_vocab_id(tok, s, content->len);
+        int64_t want = model_id != MW__NO_ID ? model_id : next++;
+        if (want > INT32_MAX)
+            return mw__tok_fail_at(ld, c, MW_ERR_UNSUPPORTED, p, "ids past 2147483647");
+        if (want != id->ival)
+            return mw__tok_fail_at(
+                ld, id, MW_ERR_FORMAT, p,
+                "%s has id %lld, but Hugging Face tokenizers gives it %lld (%s)",
+                mw__tok_quote(s, content->len, q, sizeof q), (long long)id->ival, (long long)want,
+                model_id != MW__NO_ID ? "its id in model.vocab"
+                                      : "added tokens not in model.vocab take the ids after it, "
+                                        "in order");
+        if (model_id == MW__NO_ID && want < tok->size && ld->used[want])
+            return mw__tok_fail_at(
+                ld, id, MW_ERR_FORMAT, p,
+                "id %lld is also a token of model.vocab (the vocabulary has holes)",
+                (long long)want);
+        a->id = (int32_t)want;
+        a->len = content->len;
+        if ((st = mw__tok_store(tok, s, content->len, &a->off))) return st;
+        tok->nadded = i + 1;
+        if (a->id >= tok->size) tok->size = a->id + 1;
+    }
+    return MW_OK;
+}
+
+static mw_status read_tokenizer_json(mw__loader *ld, const char *text, size_t n) {
+    mw__json *doc;
+    mw_status st = mw__json_parse(text, n, ld->label, &doc);
+    if (st) return st;
+    ld->doc = doc;
+    const mw__json_node *root = mw__json_node_at(doc, 0), *v;
+    char buf[96];
+    static const char *const keys[] = {
+        "version",       "truncation",     "padding", "added_tokens", "normalizer",
+        "pre_tokenizer", "post_processor", "decoder", "model",        NULL};
+    if (root->type != MW__JSON_OBJECT) {
+        st = mw__tok_fail_at(ld, root, MW_ERR_FORMAT, "", "expected an object, found %s",
+                             mw__tok_what(ld, root, buf, sizeof buf));
+    } else if ((v = mw__json_duplicate(doc, root, keys))) {
+        char p[64];
+        snprintf(p, sizeof p, "%.*s", (int)v->klen, mw__json_key(doc, v));
+        st = mw__tok_fail_at(ld, v, MW_ERR_FORMAT, p, "the field appears twice");
+    } else if ((v = mw__json_get(doc, root, "version")) &&
+               (v->type != MW__JSON_STRING || v->len != 3 ||
+                memcmp(mw__json_str(doc, v), "1.0", 3) != 0)) {
+        st = mw__tok_fail_at(ld, v, MW_ERR_UNSUPPORTED, "version",
+                             "the file's format version is %s, not \"1.0\"",
+                             mw__tok_what(ld, v, buf, sizeof buf));
+    }
+    if (!st) st = must_be_null(ld, root, "truncation", "encoding here never truncates");
+    if (!st) st = must_be_null(ld, root, "padding", "encoding here never pads");
+    if (!st) st = must_be_null(ld, root, "normalizer", "GPT-2's tokenizer has none");
+    if (!st) st = read_pre_tokenizer(ld, root);
+    if (!st) {
+        v = mw__json_get(doc, root, "post_processor");
+        if (v && v->type != MW__JSON_NULL)
+            st = check_type(ld, v, "post_processor", "ByteLevel",
+                            "another one would add tokens around the text");
+    }
+    if (!st)
+        st = check_type(ld, mw__json_get(doc, root, "decoder"), "decoder", "ByteLevel",
+                        "GPT-2's byte alphabet back to bytes");
+    if (!st) st = read_model(ld, mw__json_get(doc, root, "model"));
+    if (!st) st = read_added(ld, mw__json_get(doc, root, "added_tokens"));
+    ld->doc = NULL;
+    mw__json_free(doc);
+    return st;
+}
+
+/* --- GPT-2's original files --------------------------------------------------------------------
+ */
+
+static mw_status read_gpt2_files(mw__loader *ld, const char *dir) {
+    mw_tokenizer *tok = ld->tok;
+    char vpath[4096], mpath[4096];
+    if (snprintf(vpath, sizeof vpath, "%s/vocab.json", dir) >= (int)sizeof vpath ||
+        snprintf(mpath, sizeof mpath, "%s/merges.txt", dir) >= (int)sizeof mpath)
+        return mw__error(MW_ERR_INVALID, "mw_tokenizer_load: the path %.200s... is too long", dir);
+    char *text;
+    size_t n;
+    mw_status st = read_file(vpath, &text, &n);
+    if (st) return st;
+    mw__json *doc;
+    ld->label = vpath;
+    st = mw__json_parse(text, n, vpath, &doc);
+    if (st == MW_OK) {
+        ld->doc = doc;
+        st = mw__tok_read_vocab(ld, mw__json_node_at(doc, 0), "");
+        ld->doc = NULL;
+        mw__json_free(doc);
+    }
+    mw__free(text);
+    if (st) return st;
+    ld->label = mpath;
+    if ((st = read_file(mpath, &text, &n))) return st;
+    st = mw__tok_read_merges_txt(ld, text, n, mpath);
+    mw__free(text);
+    if (st) return st;
+    /* As transformers' GPT-2 tokenizer makes it: a special token, matched in the raw text. */
+    int32_t eot = mw__tok_vocab_id(tok, SPECIAL_EOT, strlen(SPECIAL_EOT));
+    if (eot == MW__NO_ID) return MW_OK;
+    tok->added = mw__calloc(1, sizeof *tok->added);
+    if (!tok->added) return mw__error(MW_ERR_NOMEM, "out of memory reading %s", dir);
+    mw__added *a = &tok->added[0];
+    *a = (mw__added){.len = (uint32_t)strlen(SPECIAL_EOT), .id = eot, .special = 1};
+    if ((st = mw__tok_store(tok, SPECIAL_EOT, a->len, &a->off))) return st;
+    tok->nadded = 1;
+    return MW_OK;
+}
+
+/* --- loading ------------------------------------------------------------------------------------
+ */
+
+static int is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static mw_status load(mw__loader *ld, const char *path) {
+    char json[4096];
+    const char *file = path;
+    mw_status st;
+    if (is_dir(path)) {
+        if (snprintf(json, sizeof json, "%s/tokenizer.json", path) >= (int)sizeof json)
+            return mw__error(MW_ERR_INVALID, "mw_tokenizer_load: the path %.200s... is too long",
+                             path);
+        if (!exists(json)) {
+            if ((st = read_gpt2_files(ld, path))) return st;
+            file = NULL;
+        } else {
+            file = json;
+        }
+    }
+    if (file) {
+        char *text;
+        size_t n;
+        if ((st = read_file(file, &text, &n))) return st;
+        ld->label = file;
+        st = read_tokenizer_json(ld, text, n);
+        mw__free(text);
+        if (st) return st;
+    }
+    mw_tokenizer *tok = ld->tok;
+    if ((st = mw__tok_byte_tables(tok)) || (st = mw__tok_added_passes(tok)) ||
+        (st = mw__tok_decode_table(tok, ld->vids, ld->voff, ld->vlen)) || (st = mw__tok_cache(tok)))
+        return st;
+    return MW_OK;
+}
+
+mw_status mw_tokenizer_load(const char *path, mw_tokenizer **out) {
+    if (out) *out = NULL;
+    if (!path || !out) return mw__error(MW_ERR_INVALID, "mw_tokenizer_load: NULL argument");
+    mw__loader ld = {.label = path};
+    mw_status st = mw__tok_new(&ld.tok);
+    if (st == MW_OK) st = load(&ld, path);
+    mw__free(ld.vids);
+    mw__free(ld.voff);
+    mw__free(ld.vlen);
+    mw__free(ld.used);
+    mw__free(ld.scratch);
+    if (st) {
+        mw_tokenizer_free(ld.tok);
+        return st;
+    }
+    *out = ld.tok;
+    return MW_OK;
+}
+
+/* --- questions about a tokenizer ----------------------------------------------------------------
+ */
+
+int32_t mw_tokenizer_vocab_size(const mw_tokenizer *tok) { return tok ? tok->size : 0; }
+
+mw_status mw_tokenizer_token_id(const mw_tokenizer *tok, const char *token, int32_t *id) {
+    if (!tok || !token || !id)
+        return mw__error(MW_ERR_INVALID, "mw_tokenizer_token_id: NULL argument");
+    size_t n = strlen(token);
+    *id = MW__NO_ID;
+    for (uint32_t i = 0; i < tok->nadded; i++)
+        if (tok->added[i].len == n && memcmp(tok->arena + tok->added[i].off, token, n) == 0) {
+            *id = tok->added[i].id;
+            return MW_OK;
+        }
+    *id = mw__tok_vocab_id(tok, token, n);
+    if (*id != MW__NO_ID) return MW_OK;
+    char q[64];
+    return mw__error(MW_ERR_NOT_FOUND, "the tokenizer has no token %s",
+                     mw__tok_quote(token, n, q, sizeof q));
+}
+
+int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id) {
+    return tok && id >= 0 && id < tok->size && tok->is_special[id] == 2;
+}
+
+size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len) {
+    if (!tok) return 0;
+    size_t per = tok->max_ids_per_byte * (tok->add_prefix_space ? 2 : 1);
+    return len > SIZE_MAX / per ? SIZE_MAX : len * per;
+}
+
+const char *mw_tokenizer_unicode_version(void) { return MW__UNICODE_VERSION; }

@@ -1,0 +1,49 @@
+/* Internal: what the two readers of tokenizer files share (tokenizer_vocab.c reads vocabularies
+ * and merges, in either format; tokenizer_load.c reads everything else and puts it together):
+ * the state of one load and the messages that name a file and a place in it. */
+#ifndef MW__TEXT_TOKENIZER_READ_H
+#define MW__TEXT_TOKENIZER_READ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "text/json.h"
+#include "text/tokenizer_model.h"
+
+typedef struct mw__loader {
+    mw_tokenizer *tok;
+    const char *label; /* the file being read */
+    const mw__json *doc;
+    /* the vocabulary as read, for the decoding table */
+    int32_t *vids;
+    uint32_t *voff, *vlen;
+    uint8_t *used; /* per id below tok->size: 1 when the vocabulary has it */
+    char *scratch; /* a merged token */
+    size_t scratch_cap;
+} mw__loader;
+/* s[0, n) as a JSON string literal, cut to about 40 characters, into buf (64 bytes will do). */
+const char *mw__tok_quote(const char *s, size_t n, char *buf, size_t size);
+
+/* "file:line:column: path: message" for the value n of ld->doc (NULL: the start of the file),
+ * recorded as the calling thread's error; returns st. */
+mw_status mw__tok_fail_at(mw__loader *ld, const mw__json_node *n, mw_status st, const char *path,
+                          const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* What a value is, for "found ..." in messages: its type, a string's text or a number's. */
+const char *mw__tok_what(mw__loader *ld, const mw__json_node *n, char *buf, size_t size);
+
+/* obj (of ld->doc): token -> id, into tok->vocab, tok->vocab_count, tok->size and ld's copies.
+ * `path` names it in messages ("model.vocab"; "" for vocab.json). */
+mw_status mw__tok_read_vocab(mw__loader *ld, const mw__json_node *obj, const char *path);
+
+/* model.merges of a tokenizer.json: ["a b", ...] or [["a", "b"], ...]. */
+mw_status mw__tok_read_merges_json(mw__loader *ld, const mw__json_node *arr);
+
+/* merges.txt (text[0, n), `label` its name): one "a b" a line, "#version" lines skipped. */
+mw_status mw__tok_read_merges_txt(mw__loader *ld, const char *text, size_t n, const char *label);
+
+#endif
