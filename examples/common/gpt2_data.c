@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* --- random numbers --------------------------------------------------------------------------- */
 
@@ -71,6 +72,54 @@ mw_status gpt2_tokens_load_text(const char *path, gpt2_tokens *out, char *err, s
         for (int64_t i = 0; i < size; i++) ids[i] = bytes[i];
         *out = (gpt2_tokens){ids, size, 1};
         ids = NULL;
+    }
+    free(bytes);
+    free(ids);
+    return st;
+}
+
+mw_status gpt2_tokens_encode_text(const char *path, mw_tokenizer *tok, gpt2_tokens *out,
+                                  double *seconds, char *err, size_t errsize) {
+    memset(out, 0, sizeof *out);
+    if (mw_tokenizer_vocab_size(tok) > 65536) {
+        snprintf(err, errsize,
+                 "the tokenizer has %d tokens; token data holds ids below 65536 (uint16)",
+                 (int)mw_tokenizer_vocab_size(tok));
+        return MW_ERR_UNSUPPORTED;
+    }
+    FILE *f;
+    int64_t size;
+    mw_status st = open_file(path, &f, &size, err, errsize);
+    if (st != MW_OK) return st;
+    char *bytes = malloc((size_t)size + 1);
+    size_t cap = mw_tokenizer_max_ids(tok, (size_t)size), n = 0;
+    int32_t *ids = cap < ((size_t)1 << 40) ? malloc((cap ? cap : 1) * sizeof *ids) : NULL;
+    uint16_t *narrow = NULL;
+    if (!bytes || !ids) {
+        snprintf(err, errsize, "out of memory reading %s (%lld bytes)", path, (long long)size);
+        st = MW_ERR_NOMEM;
+    } else {
+        st = read_exact(f, (unsigned char *)bytes, (size_t)size, path, err, errsize);
+    }
+    fclose(f);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (st == MW_OK && (st = mw_tokenizer_encode(tok, bytes, (size_t)size, ids, cap, &n)))
+        snprintf(err, errsize, "encoding %s: %s", path, mw_last_error());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (seconds)
+        *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (st == MW_OK && n == 0) {
+        snprintf(err, errsize, "%s is empty: no tokens to train on", path);
+        st = MW_ERR_FORMAT;
+    }
+    if (st == MW_OK && !(narrow = malloc(n * sizeof *narrow))) {
+        snprintf(err, errsize, "out of memory encoding %s", path);
+        st = MW_ERR_NOMEM;
+    }
+    if (st == MW_OK) {
+        for (size_t i = 0; i < n; i++) narrow[i] = (uint16_t)ids[i];
+        *out = (gpt2_tokens){narrow, (int64_t)n, 1};
     }
     free(bytes);
     free(ids);

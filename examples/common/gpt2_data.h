@@ -54,6 +54,12 @@ typedef enum gpt2_data_format {
  * MW_ERR_FORMAT. */
 mw_status gpt2_tokens_load_text(const char *path, gpt2_tokens *out, char *err, size_t errsize);
 
+/* The text of the file at `path` encoded by tok (meshwit/tokenizer.h) into token ids, which
+ * must fit uint16 (MW_ERR_UNSUPPORTED naming the limit otherwise); the seconds encoding took to
+ * *seconds when not NULL. An empty file is MW_ERR_FORMAT. */
+mw_status gpt2_tokens_encode_text(const char *path, mw_tokenizer *tok, gpt2_tokens *out,
+                                  double *seconds, char *err, size_t errsize);
+
 /* An llm.c token shard: checks the magic, the version and that the header's token count matches
  * the file size exactly (MW_ERR_FORMAT with both sizes when it does not). */
 mw_status gpt2_tokens_load_shard(const char *path, gpt2_tokens *out, char *err, size_t errsize);

@@ -40,9 +40,11 @@ typedef struct options {
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
-    int cpu_threads;      /* mw_trainer_config.cpu_threads */
-    int bf16;             /* --precision bf16 */
-    int sample_recompute; /* --sample-recompute: no key/value cache */
+    int cpu_threads;       /* mw_trainer_config.cpu_threads */
+    int bf16;              /* --precision bf16 */
+    int sample_recompute;  /* --sample-recompute: no key/value cache */
+    const char *tokenizer; /* --tokenizer FILE */
+    int tok_vocab;         /* its vocabulary size (0: no tokenizer) */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -63,6 +65,10 @@ static void usage(FILE *f) {
         "                      shard (uint16 GPT-2 tokens); the last 10%% is held out unless\n"
         "                      --val-data is given. With --eval-only: the data evaluated, whole\n"
         "  --val-data FILE     validation data (with --eval-only: evaluated instead of --data)\n"
+        "  --tokenizer FILE    a GPT-2 byte-level BPE tokenizer (tokenizer.json, or a folder\n"
+        "                      with vocab.json and merges.txt): text --data is encoded with it,\n"
+        "                      --prompt is text and samples print as text; without --load the\n"
+        "                      vocabulary is the tokenizer's\n"
         "  --data-format F     auto (default: a token shard when the name ends in .bin or the\n"
         "                      file starts with its magic), text or tokens\n"
         "model\n"
@@ -278,6 +284,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->model_axis = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--data", &missing))) {
             o->data = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--tokenizer", &missing))) {
+            o->tokenizer = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--val-data", &missing))) {
             o->val_data = v;
         } else if ((v = cli_option_value(argc, argv, &i, "--data-format", &missing))) {
@@ -430,6 +438,8 @@ static int choose_model(options *o, const sizes *sz) {
             return -1;
     } else {
         gpt2_preset(o->preset, c);
+        if (o->tok_vocab && !o->preset_given && !sz->vocab) /* the tokenizer's vocabulary */
+            c->vocab = o->tok_vocab, c->padded_vocab = (o->tok_vocab + 127) / 128 * 128;
         if (sz->layers) c->layers = sz->layers;
         if (sz->heads) c->heads = sz->heads;
         if (sz->channels) c->channels = sz->channels;
@@ -439,6 +449,14 @@ static int choose_model(options *o, const sizes *sz) {
     }
     if (gpt2_config_check(c, err, sizeof err) != 0) {
         fprintf(stderr, "gpt2: bad model size: %s\n", err);
+        return -1;
+    }
+    if (o->tok_vocab > c->vocab) {
+        fprintf(stderr,
+                "gpt2: --tokenizer %s has %d tokens but the model's vocabulary is %d: its ids "
+                "would not fit%s\n",
+                o->tokenizer, o->tok_vocab, c->vocab,
+                o->load ? "" : " (leave out --vocab and --preset, or give a larger --vocab)");
         return -1;
     }
     if (o->seq > c->max_seq) {
@@ -456,6 +474,7 @@ typedef struct run {
     gpt2_tokens data, val_file; /* owned */
     gpt2_tokens train, val;     /* views */
     int byte_level;             /* text data: tokens are bytes */
+    mw_tokenizer *tok;          /* --tokenizer, or NULL */
     int corpus;                 /* the built-in arithmetic corpus */
     mw_mesh *mesh;
     mw_graph *graph;
@@ -487,22 +506,60 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The default corpus (bytes) as text through the tokenizer. */
+static mw_status encode_corpus(run *r) {
+    size_t len = (size_t)r->data.count, n = 0, cap = mw_tokenizer_max_ids(r->tok, len);
+    char *text = malloc(len + 1);
+    int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
+    mw_status st = text && ids ? MW_OK : MW_ERR_NOMEM;
+    for (size_t i = 0; st == MW_OK && i < len; i++) text[i] = (char)r->data.ids[i];
+    if (st == MW_OK) st = mw_tokenizer_encode(r->tok, text, len, ids, cap, &n);
+    uint16_t *narrow = st == MW_OK ? malloc((n ? n : 1) * sizeof *narrow) : NULL;
+    if (st == MW_OK && !narrow) st = MW_ERR_NOMEM;
+    if (st == MW_OK && mw_tokenizer_vocab_size(r->tok) > 65536)
+        st = MW_ERR_UNSUPPORTED; /* its ids do not fit the token data's uint16 */
+    for (size_t i = 0; st == MW_OK && i < n; i++) narrow[i] = (uint16_t)ids[i];
+    if (st == MW_OK) {
+        gpt2_tokens_free(&r->data);
+        r->data = (gpt2_tokens){narrow, (int64_t)n, 1};
+        narrow = NULL;
+    }
+    free(narrow);
+    free(text);
+    free(ids);
+    return st;
+}
+
 /* Loads or generates the data and splits it; checks every token against the vocabulary and that
  * the sets hold a batch. Returns 0 or the exit status. */
 static int prepare_data(run *r) {
     const options *o = &r->o;
     char err[512];
     mw_status st;
-    if (o->data) {
+    if (o->data && r->tok && gpt2_data_detect(o->data, o->format) == GPT2_DATA_TEXT) {
+        double secs = 0;
+        st = gpt2_tokens_encode_text(o->data, r->tok, &r->data, &secs, err, sizeof err);
+        if (st != MW_OK) return fail_msg(st, err);
+        printf("encoded %s with %s: %lld tokens in %.2f s\n", o->data, o->tokenizer,
+               (long long)r->data.count, secs);
+    } else if (o->data) {
         st = gpt2_tokens_load(o->data, o->format, &r->data, err, sizeof err);
         if (st != MW_OK) return fail_msg(st, err);
-        r->byte_level = gpt2_data_detect(o->data, o->format) == GPT2_DATA_TEXT;
+        r->byte_level = !r->tok && gpt2_data_detect(o->data, o->format) == GPT2_DATA_TEXT;
     } else {
         st = gpt2_corpus_generate(GPT2_CORPUS_SEED, GPT2_CORPUS_BYTES, &r->data);
         if (st != MW_OK) return fail_msg(st, "cannot generate the default corpus");
-        r->byte_level = r->corpus = 1;
+        r->corpus = 1;
+        r->byte_level = !r->tok;
+        if (r->tok && (st = encode_corpus(r)) != MW_OK)
+            return fail(st, "cannot encode the default corpus with --tokenizer");
     }
-    if (o->val_data) {
+    if (o->val_data && r->tok && gpt2_data_detect(o->val_data, o->format) == GPT2_DATA_TEXT) {
+        st = gpt2_tokens_encode_text(o->val_data, r->tok, &r->val_file, NULL, err, sizeof err);
+        if (st != MW_OK) return fail_msg(st, err);
+        r->train = (gpt2_tokens){r->data.ids, r->data.count, 0};
+        r->val = (gpt2_tokens){r->val_file.ids, r->val_file.count, 0};
+    } else if (o->val_data) {
         st = gpt2_tokens_load(o->val_data, o->format, &r->val_file, err, sizeof err);
         if (st != MW_OK) return fail_msg(st, err);
         r->train = (gpt2_tokens){r->data.ids, r->data.count, 0};
@@ -554,7 +611,10 @@ static void print_setup(const run *r) {
            c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
            (long long)gpt2_num_params(c));
     const char *name = o->data ? o->data : "default corpus (arithmetic lines, generated)";
-    printf("data: %s, %s, %lld tokens", name, r->byte_level ? "bytes" : "llm.c tokens",
+    printf("data: %s, %s, %lld tokens", name,
+           r->byte_level ? "bytes"
+           : r->tok      ? "tokens of --tokenizer"
+                         : "llm.c tokens",
            (long long)r->data.count);
     if (o->eval_only) {
         printf("; evaluating %lld tokens\n", (long long)r->val.count);
@@ -732,6 +792,17 @@ static void print_token(int token, int byte_level) {
         putchar(token);
 }
 
+/* A token as its text (the bytes the tokenizer decodes it to; a token's bytes do not depend on
+ * its neighbours, so printing them one by one prints the text). */
+static void print_text_token(const mw_tokenizer *tok, int32_t id) {
+    char buf[256];
+    size_t len = 0;
+    if (mw_tokenizer_decode(tok, &id, 1, buf, sizeof buf, &len) == MW_OK)
+        fwrite(buf, 1, len, stdout);
+    else
+        printf("<%d>", (int)id);
+}
+
 /* What produces the logits of the next token: a decoding program with a key/value cache (one
  * position per run), or the model over the whole window each time (--sample-recompute). */
 typedef struct sampler {
@@ -830,14 +901,28 @@ static int sample(run *r) {
         rc = fail(st, "cannot set up sampling");
         goto done;
     }
-    if (r->byte_level)
+    if (r->tok && strcmp(o->prompt, "\n") != 0) {
+        size_t got = 0;
+        if ((st = mw_tokenizer_encode(r->tok, o->prompt, strlen(o->prompt), hist, (size_t)(cap - 1),
+                                      &got)) != MW_OK) {
+            rc = fail(st, "cannot encode --prompt");
+            goto done;
+        }
+        n = (int)got;
+    } else if (r->tok) { /* no prompt: the tokenizer's <|endoftext|>, else token 0 */
+        int32_t eot = 0;
+        if (mw_tokenizer_token_id(r->tok, "<|endoftext|>", &eot) != MW_OK) eot = 0;
+        hist[n++] = eot;
+    } else if (r->byte_level) {
         for (const char *p = o->prompt; *p; p++) hist[n++] = (unsigned char)*p;
-    else
+    } else {
         hist[n++] = V == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
+    }
     int prompt_len = n;
     printf("sample (%d tokens, temperature %g, %s):\n", o->sample, o->temperature,
            sm.cached ? "key/value cache" : "recomputing the window");
-    if (r->byte_level) fwrite(o->prompt, 1, strlen(o->prompt), stdout);
+    if (r->byte_level || (r->tok && strcmp(o->prompt, "\n") != 0))
+        fwrite(o->prompt, 1, strlen(o->prompt), stdout);
     double t0 = now();
     for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
         const float *logits;
@@ -847,7 +932,10 @@ static int sample(run *r) {
         }
         fed = n;
         hist[n] = draw(logits, V, o->temperature, &r->rng);
-        print_token(hist[n++], r->byte_level);
+        if (r->tok)
+            print_text_token(r->tok, hist[n++]);
+        else
+            print_token(hist[n++], r->byte_level);
         fflush(stdout);
     }
     double secs = now() - t0;
@@ -856,10 +944,25 @@ static int sample(run *r) {
         printf("sampled %d tokens in %.3f s (%.1f tokens/s)\n", n - prompt_len, secs,
                (double)(n - prompt_len) / (secs > 0 ? secs : 1e-9));
     if (r->corpus) {
-        for (int i = 0; i < n; i++) text[i] = (char)hist[i];
-        int lines, ok, correct; /* the first line counts when the prompt ends one */
-        gpt2_corpus_score(text + prompt_len, (size_t)(n - prompt_len),
-                          o->prompt[strlen(o->prompt) - 1] == '\n', &lines, &ok, &correct);
+        /* The generated part as text: its bytes, or what the tokenizer decodes it to. */
+        char *gen = text;
+        size_t glen = (size_t)(n - prompt_len);
+        if (r->tok) {
+            glen = 0;
+            mw_tokenizer_decode(r->tok, hist + prompt_len, (size_t)(n - prompt_len), NULL, 0,
+                                &glen);
+            gen = malloc(glen + 1);
+            if (!gen || mw_tokenizer_decode(r->tok, hist + prompt_len, (size_t)(n - prompt_len),
+                                            gen, glen, &glen) != MW_OK)
+                glen = 0;
+        } else {
+            for (int i = prompt_len; i < n; i++) text[i - prompt_len] = (char)hist[i];
+        }
+        int lines = 0, ok = 0, correct = 0; /* the first line counts when the prompt ends one */
+        if (gen)
+            gpt2_corpus_score(gen, glen, o->prompt[strlen(o->prompt) - 1] == '\n', &lines, &ok,
+                              &correct);
+        if (gen != text) free(gen);
         printf("sample: %d complete lines, %d well formed, %d correct arithmetic\n", lines, ok,
                correct);
     }
@@ -922,7 +1025,8 @@ static mw_status agree_flags(const run *r) {
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
              "--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
-             "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n",
+             "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n--tokenizer %s, %d "
+             "tokens\n--sample-recompute %d\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
              (unsigned long long)val, (int)o->format, o->load ? "given" : "none", o->batch, o->seq,
@@ -933,7 +1037,8 @@ static mw_status agree_flags(const run *r) {
              o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
              o->mesh ? o->mesh : MESH_AXIS, o->model_axis ? o->model_axis : "none",
              o->bf16 ? "bf16" : "fp32", o->sample, o->temperature,
-             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)));
+             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
+             o->tokenizer ? "given" : "none", o->tok_vocab, o->sample_recompute);
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
 
@@ -959,8 +1064,16 @@ static int run_main(int argc, char **argv) {
     int rc = parse_args(argc, argv, &r.o, &sz);
     if (rc > 0) usage(stdout);
     if (rc != 0) return rc > 0 ? 0 : 2;
-    if (choose_model(&r.o, &sz) != 0) return 2;
     options *o = &r.o;
+    if (o->tokenizer) {
+        mw_status tst = mw_tokenizer_load(o->tokenizer, &r.tok);
+        if (tst != MW_OK) return fail(tst, "cannot load --tokenizer");
+        o->tok_vocab = mw_tokenizer_vocab_size(r.tok);
+    }
+    if (choose_model(&r.o, &sz) != 0) {
+        mw_tokenizer_free(r.tok);
+        return 2;
+    }
     if (o->prompt[0] == '\0') {
         fprintf(stderr, "gpt2: --prompt must not be empty\n");
         return 2;
@@ -982,7 +1095,7 @@ static int run_main(int argc, char **argv) {
         rc = 2;
         goto done;
     }
-    if (!r.byte_level && strcmp(o->prompt, "\n") != 0) {
+    if (!r.byte_level && !r.tok && strcmp(o->prompt, "\n") != 0) {
         fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
                         "<|endoftext|>)\n");
         rc = 2;
@@ -1087,5 +1200,6 @@ done:
     gpt2_batch_free(&r.batch);
     gpt2_tokens_free(&r.val_file);
     gpt2_tokens_free(&r.data);
+    mw_tokenizer_free(r.tok);
     return rc;
 }
