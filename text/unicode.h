@@ -22,10 +22,11 @@ static inline int mw__uc_class(uint32_t cp) {
 }
 
 /* Length of the valid UTF-8 sequence at s (n >= 1 bytes available) and its code point in *cp,
- * or 0 when s[0] does not start one (a stray continuation byte, an overlong form, a surrogate,
- * a value above U+10FFFF or a sequence cut short). */
+ * or 0 (and s[0] in *cp) when s[0] does not start one (a stray continuation byte, an overlong form,
+ * a surrogate, a value above U+10FFFF or a sequence cut short). */
 static inline size_t mw__utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     uint32_t c = s[0];
+    *cp = c; /* also where no sequence starts: *cp is always set */
     if (c < 0x80) {
         *cp = c;
         return 1;
