@@ -102,6 +102,37 @@ static inline mw_status mw__reducer_dtype(const char *reducer, const char *what,
                      reducer, what, dtype == MW_BF16 ? "bf16" : "non-f32");
 }
 
+/* The typed entry points of a reducer that moves f32 only: prefix_allreduce_sum,
+ * prefix_allreduce_start, prefix_reduce_scatter_sum, prefix_all_gather and prefix_broadcast, each
+ * refusing another dtype by name (mw__reducer_dtype, as `name`) before it calls the f32 function
+ * of the same name with the suffix _f32. */
+#define MW__REDUCER_F32_ONLY(prefix, name)                                                         \
+    static mw_status prefix##_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n,         \
+                                            mw_dtype dtype) {                                      \
+        mw_status st = mw__reducer_dtype(name, "all-reduce", dtype);                               \
+        return st ? st : prefix##_allreduce_sum_f32(comm, rank, buf, n);                           \
+    }                                                                                              \
+    static mw_status prefix##_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,       \
+                                              mw_dtype dtype) {                                    \
+        mw_status st = mw__reducer_dtype(name, "all-reduce", dtype);                               \
+        return st ? st : prefix##_allreduce_start_f32(comm, rank, buf, n);                         \
+    }                                                                                              \
+    static mw_status prefix##_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,    \
+                                                 mw_dtype dtype, const size_t *bounds) {           \
+        mw_status st = mw__reducer_dtype(name, "reduce-scatter", dtype);                           \
+        return st ? st : prefix##_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);              \
+    }                                                                                              \
+    static mw_status prefix##_all_gather(mw__comm *comm, int rank, void *buf, size_t n,            \
+                                         mw_dtype dtype, const size_t *bounds) {                   \
+        mw_status st = mw__reducer_dtype(name, "all-gather", dtype);                               \
+        return st ? st : prefix##_all_gather_f32(comm, rank, buf, n, bounds);                      \
+    }                                                                                              \
+    static mw_status prefix##_broadcast(mw__comm *comm, int rank, void *buf, size_t n,             \
+                                        mw_dtype dtype, int root) {                                \
+        mw_status st = mw__reducer_dtype(name, "broadcast", dtype);                                \
+        return st ? st : prefix##_broadcast_f32(comm, rank, buf, n, root);                         \
+    }
+
 /* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
  * balanced to within one line; lo of r == parts is n. Depends only on n, parts and r. */
 static inline size_t mw__slice_lo(size_t n, int parts, int r) {

@@ -367,36 +367,8 @@ static void local_reset(mw__comm *comm) {
     mw__reducer_shm.reset(as_local(comm)->sync);
 }
 
-/* The typed entry points: f32 only (mw__reducer_dtype). */
-static mw_status local_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n,
-                                     mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("cuda-local", "all-reduce", dtype);
-    return st ? st : local_allreduce_sum_f32(comm, rank, buf, n);
-}
-
-static mw_status local_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
-                                       mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("cuda-local", "all-reduce", dtype);
-    return st ? st : local_allreduce_start_f32(comm, rank, buf, n);
-}
-
-static mw_status local_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
-                                          mw_dtype dtype, const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("cuda-local", "reduce-scatter", dtype);
-    return st ? st : local_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status local_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                  const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("cuda-local", "all-gather", dtype);
-    return st ? st : local_all_gather_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status local_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                 int root) {
-    mw_status st = mw__reducer_dtype("cuda-local", "broadcast", dtype);
-    return st ? st : local_broadcast_f32(comm, rank, buf, n, root);
-}
+/* The typed entry points: f32 only. */
+MW__REDUCER_F32_ONLY(local, "cuda-local")
 
 const mw__reducer_vtable mw__reducer_cuda_local = {
     .name = "cuda-local",

@@ -478,34 +478,8 @@ static void nm_reset(mw__comm *comm) {
     atomic_store(&c->aborted, 0);
 }
 
-/* The typed entry points: f32 only (mw__reducer_dtype). */
-static mw_status nm_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("nccl-mpi", "all-reduce", dtype);
-    return st ? st : nm_allreduce_sum_f32(comm, rank, buf, n);
-}
-
-static mw_status nm_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("nccl-mpi", "all-reduce", dtype);
-    return st ? st : nm_allreduce_start_f32(comm, rank, buf, n);
-}
-
-static mw_status nm_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
-                                       mw_dtype dtype, const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("nccl-mpi", "reduce-scatter", dtype);
-    return st ? st : nm_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status nm_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                               const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("nccl-mpi", "all-gather", dtype);
-    return st ? st : nm_all_gather_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status nm_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                              int root) {
-    mw_status st = mw__reducer_dtype("nccl-mpi", "broadcast", dtype);
-    return st ? st : nm_broadcast_f32(comm, rank, buf, n, root);
-}
+/* The typed entry points: f32 only. */
+MW__REDUCER_F32_ONLY(nm, "nccl-mpi")
 
 const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .name = "nccl-mpi",

@@ -450,35 +450,8 @@ static mw_status hier_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t
     return MW_OK;
 }
 
-/* The typed entry points: f32 only (mw__reducer_dtype). */
-static mw_status hier_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("mpi", "all-reduce", dtype);
-    return st ? st : hier_allreduce_sum_f32(comm, rank, buf, n);
-}
-
-static mw_status hier_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
-                                      mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("mpi", "all-reduce", dtype);
-    return st ? st : hier_allreduce_start_f32(comm, rank, buf, n);
-}
-
-static mw_status hier_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
-                                         mw_dtype dtype, const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("mpi", "reduce-scatter", dtype);
-    return st ? st : hier_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status hier_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                 const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("mpi", "all-gather", dtype);
-    return st ? st : hier_all_gather_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status hier_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                int root) {
-    mw_status st = mw__reducer_dtype("mpi", "broadcast", dtype);
-    return st ? st : hier_broadcast_f32(comm, rank, buf, n, root);
-}
+/* The typed entry points: f32 only. */
+MW__REDUCER_F32_ONLY(hier, "mpi")
 
 const mw__reducer_vtable mw__reducer_mpi_hier = {
     .name = "mpi-hier",

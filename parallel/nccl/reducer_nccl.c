@@ -445,35 +445,8 @@ static void nccl_reset(mw__comm *comm) {
     mw__reducer_shm.reset(c->sync);
 }
 
-/* The typed entry points: f32 only (mw__reducer_dtype). */
-static mw_status nccl_allreduce_sum(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("nccl", "all-reduce", dtype);
-    return st ? st : nccl_allreduce_sum_f32(comm, rank, buf, n);
-}
-
-static mw_status nccl_allreduce_start(mw__comm *comm, int rank, void *buf, size_t n,
-                                      mw_dtype dtype) {
-    mw_status st = mw__reducer_dtype("nccl", "all-reduce", dtype);
-    return st ? st : nccl_allreduce_start_f32(comm, rank, buf, n);
-}
-
-static mw_status nccl_reduce_scatter_sum(mw__comm *comm, int rank, void *buf, size_t n,
-                                         mw_dtype dtype, const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("nccl", "reduce-scatter", dtype);
-    return st ? st : nccl_reduce_scatter_sum_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status nccl_all_gather(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                 const size_t *bounds) {
-    mw_status st = mw__reducer_dtype("nccl", "all-gather", dtype);
-    return st ? st : nccl_all_gather_f32(comm, rank, buf, n, bounds);
-}
-
-static mw_status nccl_broadcast(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
-                                int root) {
-    mw_status st = mw__reducer_dtype("nccl", "broadcast", dtype);
-    return st ? st : nccl_broadcast_f32(comm, rank, buf, n, root);
-}
+/* The typed entry points: f32 only. */
+MW__REDUCER_F32_ONLY(nccl, "nccl")
 
 const mw__reducer_vtable mw__reducer_nccl = {
     .name = "nccl",
