@@ -327,8 +327,12 @@ Test(weights, the_header_is_checked_before_the_data_is_read) {
     const char *path = tmp_path("_zeros.safetensors");
     int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
     cr_assert(fd >= 0);
-    cr_assert_eq(ftruncate(fd, (off_t)3 << 30), 0);
+    int sized = ftruncate(fd, (off_t)3 << 30) == 0;
     close(fd);
+    if (!sized) {
+        unlink(path);
+        cr_skip_test("this file system does not take a sparse file of 3 GB");
+    }
 #ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer reserves terabytes of address space */
     struct rlimit lim = {(rlim_t)1 << 30, (rlim_t)1 << 30};
     cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
