@@ -240,34 +240,16 @@ static float *kept(const mw__k_attention *k, int64_t s) {
 MW__CPU_CLONES
 static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t from_stride,
                        float *to, int64_t to_stride) {
-    for (int64_t r = 0; r < rows; r++) {
-        const uint16_t *a = from + r * from_stride;
-        float *o = to + r * to_stride;
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            mw__v8 x;
-            mw__bf16_load8(&x, a + j);
-            memcpy(o + j, &x, sizeof x);
-        }
-        for (; j < n; j++) o[j] = mw__bf16_to_f32(a[j]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        mw__bf16_widen(n, from + r * from_stride, to + r * to_stride);
 }
 
 /* rows x n f32 (rows `from_stride` apart) rounded into bf16 rows `to_stride` apart. */
 MW__CPU_CLONES
 static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from_stride,
                         uint16_t *to, int64_t to_stride) {
-    for (int64_t r = 0; r < rows; r++) {
-        const float *a = from + r * from_stride;
-        uint16_t *o = to + r * to_stride;
-        int64_t j = 0;
-        for (; j + 8 <= n; j += 8) {
-            mw__v8 x;
-            memcpy(&x, a + j, sizeof x);
-            mw__bf16_store8(o + j, &x);
-        }
-        for (; j < n; j++) o[j] = mw__bf16_from_f32(a[j]);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        mw__bf16_narrow(n, from + r * from_stride, to + r * to_stride);
 }
 
 /* Slice s as f32: in place where the kernel's operands are f32, else q, k and v widened into the

@@ -157,17 +157,6 @@ static void offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
     }
 }
 
-/* n floats rounded into bf16. */
-MW__CPU_INLINE void narrow_run(int64_t n, const float *x, uint16_t *h) {
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        mw__v8 v;
-        memcpy(&v, x + j, sizeof v);
-        mw__bf16_store8(h + j, &v);
-    }
-    for (; j < n; j++) h[j] = mw__bf16_from_f32(x[j]);
-}
-
 /* P (m x kend, f32) from S in place: softmax of scale S over the keys each row sees, 0 beyond;
  * and its bf16 rounding into p16 (same layout). */
 MW__CPU_CLONES
@@ -179,12 +168,12 @@ static void softmax_rows(const mw__k_attention *k, int64_t i0, int64_t m, int64_
         mw__row_softmax(row, row, n, k->scale);
         for (int64_t j = n; j < kend; j++) row[j] = 0.0f;
     }
-    narrow_run(m * kend, p, p16);
+    mw__bf16_narrow(m * kend, p, p16);
 }
 
 MW__CPU_CLONES
 static void narrow_rows(int64_t rows, int64_t n, const float *x, int64_t ldx, uint16_t *h) {
-    for (int64_t r = 0; r < rows; r++) narrow_run(n, x + r * ldx, h + r * n);
+    for (int64_t r = 0; r < rows; r++) mw__bf16_narrow(n, x + r * ldx, h + r * n);
 }
 
 /* dS = scale P (dP - D) with D = rowsum(P dP) over the keys each row sees, rounded into ds16;
@@ -200,7 +189,7 @@ static void dscores(const mw__k_attention *k, int64_t i0, int64_t m, int64_t ken
         for (int64_t j = 0; j < n; j++) dr[j] = k->scale * pr[j] * (dr[j] - dsum);
         for (int64_t j = n; j < kend; j++) dr[j] = 0.0f;
     }
-    narrow_run(m * kend, dp, ds16);
+    mw__bf16_narrow(m * kend, dp, ds16);
 }
 
 /* Where slice s keeps its probabilities (k->probs), or NULL; the blocks follow in order. */
@@ -238,7 +227,7 @@ mw_status mw__cpu_attention_dnnl(mw__device *dev, const mw__k_attention *k, int 
                 if ((st = run(d, a, b, P_S, p, qb, kk, work))) break;
                 softmax_rows(k, i0, m, kend, p, p16);
             } else {
-                narrow_run(m * kend, p, p16);
+                mw__bf16_narrow(m * kend, p, p16);
             }
             if (!grad) {
                 st = run(d, a, b, P_O, (char *)k->out + (oo + i0 * k->seq_out) * esz, p16, v, work);

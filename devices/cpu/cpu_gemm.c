@@ -197,24 +197,12 @@ static int64_t span_c(const mw__k_gemm *k) { return span(k, k->m, k->ldc, k->str
 
 MW__CPU_CLONES
 static void widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mw__v8 x;
-        mw__bf16_load8(&x, src + i);
-        memcpy(dst + i, &x, sizeof x);
-    }
-    for (; i < n; i++) dst[i] = mw__bf16_to_f32(src[i]);
+    mw__bf16_widen(n, src, dst);
 }
 
 MW__CPU_CLONES
 static void narrow(int64_t n, const float *restrict src, uint16_t *restrict dst) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mw__v8 x;
-        memcpy(&x, src + i, sizeof x);
-        mw__bf16_store8(dst + i, &x);
-    }
-    for (; i < n; i++) dst[i] = mw__bf16_from_f32(src[i]);
+    mw__bf16_narrow(n, src, dst);
 }
 
 /* C (f32, rows of N ldc apart) = beta C + bias + addend, the epilogue BLAS leaves to us: put

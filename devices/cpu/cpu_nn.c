@@ -420,17 +420,6 @@ mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     return MW_OK;
 }
 
-/* p16[i] = bf16(p[i]) over [0, n), eight at a time. */
-MW__CPU_INLINE void narrow_run(int64_t n, const float *p, uint16_t *p16) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mw__v8 x;
-        memcpy(&x, p + i, sizeof x);
-        mw__bf16_store8(p16 + i, &x);
-    }
-    for (; i < n; i++) p16[i] = mw__bf16_from_f32(p[i]);
-}
-
 #define ADAMW_RUN 512 /* elements updated before their bf16 copies are written: in the L1 cache */
 
 MW__CPU_CLONES
@@ -442,7 +431,7 @@ mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
             k->p[i] =
                 mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
                                  k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1, k->bias2);
-        if (k->p16) narrow_run(i1 - i0, k->p + i0, k->p16 + i0);
+        if (k->p16) mw__bf16_narrow(i1 - i0, k->p + i0, k->p16 + i0);
     }
     return MW_OK;
 }

@@ -11,6 +11,8 @@
 #include <stdint.h> /* also defines __GLIBC__ where it applies */
 #include <string.h>
 
+#include "devices/math.h"
+
 /* GCC with glibc only: clang 14 makes the resolvers of static clones global symbols, and under
  * ThreadSanitizer the loader would run an instrumented resolver before the runtime is up. Other
  * builds get the baseline loops (correct, narrower). */
@@ -54,6 +56,28 @@ MW__CPU_INLINE void mw__bf16_load8(mw__v8 *x, const uint16_t *src) {
     memcpy(&h, src, sizeof h);
     mw__v8u u = __builtin_convertvector(h, mw__v8u) << 16;
     memcpy(x, &u, sizeof u);
+}
+
+/* n floats rounded into bf16 and n bf16 widened into floats, eight at a time, the tail one by
+ * one with the same rounding (devices/math.h). */
+MW__CPU_INLINE void mw__bf16_narrow(int64_t n, const float *src, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 x;
+        memcpy(&x, src + i, sizeof x);
+        mw__bf16_store8(dst + i, &x);
+    }
+    for (; i < n; i++) dst[i] = mw__bf16_from_f32(src[i]);
+}
+
+MW__CPU_INLINE void mw__bf16_widen(int64_t n, const uint16_t *src, float *dst) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 x;
+        mw__bf16_load8(&x, src + i);
+        memcpy(dst + i, &x, sizeof x);
+    }
+    for (; i < n; i++) dst[i] = mw__bf16_to_f32(src[i]);
 }
 
 /* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
