@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "core/plan.h"
 #include "devices/device.h"
 #include "meshwit/mesh.h"
 
@@ -63,6 +64,21 @@ mw_status mw__backend_for_spec(const char *spec, const mw__backend **out);
 /* The registered backend called name, loading its module when it is one; NULL when there is none
  * (the reason, when a module failed to load, is left as the last error). */
 const mw__backend *mw__backend_named(const char *name);
+
+/* The supports of a backend whose every vtable slot is filled and whose kernels take bf16 where a
+ * bf16 contraction needs them (the CPU's and CUDA's): every op on f32, i32 through copies, bf16
+ * in conversions and copies, GEMMs, attention, layer norm, and GELU and its gradient. */
+static inline int mw__supports_bf16_kernels(int op, mw_dtype dtype) {
+    switch (dtype) {
+    case MW_F32: return 1;
+    case MW_I32: return op == MW__I_COPY;
+    case MW_BF16:
+        return op == MW__I_COPY || op == MW__I_GEMM || op == MW__I_ATTENTION ||
+               op == MW__I_ATTENTION_GRAD || op == MW__I_LAYERNORM || op == MW__I_UNARY ||
+               op == MW__I_UNARY_GRAD;
+    default: return 0;
+    }
+}
 
 /* Whether b runs plan instruction op on dtype (b->supports, or the vtable's slot). */
 int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);

@@ -44,25 +44,11 @@ static const mw__reducer_vtable *cpu_reducer(int ndevices, const int *ordinals, 
     return d ? d->reducer_hier : NULL;
 }
 
-/* Every op on f32; i32 through copies; bf16 where the kernels take it: conversions and copies,
- * and the kernels that read or write the activations a bf16 contraction uses. */
-static int cpu_supports(int op, mw_dtype dtype) {
-    switch (dtype) {
-    case MW_F32: return 1;
-    case MW_I32: return op == MW__I_COPY;
-    case MW_BF16:
-        return op == MW__I_COPY || op == MW__I_GEMM || op == MW__I_ATTENTION ||
-               op == MW__I_ATTENTION_GRAD || op == MW__I_LAYERNORM || op == MW__I_UNARY ||
-               op == MW__I_UNARY_GRAD;
-    default: return 0;
-    }
-}
-
 const mw__backend mw__cpu_backend = {
     .name = "cpu",
     .vt = &mw__cpu_device,
     .parse = cpu_parse,
-    .supports = cpu_supports,
+    .supports = mw__supports_bf16_kernels,
     .reducer = cpu_reducer,
     .set_threads = mw__cpu_set_blas_threads,
 };

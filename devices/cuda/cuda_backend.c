@@ -91,26 +91,11 @@ static const mw__reducer_vtable *cuda_reducer(int ndevices, const int *ordinals,
     return NULL;
 }
 
-/* f32 (every slot of the vtable is filled), i32 through copies, bf16 where the kernels take it:
- * conversions, GEMMs on tensor cores, and the kernels that read or write the activations a bf16
- * contraction uses. */
-static int cuda_supports(int op, mw_dtype dtype) {
-    switch (dtype) {
-    case MW_F32: return 1;
-    case MW_I32: return op == MW__I_COPY;
-    case MW_BF16:
-        return op == MW__I_COPY || op == MW__I_GEMM || op == MW__I_ATTENTION ||
-               op == MW__I_ATTENTION_GRAD || op == MW__I_LAYERNORM || op == MW__I_UNARY ||
-               op == MW__I_UNARY_GRAD;
-    default: return 0;
-    }
-}
-
 const mw__backend mw__cuda_backend = {
     .name = "cuda",
     .vt = &mw__cuda_device,
     .parse = cuda_parse,
-    .supports = cuda_supports,
+    .supports = mw__supports_bf16_kernels,
     .reducer = cuda_reducer,
     .device_count = mw__cuda_device_count,
 };
