@@ -392,30 +392,13 @@ const char *mw_blas_core(void) {
     return core ? core : "unknown";
 }
 
-/* True when /proc/cpuinfo lists the flag (Linux; elsewhere the warning is simply not given). */
-static int cpu_has_flag(const char *flag) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return 0;
-    char line[4096];
-    int found = 0;
-    size_t n = strlen(flag);
-    while (!found && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0) continue;
-        for (const char *p = strstr(line, flag); p && !found; p = strstr(p + 1, flag))
-            found = (p[-1] == ' ' || p[-1] == '\t') && (p[n] == ' ' || p[n] == '\n');
-        break;
-    }
-    fclose(f);
-    return found;
-}
-
 const char *mw_blas_warning(void) {
     static char msg[256];
     const char *core = mw_blas_core();
     static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen"};
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         if (strstr(core, wide[i])) return "";
-    if (!cpu_has_flag("avx512f")) return "";
+    if (strcmp(mw__cpu_vector_isa(), "avx512") != 0) return ""; /* the CPU's flags (cpu_gemm.c) */
 #ifdef MESHWIT_HAVE_DNNL
     /* Contractions run on oneDNN, which picks its kernels from the CPU's features; OpenBLAS
      * only multiplies matrices by vectors. */
