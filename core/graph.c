@@ -215,26 +215,27 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
     return 0;
 }
 
+/* A named leaf (proto's op and type set, name checked by leaf_type): the next of *count. */
+static mw_tensor *leaf_node(mw_graph *g, mw_tensor *proto, const char *name, int *count) {
+    snprintf(proto->name, sizeof proto->name, "%s", name);
+    proto->leaf = *count;
+    mw_tensor *t = mw__node_new(g, proto);
+    if (t) ++*count;
+    return t;
+}
+
 mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes) {
     if (!g || g->status) return NULL;
     mw_tensor proto = {.op = MW__OP_INPUT};
     if (leaf_type(g, "mw_input", name, dtype, axes, &proto.type)) return NULL;
-    snprintf(proto.name, sizeof proto.name, "%s", name);
-    proto.leaf = g->ninputs;
-    mw_tensor *t = mw__node_new(g, &proto);
-    if (t) g->ninputs++;
-    return t;
+    return leaf_node(g, &proto, name, &g->ninputs);
 }
 
 mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes) {
     if (!g || g->status) return NULL;
     mw_tensor proto = {.op = MW__OP_STATE};
     if (leaf_type(g, "mw_state", name, MW_F32, axes, &proto.type)) return NULL;
-    snprintf(proto.name, sizeof proto.name, "%s", name);
-    proto.leaf = g->nstates;
-    mw_tensor *t = mw__node_new(g, &proto);
-    if (t) g->nstates++;
-    return t;
+    return leaf_node(g, &proto, name, &g->nstates);
 }
 
 mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value) {
@@ -251,11 +252,7 @@ mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init) {
     if (init.kind < MW_INIT_KIND_ZEROS || init.kind > MW_INIT_KIND_UNIFORM)
         return mw__graph_fail(g, MW_ERR_INVALID, "mw_param '%s': unknown initialiser kind %d", name,
                               (int)init.kind);
-    snprintf(proto.name, sizeof proto.name, "%s", name);
-    proto.leaf = g->nparams;
-    mw_tensor *t = mw__node_new(g, &proto);
-    if (t) g->nparams++;
-    return t;
+    return leaf_node(g, &proto, name, &g->nparams);
 }
 
 mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis) {

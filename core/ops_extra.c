@@ -345,15 +345,6 @@ void mw__lower_extra(const mw_tensor *n, const mw__placement *pl, mw__k_extra *k
         k->p = n->scalar;
         k->seed = (uint64_t)n->count;
         break;
-    case MW__OP_STATE_WRITE: /* [outer, n = the written axis, inner] of the state */
-        k->op = MW__X_STATE_WRITE;
-        k->outer = k->inner = 1;
-        for (int i = 0; i < t->rank; i++) {
-            if (i < n->axis) k->outer *= local[i];
-            if (i > n->axis) k->inner *= local[i];
-        }
-        k->n = local[n->axis];
-        break;
     case MW__OP_ATTENTION_CACHED: { /* kv as [outer, n = seq, 2, inner = heads, dim] */
         const mw__type *kv = &n->in[1]->type;
         k->op = MW__X_ATTENTION_CACHED;
@@ -370,8 +361,10 @@ void mw__lower_extra(const mw_tensor *n, const mw__placement *pl, mw__k_extra *k
         k->scale = n->scalar;
         break;
     }
-    default:
-        k->op = n->op == MW__OP_ARGMAX ? MW__X_ARGMAX : MW__X_REDUCE_MAX;
+    default: /* argmax, max and a state's write: t as [outer, n = the axis, inner] */
+        k->op = n->op == MW__OP_ARGMAX        ? MW__X_ARGMAX
+                : n->op == MW__OP_STATE_WRITE ? MW__X_STATE_WRITE
+                                              : MW__X_REDUCE_MAX;
         k->outer = k->inner = 1;
         for (int i = 0; i < t->rank; i++) {
             if (i < n->axis) k->outer *= local[i];
