@@ -44,10 +44,8 @@ static int nomem(encoder *e) {
     return -1;
 }
 
-/* Room for words of m symbols: 0, or -1 (out of memory). */
-static int reserve(encoder *e, size_t m) {
-    if (m <= e->scap) return 0;
-    if (m > SIZE_MAX / (3 * sizeof(uint64_t))) return nomem(e);
+/* The word buffers back on the stack, those on the heap (if any) freed. */
+static void stack_words(encoder *e) {
     if (e->sym != e->s_sym) {
         mw__free(e->sym);
         mw__free(e->prev);
@@ -56,6 +54,20 @@ static int reserve(encoder *e, size_t m) {
         mw__free(e->gone);
         mw__free(e->heap);
     }
+    e->sym = e->s_sym;
+    e->prev = e->s_prev;
+    e->next = e->s_next;
+    e->word = e->s_word;
+    e->gone = e->s_gone;
+    e->heap = e->s_heap;
+    e->scap = STACK_SYMBOLS;
+}
+
+/* Room for words of m symbols: 0, or -1 (out of memory). */
+static int reserve(encoder *e, size_t m) {
+    if (m <= e->scap) return 0;
+    if (m > SIZE_MAX / (3 * sizeof(uint64_t))) return nomem(e);
+    stack_words(e);
     e->sym = mw__malloc(m * sizeof *e->sym);
     e->prev = mw__malloc(m * sizeof *e->prev);
     e->next = mw__malloc(m * sizeof *e->next);
@@ -64,19 +76,7 @@ static int reserve(encoder *e, size_t m) {
     e->heap = mw__malloc(3 * m * sizeof *e->heap);
     e->scap = m;
     if (!e->sym || !e->prev || !e->next || !e->word || !e->gone || !e->heap) {
-        mw__free(e->sym);
-        mw__free(e->prev);
-        mw__free(e->next);
-        mw__free(e->word);
-        mw__free(e->gone);
-        mw__free(e->heap);
-        e->sym = e->s_sym; /* back to the stack buffers, so nothing is freed twice */
-        e->prev = e->s_prev;
-        e->next = e->s_next;
-        e->word = e->s_word;
-        e->gone = e->s_gone;
-        e->heap = e->s_heap;
-        e->scap = STACK_SYMBOLS;
+        stack_words(e); /* frees what was made; nothing is freed twice */
         return nomem(e);
     }
     return 0;
@@ -419,26 +419,15 @@ mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, i
     if (n) *n = 0;
     if (!tok || !n || (len && !text) || (cap && !ids))
         return mw__error(MW_ERR_INVALID, "mw_tokenizer_encode: NULL argument");
-    encoder e = {.tok = tok, .ids = ids, .cap = cap, .scap = STACK_SYMBOLS};
+    encoder e = {.tok = tok, .ids = ids, .cap = cap};
     e.sym = e.s_sym;
-    e.prev = e.s_prev;
-    e.next = e.s_next;
-    e.word = e.s_word;
-    e.gone = e.s_gone;
-    e.heap = e.s_heap;
+    stack_words(&e);
     pthread_once(&ascii_once, ascii_init);
     int locked = pthread_mutex_trylock(&tok->cache_lock) == 0;
     if (locked) e.cache = tok->cache;
     added_pass(&e, 0, (const uint8_t *)text, len);
     if (locked) pthread_mutex_unlock(&tok->cache_lock);
-    if (e.sym != e.s_sym) {
-        mw__free(e.sym);
-        mw__free(e.prev);
-        mw__free(e.next);
-        mw__free(e.word);
-        mw__free(e.gone);
-        mw__free(e.heap);
-    }
+    stack_words(&e);
     mw__free(e.text);
     mw__free(e.alpha);
     if (e.st) return e.st;
