@@ -284,6 +284,21 @@ static mw_status run_f32(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
     return MW_OK;
 }
 
+/* k with its bf16 parts widened into the f32 buffers a and b (A and B, when they are bf16) and c
+ * (C, when it is), run as an f32 GEMM (prepared as g, or BLAS), and a bf16 C rounded back. */
+static mw_status run_widened(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
+                             float *b, float *c) {
+    if (k->ab_dtype == MW_BF16) {
+        widen(span_a(k), k->a, a);
+        widen(span_b(k), k->b, b);
+    }
+    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
+    mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
+    mw_status st = run_f32(s, g, &f);
+    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
+    return st;
+}
+
 /* A GEMM with no prepared state (a kernel called on its own): BLAS, through temporaries for bf16
  * parts. */
 static mw_status unprepared(const mw__k_gemm *k) {
@@ -296,14 +311,9 @@ static mw_status unprepared(const mw__k_gemm *k) {
     int64_t nc = k->c_dtype == MW_BF16 ? span_c(k) : 0;
     float *t = mw__malloc((size_t)(na + nb + nc + 1) * sizeof *t);
     if (!t) return mw__error(MW_ERR_NOMEM, "out of memory widening a bf16 GEMM");
-    if (na) widen(na, k->a, t);
-    if (nb) widen(nb, k->b, t + na);
-    if (nc && k->beta != 0.0f) widen(nc, k->c, t + na + nb);
-    mw__k_gemm f = widened(k, na ? t : NULL, na ? t + na : NULL, nc ? t + na + nb : NULL);
-    blas_gemm(&f);
-    if (nc) narrow(nc, t + na + nb, k->c);
+    mw_status st = run_widened(NULL, NULL, k, t, t + na, nc ? t + na + nb : NULL);
     mw__free(t);
-    return MW_OK;
+    return st;
 }
 
 mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
@@ -320,17 +330,8 @@ mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
     /* WIDEN: the bf16 operands (and a bf16 C) as f32 in the work buffer; the scratchpad of the
      * f32 primitive lies at the start of it. */
     char *w = s->work;
-    float *a = (float *)(w + g->off_a), *b = (float *)(w + g->off_b);
-    float *c = k->c_dtype == MW_BF16 ? (float *)(w + g->off_c) : NULL;
-    if (k->ab_dtype == MW_BF16) {
-        widen(span_a(k), k->a, a);
-        widen(span_b(k), k->b, b);
-    }
-    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
-    mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
-    mw_status st = run_f32(s, g, &f);
-    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
-    return st;
+    return run_widened(s, g, k, (float *)(w + g->off_a), (float *)(w + g->off_b),
+                       k->c_dtype == MW_BF16 ? (float *)(w + g->off_c) : NULL);
 }
 
 /* Makes the work buffer at least `need` bytes (while the worker starts: its contents are not
