@@ -504,6 +504,30 @@ Test(nn_grad, residual_linear_with_bias) {
     case_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
 }
 
+/* An addend the GEMM's epilogue cannot read (one value per row, not per column, nor laid out
+ * like C): put into C first, then the product is added onto it (beta 1). */
+Test(nn_grad, linear_with_row_addend) {
+    grad_case c;
+    case_begin(&c);
+    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"In", 4}), 1.0f);
+    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 5}, {"In", 4}), 1.0f);
+    mw_tensor *a = case_param(&c, "a", MW_AXES({"Batch", 3}), 1.0f);
+    case_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), a));
+}
+
+/* An addend and a residual of the same kind (both laid out like C), which the GEMM's epilogue
+ * takes one of at most: they are summed into C before the GEMM adds onto it. */
+Test(nn_grad, residual_with_full_addend) {
+    grad_case c;
+    case_begin(&c);
+    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *h = case_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
+    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
+    mw_tensor *b = case_param(&c, "b", MW_AXES({"Batch", 3}, {"Out", 4}), 1.0f);
+    mw_tensor *y = mw_add(c.g, mw_dot(c.g, h, w, "Hidden"), b);
+    case_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
+}
+
 /* Causal multi-head self-attention as gpt2_model.c traces it, from qkv [Batch, Seq, QKV]:
  * split, select q, k, v, rename Seq to Key, scores, causal softmax, values, merge heads. */
 Test(nn_grad, causal_self_attention) {
