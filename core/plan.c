@@ -183,6 +183,7 @@ static mw__ins *emit(builder *b, mw__ins_kind kind, int node) {
     memset(in, 0, sizeof *in);
     in->kind = kind;
     in->node = node;
+    for (int r = 0; r < MW__MAX_ROLES; r++) in->ref.all[r] = no_ref;
     return in;
 }
 
@@ -206,8 +207,8 @@ static int emit_copy(builder *b, int node, mw__ref out, const mw__type *to, mw__
     ltype lo = local_type(to, b->pl), lx = local_type(tx, b->pl);
     mw__ins *in = emit(b, MW__I_COPY, node);
     if (!in) return -1;
-    in->ref[0] = out;
-    in->ref[1] = x;
+    in->ref.copy.out = out;
+    in->ref.copy.a = x;
     in->k.copy.alpha = alpha;
     in->k.copy.out_dtype = out.dtype;
     in->k.copy.a_dtype = x.dtype;
@@ -299,9 +300,9 @@ static int emit_add(builder *b, const mw_tensor *sum, mw__ref out, mw__ref in, c
     ltype lo = local_type(t, b->pl);
     mw__ins *add = emit(b, MW__I_BINARY, sum->id);
     if (!add) return -1;
-    add->ref[0] = out;
-    add->ref[1] = a >= 0 ? b->ref[a] : in;
-    add->ref[2] = b->ref[c];
+    add->ref.binary.out = out;
+    add->ref.binary.a = a >= 0 ? b->ref[a] : in;
+    add->ref.binary.b = b->ref[c];
     add->k.binary.op = MW__BIN_ADD;
     nd_over(&add->k.binary.nd, t, &lo);
     memcpy(add->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
@@ -428,17 +429,18 @@ static int lower_contract(builder *b, const mw_tensor *n) {
     /* Swapped: C^T (N x M) = B^T (N x K) * A^T (K x M), the same kernel with the roles exchanged.
      */
     *gm = swap ? gemm_of(B, N, M, K, !trans_b, !trans_a) : gemm_of(B, M, N, K, trans_a, trans_b);
-    in->ref[1] = swap ? rb : ra;
-    in->ref[2] = swap ? ra : rb;
-    in->ref[0] = rc;
-    in->ref[3] = in->ref[4] = no_ref;
+    in->ref.gemm.a = swap ? rb : ra;
+    in->ref.gemm.b = swap ? ra : rb;
+    in->ref.gemm.c = rc;
     gm->ab_dtype = ra.dtype;
     gm->c_dtype = rc.dtype;
     const mw_tensor *sum = c.sum;
     int addend = c.addend, residual = c.residual;
     if (c.epi_addend != EPI_NONE) {
-        in->ref[c.epi_addend == EPI_BIAS ? 3 : 4] = b->ref[addend];
-        if (residual >= 0) in->ref[c.epi_residual == EPI_BIAS ? 3 : 4] = b->ref[residual];
+        *(c.epi_addend == EPI_BIAS ? &in->ref.gemm.bias : &in->ref.gemm.addend) = b->ref[addend];
+        if (residual >= 0)
+            *(c.epi_residual == EPI_BIAS ? &in->ref.gemm.bias : &in->ref.gemm.addend) =
+                b->ref[residual];
         addend = residual = -1;
     }
     if (addend >= 0 && !permute_out) {
@@ -487,18 +489,18 @@ static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
     if (!slice) {
         mw__ins *f = emit(b, MW__I_FILL, n->id);
         if (!f) return -1;
-        f->ref[0] = out;
+        f->ref.fill.out = out;
         f->k.fill = (mw__k_fill){.value = 0.0f, .count = lb.numel};
     }
     mw__ins *in = emit(b, MW__I_COPY, n->id);
     if (!in) return -1;
     int64_t shift = n->start * lb.stride[n->axis];
-    in->ref[0] = out;
-    in->ref[1] = src;
+    in->ref.copy.out = out;
+    in->ref.copy.a = src;
     if (slice)
-        in->ref[1].off += shift * mw__dtype_bytes(in->ref[1].dtype);
+        in->ref.copy.a.off += shift * mw__dtype_bytes(src.dtype);
     else
-        in->ref[0].off += shift * mw__dtype_bytes(in->ref[0].dtype);
+        in->ref.copy.out.off += shift * mw__dtype_bytes(out.dtype);
     in->k.copy.alpha = 1.0f;
     in->k.copy.out_dtype = out.dtype;
     in->k.copy.a_dtype = src.dtype;
@@ -514,12 +516,14 @@ static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
     return 0;
 }
 
-/* An instruction reading the buffers of n's inputs (in order) and writing n's. */
+/* An instruction writing n's buffer and reading the buffers of n's inputs: its first roles, in
+ * the order of the node's inputs (the instruction table's rule). */
 static mw__ins *emit_io(builder *b, mw__ins_kind kind, const mw_tensor *n, mw__ref out) {
     mw__ins *in = emit(b, kind, n->id);
     if (!in) return NULL;
-    in->ref[0] = out;
-    for (int k = 0; k < n->nin; k++) in->ref[k + 1] = b->ref[n->in[k]->id];
+    in->ref.all[0] = out;
+    for (int k = 0; k < n->nin && k + 1 < mw__ins_roles(kind); k++)
+        in->ref.all[k + 1] = b->ref[n->in[k]->id];
     return in;
 }
 
@@ -604,9 +608,8 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
         in->k.unary_grad = (mw__k_unary_grad){.op = n->flag ? MW__UN_GELU_ERF : MW__UN_GELU,
                                               .out_dtype = out.dtype,
                                               .count = lo->numel};
-        in->ref[3] = no_ref;
         if (b->col_sum[n->id] >= 0) {
-            in->ref[3] = grad_ref(b, b->col_sum[n->id]);
+            in->ref.unary_grad.colsum = grad_ref(b, b->col_sum[n->id]);
             in->k.unary_grad.cols = lo->size[lo->rank - 1];
         }
         return 0;
@@ -617,20 +620,22 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
         const ltype lx = local_type(&n->in[n->op == MW__OP_LAYERNORM ? 0 : 1]->type, b->pl);
         int64_t len = lx.size[lx.rank - 1], rows = lx.numel / len;
         mw__ins_kind kind = n->op == MW__OP_LAYERNORM ? MW__I_LAYERNORM
-                            : n->op == MW__OP_LN_DX   ? MW__I_LN_DX
-                                                      : MW__I_LN_DW;
+                            : n->op == MW__OP_LN_DX   ? MW__I_LAYERNORM_DX
+                                                      : MW__I_LAYERNORM_DW;
         if (!(in = emit_io(b, kind, n, out))) return -1;
+        mw__k_layernorm_grad grad = {.rows = rows, .n = len, .eps = n->scalar};
         if (kind == MW__I_LAYERNORM)
             in->k.layernorm =
                 (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar, .out_dtype = out.dtype};
+        else if (kind == MW__I_LAYERNORM_DW)
+            in->k.layernorm_dw = grad;
         else
-            in->k.ln_grad = (mw__k_layernorm_grad){.rows = rows, .n = len, .eps = n->scalar};
-        if (kind == MW__I_LN_DX) {
-            in->ref[4] = in->ref[5] = in->ref[6] = no_ref;
-            if (b->ln_addend[n->id] >= 0) in->ref[6] = b->ref[b->ln_addend[n->id]];
+            in->k.layernorm_dx = grad;
+        if (kind == MW__I_LAYERNORM_DX) {
+            if (b->ln_addend[n->id] >= 0) in->ref.layernorm_dx.addend = b->ref[b->ln_addend[n->id]];
             if (b->ln_dw[n->id] >= 0) {
-                in->ref[4] = grad_ref(b, b->ln_dw[n->id]);
-                in->ref[5] = grad_ref(b, b->col_sum[n->id]);
+                in->ref.layernorm_dx.dw = grad_ref(b, b->ln_dw[n->id]);
+                in->ref.layernorm_dx.db = grad_ref(b, b->col_sum[n->id]);
             }
         }
         return 0;
@@ -743,20 +748,107 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     int64_t soff = arena_alloc(&b->ar, k.scratch_elems); /* floats */
     mw__ins *in = emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
     if (!in) return -1;
-    in->ref[0] = out;
-    in->ref[1] = b->ref[n->in[0]->id];
-    if (grad) in->ref[2] = b->ref[n->in[1]->id];
-    in->ref[grad ? 3 : 2] = arena_ref(MW_F32, soff);
     /* The kept probabilities follow the forward node's value in its buffer. */
     const mw_tensor *fwd = grad ? n->in[2] : n;
-    in->ref[4] = no_ref;
+    mw__ref probs = no_ref, scratch = arena_ref(MW_F32, soff);
     if (b->extra[fwd->id]) {
         mw__ref v = b->ref[fwd->id];
-        in->ref[4] =
+        probs =
             arena_ref(MW_F32, v.off / 4 + units_of(local_type(&fwd->type, b->pl).numel, v.dtype));
     }
-    in->k.attention = k;
+    if (grad) {
+        in->ref.attention_grad = (mw__refs_attention_grad){.out = out,
+                                                           .gy = b->ref[n->in[0]->id],
+                                                           .qkv = b->ref[n->in[1]->id],
+                                                           .scratch = scratch,
+                                                           .probs = probs};
+        in->k.attention_grad = k;
+    } else {
+        in->ref.attention = (mw__refs_attention){
+            .out = out, .qkv = b->ref[n->in[0]->id], .scratch = scratch, .probs = probs};
+        in->k.attention = k;
+    }
     return arena_release(&b->ar, soff, k.scratch_elems);
+}
+
+/* x's local extents viewed as [outer, n = axis `axis`, inner]. */
+static void around_axis(const ltype *lx, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < lx->rank; i++) {
+        if (i < axis) *outer *= lx->size[i];
+        if (i > axis) *inner *= lx->size[i];
+    }
+    *n = lx->size[axis];
+}
+
+/* The elementwise maps, dropout, the maxima along an axis, a state's write and cached attention. */
+static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
+    const mw__placement *pl = b->pl;
+    ltype lo = local_type(&n->type, pl), la = local_type(&n->in[0]->type, pl);
+    mw__ins *in;
+    switch (n->op) {
+    case MW__OP_MAP:
+        if (!(in = emit_io(b, MW__I_MAP, n, out))) return -1;
+        in->k.map = (mw__k_map){.fn = n->flag, .count = lo.numel};
+        return 0;
+    case MW__OP_MAP_GRAD:
+        if (!(in = emit_io(b, MW__I_MAP_GRAD, n, out))) return -1;
+        in->k.map_grad = (mw__k_map_grad){.fn = n->flag, .count = lo.numel};
+        return 0;
+    case MW__OP_DROPOUT: {
+        if (!(in = emit_io(b, MW__I_DROPOUT, n, out))) return -1;
+        /* The local box of the global tensor: the mask is drawn by global index. */
+        mw__k_dropout *k = &in->k.dropout;
+        *k = (mw__k_dropout){
+            .p = n->scalar, .seed = (uint64_t)n->count, .rank = n->type.rank, .count = lo.numel};
+        mw__box box;
+        mw__box_of(&n->type, pl, &box);
+        int64_t gstride = 1;
+        for (int i = n->type.rank - 1; i >= 0; i--) {
+            k->len[i] = box.len[i];
+            k->lo[i] = box.lo[i];
+            k->gstride[i] = gstride;
+            gstride *= box.global[i];
+        }
+        return 0;
+    }
+    case MW__OP_ARGMAX:
+    case MW__OP_REDUCE_MAX: {
+        int arg = n->op == MW__OP_ARGMAX;
+        if (!(in = emit_io(b, arg ? MW__I_ARGMAX : MW__I_REDUCE_MAX, n, out))) return -1;
+        mw__k_max k;
+        memset(&k, 0, sizeof k);
+        around_axis(&la, n->axis, &k.outer, &k.n, &k.inner);
+        if (arg)
+            in->k.argmax = k;
+        else
+            in->k.reduce_max = k;
+        return 0;
+    }
+    case MW__OP_STATE_WRITE: /* (state, value, index): the state's buffer is written in place */
+        if (!(in = emit(b, MW__I_STATE_WRITE, n->id))) return -1;
+        in->ref.state_write = (mw__refs_state_write){
+            .out = out, .value = b->ref[n->in[1]->id], .ids = b->ref[n->in[2]->id]};
+        in->k.state_write = (mw__k_state_write){0};
+        around_axis(&lo, n->axis, &in->k.state_write.outer, &in->k.state_write.n,
+                    &in->k.state_write.inner);
+        return 0;
+    case MW__OP_ATTENTION_CACHED: { /* kv as [outer, n = seq, 2, heads, dim] */
+        if (!(in = emit_io(b, MW__I_ATTENTION_CACHED, n, out))) return -1;
+        ltype lkv = local_type(&n->in[1]->type, pl);
+        mw__k_attention_cached *k = &in->k.attention_cached;
+        *k = (mw__k_attention_cached){.outer = 1, .heads = 1, .scale = n->scalar};
+        for (int i = 0; i < lkv.rank; i++) {
+            if (i < n->axis) k->outer *= lkv.size[i];
+            if (i == n->axis) k->n = lkv.size[i];
+            if (i > n->start && i < lkv.rank - 1) k->heads *= lkv.size[i];
+            if (i == lkv.rank - 1) k->dim = lkv.size[i];
+        }
+        return 0;
+    }
+    default: break;
+    }
+    return cannot_lower(n);
 }
 
 static int lower_node(builder *b, const mw_tensor *n) {
@@ -790,16 +882,11 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_ARGMAX:
     case MW__OP_REDUCE_MAX:
     case MW__OP_STATE_WRITE:
-    case MW__OP_ATTENTION_CACHED: {
-        mw__ins *in = emit_io(b, MW__I_EXTRA, n, out);
-        if (!in) return -1;
-        mw__lower_extra(n, pl, &in->k.extra);
-        return 0;
-    }
+    case MW__OP_ATTENTION_CACHED: return lower_indexed(b, n, out);
     case MW__OP_FILL: {
         mw__ins *in = emit(b, MW__I_FILL, n->id);
         if (!in) return -1;
-        in->ref[0] = out;
+        in->ref.fill.out = out;
         in->k.fill = (mw__k_fill){.value = n->scalar, .count = lo.numel};
         return 0;
     }
@@ -811,9 +898,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
         ltype la = local_type(&a->type, pl), lc = local_type(&c->type, pl);
         mw__ins *in = emit(b, MW__I_BINARY, n->id);
         if (!in) return -1;
-        in->ref[0] = out;
-        in->ref[1] = b->ref[a->id];
-        in->ref[2] = b->ref[c->id];
+        in->ref.binary = (mw__refs_binary){.out = out, .a = b->ref[a->id], .b = b->ref[c->id]};
         in->k.binary.op = (mw__binop)(n->op - MW__OP_ADD);
         nd_over(&in->k.binary.nd, &n->type, &lo);
         memcpy(in->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
@@ -832,8 +917,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
         ltype la = local_type(&a->type, pl);
         mw__ins *in = emit(b, MW__I_REDUCE, n->id);
         if (!in) return -1;
-        in->ref[0] = out;
-        in->ref[1] = b->ref[a->id];
+        in->ref.reduce = (mw__refs_reduce){.out = out, .a = b->ref[a->id]};
         in->k.reduce.alpha = 1.0f;
         in->k.reduce.out_count = lo.numel;
         nd_over(&in->k.reduce.nd, &a->type, &la);
@@ -847,7 +931,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
             return -1;
         mw__ins *in = emit(b, MW__I_ALLREDUCE, n->id);
         if (!in) return -1;
-        in->ref[0] = out;
+        in->ref.collective.buf = out;
         in->count = lo.numel;
         in->group = n->in[0]->type.partial & ~n->type.partial; /* the sums it completes */
         return 0;
@@ -1283,7 +1367,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
             if (next_same && next_len <= bucket_elems) continue;
             mw__ins *in = emit(&b, MW__I_GRAD_BUCKET, i);
             if (!in) goto oom;
-            in->ref[0] = mw__ref_at(MW__BASE_GRADS, MW_F32, first->off);
+            in->ref.collective.buf = mw__ref_at(MW__BASE_GRADS, MW_F32, first->off);
             in->count = len;
             in->group = s->group;
             bucket_first = i_order;

@@ -35,56 +35,60 @@ static inline mw__ref mw__ref_at(int base, mw_dtype dtype, int64_t elem) {
     return (mw__ref){base, dtype, elem * mw__dtype_bytes(dtype)};
 }
 
-typedef enum mw__ins_kind {
-    MW__I_BINARY,
-    MW__I_COPY,
-    MW__I_REDUCE,
-    MW__I_GEMM,
-    MW__I_FILL,
-    MW__I_ALLREDUCE,   /* in place over ref[0], count elements, among the devices of `group` */
-    MW__I_GRAD_BUCKET, /* the same, over a bucket of the flat gradient buffer */
-    MW__I_UNARY,
-    MW__I_UNARY_GRAD,
-    MW__I_LAYERNORM,
-    MW__I_LN_DX, /* ref: dx, gy, x, w, dw, db, addend (off -1: not fused here) */
-    MW__I_LN_DW,
-    MW__I_SOFTMAX,
-    MW__I_SOFTMAX_GRAD,
-    MW__I_EMBED,
-    MW__I_EMBED_GRAD,
-    MW__I_XENT,
-    MW__I_XENT_GRAD,
-    MW__I_ATTENTION,      /* ref: out, qkv, scratch, -, probs (off -1: none) */
-    MW__I_ATTENTION_GRAD, /* ref: d(qkv), gy, qkv, scratch, probs (off -1: none) */
-    MW__I_EXTRA           /* ops_extra.c's ops: mw__k_extra */
-} mw__ins_kind;
+/* Each kernel's operands by role: mw__refs_<name> has one mw__ref per role of its row of the
+ * instruction table (devices/device.h), named as the descriptor's pointer field it fills. */
+#define MW__REF_FIELD_(X, role) mw__ref role;
+#define MW__REFS_(KIND, name, type, dtypes, ROLES)                                                 \
+    typedef struct mw__refs_##name {                                                               \
+        ROLES(MW__REF_FIELD_, name)                                                                \
+    } mw__refs_##name;
+MW__KERNELS(MW__REFS_)
+#undef MW__REFS_
+#undef MW__REF_FIELD_
+
+/* An instruction's operands: by role (in->ref.gemm.bias), or all of them in the order of its
+ * row's roles (in->ref.all[0 .. mw__ins_roles(kind))). An operand the kernel goes without has off
+ * -1. The collectives have one: the buffer reduced in place. */
+typedef union mw__operands {
+    mw__ref all[MW__MAX_ROLES];
+#define MW__OPERANDS_(KIND, name, type, dtypes, ROLES) mw__refs_##name name;
+    MW__KERNELS(MW__OPERANDS_)
+#undef MW__OPERANDS_
+    struct {
+        mw__ref buf;
+    } collective;
+} mw__operands;
+
+/* No row has more roles than mw__operands.all holds. */
+#define MW__ROLE_COUNT_(X, role) +1
+#define MW__ROLES_FIT_(KIND, name, type, dtypes, ROLES)                                            \
+    MW__STATIC_ASSERT((0 ROLES(MW__ROLE_COUNT_, name)) <= MW__MAX_ROLES,                           \
+                      "instruction " #name " has more operands than MW__MAX_ROLES");
+MW__KERNELS(MW__ROLES_FIT_)
+#undef MW__ROLES_FIT_
+
+/* The number of operands of an instruction of that kind. */
+static inline int mw__ins_roles(int kind) {
+    switch (kind) {
+#define MW__ROLES_OF_(KIND, name, type, dtypes, ROLES)                                             \
+    case MW__I_##KIND: return 0 ROLES(MW__ROLE_COUNT_, name);
+        MW__KERNELS(MW__ROLES_OF_)
+#undef MW__ROLES_OF_
+    case MW__I_ALLREDUCE:
+    case MW__I_GRAD_BUCKET: return 1;
+    }
+    return 0;
+}
 
 typedef struct mw__ins {
     mw__ins_kind kind;
-    int node;       /* graph node it implements (for messages) */
-    mw__ref ref[7]; /* out, then the inputs in the order of the kernel's fields */
-    int64_t count;  /* ALLREDUCE / GRAD_BUCKET */
-    uint32_t group; /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
-    union mw__kernel {
-        mw__k_binary binary;
-        mw__k_copy copy;
-        mw__k_reduce reduce;
-        mw__k_gemm gemm;
-        mw__k_fill fill;
-        mw__k_unary unary;
-        mw__k_unary_grad unary_grad;
-        mw__k_layernorm layernorm;
-        mw__k_layernorm_grad ln_grad;
-        mw__k_softmax softmax;
-        mw__k_softmax_grad softmax_grad;
-        mw__k_embed embed;
-        mw__k_embed_grad embed_grad;
-        mw__k_xent xent;
-        mw__k_xent_grad xent_grad;
-        mw__k_attention attention;
-        mw__k_extra extra;
-    } k; /* pointers unset: the plan is not changed once built; each worker runs a copy of the
-          * kernels with the pointers resolved from ref[] (parallel/executor.c) */
+    int node;         /* graph node it implements (for messages) */
+    mw__operands ref; /* where the kernel's operands live */
+    int64_t count;    /* ALLREDUCE / GRAD_BUCKET */
+    uint32_t group;   /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
+    /* The kernel's descriptor, its pointers unset: the plan is not changed once built; each
+     * worker runs a copy of the kernels with the pointers resolved from ref (the executor). */
+    union mw__kernel k;
 } mw__ins;
 
 /* A device's box of a whole row-major array: rows [lo, lo + len) of each axis of sizes `global`
@@ -162,10 +166,6 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
                          mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
                          const mw__plan_target *target, mw__plan *out);
 void mw__plan_free(mw__plan *p);
-
-/* Fills the kernel of ops_extra.c's node n (MAP, MAP_GRAD, DROPOUT, ARGMAX, REDUCE_MAX) for the
- * device at placement pl (ops_extra.c). */
-void mw__lower_extra(const mw_tensor *n, const mw__placement *pl, mw__k_extra *k);
 
 /* The local size of a global axis of size n split over `parts` devices, at coordinate c: shards
  * differ by at most one row; the first n % parts devices get the extra row. */

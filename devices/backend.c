@@ -78,54 +78,28 @@ const mw__backend *mw__backend_named(const char *name) {
 
 /* --- what a backend runs ------------------------------------------------------------------- */
 
-static const char *const op_names[] = {
-    [MW__I_BINARY] = "binary",
-    [MW__I_COPY] = "copy",
-    [MW__I_REDUCE] = "reduce",
-    [MW__I_GEMM] = "gemm",
-    [MW__I_FILL] = "fill",
-    [MW__I_ALLREDUCE] = "allreduce",
+static const char *const op_names[MW__I_COUNT] = {
+#define NAME(KIND, name, type, dtypes, ROLES) [MW__I_##KIND] = #name,
+    MW__KERNELS(NAME)
+#undef NAME
+        [MW__I_ALLREDUCE] = "allreduce",
     [MW__I_GRAD_BUCKET] = "allreduce",
-    [MW__I_UNARY] = "unary",
-    [MW__I_UNARY_GRAD] = "unary_grad",
-    [MW__I_LAYERNORM] = "layernorm",
-    [MW__I_LN_DX] = "layernorm_dx",
-    [MW__I_LN_DW] = "layernorm_dw",
-    [MW__I_SOFTMAX] = "softmax",
-    [MW__I_SOFTMAX_GRAD] = "softmax_grad",
-    [MW__I_EMBED] = "embed",
-    [MW__I_EMBED_GRAD] = "embed_grad",
-    [MW__I_XENT] = "xent",
-    [MW__I_XENT_GRAD] = "xent_grad",
-    [MW__I_ATTENTION] = "attention",
-    [MW__I_ATTENTION_GRAD] = "attention_grad",
-    [MW__I_EXTRA] = "extra",
 };
+
+const char *mw__ins_name(int kind) {
+    return kind >= 0 && kind < MW__I_COUNT && op_names[kind] ? op_names[kind] : "?";
+}
 
 /* Whether the vtable has the kernel that instruction op calls. */
 static int has_slot(const mw__device_vtable *vt, int op) {
     switch ((mw__ins_kind)op) {
-    case MW__I_BINARY: return vt->binary != NULL;
-    case MW__I_COPY: return vt->copy != NULL;
-    case MW__I_REDUCE: return vt->reduce != NULL;
-    case MW__I_GEMM: return vt->gemm != NULL;
-    case MW__I_FILL: return vt->fill != NULL;
+#define SLOT(KIND, name, type, dtypes, ROLES)                                                      \
+    case MW__I_##KIND: return vt->name != NULL;
+        MW__KERNELS(SLOT)
+#undef SLOT
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: return 1; /* the reducer's */
-    case MW__I_UNARY: return vt->unary != NULL;
-    case MW__I_UNARY_GRAD: return vt->unary_grad != NULL;
-    case MW__I_LAYERNORM: return vt->layernorm != NULL;
-    case MW__I_LN_DX: return vt->layernorm_dx != NULL;
-    case MW__I_LN_DW: return vt->layernorm_dw != NULL;
-    case MW__I_SOFTMAX: return vt->softmax != NULL;
-    case MW__I_SOFTMAX_GRAD: return vt->softmax_grad != NULL;
-    case MW__I_EMBED: return vt->embed != NULL;
-    case MW__I_EMBED_GRAD: return vt->embed_grad != NULL;
-    case MW__I_XENT: return vt->xent != NULL;
-    case MW__I_XENT_GRAD: return vt->xent_grad != NULL;
-    case MW__I_ATTENTION: return vt->attention != NULL;
-    case MW__I_ATTENTION_GRAD: return vt->attention_grad != NULL;
-    case MW__I_EXTRA: return vt->extra != NULL;
+    case MW__I_COUNT: break;
     }
     return 0;
 }
@@ -139,7 +113,7 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
 
 uint32_t mw__backend_bf16_writers(const mw__backend *b) {
     uint32_t mask = 0;
-    for (int k = 0; k < (int)(sizeof op_names / sizeof *op_names); k++)
+    for (int k = 0; k < MW__I_COUNT; k++)
         if (mw__backend_supports(b, k, MW_BF16)) mask |= 1u << k;
     return mask;
 }
@@ -147,9 +121,9 @@ uint32_t mw__backend_bf16_writers(const mw__backend *b) {
 /* The dtype an instruction asks the backend for: bf16 when any operand is bf16, else what it
  * writes. */
 static mw_dtype ins_dtype(const mw__ins *in) {
-    for (int r = 0; r < (int)(sizeof in->ref / sizeof *in->ref); r++)
-        if (in->ref[r].off >= 0 && in->ref[r].dtype == MW_BF16) return MW_BF16;
-    return in->ref[0].dtype;
+    for (int r = 0; r < mw__ins_roles(in->kind); r++)
+        if (in->ref.all[r].off >= 0 && in->ref.all[r].dtype == MW_BF16) return MW_BF16;
+    return in->ref.all[0].dtype;
 }
 
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
@@ -159,9 +133,7 @@ mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
         mw_dtype dtype = ins_dtype(in);
         if (mw__backend_supports(b, (int)in->kind, dtype)) continue;
         int op = (int)in->kind;
-        const char *what = op >= 0 && op < (int)(sizeof op_names / sizeof *op_names) && op_names[op]
-                               ? op_names[op]
-                               : "?";
+        const char *what = mw__ins_name(op);
         const char *node =
             in->node >= 0 && in->node < g->nnodes ? mw__op_name(g->nodes[in->node]->op) : "?";
         const char *hint = op == MW__I_ATTENTION || op == MW__I_ATTENTION_GRAD

@@ -66,19 +66,26 @@ mw_status mw__backend_for_spec(const char *spec, const mw__backend **out);
 const mw__backend *mw__backend_named(const char *name);
 
 /* The supports of a backend whose every vtable slot is filled and whose kernels take bf16 where a
- * bf16 contraction needs them (the CPU's and CUDA's): every op on f32, i32 through copies, bf16
- * in conversions and copies, GEMMs, attention, layer norm, and GELU and its gradient. */
+ * bf16 contraction needs them (the CPU's and CUDA's): every op on f32, and bf16 and i32 where the
+ * instruction table's row says so (conversions and copies, GEMMs, attention, layer norm, GELU and
+ * its gradient; i32 through copies). */
 static inline int mw__supports_bf16_kernels(int op, mw_dtype dtype) {
+    static const unsigned char dtypes[MW__I_COUNT] = {
+#define MW__DTYPES_(KIND, name, type, dt, ROLES) [MW__I_##KIND] = (dt),
+        MW__KERNELS(MW__DTYPES_)
+#undef MW__DTYPES_
+    };
+    if (op < 0 || op >= MW__I_COUNT) return 0;
     switch (dtype) {
     case MW_F32: return 1;
-    case MW_I32: return op == MW__I_COPY;
-    case MW_BF16:
-        return op == MW__I_COPY || op == MW__I_GEMM || op == MW__I_ATTENTION ||
-               op == MW__I_ATTENTION_GRAD || op == MW__I_LAYERNORM || op == MW__I_UNARY ||
-               op == MW__I_UNARY_GRAD;
+    case MW_I32: return (dtypes[op] & MW__DT_I32) != 0;
+    case MW_BF16: return (dtypes[op] & MW__DT_BF16) != 0;
     default: return 0;
     }
 }
+
+/* The instruction's name ("gemm", "layernorm_dx", "allreduce"), "?" for a kind out of range. */
+const char *mw__ins_name(int kind);
 
 /* Whether b runs plan instruction op on dtype (b->supports, or the vtable's slot). */
 int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);

@@ -297,46 +297,180 @@ typedef struct mw__k_sgd_momentum {
     uint16_t *p16; /* NULL, or the bf16 copy to write (see mw__k_sgd) */
 } mw__k_sgd_momentum;
 
-/* The ops beyond the core set (math in devices/math_ops.h):
- *   MAP:        out[i] = f(a[i]), f = fn (mw__mapfn)
- *   MAP_GRAD:   out[i] = b[i] * f'(a[i]) (b the incoming gradient)
- *   DROPOUT:    out[i] = a[i] * keep(i) / (1 - p) when active, else a[i]; keep(i) depends only on
- *               (seed, step, the element's index in the whole tensor), so every sharding of the
- *               tensor draws the same mask. The local elements form the box [lo, lo + len) of
- *               the global tensor, whose row-major strides are gstride.
- *   ARGMAX / REDUCE_MAX: a as [outer, n, inner], out[o, i] = argmax / max over k of a[o, k, i]
- *               (the first index among equal maxima; NaN compares as smallest).
- *   STATE_WRITE: out (a state, in place) as [outer, n, inner], a as [outer, inner]:
- *               out[o, ids[o], :] = a[o, :]; ids[o] outside [0, n) fails naming it.
- *   ATTENTION_CACHED: b (keys and values) as [outer, n, 2, inner, dim], a (queries) and out as
- *               [outer, inner, dim]: out[o, h] = softmax_j(scale a[o, h] . k[o, j, h]) v[o, j, h]
- *               over j in [0, ids[o]] (f32, in key order); ids[o] outside [0, n) fails. */
-typedef enum mw__xop {
-    MW__X_MAP,
-    MW__X_MAP_GRAD,
-    MW__X_DROPOUT,
-    MW__X_ARGMAX,
-    MW__X_REDUCE_MAX,
-    MW__X_STATE_WRITE,
-    MW__X_ATTENTION_CACHED
-} mw__xop;
-
-typedef struct mw__k_extra {
-    mw__xop op;
+/* out[i] = f(a[i]), f = fn (an mw__mapfn; per-element math in devices/math.h). */
+typedef struct mw__k_map {
     int fn;
     int64_t count;
-    int64_t outer, n, inner;
-    int rank;
-    int64_t len[MW_MAX_RANK], lo[MW_MAX_RANK], gstride[MW_MAX_RANK];
+    float *out;
+    const float *a;
+} mw__k_map;
+
+/* out[i] = gy[i] * f'(x[i]). */
+typedef struct mw__k_map_grad {
+    int fn;
+    int64_t count;
+    float *out;
+    const float *x, *gy;
+} mw__k_map_grad;
+
+/* out[i] = a[i] * keep(i) / (1 - p) when active, else a[i]; keep(i) depends only on (seed, step,
+ * the element's index in the whole tensor), so every sharding of the tensor draws the same mask.
+ * The local elements form the box [lo, lo + len) of the global tensor, whose row-major strides
+ * are gstride. step and active are set by the executor before every run (a new mask every update
+ * and micro-batch; none outside training). */
+typedef struct mw__k_dropout {
     float p;
     uint64_t seed, step;
     int active;
-    float scale; /* ATTENTION_CACHED */
-    int64_t dim; /* ATTENTION_CACHED: the feature axis */
+    int rank;
+    int64_t count;
+    int64_t len[MW_MAX_RANK], lo[MW_MAX_RANK], gstride[MW_MAX_RANK];
     float *out;
-    const float *a, *b;
-    const int32_t *ids; /* STATE_WRITE, ATTENTION_CACHED: a position per outer row */
-} mw__k_extra;
+    const float *a;
+} mw__k_dropout;
+
+/* ARGMAX / REDUCE_MAX: a as [outer, n, inner], out[o, i] = argmax / max over k of a[o, k, i] (the
+ * first index among equal maxima; NaN compares as smallest). */
+typedef struct mw__k_max {
+    int64_t outer, n, inner;
+    float *out;
+    const float *a;
+} mw__k_max;
+
+/* out (a state, written in place) as [outer, n, inner], value as [outer, inner]:
+ * out[o, ids[o], :] = value[o, :]; ids[o] outside [0, n) fails naming it. */
+typedef struct mw__k_state_write {
+    int64_t outer, n, inner;
+    float *out;
+    const float *value;
+    const int32_t *ids;
+} mw__k_state_write;
+
+/* kv (keys and values) as [outer, n, 2, heads, dim], q and out as [outer, heads, dim]:
+ * out[o, h] = softmax_j(scale q[o, h] . k[o, j, h]) v[o, j, h] over j in [0, pos[o]] (f32, in key
+ * order); pos[o] outside [0, n) fails naming it. */
+typedef struct mw__k_attention_cached {
+    int64_t outer, n, heads, dim;
+    float scale;
+    float *out;
+    const float *q, *kv;
+    const int32_t *pos;
+} mw__k_attention_cached;
+
+/* --- the instruction table ----------------------------------------------------------------------
+ *
+ * One row per kernel a plan runs: XX(KIND, name, descriptor, dtypes, ROLES).
+ *   KIND        the instruction kind MW__I_<KIND> (core/plan.h's mw__ins.kind)
+ *   name        the instruction's name in messages, the device vtable's slot that runs it, and the
+ *               member of union mw__kernel (its descriptor) and of mw__ins's operands
+ *   descriptor  the kernel descriptor's type
+ *   dtypes      what a backend with bf16 kernels (mw__supports_bf16_kernels) runs it on besides
+ *               f32: MW__DT_BF16 (an operand may be bf16), MW__DT_I32 (i32 values pass through)
+ *   ROLES       its operands, the output first: each the descriptor's pointer field of that name,
+ *               which the executor points at the operand's buffer (NULL for an operand the plan
+ *               leaves out); a kernel's inputs follow its graph node's inputs in order.
+ * Adding a kernel is one row here, its descriptor above, its lowering (core/), its kernels in
+ * every backend and its tests; names, dispatch, vtable slots, support checks and the module ABI
+ * follow from the row. */
+#define MW__DT_BF16 1
+#define MW__DT_I32 2
+
+#define MW__ROLES_BINARY(R, X) R(X, out) R(X, a) R(X, b)
+#define MW__ROLES_COPY(R, X) R(X, out) R(X, a)
+#define MW__ROLES_REDUCE(R, X) R(X, out) R(X, a)
+#define MW__ROLES_GEMM(R, X) R(X, c) R(X, a) R(X, b) R(X, bias) R(X, addend)
+#define MW__ROLES_FILL(R, X) R(X, out)
+#define MW__ROLES_UNARY(R, X) R(X, out) R(X, a)
+#define MW__ROLES_UNARY_GRAD(R, X) R(X, out) R(X, gy) R(X, x) R(X, colsum)
+#define MW__ROLES_LAYERNORM(R, X) R(X, out) R(X, x) R(X, w) R(X, b)
+#define MW__ROLES_LAYERNORM_DX(R, X)                                                               \
+    R(X, out) R(X, gy) R(X, x) R(X, w) R(X, dw) R(X, db) R(X, addend)
+#define MW__ROLES_LAYERNORM_DW(R, X) R(X, out) R(X, gy) R(X, x)
+#define MW__ROLES_SOFTMAX(R, X) R(X, out) R(X, a)
+#define MW__ROLES_SOFTMAX_GRAD(R, X) R(X, out) R(X, gy) R(X, p)
+#define MW__ROLES_EMBED(R, X) R(X, out) R(X, table) R(X, ids)
+#define MW__ROLES_EMBED_GRAD(R, X) R(X, out) R(X, gy) R(X, ids)
+#define MW__ROLES_XENT(R, X) R(X, out) R(X, logits) R(X, targets)
+#define MW__ROLES_XENT_GRAD(R, X) R(X, out) R(X, gy) R(X, logits) R(X, targets)
+#define MW__ROLES_ATTENTION(R, X) R(X, out) R(X, qkv) R(X, scratch) R(X, probs)
+#define MW__ROLES_ATTENTION_GRAD(R, X) R(X, out) R(X, gy) R(X, qkv) R(X, scratch) R(X, probs)
+#define MW__ROLES_MAP(R, X) R(X, out) R(X, a)
+#define MW__ROLES_MAP_GRAD(R, X) R(X, out) R(X, x) R(X, gy)
+#define MW__ROLES_DROPOUT(R, X) R(X, out) R(X, a)
+#define MW__ROLES_ARGMAX(R, X) R(X, out) R(X, a)
+#define MW__ROLES_REDUCE_MAX(R, X) R(X, out) R(X, a)
+#define MW__ROLES_STATE_WRITE(R, X) R(X, out) R(X, value) R(X, ids)
+#define MW__ROLES_ATTENTION_CACHED(R, X) R(X, out) R(X, q) R(X, kv) R(X, pos)
+
+#define MW__KERNELS(XX)                                                                            \
+    XX(BINARY, binary, mw__k_binary, 0, MW__ROLES_BINARY)                                          \
+    XX(COPY, copy, mw__k_copy, MW__DT_BF16 | MW__DT_I32, MW__ROLES_COPY)                           \
+    XX(REDUCE, reduce, mw__k_reduce, 0, MW__ROLES_REDUCE)                                          \
+    XX(GEMM, gemm, mw__k_gemm, MW__DT_BF16, MW__ROLES_GEMM)                                        \
+    XX(FILL, fill, mw__k_fill, 0, MW__ROLES_FILL)                                                  \
+    XX(UNARY, unary, mw__k_unary, MW__DT_BF16, MW__ROLES_UNARY)                                    \
+    XX(UNARY_GRAD, unary_grad, mw__k_unary_grad, MW__DT_BF16, MW__ROLES_UNARY_GRAD)                \
+    XX(LAYERNORM, layernorm, mw__k_layernorm, MW__DT_BF16, MW__ROLES_LAYERNORM)                    \
+    XX(LAYERNORM_DX, layernorm_dx, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DX)                \
+    XX(LAYERNORM_DW, layernorm_dw, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DW)                \
+    XX(SOFTMAX, softmax, mw__k_softmax, 0, MW__ROLES_SOFTMAX)                                      \
+    XX(SOFTMAX_GRAD, softmax_grad, mw__k_softmax_grad, 0, MW__ROLES_SOFTMAX_GRAD)                  \
+    XX(EMBED, embed, mw__k_embed, 0, MW__ROLES_EMBED)                                              \
+    XX(EMBED_GRAD, embed_grad, mw__k_embed_grad, 0, MW__ROLES_EMBED_GRAD)                          \
+    XX(XENT, xent, mw__k_xent, 0, MW__ROLES_XENT)                                                  \
+    XX(XENT_GRAD, xent_grad, mw__k_xent_grad, 0, MW__ROLES_XENT_GRAD)                              \
+    XX(ATTENTION, attention, mw__k_attention, MW__DT_BF16, MW__ROLES_ATTENTION)                    \
+    XX(ATTENTION_GRAD, attention_grad, mw__k_attention, MW__DT_BF16, MW__ROLES_ATTENTION_GRAD)     \
+    XX(MAP, map, mw__k_map, 0, MW__ROLES_MAP)                                                      \
+    XX(MAP_GRAD, map_grad, mw__k_map_grad, 0, MW__ROLES_MAP_GRAD)                                  \
+    XX(DROPOUT, dropout, mw__k_dropout, 0, MW__ROLES_DROPOUT)                                      \
+    XX(ARGMAX, argmax, mw__k_max, 0, MW__ROLES_ARGMAX)                                             \
+    XX(REDUCE_MAX, reduce_max, mw__k_max, 0, MW__ROLES_REDUCE_MAX)                                 \
+    XX(STATE_WRITE, state_write, mw__k_state_write, 0, MW__ROLES_STATE_WRITE)                      \
+    XX(ATTENTION_CACHED, attention_cached, mw__k_attention_cached, 0, MW__ROLES_ATTENTION_CACHED)
+
+/* The instruction kinds: the kernels of the table, then the collectives (no kernel; the
+ * reducer's): an in-place all-reduce of a value a sharded axis was reduced in, and of a bucket of
+ * the flat gradient buffer. */
+typedef enum mw__ins_kind {
+#define MW__KIND_(KIND, name, type, dtypes, ROLES) MW__I_##KIND,
+    MW__KERNELS(MW__KIND_)
+#undef MW__KIND_
+        MW__I_ALLREDUCE,
+    MW__I_GRAD_BUCKET,
+    MW__I_COUNT
+} mw__ins_kind;
+
+/* Compile-time checks in C and in the C++ of CUDA sources. */
+#ifdef __cplusplus
+#define MW__STATIC_ASSERT static_assert
+#else
+#define MW__STATIC_ASSERT _Static_assert
+#endif
+
+/* Kinds are bits of a 32-bit mask (mw__plan_target.bf16_out). */
+MW__STATIC_ASSERT(MW__I_COUNT <= 32, "instruction kinds no longer fit a 32-bit mask");
+
+/* The most operands of any kernel (a row's ROLES). */
+#define MW__MAX_ROLES 7
+
+/* A number that changes with the layout of the kernels a table describes: every descriptor's
+ * size and the offset of each of its operands, weighted by its row, and the table's length. The
+ * module interface's version is made from it for MW__KERNELS (devices/module_abi.h), so a new row,
+ * a changed descriptor or a moved operand refuses modules built from other source without a hand
+ * bump. */
+#define MW__LAYOUT_ROLE_(type, role) +offsetof(type, role) * 31u
+#define MW__LAYOUT_ROW_(KIND, name, type, dtypes, ROLES)                                           \
+    +(MW__I_##KIND + 1u) * (MW__I_##KIND + 7u) *                                                   \
+        ((sizeof(type) ROLES(MW__LAYOUT_ROLE_, type)) * 97u + (unsigned)(dtypes) + 1u)
+#define MW__KERNEL_LAYOUT_OF(TABLE) ((unsigned)(0u TABLE(MW__LAYOUT_ROW_)))
+
+/* Every kernel's descriptor by the instruction's name. */
+union mw__kernel {
+#define MW__KMEMBER_(KIND, name, type, dtypes, ROLES) type name;
+    MW__KERNELS(MW__KMEMBER_)
+#undef MW__KMEMBER_
+};
 
 typedef struct mw__device mw__device;
 
@@ -350,31 +484,27 @@ typedef struct mw__device_vtable {
     mw_status (*upload)(mw__device *dev, void *dst, const void *src, size_t bytes);
     mw_status (*download)(mw__device *dev, void *dst, const void *src, size_t bytes);
     mw_status (*sync)(mw__device *dev);
-    mw_status (*binary)(mw__device *dev, const mw__k_binary *k);
-    mw_status (*copy)(mw__device *dev, const mw__k_copy *k);
-    mw_status (*reduce)(mw__device *dev, const mw__k_reduce *k);
-    mw_status (*gemm)(mw__device *dev, const mw__k_gemm *k);
+    /* The kernels of the instruction table, one slot per row, named as the row: NULL where the
+     * backend lacks one (a plan that needs it is refused with MW_ERR_UNSUPPORTED when the trainer
+     * is made, naming the op). */
+#define MW__SLOT_(KIND, name, type, dtypes, ROLES)                                                 \
+    mw_status (*name)(mw__device * dev, const type *k);
+    MW__KERNELS(MW__SLOT_)
+#undef MW__SLOT_
     /* Optional: called once for every GEMM of a plan when the worker starts (on its thread,
      * after init), so that what depends only on the GEMM's shape, dtypes and epilogue (a oneDNN
      * primitive, its scratchpad) is made before the first step and a step allocates nothing:
      * sets k->impl, owned by the device until shutdown. Which of k's pointers are NULL is
      * final; the others may still change (an input read in place is bound every step). */
     mw_status (*gemm_prepare)(mw__device *dev, mw__k_gemm *k);
-    mw_status (*fill)(mw__device *dev, const mw__k_fill *k);
+    /* Optional: as gemm_prepare, for the attention of the forward (grad 0) or backward pass. */
+    mw_status (*attention_prepare)(mw__device *dev, mw__k_attention *k, int grad);
+    /* The optimizers' kernels (called by the trainer's update, not by a plan); sgd_momentum is
+     * optional (NULL: the trainer refuses momentum and weight decay with SGD). */
     mw_status (*sgd)(mw__device *dev, const mw__k_sgd *k);
-    mw_status (*unary)(mw__device *dev, const mw__k_unary *k);
-    mw_status (*unary_grad)(mw__device *dev, const mw__k_unary_grad *k);
-    mw_status (*layernorm)(mw__device *dev, const mw__k_layernorm *k);
-    mw_status (*layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k);
-    mw_status (*layernorm_dw)(mw__device *dev, const mw__k_layernorm_grad *k);
-    mw_status (*softmax)(mw__device *dev, const mw__k_softmax *k);
-    mw_status (*softmax_grad)(mw__device *dev, const mw__k_softmax_grad *k);
-    mw_status (*embed)(mw__device *dev, const mw__k_embed *k);
-    mw_status (*embed_grad)(mw__device *dev, const mw__k_embed_grad *k);
-    mw_status (*xent)(mw__device *dev, const mw__k_xent *k);
-    mw_status (*xent_grad)(mw__device *dev, const mw__k_xent_grad *k);
-    mw_status (*sumsq)(mw__device *dev, const mw__k_sumsq *k);
+    mw_status (*sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k);
     mw_status (*adamw)(mw__device *dev, const mw__k_adamw *k);
+    mw_status (*sumsq)(mw__device *dev, const mw__k_sumsq *k);
     /* Optional (NULL on host-memory backends): page-locked host buffers, and a copy into the
      * device queued on its stream, from such a buffer, which must stay unchanged until the next
      * sync. The trainer packs each step's input shards into one and uploads them without
@@ -382,12 +512,6 @@ typedef struct mw__device_vtable {
     mw_status (*host_alloc)(mw__device *dev, size_t bytes, void **out);
     void (*host_free)(mw__device *dev, void *p);
     mw_status (*upload_async)(mw__device *dev, void *dst, const void *src, size_t bytes);
-    /* Fused attention (NULL where a backend lacks it: a graph using mw_attention is then refused
-     * with MW_ERR_UNSUPPORTED when the trainer is made). */
-    mw_status (*attention)(mw__device *dev, const mw__k_attention *k);
-    mw_status (*attention_grad)(mw__device *dev, const mw__k_attention *k);
-    /* Optional: as gemm_prepare, for the attention of the forward (grad 0) or backward pass. */
-    mw_status (*attention_prepare)(mw__device *dev, mw__k_attention *k, int grad);
     /* Optional: what implements a kernel of instruction kind `kind` (an mw__ins_kind) whose
      * descriptor is k, as prepared on dev ("onednn brg:avx512_core_amx_bf16", "cublas", ...),
      * for reports; NULL or "" when the backend does not say. The string lives as long as dev. */
@@ -395,10 +519,6 @@ typedef struct mw__device_vtable {
     /* Optional: bytes the device's kernels hold for themselves (workspaces made when the worker
      * started), for mw_trainer_memory. */
     size_t (*workspace)(const mw__device *dev);
-    /* Optional: SGD with momentum or weight decay (NULL: the trainer refuses those options). */
-    mw_status (*sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k);
-    /* Optional: the ops beyond the core set (NULL: a step using one fails, MW_ERR_UNSUPPORTED). */
-    mw_status (*extra)(mw__device *dev, const mw__k_extra *k);
 } mw__device_vtable;
 
 struct mw__device {

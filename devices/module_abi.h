@@ -16,11 +16,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices/device.h"
 #include "meshwit.h"
 
-/* Raised whenever these tables or a kernel descriptor (devices/device.h) change layout: a module
- * of the same version built from other source is refused rather than misread. */
-#define MW__MODULE_ABI 5
+/* The module interface's version: a module of the same meshwit version built from other source is
+ * refused rather than misread. Made of MW__MODULE_TABLES, raised by hand whenever the tables of
+ * this file change, and of what follows from the instruction table by itself: the kernels'
+ * layout (MW__KERNEL_LAYOUT_OF) and the device vtable's size. */
+#define MW__MODULE_TABLES 6
+#define MW__MODULE_ABI_OF(TABLE)                                                                   \
+    ((int)((MW__MODULE_TABLES * 1000003u +                                                         \
+            (MW__KERNEL_LAYOUT_OF(TABLE) ^ (unsigned)sizeof(mw__device_vtable))) &                 \
+           0x7fffffffu))
+#define MW__MODULE_ABI MW__MODULE_ABI_OF(MW__KERNELS)
 #define MW__STR_(x) #x
 #define MW__STR(x) MW__STR_(x)
 /* "0.1.0", from meshwit.h's numbers. */

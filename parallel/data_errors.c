@@ -8,7 +8,7 @@
 
 mw_status mw__explain_index_error(worker *w, const mw__ins *in, mw_status st) {
     if (st != MW_ERR_INVALID || (in->kind != MW__I_EMBED && in->kind != MW__I_XENT)) return st;
-    mw__ref ids = in->ref[2];
+    mw__ref ids = in->kind == MW__I_EMBED ? in->ref.embed.ids : in->ref.xent.targets;
     if (ids.base < MW__BASE_VIEW0)
         return st; /* ids computed in the graph: keep the kernel's word */
     const mw__view *v = &w->plan.views[ids.base - MW__BASE_VIEW0];

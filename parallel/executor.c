@@ -17,121 +17,22 @@ int mw__group_index(const mw_trainer *tr, uint32_t mask) {
     return -1;
 }
 
-/* Points kernel k of instruction in at worker w's buffers (collectives have no kernel). */
+/* The address of operand r on worker w's device; NULL for an operand the kernel goes without. */
+static void *operand(worker *w, mw__ref r) { return r.off < 0 ? NULL : mw__ptr(w, r); }
+
+/* Points kernel k of instruction in at worker w's buffers: each role of its row of the instruction
+ * table at the descriptor's field of that name (collectives have no kernel). */
 static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
     switch (in->kind) {
-    case MW__I_BINARY:
-        k->binary.out = mw__ptr(w, in->ref[0]);
-        k->binary.a = mw__ptr(w, in->ref[1]);
-        k->binary.b = mw__ptr(w, in->ref[2]);
-        break;
-    case MW__I_COPY:
-        k->copy.out = mw__ptr(w, in->ref[0]);
-        k->copy.a = mw__ptr(w, in->ref[1]);
-        break;
-    case MW__I_REDUCE:
-        k->reduce.out = mw__ptr(w, in->ref[0]);
-        k->reduce.a = mw__ptr(w, in->ref[1]);
-        break;
-    case MW__I_GEMM:
-        k->gemm.c = mw__ptr(w, in->ref[0]);
-        k->gemm.a = mw__ptr(w, in->ref[1]);
-        k->gemm.b = mw__ptr(w, in->ref[2]);
-        k->gemm.bias = in->ref[3].off < 0 ? NULL : mw__ptr(w, in->ref[3]);
-        k->gemm.addend = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
-        break;
-    case MW__I_FILL: k->fill.out = mw__ptr(w, in->ref[0]); break;
-    case MW__I_UNARY:
-        k->unary.out = mw__ptr(w, in->ref[0]);
-        k->unary.a = mw__ptr(w, in->ref[1]);
-        break;
-    case MW__I_UNARY_GRAD:
-        k->unary_grad.out = mw__ptr(w, in->ref[0]);
-        k->unary_grad.gy = mw__ptr(w, in->ref[1]);
-        k->unary_grad.x = mw__ptr(w, in->ref[2]);
-        k->unary_grad.colsum = in->ref[3].off < 0 ? NULL : mw__ptr(w, in->ref[3]);
-        break;
-    case MW__I_LAYERNORM:
-        k->layernorm.out = mw__ptr(w, in->ref[0]);
-        k->layernorm.x = mw__ptr(w, in->ref[1]);
-        k->layernorm.w = mw__ptr(w, in->ref[2]);
-        k->layernorm.b = mw__ptr(w, in->ref[3]);
-        break;
-    case MW__I_LN_DX:
-    case MW__I_LN_DW:
-        k->ln_grad.out = mw__ptr(w, in->ref[0]);
-        k->ln_grad.gy = mw__ptr(w, in->ref[1]);
-        k->ln_grad.x = mw__ptr(w, in->ref[2]);
-        k->ln_grad.w = in->kind == MW__I_LN_DX ? mw__ptr(w, in->ref[3]) : NULL;
-        k->ln_grad.dw = k->ln_grad.db = NULL;
-        k->ln_grad.addend = NULL;
-        if (in->kind == MW__I_LN_DX && in->ref[4].off >= 0) {
-            k->ln_grad.dw = mw__ptr(w, in->ref[4]);
-            k->ln_grad.db = mw__ptr(w, in->ref[5]);
-        }
-        if (in->kind == MW__I_LN_DX && in->ref[6].off >= 0)
-            k->ln_grad.addend = mw__ptr(w, in->ref[6]);
-        break;
-    case MW__I_SOFTMAX:
-        k->softmax.out = mw__ptr(w, in->ref[0]);
-        k->softmax.a = mw__ptr(w, in->ref[1]);
-        break;
-    case MW__I_SOFTMAX_GRAD:
-        k->softmax_grad.out = mw__ptr(w, in->ref[0]);
-        k->softmax_grad.gy = mw__ptr(w, in->ref[1]);
-        k->softmax_grad.p = mw__ptr(w, in->ref[2]);
-        break;
-    case MW__I_EMBED:
-        k->embed.out = mw__ptr(w, in->ref[0]);
-        k->embed.table = mw__ptr(w, in->ref[1]);
-        k->embed.ids = mw__ptr(w, in->ref[2]);
-        break;
-    case MW__I_EMBED_GRAD:
-        k->embed_grad.out = mw__ptr(w, in->ref[0]);
-        k->embed_grad.gy = mw__ptr(w, in->ref[1]);
-        k->embed_grad.ids = mw__ptr(w, in->ref[2]);
-        break;
-    case MW__I_XENT:
-        k->xent.out = mw__ptr(w, in->ref[0]);
-        k->xent.logits = mw__ptr(w, in->ref[1]);
-        k->xent.targets = mw__ptr(w, in->ref[2]);
-        break;
-    case MW__I_XENT_GRAD:
-        k->xent_grad.out = mw__ptr(w, in->ref[0]);
-        k->xent_grad.gy = mw__ptr(w, in->ref[1]);
-        k->xent_grad.logits = mw__ptr(w, in->ref[2]);
-        k->xent_grad.targets = mw__ptr(w, in->ref[3]);
-        break;
-    case MW__I_ATTENTION:
-        k->attention.out = mw__ptr(w, in->ref[0]);
-        k->attention.qkv = mw__ptr(w, in->ref[1]);
-        k->attention.scratch = mw__ptr(w, in->ref[2]);
-        k->attention.probs = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
-        break;
-    case MW__I_ATTENTION_GRAD:
-        k->attention.out = mw__ptr(w, in->ref[0]);
-        k->attention.gy = mw__ptr(w, in->ref[1]);
-        k->attention.qkv = mw__ptr(w, in->ref[2]);
-        k->attention.scratch = mw__ptr(w, in->ref[3]);
-        k->attention.probs = in->ref[4].off < 0 ? NULL : mw__ptr(w, in->ref[4]);
-        break;
-    case MW__I_EXTRA:
-        k->extra.out = mw__ptr(w, in->ref[0]);
-        k->extra.a = mw__ptr(w, in->ref[1]);
-        k->extra.b = NULL;
-        k->extra.ids = NULL;
-        if (k->extra.op == MW__X_MAP_GRAD) k->extra.b = mw__ptr(w, in->ref[2]);
-        if (k->extra.op == MW__X_STATE_WRITE) { /* ref: state, state, value, index */
-            k->extra.a = mw__ptr(w, in->ref[2]);
-            k->extra.ids = mw__ptr(w, in->ref[3]);
-        }
-        if (k->extra.op == MW__X_ATTENTION_CACHED) { /* ref: out, q, kv, pos */
-            k->extra.b = mw__ptr(w, in->ref[2]);
-            k->extra.ids = mw__ptr(w, in->ref[3]);
-        }
-        break;
+#define RESOLVE_ROLE(name, role) k->name.role = operand(w, in->ref.name.role);
+#define RESOLVE(KIND, name, type, dtypes, ROLES)                                                   \
+    case MW__I_##KIND: ROLES(RESOLVE_ROLE, name) break;
+        MW__KERNELS(RESOLVE)
+#undef RESOLVE
+#undef RESOLVE_ROLE
     case MW__I_ALLREDUCE:
-    case MW__I_GRAD_BUCKET: break;
+    case MW__I_GRAD_BUCKET:
+    case MW__I_COUNT: break;
     }
 }
 
@@ -139,33 +40,21 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
 static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     const mw__device_vtable *vt = w->dev.vt;
     mw__device *dev = &w->dev;
-    switch (in->kind) {
-    case MW__I_BINARY: return vt->binary(dev, &k->binary);
-    case MW__I_COPY: return vt->copy(dev, &k->copy);
-    case MW__I_REDUCE: return vt->reduce(dev, &k->reduce);
-    case MW__I_GEMM: return vt->gemm(dev, &k->gemm);
-    case MW__I_FILL: return vt->fill(dev, &k->fill);
-    case MW__I_UNARY: return vt->unary(dev, &k->unary);
-    case MW__I_UNARY_GRAD: return vt->unary_grad(dev, &k->unary_grad);
-    case MW__I_LAYERNORM: return vt->layernorm(dev, &k->layernorm);
-    case MW__I_LN_DX: return vt->layernorm_dx(dev, &k->ln_grad);
-    case MW__I_LN_DW: return vt->layernorm_dw(dev, &k->ln_grad);
-    case MW__I_SOFTMAX: return vt->softmax(dev, &k->softmax);
-    case MW__I_SOFTMAX_GRAD: return vt->softmax_grad(dev, &k->softmax_grad);
-    case MW__I_EMBED: return vt->embed(dev, &k->embed);
-    case MW__I_EMBED_GRAD: return vt->embed_grad(dev, &k->embed_grad);
-    case MW__I_XENT: return vt->xent(dev, &k->xent);
-    case MW__I_XENT_GRAD: return vt->xent_grad(dev, &k->xent_grad);
-    case MW__I_ATTENTION: return vt->attention(dev, &k->attention);
-    case MW__I_ATTENTION_GRAD: return vt->attention_grad(dev, &k->attention);
-    case MW__I_EXTRA:
-        if (!vt->extra)
-            return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement this op yet",
-                             vt->kind);
+    if (in->kind == MW__I_DROPOUT) {
         /* Dropout's mask: a new one every update and every micro-batch of it. */
-        k->extra.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
-        k->extra.active = w->training;
-        return vt->extra(dev, &k->extra);
+        k->dropout.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        k->dropout.active = w->training;
+    }
+    switch (in->kind) {
+#define RUN(KIND, name, type, dtypes, ROLES)                                                       \
+    case MW__I_##KIND:                                                                             \
+        if (!vt->name)                                                                             \
+            return mw__error(MW_ERR_UNSUPPORTED, "%s devices do not implement " #name " yet",      \
+                             vt->kind);                                                            \
+        return vt->name(dev, &k->name);
+        MW__KERNELS(RUN)
+#undef RUN
+    case MW__I_COUNT: break;
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = mw__group_index(w->tr, in->group);
@@ -178,21 +67,22 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
              * devices that sum gradients together (all of the mesh, rank d on device d; with
              * split parameters the data group, its rank within it; checked when built). */
             const size_t *sl = w->zslices;
-            size_t at = (size_t)in->ref[0].off / 4, n = (size_t)in->count; /* in floats */
+            size_t at = (size_t)in->ref.collective.buf.off / 4, n = (size_t)in->count; /* floats */
             for (int k = 0; k <= w->zparts; k++)
                 w->bounds[k] = sl[k] <= at ? 0 : sl[k] - at < n ? sl[k] - at : n;
             if ((st = vt->sync(dev)) == MW_OK)
-                st = r->reduce_scatter_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]), n,
-                                           MW_F32, w->bounds);
+                st =
+                    r->reduce_scatter_sum(w->comm[gi], w->rank[gi],
+                                          mw__ptr(w, in->ref.collective.buf), n, MW_F32, w->bounds);
         } else if (in->kind == MW__I_GRAD_BUCKET && r->allreduce_start) {
             /* A bucket is reduced while backward continues, where the reducer can: queued
              * behind the kernels that wrote it on a GPU, progressed between instructions across
              * processes; mw__reductions() completes it before the gradients are read. */
             w->inflight |= 1u << gi;
-            st = r->allreduce_start(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
+            st = r->allreduce_start(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref.collective.buf),
                                     (size_t)in->count, MW_F32);
         } else if ((st = vt->sync(dev)) == MW_OK) {
-            st = r->allreduce_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref[0]),
+            st = r->allreduce_sum(w->comm[gi], w->rank[gi], mw__ptr(w, in->ref.collective.buf),
                                   (size_t)in->count, MW_F32);
         }
         w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
@@ -219,8 +109,8 @@ mw_status mw__executor_init(worker *w) {
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
         int in_place = 0;
-        for (int r = 0; r < (int)(sizeof in->ref / sizeof *in->ref); r++) {
-            int v = in->ref[r].base - MW__BASE_VIEW0;
+        for (int r = 0; r < mw__ins_roles(in->kind); r++) {
+            int v = in->ref.all[r].base - MW__BASE_VIEW0;
             in_place |= v >= 0 && p->views[v].staging.off < 0;
         }
         w->kern[i] = in->k;
@@ -233,8 +123,10 @@ mw_status mw__executor_init(worker *w) {
             return st;
         int attention = in->kind == MW__I_ATTENTION || in->kind == MW__I_ATTENTION_GRAD;
         if (attention && w->dev.vt->attention_prepare &&
-            (st = w->dev.vt->attention_prepare(&w->dev, &w->kern[i].attention,
-                                               in->kind == MW__I_ATTENTION_GRAD)))
+            (st = w->dev.vt->attention_prepare(
+                 &w->dev,
+                 in->kind == MW__I_ATTENTION ? &w->kern[i].attention : &w->kern[i].attention_grad,
+                 in->kind == MW__I_ATTENTION_GRAD)))
             return st;
     }
     return MW_OK;

@@ -74,8 +74,8 @@ mw_status mw__share_params(mw_trainer *tr, worker *w) {
     /* The program's bf16 copy (its own, made from the trainer's parameters) follows the same
      * layout: its references move alike. */
     for (int i = 0; i < p->nins && st == MW_OK; i++)
-        for (int k = 0; k < (int)(sizeof p->ins[i].ref / sizeof *p->ins[i].ref); k++) {
-            mw__ref *r = &p->ins[i].ref[k];
+        for (int k = 0; k < mw__ins_roles(p->ins[i].kind); k++) {
+            mw__ref *r = &p->ins[i].ref.all[k];
             if ((r->base != MW__BASE_PARAMS && r->base != MW__BASE_PARAMS16) || r->off < 0)
                 continue;
             int64_t bytes = r->base == MW__BASE_PARAMS ? 4 : 2, e = r->off / bytes;

@@ -315,7 +315,8 @@ mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
     for (int i = 0; i < w->plan.nins; i++) {
         const mw__ins *in = &w->plan.ins[i];
         const mw__k_gemm *gm = &w->kern[i].gemm;
-        const mw__k_attention *at = &w->kern[i].attention;
+        const mw__k_attention *at =
+            in->kind == MW__I_ATTENTION_GRAD ? &w->kern[i].attention_grad : &w->kern[i].attention;
         const char *kind, *impl = NULL;
         mw_dtype dt;
         if (in->kind == MW__I_GEMM) {

@@ -378,7 +378,13 @@ const mw__device_vtable mw__cpu_device = {
     .describe = mw__cpu_describe,
     .workspace = mw__cpu_workspace,
     .sgd_momentum = mw__cpu_sgd_momentum,
-    .extra = mw__cpu_extra,
+    .map = mw__cpu_map,
+    .map_grad = mw__cpu_map_grad,
+    .dropout = mw__cpu_dropout,
+    .argmax = mw__cpu_argmax,
+    .reduce_max = mw__cpu_reduce_max,
+    .state_write = mw__cpu_state_write,
+    .attention_cached = mw__cpu_attention_cached,
 };
 
 int mw__cpu_set_blas_threads(int n) {

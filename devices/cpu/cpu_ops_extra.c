@@ -35,7 +35,7 @@ MW__CPU_INLINE void dropout_run(uint32_t w0, uint32_t w1, uint32_t lo, uint32_t 
 /* Dropout over the local box [lo, lo + len) of the global tensor, in local row-major order: row
  * by row of the last axis, which is contiguous in both. */
 MW__CPU_CLONES
-static void dropout(const mw__k_extra *k) {
+static void dropout(const mw__k_dropout *k) {
     float scale = 1.0f / (1.0f - k->p);
     uint64_t key = mw__dropout_key(k->seed, k->step);
     uint32_t threshold = mw__dropout_threshold(k->p);
@@ -65,36 +65,37 @@ static void dropout(const mw__k_extra *k) {
 }
 
 /* A position per outer row in [0, n), or an error naming the first that is not. */
-static mw_status positions_ok(const mw__device *dev, const mw__k_extra *k, const char *what) {
-    for (int64_t o = 0; o < k->outer; o++)
-        if (k->ids[o] < 0 || k->ids[o] >= k->n)
+static mw_status positions_ok(const mw__device *dev, const int32_t *ids, int64_t outer, int64_t n,
+                              const char *what) {
+    for (int64_t o = 0; o < outer; o++)
+        if (ids[o] < 0 || ids[o] >= n)
             return mw__error(MW_ERR_INVALID, "%s: %s: position %d of row %lld is outside [0, %lld)",
-                             dev ? dev->name : "cpu", what, (int)k->ids[o], (long long)o,
-                             (long long)k->n);
+                             dev ? dev->name : "cpu", what, (int)ids[o], (long long)o,
+                             (long long)n);
     return MW_OK;
 }
 
-static mw_status state_write(const mw__device *dev, const mw__k_extra *k) {
-    mw_status st = positions_ok(dev, k, "state write");
+mw_status mw__cpu_state_write(mw__device *dev, const mw__k_state_write *k) {
+    mw_status st = positions_ok(dev, k->ids, k->outer, k->n, "state write");
     if (st) return st;
     for (int64_t o = 0; o < k->outer; o++)
-        memcpy(k->out + (o * k->n + k->ids[o]) * k->inner, k->a + o * k->inner,
+        memcpy(k->out + (o * k->n + k->ids[o]) * k->inner, k->value + o * k->inner,
                (size_t)k->inner * sizeof *k->out);
     return MW_OK;
 }
 
 /* Per row and head, the query against keys 0..pos in key order with a running maximum (the
  * output row holds the weighted sum of values as it grows), f32 throughout. */
-static mw_status attention_cached(const mw__device *dev, const mw__k_extra *k) {
-    mw_status st = positions_ok(dev, k, "cached attention");
+mw_status mw__cpu_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
+    mw_status st = positions_ok(dev, k->pos, k->outer, k->n, "cached attention");
     if (st) return st;
-    const int64_t H = k->inner, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
+    const int64_t H = k->heads, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
     for (int64_t o = 0; o < k->outer; o++)
         for (int64_t h = 0; h < H; h++) {
-            const float *q = k->a + (o * H + h) * D, *kv = k->b + o * k->n * row + h * D;
+            const float *q = k->q + (o * H + h) * D, *kv = k->kv + o * k->n * row + h * D;
             float *acc = k->out + (o * H + h) * D, m = -INFINITY, l = 0.0f;
             memset(acc, 0, (size_t)D * sizeof *acc);
-            for (int64_t j = 0; j <= k->ids[o]; j++) {
+            for (int64_t j = 0; j <= k->pos[o]; j++) {
                 const float *key = kv + j * row, *val = key + H * D;
                 float s = 0.0f;
                 for (int64_t d = 0; d < D; d++) s += q[d] * key[d];
@@ -115,7 +116,7 @@ static mw_status attention_cached(const mw__device *dev, const mw__k_extra *k) {
     return MW_OK;
 }
 
-static void reduce_max(const mw__k_extra *k, int arg) {
+static void reduce_max(const mw__k_max *k, int arg) {
     for (int64_t o = 0; o < k->outer; o++)
         for (int64_t i = 0; i < k->inner; i++) {
             const float *a = k->a + o * k->n * k->inner + i;
@@ -129,25 +130,35 @@ static void reduce_max(const mw__k_extra *k, int arg) {
         }
 }
 
-mw_status mw__cpu_extra(mw__device *dev, const mw__k_extra *k) {
+mw_status mw__cpu_argmax(mw__device *dev, const mw__k_max *k) {
     (void)dev;
-    switch (k->op) {
-    case MW__X_MAP:
-        for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__map(k->fn, k->a[i]);
-        return MW_OK;
-    case MW__X_MAP_GRAD:
-        for (int64_t i = 0; i < k->count; i++) k->out[i] = k->b[i] * mw__map_grad(k->fn, k->a[i]);
-        return MW_OK;
-    case MW__X_DROPOUT:
-        if (k->active && k->p > 0.0f)
-            dropout(k);
-        else if (k->out != k->a)
-            memcpy(k->out, k->a, (size_t)k->count * sizeof *k->out);
-        return MW_OK;
-    case MW__X_ARGMAX:
-    case MW__X_REDUCE_MAX: reduce_max(k, k->op == MW__X_ARGMAX); return MW_OK;
-    case MW__X_STATE_WRITE: return state_write(dev, k);
-    case MW__X_ATTENTION_CACHED: return attention_cached(dev, k);
-    }
-    return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown extra op %d", dev->name, (int)k->op);
+    reduce_max(k, 1);
+    return MW_OK;
+}
+
+mw_status mw__cpu_reduce_max(mw__device *dev, const mw__k_max *k) {
+    (void)dev;
+    reduce_max(k, 0);
+    return MW_OK;
+}
+
+mw_status mw__cpu_map(mw__device *dev, const mw__k_map *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__map(k->fn, k->a[i]);
+    return MW_OK;
+}
+
+mw_status mw__cpu_map_grad(mw__device *dev, const mw__k_map_grad *k) {
+    (void)dev;
+    for (int64_t i = 0; i < k->count; i++) k->out[i] = k->gy[i] * mw__map_grad(k->fn, k->x[i]);
+    return MW_OK;
+}
+
+mw_status mw__cpu_dropout(mw__device *dev, const mw__k_dropout *k) {
+    (void)dev;
+    if (k->active && k->p > 0.0f)
+        dropout(k);
+    else if (k->out != k->a)
+        memcpy(k->out, k->a, (size_t)k->count * sizeof *k->out);
+    return MW_OK;
 }

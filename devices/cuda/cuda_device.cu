@@ -21,7 +21,7 @@
  * The embedding gradient is linear in tokens: a stable radix sort (CUB) of (id, position) pairs,
  * then one block per run of equal ids adds the run's rows in position order, the CPU's order. */
 #include "devices/cuda/cuda_impl.cuh"
-#include "devices/cuda/cuda_ops_extra.h"
+#include "devices/cuda/cuda_kernels.h"
 
 #include <unistd.h>
 

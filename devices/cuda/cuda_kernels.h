@@ -49,7 +49,13 @@ mw_status mw__cuda_adamw(mw__device *dev, const mw__k_adamw *k);
 mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k);
 mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k);
 mw_status mw__cuda_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k);
-mw_status mw__cuda_extra(mw__device *dev, const mw__k_extra *k);
+mw_status mw__cuda_map(mw__device *dev, const mw__k_map *k);
+mw_status mw__cuda_map_grad(mw__device *dev, const mw__k_map_grad *k);
+mw_status mw__cuda_dropout(mw__device *dev, const mw__k_dropout *k);
+mw_status mw__cuda_argmax(mw__device *dev, const mw__k_max *k);
+mw_status mw__cuda_reduce_max(mw__device *dev, const mw__k_max *k);
+mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k);
+mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_attention_cached *k);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 extern "C" {
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
-#include "devices/cuda/cuda_ops_extra.h"
+#include "devices/cuda/cuda_kernels.h"
 }
 #include "devices/cuda/cuda_impl.cuh"
 #include "devices/math_ops.h"
@@ -32,7 +32,7 @@ __global__ void k_map_grad(int64_t n, int fn, float *out, const float *x, const 
 }
 
 /* Element i of the local box: its global index from its local coordinates. */
-__global__ void k_dropout(mw__k_extra k, uint64_t key, uint32_t threshold) {
+__global__ void k_dropout(mw__k_dropout k, uint64_t key, uint32_t threshold) {
     float scale = 1.0f / (1.0f - k.p);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < k.count;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -64,17 +64,17 @@ __global__ void k_state_write(int64_t outer, int64_t n, int64_t inner, float *ou
  * (the CPU kernel's order of terms per feature; the dot products summed by a fixed shuffle
  * tree). Each lane keeps the features lane, lane + 32, ... (dim <= 256). */
 #define CACHED_MAX_DIM 256
-__global__ void k_attention_cached(mw__k_extra k, err_rec *err, int *flag) {
+__global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *flag) {
     int64_t pair = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    if (pair >= k.outer * k.inner) return;
-    int64_t o = pair / k.inner, h = pair % k.inner, H = k.inner, D = k.dim, row = 2 * H * D;
-    int32_t pos = k.ids[o];
+    if (pair >= k.outer * k.heads) return;
+    int64_t o = pair / k.heads, h = pair % k.heads, H = k.heads, D = k.dim, row = 2 * H * D;
+    int32_t pos = k.pos[o];
     if (pos < 0 || pos >= k.n) {
         if (lane == 0 && h == 0) record_bad(&err[ERR_POSITION], flag, o, pos, k.n);
         return;
     }
-    const float *q = k.a + (o * H + h) * D, *kv = k.b + o * k.n * row + h * D;
+    const float *q = k.q + (o * H + h) * D, *kv = k.kv + o * k.n * row + h * D;
     float acc[CACHED_MAX_DIM / 32], qv[CACHED_MAX_DIM / 32];
     int per = (int)((D + 31) / 32);
     for (int r = 0; r < per; r++) {
@@ -150,59 +150,76 @@ static mw_status enter(mw__device *dev) {
                      cudaGetErrorString(e));
 }
 
-extern "C" mw_status mw__cuda_extra(mw__device *dev, const mw__k_extra *k) {
+extern "C" mw_status mw__cuda_map(mw__device *dev, const mw__k_map *k) {
     mw_status st = enter(dev);
-    if (st) return st;
+    if (st || k->count <= 0) return st;
+    k_map<<<blocks_for(k->count), THREADS, 0, mw__cuda_stream(dev)>>>(k->count, k->fn, k->out,
+                                                                      k->a);
+    return launched(dev, "map kernel");
+}
+
+extern "C" mw_status mw__cuda_map_grad(mw__device *dev, const mw__k_map_grad *k) {
+    mw_status st = enter(dev);
+    if (st || k->count <= 0) return st;
+    k_map_grad<<<blocks_for(k->count), THREADS, 0, mw__cuda_stream(dev)>>>(k->count, k->fn, k->out,
+                                                                           k->x, k->gy);
+    return launched(dev, "map gradient kernel");
+}
+
+extern "C" mw_status mw__cuda_dropout(mw__device *dev, const mw__k_dropout *k) {
+    mw_status st = enter(dev);
+    if (st || k->count <= 0) return st;
     cudaStream_t s = mw__cuda_stream(dev);
-    switch (k->op) {
-    case MW__X_MAP:
-        if (k->count <= 0) return MW_OK;
-        k_map<<<blocks_for(k->count), THREADS, 0, s>>>(k->count, k->fn, k->out, k->a);
-        return launched(dev, "map kernel");
-    case MW__X_MAP_GRAD:
-        if (k->count <= 0) return MW_OK;
-        k_map_grad<<<blocks_for(k->count), THREADS, 0, s>>>(k->count, k->fn, k->out, k->a, k->b);
-        return launched(dev, "map gradient kernel");
-    case MW__X_DROPOUT:
-        if (k->count <= 0) return MW_OK;
-        if (!k->active || k->p <= 0.0f) {
-            if (k->out == k->a) return MW_OK;
-            cudaError_t e = cudaMemcpyAsync(k->out, k->a, (size_t)k->count * sizeof(float),
-                                            cudaMemcpyDeviceToDevice, s);
-            return e == cudaSuccess ? MW_OK
-                                    : mw__error(MW_ERR_DEVICE, "%s: dropout copy failed: %s",
-                                                dev->name, cudaGetErrorString(e));
-        }
-        k_dropout<<<blocks_for(k->count), THREADS, 0, s>>>(*k, mw__dropout_key(k->seed, k->step),
-                                                           mw__dropout_threshold(k->p));
-        return launched(dev, "dropout kernel");
-    case MW__X_ARGMAX:
-    case MW__X_REDUCE_MAX:
-        if (k->outer * k->inner <= 0) return MW_OK;
-        k_reduce_max<<<blocks_for(k->outer * k->inner), THREADS, 0, s>>>(
-            k->outer, k->n, k->inner, k->op == MW__X_ARGMAX, k->out, k->a);
-        return launched(dev, "max kernel");
-    case MW__X_STATE_WRITE: {
-        if (k->outer * k->inner <= 0) return MW_OK;
-        cuda_impl *im = (cuda_impl *)dev->impl;
-        k_state_write<<<blocks_for(k->outer * k->inner), THREADS, 0, s>>>(
-            k->outer, k->n, k->inner, k->out, k->a, k->ids, im->err, im->flag_dev);
-        return launched(dev, "state write kernel");
+    if (!k->active || k->p <= 0.0f) {
+        if (k->out == k->a) return MW_OK;
+        cudaError_t e = cudaMemcpyAsync(k->out, k->a, (size_t)k->count * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, s);
+        return e == cudaSuccess ? MW_OK
+                                : mw__error(MW_ERR_DEVICE, "%s: dropout copy failed: %s", dev->name,
+                                            cudaGetErrorString(e));
     }
-    case MW__X_ATTENTION_CACHED: {
-        if (k->outer * k->inner <= 0) return MW_OK;
-        if (k->dim > CACHED_MAX_DIM)
-            return mw__error(MW_ERR_UNSUPPORTED,
-                             "%s: cached attention supports head sizes up to %d, not %lld",
-                             dev->name, CACHED_MAX_DIM, (long long)k->dim);
-        cuda_impl *im = (cuda_impl *)dev->impl;
-        int64_t pairs = k->outer * k->inner, per_block = THREADS / 32;
-        unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
-        k_attention_cached<<<blocks, THREADS, 0, s>>>(*k, im->err, im->flag_dev);
-        return launched(dev, "cached attention kernel");
-    }
-    }
-    return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown extra op %d", dev->name, (int)k->op);
+    k_dropout<<<blocks_for(k->count), THREADS, 0, s>>>(*k, mw__dropout_key(k->seed, k->step),
+                                                       mw__dropout_threshold(k->p));
+    return launched(dev, "dropout kernel");
+}
+
+static mw_status reduce_max(mw__device *dev, const mw__k_max *k, int arg) {
+    mw_status st = enter(dev);
+    if (st || k->outer * k->inner <= 0) return st;
+    k_reduce_max<<<blocks_for(k->outer * k->inner), THREADS, 0, mw__cuda_stream(dev)>>>(
+        k->outer, k->n, k->inner, arg, k->out, k->a);
+    return launched(dev, "max kernel");
+}
+
+extern "C" mw_status mw__cuda_argmax(mw__device *dev, const mw__k_max *k) {
+    return reduce_max(dev, k, 1);
+}
+
+extern "C" mw_status mw__cuda_reduce_max(mw__device *dev, const mw__k_max *k) {
+    return reduce_max(dev, k, 0);
+}
+
+extern "C" mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k) {
+    mw_status st = enter(dev);
+    if (st || k->outer * k->inner <= 0) return st;
+    cuda_impl *im = (cuda_impl *)dev->impl;
+    k_state_write<<<blocks_for(k->outer * k->inner), THREADS, 0, mw__cuda_stream(dev)>>>(
+        k->outer, k->n, k->inner, k->out, k->value, k->ids, im->err, im->flag_dev);
+    return launched(dev, "state write kernel");
+}
+
+extern "C" mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
+    mw_status st = enter(dev);
+    if (st || k->outer * k->heads <= 0) return st;
+    if (k->dim > CACHED_MAX_DIM)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "%s: cached attention supports head sizes up to %d, not %lld", dev->name,
+                         CACHED_MAX_DIM, (long long)k->dim);
+    cuda_impl *im = (cuda_impl *)dev->impl;
+    int64_t pairs = k->outer * k->heads, per_block = THREADS / 32;
+    unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
+    k_attention_cached<<<blocks, THREADS, 0, mw__cuda_stream(dev)>>>(*k, im->err, im->flag_dev);
+    return launched(dev, "cached attention kernel");
 }
 
 extern "C" mw_status mw__cuda_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {

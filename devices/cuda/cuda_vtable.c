@@ -38,5 +38,11 @@ const mw__device_vtable mw__cuda_device = {
     .attention = mw__cuda_attention,
     .attention_grad = mw__cuda_attention_grad,
     .sgd_momentum = mw__cuda_sgd_momentum,
-    .extra = mw__cuda_extra,
+    .map = mw__cuda_map,
+    .map_grad = mw__cuda_map_grad,
+    .dropout = mw__cuda_dropout,
+    .argmax = mw__cuda_argmax,
+    .reduce_max = mw__cuda_reduce_max,
+    .state_write = mw__cuda_state_write,
+    .attention_cached = mw__cuda_attention_cached,
 };

@@ -414,19 +414,18 @@ Test(ops_extra, dropout_kernel_follows_the_mask_across_blocks) {
     for (int i = 0; i < R * C; i++) a[i] = 1.0f + (float)(i % 5);
     const int64_t huge = (INT64_C(1) << 33) + 17; /* the global row length */
     for (int c = 0; c < 2; c++) {
-        mw__k_extra k = {.op = MW__X_DROPOUT,
-                         .count = R * C,
-                         .rank = 2,
-                         .len = {R, C},
-                         .lo = {1, c ? (INT64_C(1) << 32) - 2000 : 0},
-                         .gstride = {huge, 1},
-                         .p = 0.3f,
-                         .seed = 99,
-                         .step = 4,
-                         .active = 1,
-                         .out = out,
-                         .a = a};
-        cr_assert_eq(mw__cpu_device.extra(NULL, &k), MW_OK);
+        mw__k_dropout k = {.count = R * C,
+                           .rank = 2,
+                           .len = {R, C},
+                           .lo = {1, c ? (INT64_C(1) << 32) - 2000 : 0},
+                           .gstride = {huge, 1},
+                           .p = 0.3f,
+                           .seed = 99,
+                           .step = 4,
+                           .active = 1,
+                           .out = out,
+                           .a = a};
+        cr_assert_eq(mw__cpu_device.dropout(NULL, &k), MW_OK);
         uint64_t key = mw__dropout_key(99, 4);
         uint32_t th = mw__dropout_threshold(0.3f);
         int kept = 0;

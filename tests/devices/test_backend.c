@@ -9,6 +9,7 @@
 
 #include "core/plan.h"
 #include "devices/backend.h"
+#include "devices/module_abi.h"
 #include "meshwit.h"
 #include "parallel/reducer.h"
 
@@ -35,7 +36,7 @@ static void register_slow(void) {
     slow_vt.kind = "slowcpu";
     slow_vt.attention = NULL;
     slow_vt.attention_grad = NULL;
-    slow_vt.extra = NULL;
+    slow_vt.dropout = NULL;
     slow.reducer = mw__cpu_backend.reducer;
     slow.set_threads = slow_threads;
     cr_assert_eq(mw__backend_register(&slow), MW_OK, "%s", mw_last_error());
@@ -75,7 +76,7 @@ Test(backend, supports_follows_the_vtable) {
     cr_assert(mw__backend_supports(&mw__cpu_backend, MW__I_ATTENTION, MW_F32));
     cr_assert(!mw__backend_supports(&mw__cpu_backend, MW__I_ATTENTION, MW_I32));
     cr_assert(!mw__backend_supports(&slow, MW__I_ATTENTION, MW_F32));
-    cr_assert(!mw__backend_supports(&slow, MW__I_EXTRA, MW_F32));
+    cr_assert(!mw__backend_supports(&slow, MW__I_DROPOUT, MW_F32));
     cr_assert(mw__backend_supports(&slow, MW__I_GEMM, MW_F32));
 }
 
@@ -118,4 +119,35 @@ Test(backend, plan_with_an_op_the_backend_lacks) {
     mw_mesh_free(mesh);
     mw_graph_free(g);
     mw_graph_free(g2);
+}
+
+/* The module interface's version follows from the instruction table (MW__KERNEL_LAYOUT_OF): a new
+ * row, a descriptor that grows and an operand that moves each give another number, so a module
+ * built from such source is refused without anyone bumping a constant. */
+typedef struct grown_fill {
+    float value;
+    int64_t count;
+    float *out;
+    int64_t more;
+} grown_fill;
+typedef struct moved_fill {
+    float *out;
+    float value;
+    int64_t count;
+} moved_fill;
+#define ONE_ROW(XX) XX(FILL, fill, mw__k_fill, 0, MW__ROLES_FILL)
+#define GROWN_ROW(XX) XX(FILL, fill, grown_fill, 0, MW__ROLES_FILL)
+#define MOVED_ROW(XX) XX(FILL, fill, moved_fill, 0, MW__ROLES_FILL)
+#define OTHER_KIND(XX) XX(COPY, fill, mw__k_fill, 0, MW__ROLES_FILL)
+#define OTHER_DTYPES(XX) XX(FILL, fill, mw__k_fill, MW__DT_BF16, MW__ROLES_FILL)
+#define ONE_MORE(XX) MW__KERNELS(XX) XX(FILL, fill, mw__k_fill, 0, MW__ROLES_FILL)
+
+Test(backend, module_interface_follows_the_instruction_table) {
+    unsigned base = MW__KERNEL_LAYOUT_OF(ONE_ROW);
+    cr_assert_neq(MW__KERNEL_LAYOUT_OF(GROWN_ROW), base);
+    cr_assert_neq(MW__KERNEL_LAYOUT_OF(MOVED_ROW), base);
+    cr_assert_neq(MW__KERNEL_LAYOUT_OF(OTHER_KIND), base);
+    cr_assert_neq(MW__KERNEL_LAYOUT_OF(OTHER_DTYPES), base);
+    cr_assert_neq(MW__KERNEL_LAYOUT_OF(ONE_MORE), MW__KERNEL_LAYOUT_OF(MW__KERNELS));
+    cr_assert_gt(MW__MODULE_ABI, 0);
 }

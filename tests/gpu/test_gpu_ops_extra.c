@@ -24,7 +24,7 @@ Test(gpu_ops_extra, cuda_kernels) {
 
 #include "devices/cpu/cpu_ops_extra.h"
 #include "devices/cuda/cuda.h"
-#include "devices/cuda/cuda_ops_extra.h"
+#include "devices/cuda/cuda_kernels.h"
 #include "devices/math_ops.h"
 
 static mw__device gpu, host = {.vt = &mw__cpu_device, .name = "cpu:0"};
@@ -82,11 +82,12 @@ Test(gpu_ops_extra, map_and_gradient) {
     float *dx = to_gpu(x, N), *dgy = to_gpu(gy, N), *dout = to_gpu(x, N);
     for (int fn = MW__F_RELU; fn <= MW__F_NE0; fn++) {
         for (int grad = 0; grad < 2; grad++) {
-            mw__k_extra k = {.op = grad ? MW__X_MAP_GRAD : MW__X_MAP, .fn = fn, .count = N};
-            k.out = cpu, k.a = x, k.b = gy;
-            cr_assert_eq(mw__cpu_extra(&host, &k), MW_OK);
-            k.out = dout, k.a = dx, k.b = dgy;
-            cr_assert_eq(mw__cuda_extra(&gpu, &k), MW_OK, "%s", mw_last_error());
+            mw__k_map m = {.fn = fn, .count = N, .out = cpu, .a = x};
+            mw__k_map_grad mg = {.fn = fn, .count = N, .out = cpu, .x = x, .gy = gy};
+            cr_assert_eq(grad ? mw__cpu_map_grad(&host, &mg) : mw__cpu_map(&host, &m), MW_OK);
+            m.out = mg.out = dout, m.a = mg.x = dx, mg.gy = dgy;
+            cr_assert_eq(grad ? mw__cuda_map_grad(&gpu, &mg) : mw__cuda_map(&gpu, &m), MW_OK, "%s",
+                         mw_last_error());
             from_gpu(out, dout, N);
             near_ulp(cpu, out, N, 4, grad ? "map gradient" : "map");
         }
@@ -99,32 +100,31 @@ Test(gpu_ops_extra, dropout_max_argmax_bitwise) {
     float *x = randoms(-2, 2, 3), *cpu = malloc(N * 4), *out = malloc(N * 4);
     float *dx = to_gpu(x, N), *dout = to_gpu(x, N);
     /* Dropout on the box rows [5, 5 + 241) of a global [300, 17] tensor (241 * 17 = 4097). */
-    mw__k_extra k = {.op = MW__X_DROPOUT,
-                     .count = 241 * 17,
-                     .rank = 2,
-                     .len = {241, 17},
-                     .lo = {5, 0},
-                     .gstride = {17, 1},
-                     .p = 0.3f,
-                     .seed = 9,
-                     .step = 4,
-                     .active = 1};
+    mw__k_dropout k = {.count = 241 * 17,
+                       .rank = 2,
+                       .len = {241, 17},
+                       .lo = {5, 0},
+                       .gstride = {17, 1},
+                       .p = 0.3f,
+                       .seed = 9,
+                       .step = 4,
+                       .active = 1};
     k.out = cpu, k.a = x;
-    cr_assert_eq(mw__cpu_extra(&host, &k), MW_OK);
+    cr_assert_eq(mw__cpu_dropout(&host, &k), MW_OK);
     k.out = dout, k.a = dx;
-    cr_assert_eq(mw__cuda_extra(&gpu, &k), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw__cuda_dropout(&gpu, &k), MW_OK, "%s", mw_last_error());
     from_gpu(out, dout, k.count);
     cr_assert(memcmp(cpu, out, (size_t)k.count * 4) == 0, "dropout differs");
     for (int arg = 0; arg < 2; arg++) {
-        mw__k_extra r = {
-            .op = arg ? MW__X_ARGMAX : MW__X_REDUCE_MAX, .outer = 7, .n = 97, .inner = 6};
+        mw__k_max r = {.outer = 7, .n = 97, .inner = 6};
         x[3] = x[3 + 6]; /* a tie: the first index wins on both */
         x[20] = NAN;
         cr_assert_eq(gpu.vt->upload(&gpu, dx, x, N * 4), MW_OK);
         r.out = cpu, r.a = x;
-        cr_assert_eq(mw__cpu_extra(&host, &r), MW_OK);
+        cr_assert_eq((arg ? mw__cpu_argmax : mw__cpu_reduce_max)(&host, &r), MW_OK);
         r.out = dout, r.a = dx;
-        cr_assert_eq(mw__cuda_extra(&gpu, &r), MW_OK, "%s", mw_last_error());
+        cr_assert_eq((arg ? mw__cuda_argmax : mw__cuda_reduce_max)(&gpu, &r), MW_OK, "%s",
+                     mw_last_error());
         from_gpu(out, dout, 42);
         cr_assert(memcmp(cpu, out, 42 * 4) == 0, "%s differs", arg ? "argmax" : "max");
     }
