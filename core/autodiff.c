@@ -58,7 +58,7 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (nb && accumulate(g, grads, b, mw_scale(g, mw_div(g, mw_mul(g, gy, n), b), -1.0f)))
             return -1;
         return 0;
-    case MW__OP_SCALE: return na ? accumulate(g, grads, a, mw_scale(g, gy, n->scalar)) : 0;
+    case MW__OP_SCALE: return na ? accumulate(g, grads, a, mw_scale(g, gy, n->p.scale.factor)) : 0;
     case MW__OP_PERMUTE:
     case MW__OP_BROADCAST:
     case MW__OP_SUM:
@@ -88,7 +88,8 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         mw__type ta = mw__grad_type(&a->type);
         return na ? accumulate(g, grads, a,
                                mw__slice_node(g, n->op == MW__OP_SLICE ? MW__OP_PAD : MW__OP_SLICE,
-                                              gy, &ta, n->axis, n->start, n->len))
+                                              gy, &ta, n->p.slice.axis, n->p.slice.start,
+                                              n->p.slice.len))
                   : 0;
     }
     case MW__OP_GELU:
@@ -122,14 +123,9 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         /* The kernel reads gy in the forward output's axis order. The forward node is the third
          * input: the plan may keep the probabilities beside its output (plan.c, attn_probs). */
         mw__type ta = mw__grad_type(&a->type);
-        mw_tensor *d =
-            mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta, mw__to_type(g, gy, &n->type), a, n, n);
-        if (d) {
-            d->axis = n->axis;
-            d->start = n->start;
-            d->len = n->len;
-        }
-        return accumulate(g, grads, a, d);
+        return accumulate(
+            g, grads, a,
+            mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta, mw__to_type(g, gy, &n->type), a, n, n));
     }
     case MW__OP_MAP:
     case MW__OP_DROPOUT:

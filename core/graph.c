@@ -240,7 +240,7 @@ mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes) {
 
 mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value) {
     if (!g || g->status) return NULL;
-    mw_tensor proto = {.op = MW__OP_FILL, .scalar = value};
+    mw_tensor proto = {.op = MW__OP_FILL, .p.fill.value = value};
     if (leaf_type(g, "mw_full", "(constant)", MW_F32, axes, &proto.type)) return NULL;
     return mw__node_new(g, &proto);
 }
@@ -308,7 +308,7 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
         x->type.ax[i].mesh = m;
         return x;
     }
-    mw_tensor proto = {.op = MW__OP_SHARD, .nin = 1, .in = {x}, .type = x->type, .shard_axis = i};
+    mw_tensor proto = {.op = MW__OP_SHARD, .nin = 1, .in = {x}, .type = x->type, .p.shard.axis = i};
     proto.type.ax[i].mesh = m;
     return mw__node_new(g, &proto);
 }
@@ -365,49 +365,57 @@ oom:
     return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
 }
 
-/* Names of the graph ops, in mw__op order ("map" is relu, tanh, exp and the other elementwise
- * functions of ops_extra.c). */
-static const char *const op_names[] = {
-    "input",
-    "param",
-    "shard",
-    "fill",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "scale",
-    "permute",
-    "broadcast",
-    "sum",
-    "contract",
-    "all-reduce",
-    "alias",
-    "slice",
-    "pad",
-    "gelu",
-    "gelu_grad",
-    "layernorm",
-    "layernorm_dx",
-    "layernorm_dw",
-    "softmax",
-    "softmax_grad",
-    "embedding",
-    "embedding_grad",
-    "cross_entropy",
-    "cross_entropy_grad",
-    "attention",
-    "attention_grad",
-    "map",
-    "map_grad",
-    "dropout",
-    "argmax",
-    "reduce_max",
-    "cast",
-    "state",
-    "state_write",
-    "attention_cached",
+static const char *const op_names[MW__OP_COUNT] = {
+#define NAME(KIND, name, params) [MW__OP_##KIND] = name,
+    MW__OPS(NAME)
+#undef NAME
 };
-_Static_assert(sizeof op_names / sizeof *op_names == MW__OP_COUNT, "a name for every op");
 
 const char *mw__op_name(int op) { return op >= 0 && op < MW__OP_COUNT ? op_names[op] : "?"; }
+
+char *mw__op_params_describe(const mw_tensor *n, char *buf, size_t size) {
+    const mw__op_params *p = &n->p;
+    buf[0] = '\0';
+    switch (n->op) {
+    case MW__OP_SHARD: snprintf(buf, size, "axis %d", p->shard.axis); break;
+    case MW__OP_FILL: snprintf(buf, size, "value %.9g", (double)p->fill.value); break;
+    case MW__OP_SCALE: snprintf(buf, size, "factor %.9g", (double)p->scale.factor); break;
+    case MW__OP_SLICE:
+    case MW__OP_PAD:
+        snprintf(buf, size, "axis %d, rows %lld+%lld", p->slice.axis, (long long)p->slice.start,
+                 (long long)p->slice.len);
+        break;
+    case MW__OP_GELU:
+    case MW__OP_GELU_GRAD: snprintf(buf, size, "%s", p->gelu.exact ? "exact" : "tanh"); break;
+    case MW__OP_LAYERNORM:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW: snprintf(buf, size, "eps %.9g", (double)p->layernorm.eps); break;
+    case MW__OP_SOFTMAX:
+    case MW__OP_SOFTMAX_GRAD:
+        snprintf(buf, size, "scale %.9g, causal %d", (double)p->softmax.scale, p->softmax.causal);
+        break;
+    case MW__OP_XENT:
+    case MW__OP_XENT_GRAD: snprintf(buf, size, "valid %lld", (long long)p->xent.valid); break;
+    case MW__OP_ATTENTION:
+    case MW__OP_ATTENTION_GRAD:
+        snprintf(buf, size, "axes %d/%d/%d, scale %.9g, causal %d", p->attention.part,
+                 p->attention.seq, p->attention.feature, (double)p->attention.scale,
+                 p->attention.causal);
+        break;
+    case MW__OP_MAP:
+    case MW__OP_MAP_GRAD: snprintf(buf, size, "function %d", p->map.fn); break;
+    case MW__OP_DROPOUT:
+        snprintf(buf, size, "p %.9g, stream %llu", (double)p->dropout.p,
+                 (unsigned long long)p->dropout.stream);
+        break;
+    case MW__OP_ARGMAX:
+    case MW__OP_REDUCE_MAX:
+    case MW__OP_STATE_WRITE: snprintf(buf, size, "axis %d", p->along.axis); break;
+    case MW__OP_ATTENTION_CACHED:
+        snprintf(buf, size, "axes %d/%d, scale %.9g", p->cached.seq, p->cached.part,
+                 (double)p->cached.scale);
+        break;
+    default: break;
+    }
+    return buf;
+}

@@ -9,54 +9,105 @@
 
 #define MW__MAX_MESH_NAMES 16 /* distinct mesh-axis names one graph may shard over */
 
+/* The graph ops: XX(KIND, name, params), one row per op, in node-kind order (MW__OP_<KIND>).
+ *   name    the op's name in messages (mw__op_name)
+ *   params  the member of mw__op_params holding the node's parameters, or none */
+#define MW__OPS(XX)                                                                                \
+    XX(INPUT, "input", none)  /* fed by the host every step */                                     \
+    XX(PARAM, "param", none)  /* trained; replicated unless split by mw_shard */                   \
+    XX(SHARD, "shard", shard) /* one axis relabelled Batch -> Batch@X (an alias) */                \
+    XX(FILL, "fill", fill)    /* every element = value */                                          \
+    XX(ADD, "add", none)      /* binary elementwise with subset broadcasting */                    \
+    XX(SUB, "sub", none)                                                                           \
+    XX(MUL, "mul", none)                                                                           \
+    XX(DIV, "div", none)                                                                           \
+    XX(SCALE, "scale", scale)         /* factor * x; factor 1 is a plain copy */                   \
+    XX(PERMUTE, "permute", none)      /* x in another axis order */                                \
+    XX(BROADCAST, "broadcast", none)  /* x expanded along the axes of the output it lacks */       \
+    XX(SUM, "sum", none)              /* x summed over the axes the output lacks */                \
+    XX(CONTRACT, "contract", none)    /* einsum over names; axes absent from the output summed */  \
+    XX(ALLREDUCE, "all-reduce", none) /* partial -> the sum over the mesh names it completes */    \
+    XX(ALIAS, "alias", none)          /* the same data under other axes: split, merge, rename */   \
+    XX(SLICE, "slice", slice)         /* rows [start, start + len) of an axis of x */              \
+    XX(PAD, "pad", slice)             /* SLICE's adjoint: x placed at start, zeros around */       \
+    XX(GELU, "gelu", gelu)                                                                         \
+    XX(GELU_GRAD, "gelu_grad", gelu)          /* (gy, x) */                                        \
+    XX(LAYERNORM, "layernorm", layernorm)     /* (x, w, b) over the last axis */                   \
+    XX(LN_DX, "layernorm_dx", layernorm)      /* (gy, x, w) */                                     \
+    XX(LN_DW, "layernorm_dw", layernorm)      /* (gy, x) */                                        \
+    XX(SOFTMAX, "softmax", softmax)           /* over the last axis (causal: over the last two) */ \
+    XX(SOFTMAX_GRAD, "softmax_grad", softmax) /* (gy, y) */                                        \
+    XX(EMBED, "embedding", none)              /* (table, ids) */                                   \
+    XX(EMBED_GRAD, "embedding_grad", none)    /* (gy, ids) */                                      \
+    XX(XENT, "cross_entropy", xent)           /* (logits, targets) over the last axis */           \
+    XX(XENT_GRAD, "cross_entropy_grad", xent) /* (gy, logits, targets) */                          \
+    XX(ATTENTION, "attention", attention)     /* (qkv) */                                          \
+    XX(ATTENTION_GRAD, "attention_grad", attention) /* (gy, qkv, the ATTENTION node) */            \
+    XX(MAP, "map", map)                   /* an elementwise function of x (relu, exp, ...) */      \
+    XX(MAP_GRAD, "map_grad", map)         /* (x, gy): gy * f'(x) */                                \
+    XX(DROPOUT, "dropout", dropout)       /* x * keep / (1 - p); its own adjoint */                \
+    XX(ARGMAX, "argmax", along)           /* index of the largest element along an axis (f32) */   \
+    XX(REDUCE_MAX, "reduce_max", along)   /* the largest element along an axis */                  \
+    XX(CAST, "cast", none)                /* x as another dtype (f32 <-> bf16), nearest even */    \
+    XX(STATE, "state", none)              /* an inference program's state: kept between runs */    \
+    XX(STATE_WRITE, "state_write", along) /* (state, value, index): value written in place */      \
+    XX(ATTENTION_CACHED, "attention_cached", cached) /* (q, kv, pos): q against keys 0..pos */
+
 typedef enum mw__op {
-    MW__OP_INPUT, /* fed by the host every step */
-    MW__OP_PARAM, /* trained, replicated */
-    MW__OP_SHARD, /* an input with one axis relabelled Batch -> Batch@X (an alias, no data) */
-    MW__OP_FILL,  /* every element = scalar */
-    MW__OP_ADD,   /* binary elementwise with subset broadcasting */
-    MW__OP_SUB,
-    MW__OP_MUL,
-    MW__OP_DIV,
-    MW__OP_SCALE,     /* scalar * x; scalar 1 is a plain copy */
-    MW__OP_PERMUTE,   /* x in another axis order */
-    MW__OP_BROADCAST, /* x expanded along the axes of the output it lacks */
-    MW__OP_SUM,       /* x summed over the axes the output lacks */
-    MW__OP_CONTRACT,  /* einsum over names; axes absent from the output are summed */
-    MW__OP_ALLREDUCE, /* partial sum -> the sum over the mesh names its input is partial over and
-                         its output is not (a collective; all of them for mw__replicated) */
-    MW__OP_ALIAS,     /* the same data under other axes: split, merge, rename */
-    MW__OP_SLICE,     /* rows [start, start+len) of axis `axis` of x (dropped when len is 0) */
-    MW__OP_PAD,       /* the adjoint of SLICE: x placed at `start` of axis `axis`, zeros around */
-    MW__OP_GELU,      /* flag: the exact form (erf) */
-    MW__OP_GELU_GRAD, /* (gy, x) */
-    MW__OP_LAYERNORM, /* (x, w, b) over the last axis */
-    MW__OP_LN_DX,     /* (gy, x, w) */
-    MW__OP_LN_DW,     /* (gy, x) */
-    MW__OP_SOFTMAX,   /* over the last axis; `flag` = causal over the last two */
-    MW__OP_SOFTMAX_GRAD, /* (gy, y) */
-    MW__OP_EMBED,        /* (table, ids) */
-    MW__OP_EMBED_GRAD,   /* (gy, ids) */
-    MW__OP_XENT,         /* (logits, targets) over the last axis, first `count` columns */
-    MW__OP_XENT_GRAD,    /* (gy, logits, targets) */
-    MW__OP_ATTENTION,    /* (qkv): axis = part axis, start = seq axis, len = feature axis (of qkv);
-                            flag = causal, scalar = scale */
-    MW__OP_ATTENTION_GRAD, /* (gy, qkv, the ATTENTION node): the gradient of qkv; same fields as
-                            * ATTENTION */
-    /* ops_extra.c: */
-    MW__OP_MAP,         /* elementwise function `flag` (mw__mapfn) of x */
-    MW__OP_MAP_GRAD,    /* (x, gy): gy * f'(x) */
-    MW__OP_DROPOUT,     /* x * keep / (1 - p): p = `scalar`, seed = `count`; its own adjoint */
-    MW__OP_ARGMAX,      /* index of the largest element along axis `axis` of x (f32, no gradient) */
-    MW__OP_REDUCE_MAX,  /* the largest element along axis `axis` of x */
-    MW__OP_CAST,        /* x as another dtype (f32 <-> bf16), rounded to the nearest even */
-    MW__OP_STATE,       /* an inference program's state: kept between runs, zero at first */
-    MW__OP_STATE_WRITE, /* (state, value, index): the state with value written at row index[..]
-                           of axis `axis`, in place */
-    MW__OP_ATTENTION_CACHED, /* (q, kv, pos): q attends to kv's keys 0..pos along the seq axis;
-                                axis = kv's seq axis, start = its part axis, scalar = scale */
-    MW__OP_COUNT
+#define MW__OP_KIND_(KIND, name, params) MW__OP_##KIND,
+    MW__OPS(MW__OP_KIND_)
+#undef MW__OP_KIND_
+        MW__OP_COUNT
 } mw__op;
+
+/* A node's parameters: the member its op's row names. */
+typedef union mw__op_params {
+    struct {
+        int axis; /* the axis (index into the type) that was sharded */
+    } shard;
+    struct {
+        float value;
+    } fill;
+    struct {
+        float factor;
+    } scale;
+    struct {
+        int axis;           /* of the larger tensor (x for SLICE, the output for PAD) */
+        int64_t start, len; /* len 0: the axis is dropped (a select of row start) */
+    } slice;
+    struct {
+        int exact; /* the erf form (mw_gelu_erf) */
+    } gelu;
+    struct {
+        float eps;
+    } layernorm;
+    struct {
+        float scale;
+        int causal;
+    } softmax;
+    struct {
+        int64_t valid; /* columns of the logits that are classes */
+    } xent;
+    struct {
+        int part, seq, feature; /* axes of qkv */
+        float scale;
+        int causal;
+    } attention;
+    struct {
+        int fn; /* an mw__mapfn */
+    } map;
+    struct {
+        float p;
+        uint64_t stream; /* the seed's stream for this call (mw_dropout) */
+    } dropout;
+    struct {
+        int axis; /* ARGMAX, REDUCE_MAX: of x; STATE_WRITE: of the state */
+    } along;
+    struct {
+        int seq, part; /* axes of kv */
+        float scale;
+    } cached;
+} mw__op_params;
 
 /* An axis of a traced tensor. Names and mesh axes are interned per graph. Two axes are the same
  * axis only if name and mesh agree: Batch and Batch@X differ. */
@@ -82,14 +133,9 @@ struct mw_tensor {
     mw__type type;
     int nin;
     mw_tensor *in[3];
-    float scalar;           /* SCALE factor, FILL value, softmax scale, layer-norm epsilon */
-    int axis;               /* SLICE / PAD: the axis (of the larger tensor) */
-    int64_t start, len;     /* SLICE / PAD: the rows; len 0 means the axis is dropped (a select) */
-    int flag;               /* SOFTMAX: causal */
-    int64_t count;          /* XENT: valid columns */
+    mw__op_params p;        /* the op's parameters (its row of MW__OPS names the member) */
     int leaf;               /* INPUT / PARAM / STATE: index among the graph's inputs / params /
                                states */
-    int shard_axis;         /* SHARD: the axis (index into type) that was sharded */
     mw_init init;           /* PARAM */
     char name[MW_MAX_NAME]; /* INPUT / PARAM / STATE */
 };
@@ -112,6 +158,10 @@ const char *mw__dtype_name(mw_dtype d);
 
 /* The op's name ("contract", "gelu_grad", "attention", ...), "?" for a value out of range. */
 const char *mw__op_name(int op);
+
+/* n's parameters as text ("eps 1e-05", "axis 1, rows 0+4"; "" for an op without any), the same
+ * on every process for the same graph (cross-process consistency checks compare it). */
+char *mw__op_params_describe(const mw_tensor *n, char *buf, size_t size);
 
 /* Interns an axis name; -1 when it is too long or memory ran out (sets the graph error). */
 int mw__graph_intern(mw_graph *g, const char *name);

@@ -192,8 +192,7 @@ mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new
 
 mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *t, int axis,
                           int64_t start, int64_t len) {
-    mw_tensor proto = {
-        .op = op, .nin = 1, .in = {x}, .type = *t, .axis = axis, .start = start, .len = len};
+    mw_tensor proto = {.op = op, .nin = 1, .in = {x}, .type = *t, .p.slice = {axis, start, len}};
     proto.type.partial = x->type.partial;
     return mw__node_new(g, &proto);
 }
@@ -240,7 +239,8 @@ mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index)
 static mw_tensor *gelu(mw_graph *g, const char *op, mw_tensor *x, int exact) {
     if (!usable(g, op, &x, 1) || !want_dtype(g, op, "x", x, MW_F32)) return NULL;
     x = mw__replicated(g, x);
-    mw_tensor proto = {.op = MW__OP_GELU, .nin = 1, .in = {x}, .type = x->type, .flag = exact};
+    mw_tensor proto = {
+        .op = MW__OP_GELU, .nin = 1, .in = {x}, .type = x->type, .p.gelu.exact = exact};
     return x ? mw__node_new(g, &proto) : NULL;
 }
 
@@ -297,7 +297,7 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
     b = mw__replicated(g, b);
     if (!x || !w || !b) return NULL;
     mw_tensor proto = {
-        .op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type, .scalar = eps};
+        .op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type, .p.layernorm.eps = eps};
     return mw__node_new(g, &proto);
 }
 
@@ -307,8 +307,7 @@ static mw_tensor *softmax(mw_graph *g, const char *op, mw_tensor *x, float scale
                        .nin = 1,
                        .in = {x},
                        .type = x->type,
-                       .scalar = scale,
-                       .flag = causal};
+                       .p.softmax = {.scale = scale, .causal = causal}};
     (void)op;
     return x ? mw__node_new(g, &proto) : NULL;
 }
@@ -361,15 +360,12 @@ mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, cons
                               op, DESC(qkv, dx), part_axis, seq_axis, feature_axis);
     qkv = mw__replicated(g, qkv);
     if (!qkv) return NULL;
-    mw_tensor proto = {.op = MW__OP_ATTENTION,
-                       .nin = 1,
-                       .in = {qkv},
-                       .type = qkv->type,
-                       .scalar = scale,
-                       .flag = causal != 0,
-                       .axis = p,
-                       .start = s,
-                       .len = f};
+    mw_tensor proto = {
+        .op = MW__OP_ATTENTION,
+        .nin = 1,
+        .in = {qkv},
+        .type = qkv->type,
+        .p.attention = {.part = p, .seq = s, .feature = f, .scale = scale, .causal = causal != 0}};
     proto.type.dtype = MW_F32; /* of bf16 q, k, v too: the products are summed in f32 */
     proto.type.rank--;
     for (int i = p; i < proto.type.rank; i++) proto.type.ax[i] = qkv->type.ax[i + 1];
@@ -440,7 +436,7 @@ mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
                        .nin = 2,
                        .in = {logits, targets},
                        .type = targets->type,
-                       .count = valid ? valid : size};
+                       .p.xent.valid = valid ? valid : size};
     proto.type.dtype = MW_F32;
     return mw__node_new(g, &proto);
 }
@@ -462,10 +458,6 @@ mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor 
             if (ti->ax[i].mesh >= 0 && mw__type_find(t, &ti->ax[i]) < 0)
                 proto.type.partial |= 1u << ti->ax[i].mesh;
     }
-    if (fwd) {
-        proto.scalar = fwd->scalar;
-        proto.flag = fwd->flag;
-        proto.count = fwd->count;
-    }
+    if (fwd) proto.p = fwd->p;
     return mw__node_new(g, &proto);
 }

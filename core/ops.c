@@ -141,7 +141,8 @@ mw_tensor *mw_div(mw_graph *g, mw_tensor *a, mw_tensor *b) {
 
 mw_tensor *mw_scale(mw_graph *g, mw_tensor *x, float factor) {
     if (check_operands(g, "mw_scale", x, NULL, 1)) return NULL;
-    mw_tensor proto = {.op = MW__OP_SCALE, .nin = 1, .in = {x}, .type = x->type, .scalar = factor};
+    mw_tensor proto = {
+        .op = MW__OP_SCALE, .nin = 1, .in = {x}, .type = x->type, .p.scale.factor = factor};
     return mw__node_new(g, &proto);
 }
 
@@ -170,7 +171,7 @@ mw_tensor *mw_cast(mw_graph *g, mw_tensor *x, mw_dtype dtype) {
 }
 
 mw_tensor *mw__fill(mw_graph *g, const mw__type *type, float value) {
-    mw_tensor proto = {.op = MW__OP_FILL, .type = *type, .scalar = value};
+    mw_tensor proto = {.op = MW__OP_FILL, .type = *type, .p.fill.value = value};
     proto.type.partial = 0;
     return mw__node_new(g, &proto);
 }

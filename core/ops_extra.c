@@ -34,7 +34,7 @@ static int usable(mw_graph *g, const char *op, mw_tensor *x) {
 
 static mw_tensor *map(mw_graph *g, const char *op, mw_tensor *x, mw__mapfn fn) {
     if (!usable(g, op, x) || !(x = mw__replicated(g, x))) return NULL;
-    mw_tensor proto = {.op = MW__OP_MAP, .nin = 1, .in = {x}, .type = x->type, .flag = (int)fn};
+    mw_tensor proto = {.op = MW__OP_MAP, .nin = 1, .in = {x}, .type = x->type, .p.map.fn = (int)fn};
     return mw__node_new(g, &proto);
 }
 
@@ -94,7 +94,7 @@ static mw_tensor *reduce(mw_graph *g, const char *op, mw_tensor *x, const char *
     if (!usable(g, op, x) || !(x = mw__replicated(g, x))) return NULL;
     int i = whole_axis(g, op, x, axis);
     if (i < 0) return NULL;
-    mw_tensor proto = {.op = kind, .nin = 1, .in = {x}, .type = x->type, .axis = i};
+    mw_tensor proto = {.op = kind, .nin = 1, .in = {x}, .type = x->type, .p.along.axis = i};
     memmove(&proto.type.ax[i], &proto.type.ax[i + 1],
             (size_t)(x->type.rank - i - 1) * sizeof proto.type.ax[0]);
     proto.type.rank--;
@@ -167,8 +167,7 @@ mw_tensor *mw_dropout(mw_graph *g, mw_tensor *x, float p, uint64_t seed) {
                        .nin = 1,
                        .in = {x},
                        .type = x->type,
-                       .scalar = p,
-                       .count = (int64_t)stream};
+                       .p.dropout = {.p = p, .stream = stream}};
     return mw__node_new(g, &proto);
 }
 
@@ -246,7 +245,7 @@ mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const
                        .nin = 3,
                        .in = {state, value, index},
                        .type = state->type,
-                       .axis = a};
+                       .p.along.axis = a};
     return mw__node_new(g, &proto);
 }
 
@@ -282,9 +281,7 @@ mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const c
                        .nin = 3,
                        .in = {q, kv, pos},
                        .type = q->type,
-                       .axis = s,
-                       .start = p,
-                       .scalar = scale};
+                       .p.cached = {.seq = s, .part = p, .scale = scale}};
     return mw__node_new(g, &proto);
 }
 
@@ -296,9 +293,9 @@ mw_tensor *mw__backward_extra(mw_graph *g, mw_tensor *n, mw_tensor *gy) {
     if (!gy) return NULL;
     switch (n->op) {
     case MW__OP_MAP: {
-        if (n->flag >= MW__F_GT0) return NULL; /* a comparison: no gradient */
+        if (n->p.map.fn >= MW__F_GT0) return NULL; /* a comparison: no gradient */
         mw_tensor proto = {
-            .op = MW__OP_MAP_GRAD, .nin = 2, .in = {x, gy}, .type = x->type, .flag = n->flag};
+            .op = MW__OP_MAP_GRAD, .nin = 2, .in = {x, gy}, .type = x->type, .p = n->p};
         return mw__node_new(g, &proto);
     }
     case MW__OP_DROPOUT: { /* linear and diagonal: its own adjoint, with the same mask */
@@ -310,7 +307,7 @@ mw_tensor *mw__backward_extra(mw_graph *g, mw_tensor *n, mw_tensor *gy) {
     case MW__OP_REDUCE_MAX: {
         /* The gradient goes to the maxima, split evenly among ties (as torch.amax). */
         mw_tensor *hit = map(g, "mw_max", mw_sub(g, x, n), MW__F_EQ0);
-        const char *axis = g->names[x->type.ax[n->axis].name];
+        const char *axis = g->names[x->type.ax[n->p.along.axis].name];
         return mw_mul(g, hit, mw_div(g, gy, mw_sum(g, hit, axis)));
     }
     default: return NULL; /* argmax */

@@ -477,7 +477,7 @@ static int lower_contract(builder *b, const mw_tensor *n) {
  * axis sits at position `axis` of big (absent from small when len is 0). */
 static void slice_strides(const mw_tensor *n, const ltype *big, int64_t *out, int small_rank) {
     for (int j = 0; j < small_rank; j++)
-        out[j] = big->stride[n->len == 0 && j >= n->axis ? j + 1 : j];
+        out[j] = big->stride[n->p.slice.len == 0 && j >= n->p.slice.axis ? j + 1 : j];
 }
 
 static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
@@ -494,7 +494,7 @@ static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
     }
     mw__ins *in = emit(b, MW__I_COPY, n->id);
     if (!in) return -1;
-    int64_t shift = n->start * lb.stride[n->axis];
+    int64_t shift = n->p.slice.start * lb.stride[n->p.slice.axis];
     in->ref.copy.out = out;
     in->ref.copy.a = src;
     if (slice)
@@ -583,7 +583,7 @@ static void find_fused_grads(builder *b, const char *live) {
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
             if (live[j] && b->grad_of[j] >= 0 && t->op == MW__OP_LN_DW && t->in[0] == gy &&
-                t->in[1] == x && t->scalar == n->scalar)
+                t->in[1] == x && t->p.layernorm.eps == n->p.layernorm.eps)
                 dw = j;
         }
         if (dw < 0 || db < 0) continue;
@@ -599,13 +599,13 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     switch (n->op) {
     case MW__OP_GELU:
         if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
-        in->k.unary = (mw__k_unary){.op = n->flag ? MW__UN_GELU_ERF : MW__UN_GELU,
+        in->k.unary = (mw__k_unary){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
                                     .out_dtype = out.dtype,
                                     .count = lo->numel};
         return 0;
     case MW__OP_GELU_GRAD:
         if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
-        in->k.unary_grad = (mw__k_unary_grad){.op = n->flag ? MW__UN_GELU_ERF : MW__UN_GELU,
+        in->k.unary_grad = (mw__k_unary_grad){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
                                               .out_dtype = out.dtype,
                                               .count = lo->numel};
         if (b->col_sum[n->id] >= 0) {
@@ -623,10 +623,10 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
                             : n->op == MW__OP_LN_DX   ? MW__I_LAYERNORM_DX
                                                       : MW__I_LAYERNORM_DW;
         if (!(in = emit_io(b, kind, n, out))) return -1;
-        mw__k_layernorm_grad grad = {.rows = rows, .n = len, .eps = n->scalar};
+        mw__k_layernorm_grad grad = {.rows = rows, .n = len, .eps = n->p.layernorm.eps};
         if (kind == MW__I_LAYERNORM)
-            in->k.layernorm =
-                (mw__k_layernorm){.rows = rows, .n = len, .eps = n->scalar, .out_dtype = out.dtype};
+            in->k.layernorm = (mw__k_layernorm){
+                .rows = rows, .n = len, .eps = n->p.layernorm.eps, .out_dtype = out.dtype};
         else if (kind == MW__I_LAYERNORM_DW)
             in->k.layernorm_dw = grad;
         else
@@ -642,16 +642,18 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
     }
     case MW__OP_SOFTMAX:
     case MW__OP_SOFTMAX_GRAD: {
-        int64_t k = lo->size[lo->rank - 1], s = n->flag ? lo->size[lo->rank - 2] : 1;
+        int causal = n->p.softmax.causal;
+        float scale = n->p.softmax.scale;
+        int64_t k = lo->size[lo->rank - 1], s = causal ? lo->size[lo->rank - 2] : 1;
         int64_t outer = lo->numel / (k * s);
         if (n->op == MW__OP_SOFTMAX) {
             if (!(in = emit_io(b, MW__I_SOFTMAX, n, out))) return -1;
-            in->k.softmax = (mw__k_softmax){
-                .outer = outer, .s = s, .k = k, .causal = n->flag, .scale = n->scalar};
+            in->k.softmax =
+                (mw__k_softmax){.outer = outer, .s = s, .k = k, .causal = causal, .scale = scale};
         } else {
             if (!(in = emit_io(b, MW__I_SOFTMAX_GRAD, n, out))) return -1;
             in->k.softmax_grad = (mw__k_softmax_grad){
-                .outer = outer, .s = s, .k = k, .causal = n->flag, .scale = n->scalar};
+                .outer = outer, .s = s, .k = k, .causal = causal, .scale = scale};
         }
         return 0;
     }
@@ -676,10 +678,10 @@ static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out
         int64_t v = ll.size[ll.rank - 1], rows = ll.numel / v;
         if (n->op == MW__OP_XENT) {
             if (!(in = emit_io(b, MW__I_XENT, n, out))) return -1;
-            in->k.xent = (mw__k_xent){.rows = rows, .v = v, .valid = n->count};
+            in->k.xent = (mw__k_xent){.rows = rows, .v = v, .valid = n->p.xent.valid};
         } else {
             if (!(in = emit_io(b, MW__I_XENT_GRAD, n, out))) return -1;
-            in->k.xent_grad = (mw__k_xent_grad){.rows = rows, .v = v, .valid = n->count};
+            in->k.xent_grad = (mw__k_xent_grad){.rows = rows, .v = v, .valid = n->p.xent.valid};
         }
         return 0;
     }
@@ -697,9 +699,10 @@ static int64_t attn_probs(const builder *b, const mw_tensor *fwd) {
     if (!b->host_memory) return 0;
     const mw_tensor *qkv = fwd->in[0];
     ltype lq = local_type(&qkv->type, b->pl);
-    int64_t t = lq.size[fwd->start], blk = t < MW__ATTN_BLOCK ? t : MW__ATTN_BLOCK;
-    int64_t slices = lq.numel / (t * lq.size[fwd->len] * lq.size[fwd->axis]);
-    int64_t n = slices * mw__attn_probs_per_slice(t, blk, fwd->flag);
+    const int seq = fwd->p.attention.seq, feature = fwd->p.attention.feature;
+    int64_t t = lq.size[seq], blk = t < MW__ATTN_BLOCK ? t : MW__ATTN_BLOCK;
+    int64_t slices = lq.numel / (t * lq.size[feature] * lq.size[fwd->p.attention.part]);
+    int64_t n = slices * mw__attn_probs_per_slice(t, blk, fwd->p.attention.causal);
     return n <= lq.numel ? n : 0;
 }
 
@@ -711,9 +714,9 @@ static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     const mw_tensor *qkv = n->in[grad ? 1 : 0];
     const mw_tensor *o = grad ? n->in[0] : n; /* a tensor of the attention's output type */
     ltype lq = local_type(&qkv->type, b->pl), lo = local_type(&o->type, b->pl);
-    int p = n->axis, s = (int)n->start, f = (int)n->len;
-    mw__k_attention k = {.causal = n->flag,
-                         .scale = n->scalar,
+    int p = n->p.attention.part, s = n->p.attention.seq, f = n->p.attention.feature;
+    mw__k_attention k = {.causal = n->p.attention.causal,
+                         .scale = n->p.attention.scale,
                          .t = lq.size[s],
                          .d = lq.size[f],
                          .seq_qkv = lq.stride[s],
@@ -789,18 +792,20 @@ static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
     switch (n->op) {
     case MW__OP_MAP:
         if (!(in = emit_io(b, MW__I_MAP, n, out))) return -1;
-        in->k.map = (mw__k_map){.fn = n->flag, .count = lo.numel};
+        in->k.map = (mw__k_map){.fn = n->p.map.fn, .count = lo.numel};
         return 0;
     case MW__OP_MAP_GRAD:
         if (!(in = emit_io(b, MW__I_MAP_GRAD, n, out))) return -1;
-        in->k.map_grad = (mw__k_map_grad){.fn = n->flag, .count = lo.numel};
+        in->k.map_grad = (mw__k_map_grad){.fn = n->p.map.fn, .count = lo.numel};
         return 0;
     case MW__OP_DROPOUT: {
         if (!(in = emit_io(b, MW__I_DROPOUT, n, out))) return -1;
         /* The local box of the global tensor: the mask is drawn by global index. */
         mw__k_dropout *k = &in->k.dropout;
-        *k = (mw__k_dropout){
-            .p = n->scalar, .seed = (uint64_t)n->count, .rank = n->type.rank, .count = lo.numel};
+        *k = (mw__k_dropout){.p = n->p.dropout.p,
+                             .seed = n->p.dropout.stream,
+                             .rank = n->type.rank,
+                             .count = lo.numel};
         mw__box box;
         mw__box_of(&n->type, pl, &box);
         int64_t gstride = 1;
@@ -818,7 +823,7 @@ static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
         if (!(in = emit_io(b, arg ? MW__I_ARGMAX : MW__I_REDUCE_MAX, n, out))) return -1;
         mw__k_max k;
         memset(&k, 0, sizeof k);
-        around_axis(&la, n->axis, &k.outer, &k.n, &k.inner);
+        around_axis(&la, n->p.along.axis, &k.outer, &k.n, &k.inner);
         if (arg)
             in->k.argmax = k;
         else
@@ -830,18 +835,18 @@ static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
         in->ref.state_write = (mw__refs_state_write){
             .out = out, .value = b->ref[n->in[1]->id], .ids = b->ref[n->in[2]->id]};
         in->k.state_write = (mw__k_state_write){0};
-        around_axis(&lo, n->axis, &in->k.state_write.outer, &in->k.state_write.n,
+        around_axis(&lo, n->p.along.axis, &in->k.state_write.outer, &in->k.state_write.n,
                     &in->k.state_write.inner);
         return 0;
     case MW__OP_ATTENTION_CACHED: { /* kv as [outer, n = seq, 2, heads, dim] */
         if (!(in = emit_io(b, MW__I_ATTENTION_CACHED, n, out))) return -1;
         ltype lkv = local_type(&n->in[1]->type, pl);
         mw__k_attention_cached *k = &in->k.attention_cached;
-        *k = (mw__k_attention_cached){.outer = 1, .heads = 1, .scale = n->scalar};
+        *k = (mw__k_attention_cached){.outer = 1, .heads = 1, .scale = n->p.cached.scale};
         for (int i = 0; i < lkv.rank; i++) {
-            if (i < n->axis) k->outer *= lkv.size[i];
-            if (i == n->axis) k->n = lkv.size[i];
-            if (i > n->start && i < lkv.rank - 1) k->heads *= lkv.size[i];
+            if (i < n->p.cached.seq) k->outer *= lkv.size[i];
+            if (i == n->p.cached.seq) k->n = lkv.size[i];
+            if (i > n->p.cached.part && i < lkv.rank - 1) k->heads *= lkv.size[i];
             if (i == lkv.rank - 1) k->dim = lkv.size[i];
         }
         return 0;
@@ -887,7 +892,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
         mw__ins *in = emit(b, MW__I_FILL, n->id);
         if (!in) return -1;
         in->ref.fill.out = out;
-        in->k.fill = (mw__k_fill){.value = n->scalar, .count = lo.numel};
+        in->k.fill = (mw__k_fill){.value = n->p.fill.value, .count = lo.numel};
         return 0;
     }
     case MW__OP_ADD:
@@ -911,7 +916,7 @@ static int lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_PERMUTE:
     case MW__OP_BROADCAST:
         return emit_copy(b, n->id, out, &n->type, b->ref[n->in[0]->id], &n->in[0]->type,
-                         n->op == MW__OP_SCALE ? n->scalar : 1.0f);
+                         n->op == MW__OP_SCALE ? n->p.scale.factor : 1.0f);
     case MW__OP_SUM: {
         const mw_tensor *a = n->in[0];
         ltype la = local_type(&a->type, pl);

@@ -120,9 +120,9 @@ static void describe_node(text *t, const mw_graph *g, const mw_tensor *n) {
         for (int k = 0, o = 0; k < n->nin && o < (int)sizeof ins; k++)
             o += snprintf(ins + o, sizeof ins - (size_t)o, "%s%d", k ? ", " : " of nodes ",
                           n->in[k]->id);
-        add(t, "node %d (%s%s) is %s; scalar %.9g, axis %d, rows %lld+%lld, flag %d, count %lld",
-            n->id, mw__op_name(n->op), ins, ty, (double)n->scalar, n->axis, (long long)n->start,
-            (long long)n->len, n->flag, (long long)n->count);
+        char params[160];
+        add(t, "node %d (%s%s) is %s; %s", n->id, mw__op_name(n->op), ins, ty,
+            mw__op_params_describe(n, params, sizeof params));
     }
 }
 

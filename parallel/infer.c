@@ -132,15 +132,16 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
         else if (from_rows && t->op == MW__OP_ALIAS && x && xat >= 0 &&
                  x->type.ax[xat].size != t->type.ax[at].size)
             w = "a split or merge of the chunk axis";
-        else if ((t->op == MW__OP_SLICE || t->op == MW__OP_PAD) && x && t->axis >= 0 &&
-                 t->axis < x->type.rank && x->type.ax[t->axis].name == chunk_name)
+        else if ((t->op == MW__OP_SLICE || t->op == MW__OP_PAD) && x && t->p.slice.axis >= 0 &&
+                 t->p.slice.axis < x->type.rank && x->type.ax[t->p.slice.axis].name == chunk_name)
             w = "a slice of the chunk axis";
         else if ((t->op == MW__OP_SOFTMAX || t->op == MW__OP_LAYERNORM) && x && xat >= 0 &&
                  xat == x->type.rank - 1)
             w = t->op == MW__OP_SOFTMAX ? "a softmax over the chunk axis"
                                         : "a layer norm over the chunk axis";
         else if (t->op == MW__OP_ATTENTION && x && xat >= 0 &&
-                 (xat == t->axis || xat == (int)t->start || xat == (int)t->len))
+                 (xat == t->p.attention.part || xat == t->p.attention.seq ||
+                  xat == t->p.attention.feature))
             w = "attention along the chunk axis";
         if (w) mix[i] = 1, why[i] = w;
     }

@@ -103,7 +103,7 @@ static mw_status place(mw_trainer *tr) {
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         if (t->op != MW__OP_SHARD) continue;
-        const mw__axis *a = &t->type.ax[t->shard_axis];
+        const mw__axis *a = &t->type.ax[t->p.shard.axis];
         int parts = tr->mesh->axis_size[tr->mesh_axis_of[a->mesh]];
         if (a->size < parts)
             return mw__error(MW_ERR_SHARDING,
