@@ -121,7 +121,8 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_ATTENTION: {
         if (!na) return 0;
         /* The kernel reads gy in the forward output's axis order. The forward node is the third
-         * input: the plan may keep the probabilities beside its output (plan.c, attn_probs). */
+         * input: the plan may keep the probabilities beside its output (plan_fuse.c, attn_probs).
+         */
         mw__type ta = mw__grad_type(&a->type);
         return accumulate(
             g, grads, a,

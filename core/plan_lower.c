@@ -1,0 +1,621 @@
+/* Lowering: each node of a compiled graph to device kernels (contractions to batched GEMMs with
+ * the epilogues its fusion record chose, layer norms, attention, ...) and collectives, reading
+ * and writing the buffers the plan assigned (b->node[].ref). */
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/plan_impl.h"
+
+mw__ins *mw__plan_emit(builder *b, mw__ins_kind kind, int node) {
+    mw__plan *p = b->p;
+    if (p->nins == p->cap) {
+        int cap = p->cap ? 2 * p->cap : 64;
+        mw__ins *n = mw__realloc(p->ins, (size_t)cap * sizeof *n);
+        if (!n) return NULL;
+        p->ins = n;
+        p->cap = cap;
+    }
+    mw__ins *in = &p->ins[p->nins++];
+    memset(in, 0, sizeof *in);
+    in->kind = kind;
+    in->node = node;
+    for (int r = 0; r < MW__MAX_ROLES; r++) in->ref.all[r] = no_ref;
+    return in;
+}
+
+/* Strides, over the dims of `space`, of the tensor `x` (0 where x lacks the axis). */
+static void map_strides(const mw__type *space, const mw__type *x, const ltype *lx, int64_t *out) {
+    for (int i = 0; i < space->rank; i++) {
+        int j = mw__type_find(x, &space->ax[i]);
+        out[i] = j >= 0 ? lx->stride[j] : 0;
+    }
+}
+
+static void nd_over(mw__nd *nd, const mw__type *space, const ltype *ls) {
+    memset(nd, 0, sizeof *nd);
+    nd->rank = space->rank;
+    for (int i = 0; i < space->rank; i++) nd->dims[i] = ls->size[i];
+}
+
+/* out (type to, contiguous) = alpha * x rearranged: copy, permute or broadcast. */
+static int emit_copy(builder *b, int node, mw__ref out, const mw__type *to, mw__ref x,
+                     const mw__type *tx, float alpha) {
+    ltype lo = local_type(to, b->pl), lx = local_type(tx, b->pl);
+    mw__ins *in = mw__plan_emit(b, MW__I_COPY, node);
+    if (!in) return -1;
+    in->ref.copy.out = out;
+    in->ref.copy.a = x;
+    in->k.copy.alpha = alpha;
+    in->k.copy.out_dtype = out.dtype;
+    in->k.copy.a_dtype = x.dtype;
+    nd_over(&in->k.copy.nd, to, &lo);
+    memcpy(in->k.copy.nd.stride[0], lo.stride, sizeof lo.stride);
+    map_strides(to, tx, &lx, in->k.copy.nd.stride[1]);
+    mw__nd_simplify(&in->k.copy.nd, 2);
+    return 0;
+}
+
+static int64_t scratch(builder *b, const mw__type *t, int64_t *len) {
+    *len = units_of(local_type(t, b->pl).numel, t->dtype);
+    return mw__arena_alloc(&b->ar, *len);
+}
+
+static mw__type type_of(const axlist *const *groups, int ngroups) {
+    mw__type t = {.dtype = MW_F32};
+    for (int gi = 0; gi < ngroups; gi++)
+        for (int i = 0; i < groups[gi]->n; i++) t.ax[t.rank++] = groups[gi]->ax[i];
+    return t;
+}
+
+static int64_t group_size(const axlist *gr, const mw__placement *pl) {
+    mw__type t = {.rank = gr->n};
+    memcpy(t.ax, gr->ax, sizeof gr->ax);
+    return local_type(&t, pl).numel;
+}
+
+/* A batched row-major GEMM of M x K by K x N, each operand stored transposed when its flag is set.
+ */
+static mw__k_gemm gemm_of(int64_t batch, int64_t m, int64_t n, int64_t k, int trans_a,
+                          int trans_b) {
+    return (mw__k_gemm){.batch = batch,
+                        .m = m,
+                        .n = n,
+                        .k = k,
+                        .trans_a = trans_a,
+                        .trans_b = trans_b,
+                        .lda = trans_a ? m : k,
+                        .ldb = trans_b ? k : n,
+                        .ldc = n,
+                        .stride_a = m * k,
+                        .stride_b = k * n,
+                        .stride_c = m * n};
+}
+
+/* How GEMM reads one operand of type t: 0 in the `direct` group order, 1 in the `trans` one, or,
+ * when neither is t's layout, 0 after a permuting copy into scratch (*ref then points there and
+ * *tmp_off / *tmp_len name the scratch to release). -1 on failure. */
+static int gemm_operand(builder *b, int node, const mw__type *t, const axlist *const *direct,
+                        const axlist *const *trans, mw__ref *ref, int64_t *tmp_off,
+                        int64_t *tmp_len) {
+    if (seq_equals(t, direct, 3)) return 0;
+    if (seq_equals(t, trans, 3)) return 1;
+    mw__type want = type_of(direct, 3);
+    want.dtype = ref->dtype;
+    *tmp_off = scratch(b, &want, tmp_len);
+    mw__ref r = arena_ref(ref->dtype, *tmp_off);
+    if (emit_copy(b, node, r, &want, *ref, t, 1.0f)) return -1;
+    *ref = r;
+    return 0;
+}
+
+/* out = a + c over the type t of the sum `sum` (the product's layout): a is node `a` mapped onto
+ * t by name (broadcast as needed), or, when a < 0, what `in` already holds in t's layout; c is
+ * node `c` mapped by name, or positionally when it has t's layout under other names (a residual
+ * added after a rename). */
+static int emit_add(builder *b, const mw_tensor *sum, mw__ref out, mw__ref in, const mw__type *t,
+                    int a, int c) {
+    ltype lo = local_type(t, b->pl);
+    mw__ins *add = mw__plan_emit(b, MW__I_BINARY, sum->id);
+    if (!add) return -1;
+    add->ref.binary.out = out;
+    add->ref.binary.a = a >= 0 ? b->node[a].ref : in;
+    add->ref.binary.b = b->node[c].ref;
+    add->k.binary.op = MW__BIN_ADD;
+    nd_over(&add->k.binary.nd, t, &lo);
+    memcpy(add->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
+    if (a >= 0) {
+        const mw_tensor *x = b->g->nodes[a];
+        ltype lx = local_type(&x->type, b->pl);
+        map_strides(t, &x->type, &lx, add->k.binary.nd.stride[1]);
+    } else {
+        memcpy(add->k.binary.nd.stride[1], lo.stride, sizeof lo.stride);
+    }
+    const mw_tensor *y = b->g->nodes[c];
+    ltype ly = local_type(&y->type, b->pl);
+    if (axes_within(&y->type, t))
+        map_strides(t, &y->type, &ly, add->k.binary.nd.stride[2]);
+    else
+        memcpy(add->k.binary.nd.stride[2], ly.stride, sizeof ly.stride);
+    mw__nd_simplify(&add->k.binary.nd, 3);
+    return 0;
+}
+
+/* Lowers out = contract(a, b) to a batched GEMM over groups Bt (batch), M, N, K, permuting an
+ * operand into scratch only when its layout is not one of the two that GEMM reads directly. */
+static int lower_contract(builder *b, const mw_tensor *n) {
+    const mw_tensor *ta = n->in[0], *tb = n->in[1];
+    contraction c;
+    mw__plan_contraction(b, n, &c);
+    int64_t tmp_off[3] = {-1, -1, -1}, tmp_len[3] = {0};
+    mw__ref ra = b->node[ta->id].ref, rb = b->node[tb->id].ref, rc = b->node[n->id].ref;
+    const axlist *a_direct[] = {&c.bt, &c.m, &c.k}, *a_trans[] = {&c.bt, &c.k, &c.m};
+    const axlist *b_direct[] = {&c.bt, &c.k, &c.nn}, *b_trans[] = {&c.bt, &c.nn, &c.k};
+    const axlist *c_direct[] = {&c.bt, &c.m, &c.nn};
+    int trans_a =
+        gemm_operand(b, n->id, &ta->type, a_direct, a_trans, &ra, &tmp_off[0], &tmp_len[0]);
+    int trans_b =
+        gemm_operand(b, n->id, &tb->type, b_direct, b_trans, &rb, &tmp_off[1], &tmp_len[1]);
+    if (trans_a < 0 || trans_b < 0) return -1;
+    int swap = c.swap, permute_out = c.permute_out;
+    mw__type tc = type_of(c_direct, 3);
+    tc.dtype = rc.dtype;
+    if (permute_out) {
+        tmp_off[2] = scratch(b, &tc, &tmp_len[2]);
+        rc = arena_ref(rc.dtype, tmp_off[2]);
+    }
+    int64_t B = group_size(&c.bt, b->pl), M = group_size(&c.m, b->pl);
+    int64_t N = group_size(&c.nn, b->pl), K = group_size(&c.k, b->pl);
+    mw__ins *in = mw__plan_emit(b, MW__I_GEMM, n->id);
+    if (!in) return -1;
+    mw__k_gemm *gm = &in->k.gemm;
+    /* Swapped: C^T (N x M) = B^T (N x K) * A^T (K x M), the same kernel with the roles exchanged.
+     */
+    *gm = swap ? gemm_of(B, N, M, K, !trans_b, !trans_a) : gemm_of(B, M, N, K, trans_a, trans_b);
+    in->ref.gemm.a = swap ? rb : ra;
+    in->ref.gemm.b = swap ? ra : rb;
+    in->ref.gemm.c = rc;
+    gm->ab_dtype = ra.dtype;
+    gm->c_dtype = rc.dtype;
+    const mw_tensor *sum = c.sum;
+    int addend = c.addend, residual = c.residual;
+    if (c.epi_addend != EPI_NONE) {
+        *(c.epi_addend == EPI_BIAS ? &in->ref.gemm.bias : &in->ref.gemm.addend) =
+            b->node[addend].ref;
+        if (residual >= 0)
+            *(c.epi_residual == EPI_BIAS ? &in->ref.gemm.bias : &in->ref.gemm.addend) =
+                b->node[residual].ref;
+        addend = residual = -1;
+    }
+    if (addend >= 0 && !permute_out) {
+        /* out = addend + A B: the addend goes into C first (broadcast as needed), then the GEMM
+         * adds onto it, so the ADD costs no pass of its own. */
+        mw__ins gemm = *in;
+        b->p->nins--;
+        const mw_tensor *x = b->g->nodes[addend];
+        if (residual < 0) {
+            if (emit_copy(b, sum->id, rc, &sum->type, b->node[addend].ref, &x->type, 1.0f))
+                return -1;
+        } else if (emit_add(b, sum, rc, rc, &sum->type, addend, residual)) {
+            return -1;
+        }
+        mw__ins *g2 = mw__plan_emit(b, MW__I_GEMM, n->id);
+        if (!g2) return -1;
+        *g2 = gemm;
+        g2->k.gemm.beta = 1.0f;
+    }
+    if (permute_out && emit_copy(b, n->id, b->node[n->id].ref, &n->type, rc, &tc, 1.0f)) return -1;
+    if (addend >= 0 && permute_out) {
+        /* Rare: the product needed a permuting copy; add the addend (and the residual) in place
+         * after it. */
+        if (emit_add(b, sum, b->node[n->id].ref, b->node[n->id].ref, &sum->type, -1, addend))
+            return -1;
+        if (residual >= 0 &&
+            emit_add(b, sum, b->node[n->id].ref, b->node[n->id].ref, &sum->type, -1, residual))
+            return -1;
+    }
+    for (int i = 0; i < 3; i++)
+        if (tmp_off[i] >= 0 && mw__arena_release(&b->ar, tmp_off[i], tmp_len[i])) return -1;
+    return 0;
+}
+
+/* Strides of the larger tensor `big` of a slice/pad, over the dims of the smaller one; the sliced
+ * axis sits at position `axis` of big (absent from small when len is 0). */
+static void slice_strides(const mw_tensor *n, const ltype *big, int64_t *out, int small_rank) {
+    for (int j = 0; j < small_rank; j++)
+        out[j] = big->stride[n->p.slice.len == 0 && j >= n->p.slice.axis ? j + 1 : j];
+}
+
+static int lower_slice(builder *b, const mw_tensor *n, mw__ref out) {
+    const mw_tensor *x = n->in[0];
+    int slice = n->op == MW__OP_SLICE;
+    const mw_tensor *big = slice ? x : n, *small = slice ? n : x;
+    ltype lb = local_type(&big->type, b->pl), ls = local_type(&small->type, b->pl);
+    mw__ref src = b->node[x->id].ref;
+    if (!slice) {
+        mw__ins *f = mw__plan_emit(b, MW__I_FILL, n->id);
+        if (!f) return -1;
+        f->ref.fill.out = out;
+        f->k.fill = (mw__k_fill){.value = 0.0f, .count = lb.numel};
+    }
+    mw__ins *in = mw__plan_emit(b, MW__I_COPY, n->id);
+    if (!in) return -1;
+    int64_t shift = n->p.slice.start * lb.stride[n->p.slice.axis];
+    in->ref.copy.out = out;
+    in->ref.copy.a = src;
+    if (slice)
+        in->ref.copy.a.off += shift * mw__dtype_bytes(src.dtype);
+    else
+        in->ref.copy.out.off += shift * mw__dtype_bytes(out.dtype);
+    in->k.copy.alpha = 1.0f;
+    in->k.copy.out_dtype = out.dtype;
+    in->k.copy.a_dtype = src.dtype;
+    nd_over(&in->k.copy.nd, &small->type, &ls);
+    if (slice) {
+        memcpy(in->k.copy.nd.stride[0], ls.stride, sizeof ls.stride);
+        slice_strides(n, &lb, in->k.copy.nd.stride[1], small->type.rank);
+    } else {
+        slice_strides(n, &lb, in->k.copy.nd.stride[0], small->type.rank);
+        memcpy(in->k.copy.nd.stride[1], ls.stride, sizeof ls.stride);
+    }
+    mw__nd_simplify(&in->k.copy.nd, 2);
+    return 0;
+}
+
+/* An instruction writing n's buffer and reading the buffers of n's inputs: its first roles, in
+ * the order of the node's inputs (the instruction table's rule). */
+static mw__ins *emit_io(builder *b, mw__ins_kind kind, const mw_tensor *n, mw__ref out) {
+    mw__ins *in = mw__plan_emit(b, kind, n->id);
+    if (!in) return NULL;
+    in->ref.all[0] = out;
+    for (int k = 0; k < n->nin && k + 1 < mw__ins_roles(kind); k++)
+        in->ref.all[k + 1] = b->node[n->in[k]->id].ref;
+    return in;
+}
+
+/* A node no kernel takes in this form: -2, with the message (-1 is out of memory). */
+static int cannot_lower(const mw_tensor *n) {
+    mw__error(MW_ERR_UNSUPPORTED, "cannot compile node %d (%s) to device kernels", n->id,
+              mw__op_name(n->op));
+    return -2;
+}
+
+static int lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out) {
+    const ltype la = local_type(&n->in[0]->type, b->pl);
+    mw__ins *in;
+    switch (n->op) {
+    case MW__OP_GELU:
+        if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
+        in->k.unary = (mw__k_unary){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
+                                    .out_dtype = out.dtype,
+                                    .count = lo->numel};
+        return 0;
+    case MW__OP_GELU_GRAD:
+        if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
+        in->k.unary_grad = (mw__k_unary_grad){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
+                                              .out_dtype = out.dtype,
+                                              .count = lo->numel};
+        if (b->fuse[n->id].col_sum >= 0) {
+            in->ref.unary_grad.colsum = grad_ref(b, b->fuse[n->id].col_sum);
+            in->k.unary_grad.cols = lo->size[lo->rank - 1];
+        }
+        return 0;
+    case MW__OP_LAYERNORM:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW: {
+        /* Rows of the normalised (last) axis of x: input 0 for LAYERNORM, input 1 otherwise. */
+        const ltype lx = local_type(&n->in[n->op == MW__OP_LAYERNORM ? 0 : 1]->type, b->pl);
+        int64_t len = lx.size[lx.rank - 1], rows = lx.numel / len;
+        mw__ins_kind kind = n->op == MW__OP_LAYERNORM ? MW__I_LAYERNORM
+                            : n->op == MW__OP_LN_DX   ? MW__I_LAYERNORM_DX
+                                                      : MW__I_LAYERNORM_DW;
+        if (!(in = emit_io(b, kind, n, out))) return -1;
+        mw__k_layernorm_grad grad = {.rows = rows, .n = len, .eps = n->p.layernorm.eps};
+        if (kind == MW__I_LAYERNORM)
+            in->k.layernorm = (mw__k_layernorm){
+                .rows = rows, .n = len, .eps = n->p.layernorm.eps, .out_dtype = out.dtype};
+        else if (kind == MW__I_LAYERNORM_DW)
+            in->k.layernorm_dw = grad;
+        else
+            in->k.layernorm_dx = grad;
+        if (kind == MW__I_LAYERNORM_DX) {
+            if (b->fuse[n->id].ln_addend >= 0)
+                in->ref.layernorm_dx.addend = b->node[b->fuse[n->id].ln_addend].ref;
+            if (b->fuse[n->id].ln_dw >= 0) {
+                in->ref.layernorm_dx.dw = grad_ref(b, b->fuse[n->id].ln_dw);
+                in->ref.layernorm_dx.db = grad_ref(b, b->fuse[n->id].col_sum);
+            }
+        }
+        return 0;
+    }
+    case MW__OP_SOFTMAX:
+    case MW__OP_SOFTMAX_GRAD: {
+        int causal = n->p.softmax.causal;
+        float scale = n->p.softmax.scale;
+        int64_t k = lo->size[lo->rank - 1], s = causal ? lo->size[lo->rank - 2] : 1;
+        int64_t outer = lo->numel / (k * s);
+        if (n->op == MW__OP_SOFTMAX) {
+            if (!(in = emit_io(b, MW__I_SOFTMAX, n, out))) return -1;
+            in->k.softmax =
+                (mw__k_softmax){.outer = outer, .s = s, .k = k, .causal = causal, .scale = scale};
+        } else {
+            if (!(in = emit_io(b, MW__I_SOFTMAX_GRAD, n, out))) return -1;
+            in->k.softmax_grad = (mw__k_softmax_grad){
+                .outer = outer, .s = s, .k = k, .causal = causal, .scale = scale};
+        }
+        return 0;
+    }
+    case MW__OP_EMBED:
+    case MW__OP_EMBED_GRAD: {
+        const mw_tensor *table = n->op == MW__OP_EMBED ? n->in[0] : n;
+        const mw_tensor *ids = n->in[1];
+        int64_t vocab = table->type.ax[0].size, dim = table->type.ax[1].size;
+        int64_t nids = local_type(&ids->type, b->pl).numel;
+        if (n->op == MW__OP_EMBED) {
+            if (!(in = emit_io(b, MW__I_EMBED, n, out))) return -1;
+            in->k.embed = (mw__k_embed){.n_ids = nids, .vocab = vocab, .dim = dim};
+        } else {
+            if (!(in = emit_io(b, MW__I_EMBED_GRAD, n, out))) return -1;
+            in->k.embed_grad = (mw__k_embed_grad){.n_ids = nids, .vocab = vocab, .dim = dim};
+        }
+        return 0;
+    }
+    case MW__OP_XENT:
+    case MW__OP_XENT_GRAD: {
+        const ltype ll = n->op == MW__OP_XENT ? la : *lo;
+        int64_t v = ll.size[ll.rank - 1], rows = ll.numel / v;
+        if (n->op == MW__OP_XENT) {
+            if (!(in = emit_io(b, MW__I_XENT, n, out))) return -1;
+            in->k.xent = (mw__k_xent){.rows = rows, .v = v, .valid = n->p.xent.valid};
+        } else {
+            if (!(in = emit_io(b, MW__I_XENT_GRAD, n, out))) return -1;
+            in->k.xent_grad = (mw__k_xent_grad){.rows = rows, .v = v, .valid = n->p.xent.valid};
+        }
+        return 0;
+    }
+    default: break;
+    }
+    return cannot_lower(n);
+}
+
+/* Fused attention: the strides of q/k/v and of the output within one (batch, head) slice, a walk
+ * over the slices, and a scratch buffer for one block of scores (two in the backward pass), held
+ * only while the kernel runs, and the probabilities the forward keeps (attn_probs). */
+static int lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
+    int grad = n->op == MW__OP_ATTENTION_GRAD;
+    const mw_tensor *qkv = n->in[grad ? 1 : 0];
+    const mw_tensor *o = grad ? n->in[0] : n; /* a tensor of the attention's output type */
+    ltype lq = local_type(&qkv->type, b->pl), lo = local_type(&o->type, b->pl);
+    int p = n->p.attention.part, s = n->p.attention.seq, f = n->p.attention.feature;
+    mw__k_attention k = {.causal = n->p.attention.causal,
+                         .scale = n->p.attention.scale,
+                         .t = lq.size[s],
+                         .d = lq.size[f],
+                         .seq_qkv = lq.stride[s],
+                         .part = lq.stride[p]};
+    /* The output's axes are qkv's without the part axis, in the same order. */
+    int os = s - (s > p), of = f - (f > p);
+    k.seq_out = lo.stride[os];
+    if (lq.stride[f] != 1 || lo.stride[of] != 1) return cannot_lower(n);
+    k.walk.rank = 0;
+    for (int i = 0; i < qkv->type.rank; i++) {
+        if (i == p || i == s || i == f) continue;
+        int oi = i - (i > p);
+        k.walk.dims[k.walk.rank] = lq.size[i];
+        k.walk.stride[0][k.walk.rank] = lo.stride[oi];
+        k.walk.stride[1][k.walk.rank] = lq.stride[i];
+        k.walk.rank++;
+    }
+    /* CPU: one block of probabilities (and of their gradients), and last a slice's k and v
+     * (backward also a block's q and dO) packed for its products; GPU backward: the log-sum-exp
+     * and sum_j P_ij dP_ij of every row. */
+    k.block = k.t < MW__ATTN_BLOCK ? k.t : MW__ATTN_BLOCK;
+    k.slices = 1;
+    for (int i = 0; i < k.walk.rank; i++) k.slices *= k.walk.dims[i];
+    k.qkv_dtype = b->node[qkv->id].ref.dtype;
+    k.out_dtype = out.dtype;
+    /* CPU: a slice of bf16 q, k, v (and a bf16 output) staged in f32 (mw__k_attention). */
+    int64_t stage = (k.qkv_dtype == MW_BF16 ? 3 * k.d * k.t : 0) +
+                    (!grad && k.out_dtype == MW_BF16 ? k.d * k.t : 0);
+    k.scratch_elems =
+        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + stage + 3 * k.d * k.t + 2 * k.block * k.d
+             : k.block * k.t + stage + 2 * k.d * k.t;
+    int64_t soff = mw__arena_alloc(&b->ar, k.scratch_elems); /* floats */
+    mw__ins *in = mw__plan_emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
+    if (!in) return -1;
+    /* The kept probabilities follow the forward node's value in its buffer. */
+    const mw_tensor *fwd = grad ? n->in[2] : n;
+    mw__ref probs = no_ref, scratch = arena_ref(MW_F32, soff);
+    if (b->fuse[fwd->id].extra) {
+        mw__ref v = b->node[fwd->id].ref;
+        probs =
+            arena_ref(MW_F32, v.off / 4 + units_of(local_type(&fwd->type, b->pl).numel, v.dtype));
+    }
+    if (grad) {
+        in->ref.attention_grad = (mw__refs_attention_grad){.out = out,
+                                                           .gy = b->node[n->in[0]->id].ref,
+                                                           .qkv = b->node[n->in[1]->id].ref,
+                                                           .scratch = scratch,
+                                                           .probs = probs};
+        in->k.attention_grad = k;
+    } else {
+        in->ref.attention = (mw__refs_attention){
+            .out = out, .qkv = b->node[n->in[0]->id].ref, .scratch = scratch, .probs = probs};
+        in->k.attention = k;
+    }
+    return mw__arena_release(&b->ar, soff, k.scratch_elems);
+}
+
+/* x's local extents viewed as [outer, n = axis `axis`, inner]. */
+static void around_axis(const ltype *lx, int axis, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < lx->rank; i++) {
+        if (i < axis) *outer *= lx->size[i];
+        if (i > axis) *inner *= lx->size[i];
+    }
+    *n = lx->size[axis];
+}
+
+/* The elementwise maps, dropout, the maxima along an axis, a state's write and cached attention. */
+static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
+    const mw__placement *pl = b->pl;
+    ltype lo = local_type(&n->type, pl), la = local_type(&n->in[0]->type, pl);
+    mw__ins *in;
+    switch (n->op) {
+    case MW__OP_MAP:
+        if (!(in = emit_io(b, MW__I_MAP, n, out))) return -1;
+        in->k.map = (mw__k_map){.fn = n->p.map.fn, .count = lo.numel};
+        return 0;
+    case MW__OP_MAP_GRAD:
+        if (!(in = emit_io(b, MW__I_MAP_GRAD, n, out))) return -1;
+        in->k.map_grad = (mw__k_map_grad){.fn = n->p.map.fn, .count = lo.numel};
+        return 0;
+    case MW__OP_DROPOUT: {
+        if (!(in = emit_io(b, MW__I_DROPOUT, n, out))) return -1;
+        /* The local box of the global tensor: the mask is drawn by global index. */
+        mw__k_dropout *k = &in->k.dropout;
+        *k = (mw__k_dropout){.p = n->p.dropout.p,
+                             .seed = n->p.dropout.stream,
+                             .rank = n->type.rank,
+                             .count = lo.numel};
+        mw__box box;
+        mw__box_of(&n->type, pl, &box);
+        int64_t gstride = 1;
+        for (int i = n->type.rank - 1; i >= 0; i--) {
+            k->len[i] = box.len[i];
+            k->lo[i] = box.lo[i];
+            k->gstride[i] = gstride;
+            gstride *= box.global[i];
+        }
+        return 0;
+    }
+    case MW__OP_ARGMAX:
+    case MW__OP_REDUCE_MAX: {
+        int arg = n->op == MW__OP_ARGMAX;
+        if (!(in = emit_io(b, arg ? MW__I_ARGMAX : MW__I_REDUCE_MAX, n, out))) return -1;
+        mw__k_max k;
+        memset(&k, 0, sizeof k);
+        around_axis(&la, n->p.along.axis, &k.outer, &k.n, &k.inner);
+        if (arg)
+            in->k.argmax = k;
+        else
+            in->k.reduce_max = k;
+        return 0;
+    }
+    case MW__OP_STATE_WRITE: /* (state, value, index): the state's buffer is written in place */
+        if (!(in = mw__plan_emit(b, MW__I_STATE_WRITE, n->id))) return -1;
+        in->ref.state_write = (mw__refs_state_write){
+            .out = out, .value = b->node[n->in[1]->id].ref, .ids = b->node[n->in[2]->id].ref};
+        in->k.state_write = (mw__k_state_write){0};
+        around_axis(&lo, n->p.along.axis, &in->k.state_write.outer, &in->k.state_write.n,
+                    &in->k.state_write.inner);
+        return 0;
+    case MW__OP_ATTENTION_CACHED: { /* kv as [outer, n = seq, 2, heads, dim] */
+        if (!(in = emit_io(b, MW__I_ATTENTION_CACHED, n, out))) return -1;
+        ltype lkv = local_type(&n->in[1]->type, pl);
+        mw__k_attention_cached *k = &in->k.attention_cached;
+        *k = (mw__k_attention_cached){.outer = 1, .heads = 1, .scale = n->p.cached.scale};
+        for (int i = 0; i < lkv.rank; i++) {
+            if (i < n->p.cached.seq) k->outer *= lkv.size[i];
+            if (i == n->p.cached.seq) k->n = lkv.size[i];
+            if (i > n->p.cached.part && i < lkv.rank - 1) k->heads *= lkv.size[i];
+            if (i == lkv.rank - 1) k->dim = lkv.size[i];
+        }
+        return 0;
+    }
+    default: break;
+    }
+    return cannot_lower(n);
+}
+
+int mw__plan_lower_node(builder *b, const mw_tensor *n) {
+    const mw__placement *pl = b->pl;
+    ltype lo = local_type(&n->type, pl);
+    mw__ref out = b->node[n->id].ref;
+    switch (n->op) {
+    case MW__OP_INPUT:
+    case MW__OP_PARAM:
+    case MW__OP_SHARD:
+    case MW__OP_STATE:
+    case MW__OP_ALIAS: return 0;
+    case MW__OP_SLICE:
+    case MW__OP_PAD: return lower_slice(b, n, out);
+    case MW__OP_GELU:
+    case MW__OP_GELU_GRAD:
+    case MW__OP_LAYERNORM:
+    case MW__OP_LN_DX:
+    case MW__OP_LN_DW:
+    case MW__OP_SOFTMAX:
+    case MW__OP_SOFTMAX_GRAD:
+    case MW__OP_EMBED:
+    case MW__OP_EMBED_GRAD:
+    case MW__OP_XENT:
+    case MW__OP_XENT_GRAD: return lower_nn(b, n, &lo, out);
+    case MW__OP_ATTENTION:
+    case MW__OP_ATTENTION_GRAD: return lower_attention(b, n, out);
+    case MW__OP_MAP:
+    case MW__OP_MAP_GRAD:
+    case MW__OP_DROPOUT:
+    case MW__OP_ARGMAX:
+    case MW__OP_REDUCE_MAX:
+    case MW__OP_STATE_WRITE:
+    case MW__OP_ATTENTION_CACHED: return lower_indexed(b, n, out);
+    case MW__OP_FILL: {
+        mw__ins *in = mw__plan_emit(b, MW__I_FILL, n->id);
+        if (!in) return -1;
+        in->ref.fill.out = out;
+        in->k.fill = (mw__k_fill){.value = n->p.fill.value, .count = lo.numel};
+        return 0;
+    }
+    case MW__OP_ADD:
+    case MW__OP_SUB:
+    case MW__OP_MUL:
+    case MW__OP_DIV: {
+        const mw_tensor *a = n->in[0], *c = n->in[1];
+        ltype la = local_type(&a->type, pl), lc = local_type(&c->type, pl);
+        mw__ins *in = mw__plan_emit(b, MW__I_BINARY, n->id);
+        if (!in) return -1;
+        in->ref.binary =
+            (mw__refs_binary){.out = out, .a = b->node[a->id].ref, .b = b->node[c->id].ref};
+        in->k.binary.op = (mw__binop)(n->op - MW__OP_ADD);
+        nd_over(&in->k.binary.nd, &n->type, &lo);
+        memcpy(in->k.binary.nd.stride[0], lo.stride, sizeof lo.stride);
+        map_strides(&n->type, &a->type, &la, in->k.binary.nd.stride[1]);
+        map_strides(&n->type, &c->type, &lc, in->k.binary.nd.stride[2]);
+        mw__nd_simplify(&in->k.binary.nd, 3);
+        return 0;
+    }
+    case MW__OP_SCALE:
+    case MW__OP_PERMUTE:
+    case MW__OP_BROADCAST:
+        return emit_copy(b, n->id, out, &n->type, b->node[n->in[0]->id].ref, &n->in[0]->type,
+                         n->op == MW__OP_SCALE ? n->p.scale.factor : 1.0f);
+    case MW__OP_SUM: {
+        const mw_tensor *a = n->in[0];
+        ltype la = local_type(&a->type, pl);
+        mw__ins *in = mw__plan_emit(b, MW__I_REDUCE, n->id);
+        if (!in) return -1;
+        in->ref.reduce = (mw__refs_reduce){.out = out, .a = b->node[a->id].ref};
+        in->k.reduce.alpha = 1.0f;
+        in->k.reduce.out_count = lo.numel;
+        nd_over(&in->k.reduce.nd, &a->type, &la);
+        map_strides(&a->type, &n->type, &lo, in->k.reduce.nd.stride[0]);
+        memcpy(in->k.reduce.nd.stride[1], la.stride, sizeof la.stride);
+        mw__nd_simplify(&in->k.reduce.nd, 2);
+        return 0;
+    }
+    case MW__OP_ALLREDUCE: {
+        if (emit_copy(b, n->id, out, &n->type, b->node[n->in[0]->id].ref, &n->in[0]->type, 1.0f))
+            return -1;
+        mw__ins *in = mw__plan_emit(b, MW__I_ALLREDUCE, n->id);
+        if (!in) return -1;
+        in->ref.collective.buf = out;
+        in->count = lo.numel;
+        in->group = n->in[0]->type.partial & ~n->type.partial; /* the sums it completes */
+        return 0;
+    }
+    case MW__OP_CONTRACT: return lower_contract(b, n);
+    case MW__OP_CAST: /* CAST_CONVERT: the others emit nothing */
+        return emit_copy(b, n->id, out, &n->type, b->node[n->in[0]->id].ref, &n->in[0]->type, 1.0f);
+    case MW__OP_COUNT: break;
+    }
+    return cannot_lower(n);
+}
