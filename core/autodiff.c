@@ -132,10 +132,10 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_DROPOUT:
     case MW__OP_REDUCE_MAX:
     case MW__OP_ARGMAX:
-        /* ops_extra.c: NULL with no error for an op without a gradient (argmax, comparisons). */
+        /* ops_math.c: NULL with no error for an op without a gradient (argmax, comparisons). */
         if (!na) return 0;
         {
-            mw_tensor *d = mw__backward_extra(g, n, gy);
+            mw_tensor *d = mw__backward_math(g, n, gy);
             if (!d) return g->status ? -1 : 0;
             return accumulate(g, grads, a, d);
         }

@@ -213,9 +213,13 @@ mw_tensor *mw__slice_node(mw_graph *g, mw__op op, mw_tensor *x, const mw__type *
 mw_tensor *mw__backward_op(mw_graph *g, mw__op op, const mw__type *t, mw_tensor *a, mw_tensor *b,
                            mw_tensor *c, const mw_tensor *fwd);
 
-/* The gradient reaching input 0 of ops_extra.c's node n from its output gradient gy; NULL with
- * no error when the op has none (argmax, comparisons). */
-mw_tensor *mw__backward_extra(mw_graph *g, mw_tensor *n, mw_tensor *gy);
+/* The gradient reaching input 0 of ops_math.c's node n (MAP, DROPOUT, REDUCE_MAX, ARGMAX) from its
+ * output gradient gy; NULL with no error when the op has none (argmax, comparisons). */
+mw_tensor *mw__backward_math(mw_graph *g, mw_tensor *n, mw_tensor *gy);
+
+/* Whether x can be an f32 operand of op in g: 0 with the graph error set when it is NULL, of
+ * another graph or not f32 (ops_math.c). */
+int mw__f32_operand(mw_graph *g, const char *op, mw_tensor *x);
 
 /* Records the graph's first error (also as the thread's last error); returns NULL for chaining. */
 mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpt2_model.h"
 
@@ -45,9 +46,10 @@ static mw_status refusals(mw_trainer *tr) {
     return MW_ERR_STATE;
 }
 
-/* This process's checkpoint of a run ("zero1" or "replicated"). */
+/* This process's checkpoint of a run ("zero1" or "replicated"), named by its process id too:
+ * the tests of this program run side by side under ctest -j in one folder. */
 static void ckpt_path(char *out, size_t size, const char *mode) {
-    snprintf(out, size, "mpi_gpt2.%d.%s.ckpt", mw_distributed_rank(), mode);
+    snprintf(out, size, "mpi_gpt2.%ld.%d.%s.ckpt", (long)getpid(), mw_distributed_rank(), mode);
 }
 
 /* The two checkpoints hold the same bytes (both modes write whole moments). */
