@@ -75,7 +75,7 @@ struct mw__cuda_api {
     mw_status (*gpu_identity)(int ordinal, char *out); /* out: MW__GPU_ID_SIZE bytes */
 };
 
-/* libmeshwit-mpi.so: the MPI world (parallel/mpi/dist.c) and the reducer between processes. */
+/* libmeshwit-mpi.so: the MPI world (collectives/mpi/dist.c) and the reducer between processes. */
 struct mw__dist_api {
     mw_status (*init)(int *argc, char ***argv);
     void (*finalize)(void);

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
+#include "collectives/reducer_select.h"
+#include "collectives/wait.h"
 #include "core/alloc.h"
 #include "core/autocast.h"
 #include "core/autodiff.h"
@@ -16,11 +19,8 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/optimizer.h"
-#include "parallel/reducer.h"
-#include "parallel/reducer_select.h"
 #include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
-#include "parallel/wait.h"
 
 /* Whether device d of the mesh is one of this process's. */
 static int local(const mw_trainer *tr, int d) {

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "devices/cpu/cpu.h"
 #include "devices/module.h"
-#include "parallel/reducer.h"
 
 static mw_status cpu_parse(const char *spec, const char *rest, mw__spec_devices *out) {
     long n = 1;

@@ -4,12 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "devices/cuda/cuda.h"
 #include "devices/module/imports.h"
-#include "parallel/reducer_select.h"
 
 static mw_status cuda_parse(const char *spec, const char *rest, mw__spec_devices *out) {
     if (*rest != ':' || !rest[1])

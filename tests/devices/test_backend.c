@@ -7,10 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "meshwit.h"
-#include "parallel/reducer.h"
 
 static mw__device_vtable slow_vt;
 static int threads_set;

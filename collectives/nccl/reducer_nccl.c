@@ -19,7 +19,7 @@
  *
  * Reduce-scatter all-reduces the whole buffer (the part then holds the all-reduce's bits, which
  * ncclReduceScatter would not promise); all-gather broadcasts each part from its owner, and
- * broadcast is ncclBroadcast, both queued like the all-reduce (parallel/nccl/collectives.c).
+ * broadcast is ncclBroadcast, both queued like the all-reduce (collectives/nccl/collectives.c).
  *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
@@ -42,12 +42,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/nccl/collectives.h"
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
 #include "meshwit/mesh.h"
-#include "parallel/nccl/collectives.h"
-#include "parallel/reducer_select.h"
 
 enum { WHY_ABORT = 1, WHY_TIMEOUT = 2, WHY_FAILED = 3 };
 

@@ -2,14 +2,14 @@
  * them up. The process holding rank 0 calls ncclGetUniqueId and broadcasts the id over MPI; every
  * process then creates one NCCL communicator per local device with ncclCommInitRankConfig (its
  * rank in the group), in one NCCL group call. Collectives run as in the in-process NCCL reducer
- * (parallel/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
+ * (collectives/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
  * communication stream of the device's own that waits (an event) for the kernels queued so far
  * on its compute stream, so a gradient bucket is summed while backward goes on
  * (allreduce_start); allreduce_finish polls the communication stream until every sum started
  * ran (abort and timeout honoured; a short spin, then naps) and orders the compute stream after
  * them.
  *
- * Barriers and the id broadcast use a hierarchical host communicator (parallel/mpi/
+ * Barriers and the id broadcast use a hierarchical host communicator (collectives/mpi/
  * reducer_mpi.c), made alongside. Summation order is NCCL's (ring or tree): the same bits on
  * every rank and run for fixed GPUs, sizes and NCCL settings, equal to the rank-order sum to float
  * rounding. After an abort with an operation in flight the communicators cannot be re-created
@@ -19,7 +19,7 @@
  * drain and the trainer can be read and freed instead of hanging in a stream wait.
  *
  * Reduce-scatter, all-gather and broadcast are queued and awaited like the all-reduce, with the
- * in-process reducer's design (parallel/nccl/collectives.c): a reduce-scatter all-reduces the
+ * in-process reducer's design (collectives/nccl/collectives.c): a reduce-scatter all-reduces the
  * whole buffer, so its part holds the all-reduce's bits.
  *
  * NCCL needs one GPU per rank. Before creating communicators every process tells the others the
@@ -37,14 +37,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/mpi/mpi_impl.h"
+#include "collectives/nccl/collectives.h"
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
 #include "meshwit/distributed.h"
 #include "meshwit/mesh.h"
-#include "parallel/mpi/mpi_impl.h"
-#include "parallel/nccl/collectives.h"
-#include "parallel/reducer_select.h"
 
 #define INIT_TIMEOUT_MIN_MS 120000
 

@@ -1,5 +1,5 @@
 /* Choosing a reducer: the backend of the mesh's devices decides (devices/backend.h). */
-#include "parallel/reducer_select.h"
+#include "collectives/reducer_select.h"
 
 #include "devices/backend.h"
 

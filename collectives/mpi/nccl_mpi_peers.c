@@ -1,5 +1,5 @@
-/* Inside libmeshwit-nccl-mpi.so only: what NCCL over MPI (parallel/mpi/nccl_mpi.c) takes from the
- * other modules, through the core: the MPI lock and the reducer between processes of
+/* Inside libmeshwit-nccl-mpi.so only: what NCCL over MPI (collectives/mpi/nccl_mpi.c) takes from
+ * the other modules, through the core: the MPI lock and the reducer between processes of
  * libmeshwit-mpi.so (one lock and one MPI world for the whole process), and the CUDA backend's
  * vtable, streams and GPU identities of libmeshwit-cuda.so (the very vtable its devices carry).
  * nccl_mpi.c is compiled with mw__reducer_mpi_hier defined as (*mw__mpi_hier()) and
@@ -7,10 +7,10 @@
  * on a mesh of CUDA devices spanning processes: both modules are loaded then. */
 #include <stdatomic.h>
 
+#include "collectives/mpi/mpi_impl.h"
+#include "collectives/reducer.h"
 #include "devices/cuda/cuda.h"
 #include "devices/module/imports.h"
-#include "parallel/mpi/mpi_impl.h"
-#include "parallel/reducer.h"
 
 static const mw__dist_api *dist(void) {
     static const mw__dist_api *_Atomic d;

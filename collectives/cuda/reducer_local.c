@@ -37,11 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
 #include "meshwit/mesh.h"
-#include "parallel/reducer_select.h"
 
 #define RUN_FLOATS 32 /* 128 bytes */
 

@@ -2,7 +2,7 @@
 #ifndef MW__REDUCER_SELECT_H
 #define MW__REDUCER_SELECT_H
 
-#include "parallel/reducer.h"
+#include "collectives/reducer.h"
 
 /* NCCL among devices on distinct GPUs of this process (builds with MESHWIT_HAVE_NCCL only). */
 extern const mw__reducer_vtable mw__reducer_nccl;
