@@ -3,11 +3,11 @@
  * that a module never needs the core's symbols to be exported (a static executable exports none):
  *
  *   core -> module: the module's entry point, MW__MODULE_ENTRY, is given mw__core_api (errors,
- *   allocations with the core's fault injection, the other modules) and fills mw__module_info
- *   with what it provides: a backend to register, or its own table (mw__dist_api).
+ *   allocations with the core's fault injection, the other modules by mw__module_id) and fills
+ *   mw__module_info with what it provides: a backend to register, and its own table.
  *
  * A module is built from the same source as the core it is loaded into: the core refuses one
- * whose abi or version differ. Inside a module, devices/module_core.c defines the core's
+ * whose abi or version differ. Inside a module, devices/module/imports.c defines the core's
  * internal functions (mw__error, mw__malloc, ...) over mw__core_api, so the core's sources
  * compile into a module unchanged. */
 #ifndef MW__MODULE_ABI_H
@@ -20,7 +20,7 @@
 
 /* Raised whenever these tables or a kernel descriptor (devices/device.h) change layout: a module
  * of the same version built from other source is refused rather than misread. */
-#define MW__MODULE_ABI 5
+#define MW__MODULE_ABI 6
 #define MW__STR_(x) #x
 #define MW__STR(x) MW__STR_(x)
 /* "0.1.0", from meshwit.h's numbers. */
@@ -38,6 +38,14 @@ struct CUstream_st;
 typedef struct mw__dist_api mw__dist_api;
 typedef struct mw__cuda_api mw__cuda_api;
 
+/* The modules, and the table each one's entry point hands the core (mw__module_info::api). */
+typedef enum mw__module_id {
+    MW__MODULE_CUDA,     /* libmeshwit-cuda.so: mw__cuda_api */
+    MW__MODULE_MPI,      /* libmeshwit-mpi.so: mw__dist_api */
+    MW__MODULE_NCCL_MPI, /* libmeshwit-nccl-mpi.so: NCCL across processes, a mw__reducer_vtable */
+    MW__MODULE_COUNT
+} mw__module_id;
+
 typedef struct mw__core_api {
     int abi;
     const char *version; /* mw_version() */
@@ -48,13 +56,10 @@ typedef struct mw__core_api {
     void *(*realloc)(void *p, size_t size);
     void *(*aligned_alloc)(size_t align, size_t size);
     void (*free)(void *p);
-    /* The MPI module's table, loading it; NULL when it cannot be loaded. */
-    const mw__dist_api *(*dist)(void);
-    /* The CUDA module's table, loading it; NULL when it cannot be loaded. */
-    const mw__cuda_api *(*cuda)(void);
-    /* NCCL among GPUs of several processes (libmeshwit-nccl-mpi.so's reducer), loading it; NULL
-     * when it cannot be loaded (the reason is the last error). */
-    const struct mw__reducer_vtable *(*nccl_mpi)(void);
+    /* The table of module id (an mw__module_id; the type it names), loading the module; NULL
+     * when this build has none, when it cannot be loaded (the reason is the last error) or, for
+     * the MPI module, in a process no MPI launcher started (devices/module.h: mw__module_api). */
+    const void *(*module)(int id);
 } mw__core_api;
 
 typedef struct mw__module_info {

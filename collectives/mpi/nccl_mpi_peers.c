@@ -15,14 +15,14 @@
 static const mw__dist_api *dist(void) {
     static const mw__dist_api *_Atomic d;
     const mw__dist_api *p = atomic_load(&d);
-    if (!p) atomic_store(&d, p = mw__core->dist());
+    if (!p) atomic_store(&d, p = mw__core->module(MW__MODULE_MPI));
     return p;
 }
 
 static const mw__cuda_api *cuda(void) {
     static const mw__cuda_api *_Atomic c;
     const mw__cuda_api *p = atomic_load(&c);
-    if (!p) atomic_store(&c, p = mw__core->cuda());
+    if (!p) atomic_store(&c, p = mw__core->module(MW__MODULE_CUDA));
     return p;
 }
 

@@ -72,7 +72,7 @@ static const mw__reducer_vtable *cuda_reducer(int ndevices, const int *ordinals,
 #if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
         /* One GPU per rank across processes (NCCL refuses two ranks on a device): NCCL over MPI,
          * a module of its own, so that this one needs no MPI. */
-        return mw__core->nccl_mpi();
+        return mw__core->module(MW__MODULE_NCCL_MPI);
 #else
         return NULL;
 #endif
