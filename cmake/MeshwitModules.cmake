@@ -25,11 +25,11 @@ set(_mw_module_targets "")
 set(_mw_module_defs "")
 
 if(MESHWIT_WITH_CUDA)
-    # The backend's kernels, device and reducers, also linked straight into the GPU tests.
+    # The backend's kernels and device and the reducers of GPU memory (collectives/cuda,
+    # collectives/nccl), also linked straight into the GPU tests.
     file(GLOB _mw_cuda_sources CONFIGURE_DEPENDS "${_mw_src}/devices/cuda/*.cu"
          "${_mw_src}/devices/cuda/*.c")
-    list(REMOVE_ITEM _mw_cuda_sources "${_mw_src}/devices/cuda/cuda_backend.c"
-         "${_mw_src}/devices/cuda/cuda_module.c")
+    list(REMOVE_ITEM _mw_cuda_sources "${_mw_src}/devices/cuda/cuda_backend.c")
     list(APPEND _mw_cuda_sources "${_mw_src}/collectives/cuda/reducer_local.c")
     if(MESHWIT_WITH_NCCL)
         file(GLOB _mw_nccl_sources CONFIGURE_DEPENDS "${_mw_src}/collectives/nccl/*.c")
@@ -45,7 +45,7 @@ if(MESHWIT_WITH_CUDA)
 
     # core/nd.c: the kernels' launch wrappers simplify their index spaces as the core does.
     add_library(meshwit-cuda MODULE "${_mw_src}/devices/cuda/cuda_backend.c"
-                "${_mw_src}/devices/cuda/cuda_module.c" "${_mw_src}/core/nd.c"
+                "${_mw_src}/collectives/cuda/cuda_module.c" "${_mw_src}/core/nd.c"
                 ${_mw_module_common})
     meshwit_module_defaults(meshwit-cuda)
     target_link_libraries(meshwit-cuda PRIVATE meshwit_cuda_objects Threads::Threads m)
@@ -68,21 +68,21 @@ if(MESHWIT_WITH_MPI)
 endif()
 
 if(MESHWIT_WITH_NCCL AND MESHWIT_WITH_MPI)
-    # NCCL over MPI: needs both CUDA and MPI, so a module of its own, loaded by the CUDA backend
-    # for a mesh spanning processes; it takes the MPI lock, the reducer between processes and the
-    # CUDA vtable and streams from the other two modules, through the core
+    # NCCL over MPI: needs both CUDA and MPI, so a module of its own, loaded for a mesh of GPUs
+    # spanning processes (collectives/reducer_select.c); it takes the MPI lock, the reducer
+    # between processes and the CUDA backend's services from the other two modules, through the
+    # core
     # (collectives/mpi/nccl_mpi_peers.c).
     add_library(meshwit-nccl-mpi MODULE "${_mw_src}/collectives/mpi/nccl_mpi.c"
                 "${_mw_src}/collectives/mpi/nccl_mpi_module.c"
-                "${_mw_src}/collectives/mpi/nccl_mpi_peers.c"
-                "${_mw_src}/devices/cuda/cuda_host.c" "${_mw_src}/devices/module/imports.c")
+                "${_mw_src}/collectives/mpi/nccl_mpi_peers.c" "${_mw_src}/devices/module/imports.c")
     meshwit_module_defaults(meshwit-nccl-mpi)
     if(EXISTS "${_mw_src}/collectives/nccl/collectives.c")
         # The NCCL calls it shares with the reducer of one process.
         target_sources(meshwit-nccl-mpi PRIVATE "${_mw_src}/collectives/nccl/collectives.c")
     endif()
     set_source_files_properties("${_mw_src}/collectives/mpi/nccl_mpi.c" PROPERTIES
-        COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_device=(*mw__cuda_vtable())")
+        COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_services=(*mw__cuda_peer())")
     target_include_directories(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_INCLUDE_DIR}")
     target_link_libraries(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_LIBRARY}" CUDA::cudart
                           MPI::MPI_C Threads::Threads)

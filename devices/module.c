@@ -1,7 +1,8 @@
 /* Loading the modules built beside libmeshwit: libmeshwit-cuda.so (the CUDA backend, NCCL),
  * libmeshwit-mpi.so (processes through MPI) and libmeshwit-nccl-mpi.so (NCCL among the GPUs of
- * several processes, asked for by the CUDA backend). Each is loaded at most once, the first time it
- * is needed, and stays loaded; a failure is remembered and reported again with the same message.
+ * several processes, asked for by the choice of reducer, collectives/reducer_select.c). Each is
+ * loaded at most once, the first time it is needed, and stays loaded; a failure is remembered and
+ * reported again with the same message.
  *
  * Where a module is looked for, in order: the directories of MESHWIT_MODULE_PATH (':'-separated,
  * an override), the directory of the binary that holds libmeshwit (a shared libmeshwit's own

@@ -544,7 +544,7 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     tr->params_from = params_from;
     tr->reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
-    tr->all_reducer = mw__cpu_backend.reducer(1, NULL, mesh->nprocs); /* host-memory barriers */
+    tr->all_reducer = mw__reducer_host(mesh->nprocs); /* host-memory barriers */
     if (!tr->reducer) {
         mw__free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);
