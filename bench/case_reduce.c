@@ -27,6 +27,7 @@
 #include "bench/bench.h"
 #include "collectives/reducer.h"
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 
 #define MAX_P 64

@@ -10,6 +10,7 @@
 #include "collectives/reducer_select.h"
 #include "core/plan.h"
 #include "devices/backend.h"
+#include "devices/cpu/cpu.h"
 #include "meshwit.h"
 
 static mw__device_vtable slow_vt;

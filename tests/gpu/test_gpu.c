@@ -21,6 +21,7 @@
 
 #include "collectives/reducer_select.h"
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 
 #ifndef MESHWIT_HAVE_CUDA
