@@ -25,9 +25,9 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "collectives/reducer.h"
 #include "core/error.h"
 #include "meshwit.h"
-#include "parallel/reducer.h"
 
 #ifndef MESHWIT_HAVE_MPI
 int mwb_case_mpi(mwb_ctx *ctx) {

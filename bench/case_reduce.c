@@ -25,9 +25,10 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "collectives/reducer.h"
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
-#include "parallel/reducer.h"
 
 #define MAX_P 64
 #define MAX_SIZES 16

@@ -15,6 +15,7 @@
 #include "../examples/common/gpt2_data.h"
 #include "bench.h"
 #include "core/plan.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 
 #define DATA_BYTES (1 << 18)

@@ -9,8 +9,9 @@
 set(_mw_src "${PROJECT_SOURCE_DIR}")
 # What every module compiles besides its own sources: the core's functions over the table, and
 # its own copy of the shared-memory reducer (CUDA and MPI reducers run it among local ranks).
-set(_mw_module_common "${_mw_src}/devices/module/imports.c" "${_mw_src}/parallel/reducer_shm.c"
-                      "${_mw_src}/parallel/wait.c" "${_mw_src}/parallel/fiber.c")
+set(_mw_module_common "${_mw_src}/devices/module/imports.c"
+                      "${_mw_src}/collectives/reducer_shm.c" "${_mw_src}/collectives/wait.c"
+                      "${_mw_src}/collectives/fiber.c")
 
 # meshwit_module_defaults(<target>): meshwit's flags, and only the entry point visible.
 function(meshwit_module_defaults target)
@@ -24,13 +25,14 @@ set(_mw_module_targets "")
 set(_mw_module_defs "")
 
 if(MESHWIT_WITH_CUDA)
-    # The backend's kernels, device and reducers, also linked straight into the GPU tests.
+    # The backend's kernels and device and the reducers of GPU memory (collectives/cuda,
+    # collectives/nccl), also linked straight into the GPU tests.
     file(GLOB _mw_cuda_sources CONFIGURE_DEPENDS "${_mw_src}/devices/cuda/*.cu"
          "${_mw_src}/devices/cuda/*.c")
-    list(REMOVE_ITEM _mw_cuda_sources "${_mw_src}/devices/cuda/cuda_backend.c"
-         "${_mw_src}/devices/cuda/cuda_module.c")
+    list(REMOVE_ITEM _mw_cuda_sources "${_mw_src}/devices/cuda/cuda_backend.c")
+    list(APPEND _mw_cuda_sources "${_mw_src}/collectives/cuda/reducer_local.c")
     if(MESHWIT_WITH_NCCL)
-        file(GLOB _mw_nccl_sources CONFIGURE_DEPENDS "${_mw_src}/parallel/nccl/*.c")
+        file(GLOB _mw_nccl_sources CONFIGURE_DEPENDS "${_mw_src}/collectives/nccl/*.c")
         list(APPEND _mw_cuda_sources ${_mw_nccl_sources})
     endif()
     add_library(meshwit_cuda_objects OBJECT ${_mw_cuda_sources})
@@ -43,7 +45,7 @@ if(MESHWIT_WITH_CUDA)
 
     # core/nd.c: the kernels' launch wrappers simplify their index spaces as the core does.
     add_library(meshwit-cuda MODULE "${_mw_src}/devices/cuda/cuda_backend.c"
-                "${_mw_src}/devices/cuda/cuda_module.c" "${_mw_src}/core/nd.c"
+                "${_mw_src}/collectives/cuda/cuda_module.c" "${_mw_src}/core/nd.c"
                 ${_mw_module_common})
     meshwit_module_defaults(meshwit-cuda)
     target_link_libraries(meshwit-cuda PRIVATE meshwit_cuda_objects Threads::Threads m)
@@ -52,33 +54,35 @@ if(MESHWIT_WITH_CUDA)
 endif()
 
 if(MESHWIT_WITH_MPI)
-    add_library(meshwit-mpi MODULE "${_mw_src}/parallel/mpi/dist.c"
-                "${_mw_src}/parallel/mpi/exchange.c" "${_mw_src}/parallel/mpi/reducer_mpi.c"
-                "${_mw_src}/parallel/mpi/mpi_module.c" ${_mw_module_common})
+    add_library(meshwit-mpi MODULE "${_mw_src}/collectives/mpi/dist.c"
+                "${_mw_src}/collectives/mpi/exchange.c"
+                "${_mw_src}/collectives/mpi/reducer_mpi.c"
+                "${_mw_src}/collectives/mpi/mpi_module.c" ${_mw_module_common})
     meshwit_module_defaults(meshwit-mpi)
     target_link_libraries(meshwit-mpi PRIVATE MPI::MPI_C Threads::Threads m)
     # Its sums run while processes wait on each other: vectorised like the CPU kernels.
-    set_source_files_properties("${_mw_src}/parallel/mpi/exchange.c" PROPERTIES COMPILE_OPTIONS
+    set_source_files_properties("${_mw_src}/collectives/mpi/exchange.c" PROPERTIES COMPILE_OPTIONS
                                 "-O3")
     list(APPEND _mw_module_targets meshwit-mpi)
     list(APPEND _mw_module_defs MESHWIT_MPI_MODULE=1)
 endif()
 
 if(MESHWIT_WITH_NCCL AND MESHWIT_WITH_MPI)
-    # NCCL over MPI: needs both CUDA and MPI, so a module of its own, loaded by the CUDA backend
-    # for a mesh spanning processes; it takes the MPI lock, the reducer between processes and the
-    # CUDA vtable and streams from the other two modules, through the core
-    # (devices/module/peers.c).
-    add_library(meshwit-nccl-mpi MODULE "${_mw_src}/parallel/mpi/nccl_mpi.c"
-                "${_mw_src}/parallel/mpi/nccl_mpi_module.c" "${_mw_src}/devices/module/peers.c"
-                "${_mw_src}/devices/cuda/cuda_host.c" "${_mw_src}/devices/module/imports.c")
+    # NCCL over MPI: needs both CUDA and MPI, so a module of its own, loaded for a mesh of GPUs
+    # spanning processes (collectives/reducer_select.c); it takes the MPI lock, the reducer
+    # between processes and the CUDA backend's services from the other two modules, through the
+    # core
+    # (collectives/mpi/nccl_mpi_peers.c).
+    add_library(meshwit-nccl-mpi MODULE "${_mw_src}/collectives/mpi/nccl_mpi.c"
+                "${_mw_src}/collectives/mpi/nccl_mpi_module.c"
+                "${_mw_src}/collectives/mpi/nccl_mpi_peers.c" "${_mw_src}/devices/module/imports.c")
     meshwit_module_defaults(meshwit-nccl-mpi)
-    if(EXISTS "${_mw_src}/parallel/nccl/collectives.c")
+    if(EXISTS "${_mw_src}/collectives/nccl/collectives.c")
         # The NCCL calls it shares with the reducer of one process.
-        target_sources(meshwit-nccl-mpi PRIVATE "${_mw_src}/parallel/nccl/collectives.c")
+        target_sources(meshwit-nccl-mpi PRIVATE "${_mw_src}/collectives/nccl/collectives.c")
     endif()
-    set_source_files_properties("${_mw_src}/parallel/mpi/nccl_mpi.c" PROPERTIES
-        COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_device=(*mw__cuda_vtable())")
+    set_source_files_properties("${_mw_src}/collectives/mpi/nccl_mpi.c" PROPERTIES
+        COMPILE_DEFINITIONS "mw__reducer_mpi_hier=(*mw__mpi_hier());mw__cuda_services=(*mw__cuda_peer())")
     target_include_directories(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_INCLUDE_DIR}")
     target_link_libraries(meshwit-nccl-mpi PRIVATE "${MESHWIT_NCCL_LIBRARY}" CUDA::cudart
                           MPI::MPI_C Threads::Threads)

@@ -27,8 +27,9 @@ static const mw__backend *find(const char *name, size_t len) {
 }
 
 mw_status mw__backend_register(const mw__backend *b) {
-    if (!b || !b->name || !b->vt || !b->parse || !b->reducer)
-        return mw__error(MW_ERR_INVALID, "a backend needs a name, a vtable, parse and reducer");
+    if (!b || !b->name || !b->vt || !b->parse || b->reducers == MW__REDUCERS_NONE)
+        return mw__error(MW_ERR_INVALID,
+                         "a backend needs a name, a vtable, parse and a family of reducers");
     mw_status st = MW_OK;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < ntable && !st; i++)

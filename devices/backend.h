@@ -1,9 +1,11 @@
 /* Internal: the backend registry. A backend says everything the rest of meshwit needs to know
  * about one kind of device: the device-spec prefix it answers to and how to parse the rest, the
- * device vtable, which ops it implements, the reducer for a group of its devices (in one process
- * or across processes) and its process-wide hooks. Core and parallel code ask the registry and
- * never name a backend; a backend built as a separate module (CUDA) registers itself when the
- * module is loaded (devices/module.h), the first time a spec names it.
+ * device vtable, which ops it implements, the family of reducers that moves data among its
+ * devices and its process-wide hooks. Core and parallel code ask the registry and never name a
+ * backend; a backend built as a separate module (CUDA) registers itself when the module is
+ * loaded (devices/module.h), the first time a spec names it. A backend names its reducers' family
+ * only: the collectives floor above the devices (collectives/reducer_select.h) picks the reducer
+ * of that family for a group of devices.
  *
  * Thread-safety: lookups and registration may be called from any thread (a mutex guards the
  * table); an entry, once registered, is never removed or changed. */
@@ -18,7 +20,6 @@
 #include "devices/device.h"
 #include "meshwit/mesh.h"
 
-struct mw__reducer_vtable;
 struct mw__plan;
 struct mw_graph;
 
@@ -29,6 +30,18 @@ typedef struct mw__spec_devices {
     int ordinal[MW_MAX_DEVICES];   /* the backend's own number (GPU id; CPU: index) */
 } mw__spec_devices;
 
+/* The reducers that can move a backend's buffers (collectives/reducer_select.c chooses among
+ * them). */
+typedef enum mw__reducer_family {
+    MW__REDUCERS_NONE, /* not set: the registry refuses the backend */
+    /* Buffers in the host's memory: shared memory among the devices of a process, hierarchical
+     * over MPI across processes (libmeshwit-mpi.so). */
+    MW__REDUCERS_HOST,
+    /* CUDA device memory (libmeshwit-cuda.so): cuda-local among devices of one GPU, NCCL among
+     * distinct GPUs, NCCL over MPI across processes (libmeshwit-nccl-mpi.so). */
+    MW__REDUCERS_CUDA
+} mw__reducer_family;
+
 typedef struct mw__backend {
     const char *name; /* the spec prefix and the device kind: "cpu", "cuda" */
     const mw__device_vtable *vt;
@@ -38,9 +51,7 @@ typedef struct mw__backend {
     /* Whether the backend runs plan instruction op (an mw__ins_kind) on dtype. NULL: an op is
      * supported when its vtable slot is set, on f32. */
     int (*supports)(int op, mw_dtype dtype);
-    /* The reducer for ndevices devices of this backend with backend numbers ordinals, spread
-     * over nprocs processes (1: all in this one); NULL when none fits. The result is static. */
-    const struct mw__reducer_vtable *(*reducer)(int ndevices, const int *ordinals, int nprocs);
+    mw__reducer_family reducers; /* what moves data among a group of its devices */
     /* Process hook, optional: sets the process-wide thread count of the backend's math library
      * (n > 0; BLAS) and returns the previous one; the trainer sets it while it lives. */
     int (*set_threads)(int n);

@@ -530,9 +530,6 @@ struct mw__device {
     void *impl;    /* backend state */
 };
 
-/* The CPU backend. */
-extern const mw__device_vtable mw__cpu_device;
-
 /* Merges adjacent dims that are contiguous for every operand (nops operands) and drops size-1
  * dims, so kernels walk as few, as long rows as possible. A rank-0 nd means a single element. */
 void mw__nd_simplify(mw__nd *nd, int nops);

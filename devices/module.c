@@ -1,7 +1,8 @@
 /* Loading the modules built beside libmeshwit: libmeshwit-cuda.so (the CUDA backend, NCCL),
  * libmeshwit-mpi.so (processes through MPI) and libmeshwit-nccl-mpi.so (NCCL among the GPUs of
- * several processes, asked for by the CUDA backend). Each is loaded at most once, the first time it
- * is needed, and stays loaded; a failure is remembered and reported again with the same message.
+ * several processes, asked for by the choice of reducer, collectives/reducer_select.c). Each is
+ * loaded at most once, the first time it is needed, and stays loaded; a failure is remembered and
+ * reported again with the same message.
  *
  * Where a module is looked for, in order: the directories of MESHWIT_MODULE_PATH (':'-separated,
  * an override), the directory of the binary that holds libmeshwit (a shared libmeshwit's own
@@ -28,6 +29,9 @@
 typedef struct module {
     const char *file; /* "libmeshwit-cuda.so" */
     int built;        /* this build of meshwit makes it */
+    /* Optional: whether the process needs the module; asked only before it was first tried
+     * (NULL: whenever it is asked for). */
+    int (*wanted)(void);
     int tried;
     mw_status status;
     char error[MW__MSG_SIZE];
@@ -45,21 +49,21 @@ typedef struct module {
 #define MESHWIT_NCCL_MPI_MODULE 0
 #endif
 
-static module cuda_module = {.file = "libmeshwit-cuda.so", .built = MESHWIT_CUDA_MODULE};
-static module mpi_module = {.file = "libmeshwit-mpi.so", .built = MESHWIT_MPI_MODULE};
-static module nccl_mpi_module = {.file = "libmeshwit-nccl-mpi.so",
-                                 .built = MESHWIT_NCCL_MPI_MODULE};
+/* One process needs no MPI: the MPI module is loaded only under a launcher. */
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
+static module modules[MW__MODULE_COUNT] = {
+    [MW__MODULE_CUDA] = {.file = "libmeshwit-cuda.so", .built = MESHWIT_CUDA_MODULE},
+    [MW__MODULE_MPI] = {.file = "libmeshwit-mpi.so",
+                        .built = MESHWIT_MPI_MODULE,
+                        .wanted = launched_by_mpi},
+    [MW__MODULE_NCCL_MPI] = {.file = "libmeshwit-nccl-mpi.so", .built = MESHWIT_NCCL_MPI_MODULE},
+};
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
-static const void *module_api(module *m, mw_status *status);
-
-static const mw__cuda_api *cuda_api(void) {
-    return cuda_module.built ? module_api(&cuda_module, NULL) : NULL;
-}
-
-static const struct mw__reducer_vtable *nccl_mpi_reducer(void) {
-    return nccl_mpi_module.built ? module_api(&nccl_mpi_module, NULL) : NULL;
-}
+static const void *core_module(int id) { return mw__module_api((mw__module_id)id); }
 
 static const mw__core_api core_api = {
     .abi = MW__MODULE_ABI,
@@ -71,9 +75,7 @@ static const mw__core_api core_api = {
     .realloc = mw__realloc,
     .aligned_alloc = mw__aligned_alloc,
     .free = mw__free,
-    .dist = mw__dist,
-    .cuda = cuda_api,
-    .nccl_mpi = nccl_mpi_reducer,
+    .module = core_module,
 };
 
 /* Appends dir/file to the list of places looked at; tries it when it exists. 1: found (loaded
@@ -178,33 +180,37 @@ static const void *module_api(module *m, mw_status *status) {
 
 mw_status mw__module_for_backend(const char *name) {
     if (strcmp(name, "cuda") != 0) return MW_ERR_NOT_FOUND;
-    if (!cuda_module.built)
+    module *m = &modules[MW__MODULE_CUDA];
+    if (!m->built)
         return mw__error(MW_ERR_DEVICE, "this build of meshwit has no CUDA backend (configure with "
                                         "-DMESHWIT_CUDA=ON on a machine with the CUDA toolkit)");
     mw_status st;
-    module_api(&cuda_module, &st);
+    module_api(m, &st);
     return st;
 }
 
-static int launched_by_mpi(void) {
-    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+const void *mw__module_api(mw__module_id id) {
+    if ((unsigned)id >= MW__MODULE_COUNT) return NULL;
+    module *m = &modules[id];
+    if (!m->built) return NULL;
+    if (m->wanted) {
+        pthread_mutex_lock(&mu);
+        int tried = m->tried;
+        pthread_mutex_unlock(&mu);
+        if (!tried && !m->wanted()) return NULL;
+    }
+    return module_api(m, NULL);
 }
 
-const mw__dist_api *mw__dist(void) {
-    if (!mpi_module.built) return NULL;
-    pthread_mutex_lock(&mu);
-    int tried = mpi_module.tried;
-    pthread_mutex_unlock(&mu);
-    if (!tried && !launched_by_mpi()) return NULL; /* one process: no need for MPI */
-    return module_api(&mpi_module, NULL);
-}
+const mw__dist_api *mw__dist(void) { return mw__module_api(MW__MODULE_MPI); }
 
-int mw__dist_built(void) { return mpi_module.built; }
+int mw__dist_built(void) { return modules[MW__MODULE_MPI].built; }
 
 mw_status mw__dist_failure(void) {
+    module *m = &modules[MW__MODULE_MPI];
     mw_status st;
     pthread_mutex_lock(&mu);
-    st = mpi_module.status;
+    st = m->status;
     pthread_mutex_unlock(&mu);
-    return st ? mw__error_copy(st, mpi_module.error) : MW_OK;
+    return st ? mw__error_copy(st, m->error) : MW_OK;
 }

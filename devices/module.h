@@ -13,9 +13,17 @@
  * found or does not match this libmeshwit. */
 mw_status mw__module_for_backend(const char *name);
 
-/* The MPI module's table: loaded the first time it is asked for in a process started by an MPI
- * launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set); NULL otherwise, and when this
- * build has no MPI module or it cannot be loaded (the reason is then the last error). */
+/* The table of module id (the type mw__module_id names), loading the module the first time it
+ * is asked for; NULL when this build does not make it, when it cannot be loaded (the reason is
+ * then the last error) and, for the MPI module, in a process no MPI launcher started
+ * (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK unset) that has not loaded it yet. The table lives
+ * as long as the process. */
+const void *mw__module_api(mw__module_id id);
+
+/* The MPI module's table (mw__module_api(MW__MODULE_MPI)): loaded the first time it is asked for in
+ * a process started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set); NULL
+ * otherwise, and when this build has no MPI module or it cannot be loaded (the reason is then the
+ * last error). */
 const mw__dist_api *mw__dist(void);
 
 /* Whether this build of meshwit makes the MPI module. */

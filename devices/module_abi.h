@@ -3,11 +3,11 @@
  * that a module never needs the core's symbols to be exported (a static executable exports none):
  *
  *   core -> module: the module's entry point, MW__MODULE_ENTRY, is given mw__core_api (errors,
- *   allocations with the core's fault injection, the other modules) and fills mw__module_info
- *   with what it provides: a backend to register, or its own table (mw__dist_api).
+ *   allocations with the core's fault injection, the other modules by mw__module_id) and fills
+ *   mw__module_info with what it provides: a backend to register, and its own table.
  *
  * A module is built from the same source as the core it is loaded into: the core refuses one
- * whose abi or version differ. Inside a module, devices/module_core.c defines the core's
+ * whose abi or version differ. Inside a module, devices/module/imports.c defines the core's
  * internal functions (mw__error, mw__malloc, ...) over mw__core_api, so the core's sources
  * compile into a module unchanged. */
 #ifndef MW__MODULE_ABI_H
@@ -23,7 +23,7 @@
  * refused rather than misread. Made of MW__MODULE_TABLES, raised by hand whenever the tables of
  * this file change, and of what follows from the instruction table by itself: the kernels'
  * layout (MW__KERNEL_LAYOUT_OF) and the device vtable's size. */
-#define MW__MODULE_TABLES 6
+#define MW__MODULE_TABLES 7
 #define MW__MODULE_ABI_OF(TABLE)                                                                   \
     ((int)((MW__MODULE_TABLES * 1000003u +                                                         \
             (MW__KERNEL_LAYOUT_OF(TABLE) ^ (unsigned)sizeof(mw__device_vtable))) &                 \
@@ -46,6 +46,14 @@ struct CUstream_st;
 typedef struct mw__dist_api mw__dist_api;
 typedef struct mw__cuda_api mw__cuda_api;
 
+/* The modules, and the table each one's entry point hands the core (mw__module_info::api). */
+typedef enum mw__module_id {
+    MW__MODULE_CUDA,     /* libmeshwit-cuda.so: mw__cuda_module_api */
+    MW__MODULE_MPI,      /* libmeshwit-mpi.so: mw__dist_api */
+    MW__MODULE_NCCL_MPI, /* libmeshwit-nccl-mpi.so: NCCL across processes, a mw__reducer_vtable */
+    MW__MODULE_COUNT
+} mw__module_id;
+
 typedef struct mw__core_api {
     int abi;
     const char *version; /* mw_version() */
@@ -56,19 +64,16 @@ typedef struct mw__core_api {
     void *(*realloc)(void *p, size_t size);
     void *(*aligned_alloc)(size_t align, size_t size);
     void (*free)(void *p);
-    /* The MPI module's table, loading it; NULL when it cannot be loaded. */
-    const mw__dist_api *(*dist)(void);
-    /* The CUDA module's table, loading it; NULL when it cannot be loaded. */
-    const mw__cuda_api *(*cuda)(void);
-    /* NCCL among GPUs of several processes (libmeshwit-nccl-mpi.so's reducer), loading it; NULL
-     * when it cannot be loaded (the reason is the last error). */
-    const struct mw__reducer_vtable *(*nccl_mpi)(void);
+    /* The table of module id (an mw__module_id; the type it names), loading the module; NULL
+     * when this build has none, when it cannot be loaded (the reason is the last error) or, for
+     * the MPI module, in a process no MPI launcher started (devices/module.h: mw__module_api). */
+    const void *(*module)(int id);
 } mw__core_api;
 
 typedef struct mw__module_info {
     int abi;
     const char *version; /* the meshwit version the module was built from */
-    const void *api; /* the module's own table (mw__dist_api, mw__cuda_api, the reducer), or NULL */
+    const void *api;     /* the module's own table (the type its mw__module_id names), or NULL */
     const struct mw__backend *backend; /* the backend it provides, or NULL; the core registers
                                           it once it accepted the module */
 } mw__module_info;
@@ -76,14 +81,41 @@ typedef struct mw__module_info {
 /* Every module's entry point: checks core->abi and version, keeps core, fills *out. */
 typedef mw_status (*mw__module_entry_fn)(const mw__core_api *core, mw__module_info *out);
 
-/* libmeshwit-cuda.so: what NCCL over MPI (libmeshwit-nccl-mpi.so) takes from the CUDA backend. */
+/* A GPU's identity across processes and hosts: "host PCI-bus-id GPU-UUID". */
+#define MW__GPU_ID_SIZE 160
+
+/* What the reducers of GPU memory (collectives/cuda, collectives/nccl, collectives/mpi/nccl_mpi.c)
+ * take from the CUDA backend, so that no floor above the devices includes its headers
+ * (devices/cuda/cuda.h documents each function). */
 struct mw__cuda_api {
-    const struct mw__device_vtable *device; /* mw__cuda_device */
+    const struct mw__device_vtable *device; /* mw__cuda_device: a device is a GPU when its vt is */
+    /* The device's compute stream (NULL before init). */
     struct CUstream_st *(*stream)(const struct mw__device *dev);
-    mw_status (*gpu_identity)(int ordinal, char *out); /* out: MW__GPU_ID_SIZE bytes */
+    mw_status (*gpu_identity)(int ordinal, char out[MW__GPU_ID_SIZE]);
+    /* Whether two of ids[0..n) name the same GPU: the first such pair into *first < *second. */
+    int (*find_shared_gpu)(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, int *second);
+    /* bufs[q][i] = bufs[0][i] + bufs[1][i] + ... for i in [lo, hi), on dev's stream, waiting;
+     * sum_slices_on queues it on stream (NULL: dev's own) without waiting. */
+    mw_status (*sum_slices)(struct mw__device *dev, float *const *bufs, int nbufs, size_t lo,
+                            size_t hi);
+    mw_status (*sum_slices_on)(struct mw__device *dev, struct CUstream_st *stream,
+                               float *const *bufs, int nbufs, size_t lo, size_t hi);
 };
 
-/* libmeshwit-mpi.so: the MPI world (parallel/mpi/dist.c) and the reducer between processes. */
+/* The CUDA backend's table (devices/cuda/cuda_vtable.c), inside libmeshwit-cuda.so and the
+ * programs that link the backend's objects; libmeshwit-nccl-mpi.so reaches the CUDA module's
+ * through the core instead (collectives/mpi/nccl_mpi_peers.c). */
+extern const mw__cuda_api mw__cuda_services;
+
+/* libmeshwit-cuda.so's table: the CUDA backend's services and the reducers among GPUs of one
+ * process (collectives/cuda/cuda_module.c). */
+typedef struct mw__cuda_module_api {
+    const mw__cuda_api *cuda;               /* mw__cuda_services */
+    const struct mw__reducer_vtable *local; /* devices that share one GPU */
+    const struct mw__reducer_vtable *nccl;  /* devices on distinct GPUs; NULL without NCCL */
+} mw__cuda_module_api;
+
+/* libmeshwit-mpi.so: the MPI world (collectives/mpi/dist.c) and the reducer between processes. */
 struct mw__dist_api {
     mw_status (*init)(int *argc, char ***argv);
     void (*finalize)(void);

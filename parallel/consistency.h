@@ -1,11 +1,12 @@
-/* Internal: trust between replicas and processes (parallel/consistency.c) and the collectives
- * with a deadline it uses between processes (parallel/mpi/dist.c). */
+/* Internal: trust between replicas and processes (parallel/consistency.c), over the collectives
+ * with a deadline between processes (collectives/dist.h). */
 #ifndef MW__CONSISTENCY_H
 #define MW__CONSISTENCY_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "collectives/dist.h"
 #include "meshwit/status.h"
 
 struct mw_trainer;
@@ -26,14 +27,5 @@ mw_status mw__trainer_stop_point(struct mw_trainer *tr);
 mw_status mw__trainer_after_step(struct mw_trainer *tr);
 /* Frees what this module added to the trainer. */
 void mw__trainer_consistency_free(struct mw_trainer *tr);
-
-/* Collectives with a deadline among the processes (parallel/distributed.c, over
- * parallel/mpi/dist.c); `what` names the check in messages. */
-mw_status mw__dist_allgather_u64(const uint64_t *mine, int n, uint64_t *out, int timeout_ms,
-                                 const char *what);
-mw_status mw__dist_allgatherv_bytes(const char *mine, const int *counts, char *out, int timeout_ms,
-                                    const char *what);
-mw_status mw__dist_bcast_bytes(void *buf, size_t n, int timeout_ms, const char *what);
-mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what);
 
 #endif

@@ -3,12 +3,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/reducer.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
 #include "parallel/data_errors.h"
-#include "parallel/reducer.h"
 #include "parallel/trainer_impl.h"
 
 int mw__group_index(const mw_trainer *tr, uint32_t mask) {

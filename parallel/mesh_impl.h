@@ -2,6 +2,7 @@
 #ifndef MW__MESH_IMPL_H
 #define MW__MESH_IMPL_H
 
+#include "collectives/dist.h"
 #include "devices/device.h"
 #include "meshwit/mesh.h"
 
@@ -28,12 +29,5 @@ struct mw_mesh {
 int mw__mesh_axis(const mw_mesh *m, const char *name);
 /* Coordinate of device d along mesh axis a (row-major: the last axis varies fastest). */
 int mw__mesh_coord(const mw_mesh *m, int d, int a);
-
-/* The MPI world, when the MPI module is loaded and MPI initialised (parallel/distributed.c);
- * otherwise a world of one process. */
-int mw__dist_size(void);
-int mw__dist_rank(void);
-/* All-gathers n ints from every process into out[proc * n + i] (collective over the world). */
-mw_status mw__dist_allgather_ints(const int *mine, int n, int *out);
 
 #endif

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
+#include "collectives/reducer_select.h"
+#include "collectives/wait.h"
 #include "core/alloc.h"
 #include "core/autocast.h"
 #include "core/autodiff.h"
@@ -16,11 +19,8 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/optimizer.h"
-#include "parallel/reducer.h"
-#include "parallel/reducer_select.h"
 #include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
-#include "parallel/wait.h"
 
 /* Whether device d of the mesh is one of this process's. */
 static int local(const mw_trainer *tr, int d) {
@@ -544,7 +544,7 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     tr->params_from = params_from;
     tr->reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
-    tr->all_reducer = mw__cpu_backend.reducer(1, NULL, mesh->nprocs); /* host-memory barriers */
+    tr->all_reducer = mw__reducer_host(mesh->nprocs); /* host-memory barriers */
     if (!tr->reducer) {
         mw__free(tr);
         return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);

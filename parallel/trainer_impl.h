@@ -9,13 +9,13 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "collectives/reducer.h"
+#include "collectives/wait.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
 #include "core/plan.h"
 #include "meshwit.h"
 #include "parallel/mesh_impl.h"
-#include "parallel/reducer.h"
-#include "parallel/wait.h"
 
 #define MAX_GROUPS 16
 

@@ -2,11 +2,11 @@
  * the parameters it owns. */
 #include <math.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
 #include "parallel/optimizer.h"
-#include "parallel/reducer.h"
 #include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 

@@ -15,15 +15,15 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "collectives/fiber.h"
+#include "collectives/reducer.h"
+#include "collectives/wait.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
-#include "parallel/fiber.h"
 #include "parallel/optimizer.h"
-#include "parallel/reducer.h"
 #include "parallel/trainer_impl.h"
-#include "parallel/wait.h"
 
 static mw_status worker_init(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;

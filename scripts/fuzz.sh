@@ -12,7 +12,7 @@ cc=clang
 flags=(-std=c11 -D_POSIX_C_SOURCE=200809L -g -O1 -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I include -I .
        -I examples/common)
-sources=(core/*.c parallel/*.c devices/*.c devices/cpu/*.c text/*.c examples/common/*.c)
+sources=(core/*.c collectives/*.c parallel/*.c devices/*.c devices/cpu/*.c text/*.c examples/common/*.c)
 blas=$(pkg-config --cflags --libs openblas)
 # shellcheck disable=SC2086
 "$cc" "${flags[@]/-fsanitize=fuzzer,/-fsanitize=}" fuzz/make_seeds.c "${sources[@]}" $blas -ldl \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   deps      install missing packages (scripts/deps.sh)
-#   format    clang-format --dry-run -Werror on every source file
+#   format    clang-format --dry-run -Werror on every source file, and the floors' include rules
+#             (scripts/check-layers.sh)
 #   build     Release build in build/ (tests, examples, bench)
 #   ctest     every test in build/ (gpu-labelled tests skip themselves without a GPU)
 #   asan      AddressSanitizer + UBSan build in build-asan/ (Debug, -O1, without CUDA: the
@@ -22,7 +23,7 @@ for arg in "$@"; do
     case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -70,7 +71,7 @@ skip() {
 
 source_files() {
     local dirs=() d
-    for d in core devices parallel include examples bench tests fuzz text; do
+    for d in core devices collectives parallel include examples bench tests fuzz text; do
         [ -d "$d" ] && dirs+=("$d")
     done
     [ "${#dirs[@]}" -gt 0 ] || return 0
@@ -93,6 +94,7 @@ do_format() {
         return 1
     fi
     echo "$n files formatted correctly"
+    bash scripts/check-layers.sh
 }
 
 do_build() {

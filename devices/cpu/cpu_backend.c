@@ -1,7 +1,7 @@
 /* The CPU backend's registry entry: "cpu" and "cpu:N" specs (N virtual devices, one thread each,
- * sharing the host's memory), the shared-memory reducer among them (hierarchical over MPI across
- * processes, from libmeshwit-mpi.so) and OpenBLAS's process-wide thread count as its process hook.
- */
+ * sharing the host's memory), the host-memory reducers among them (the shared-memory reducer,
+ * hierarchical over MPI across processes: collectives/reducer_select.c) and OpenBLAS's
+ * process-wide thread count as its process hook. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +10,6 @@
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "devices/cpu/cpu.h"
-#include "devices/module.h"
-#include "parallel/reducer.h"
 
 static mw_status cpu_parse(const char *spec, const char *rest, mw__spec_devices *out) {
     long n = 1;
@@ -36,19 +34,11 @@ static mw_status cpu_parse(const char *spec, const char *rest, mw__spec_devices 
     return MW_OK;
 }
 
-static const mw__reducer_vtable *cpu_reducer(int ndevices, const int *ordinals, int nprocs) {
-    (void)ordinals;
-    if (ndevices < 1) return NULL;
-    if (nprocs <= 1) return &mw__reducer_shm;
-    const mw__dist_api *d = mw__dist(); /* across processes: the MPI module's */
-    return d ? d->reducer_hier : NULL;
-}
-
 const mw__backend mw__cpu_backend = {
     .name = "cpu",
     .vt = &mw__cpu_device,
     .parse = cpu_parse,
     .supports = mw__supports_bf16_kernels,
-    .reducer = cpu_reducer,
+    .reducers = MW__REDUCERS_HOST,
     .set_threads = mw__cpu_set_blas_threads,
 };

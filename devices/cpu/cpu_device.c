@@ -11,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/cpu/cpu_gemm.h"
 #include "devices/cpu/cpu_nn.h"
 #include "devices/cpu/cpu_ops_extra.h"

@@ -1,5 +1,6 @@
-/* Internal: the CUDA backend's services for other modules (the reducers, tests). Includes no CUDA
- * header, so plain C code compiled without the toolkit's include path can use it; only code
+/* Internal: the CUDA backend's functions, for its own files and the tests; the floors above the
+ * devices reach what they need of them through mw__cuda_api (devices/module_abi.h). Includes no
+ * CUDA header, so plain C code compiled without the toolkit's include path can use it; only code
  * built with MESHWIT_HAVE_CUDA may reference these symbols. */
 #ifndef MW__CUDA_H
 #define MW__CUDA_H
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "devices/device.h"
+#include "devices/module_abi.h" /* MW__GPU_ID_SIZE */
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,9 +56,6 @@ mw_status mw__cuda_data_errors(const char *dev, const mw__cuda_data_error *embed
 /* MW_OK when pos is not set; else MW_ERR_INVALID naming device dev, the row and the position a
  * state write or cached attention was given outside [0, limit). */
 mw_status mw__cuda_position_error(const char *dev, const mw__cuda_data_error *pos);
-
-/* A GPU's identity across processes and hosts: "host PCI-bus-id GPU-UUID". */
-#define MW__GPU_ID_SIZE 160
 
 /* Writes the identity of GPU ordinal into out. Errors: a CUDA failure as MW_ERR_DEVICE. */
 mw_status mw__cuda_gpu_identity(int ordinal, char out[MW__GPU_ID_SIZE]);

@@ -1,6 +1,6 @@
 /* The CUDA backend's registry entry: "cuda:I[,J...]", "cuda:all" and "cuda:IxN" specs, and the
- * reducer for a group of GPUs: the local one when every device shares one GPU, NCCL when all are
- * on distinct GPUs, NCCL over MPI across processes (libmeshwit-nccl-mpi.so). */
+ * family of its reducers (collectives/reducer_select.c chooses the local one when every device
+ * shares one GPU, NCCL when all are on distinct GPUs, NCCL over MPI across processes). */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,8 +8,6 @@
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "devices/cuda/cuda.h"
-#include "devices/module/imports.h"
-#include "parallel/reducer_select.h"
 
 static mw_status cuda_parse(const char *spec, const char *rest, mw__spec_devices *out) {
     if (*rest != ':' || !rest[1])
@@ -66,36 +64,11 @@ static mw_status cuda_parse(const char *spec, const char *rest, mw__spec_devices
     return MW_OK;
 }
 
-static const mw__reducer_vtable *cuda_reducer(int ndevices, const int *ordinals, int nprocs) {
-    if (ndevices < 1 || !ordinals) return NULL;
-    if (nprocs > 1) {
-#if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
-        /* One GPU per rank across processes (NCCL refuses two ranks on a device): NCCL over MPI,
-         * a module of its own, so that this one needs no MPI. */
-        return mw__core->nccl_mpi();
-#else
-        return NULL;
-#endif
-    }
-    int same = 1, distinct = 1;
-    for (int i = 1; i < ndevices; i++) {
-        if (ordinals[i] != ordinals[0]) same = 0;
-        for (int j = 0; j < i; j++)
-            if (ordinals[i] == ordinals[j]) distinct = 0;
-    }
-    if (same) return &mw__reducer_cuda_local; /* also a single device: no collective runs */
-#ifdef MESHWIT_HAVE_NCCL
-    if (distinct) return &mw__reducer_nccl;
-#endif
-    (void)distinct;
-    return NULL;
-}
-
 const mw__backend mw__cuda_backend = {
     .name = "cuda",
     .vt = &mw__cuda_device,
     .parse = cuda_parse,
     .supports = mw__supports_bf16_kernels,
-    .reducer = cuda_reducer,
+    .reducers = MW__REDUCERS_CUDA,
     .device_count = mw__cuda_device_count,
 };

@@ -1,7 +1,8 @@
 /* The CUDA backend's device vtable, filled by name (C's designated initializers: two slots of
- * one type cannot be swapped unnoticed). */
+ * one type cannot be swapped unnoticed), and its services to the reducers of GPU memory. */
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_kernels.h"
+#include "devices/module_abi.h"
 
 const mw__device_vtable mw__cuda_device = {
     .kind = "cuda",
@@ -45,4 +46,13 @@ const mw__device_vtable mw__cuda_device = {
     .reduce_max = mw__cuda_reduce_max,
     .state_write = mw__cuda_state_write,
     .attention_cached = mw__cuda_attention_cached,
+};
+
+const mw__cuda_api mw__cuda_services = {
+    .device = &mw__cuda_device,
+    .stream = mw__cuda_stream,
+    .gpu_identity = mw__cuda_gpu_identity,
+    .find_shared_gpu = mw__find_shared_gpu,
+    .sum_slices = mw__cuda_sum_slices,
+    .sum_slices_on = mw__cuda_sum_slices_on,
 };

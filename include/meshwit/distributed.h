@@ -32,7 +32,7 @@
  *   float rounding (a few ulp of the sum of magnitudes per element);
  * - against one device (the whole batch on cpu:1), results agree to float tolerance only: the
  *   batch is summed in shards first.
- * CUDA devices across processes use ncclAllReduce, in NCCL's order (parallel/mpi/nccl_mpi.c).
+ * CUDA devices across processes use ncclAllReduce, in NCCL's order (collectives/mpi/nccl_mpi.c).
  *
  * Failures. A collective between processes waits at most mw_trainer_config.collective_timeout_ms
  * (on a mesh that spans processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS, not forever) and

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 #include "devices/math_ops.h"
 #include "meshwit.h"

@@ -7,11 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/plan.h"
 #include "devices/backend.h"
+#include "devices/cpu/cpu.h"
 #include "devices/module_abi.h"
 #include "meshwit.h"
-#include "parallel/reducer.h"
 
 static mw__device_vtable slow_vt;
 static int threads_set;
@@ -29,7 +30,8 @@ static int slow_threads(int n) {
     return prev ? prev : 7;
 }
 
-static mw__backend slow = {.name = "slowcpu", .vt = &slow_vt, .parse = slow_parse};
+static mw__backend slow = {
+    .name = "slowcpu", .vt = &slow_vt, .parse = slow_parse, .reducers = MW__REDUCERS_HOST};
 
 static void register_slow(void) {
     slow_vt = mw__cpu_device;
@@ -37,7 +39,6 @@ static void register_slow(void) {
     slow_vt.attention = NULL;
     slow_vt.attention_grad = NULL;
     slow_vt.dropout = NULL;
-    slow.reducer = mw__cpu_backend.reducer;
     slow.set_threads = slow_threads;
     cr_assert_eq(mw__backend_register(&slow), MW_OK, "%s", mw_last_error());
 }
@@ -65,10 +66,16 @@ Test(backend, register_once) {
 }
 
 Test(backend, cpu_reducers) {
-    cr_assert_eq(mw__cpu_backend.reducer(4, NULL, 1), &mw__reducer_shm);
+    cr_assert_eq(mw__cpu_backend.reducers, MW__REDUCERS_HOST);
+    cr_assert_eq(mw__reducer_for_procs("cpu", 4, NULL, 1), &mw__reducer_shm);
+    cr_assert_eq(mw__reducer_host(1), &mw__reducer_shm);
     /* Across processes, the MPI module's: not loaded in a process mpirun did not start. */
-    cr_assert_null(mw__cpu_backend.reducer(4, NULL, 2));
-    cr_assert_null(mw__cpu_backend.reducer(0, NULL, 1));
+    cr_assert_null(mw__reducer_for_procs("cpu", 4, NULL, 2));
+    cr_assert_null(mw__reducer_host(2));
+    cr_assert_null(mw__reducer_for_procs("cpu", 0, NULL, 1));
+    /* A backend registered with the host family gets the host's reducers. */
+    register_slow();
+    cr_assert_eq(mw__reducer_for("slowcpu", 2, NULL), &mw__reducer_shm);
 }
 
 Test(backend, supports_follows_the_vtable) {

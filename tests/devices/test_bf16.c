@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/plan.h"
+#include "devices/cpu/cpu.h"
 #include "devices/cpu/cpu_gemm.h"
 #include "devices/cpu/simd.h"
 #include "devices/device.h"

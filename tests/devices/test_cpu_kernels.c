@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 
 /* Deterministic values in [-1, 1). */

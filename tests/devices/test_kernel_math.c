@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 #include "devices/math.h"
 

@@ -19,9 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
-#include "parallel/reducer_select.h"
 
 #ifndef MESHWIT_HAVE_CUDA
 

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/error.h"
 #include "devices/device.h"
-#include "parallel/reducer_select.h"
 
 #ifdef MESHWIT_HAVE_CUDA
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "devices/cpu/cpu.h"
 #include "devices/device.h"
 
 #ifndef MESHWIT_HAVE_CUDA

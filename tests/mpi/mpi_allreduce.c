@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
 #include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
-#include "parallel/reducer.h"
 
 #define MAX_PROCS 16
 #define MANY 70 /* more than the exchange keeps in flight (MW__MPI_MAX_INFLIGHT) */

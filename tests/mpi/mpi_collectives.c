@@ -1,5 +1,5 @@
 /* Run under mpirun: the reduce-scatter, all-gather and broadcast of the reducer between
- * processes (parallel/mpi/reducer_mpi.c), each against its definition, on every process:
+ * processes (collectives/mpi/reducer_mpi.c), each against its definition, on every process:
  *
  *   mpi_collectives LOCAL LAYOUT     LOCAL ranks (threads) per process; LAYOUT block (ranks of a
  *                                    process consecutive) or interleaved (rank r in process
@@ -24,11 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
 #include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
-#include "parallel/reducer.h"
 
 #define MAX_RANKS 16
 

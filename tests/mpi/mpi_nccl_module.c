@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "meshwit.h"
-#include "parallel/reducer_select.h"
 
 #ifdef MESHWIT_HAVE_NCCL
 /* Whether a mapped file's name contains part. */

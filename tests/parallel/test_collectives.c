@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
-#include "parallel/reducer.h"
 
 #define MAXP 4
 

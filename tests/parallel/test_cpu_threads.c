@@ -1,5 +1,5 @@
 /* How a process's CPU devices share threads (mw_trainer_config.cpu_threads): the gang that runs
- * several tasks on one thread (parallel/fiber.h), the trainer's choice between one thread per
+ * several tasks on one thread (collectives/fiber.h), the trainer's choice between one thread per
  * device and fewer threads, and the configuration's errors. That one thread gives the same
  * bits as a thread per device is checked on data and tensor parallel meshes in
  * test_tensor_parallel.c, and a device failing in every phase on one thread in test_faults.c. */
@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/fiber.h"
 #include "linreg_model.h"
 #include "meshwit.h"
-#include "parallel/fiber.h"
 #include "parallel/trainer_impl.h"
 
 /* ---- the gang (tasks record what they saw; the test asserts on its own stack afterwards) ---- */

@@ -17,9 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
 #include "meshwit/testing.h"
-#include "parallel/reducer.h"
 
 #define MAXP 8
 

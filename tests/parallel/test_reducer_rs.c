@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
-#include "parallel/reducer.h"
 
 #define MAXP 4
 

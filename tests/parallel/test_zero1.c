@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "collectives/reducer.h"
 #include "meshwit.h"
-#include "parallel/reducer.h"
 #include "parallel/trainer_impl.h"
 
 #define BATCH 12

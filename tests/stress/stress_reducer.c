@@ -17,8 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/reducer.h"
 #include "core/error.h"
-#include "parallel/reducer.h"
 
 #define ROUND_LEN 40 /* collectives per round */
 #define MAX_N 100003 /* floats */

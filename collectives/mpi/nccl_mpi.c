@@ -2,14 +2,14 @@
  * them up. The process holding rank 0 calls ncclGetUniqueId and broadcasts the id over MPI; every
  * process then creates one NCCL communicator per local device with ncclCommInitRankConfig (its
  * rank in the group), in one NCCL group call. Collectives run as in the in-process NCCL reducer
- * (parallel/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
+ * (collectives/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
  * communication stream of the device's own that waits (an event) for the kernels queued so far
  * on its compute stream, so a gradient bucket is summed while backward goes on
  * (allreduce_start); allreduce_finish polls the communication stream until every sum started
  * ran (abort and timeout honoured; a short spin, then naps) and orders the compute stream after
  * them.
  *
- * Barriers and the id broadcast use a hierarchical host communicator (parallel/mpi/
+ * Barriers and the id broadcast use a hierarchical host communicator (collectives/mpi/
  * reducer_mpi.c), made alongside. Summation order is NCCL's (ring or tree): the same bits on
  * every rank and run for fixed GPUs, sizes and NCCL settings, equal to the rank-order sum to float
  * rounding. After an abort with an operation in flight the communicators cannot be re-created
@@ -19,7 +19,7 @@
  * drain and the trainer can be read and freed instead of hanging in a stream wait.
  *
  * Reduce-scatter, all-gather and broadcast are queued and awaited like the all-reduce, with the
- * in-process reducer's design (parallel/nccl/collectives.c): a reduce-scatter all-reduces the
+ * in-process reducer's design (collectives/nccl/collectives.c): a reduce-scatter all-reduces the
  * whole buffer, so its part holds the all-reduce's bits.
  *
  * NCCL needs one GPU per rank. Before creating communicators every process tells the others the
@@ -37,14 +37,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/mpi/mpi_impl.h"
+#include "collectives/nccl/collectives.h"
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "devices/cuda/cuda.h"
+#include "devices/device.h"
+#include "devices/module_abi.h"
 #include "meshwit/distributed.h"
 #include "meshwit/mesh.h"
-#include "parallel/mpi/mpi_impl.h"
-#include "parallel/nccl/collectives.h"
-#include "parallel/reducer_select.h"
 
 #define INIT_TIMEOUT_MIN_MS 120000
 
@@ -146,7 +147,7 @@ static mw_status check_distinct_gpus(int nranks, struct mw__device *const *devic
     if (!mine || !all || !ids) st = mw__error(MW_ERR_NOMEM, "nccl-mpi comm_new: out of memory");
     for (int r = 0; r < nranks && !st; r++)
         if (opt->proc_of[r] == opt->self_proc && devices[r] &&
-            (st = mw__cuda_gpu_identity(devices[r]->ordinal, mine[r])))
+            (st = mw__cuda_services.gpu_identity(devices[r]->ordinal, mine[r])))
             mine[r][0] = '!'; /* tells the other processes to fail as well */
     /* Gathered even after a local failure, so that no process waits forever. */
     int rc = MPI_SUCCESS;
@@ -169,7 +170,8 @@ static mw_status check_distinct_gpus(int nranks, struct mw__device *const *devic
                                "%d",
                                opt->proc_of[r], r);
         }
-        if (!st && mw__find_shared_gpu((const char(*)[MW__GPU_ID_SIZE])ids, nranks, &a, &b))
+        if (!st &&
+            mw__cuda_services.find_shared_gpu((const char(*)[MW__GPU_ID_SIZE])ids, nranks, &a, &b))
             st = mw__error(MW_ERR_INVALID,
                            "nccl-mpi comm_new: ranks %d (process %d) and %d (process %d) are on "
                            "the same GPU (%s); NCCL needs one GPU per rank: give every process "
@@ -277,7 +279,7 @@ static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
     for (int r = 0; r < nranks; r++) {
         c->local_of[r] = opt->proc_of[r] == opt->self_proc ? c->nlocal++ : -1;
         if (c->local_of[r] >= 0) {
-            if (!devices[r] || devices[r]->vt != &mw__cuda_device) {
+            if (!devices[r] || devices[r]->vt != mw__cuda_services.device) {
                 nm_comm_free((mw__comm *)c);
                 return mw__error(MW_ERR_INVALID, "nccl-mpi comm_new: rank %d is not a CUDA device",
                                  r);
@@ -393,7 +395,7 @@ static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf
     }
     if (n == 0) return MW_OK;
     mw__device *dev = c->devs[i];
-    cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev);
+    cudaStream_t compute = (cudaStream_t)mw__cuda_services.stream(dev);
     cudaError_t e = cudaEventRecord(c->events[i], compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(c->streams[i], c->events[i], 0);
     if (e != cudaSuccess)
@@ -423,7 +425,8 @@ static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
     c->started[i] = 0;
     cudaError_t e = cudaEventRecord(c->events[i], c->streams[i]);
     if (e == cudaSuccess)
-        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_stream(c->devs[i]), c->events[i], 0);
+        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_services.stream(c->devs[i]), c->events[i],
+                                0);
     if (e != cudaSuccess)
         return mw__error(MW_ERR_DEVICE, "%s: ordering the compute after the sum: %s",
                          c->devs[i]->name, cudaGetErrorString(e));

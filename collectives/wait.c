@@ -1,6 +1,6 @@
 /* Waiting without taking a peer's core (see wait.h). */
 #define _GNU_SOURCE /* syscall, sched_getaffinity */
-#include "parallel/wait.h"
+#include "collectives/wait.h"
 
 #include <limits.h>
 #include <sched.h>

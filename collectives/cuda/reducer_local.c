@@ -37,11 +37,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "devices/cuda/cuda.h"
+#include "devices/device.h"
+#include "devices/module_abi.h"
 #include "meshwit/mesh.h"
-#include "parallel/reducer_select.h"
 
 #define RUN_FLOATS 32 /* 128 bytes */
 
@@ -109,7 +110,7 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
                          "their devices)",
                          nranks, MW_MAX_DEVICES);
     for (int r = 0; r < nranks; r++) {
-        if (!devices[r] || devices[r]->vt != &mw__cuda_device)
+        if (!devices[r] || devices[r]->vt != mw__cuda_services.device)
             return mw__error(MW_ERR_INVALID, "cuda-local comm_new: rank %d is not a CUDA device",
                              r);
         if (devices[r]->ordinal != devices[0]->ordinal)
@@ -234,7 +235,7 @@ static mw_status local_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, s
     /* Step 2: this rank's slice; step 3: the closing barrier. */
     size_t lo, hi;
     slice_of(c, rank, n, &lo, &hi);
-    return close_sum(c, rank, mw__cuda_sum_slices(dev, c->bufs, c->nranks, lo, hi));
+    return close_sum(c, rank, mw__cuda_services.sum_slices(dev, c->bufs, c->nranks, lo, hi));
 }
 
 /* A CUDA failure of an overlapped sum: aborts the communicator (peers would wait for this rank)
@@ -252,7 +253,8 @@ static mw_status local_allreduce_start_f32(mw__comm *comm, int rank, float *buf,
     if (st) return st;
     mw__device *dev = c->devs[rank];
     cudaError_t e = cudaSetDevice(dev->ordinal);
-    if (e == cudaSuccess) e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_stream(dev));
+    if (e == cudaSuccess)
+        e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_services.stream(dev));
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
     if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
     cudaStream_t s = c->streams[rank];
@@ -261,7 +263,7 @@ static mw_status local_allreduce_start_f32(mw__comm *comm, int rank, float *buf,
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
     size_t lo, hi;
     slice_of(c, rank, n, &lo, &hi);
-    st = mw__cuda_sum_slices_on(dev, (struct CUstream_st *)s, c->bufs, c->nranks, lo, hi);
+    st = mw__cuda_services.sum_slices_on(dev, (struct CUstream_st *)s, c->bufs, c->nranks, lo, hi);
     if (st == MW_OK && (e = cudaEventRecord(c->done[rank], s)) != cudaSuccess)
         st = mw__error(MW_ERR_DEVICE, "all-reduce (cuda-local): %s: cudaEventRecord failed: %s",
                        dev->name, cudaGetErrorString(e));
@@ -274,7 +276,7 @@ static mw_status local_allreduce_finish(mw__comm *comm, int rank) {
         return mw__error(MW_ERR_INVALID, "all-reduce wait (cuda-local): bad communicator or rank");
     if (c->nranks == 1) return MW_OK;
     mw__device *dev = c->devs[rank];
-    cudaStream_t s = (cudaStream_t)mw__cuda_stream(dev);
+    cudaStream_t s = (cudaStream_t)mw__cuda_services.stream(dev);
     cudaError_t e = cudaSetDevice(dev->ordinal);
     for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
         e = cudaStreamWaitEvent(s, c->done[q], 0);
@@ -290,7 +292,7 @@ static mw_status copy_range(local_comm *c, int rank, float *to, const float *fro
     if (hi <= lo || to == from) return MW_OK;
     cudaError_t e =
         cudaMemcpyAsync(to + lo, from + lo, (hi - lo) * sizeof *to, cudaMemcpyDeviceToDevice,
-                        (cudaStream_t)mw__cuda_stream(c->devs[rank]));
+                        (cudaStream_t)mw__cuda_services.stream(c->devs[rank]));
     if (e == cudaSuccess) return MW_OK;
     (void)cudaGetLastError();
     return mw__error(MW_ERR_DEVICE, "%s: copying between the ranks' buffers failed: %s",
@@ -326,7 +328,8 @@ static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, fl
         return st;
     if (op == LOCAL_REDUCE_SCATTER)
         return close_sum(
-            c, rank, mw__cuda_sum_slices(dev, c->bufs, c->nranks, bounds[rank], bounds[rank + 1]));
+            c, rank,
+            mw__cuda_services.sum_slices(dev, c->bufs, c->nranks, bounds[rank], bounds[rank + 1]));
     for (int q = 0; q < c->nranks && !st; q++) {
         if (op == LOCAL_ALL_GATHER && q != rank)
             st = copy_range(c, rank, buf, c->bufs[q], bounds[q], bounds[q + 1]);

@@ -38,7 +38,7 @@ typedef struct mw__comm_options {
     const int *proc_of;
     int self_proc;
     /* Shared-memory reducer: an event notified, besides the communicator's own, after every
-     * arrival and abort, so that a thread running several ranks as a gang (parallel/fiber.h)
+     * arrival and abort, so that a thread running several ranks as a gang (collectives/fiber.h)
      * can sleep until any of its communicators moves. NULL: none. */
     struct mw__event *wake;
 } mw__comm_options;
@@ -154,7 +154,7 @@ static inline int mw__bad_bounds(const size_t *bounds, int nranks, size_t n) {
 extern const mw__reducer_vtable mw__reducer_shm;
 
 /* Between processes (builds with MESHWIT_HAVE_MPI only): the shared-memory reducer inside each
- * process, MPI between processes (parallel/mpi/reducer_mpi.c). */
+ * process, MPI between processes (collectives/mpi/reducer_mpi.c). */
 extern const mw__reducer_vtable mw__reducer_mpi_hier;
 
 #endif

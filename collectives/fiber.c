@@ -5,7 +5,7 @@
  * that is not ready costs no switch. Under AddressSanitizer and ThreadSanitizer every switch is
  * announced to the sanitizer, which otherwise takes a task's stack for a corrupted one. */
 #define _GNU_SOURCE /* MAP_ANONYMOUS, MAP_STACK, MAP_NORESERVE */
-#include "parallel/fiber.h"
+#include "collectives/fiber.h"
 
 #include <stddef.h>
 #include <sys/mman.h>

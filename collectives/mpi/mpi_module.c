@@ -1,12 +1,11 @@
-/* libmeshwit-mpi.so's entry point: hands the core the MPI world (parallel/mpi/dist.c) and the
- * reducer between processes (parallel/mpi/reducer_mpi.c). libmpi is this module's dependency,
+/* libmeshwit-mpi.so's entry point: hands the core the MPI world (collectives/mpi/dist.c) and the
+ * reducer between processes (collectives/mpi/reducer_mpi.c). libmpi is this module's dependency,
  * never libmeshwit's. */
+#include "collectives/dist.h"
+#include "collectives/mpi/mpi_impl.h"
+#include "collectives/reducer.h"
 #include "devices/module/imports.h"
 #include "meshwit.h"
-#include "parallel/consistency.h"
-#include "parallel/mesh_impl.h"
-#include "parallel/mpi/mpi_impl.h"
-#include "parallel/reducer.h"
 
 static const mw__dist_api api = {
     .init = mw_distributed_init,

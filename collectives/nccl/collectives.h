@@ -1,5 +1,5 @@
-/* Internal: the collectives both NCCL reducers queue (parallel/nccl/reducer_nccl.c inside a
- * process, parallel/mpi/nccl_mpi.c across processes). Builds with MESHWIT_HAVE_NCCL only. */
+/* Internal: the collectives both NCCL reducers queue (collectives/nccl/reducer_nccl.c inside a
+ * process, collectives/mpi/nccl_mpi.c across processes). Builds with MESHWIT_HAVE_NCCL only. */
 #ifndef MW__NCCL_COLLECTIVES_H
 #define MW__NCCL_COLLECTIVES_H
 

@@ -4,11 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/dist.h"
 #include "core/error.h"
 #include "devices/module.h"
 #include "meshwit.h"
-#include "parallel/consistency.h"
-#include "parallel/mesh_impl.h"
 
 /* What the launcher says of this process: the job's size and this rank from Open MPI's or the
  * PMI environment; -1 where it says nothing. */

@@ -6,12 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/dist.h"
+#include "collectives/mpi/mpi_impl.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit.h"
-#include "parallel/consistency.h"
-#include "parallel/mesh_impl.h"
-#include "parallel/mpi/mpi_impl.h"
 
 static int initialised_here;
 static int thread_level = MPI_THREAD_SINGLE;

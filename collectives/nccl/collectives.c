@@ -3,9 +3,9 @@
  * is exact, so the result is the owners' bits. NCCL's ncclReduceScatter is not used: its order
  * of additions need not be the all-reduce's, and reduce_scatter_sum promises the all-reduce's
  * bits (the reducers all-reduce the whole buffer instead). */
-#include "parallel/nccl/collectives.h"
+#include "collectives/nccl/collectives.h"
 
-#include "parallel/reducer.h"
+#include "collectives/reducer.h"
 
 ncclResult_t mw__nccl_enqueue(ncclComm_t comm, cudaStream_t s, mw__nccl_op op, float *buf, size_t n,
                               const size_t *bounds, int nranks, int root) {

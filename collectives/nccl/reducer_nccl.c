@@ -19,7 +19,7 @@
  *
  * Reduce-scatter all-reduces the whole buffer (the part then holds the all-reduce's bits, which
  * ncclReduceScatter would not promise); all-gather broadcasts each part from its owner, and
- * broadcast is ncclBroadcast, both queued like the all-reduce (parallel/nccl/collectives.c).
+ * broadcast is ncclBroadcast, both queued like the all-reduce (collectives/nccl/collectives.c).
  *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
@@ -42,12 +42,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/nccl/collectives.h"
+#include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "devices/cuda/cuda.h"
+#include "devices/device.h"
+#include "devices/module_abi.h"
 #include "meshwit/mesh.h"
-#include "parallel/nccl/collectives.h"
-#include "parallel/reducer_select.h"
 
 enum { WHY_ABORT = 1, WHY_TIMEOUT = 2, WHY_FAILED = 3 };
 
@@ -200,7 +201,7 @@ static mw_status nccl_comm_new(int nranks, struct mw__device *const *devices,
                          "devices)",
                          nranks, MW_MAX_DEVICES);
     for (int r = 0; r < nranks; r++) {
-        if (!devices[r] || devices[r]->vt != &mw__cuda_device)
+        if (!devices[r] || devices[r]->vt != mw__cuda_services.device)
             return mw__error(MW_ERR_INVALID, "nccl comm_new: rank %d is not a CUDA device", r);
         for (int q = 0; q < r; q++)
             if (devices[q]->ordinal == devices[r]->ordinal)
@@ -332,7 +333,7 @@ static mw_status start_op(nccl_comm *c, int rank, mw__nccl_op op, float *buf, si
                           const size_t *bounds, int root) {
     if (n == 0) return MW_OK; /* every rank passes the same n */
     mw__device *dev = c->devs[rank];
-    cudaStream_t compute = (cudaStream_t)mw__cuda_stream(dev), s = c->streams[rank];
+    cudaStream_t compute = (cudaStream_t)mw__cuda_services.stream(dev), s = c->streams[rank];
     if (!compute) {
         set_abort(c, WHY_FAILED, rank);
         return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d: its device is not initialised",
@@ -379,7 +380,8 @@ static mw_status nccl_allreduce_finish(mw__comm *comm, int rank) {
     c->started[rank] = 0;
     cudaError_t e = cudaEventRecord(c->events[rank], s);
     if (e == cudaSuccess)
-        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_stream(c->devs[rank]), c->events[rank], 0);
+        e = cudaStreamWaitEvent((cudaStream_t)mw__cuda_services.stream(c->devs[rank]),
+                                c->events[rank], 0);
     return e == cudaSuccess ? MW_OK : cuda_failed(c, rank, "ordering the compute after the sum", e);
 }
 

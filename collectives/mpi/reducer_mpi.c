@@ -4,7 +4,7 @@
  *
  * All-reduce, in three moves:
  *   1. the process's ranks all-reduce in shared memory (sum in rank order);
- *   2. the leader all-reduces the process sums with the other leaders (parallel/mpi/exchange.c:
+ *   2. the leader all-reduces the process sums with the other leaders (collectives/mpi/exchange.c:
  *      a reduce-scatter and an all-gather on MPI point-to-point messages, every element summed in
  *      process order by one process and copied to the others);
  *   3. the other ranks copy the leader's result (a broadcast in shared memory), bit for bit.
@@ -40,11 +40,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/mpi/mpi_impl.h"
+#include "collectives/reducer.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit/distributed.h"
-#include "parallel/mpi/mpi_impl.h"
-#include "parallel/reducer.h"
 
 #define MAX_RANKS 4096
 

@@ -5,9 +5,9 @@
  * last reset, its top bit says the communicator was aborted. Every collective is made of "steps"
  * that all ranks take in the same order; rank r's k-th step is complete when the count reaches
  * k * nranks, so a waiter watches one word and needs no barrier object: it spins briefly, then
- * sleeps in the kernel (parallel/wait.h) until an arrival wakes it, so that on a busy machine a
+ * sleeps in the kernel (collectives/wait.h) until an arrival wakes it, so that on a busy machine a
  * waiting rank gives its core to the peer it waits for instead of competing with it. A rank run
- * as a task of a gang (all ranks on one thread, parallel/fiber.h) neither spins nor sleeps: it
+ * as a task of a gang (all ranks on one thread, collectives/fiber.h) neither spins nor sleeps: it
  * lets the gang's other ranks run until the step completes. (Per-rank
  * flags would spare the shared line, but could not make the decision below atomic; with at most a
  * handful of ranks per host the one line costs little.) Putting the abort bit in the same word as
@@ -38,7 +38,7 @@
  *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
  * the same bits on every rank, on every run and whichever path ran. */
-#include "parallel/reducer.h"
+#include "collectives/reducer.h"
 
 #include <sched.h>
 #include <stdalign.h>
@@ -50,10 +50,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/fiber.h"
+#include "collectives/wait.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "parallel/fiber.h"
-#include "parallel/wait.h"
 
 #define LINE 128 /* padding: two 64-byte lines, since adjacent-line prefetch pairs them */
 #define MAX_RANKS 4096
@@ -347,7 +347,7 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
 
     /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
      * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
-     * run as a gang's task (parallel/fiber.h) parks instead, until the same test passes, and its
+     * run as a gang's task (collectives/fiber.h) parks instead, until the same test passes, and its
      * gang runs the other ranks of its thread meanwhile. */
     int64_t start = 0, deadline = 0;
     step_wait sw = {c, target, refusable, 0};

@@ -12,8 +12,8 @@
 #ifndef MW__FIBER_H
 #define MW__FIBER_H
 
+#include "collectives/wait.h"
 #include "meshwit/status.h"
-#include "parallel/wait.h"
 
 typedef struct mw__gang mw__gang;
 

@@ -45,9 +45,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "collectives/mpi/mpi_impl.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "parallel/mpi/mpi_impl.h"
 
 #define TAG_PERIOD 8192
 /* The collectives over parts: one tag after the all-reduces' (MPI guarantees at least 32767).

@@ -17,11 +17,11 @@ void mw__mpi_unlock(void);
 int mw__mpi_active(void);
 
 /* Between two polls of a wait that began waited_ms ago: nothing at first, then a short nap
- * (parallel/mpi/exchange.c says why). */
+ * (collectives/mpi/exchange.c says why). */
 void mw__mpi_backoff(double waited_ms);
 
 /* The all-reduce between processes on MPI point-to-point messages, non-blocking
- * (parallel/mpi/exchange.c: the algorithm, its order of additions and why not MPI_Iallreduce).
+ * (collectives/mpi/exchange.c: the algorithm, its order of additions and why not MPI_Iallreduce).
  * One exchange per communicator of processes; one thread at a time uses it. */
 typedef struct mw__mpi_exchange mw__mpi_exchange;
 
