@@ -70,15 +70,16 @@ def write(path, cls):
         f.write('#include "text/unicode.h"\n\n')
         f.write("/* clang-format off */\n")
         f.write("const uint8_t mw__uc_stage1[%d] = {\n" % len(stage1))
-        for i in range(0, len(stage1), 16):
-            f.write("    " + ", ".join("%d" % v for v in stage1[i:i + 16]) + ",\n")
+        for i in range(0, len(stage1), 18):
+            f.write("    " + ", ".join("%d" % v for v in stage1[i:i + 18]) + ",\n")
         f.write("};\n\n")
+        # A block of 64 bytes in four lines of 16, its braces on its first and last.
         f.write("const uint8_t mw__uc_stage2[%d][%d] = {\n" % (len(blocks), BLOCK // 4))
         for blk in blocks:
-            f.write("    {\n")
             for i in range(0, len(blk), 16):
-                f.write("        " + ", ".join("0x%02x" % v for v in blk[i:i + 16]) + ",\n")
-            f.write("    },\n")
+                f.write(("    {" if i == 0 else "     ") +
+                        ", ".join("0x%02x" % v for v in blk[i:i + 16]) +
+                        ("}," if i + 16 >= len(blk) else ",") + "\n")
         f.write("};\n/* clang-format on */\n")
     assert len(blocks) < 256
     print("%s: %d blocks of %d code points, Unicode %s" % (path, len(blocks), BLOCK,
