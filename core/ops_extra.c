@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/graph_impl.h"
 #include "core/plan.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 
 #define DESC(t, buf) mw__type_describe(g, &(t)->type, buf, sizeof buf)
 

@@ -1,10 +1,9 @@
 /* The CPU kernels of the ops and optimizers beyond the core set: plain loops over the per-element
- * math of devices/math_ops.h. */
+ * math of devices/math.h. */
 #include "devices/cpu/cpu_ops_extra.h"
 
 #include "devices/cpu/simd.h"
 #include "devices/math.h"
-#include "devices/math_ops.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* CUDA kernels of the ops and optimizer options beyond the core set: the per-element math of
- * devices/math_ops.h (shared with the CPU reference), one thread per output element, queued on
+ * devices/math.h (shared with the CPU reference), one thread per output element, queued on
  * the device's stream. No kernel adds floats across threads, so results are deterministic. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -10,7 +10,7 @@ extern "C" {
 #include "devices/cuda/cuda_kernels.h"
 }
 #include "devices/cuda/cuda_impl.cuh"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 
 #define THREADS 256
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "devices/device.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 #include "meshwit.h"
 
 #define N 12

@@ -25,7 +25,7 @@ Test(gpu_ops_extra, cuda_kernels) {
 #include "devices/cpu/cpu_ops_extra.h"
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_kernels.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 
 static mw__device gpu, host = {.vt = &mw__cpu_device, .name = "cpu:0"};
 
