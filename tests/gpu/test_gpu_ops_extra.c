@@ -22,7 +22,7 @@ Test(gpu_ops_extra, cuda_kernels) {
 
 #else
 
-#include "devices/cpu/cpu_ops_extra.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_kernels.h"
 #include "devices/math.h"
