@@ -1,5 +1,6 @@
-/* The CUDA kernels of the ops beyond the core set (devices/cuda/cuda_ops_extra.cu) against the
- * CPU kernels, on random inputs: elementwise functions and their gradients within 4 ulp (CUDA's
+/* The CUDA kernels of the ops beyond the core set (the maps and dropout in
+ * devices/cuda/elementwise.cu, max and argmax in reduce.cu, SGD with momentum in optim.cu) against
+ * the CPU kernels, on random inputs: elementwise functions and their gradients within 4 ulp (CUDA's
  * tanhf/expf/logf differ from glibc's by up to 2 ulp each), dropout, max and argmax bit for bit
  * (dropout's mask is the same integer hash on both), SGD with momentum within 2 ulp (the GPU
  * fuses multiply-adds). Skipped with a message where there is no GPU. */
