@@ -1,7 +1,7 @@
 /* Internal: what the CUDA backend's files share (devices/cuda/*.cu): the device state, error
  * and launch macros, grid sizing, warp and block reductions, and the kernels' entry points, one
  * file per op family, named as the CPU backend's (elementwise.cu, reduce.cu, gemm.cu, nn.cu,
- * embed.cu, attention.cu, optim.cu; memory, streams and data errors in cuda_device.cu). A new op:
+ * embed.cu, attention.cu, optim.cu; memory, streams and data errors in device.cu). A new op:
  * its kernels and its mw__cuda_<op> in the file of its family, a declaration in cuda_kernels.h,
  * its slot in cuda_vtable.c. Only .cu files include this. */
 #ifndef MW__CUDA_IMPL_CUH

@@ -1,8 +1,9 @@
-/* Internal: every entry of the CUDA backend's device vtable (cuda_vtable.c fills the table by
- * name), one line per op in the file of its family, the families and their files named as the
- * CPU backend's (devices/cpu/cpu_kernels.h): device state, memory and streams in cuda_device.cu;
- * elementwise.cu, reduce.cu, gemm.cu, nn.cu, embed.cu, attention.cu, optim.cu. Includes no CUDA
- * header. Only code built with MESHWIT_HAVE_CUDA may reference these symbols. */
+/* Internal: every entry of the CUDA backend's device vtable (cuda_vtable.c, C for its designated
+ * initializers, fills the table by name), one line per op in the file of its family, the
+ * families and their files named as the CPU backend's (devices/cpu/cpu_kernels.h): device state,
+ * memory and streams in device.cu; elementwise.cu, reduce.cu, gemm.cu, nn.cu, embed.cu,
+ * attention.cu, optim.cu. Includes no CUDA header. Only code built with MESHWIT_HAVE_CUDA may
+ * reference these symbols. */
 #ifndef MW__CUDA_KERNELS_H
 #define MW__CUDA_KERNELS_H
 
@@ -14,7 +15,7 @@
 extern "C" {
 #endif
 
-/* cuda_device.cu */
+/* device.cu */
 mw_status mw__cuda_init(mw__device *dev);
 void mw__cuda_shutdown(mw__device *dev);
 mw_status mw__cuda_alloc(mw__device *dev, size_t bytes, void **out);
