@@ -1,6 +1,6 @@
 /* Math functions and selections: activations and other elementwise functions, comparisons and
  * selection, elementwise and reduced maxima, argmax, concatenation and dropout. Most are one
- * elementwise MAP node (f and f' in devices/math_ops.h) or compositions of the core ops, which
+ * elementwise MAP node (f and f' in devices/math.h) or compositions of the core ops, which
  * then get their sharding rules and gradients from those ops; the rest (dropout, reduce max,
  * argmax) are nodes of their own with kernels of their own. */
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "core/graph_impl.h"
 #include "core/plan.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 
 #define DESC(t, buf) mw__type_describe(g, &(t)->type, buf, sizeof buf)
 

@@ -287,7 +287,7 @@ static inline int64_t mw__attn_probs_per_slice(int64_t t, int64_t block, int cau
 /* SGD with momentum and L2 weight decay, as torch.optim.SGD: g' = grad_scale * g +
  * weight_decay * p; with momentum, buf = g' on the first step and momentum * buf +
  * (1 - dampening) * g' after, and the step is g' + momentum * buf (Nesterov) or buf; without
- * momentum (buf NULL) it is g'. Then p -= lr * step. Math in devices/math_ops.h. */
+ * momentum (buf NULL) it is g'. Then p -= lr * step. Math in devices/math.h. */
 typedef struct mw__k_sgd_momentum {
     int64_t count;
     float lr, momentum, dampening, weight_decay, grad_scale;

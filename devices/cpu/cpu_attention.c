@@ -14,12 +14,15 @@
  * accumulators) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
  * spends about as long packing and zeroing as multiplying, and it cannot stop at the diagonal
  * inside a block. The keys and values of a slice (and a block's queries and dO) are packed once
- * into the scratch (see pack), so that every product reads its B operand sequentially. */
+ * into the scratch (see pack), so that every product reads its B operand sequentially.
+ *
+ * Also the cached attention of inference (one query row per position against the keys and values
+ * a key/value cache holds so far). */
 #include <string.h>
 
 #include "core/error.h"
 #include "devices/cpu/cpu_gemm.h"
-#include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -397,6 +400,38 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
             key_grad(&x, k, i0, m, kend);
         }
     }
+    return MW_OK;
+}
+
+/* Per row and head, the query against keys 0..pos in key order with a running maximum (the
+ * output row holds the weighted sum of values as it grows), f32 throughout. */
+mw_status mw__cpu_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
+    mw_status st = mw__cpu_positions_ok(dev, k->pos, k->outer, k->n, "cached attention");
+    if (st) return st;
+    const int64_t H = k->heads, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
+    for (int64_t o = 0; o < k->outer; o++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *q = k->q + (o * H + h) * D, *kv = k->kv + o * k->n * row + h * D;
+            float *acc = k->out + (o * H + h) * D, m = -INFINITY, l = 0.0f;
+            memset(acc, 0, (size_t)D * sizeof *acc);
+            for (int64_t j = 0; j <= k->pos[o]; j++) {
+                const float *key = kv + j * row, *val = key + H * D;
+                float s = 0.0f;
+                for (int64_t d = 0; d < D; d++) s += q[d] * key[d];
+                s *= k->scale;
+                if (s > m) { /* a new maximum: what is summed so far shrinks by e^(m - s) */
+                    float c = mw__expf(m - s);
+                    l *= c;
+                    for (int64_t d = 0; d < D; d++) acc[d] *= c;
+                    m = s;
+                }
+                float e = mw__expf(s - m);
+                l += e;
+                for (int64_t d = 0; d < D; d++) acc[d] += e * val[d];
+            }
+            float inv = 1.0f / l;
+            for (int64_t d = 0; d < D; d++) acc[d] *= inv;
+        }
     return MW_OK;
 }
 

@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "devices/cpu/cpu_dnnl.h"
 #include "devices/cpu/cpu_gemm.h"
-#include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "core/plan.h"
 #include "devices/cpu/cpu_dnnl.h"
-#include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/simd.h"
 #include "devices/math.h"
 

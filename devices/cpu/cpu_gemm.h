@@ -1,4 +1,5 @@
-/* Internal: the CPU backend's contractions and its per-device state. A device's GEMMs run on
+/* Internal: the CPU backend's contractions (their kernels, mw__cpu_gemm and mw__cpu_gemm_prepare,
+ * are declared with the others in cpu_kernels.h) and its per-device state. A device's GEMMs run on
  * oneDNN's matmul primitives where that is built and measures faster, else OpenBLAS; bf16
  * operands run on the CPU's bf16 instructions (AVX512-BF16, AMX) through oneDNN where it has
  * them, else they are widened to f32 (exactly) and multiplied there. Two environment variables,
@@ -16,9 +17,6 @@
 /* The device's state (dev->impl): made by init, freed by shutdown. */
 mw_status mw__cpu_state_init(mw__device *dev);
 void mw__cpu_state_free(mw__device *dev);
-
-mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k);
-mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k);
 
 /* What runs a prepared GEMM ("onednn brg:avx512_core_bf16", "openblas sgemm", ...). */
 const char *mw__cpu_gemm_impl(const mw__k_gemm *k);

@@ -1,157 +1,13 @@
-/* CPU kernels of the neural-network ops and the optimizers: straight loops over contiguous rows,
- * in a fixed order (so results are repeatable), with the per-element math of devices/math.h. */
+/* CPU kernels of the neural-network row ops: layer norm and its gradients, softmax and its
+ * gradient, cross-entropy and its gradient. Straight loops over contiguous rows, in a fixed order
+ * (so results are repeatable), with the per-element math of devices/math.h. */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "devices/cpu/cpu_nn.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
-
-/* GELU and its derivative on eight lanes: mw__gelu and mw__gelu_grad (devices/math.h) with the
- * exponential of mw__exp8. */
-MW__CPU_INLINE void gelu8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);
-    mw__exp8(&e, &v);
-    *y = x / (1.0f + e);
-}
-
-MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, x2 = x * x, e,
-           v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);
-    mw__exp8(&e, &v);
-    mw__v8 s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
-    *y = s * (1.0f + 2.0f * x * du * (e * s));
-}
-
-/* Stores the first n (at most 8) lanes of y at out + i, as f32 or bf16. */
-MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const mw__v8 *y) {
-    if (bf16) {
-        uint16_t h[8];
-        mw__bf16_store8(n == 8 ? (uint16_t *)out + i : h, y);
-        if (n < 8) memcpy((uint16_t *)out + i, h, (size_t)n * sizeof *h);
-    } else {
-        memcpy((float *)out + i, y, (size_t)n * sizeof(float));
-    }
-}
-
-/* GELU of a[0, n) into out as f32 or bf16 (a constant after inlining: one loop each). */
-MW__CPU_INLINE void gelu_run(int64_t n, const float *a, void *out, int bf16) {
-    mw__v8 x, y;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        memcpy(&x, a + i, sizeof x);
-        gelu8(&y, &x);
-        store_lanes(out, bf16, i, 8, &y);
-    }
-    if (i < n) { /* the last elements in lanes 0.., zeros after them */
-        x = (mw__v8){0};
-        memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
-        gelu8(&y, &x);
-        store_lanes(out, bf16, i, n - i, &y);
-    }
-}
-
-/* Exact GELU and its gradient, element by element (erfc has no vector form here). */
-static void gelu_erf_run(int64_t n, const float *a, void *out, int bf16) {
-    for (int64_t i = 0; i < n; i++) {
-        float y = mw__gelu_erf(a[i]);
-        if (bf16)
-            ((uint16_t *)out)[i] = mw__bf16_from_f32(y);
-        else
-            ((float *)out)[i] = y;
-    }
-}
-
-static void gelu_erf_grad_run(int64_t n, const float *xs, const float *gy, void *out, int bf16,
-                              int64_t o, float *sum) {
-    for (int64_t i = 0; i < n; i++) {
-        float y = gy[i] * mw__gelu_erf_grad(xs[i]);
-        if (bf16)
-            ((uint16_t *)out)[o + i] = mw__bf16_from_f32(y);
-        else
-            ((float *)out)[o + i] = y;
-        if (sum) sum[i] += y;
-    }
-}
-
-MW__CPU_CLONES
-mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
-    (void)dev;
-    if (k->op == MW__UN_GELU_ERF)
-        gelu_erf_run(k->count, k->a, k->out, k->out_dtype == MW_BF16);
-    else if (k->out_dtype == MW_BF16)
-        gelu_run(k->count, k->a, k->out, 1);
-    else
-        gelu_run(k->count, k->a, k->out, 0);
-    return MW_OK;
-}
-
-/* out[i] = gy[i] * gelu'(x[i]) over [0, n), eight at a time (the last ones in lanes 0..), out f32
- * or bf16 (at element offset o of out), and when sum is not NULL, sum[i] += out[i] (the f32
- * value). */
-MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, void *out, int bf16,
-                                  int64_t o, float *sum) {
-    mw__v8 x, g, y, s;
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* constant sizes: the copies are vector loads and stores */
-        memcpy(&x, xs + i, sizeof x);
-        memcpy(&g, gy + i, sizeof g);
-        gelu_grad8(&y, &x);
-        y *= g;
-        store_lanes(out, bf16, o + i, 8, &y);
-        if (sum) {
-            memcpy(&s, sum + i, sizeof s);
-            s += y;
-            memcpy(sum + i, &s, sizeof s);
-        }
-    }
-    if (i == n) return;
-    size_t b = (size_t)(n - i) * sizeof(float);
-    x = g = s = (mw__v8){0};
-    memcpy(&x, xs + i, b);
-    memcpy(&g, gy + i, b);
-    gelu_grad8(&y, &x);
-    y *= g;
-    store_lanes(out, bf16, o + i, n - i, &y);
-    if (sum) {
-        memcpy(&s, sum + i, b);
-        s += y;
-        memcpy(sum + i, &s, b);
-    }
-}
-
-MW__CPU_CLONES
-mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
-    (void)dev;
-    int bf16 = k->out_dtype == MW_BF16;
-    if (k->op == MW__UN_GELU_ERF) {
-        if (!k->colsum) {
-            gelu_erf_grad_run(k->count, k->x, k->gy, k->out, bf16, 0, NULL);
-            return MW_OK;
-        }
-        memset(k->colsum, 0, (size_t)k->cols * sizeof *k->colsum);
-        for (int64_t o = 0; o < k->count; o += k->cols)
-            gelu_erf_grad_run(k->cols, k->x + o, k->gy + o, k->out, bf16, o, k->colsum);
-        return MW_OK;
-    }
-    if (!k->colsum) {
-        if (bf16)
-            gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL);
-        else
-            gelu_grad_run(k->count, k->x, k->gy, k->out, 0, 0, NULL);
-        return MW_OK;
-    }
-    /* Row after row, each row's values added into the column sums as they are written. */
-    int64_t cols = k->cols;
-    memset(k->colsum, 0, (size_t)cols * sizeof *k->colsum);
-    for (int64_t o = 0; o < k->count; o += cols)
-        if (bf16)
-            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 1, o, k->colsum);
-        else
-            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 0, o, k->colsum);
-    return MW_OK;
-}
 
 /* Mean and reciprocal standard deviation of one row: two passes, each summed in double over
  * eight interleaved lanes (a fixed order that vectorises). */
@@ -331,37 +187,6 @@ mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
     return MW_OK;
 }
 
-/* A bad id or target: the position is within the device's shard of the batch. */
-static mw_status out_of_range(const char *what, int32_t v, int64_t pos, int64_t limit) {
-    return mw__error(MW_ERR_INVALID,
-                     "%s %d at position %lld of this device's shard is outside [0, %lld)", what, v,
-                     (long long)pos, (long long)limit);
-}
-
-mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
-    (void)dev;
-    for (int64_t i = 0; i < k->n_ids; i++) {
-        int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab) return out_of_range("embedding id", id, i, k->vocab);
-        memcpy(k->out + i * k->dim, k->table + (int64_t)id * k->dim, (size_t)k->dim * 4);
-    }
-    return MW_OK;
-}
-
-MW__CPU_CLONES
-mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
-    (void)dev;
-    memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
-    for (int64_t i = 0; i < k->n_ids; i++) {
-        int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab) return out_of_range("embedding id", id, i, k->vocab);
-        float *dst = k->out + (int64_t)id * k->dim;
-        const float *src = k->gy + i * k->dim;
-        for (int64_t j = 0; j < k->dim; j++) dst[j] += src[j];
-    }
-    return MW_OK;
-}
-
 /* The max of the first `valid` logits of a row and the sum of exp(x - max) over them: the
  * exponentials in float (vectorised), summed in eight lanes in double. */
 static inline double row_expsum(const float *restrict x, int64_t valid, float *max) {
@@ -380,7 +205,7 @@ mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
+        if (t < 0 || t >= k->valid) return mw__cpu_out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float mx;
         double sum = row_expsum(x, k->valid, &mx);
@@ -394,7 +219,7 @@ mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return out_of_range("target", t, r, k->valid);
+        if (t < 0 || t >= k->valid) return mw__cpu_out_of_range("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float *dx = k->out + r * k->v;
         float mx;
@@ -403,35 +228,6 @@ mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
         for (int64_t j = 0; j < k->valid; j++) dx[j] = scale * mw__expf(x[j] - mx);
         dx[t] -= gy;
         for (int64_t j = k->valid; j < k->v; j++) dx[j] = 0.0f;
-    }
-    return MW_OK;
-}
-
-MW__CPU_CLONES
-mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
-    (void)dev;
-    const float *restrict a = k->a;
-    double acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= k->count; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * a[i + l];
-    for (int l = 0; i < k->count; i++, l++) acc[l] += (double)a[i] * a[i];
-    k->out[0] = (float)MW__SUM8(acc);
-    return MW_OK;
-}
-
-#define ADAMW_RUN 512 /* elements updated before their bf16 copies are written: in the L1 cache */
-
-MW__CPU_CLONES
-mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
-    (void)dev;
-    for (int64_t i0 = 0; i0 < k->count; i0 += ADAMW_RUN) {
-        int64_t i1 = k->count - i0 < ADAMW_RUN ? k->count : i0 + ADAMW_RUN;
-        for (int64_t i = i0; i < i1; i++)
-            k->p[i] =
-                mw__adamw_update(k->p[i], k->grad_scale * k->g[i], &k->m[i], &k->v[i], k->lr,
-                                 k->beta1, k->beta2, k->eps, k->weight_decay, k->bias1, k->bias2);
-        if (k->p16) mw__bf16_narrow(i1 - i0, k->p + i0, k->p16 + i0);
     }
     return MW_OK;
 }

@@ -11,7 +11,32 @@
 #include <string.h>
 
 #include "devices/cpu/simd.h"
+#include "devices/device.h"
 #include "devices/math.h"
+
+/* Walks every index of nd but the last dim, calling body(o0, o1, o2) with the element offsets of
+ * each operand at the start of an innermost row. */
+#define MW__ND_ROWS(nd, nops, body)                                                                \
+    do {                                                                                           \
+        int r_ = (nd)->rank;                                                                       \
+        int64_t idx_[MW__ND_MAX] = {0};                                                            \
+        int64_t o_[3] = {0, 0, 0};                                                                 \
+        for (;;) {                                                                                 \
+            int64_t o0 = o_[0], o1 = o_[1], o2 = o_[2];                                            \
+            (void)o0, (void)o1, (void)o2;                                                          \
+            body;                                                                                  \
+            int d_ = r_ - 2;                                                                       \
+            while (d_ >= 0) {                                                                      \
+                for (int k_ = 0; k_ < (nops); k_++) o_[k_] += (nd)->stride[k_][d_];                \
+                if (++idx_[d_] < (nd)->dims[d_]) break;                                            \
+                for (int k_ = 0; k_ < (nops); k_++)                                                \
+                    o_[k_] -= (nd)->stride[k_][d_] * (nd)->dims[d_];                               \
+                idx_[d_] = 0;                                                                      \
+                d_--;                                                                              \
+            }                                                                                      \
+            if (d_ < 0) break;                                                                     \
+        }                                                                                          \
+    } while (0)
 
 /* *y = e^x lane by lane: mw__expf (devices/math.h) step for step in vector code, its clamps as
  * mask selects. Written out because the compiler, given mw__expf's clamps as scalar selects,

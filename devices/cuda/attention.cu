@@ -6,17 +6,11 @@
  * query row recomputes the probabilities, writes dQ and keeps the row's log-sum-exp and
  * D_i = sum_j P_ij dP_ij in scratch; a second kernel per key row walks the queries that see it in
  * order and accumulates dK and dV. No atomics: every sum has an order fixed by the sizes, so
- * results repeat bit for bit. Scores of a row live in shared memory (T floats). */
-#include <cuda_runtime.h>
-#include <math.h>
-#include <stdint.h>
-
-extern "C" {
-#include "core/error.h"
-#include "devices/device.h"
-}
-#include "devices/cuda/cuda.h"
-#include "devices/math.h"
+ * results repeat bit for bit. Scores of a row live in shared memory (T floats).
+ *
+ * Also the cached attention of inference (one query row per position against the keys and values
+ * a key/value cache holds so far). */
+#include "devices/cuda/cuda_impl.cuh"
 
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
@@ -35,11 +29,6 @@ __device__ static slice_off offsets(const mw__nd &w, int64_t s) {
         r.o1 += idx * w.stride[1][i];
     }
     return r;
-}
-
-__device__ static float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 /* q, k, v are f32 or bf16 (widened as they are read: the same products as the CPU's f32 kernel
@@ -249,4 +238,72 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
     else
         k_attention_dkv<float><<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
     return check(dev, k, "attention gradient kernel (keys and values)");
+}
+
+/* --- cached attention (inference) ------------------------------------------------------------ */
+
+/* One warp per (row, head): the query against keys 0..pos in key order, with a running maximum
+ * (the CPU kernel's order of terms per feature; the dot products summed by a fixed shuffle
+ * tree). Each lane keeps the features lane, lane + 32, ... (dim <= 256). */
+#define CACHED_MAX_DIM 256
+__global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *flag) {
+    int64_t pair = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (pair >= k.outer * k.heads) return;
+    int64_t o = pair / k.heads, h = pair % k.heads, H = k.heads, D = k.dim, row = 2 * H * D;
+    int32_t pos = k.pos[o];
+    if (pos < 0 || pos >= k.n) {
+        if (lane == 0 && h == 0) record_bad(&err[ERR_POSITION], flag, o, pos, k.n);
+        return;
+    }
+    const float *q = k.q + (o * H + h) * D, *kv = k.kv + o * k.n * row + h * D;
+    float acc[CACHED_MAX_DIM / 32], qv[CACHED_MAX_DIM / 32];
+    int per = (int)((D + 31) / 32);
+    for (int r = 0; r < per; r++) {
+        int64_t d = lane + 32 * r;
+        acc[r] = 0.0f;
+        qv[r] = d < D ? q[d] : 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= pos; j++) {
+        const float *key = kv + j * row, *val = key + H * D;
+        float s = 0.0f;
+        for (int r = 0; r < per; r++) {
+            int64_t d = lane + 32 * r;
+            if (d < D) s += qv[r] * key[d];
+        }
+        for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+        s *= k.scale;
+        if (s > m) {
+            float c = mw__expf(m - s);
+            l *= c;
+            for (int r = 0; r < per; r++) acc[r] *= c;
+            m = s;
+        }
+        float e = mw__expf(s - m);
+        l += e;
+        for (int r = 0; r < per; r++) {
+            int64_t d = lane + 32 * r;
+            if (d < D) acc[r] += e * val[d];
+        }
+    }
+    float inv = 1.0f / l;
+    for (int r = 0; r < per; r++) {
+        int64_t d = lane + 32 * r;
+        if (d < D) k.out[(o * H + h) * D + d] = acc[r] * inv;
+    }
+}
+
+extern "C" mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->outer * k->heads <= 0) return st;
+    if (k->dim > CACHED_MAX_DIM)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "%s: cached attention supports head sizes up to %d, not %lld", dev->name,
+                         CACHED_MAX_DIM, (long long)k->dim);
+    cuda_impl *im = (cuda_impl *)dev->impl;
+    int64_t pairs = k->outer * k->heads, per_block = THREADS / 32;
+    unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
+    k_attention_cached<<<blocks, THREADS, 0, mw__cuda_stream(dev)>>>(*k, im->err, im->flag_dev);
+    return launch_error(dev, "cached attention kernel");
 }

@@ -1,9 +1,9 @@
 /* Internal: what the CUDA backend's files share (devices/cuda/*.cu): the device state, error
  * and launch macros, grid sizing, warp and block reductions, and the kernels' entry points, one
- * file per op family (elementwise.cu, reduce.cu, gemm.cu, nn.cu, embed.cu, optim.cu; memory,
- * streams and data errors in cuda_device.cu). A new op: its kernels and its mw__cuda_<op> in the
- * file of its family, a declaration in cuda_kernels.h, its slot in cuda_vtable.c. Only .cu files
- * include this. */
+ * file per op family, named as the CPU backend's (elementwise.cu, reduce.cu, gemm.cu, nn.cu,
+ * embed.cu, attention.cu, optim.cu; memory, streams and data errors in device.cu). A new op:
+ * its kernels and its mw__cuda_<op> in the file of its family, a declaration in cuda_kernels.h,
+ * its slot in cuda_vtable.c. Only .cu files include this. */
 #ifndef MW__CUDA_IMPL_CUH
 #define MW__CUDA_IMPL_CUH
 
@@ -109,6 +109,23 @@ mw_status mw__cuda_launched(mw__device *dev, const char *kernel);
 /* A data error an earlier kernel flagged (read without waiting). */
 mw_status mw__cuda_flagged(mw__device *dev);
 
+/* The entry and launch check of the map, dropout, max, state-write, cached-attention and
+ * SGD-momentum kernels: only makes dev's GPU current (no init check, the last error left as it
+ * is), and reports only the launch's own failure (a data error they flag is reported by the next
+ * ENTER-style kernel's check or by sync). */
+static inline mw_status enter_gpu(mw__device *dev) {
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    if (e == cudaSuccess) return MW_OK;
+    return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", dev->name,
+                     cudaGetErrorString(e));
+}
+
+static inline mw_status launch_error(mw__device *dev, const char *kernel) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) return MW_OK;
+    return mw__error(MW_ERR_DEVICE, "%s: %s failed: %s", dev->name, kernel, cudaGetErrorString(e));
+}
+
 /* --- device helpers --------------------------------------------------------------------------- */
 
 #define GRID_LOOP(i, n)                                                                            \
@@ -119,6 +136,13 @@ static inline unsigned blocks_for(int64_t n, int threads) {
     int64_t b = (n + threads - 1) / threads;
     if (b > MAX_BLOCKS) b = MAX_BLOCKS;
     return (unsigned)(b < 1 ? 1 : b);
+}
+
+/* Blocks of THREADS for n elements up to 65535 (the grid-stride loops of the kernels entered
+ * with enter_gpu cover the rest). */
+static inline unsigned wide_blocks(int64_t n) {
+    int64_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b > 65535 ? 65535 : b);
 }
 
 /* Row kernels: one block (or warp) per row, looping when rows exceed the grid. */

@@ -1,5 +1,6 @@
 /* The CUDA backend's device vtable, filled by name (C's designated initializers: two slots of
- * one type cannot be swapped unnoticed), and its services to the reducers of GPU memory. */
+ * one type cannot be swapped unnoticed), in the order of the CPU backend's (cpu_device.c), and
+ * its services to the reducers of GPU memory. */
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_kernels.h"
 #include "devices/module_abi.h"
@@ -14,12 +15,12 @@ const mw__device_vtable mw__cuda_device = {
     .upload = mw__cuda_upload,
     .download = mw__cuda_download,
     .sync = mw__cuda_sync,
+    /* the instruction table's kernels, in its order (devices/device.h's MW__KERNELS) */
     .binary = mw__cuda_binary,
     .copy = mw__cuda_copy,
     .reduce = mw__cuda_reduce,
     .gemm = mw__cuda_gemm,
     .fill = mw__cuda_fill,
-    .sgd = mw__cuda_sgd,
     .unary = mw__cuda_unary,
     .unary_grad = mw__cuda_unary_grad,
     .layernorm = mw__cuda_layernorm,
@@ -31,14 +32,8 @@ const mw__device_vtable mw__cuda_device = {
     .embed_grad = mw__cuda_embed_grad,
     .xent = mw__cuda_xent,
     .xent_grad = mw__cuda_xent_grad,
-    .sumsq = mw__cuda_sumsq,
-    .adamw = mw__cuda_adamw,
-    .host_alloc = mw__cuda_host_alloc,
-    .host_free = mw__cuda_host_free,
-    .upload_async = mw__cuda_upload_async,
     .attention = mw__cuda_attention,
     .attention_grad = mw__cuda_attention_grad,
-    .sgd_momentum = mw__cuda_sgd_momentum,
     .map = mw__cuda_map,
     .map_grad = mw__cuda_map_grad,
     .dropout = mw__cuda_dropout,
@@ -46,6 +41,13 @@ const mw__device_vtable mw__cuda_device = {
     .reduce_max = mw__cuda_reduce_max,
     .state_write = mw__cuda_state_write,
     .attention_cached = mw__cuda_attention_cached,
+    .sgd = mw__cuda_sgd,
+    .sgd_momentum = mw__cuda_sgd_momentum,
+    .adamw = mw__cuda_adamw,
+    .sumsq = mw__cuda_sumsq,
+    .host_alloc = mw__cuda_host_alloc,
+    .host_free = mw__cuda_host_free,
+    .upload_async = mw__cuda_upload_async,
 };
 
 const mw__cuda_api mw__cuda_services = {

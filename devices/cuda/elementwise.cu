@@ -1,5 +1,6 @@
 /* Element-wise ops: binary arithmetic, copies (permute, broadcast, scale), fill, GELU and its
- * gradient. One IEEE operation per element: the CPU's bits. */
+ * gradient, the maps of devices/math.h and their gradients, dropout (its mask the CPU's integer
+ * hash). One IEEE operation per element: the CPU's bits. */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -65,6 +66,32 @@ __global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, co
         for (int64_t r = 0; r < rows; r++)
             s += gy[r * cols + j] * gelu_grad_of(exact, x[r * cols + j]);
         colsum[j] = s;
+    }
+}
+
+__global__ void k_map(int64_t n, int fn, float *out, const float *a) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = mw__map(fn, a[i]);
+}
+
+__global__ void k_map_grad(int64_t n, int fn, float *out, const float *x, const float *gy) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = gy[i] * mw__map_grad(fn, x[i]);
+}
+
+/* Element i of the local box: its global index from its local coordinates. */
+__global__ void k_dropout(mw__k_dropout k, uint64_t key, uint32_t threshold) {
+    float scale = 1.0f / (1.0f - k.p);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < k.count;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rest = i, g = 0;
+        for (int d = k.rank - 1; d >= 0; d--) {
+            g += (k.lo[d] + rest % k.len[d]) * k.gstride[d];
+            rest /= k.len[d];
+        }
+        k.out[i] = mw__dropout_keep(key, (uint64_t)g, threshold) ? k.a[i] * scale : 0.0f;
     }
 }
 
@@ -195,4 +222,37 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     mw__k_reduce kb = mw__column_sums(k->cols ? k->count / k->cols : 0, k->cols, k->cols, 1.0f,
                                       k->colsum, (const float *)k->out);
     return mw__cuda_reduce(dev, &kb);
+}
+
+extern "C" mw_status mw__cuda_map(mw__device *dev, const mw__k_map *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->count <= 0) return st;
+    k_map<<<wide_blocks(k->count), THREADS, 0, mw__cuda_stream(dev)>>>(k->count, k->fn, k->out,
+                                                                       k->a);
+    return launch_error(dev, "map kernel");
+}
+
+extern "C" mw_status mw__cuda_map_grad(mw__device *dev, const mw__k_map_grad *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->count <= 0) return st;
+    k_map_grad<<<wide_blocks(k->count), THREADS, 0, mw__cuda_stream(dev)>>>(k->count, k->fn, k->out,
+                                                                            k->x, k->gy);
+    return launch_error(dev, "map gradient kernel");
+}
+
+extern "C" mw_status mw__cuda_dropout(mw__device *dev, const mw__k_dropout *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->count <= 0) return st;
+    cudaStream_t s = mw__cuda_stream(dev);
+    if (!k->active || k->p <= 0.0f) {
+        if (k->out == k->a) return MW_OK;
+        cudaError_t e = cudaMemcpyAsync(k->out, k->a, (size_t)k->count * sizeof(float),
+                                        cudaMemcpyDeviceToDevice, s);
+        return e == cudaSuccess ? MW_OK
+                                : mw__error(MW_ERR_DEVICE, "%s: dropout copy failed: %s", dev->name,
+                                            cudaGetErrorString(e));
+    }
+    k_dropout<<<wide_blocks(k->count), THREADS, 0, s>>>(*k, mw__dropout_key(k->seed, k->step),
+                                                        mw__dropout_threshold(k->p));
+    return launch_error(dev, "dropout kernel");
 }

@@ -1,4 +1,5 @@
-/* Embedding lookup and its gradient. */
+/* Embedding lookup and its gradient, and the write of a row into a state at a position
+ * (inference's key/value cache). */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -99,6 +100,23 @@ __global__ void k_embed_grad_runs(int64_t n_ids, int64_t vocab, int64_t dim, flo
     }
 }
 
+/* --- state write ------------------------------------------------------------------------------ */
+
+/* out[o, ids[o], i] = a[o, i]; a row with a position outside [0, n) is left and recorded. */
+__global__ void k_state_write(int64_t outer, int64_t n, int64_t inner, float *out, const float *a,
+                              const int32_t *ids, err_rec *err, int *flag) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t / inner, i = t % inner;
+        int32_t at = ids[o];
+        if (at < 0 || at >= n) {
+            if (i == 0) record_bad(&err[ERR_POSITION], flag, o, at, n);
+            continue;
+        }
+        out[(o * n + at) * inner + i] = a[t];
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------ */
 
 mw_status mw__cuda_embed(mw__device *dev, const mw__k_embed *k) {
@@ -161,4 +179,13 @@ mw_status mw__cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     LAUNCH(k_embed_grad<THREADS>, row_blocks(k->vocab), THREADS, 0, k->n_ids, k->vocab, k->dim,
            k->out, k->ids, k->gy, present);
     return mw__cuda_launched(dev, "embedding gradient kernel");
+}
+
+extern "C" mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->outer * k->inner <= 0) return st;
+    cuda_impl *im = (cuda_impl *)dev->impl;
+    k_state_write<<<wide_blocks(k->outer * k->inner), THREADS, 0, mw__cuda_stream(dev)>>>(
+        k->outer, k->n, k->inner, k->out, k->value, k->ids, im->err, im->flag_dev);
+    return launch_error(dev, "state write kernel");
 }

@@ -1,4 +1,5 @@
-/* Optimizer updates: SGD and AdamW (math shared with the CPU in devices/math.h). */
+/* Optimizer updates: SGD, SGD with momentum and weight decay, AdamW (math shared with the CPU in
+ * devices/math.h). No kernel adds floats across threads, so results are deterministic. */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -23,6 +24,16 @@ __global__ void k_adamw(mw__k_adamw k) {
     }
 }
 
+__global__ void k_sgd_momentum(mw__k_sgd_momentum k) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < k.count;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        k.p[i] =
+            mw__sgd_momentum_update(k.p[i], k.grad_scale * k.g[i], k.buf ? &k.buf[i] : NULL, k.lr,
+                                    k.momentum, k.dampening, k.weight_decay, k.nesterov, k.first);
+        if (k.p16) k.p16[i] = mw__bf16_from_f32(k.p[i]);
+    }
+}
+
 mw_status mw__cuda_sgd(mw__device *dev, const mw__k_sgd *k) {
     ENTER(dev);
     if (k->count <= 0) return MW_OK;
@@ -35,4 +46,11 @@ mw_status mw__cuda_adamw(mw__device *dev, const mw__k_adamw *k) {
     if (k->count <= 0) return MW_OK;
     LAUNCH(k_adamw, blocks_for(k->count, THREADS), THREADS, 0, *k);
     return mw__cuda_launched(dev, "adamw kernel");
+}
+
+extern "C" mw_status mw__cuda_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->count <= 0) return st;
+    k_sgd_momentum<<<wide_blocks(k->count), THREADS, 0, mw__cuda_stream(dev)>>>(*k);
+    return launch_error(dev, "sgd momentum kernel");
 }

@@ -1,5 +1,5 @@
 /* Reductions: sums over any set of dims (reduce) and the sum of squares (sumsq), in an order
- * fixed by the sizes only. */
+ * fixed by the sizes only; the maximum and its position along one axis (reduce_max, argmax). */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -108,6 +108,23 @@ template <int BS> __global__ void k_sumsq_final(int nparts, float *out, const do
     if (threadIdx.x == 0) out[0] = (float)s;
 }
 
+/* --- maximum and its position along one axis ---------------------------------------------- */
+
+__global__ void k_reduce_max(int64_t outer, int64_t n, int64_t inner, int arg, float *out,
+                             const float *a) {
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * inner;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o = t / inner, i = t % inner;
+        const float *x = a + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; j++) /* the CPU's rule: larger wins, a number beats NaN */
+            if (x[j * inner] > x[best * inner] ||
+                (x[best * inner] != x[best * inner] && x[j * inner] == x[j * inner]))
+                best = j;
+        out[t] = arg ? (float)best : x[best * inner];
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------ */
 
 mw_status mw__cuda_reduce(mw__device *dev, const mw__k_reduce *k) {
@@ -166,4 +183,20 @@ mw_status mw__cuda_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     LAUNCH(k_sumsq_parts<THREADS>, (unsigned)blocks, THREADS, 0, k->count, partial, k->a);
     LAUNCH(k_sumsq_final<SUMSQ_MAX_BLOCKS>, 1, SUMSQ_MAX_BLOCKS, 0, (int)blocks, k->out, partial);
     return mw__cuda_launched(dev, "sumsq kernel");
+}
+
+static mw_status reduce_max(mw__device *dev, const mw__k_max *k, int arg) {
+    mw_status st = enter_gpu(dev);
+    if (st || k->outer * k->inner <= 0) return st;
+    k_reduce_max<<<wide_blocks(k->outer * k->inner), THREADS, 0, mw__cuda_stream(dev)>>>(
+        k->outer, k->n, k->inner, arg, k->out, k->a);
+    return launch_error(dev, "max kernel");
+}
+
+extern "C" mw_status mw__cuda_argmax(mw__device *dev, const mw__k_max *k) {
+    return reduce_max(dev, k, 1);
+}
+
+extern "C" mw_status mw__cuda_reduce_max(mw__device *dev, const mw__k_max *k) {
+    return reduce_max(dev, k, 0);
 }

@@ -17,7 +17,7 @@
 
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 #include "meshwit.h"
 
 #define N 12

@@ -1,5 +1,6 @@
-/* The CUDA kernels of the ops beyond the core set (devices/cuda/cuda_ops_extra.cu) against the
- * CPU kernels, on random inputs: elementwise functions and their gradients within 4 ulp (CUDA's
+/* The CUDA kernels of the ops beyond the core set (the maps and dropout in
+ * devices/cuda/elementwise.cu, max and argmax in reduce.cu, SGD with momentum in optim.cu) against
+ * the CPU kernels, on random inputs: elementwise functions and their gradients within 4 ulp (CUDA's
  * tanhf/expf/logf differ from glibc's by up to 2 ulp each), dropout, max and argmax bit for bit
  * (dropout's mask is the same integer hash on both), SGD with momentum within 2 ulp (the GPU
  * fuses multiply-adds). Skipped with a message where there is no GPU. */
@@ -23,10 +24,10 @@ Test(gpu_ops_extra, cuda_kernels) {
 
 #else
 
-#include "devices/cpu/cpu_ops_extra.h"
+#include "devices/cpu/cpu_kernels.h"
 #include "devices/cuda/cuda.h"
 #include "devices/cuda/cuda_kernels.h"
-#include "devices/math_ops.h"
+#include "devices/math.h"
 
 static mw__device gpu, host = {.vt = &mw__cpu_device, .name = "cpu:0"};
 

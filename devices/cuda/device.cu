@@ -1,4 +1,6 @@
-/* The CUDA backend: device memory, cuBLAS for contractions, our kernels for everything else.
+/* The CUDA backend's device family: device memory, streams, the copies between host and device
+ * and the data errors kernels flag (cuBLAS for contractions and our kernels for everything else
+ * in the files of their families, cuda_kernels.h; the vtable in cuda_vtable.c).
  *
  * Each mw__device owns a non-blocking stream, a cuBLAS handle bound to it (with its own
  * workspace) and a scratch arena for reduction partials, all made in init on the worker thread;
