@@ -2,7 +2,7 @@
 # The floors of meshwit and what each may include ("..." includes of our own headers), lowest
 # first; a file may always include its own floor and the public headers (meshwit.h, meshwit/):
 #   core/         the graph, autodiff, planning; of devices/ only the kernel interface
-#                 (devices/device.h, devices/math.h, devices/math_ops.h), which names no backend
+#                 (devices/device.h, devices/math.h), which names no backend
 #   devices/      the device vtable, the backends and their registry; nothing above them
 #                 (collectives/, parallel/): a backend names its reducers' family, no reducer
 #   collectives/  the reducers, the MPI world, the waits they share; no backend's own headers
@@ -36,7 +36,7 @@ inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*"'
 
 breach core "$inc"'(parallel|collectives|text)/' "core/ includes nothing above devices/"
 breach core "$inc"'devices/(backend|module|cpu/|cuda/)' \
-    "core/ includes of devices/ only the kernel interface (device.h, math.h, math_ops.h)"
+    "core/ includes of devices/ only the kernel interface (device.h, math.h)"
 breach devices/device.h '^[[:space:]]*extern[[:space:]]+const[[:space:]]+mw__device_vtable' \
     "the kernel interface declares no backend"
 breach devices "$inc"'(parallel|collectives)/' "devices/ includes nothing from collectives/ or parallel/"
