@@ -26,7 +26,6 @@
 #include "core/file.h"
 #include "parallel/consistency.h"
 #include "parallel/optimizer.h"
-#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 #define MAGIC "MWCKPT01"
@@ -58,8 +57,9 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 /* The parameters in declaration order, with their slots on device 0. */
 static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
     int n = 0;
-    for (int i = 0; i < tr->g->nnodes; i++)
-        if (tr->g->nodes[i]->op == MW__OP_PARAM) out[tr->g->nodes[i]->leaf] = tr->g->nodes[i], n++;
+    for (int i = 0; i < tr->prog->g->nnodes; i++)
+        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM)
+            out[tr->prog->g->nodes[i]->leaf] = tr->prog->g->nodes[i], n++;
     return n;
 }
 
@@ -67,8 +67,9 @@ static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
  * the file's image. */
 static int64_t whole_elems(const mw_trainer *tr) {
     int64_t n = 0;
-    for (int i = 0; i < tr->g->nnodes; i++)
-        if (tr->g->nodes[i]->op == MW__OP_PARAM) n += mw__type_numel(&tr->g->nodes[i]->type);
+    for (int i = 0; i < tr->prog->g->nnodes; i++)
+        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM)
+            n += mw__type_numel(&tr->prog->g->nodes[i]->type);
     return n;
 }
 
@@ -80,8 +81,8 @@ static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params
                           int moments, int to_devices) {
     for (int part = 0; part <= moments; part++)
         for (int p = 0; p < nparams; p++) {
-            mw__held held = part ? MW__HELD_MOMENT0 + (part - 1) : MW__HELD_PARAMS;
-            mw_status st = mw__param_transfer(tr, params[p], held, image, to_devices);
+            mw__holding held = part ? mw__held_moment(tr, part - 1) : mw__held_params;
+            mw_status st = mw__param_transfer(tr->prog, params[p], &held, image, to_devices);
             if (st) return st;
             image += mw__type_numel(&params[p]->type);
         }
@@ -94,8 +95,8 @@ static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params
  * moments are written into the image in declaration order. */
 static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
                                 int moments) {
-    int64_t elems = tr->w[tr->first].plan.param_elems;
-    const mw_mesh *mesh = tr->mesh;
+    int64_t elems = tr->prog->w[tr->prog->first].plan.param_elems;
+    const mw_mesh *mesh = tr->prog->mesh;
     const size_t *sl = tr->slices;
     int nprocs = mesh->nprocs;
     int *counts = mw__calloc((size_t)nprocs, sizeof *counts);
@@ -103,7 +104,7 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
     float *flat = mw__malloc((size_t)(elems + 1) * sizeof *flat);
     mw_status st =
         counts && mine && flat ? MW_OK : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
-    for (int d = 0; st == MW_OK && d < tr->nworkers; d++) {
+    for (int d = 0; st == MW_OK && d < tr->prog->nworkers; d++) {
         size_t bytes = (sl[d + 1] - sl[d]) * 4;
         if ((size_t)counts[mesh->proc_of[d]] + bytes > (size_t)INT32_MAX)
             st = mw__error(MW_ERR_UNSUPPORTED,
@@ -111,13 +112,14 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
         else
             counts[mesh->proc_of[d]] += (int)bytes;
     }
-    size_t lo = sl[tr->first];
+    size_t lo = sl[tr->prog->first];
     for (int part = 1; st == MW_OK && part <= moments; part++) {
-        for (int d = tr->first; st == MW_OK && d < tr->first + tr->nlocal; d++) {
-            worker *w = &tr->w[d];
-            int64_t own = w->own_hi - w->own_lo;
-            st = own ? w->dev.vt->download(&w->dev, mine + (w->own_lo - (int64_t)lo),
-                                           (char *)w->moments + (size_t)((part - 1) * own) * 4,
+        for (int d = tr->prog->first; st == MW_OK && d < tr->prog->first + tr->prog->nlocal; d++) {
+            worker *w = &tr->prog->w[d];
+            const replica *r = &tr->rep[d];
+            int64_t own = r->own_hi - r->own_lo;
+            st = own ? w->dev.vt->download(&w->dev, mine + (r->own_lo - (int64_t)lo),
+                                           (char *)r->moments + (size_t)((part - 1) * own) * 4,
                                            (size_t)own * 4)
                      : MW_OK;
         }
@@ -127,7 +129,7 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
                                            "mw_trainer_save: gathering the optimizer moments");
         float *img = image + part * elems;
         for (int p = 0; st == MW_OK && p < nparams; p++) {
-            const mw__param_slot *s = &tr->w[tr->first].plan.params[params[p]->leaf];
+            const mw__param_slot *s = &tr->prog->w[tr->prog->first].plan.params[params[p]->leaf];
             memcpy(img, flat + s->off, (size_t)s->count * 4);
             img += s->count;
         }
@@ -193,7 +195,7 @@ static void remove_stale(const char *path) {
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
-    const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
+    const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
@@ -201,7 +203,8 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
     mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
                          : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
-    if (st == MW_OK && tr->zero1 && tr->nlocal < tr->nworkers && !tr->sharded_params)
+    if (st == MW_OK && tr->prog->zero1 && tr->prog->nlocal < tr->prog->nworkers &&
+        !tr->prog->sharded_params)
         st = gather_moments(tr, image, params, nparams, moments);
     char tmp[4096];
     FILE *f = NULL;
@@ -213,7 +216,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     if (st == MW_OK) {
         header h = {.version = VERSION,
                     .optimizer = (uint32_t)tr->cfg.optimizer.kind,
-                    .step = tr->steps,
+                    .step = tr->prog->steps,
                     .nparams = (uint32_t)nparams,
                     .moments = (uint32_t)moments,
                     .elems = (uint64_t)elems,
@@ -332,7 +335,7 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
                           size_t *user_bytes) {
     if (!tr || !path || (capacity && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_load: NULL argument");
-    const mw_tensor **params = mw__calloc((size_t)tr->g->nparams + 1, sizeof *params);
+    const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_load: out of memory");
     int nparams = params_in_order(tr, params);
     unsigned char *data = NULL;
@@ -353,7 +356,7 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
          * entries), so they go to the devices from there, without another copy. */
         st = transfer(tr, (float *)(uintptr_t)body, params, nparams, (int)h.moments, 1);
         if (st == MW_OK) {
-            tr->steps = h.step;
+            tr->prog->steps = h.step;
             if (h.user_bytes) memcpy(user, body + values, (size_t)h.user_bytes);
             if (user_bytes) *user_bytes = (size_t)h.user_bytes;
         }

@@ -15,7 +15,6 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "parallel/consistency.h"
-#include "parallel/shards.h"
 #include "parallel/trainer_impl.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a stop request must be a lock-free store");
@@ -36,18 +35,18 @@ void mw_trainer_request_stop(mw_trainer *tr) {
 
 mw_status mw__trainer_stop_point(mw_trainer *tr) {
     int mine = atomic_exchange(&tr->stop, 0) | atomic_load(&stop_all), any = mine;
-    if (tr->mesh->nprocs > 1) {
+    if (tr->prog->mesh->nprocs > 1) {
         mw_status st = mw__dist_max_int(mine, &any, tr->cfg.collective_timeout_ms,
                                         "the stop check before a step");
         if (st) {
-            tr->broken = 1; /* the request may still be pending: no more collectives */
+            tr->prog->broken = 1; /* the request may still be pending: no more collectives */
             return st;
         }
     }
     if (!any) return MW_OK;
     return mw__error(MW_ERR_INTERRUPTED,
                      "a stop was requested%s; the trainer stopped after step %lld, unchanged",
-                     mine ? "" : " in another process", (long long)tr->steps);
+                     mine ? "" : " in another process", (long long)tr->prog->steps);
 }
 
 /* --- canonical text -----------------------------------------------------------------------------
@@ -224,15 +223,16 @@ mw_status mw_distributed_agree(const char *what, const char *text_, int timeout_
     return agree(what, text_, strlen(text_), timeout_ms);
 }
 
-mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tensor *loss) {
-    if (tr->mesh->nprocs <= 1) return MW_OK;
+mw_status mw__trainer_agree(const mw_trainer_config *cfg, const mw_mesh *mesh,
+                            const mw_graph *graph, const mw_tensor *loss) {
+    if (mesh->nprocs <= 1) return MW_OK;
     text t = {0};
     for (int i = 0; i < graph->nnodes; i++) describe_node(&t, graph, graph->nodes[i]);
     if (loss) add(&t, "the loss is node %d", loss->id);
-    describe_config(&t, &tr->cfg, tr->cfg.outputs, tr->cfg.noutputs);
+    describe_config(&t, cfg, cfg->outputs, cfg->noutputs);
     mw_status st = t.oom ? mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory")
                          : agree("mw_trainer_new: the model or trainer configuration", t.s, t.len,
-                                 tr->cfg.collective_timeout_ms);
+                                 cfg->collective_timeout_ms);
     mw__free(t.s);
     return st;
 }
@@ -241,11 +241,11 @@ mw_status mw__trainer_agree(mw_trainer *tr, const mw_graph *graph, const mw_tens
  * of every local device and of every process. */
 static mw_status replica_scratch(mw_trainer *tr) {
     if (tr->replica_buf) return MW_OK;
-    size_t np = (size_t)tr->g->nparams + 1, nprocs = (size_t)tr->mesh->nprocs;
+    size_t np = (size_t)tr->prog->g->nparams + 1, nprocs = (size_t)tr->prog->mesh->nprocs;
     int64_t most = 0;
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++)
-        if (tr->w[d].plan.param_elems > most) most = tr->w[d].plan.param_elems;
-    size_t keep = (size_t)tr->nlocal; /* every local device's checksums */
+    for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++)
+        if (tr->prog->w[d].plan.param_elems > most) most = tr->prog->w[d].plan.param_elems;
+    size_t keep = (size_t)tr->prog->nlocal; /* every local device's checksums */
     tr->replica_buf = mw__malloc((size_t)(most + 1) * sizeof(float));
     tr->replica_sums = mw__malloc(np * (keep + nprocs) * sizeof(uint64_t));
     if (tr->replica_buf && tr->replica_sums) return MW_OK;
@@ -255,9 +255,9 @@ static mw_status replica_scratch(mw_trainer *tr) {
 
 mw_status mw__trainer_prepare(mw_trainer *tr) {
     mw_status st = tr->cfg.check_replicas_every > 0 ? replica_scratch(tr) : MW_OK;
-    if (st || tr->mesh->nprocs <= 1) return st;
-    size_t bytes = (size_t)tr->w[tr->first].plan.param_elems * sizeof(float);
-    return mw__dist_bcast_bytes(tr->init_values, bytes, tr->cfg.collective_timeout_ms,
+    if (st || tr->prog->mesh->nprocs <= 1) return st;
+    size_t bytes = (size_t)tr->prog->w[tr->prog->first].plan.param_elems * sizeof(float);
+    return mw__dist_bcast_bytes(tr->prog->init_values, bytes, tr->cfg.collective_timeout_ms,
                                 "mw_trainer_new: broadcasting rank 0's initial parameters");
 }
 
@@ -268,56 +268,57 @@ int64_t mw_trainer_skipped_steps(const mw_trainer *tr) { return tr ? tr->skipped
 
 /* The parameter nodes of the trainer's graph, by leaf index. */
 static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
-    for (int i = 0; i < tr->g->nnodes; i++)
-        if (tr->g->nodes[i]->op == MW__OP_PARAM && tr->g->nodes[i]->leaf == leaf)
-            return tr->g->nodes[i];
+    for (int i = 0; i < tr->prog->g->nnodes; i++)
+        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM && tr->prog->g->nodes[i]->leaf == leaf)
+            return tr->prog->g->nodes[i];
     return NULL;
 }
 
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
-    if (tr->broken)
+    if (tr->prog->broken)
         return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
                                        "trainer failed across processes; end the job");
-    int np = tr->g->nparams;
+    int np = tr->prog->g->nparams;
     mw_status st = replica_scratch(tr);
     if (st) return st;
     /* Each device's parameters against those of the first device holding the same values (the
      * same shard of a split parameter). */
-    uint64_t *sums = tr->replica_sums, *all = sums + (size_t)tr->nlocal * (size_t)(np + 1);
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
-        worker *w = &tr->w[d];
+    uint64_t *sums = tr->replica_sums, *all = sums + (size_t)tr->prog->nlocal * (size_t)(np + 1);
+    for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
+        worker *w = &tr->prog->w[d];
         const mw__plan *p = &w->plan;
         st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
                                  (size_t)p->param_elems * sizeof(float));
         if (st) return st;
-        uint64_t *mine = sums + (size_t)(d - tr->first) * (size_t)(np + 1);
+        uint64_t *mine = sums + (size_t)(d - tr->prog->first) * (size_t)(np + 1);
         for (int l = 0; l < np; l++)
             mine[l] = fnv1a(FNV_BASIS, tr->replica_buf + p->params[l].off,
                             (size_t)p->params[l].count * sizeof(float));
-        for (int l = 0; d > tr->first && l < np; l++) {
+        for (int l = 0; d > tr->prog->first && l < np; l++) {
             const mw_tensor *pn = param_of(tr, l);
-            int e = mw__param_holder(tr, d, pn, MW__HELD_PARAMS);
-            if (e != d && sums[(size_t)(e - tr->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
+            int e = mw__param_holder(tr->prog, d, pn, &mw__held_params);
+            if (e != d &&
+                sums[(size_t)(e - tr->prog->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
                 return mw__error(MW_ERR_STATE,
                                  "replicas diverged by step %lld: parameter '%s'%s differs between "
                                  "devices %s and %s",
-                                 (long long)tr->steps, pn->name,
+                                 (long long)tr->prog->steps, pn->name,
                                  mw__param_sharded(pn) ? " (the same shard)" : "", w->dev.name,
-                                 tr->w[e].dev.name);
+                                 tr->prog->w[e].dev.name);
         }
     }
-    int nprocs = tr->mesh->nprocs;
+    int nprocs = tr->prog->mesh->nprocs;
     if (nprocs <= 1) return MW_OK;
     st = mw__dist_allgather_u64(sums, np, all, tr->cfg.collective_timeout_ms, "the replica check");
-    if (st) tr->broken = 1; /* the request may still be pending */
+    if (st) tr->prog->broken = 1; /* the request may still be pending */
     for (int p = 1; st == MW_OK && p < nprocs; p++)
         for (int l = 0; l < np; l++)
             if (all[(size_t)p * (size_t)np + (size_t)l] != all[l]) {
                 st = mw__error(MW_ERR_STATE,
                                "replicas diverged by step %lld: parameter '%s' differs between "
                                "rank %d and rank 0 (checksums %016llx and %016llx)",
-                               (long long)tr->steps, param_of(tr, l)->name, p,
+                               (long long)tr->prog->steps, param_of(tr, l)->name, p,
                                (unsigned long long)all[(size_t)p * (size_t)np + (size_t)l],
                                (unsigned long long)all[l]);
                 break;
@@ -326,13 +327,13 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
 }
 
 mw_status mw__trainer_after_step(mw_trainer *tr) {
-    if (tr->w[tr->first].skipped) {
+    if (tr->rep[tr->prog->first].skipped) {
         tr->skipped++;
         return MW_OK;
     }
-    tr->steps++;
+    tr->prog->steps++;
     int every = tr->cfg.check_replicas_every;
-    return every > 0 && tr->steps % every == 0 ? mw_trainer_check_replicas(tr) : MW_OK;
+    return every > 0 && tr->prog->steps % every == 0 ? mw_trainer_check_replicas(tr) : MW_OK;
 }
 
 void mw__trainer_consistency_free(mw_trainer *tr) {

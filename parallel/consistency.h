@@ -10,15 +10,18 @@
 #include "meshwit/status.h"
 
 struct mw_trainer;
+struct mw_trainer_config;
 struct mw_graph;
+struct mw_mesh;
 struct mw_tensor;
 
-/* Before a trainer spanning processes is built: compares the fingerprint of the caller's graph,
- * loss and the trainer's configuration with every process (no-op for one process). */
-mw_status mw__trainer_agree(struct mw_trainer *tr, const struct mw_graph *graph,
-                            const struct mw_tensor *loss);
+/* Before a trainer (or an inference program, described as one) on `mesh` is built: compares the
+ * fingerprint of the caller's graph, loss and configuration with every process the mesh spans
+ * (no-op for one process). */
+mw_status mw__trainer_agree(const struct mw_trainer_config *cfg, const struct mw_mesh *mesh,
+                            const struct mw_graph *graph, const struct mw_tensor *loss);
 /* After planning, before the workers start: makes the replica check's scratch when it is
- * configured, and overwrites tr->init_values with rank 0's (across processes). */
+ * configured, and overwrites the program's init_values with rank 0's (across processes). */
 mw_status mw__trainer_prepare(struct mw_trainer *tr);
 /* At a step boundary: MW_ERR_INTERRUPTED when a stop is requested here or, across processes,
  * in any process. */

@@ -41,8 +41,8 @@ mw_status mw__explain_index_error(worker *w, const mw__ins *in, mw_status st) {
         p += snprintf(p, (size_t)(where + sizeof where - p), "%s%lld", i ? ", " : "",
                       (long long)idx[i]);
     const char *name = "?";
-    for (int i = 0; i < w->tr->g->nnodes; i++) {
-        const mw_tensor *t = w->tr->g->nodes[i];
+    for (int i = 0; i < w->prog->g->nnodes; i++) {
+        const mw_tensor *t = w->prog->g->nodes[i];
         if (t->op == MW__OP_INPUT && t->leaf == v->input) name = t->name;
     }
     return mw__error(MW_ERR_INVALID,

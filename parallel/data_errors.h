@@ -2,7 +2,7 @@
 #ifndef MW__DATA_ERRORS_H
 #define MW__DATA_ERRORS_H
 
-#include "parallel/trainer_impl.h"
+#include "parallel/program.h"
 
 /* A kernel's MW_ERR_INVALID for an id or target out of range, retold with the value's global
  * coordinates in the input it came from; other errors are returned as they are. */

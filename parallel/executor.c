@@ -9,11 +9,11 @@
 #include "core/plan.h"
 #include "meshwit.h"
 #include "parallel/data_errors.h"
-#include "parallel/trainer_impl.h"
+#include "parallel/program.h"
 
-int mw__group_index(const mw_trainer *tr, uint32_t mask) {
-    for (int i = 0; i < tr->ngroups; i++)
-        if (tr->groups[i].mask == mask) return i;
+int mw__group_index(const mw__program *p, uint32_t mask) {
+    for (int i = 0; i < p->ngroups; i++)
+        if (p->groups[i].mask == mask) return i;
     return -1;
 }
 
@@ -42,7 +42,7 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     mw__device *dev = &w->dev;
     if (in->kind == MW__I_DROPOUT) {
         /* Dropout's mask: a new one every update and every micro-batch of it. */
-        k->dropout.step = (uint64_t)w->tr->steps << 16 | (uint64_t)w->tr->accumulated;
+        k->dropout.step = (uint64_t)w->prog->steps << 16 | (uint64_t)w->prog->micro;
         k->dropout.active = w->training;
     }
     switch (in->kind) {
@@ -57,12 +57,12 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     case MW__I_COUNT: break;
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
-        int gi = mw__group_index(w->tr, in->group);
+        int gi = mw__group_index(w->prog, in->group);
         if (!w->comm[gi]) return MW_OK; /* a group of one device */
         int64_t t0 = mw__now_ns();
         mw_status st;
-        const mw__reducer_vtable *r = w->tr->reducer;
-        if (in->kind == MW__I_GRAD_BUCKET && w->tr->zero1) {
+        const mw__reducer_vtable *r = w->prog->reducer;
+        if (in->kind == MW__I_GRAD_BUCKET && w->prog->zero1) {
             /* ZeRO-1: this device needs only its slice of the bucket summed: the slices of the
              * devices that sum gradients together (all of the mesh, rank d on device d; with
              * split parameters the data group, its rank within it; checked when built). */
@@ -160,7 +160,7 @@ mw_status mw__bind_views(worker *w) {
     size_t pinned_off = 0;
     for (int v = 0; v < p->nviews; v++) {
         const mw__view *view = &p->views[v];
-        const char *host = w->tr->feed_of[view->input]->data;
+        const char *host = w->prog->feed_of[view->input]->data;
         if (view->staging.off < 0) {
             w->bases[MW__BASE_VIEW0 + v] =
                 (char *)host + view->host_offset * mw__dtype_bytes(view->dtype);
@@ -196,7 +196,7 @@ static mw_phase phase_of(const worker *w, int i) {
 /* Enters a phase; fires the injected fault when it is the armed one. */
 mw_status mw__enter(worker *w, mw_phase phase) {
     w->phase = phase;
-    if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->tr->steps) {
+    if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->prog->steps) {
         w->fault_armed = 0;
         if (w->fault_status != MW_OK) return mw__error(w->fault_status, "injected fault");
         struct timespec ts = {w->fault_ms / 1000, (long)(w->fault_ms % 1000) * 1000000L};
@@ -208,10 +208,10 @@ mw_status mw__enter(worker *w, mw_phase phase) {
 
 /* Advances (finish: completes) the all-reduces started and not finished. */
 mw_status mw__reductions(worker *w, int finish) {
-    const mw__reducer_vtable *r = w->tr->reducer;
+    const mw__reducer_vtable *r = w->prog->reducer;
     int64_t t0 = mw__now_ns();
     mw_status st = MW_OK;
-    for (int gi = 0; w->inflight && gi < w->tr->ngroups && st == MW_OK; gi++) {
+    for (int gi = 0; w->inflight && gi < w->prog->ngroups && st == MW_OK; gi++) {
         if (!(w->inflight & (1u << gi))) continue;
         if (finish) w->inflight &= ~(1u << gi);
         st = finish ? r->allreduce_finish(w->comm[gi], w->rank[gi])
@@ -241,7 +241,7 @@ mw_status mw__run_range(worker *w, int from, int to) {
             w->prof_ms[w->prof_cat[i]] += (double)(mw__now_ns() - t0) * 1e-6;
             w->prof_calls[w->prof_cat[i]]++;
         }
-        if (w->inflight && w->tr->reducer->progress && (st = mw__reductions(w, 0))) return st;
+        if (w->inflight && w->prog->reducer->progress && (st = mw__reductions(w, 0))) return st;
     }
     return MW_OK;
 }

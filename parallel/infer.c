@@ -1,12 +1,15 @@
-/* Inference programs: a forward-only trainer (no autodiff, no gradient or optimizer buffers) run
- * chunk by chunk over any number of rows, with its own parameters or a trainer's, read in place
- * (its plan's parameter references are rebased onto the trainer's flat parameter layout). */
+/* Inference programs: a program (parallel/program.h) of the graph's forward part, with no
+ * backward part and no optimizer, run chunk by chunk over any number of rows, with its own
+ * parameters or a trainer's, read in place (its plan's parameter references are rebased onto the
+ * trainer's flat parameter layout). */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit/infer.h"
+#include "parallel/consistency.h"
+#include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
 typedef struct slot {
@@ -17,7 +20,7 @@ typedef struct slot {
 } slot;
 
 struct mw_infer {
-    mw_trainer *tr;
+    mw__program *prog;
     mw_graph *graph; /* the user's */
     int64_t chunk;   /* rows each run of the compiled program takes */
     slot *in, *out;
@@ -27,70 +30,6 @@ struct mw_infer {
     char *pad;             /* the last chunk's rows, padded */
     float *outbuf;         /* the last chunk's output */
 };
-
-/* Rebases the parameter references of w's plan onto params_from's layout. */
-mw_status mw__share_params(mw_trainer *tr, worker *w) {
-    const mw_trainer *src = tr->params_from;
-    const mw__plan *sp = &src->w[w->index].plan;
-    mw__plan *p = &w->plan;
-    int64_t *to = mw__calloc((size_t)p->nparams + 1, sizeof *to);
-    if (!to) return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
-    mw_status st = MW_OK;
-    for (int i = 0; i < tr->g->nnodes && st == MW_OK; i++) {
-        const mw_tensor *t = tr->g->nodes[i], *u = NULL;
-        if (t->op != MW__OP_PARAM) continue;
-        for (int j = 0; j < src->g->nnodes && !u; j++)
-            if (src->g->nodes[j]->op == MW__OP_PARAM && !strcmp(src->g->nodes[j]->name, t->name))
-                u = src->g->nodes[j];
-        int same = u && u->type.rank == t->type.rank, split = 1;
-        for (int k = 0; same && k < t->type.rank; k++) {
-            const mw__axis *a = &t->type.ax[k], *b = &u->type.ax[k];
-            same = a->size == b->size;
-            /* The same split (by mesh-axis name: the graphs number their names apart), or the
-             * program would read another box of the trainer's shards. */
-            split &=
-                (a->mesh < 0) == (b->mesh < 0) &&
-                (a->mesh < 0 || (!strcmp(tr->g->names[a->name], src->g->names[b->name]) &&
-                                 !strcmp(tr->g->mesh_names[a->mesh], src->g->mesh_names[b->mesh])));
-        }
-        if (!u)
-            st = mw__error(MW_ERR_NOT_FOUND, "the trainer has no parameter '%s'", t->name);
-        else if (same && !split) {
-            char a[256], b[256];
-            st = mw__error(MW_ERR_SHARDING,
-                           "parameter '%s' is %s in the program but %s in the trainer: split "
-                           "the program's parameter as the trainer's (mw_shard)",
-                           t->name, mw__type_describe(tr->g, &t->type, a, sizeof a),
-                           mw__type_describe(src->g, &u->type, b, sizeof b));
-        } else if (!same) {
-            char a[256], b[256];
-            st =
-                mw__error(MW_ERR_SHAPE, "parameter '%s' is %s in the program but %s in the trainer",
-                          t->name, mw__type_describe(tr->g, &t->type, a, sizeof a),
-                          mw__type_describe(src->g, &u->type, b, sizeof b));
-        } else
-            to[t->leaf] = sp->params[u->leaf].off;
-    }
-    /* The program's bf16 copy (its own, made from the trainer's parameters) follows the same
-     * layout: its references move alike. */
-    for (int i = 0; i < p->nins && st == MW_OK; i++)
-        for (int k = 0; k < mw__ins_roles(p->ins[i].kind); k++) {
-            mw__ref *r = &p->ins[i].ref.all[k];
-            if ((r->base != MW__BASE_PARAMS && r->base != MW__BASE_PARAMS16) || r->off < 0)
-                continue;
-            int64_t bytes = r->base == MW__BASE_PARAMS ? 4 : 2, e = r->off / bytes;
-            for (int j = 0; j < p->nparams; j++) {
-                const mw__param_slot *s = &p->params[j];
-                if (s->count && e >= s->off && e < s->off + s->count) {
-                    r->off = (to[j] + (e - s->off)) * bytes;
-                    break;
-                }
-            }
-        }
-    for (int j = 0; j < p->nparams && st == MW_OK; j++) p->params[j].off = to[j];
-    mw__free(to);
-    return st;
-}
 
 /* Position of the axis named `name` in t, or -1. */
 static int axis_pos(const mw_graph *g, const mw__type *t, const char *name) {
@@ -202,7 +141,7 @@ static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *out
 
 /* Buffers for the last, padded chunk, and which inputs the program reads. */
 static mw_status prepare(mw_infer *inf) {
-    const mw__plan *p = &inf->tr->w[inf->tr->first].plan;
+    const mw__plan *p = &inf->prog->w[inf->prog->first].plan;
     for (int v = 0; v < p->nviews; v++) inf->in[p->views[v].input].used = 1;
     size_t pad = 64, out = 1;
     for (int i = 0; i < inf->nin; i++)
@@ -236,17 +175,25 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
     inf->nout = config->noutputs;
     mw_status st =
         describe(inf, config->chunk_axis ? config->chunk_axis : "Batch", config->outputs);
-    if (st == MW_OK) {
-        mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f},
-                                 .outputs = config->outputs,
-                                 .noutputs = config->noutputs,
-                                 .pin_threads = config->pin_threads,
-                                 .blas_threads = from ? -1 : config->blas_threads,
-                                 .collective_timeout_ms = config->collective_timeout_ms,
-                                 .cpu_threads = config->cpu_threads,
-                                 .precision = config->precision};
-        st = mw__trainer_new_forward(graph, from ? from->mesh : mesh, &cfg, from, &inf->tr);
+    mw_mesh *on = from ? from->prog->mesh : mesh;
+    mw__program_config pc = {.precision = config->precision,
+                             .pin_threads = config->pin_threads,
+                             .blas_threads = from ? -1 : config->blas_threads,
+                             .collective_timeout_ms = config->collective_timeout_ms,
+                             .cpu_threads = config->cpu_threads};
+    if (st == MW_OK) st = mw__program_check(&pc);
+    if (st == MW_OK) { /* the processes agree on the program as on a trainer's */
+        mw_trainer_config described = {.outputs = config->outputs,
+                                       .noutputs = config->noutputs,
+                                       .collective_timeout_ms = config->collective_timeout_ms,
+                                       .precision = config->precision};
+        st = mw__trainer_agree(&described, on, graph, config->outputs[0]);
     }
+    if (st == MW_OK) st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, &inf->prog);
+    mw__program *prog = inf->prog;
+    if (st == MW_OK) st = mw__program_outputs(prog, config->outputs, config->noutputs);
+    if (st == MW_OK) st = mw__program_plan(prog, prog->outputs[0], NULL);
+    if (st == MW_OK) st = mw__program_start(prog, NULL);
     if (st == MW_OK) st = prepare(inf);
     if (st) {
         char msg[MW__MSG_SIZE];
@@ -266,12 +213,12 @@ mw_status mw_infer_new(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *co
 mw_status mw_infer_from_trainer(mw_trainer *trainer, mw_graph *graph, const mw_infer_config *config,
                                 mw_infer **out) {
     if (!trainer) return mw__error(MW_ERR_INVALID, "mw_infer_from_trainer: trainer is NULL");
-    return make(graph, trainer->mesh, config, trainer, out);
+    return make(graph, trainer->prog->mesh, config, trainer, out);
 }
 
 void mw_infer_free(mw_infer *inf) {
     if (!inf) return;
-    mw_trainer_free(inf->tr);
+    mw__program_free(inf->prog);
     mw__free(inf->in);
     mw__free(inf->out);
     mw__free(inf->feeds);
@@ -375,7 +322,7 @@ mw_status mw_infer_run(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t 
             f->data = pad;
             pad += all;
         }
-        st = mw_trainer_eval(inf->tr, inf->feeds, inf->nin, NULL);
+        st = mw__program_run(inf->prog, CMD_FORWARD, inf->feeds, inf->nin);
         for (int k = 0; st == MW_OK && k < nfetches; k++) {
             const mw_fetch *fe = &fetches[k];
             int o = 0;
@@ -384,9 +331,9 @@ mw_status mw_infer_run(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t 
             int64_t all = s->has_chunk ? chunk * s->per_row : s->per_row;
             if (!s->has_chunk || n == chunk) {
                 float *dst = fe->data + (s->has_chunk ? done * s->per_row : 0);
-                st = mw_trainer_read_output(inf->tr, s->t, dst, all);
+                st = mw__program_read_output(inf->prog, s->t, dst, all);
             } else {
-                st = mw_trainer_read_output(inf->tr, s->t, inf->outbuf, all);
+                st = mw__program_read_output(inf->prog, s->t, inf->outbuf, all);
                 if (st == MW_OK)
                     memcpy(fe->data + done * s->per_row, inf->outbuf,
                            (size_t)(n * s->per_row) * sizeof(float));
@@ -399,15 +346,15 @@ mw_status mw_infer_run(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t 
 mw_status mw_infer_load_weights(mw_infer *inf, const char *path, const mw_weight_name *names,
                                 int nnames) {
     if (!inf) return mw__error(MW_ERR_INVALID, "mw_infer_load_weights: program is NULL");
-    return mw_trainer_load_weights(inf->tr, path, names, nnames);
+    return mw__program_load_weights(inf->prog, path, names, nnames);
 }
 
 mw_status mw_infer_write_param(mw_infer *inf, const char *name, const float *src, int64_t count) {
     if (!inf) return mw__error(MW_ERR_INVALID, "mw_infer_write_param: program is NULL");
-    return mw_trainer_write_param(inf->tr, name, src, count);
+    return mw__program_param(inf->prog, name, (float *)(uintptr_t)src, count, 1); /* reads src */
 }
 
 mw_status mw_infer_read_param(mw_infer *inf, const char *name, float *dst, int64_t count) {
     if (!inf) return mw__error(MW_ERR_INVALID, "mw_infer_read_param: program is NULL");
-    return mw_trainer_read_param(inf->tr, name, dst, count);
+    return mw__program_param(inf->prog, name, dst, count, 0);
 }

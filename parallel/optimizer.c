@@ -1,11 +1,19 @@
-/* Optimizer configuration (defaults, validation, which parameters decay) and the SGD update with
- * momentum and weight decay. AdamW's update is in update.c beside the gradient norm. */
+/* The optimizer: configuration (defaults, validation, which parameters decay) and, on each
+ * device, its state and its step: the gradient norm (clipping, finiteness), SGD with momentum and
+ * weight decay, AdamW, gradient accumulation, and with ZeRO-1 the all-gather of the updated
+ * slices. Each device updates the slice of the parameters it owns (all of them unless ZeRO-1);
+ * the slice's gradients are already summed over the devices, so every device computes the same
+ * norm and the same update of what it holds. */
 #include "parallel/optimizer.h"
 
 #include <math.h>
 #include <stdio.h>
 
+#include "collectives/reducer.h"
 #include "core/alloc.h"
+#include "core/error.h"
+#include "core/plan.h"
+#include "meshwit.h"
 
 mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind) {
     mw_optimizer o = {.kind = kind, .lr = 1e-3f};
@@ -70,7 +78,7 @@ static int passes_on(mw__op op) {
 }
 
 mw_status mw__optimizer_decays(mw_trainer *tr) {
-    const mw_graph *g = tr->g;
+    const mw_graph *g = tr->prog->g;
     const mw_optimizer *o = &tr->cfg.optimizer;
     tr->decays = mw__calloc((size_t)g->nparams + 1, 1);
     /* origin[node]: the parameter leaf a node hands on unchanged, or -1; not_bias[leaf]: the
@@ -105,28 +113,30 @@ mw_status mw__optimizer_decays(mw_trainer *tr) {
     return MW_OK;
 }
 
-int mw__own_part(const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi) {
-    *lo = s->off > w->own_lo ? s->off : w->own_lo;
-    *hi = s->off + s->count < w->own_hi ? s->off + s->count : w->own_hi;
+int mw__own_part(const replica *r, const mw__param_slot *s, int64_t *lo, int64_t *hi) {
+    *lo = s->off > r->own_lo ? s->off : r->own_lo;
+    *hi = s->off + s->count < r->own_hi ? s->off + s->count : r->own_hi;
     return *lo < *hi;
 }
 
-mw_status mw__sgd_update(worker *w, float lr, float scale) {
-    mw_trainer *tr = w->tr;
+/* The SGD update of replica r's slice with learning rate lr and gradient scale `scale`. */
+static mw_status sgd_update(replica *r, float lr, float scale) {
+    mw_trainer *tr = r->tr;
+    worker *w = r->w;
     const mw__device_vtable *vt = w->dev.vt;
     const mw_optimizer *o = &tr->cfg.optimizer;
     if (o->momentum == 0.0f && o->weight_decay == 0.0f) {
         mw__k_sgd k = {.lr = lr * scale,
-                       .count = w->own_hi - w->own_lo,
-                       .p = (float *)w->params + w->own_lo,
-                       .g = (const float *)w->grads + w->own_lo,
-                       .p16 = w->params16 ? (uint16_t *)w->params16 + w->own_lo : NULL};
+                       .count = r->own_hi - r->own_lo,
+                       .p = (float *)w->params + r->own_lo,
+                       .g = (const float *)w->grads + r->own_lo,
+                       .p16 = w->params16 ? (uint16_t *)w->params16 + r->own_lo : NULL};
         return k.count ? vt->sgd(&w->dev, &k) : MW_OK;
     }
-    for (int i = 0; i < tr->g->nnodes; i++) {
-        const mw_tensor *pn = tr->g->nodes[i];
+    for (int i = 0; i < tr->prog->g->nnodes; i++) {
+        const mw_tensor *pn = tr->prog->g->nodes[i];
         int64_t lo, hi;
-        if (pn->op != MW__OP_PARAM || !mw__own_part(w, &w->plan.params[pn->leaf], &lo, &hi))
+        if (pn->op != MW__OP_PARAM || !mw__own_part(r, &w->plan.params[pn->leaf], &lo, &hi))
             continue;
         mw__k_sgd_momentum k = {
             .count = hi - lo,
@@ -136,9 +146,9 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
             .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0.0f,
             .grad_scale = scale,
             .nesterov = o->nesterov,
-            .first = tr->steps == 0,
+            .first = tr->prog->steps == 0,
             .p = (float *)w->params + lo,
-            .buf = o->momentum > 0.0f ? (float *)w->moments + (lo - w->own_lo) : NULL,
+            .buf = o->momentum > 0.0f ? (float *)r->moments + (lo - r->own_lo) : NULL,
             .g = (const float *)w->grads + lo,
             .p16 = w->plan.params[pn->leaf].bf16 ? (uint16_t *)w->params16 + lo : NULL};
         mw_status st = vt->sgd_momentum(&w->dev, &k);
@@ -147,14 +157,18 @@ mw_status mw__sgd_update(worker *w, float lr, float scale) {
     return MW_OK;
 }
 
-mw_status mw__accumulate_grads(worker *w, int fold) {
-    int n = w->tr->accumulated;
+/* Gradient accumulation on replica r after a backward pass: fold 0 adds the gradients to the
+ * accumulator (copies them into it for the first micro-batch); fold 1 replaces the gradients by
+ * the mean of the accumulated micro-batches and this one. */
+static mw_status accumulate_grads(replica *r, int fold) {
+    worker *w = r->w;
+    int n = r->tr->accumulated;
     /* Only this device's slice (the accumulator holds no more): with ZeRO-1 the rest of its
      * gradients is not summed over the devices. */
-    int64_t count = w->own_hi - w->own_lo;
+    int64_t count = r->own_hi - r->own_lo;
     if (count == 0) return MW_OK;
     mw__nd nd = {.rank = 1, .dims = {count}, .stride = {{1}, {1}, {1}}};
-    float *grads = (float *)w->grads + w->own_lo, *accum = w->accum;
+    float *grads = (float *)w->grads + r->own_lo, *accum = r->accum;
     if (!fold && n == 0) {
         mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = accum, .a = grads};
         return w->dev.vt->copy(&w->dev, &k);
@@ -166,3 +180,329 @@ mw_status mw__accumulate_grads(worker *w, int fold) {
     mw__k_copy mean = {.alpha = 1.0f / (float)(n + 1), .nd = nd, .out = dst, .a = dst};
     return w->dev.vt->copy(&w->dev, &mean);
 }
+
+/* The device holding piece k of parameter p's gradient for the shard that device d holds: d
+ * itself, or with ZeRO-1 the device of d's data group whose part is k. */
+static int piece_owner(const mw_trainer *tr, int d, int k) {
+    const mw__program *prog = tr->prog;
+    if (!prog->zero1) return d;
+    int gi = tr->zero_group;
+    for (int e = 0; e < prog->nworkers; e++)
+        if (prog->w[e].comm[gi] == prog->w[d].comm[gi] && prog->w[e].rank[gi] == k) return e;
+    return d;
+}
+
+/* The gradient norm of a trainer with sharded parameters: each device adds the squares of the
+ * gradient elements it owns per parameter, the per-parameter partial sums are all-gathered, and
+ * every device adds, parameter by parameter in leaf order and device by device in index order,
+ * the partials of the devices that together hold each element once. */
+static mw_status grad_norm_sharded(replica *r, float *norm) {
+    mw_trainer *tr = r->tr;
+    mw__program *prog = tr->prog;
+    worker *w = r->w;
+    const mw__device_vtable *vt = w->dev.vt;
+    int np = prog->g->nparams, n = prog->nworkers, parts = w->zparts;
+    int first = prog->zero1 ? w->rank[tr->zero_group] : 0, last = prog->zero1 ? first + 1 : parts;
+    size_t per = (size_t)np * (size_t)parts; /* pieces of one device */
+    float *mine = r->partials + (size_t)w->index * per;
+    mw_status st;
+    /* Piece (l, k): parameter l's elements in slice k of the flat layout. */
+    for (int l = 0; l < np; l++) {
+        const mw__param_slot *s = &w->plan.params[l];
+        for (int k = first; k < last; k++) {
+            int64_t lo = (int64_t)w->zslices[k], hi = (int64_t)w->zslices[k + 1];
+            if (lo < s->off) lo = s->off;
+            if (hi > s->off + s->count) hi = s->off + s->count;
+            mw__k_sumsq q = {.count = hi > lo ? hi - lo : 0,
+                             .out = r->scratch + (size_t)l * (size_t)parts + (size_t)k,
+                             .a = (const float *)w->grads + lo};
+            if (q.count && (st = vt->sumsq(&w->dev, &q))) return st;
+        }
+    }
+    if (per && (st = vt->download(&w->dev, mine, r->scratch, per * sizeof(float)))) return st;
+    for (int l = 0; l < np; l++) {
+        const mw__param_slot *s = &w->plan.params[l];
+        for (int k = first; k < last; k++)
+            if ((int64_t)w->zslices[k + 1] <= s->off || (int64_t)w->zslices[k] >= s->off + s->count)
+                mine[(size_t)l * (size_t)parts + (size_t)k] = 0.0f;
+    }
+    if (prog->all) {
+        for (int k = 0; k <= n; k++) w->bounds[k] = (size_t)k * per;
+        if ((st = prog->all_reducer->all_gather(prog->all, w->index, r->partials, (size_t)n * per,
+                                                MW_F32, w->bounds)))
+            return st;
+    }
+    /* Parameter by parameter, shard by shard (the devices with coordinate 0 off the axes that
+     * split the parameter), piece by piece: the same order with and without ZeRO-1. */
+    double sq = 0.0;
+    for (int i = 0; i < prog->g->nnodes; i++) {
+        const mw_tensor *p = prog->g->nodes[i];
+        if (p->op != MW__OP_PARAM) continue;
+        for (int d = 0; d < n; d++) {
+            if (!mw__param_reader(prog, d, p, &mw__held_params)) continue;
+            for (int k = 0; k < parts; k++) {
+                int e = piece_owner(tr, d, k);
+                sq +=
+                    (double)
+                        r->partials[(size_t)e * per + (size_t)p->leaf * (size_t)parts + (size_t)k];
+            }
+        }
+    }
+    *norm = (float)sqrt(sq);
+    return MW_OK;
+}
+
+/* The gradient norm: one partial sum of squares per slice of tr->slices, added in slice order in
+ * double. Replicated, every device computes every partial; with ZeRO-1 each device its own
+ * slice's (the only one summed over the devices) and the partials are all-gathered. Both give
+ * the same bits. */
+static mw_status grad_norm(replica *r, float *norm) {
+    mw_trainer *tr = r->tr;
+    mw__program *prog = tr->prog;
+    worker *w = r->w;
+    if (prog->sharded_params) return grad_norm_sharded(r, norm);
+    const mw__device_vtable *vt = w->dev.vt;
+    const size_t *sl = tr->slices;
+    int n = prog->nworkers, first = prog->zero1 ? w->index : 0,
+        last = prog->zero1 ? w->index + 1 : n;
+    mw_status st;
+    for (int k = first; k < last; k++) {
+        mw__k_sumsq q = {.count = (int64_t)(sl[k + 1] - sl[k]),
+                         .out = r->scratch + (k - first),
+                         .a = (const float *)w->grads + sl[k]};
+        if (q.count && (st = vt->sumsq(&w->dev, &q))) return st;
+    }
+    if ((st = vt->download(&w->dev, r->partials + first, r->scratch,
+                           (size_t)(last - first) * sizeof(float))))
+        return st;
+    for (int k = first; k < last; k++)
+        if (sl[k] == sl[k + 1]) r->partials[k] = 0.0f;
+    if (prog->zero1) {
+        for (int k = 0; k <= n; k++) w->bounds[k] = (size_t)k; /* one partial each */
+        if ((st = prog->all_reducer->all_gather(prog->all, w->index, r->partials, (size_t)n, MW_F32,
+                                                w->bounds)))
+            return st;
+    }
+    double sq = 0.0;
+    for (int k = 0; k < n; k++) sq += (double)r->partials[k];
+    *norm = (float)sqrt(sq);
+    return MW_OK;
+}
+
+/* The norm (clipping, finiteness) and the optimizer's kernels over [own_lo, own_hi), weight decay
+ * and moments applied per parameter part of it. */
+static mw_status update_slice(replica *r) {
+    mw_trainer *tr = r->tr;
+    worker *w = r->w;
+    const mw__device_vtable *vt = w->dev.vt;
+    const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_status st;
+    float scale = 1.0f;
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite ||
+        tr->cfg.skip_nonfinite) {
+        float norm;
+        if ((st = grad_norm(r, &norm))) return st;
+        if (w->index == 0) tr->grad_norm = norm;
+        if (tr->cfg.skip_nonfinite && !isfinite(norm)) {
+            r->skipped = 1; /* every replica has the same gradients and skips alike */
+            return MW_OK;
+        }
+        if (tr->cfg.check_finite && !isfinite(norm))
+            return mw__error(MW_ERR_NONFINITE,
+                             "the gradients hold NaN or Inf (norm %g); no "
+                             "parameter was updated",
+                             norm);
+        if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
+    }
+    float lr = tr->step_lr;
+    if (o->kind == MW_SGD) return sgd_update(r, lr, scale);
+    double t = (double)tr->prog->steps + 1;
+    float bias1 = (float)(1.0 - pow(o->beta1, t)), bias2 = (float)(1.0 - pow(o->beta2, t));
+    float *m = r->moments, *v = m + (r->own_hi - r->own_lo);
+    for (int i = 0; i < tr->prog->g->nnodes; i++) {
+        const mw_tensor *pn = tr->prog->g->nodes[i];
+        int64_t lo, hi;
+        if (pn->op != MW__OP_PARAM || !mw__own_part(r, &w->plan.params[pn->leaf], &lo, &hi))
+            continue;
+        const mw__param_slot *slot = &w->plan.params[pn->leaf];
+        mw__k_adamw k = {.count = hi - lo,
+                         .lr = lr,
+                         .beta1 = o->beta1,
+                         .beta2 = o->beta2,
+                         .eps = o->eps,
+                         .weight_decay = tr->decays[pn->leaf] ? o->weight_decay : 0,
+                         .bias1 = bias1,
+                         .bias2 = bias2,
+                         .grad_scale = scale,
+                         .p = (float *)w->params + lo,
+                         .m = m + (lo - r->own_lo),
+                         .v = v + (lo - r->own_lo),
+                         .g = (const float *)w->grads + lo,
+                         .p16 = slot->bf16 ? (uint16_t *)w->params16 + lo : NULL};
+        if ((st = vt->adamw(&w->dev, &k))) return st;
+    }
+    return MW_OK;
+}
+
+/* ZeRO-1: the parameters after this device updated its slice, all-gathered. */
+static mw_status gather_params(replica *r) {
+    worker *w = r->w;
+    mw_status st;
+    if ((st = w->dev.vt->sync(&w->dev))) return st;
+    mw_trainer *tr = r->tr;
+    mw__program *prog = tr->prog;
+    size_t n = (size_t)w->plan.param_elems;
+    if (prog->sharded_params) /* among the devices holding the same shards */
+        return prog->reducer->all_gather(w->comm[tr->zero_group], w->rank[tr->zero_group],
+                                         w->params, n, MW_F32, w->zslices);
+    if (w->dev.vt->host_memory)
+        return prog->all_reducer->all_gather(prog->all, w->index, w->params, n, MW_F32, tr->slices);
+    /* Device memory: through the gradients' reducer, on a group spanning the mesh (rank d on
+     * device d, as plan_slices checked). */
+    for (int gi = 0; gi < prog->ngroups; gi++)
+        if (prog->groups[gi].ncomms == 1 && w->comm[gi])
+            return prog->reducer->all_gather(w->comm[gi], w->rank[gi], w->params, n, MW_F32,
+                                             tr->slices);
+    return mw__error(MW_ERR_STATE, "internal: ZeRO-1 without a reduction group over the mesh");
+}
+
+/* The optimizer step on this device's slice of the parameters (all of them unless ZeRO-1). The
+ * slice's gradients are already summed over the devices, so every device computes the same norm
+ * and the same update of what it holds; ZeRO-1 then all-gathers the parameters. The optimizer's
+ * kernels write the bf16 copy of what they update; with ZeRO-1 the rest of it is converted from
+ * the gathered parameters (the bits the owner's kernel wrote). */
+static mw_status update(replica *r) {
+    worker *w = r->w;
+    mw_status st = update_slice(r);
+    if (st || r->skipped) return st;
+    w->version++;
+    if (w->prog->zero1) {
+        if ((st = gather_params(r)) || (st = mw__params16_refresh(w, 0, r->own_lo)) ||
+            (st = mw__params16_refresh(w, r->own_hi, w->plan.param_elems)))
+            return st;
+    }
+    if (w->version16 == w->version - 1) w->version16 = w->version;
+    return MW_OK;
+}
+
+/* ---- where the devices hold gradients and moments (mw__holding) ---- */
+
+static char *held_grads(void *ctx, const worker *w, const mw__param_slot *s, int64_t *lo,
+                        int64_t *hi) {
+    const mw_trainer *tr = ctx;
+    *lo = s->off;
+    *hi = s->off + s->count;
+    if (tr->prog->zero1 && !mw__own_part(&tr->rep[w->index], s, lo, hi)) *hi = *lo;
+    return (char *)w->grads + *lo * 4;
+}
+
+static char *held_moment(const mw_trainer *tr, const worker *w, const mw__param_slot *s,
+                         int64_t *lo, int64_t *hi, int k) {
+    const replica *r = &tr->rep[w->index];
+    if (!mw__own_part(r, s, lo, hi)) *hi = *lo;
+    int64_t own = r->own_hi - r->own_lo;
+    return (char *)r->moments + ((int64_t)k * own + *lo - r->own_lo) * 4;
+}
+
+static char *held_moment0(void *ctx, const worker *w, const mw__param_slot *s, int64_t *lo,
+                          int64_t *hi) {
+    return held_moment(ctx, w, s, lo, hi, 0);
+}
+
+static char *held_moment1(void *ctx, const worker *w, const mw__param_slot *s, int64_t *lo,
+                          int64_t *hi) {
+    return held_moment(ctx, w, s, lo, hi, 1);
+}
+
+mw__holding mw__held_grads(mw_trainer *tr) { return (mw__holding){.range = held_grads, .ctx = tr}; }
+
+mw__holding mw__held_moment(mw_trainer *tr, int k) {
+    return (mw__holding){.range = k ? held_moment1 : held_moment0, .ctx = tr};
+}
+
+/* ---- the trainer's work on each worker (mw__program_hooks) ---- */
+
+static mw_status device_init(void *ctx, worker *w) {
+    mw_trainer *tr = ctx;
+    replica *r = &tr->rep[w->index];
+    const mw__device_vtable *vt = w->dev.vt;
+    mw_status st;
+    size_t scratch = (size_t)tr->prog->nworkers * sizeof(float);
+    size_t pieces = (size_t)tr->prog->g->nparams * (size_t)w->zparts * sizeof(float);
+    if (tr->prog->sharded_params && pieces > scratch) scratch = pieces;
+    if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&r->scratch))) return st;
+    int moments = mw__optimizer_moments(&tr->cfg.optimizer);
+    if (moments) {
+        int64_t elems = moments * (r->own_hi - r->own_lo);
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &r->moments))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = r->moments};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
+    }
+    if (tr->cfg.grad_accumulation) {
+        int64_t elems = r->own_hi - r->own_lo; /* this device's slice */
+        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &r->accum))) return st;
+        mw__k_fill z = {.value = 0.0f, .count = elems, .out = r->accum};
+        if (elems && (st = vt->fill(&w->dev, &z))) return st;
+    }
+    return MW_OK;
+}
+
+/* The optimizer step of a worker whose gradients are summed: the loss checked when asked, a
+ * barrier so that nobody updates unless everybody got this far, then the update. */
+static mw_status device_step(mw_trainer *tr, replica *r) {
+    worker *w = r->w;
+    mw_status st;
+    if (tr->accumulated && (st = accumulate_grads(r, 1))) return st;
+    if (tr->cfg.check_finite || tr->cfg.skip_nonfinite) {
+        /* The loss is replicated: every device sees the same value and stops alike. */
+        float loss;
+        if ((st = w->dev.vt->download(&w->dev, &loss, mw__ptr(w, w->plan.loss), sizeof loss)))
+            return st;
+        if (!isfinite(loss) && tr->cfg.skip_nonfinite) {
+            r->skipped = 1;
+            return w->dev.vt->sync(&w->dev);
+        }
+        if (!isfinite(loss))
+            return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated", loss);
+    }
+    int64_t t0 = mw__now_ns();
+    st = mw__enter(w, MW_PHASE_UPDATE);
+    /* A data error (bad id or target) a GPU kernel found is reported by the sync, before any
+     * parameter changes, also with one device. */
+    if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
+    /* Nobody updates unless everybody got this far: replicas stay identical when a device fails
+     * before its update. */
+    if (st == MW_OK && tr->prog->all) st = tr->prog->all_reducer->barrier(tr->prog->all, w->index);
+    if (st == MW_OK) st = update(r);
+    if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
+    r->update_ms = (double)(mw__now_ns() - t0) * 1e-6;
+    if (w->prof_cat) {
+        w->prof_ms[MW__PROF_UPDATE] += r->update_ms;
+        w->prof_calls[MW__PROF_UPDATE]++;
+    }
+    return st;
+}
+
+static mw_status device_after_backward(void *ctx, worker *w) {
+    mw_trainer *tr = ctx;
+    replica *r = &tr->rep[w->index];
+    mw_status st;
+    r->skipped = 0;
+    switch (tr->train) {
+    case TRAIN_ACCUM: return (st = accumulate_grads(r, 0)) ? st : w->dev.vt->sync(&w->dev);
+    case TRAIN_STEP: return device_step(tr, r);
+    case TRAIN_GRADS: break;
+    }
+    return w->dev.vt->sync(&w->dev);
+}
+
+static void device_quit(void *ctx, worker *w) {
+    mw_trainer *tr = ctx;
+    replica *r = &tr->rep[w->index];
+    w->dev.vt->free(&w->dev, r->moments);
+    w->dev.vt->free(&w->dev, r->accum);
+    w->dev.vt->free(&w->dev, r->scratch);
+}
+
+const mw__program_hooks mw__trainer_hooks = {
+    .init = device_init, .after_backward = device_after_backward, .quit = device_quit};

@@ -1,4 +1,6 @@
-/* Internal: optimizer defaults and validation, and the SGD update (optimizer.c). */
+/* Internal: the optimizer (optimizer.c): defaults and validation, which parameters decay, and on
+ * each device its state (moments, accumulator) and its step: the gradient norm, SGD (with
+ * momentum and weight decay), AdamW, gradient accumulation and ZeRO-1's gather. */
 #ifndef MW__OPTIMIZER_H
 #define MW__OPTIMIZER_H
 
@@ -14,16 +16,18 @@ int mw__optimizer_moments(const mw_optimizer *o);
 /* Decides, per parameter leaf, whether weight decay applies (tr->decays). */
 mw_status mw__optimizer_decays(mw_trainer *tr);
 
-/* The part [*lo, *hi) of parameter slot s inside worker w's slice of the flat parameters
+/* The part [*lo, *hi) of parameter slot s inside replica r's slice of the flat parameters
  * [own_lo, own_hi); 0 when they do not meet. */
-int mw__own_part(const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi);
+int mw__own_part(const replica *r, const mw__param_slot *s, int64_t *lo, int64_t *hi);
 
-/* The SGD update of worker w's slice with learning rate lr and gradient scale `scale`. */
-mw_status mw__sgd_update(worker *w, float lr, float scale);
+/* Where the devices hold a parameter's gradients (all of them, or with ZeRO-1 those of their
+ * slice) and the optimizer's moment k (0: AdamW's m or SGD's momentum buffer, 1: AdamW's v; of
+ * their slice), for mw__param_transfer and mw__param_holder. */
+mw__holding mw__held_grads(mw_trainer *tr);
+mw__holding mw__held_moment(mw_trainer *tr, int k);
 
-/* Gradient accumulation on worker w after a backward pass: fold 0 adds the gradients to the
- * accumulator (copies them into it for the first micro-batch); fold 1 replaces the gradients by
- * the mean of the accumulated micro-batches and this one. */
-mw_status mw__accumulate_grads(worker *w, int fold);
+/* What the trainer runs on each worker (mw__program_hooks, ctx: the trainer): its device state
+ * made and freed, and after a backward pass (tr->train) accumulation or the optimizer step. */
+extern const mw__program_hooks mw__trainer_hooks;
 
 #endif

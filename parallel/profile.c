@@ -59,9 +59,9 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
     for (int c = 0; c < MW__PROF_CATS; c++) {
         double ms = 0;
         int64_t calls = 0;
-        for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
-            ms += tr->w[d].prof_ms[c];
-            calls += tr->w[d].prof_calls[c];
+        for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
+            ms += tr->prog->w[d].prof_ms[c];
+            calls += tr->prog->w[d].prof_calls[c];
         }
         if (!calls) continue;
         mw_profile_row *r = &all[n++];
@@ -73,8 +73,8 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
         else
             snprintf(r->op, sizeof r->op, "%s%s", mw__op_name(k / 2), k % 2 ? ":copy" : "");
         r->phase = phase_names[phase];
-        r->ms = ms / tr->nlocal;
-        r->calls = calls / tr->nlocal;
+        r->ms = ms / tr->prog->nlocal;
+        r->calls = calls / tr->prog->nlocal;
     }
     qsort(all, (size_t)n, sizeof *all, by_time);
     if (rows)
@@ -85,8 +85,8 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
 
 void mw_trainer_profile_reset(mw_trainer *tr) {
     if (!tr || !tr->cfg.profile) return;
-    for (int d = tr->first; d < tr->first + tr->nlocal; d++) {
-        memset(tr->w[d].prof_ms, 0, MW__PROF_CATS * sizeof *tr->w[d].prof_ms);
-        memset(tr->w[d].prof_calls, 0, MW__PROF_CATS * sizeof *tr->w[d].prof_calls);
+    for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
+        memset(tr->prog->w[d].prof_ms, 0, MW__PROF_CATS * sizeof *tr->prog->w[d].prof_ms);
+        memset(tr->prog->w[d].prof_calls, 0, MW__PROF_CATS * sizeof *tr->prog->w[d].prof_calls);
     }
 }

@@ -1,9 +1,11 @@
-/* Listing parameters, and a trainer's weights saved to and loaded from safetensors files. */
+/* Listing parameters, and a program's (a trainer's, an inference program's) weights saved to and
+ * loaded from safetensors files. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
 int mw_graph_param_count(const mw_graph *g) { return g ? g->nparams : 0; }
@@ -30,17 +32,17 @@ mw_status mw_graph_param_info(const mw_graph *g, int i, mw_param_info *out) {
     return MW_OK;
 }
 
-int mw_trainer_param_count(const mw_trainer *tr) { return tr ? tr->g->nparams : 0; }
+int mw_trainer_param_count(const mw_trainer *tr) { return tr ? tr->prog->g->nparams : 0; }
 
 mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_param_info: trainer is NULL");
-    return mw_graph_param_info(tr->g, i, out);
+    return mw_graph_param_info(tr->prog->g, i, out);
 }
 
 /* The parameter called name, or NULL with MW_ERR_NOT_FOUND recorded. */
-static const mw_tensor *named_param(const mw_trainer *tr, const char *name) {
-    for (int n = 0; name && n < tr->g->nnodes; n++) {
-        const mw_tensor *t = tr->g->nodes[n];
+static const mw_tensor *named_param(const mw__program *prog, const char *name) {
+    for (int n = 0; name && n < prog->g->nnodes; n++) {
+        const mw_tensor *t = prog->g->nodes[n];
         if (t->op == MW__OP_PARAM && strcmp(t->name, name) == 0) return t;
     }
     mw__error(MW_ERR_NOT_FOUND, "the trainer has no parameter named '%s'", name ? name : "(null)");
@@ -49,14 +51,26 @@ static const mw_tensor *named_param(const mw_trainer *tr, const char *name) {
 
 mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames) {
-    if (!tr || !path || (names && nnames < 0))
+    if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_save_weights: NULL argument");
+    return mw__program_save_weights(tr->prog, path, names, nnames);
+}
+
+mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
+                                  int nnames) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_load_weights: NULL argument");
+    return mw__program_load_weights(tr->prog, path, names, nnames);
+}
+
+mw_status mw__program_save_weights(mw__program *prog, const char *path, const mw_weight_name *names,
+                                   int nnames) {
+    if (!path || (names && nnames < 0))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save_weights: NULL argument");
-    int n = names ? nnames : tr->g->nparams;
+    int n = names ? nnames : prog->g->nparams;
     mw_safetensors_entry *e = mw__calloc((size_t)n + 1, sizeof *e);
     float **data = mw__calloc((size_t)n + 1, sizeof *data);
     mw_status st = e && data ? MW_OK : mw__error(MW_ERR_NOMEM, "out of memory saving weights");
     for (int i = 0; i < n && st == MW_OK; i++) {
-        const mw_tensor *t = names ? named_param(tr, names[i].param) : param_node(tr->g, i);
+        const mw_tensor *t = names ? named_param(prog, names[i].param) : param_node(prog->g, i);
         if (!t) {
             st = MW_ERR_NOT_FOUND;
             break;
@@ -71,7 +85,7 @@ mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_wei
         e[i].rank = t->type.rank;
         for (int k = 0; k < t->type.rank; k++) e[i].shape[k] = t->type.ax[k].size;
         e[i].data = data[i];
-        st = mw_trainer_read_param(tr, t->name, data[i], count);
+        st = mw__program_param(prog, t->name, data[i], count, 0);
     }
     if (st == MW_OK) st = mw_safetensors_write(path, e, n);
     for (int i = 0; data && i < n; i++) mw__free(data[i]);
@@ -80,20 +94,20 @@ mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_wei
     return st;
 }
 
-mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
-                                  int nnames) {
-    if (!tr || !path || (names && nnames < 0))
+mw_status mw__program_load_weights(mw__program *prog, const char *path, const mw_weight_name *names,
+                                   int nnames) {
+    if (!path || (names && nnames < 0))
         return mw__error(MW_ERR_INVALID, "mw_trainer_load_weights: NULL argument");
     mw_safetensors *f;
     mw_status st = mw_safetensors_open(path, &f);
     if (st) return st;
-    int n = names ? nnames : tr->g->nparams;
+    int n = names ? nnames : prog->g->nparams;
     float **data = mw__calloc((size_t)n + 1, sizeof *data);
     const mw_tensor **params = mw__calloc((size_t)n + 1, sizeof *params);
     if (!data || !params) st = mw__error(MW_ERR_NOMEM, "out of memory loading weights");
     /* Everything is read and checked before the first parameter changes. */
     for (int i = 0; i < n && st == MW_OK; i++) {
-        const mw_tensor *t = names ? named_param(tr, names[i].param) : param_node(tr->g, i);
+        const mw_tensor *t = names ? named_param(prog, names[i].param) : param_node(prog->g, i);
         if (!t) {
             st = MW_ERR_NOT_FOUND;
             break;
@@ -111,7 +125,7 @@ mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_wei
         for (int k = 0; same && k < s.rank; k++) same = s.shape[k] == t->type.ax[k].size;
         if (!same) {
             char want[256], got[160] = "", *p = got;
-            mw__type_describe(tr->g, &t->type, want, sizeof want);
+            mw__type_describe(prog->g, &t->type, want, sizeof want);
             for (int k = 0; k < s.rank; k++)
                 p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", k ? ", " : "",
                               (long long)s.shape[k]);
@@ -127,7 +141,7 @@ mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_wei
         st = mw_safetensors_read(f, stored, data[i], s.count);
     }
     for (int i = 0; i < n && st == MW_OK; i++)
-        st = mw_trainer_write_param(tr, params[i]->name, data[i], mw__type_numel(&params[i]->type));
+        st = mw__program_param(prog, params[i]->name, data[i], mw__type_numel(&params[i]->type), 1);
     for (int i = 0; data && i < n; i++) mw__free(data[i]);
     mw__free(data);
     mw__free(params);

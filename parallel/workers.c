@@ -8,9 +8,7 @@
  * command is a task that gives its thread to another where it would wait in a collective. When
  * other processes keep the cores busy, or devices outnumber cores, threads spend their steps
  * waiting for a peer the scheduler has not run yet; a gang never waits for a device of its own.
- * Under MW_CPU_THREADS_AUTO the host times the ways it may run (mw__sched_after) and keeps the
- * fastest. */
-#include <math.h>
+ * Under MW_CPU_THREADS_AUTO the host times the ways it may run (sched.c) and keeps the fastest. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,26 +20,22 @@
 #include "core/error.h"
 #include "core/plan.h"
 #include "meshwit.h"
-#include "parallel/optimizer.h"
-#include "parallel/trainer_impl.h"
+#include "parallel/program.h"
 
 static mw_status worker_init(worker *w) {
     const mw__device_vtable *vt = w->dev.vt;
     mw_status st = vt->init(&w->dev);
     if (st) return st;
+    mw__program *prog = w->prog;
     mw__plan *p = &w->plan;
     size_t pbytes = (size_t)p->param_elems * 4;
-    mw_trainer *from = w->tr->params_from;
+    mw__program *from = prog->params_from;
     if (from) w->params = from->w[w->index].params; /* shared, not copied */
     if ((st = vt->alloc(&w->dev, (size_t)p->arena_bytes, &w->arena)) ||
         (!from && (st = vt->alloc(&w->dev, pbytes, &w->params))) ||
-        (!w->tr->forward_only && (st = vt->alloc(&w->dev, pbytes, &w->grads))) ||
+        (prog->grads && (st = vt->alloc(&w->dev, pbytes, &w->grads))) ||
         (p->params16 && (st = vt->alloc(&w->dev, mw__params16_elems(w) * 2, &w->params16))))
         return st;
-    size_t scratch = (size_t)w->tr->nworkers * sizeof(float);
-    size_t pieces = (size_t)w->tr->g->nparams * (size_t)w->zparts * sizeof(float);
-    if (w->tr->sharded_params && pieces > scratch) scratch = pieces;
-    if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&w->scratch))) return st;
     if (!vt->host_memory && vt->host_alloc && vt->upload_async) {
         size_t staged = 0;
         for (int v = 0; v < p->nviews; v++)
@@ -49,24 +43,11 @@ static mw_status worker_init(worker *w) {
                 staged += (size_t)(p->views[v].count * mw__dtype_bytes(p->views[v].dtype));
         if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
     }
-    int moments = mw__optimizer_moments(&w->tr->cfg.optimizer);
-    if (moments) {
-        int64_t elems = moments * (w->own_hi - w->own_lo);
-        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->moments))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->moments};
-        if (elems && (st = vt->fill(&w->dev, &z))) return st;
-    }
-    if (w->tr->cfg.grad_accumulation) {
-        int64_t elems = w->own_hi - w->own_lo; /* this device's slice */
-        if ((st = vt->alloc(&w->dev, (size_t)(elems ? elems : 1) * 4, &w->accum))) return st;
-        mw__k_fill z = {.value = 0.0f, .count = elems, .out = w->accum};
-        if (elems && (st = vt->fill(&w->dev, &z))) return st;
-    }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
     w->bases[MW__BASE_PARAMS16] = w->params16;
-    if (p->state_elems) { /* an inference program's states: zero until first written */
+    if (p->state_elems) { /* the program's states: zero until first written */
         if ((st = vt->alloc(&w->dev, (size_t)p->state_elems * 4, &w->state))) return st;
         mw__k_fill z = {.value = 0.0f, .count = p->state_elems, .out = w->state};
         if ((st = vt->fill(&w->dev, &z))) return st;
@@ -74,29 +55,28 @@ static mw_status worker_init(worker *w) {
     w->bases[MW__BASE_STATE] = w->state;
     if ((st = mw__executor_init(w))) return st;
     const float *init =
-        w->tr->init_boxes ? w->tr->init_boxes[w->index - w->tr->first] : w->tr->init_values;
+        prog->init_boxes ? prog->init_boxes[w->index - prog->first] : prog->init_values;
     if (!from && (st = vt->upload(&w->dev, w->params, init, pbytes))) return st;
     w->version = 1; /* the bf16 copy (version16 0) is made before the first forward pass */
     /* A parameter the loss does not depend on keeps a zero gradient. */
     mw__k_fill zero = {.value = 0.0f, .count = p->param_elems, .out = w->grads};
     if (w->grads && (st = vt->fill(&w->dev, &zero))) return st;
+    if (prog->hooks.init && (st = prog->hooks.init(prog->hooks.ctx, w))) return st;
     return vt->sync(&w->dev);
 }
 
 static mw_status worker_run(worker *w, cmd c) {
     mw_status st;
-    w->training = c != CMD_EVAL;
+    mw__program *prog = w->prog;
+    w->training = c != CMD_FORWARD;
     switch (c) {
     case CMD_INIT: return worker_init(w);
-    case CMD_EVAL:
+    case CMD_FORWARD:
         if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
             (st = mw__run_range(w, 0, w->plan.fwd_end)))
             return st;
         return w->dev.vt->sync(&w->dev);
-    case CMD_GRADS:
-    case CMD_STEP:
-    case CMD_ACCUM:
-        w->skipped = 0;
+    case CMD_BACKWARD:
         w->inflight = 0;
         if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
             (st = mw__run_range(w, 0, w->plan.bwd_end)))
@@ -105,40 +85,7 @@ static mw_status worker_run(worker *w, cmd c) {
             w->phase = MW_PHASE_GRAD_REDUCE;
             if ((st = mw__reductions(w, 1))) return st;
         }
-        if (c == CMD_ACCUM)
-            return (st = mw__accumulate_grads(w, 0)) ? st : w->dev.vt->sync(&w->dev);
-        if (c == CMD_STEP && w->tr->accumulated && (st = mw__accumulate_grads(w, 1))) return st;
-        if (c == CMD_STEP && (w->tr->cfg.check_finite || w->tr->cfg.skip_nonfinite)) {
-            /* The loss is replicated: every device sees the same value and stops alike. */
-            float loss;
-            if ((st = w->dev.vt->download(&w->dev, &loss, mw__ptr(w, w->plan.loss), sizeof loss)))
-                return st;
-            if (!isfinite(loss) && w->tr->cfg.skip_nonfinite) {
-                w->skipped = 1;
-                return w->dev.vt->sync(&w->dev);
-            }
-            if (!isfinite(loss))
-                return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated",
-                                 loss);
-        }
-        if (c == CMD_STEP) {
-            int64_t t0 = mw__now_ns();
-            st = mw__enter(w, MW_PHASE_UPDATE);
-            /* A data error (bad id or target) a GPU kernel found is reported by the sync, before
-             * any parameter changes, also with one device. */
-            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
-            /* Nobody updates unless everybody got this far: replicas stay identical when a device
-             * fails before its update. */
-            if (st == MW_OK && w->tr->all) st = w->tr->all_reducer->barrier(w->tr->all, w->index);
-            if (st == MW_OK) st = mw__update(w);
-            if (st == MW_OK) st = w->dev.vt->sync(&w->dev);
-            w->update_ms = (double)(mw__now_ns() - t0) * 1e-6;
-            if (w->prof_cat) {
-                w->prof_ms[MW__PROF_UPDATE] += w->update_ms;
-                w->prof_calls[MW__PROF_UPDATE]++;
-            }
-            return st;
-        }
+        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
         return w->dev.vt->sync(&w->dev);
     case CMD_NONE:
     case CMD_QUIT: break;
@@ -146,15 +93,15 @@ static mw_status worker_run(worker *w, cmd c) {
     return MW_OK;
 }
 
-static void abort_all(mw_trainer *tr) {
-    if (tr->all) tr->all_reducer->abort(tr->all);
-    for (int gi = 0; gi < tr->ngroups; gi++)
-        for (int c = 0; c < tr->groups[gi].ncomms; c++)
-            if (tr->groups[gi].comms[c]) tr->reducer->abort(tr->groups[gi].comms[c]);
+static void abort_all(mw__program *p) {
+    if (p->all) p->all_reducer->abort(p->all);
+    for (int gi = 0; gi < p->ngroups; gi++)
+        for (int c = 0; c < p->groups[gi].ncomms; c++)
+            if (p->groups[gi].comms[c]) p->reducer->abort(p->groups[gi].comms[c]);
 }
 
 /* Steps usually follow each other within microseconds, and waking a sleeping thread costs tens
- * of them; so a waiter first spins for a few tens of microseconds (parallel/wait.h: less when
+ * of them; so a waiter first spins for a few tens of microseconds (collectives/wait.h: less when
  * threads outnumber cores), then sleeps on the event ev. It spins with a pause, never
  * sched_yield: on a busy machine a yielding thread stays runnable and keeps competing for the
  * core that the thread it waits for needs. Waits until *v64 differs from old, or (v64 NULL) *zero
@@ -165,7 +112,7 @@ static int arrived(_Atomic uint64_t *v64, uint64_t old, _Atomic int *zero) {
                : atomic_load_explicit(zero, memory_order_acquire) == 0;
 }
 
-static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v64, uint64_t old,
+static void wait_until(const mw__program *prog, mw__event *ev, _Atomic uint64_t *v64, uint64_t old,
                        _Atomic int *zero) {
     int64_t start = 0;
     for (unsigned spins = 0;; spins++) {
@@ -176,7 +123,7 @@ static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v6
         }
         int64_t now = mw__now_ns();
         if (!start) start = now;
-        if (now - start > tr->spin_ns) break;
+        if (now - start > prog->spin_ns) break;
     }
     for (;;) {
         uint32_t seen = mw__event_prepare(ev);
@@ -190,24 +137,22 @@ static void wait_until(const mw_trainer *tr, mw__event *ev, _Atomic uint64_t *v6
 
 /* Runs command c on worker w, on the calling thread. */
 static void run_one(worker *w, cmd c) {
-    mw_trainer *tr = w->tr;
-    w->reduce_ms = w->update_ms = 0.0;
+    mw__program *p = w->prog;
+    w->reduce_ms = 0.0;
     mw_status st = c == CMD_QUIT ? MW_OK : worker_run(w, c);
     w->status = st;
     if (st) {
         snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
-        abort_all(tr); /* release every peer waiting in a collective */
+        abort_all(p); /* release every peer waiting in a collective */
     }
     if (c == CMD_QUIT) {
         w->dev.vt->free(&w->dev, w->arena);
-        if (!tr->params_from) w->dev.vt->free(&w->dev, w->params);
+        if (!p->params_from) w->dev.vt->free(&w->dev, w->params);
         w->dev.vt->free(&w->dev, w->grads);
         w->dev.vt->free(&w->dev, w->params16);
         w->dev.vt->free(&w->dev, w->state);
-        w->dev.vt->free(&w->dev, w->moments);
-        w->dev.vt->free(&w->dev, w->accum);
-        w->dev.vt->free(&w->dev, w->scratch);
         if (w->pinned) w->dev.vt->host_free(&w->dev, w->pinned);
+        if (p->hooks.quit) p->hooks.quit(p->hooks.ctx, w);
         w->dev.vt->shutdown(&w->dev);
     }
 }
@@ -219,30 +164,30 @@ static int block(int k, int devices, int threads) { return (int)((int64_t)k * de
 
 static void gang_task(void *arg) {
     worker *w = arg;
-    run_one(w, (cmd)atomic_load_explicit(&w->tr->command, memory_order_relaxed));
+    run_one(w, (cmd)atomic_load_explicit(&w->prog->command, memory_order_relaxed));
 }
 
-/* Runs command c (tr->command) on gang k of tr->run_threads threads, on the calling thread. */
-static void run_gang(mw_trainer *tr, int k) {
-    int t = tr->run_threads, lo = block(k, tr->nlocal, t), hi = block(k + 1, tr->nlocal, t);
-    mw__gang_run(tr->gangs[k], hi - lo, gang_task, (void *const *)tr->sched.args + lo);
+/* Runs command c (prog->command) on gang k of prog->run_threads threads, on the calling thread. */
+static void run_gang(mw__program *prog, int k) {
+    int t = prog->run_threads, lo = block(k, prog->nlocal, t), hi = block(k + 1, prog->nlocal, t);
+    mw__gang_run(prog->gangs[k], hi - lo, gang_task, (void *const *)prog->gang_args + lo);
 }
 
 void *mw__worker_main(void *arg) {
     worker *w = arg;
-    mw_trainer *tr = w->tr;
+    mw__program *prog = w->prog;
     uint64_t seen = 0;
     for (;;) {
-        wait_until(tr, &w->go_ev, &w->go, seen, NULL);
+        wait_until(prog, &w->go_ev, &w->go, seen, NULL);
         seen = atomic_load(&w->go);
-        cmd c = (cmd)atomic_load(&tr->command);
-        int t = tr->run_threads, local = w->index - tr->first;
-        if (t >= tr->nlocal)
+        cmd c = (cmd)atomic_load(&prog->command);
+        int t = prog->run_threads, local = w->index - prog->first;
+        if (t >= prog->nlocal)
             run_one(w, c);
         else /* this thread leads the gang its device starts */
             for (int k = 1; k < t; k++)
-                if (block(k, tr->nlocal, t) == local) run_gang(tr, k);
-        if (atomic_fetch_sub(&tr->remaining, 1) == 1) mw__event_notify(&tr->finished);
+                if (block(k, prog->nlocal, t) == local) run_gang(prog, k);
+        if (atomic_fetch_sub(&prog->remaining, 1) == 1) mw__event_notify(&prog->finished);
         if (c == CMD_QUIT) return NULL;
     }
 }
@@ -253,242 +198,137 @@ static void post(worker *w) {
     mw__event_notify(&w->go_ev);
 }
 
-static void wait_done(mw_trainer *tr) {
+static void wait_done(mw__program *prog) {
     /* A short spin: on 2 idle cores with 2 workers it cuts the cost of a step's hand-off from
      * about 25 us (sleep and wake) to a few. */
-    wait_until(tr, &tr->finished, NULL, 0, &tr->remaining);
+    wait_until(prog, &prog->finished, NULL, 0, &prog->remaining);
 }
 
 /* Runs command c on every started local worker and waits. With a thread per device, each
  * worker's thread gets it (a worker that runs on the host, on_host, runs it here meanwhile). With
- * fewer threads (tr->threads_now; start-up and shutdown always use every thread), gang k of
+ * fewer threads (sched.threads_now; start-up and shutdown always use every thread), gang k of
  * devices runs on the thread of its first device, gang 0 on the host's. */
-static void run_all(mw_trainer *tr, cmd c) {
-    int t = c == CMD_INIT || c == CMD_QUIT ? tr->nlocal : tr->threads_now;
-    atomic_store(&tr->command, (int)c);
-    tr->run_threads = t;
+static void run_all(mw__program *prog, cmd c) {
+    int t = c == CMD_INIT || c == CMD_QUIT ? prog->nlocal : prog->sched.threads_now;
+    atomic_store(&prog->command, (int)c);
+    prog->run_threads = t;
     worker *mine = NULL;
     int threads = 0;
-    if (t >= tr->nlocal) {
-        for (int i = tr->first; i < tr->first + tr->nlocal; i++)
-            if (tr->w[i].on_host)
-                mine = &tr->w[i];
+    if (t >= prog->nlocal) {
+        for (int i = prog->first; i < prog->first + prog->nlocal; i++)
+            if (prog->w[i].on_host)
+                mine = &prog->w[i];
             else
-                threads += tr->w[i].started;
-        atomic_store(&tr->remaining, threads);
-        for (int i = tr->first; i < tr->first + tr->nlocal; i++)
-            if (!tr->w[i].on_host && tr->w[i].started) post(&tr->w[i]);
+                threads += prog->w[i].started;
+        atomic_store(&prog->remaining, threads);
+        for (int i = prog->first; i < prog->first + prog->nlocal; i++)
+            if (!prog->w[i].on_host && prog->w[i].started) post(&prog->w[i]);
         if (mine) run_one(mine, c);
     } else {
-        atomic_store(&tr->remaining, t - 1);
-        for (int k = 1; k < t; k++) post(&tr->w[tr->first + block(k, tr->nlocal, t)]);
+        atomic_store(&prog->remaining, t - 1);
+        for (int k = 1; k < t; k++) post(&prog->w[prog->first + block(k, prog->nlocal, t)]);
         threads = t - 1;
-        run_gang(tr, 0);
+        run_gang(prog, 0);
     }
-    if (threads) wait_done(tr);
+    if (threads) wait_done(prog);
 }
 
-void mw__stop_workers(mw_trainer *tr) {
-    run_all(tr, CMD_QUIT);
-    for (int i = tr->first; i < tr->first + tr->nlocal; i++)
-        if (tr->w[i].started && !tr->w[i].on_host) pthread_join(tr->w[i].thread, NULL);
-}
-
-/* ---- how many threads run the devices (cfg.cpu_threads) ---- */
-
-#define TRIAL_STEPS 3    /* steps a trial of another way runs */
-#define FIRST_INTERVAL 8 /* steps between trials, doubled after each round that changes nothing */
-#define MAX_INTERVAL 256
-#define WARM_UP 2         /* first steps not timed: they touch new memory */
-#define STARVED_SHARE 0.6 /* the host's share of a core below which fewer threads may do better */
-#define BETTER 0.9        /* a trial wins when its median step takes less than this much */
-#define HOPELESS 1.5      /* a trial ends after one step this much slower than the kept way */
-#define SHARE_WINDOW_NS 2000000 /* the host's share of a core is read over at least 2 ms */
-
-void mw__sched_candidates(mw_trainer *tr, int devices, int cores, int setting) {
-    mw__sched *s = &tr->sched;
-    s->ncand = 0;
-    s->cur = 0;
-    s->trial = -1;
-    if (setting != MW_CPU_THREADS_AUTO) {
-        s->cand[s->ncand++] = setting < 0 || setting > devices ? devices : setting;
-    } else {
-        s->cand[s->ncand++] = devices;
-        if (cores > 1 && cores < devices) s->cand[s->ncand++] = cores;
-        if (devices > 1) s->cand[s->ncand++] = 1;
+mw_status mw__start_workers(mw__program *p) {
+    for (int i = p->first; i < p->first + p->nlocal; i++) {
+        /* The first CPU device of a mesh in one process runs on the calling thread: one thread
+         * fewer to wake and to schedule every step (not when pinned: the caller's thread stays
+         * unpinned). */
+        p->w[i].on_host = i == p->first && p->mesh->vt->host_memory && p->mesh->nprocs == 1 &&
+                          p->w[i].dev.pin == 0;
+        if (!p->w[i].on_host &&
+            pthread_create(&p->w[i].thread, NULL, mw__worker_main, &p->w[i]) != 0)
+            return mw__error(MW_ERR_DEVICE, "could not start the worker thread of %s",
+                             p->w[i].dev.name);
+        p->w[i].started = 1;
     }
-    tr->threads_now = s->cand[0];
+    return MW_OK;
 }
 
-mw_status mw__sched_init(mw_trainer *tr) {
-    int d = tr->nlocal;
+void mw__stop_workers(mw__program *prog) {
+    run_all(prog, CMD_QUIT);
+    for (int i = prog->first; i < prog->first + prog->nlocal; i++)
+        if (prog->w[i].started && !prog->w[i].on_host) pthread_join(prog->w[i].thread, NULL);
+}
+/* ---- how many threads run the devices (cfg.cpu_threads; the choice: sched.c) ---- */
+
+mw_status mw__gangs_init(mw__program *prog) {
+    int d = prog->nlocal;
     /* on_host: the first device is a host-memory device of an unpinned one-process mesh. */
-    int can = d > 1 && tr->w[tr->first].on_host && tr->reducer == &mw__reducer_shm &&
-              (!tr->all || tr->all_reducer == &mw__reducer_shm);
-    mw__sched_candidates(tr, d, mw__cores(), can ? tr->cfg.cpu_threads : MW_CPU_THREADS_PER_DEVICE);
+    int can = d > 1 && prog->w[prog->first].on_host && prog->reducer == &mw__reducer_shm &&
+              (!prog->all || prog->all_reducer == &mw__reducer_shm);
+    mw__sched_candidates(&prog->sched, d, mw__cores(),
+                         can ? prog->cfg.cpu_threads : MW_CPU_THREADS_PER_DEVICE);
     /* Gangs for every thread count that may run: gang k holds the largest block k gets. */
     int most = 0;
-    for (int i = 0; i < tr->sched.ncand; i++)
-        if (tr->sched.cand[i] < d && tr->sched.cand[i] > most) most = tr->sched.cand[i];
+    for (int i = 0; i < prog->sched.ncand; i++)
+        if (prog->sched.cand[i] < d && prog->sched.cand[i] > most) most = prog->sched.cand[i];
     if (!most) return MW_OK;
-    tr->sched.args = mw__malloc((size_t)d * sizeof *tr->sched.args);
-    tr->gangs = mw__calloc((size_t)most, sizeof *tr->gangs);
-    if (!tr->sched.args || !tr->gangs)
+    prog->gang_args = mw__malloc((size_t)d * sizeof *prog->gang_args);
+    prog->gangs = mw__calloc((size_t)most, sizeof *prog->gangs);
+    if (!prog->gang_args || !prog->gangs)
         return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
-    tr->ngangs = most;
-    for (int i = 0; i < d; i++) tr->sched.args[i] = &tr->w[tr->first + i];
+    prog->ngangs = most;
+    for (int i = 0; i < d; i++) prog->gang_args[i] = &prog->w[prog->first + i];
     for (int k = 0; k < most; k++) {
         int cap = 0;
-        for (int i = 0; i < tr->sched.ncand; i++) {
-            int t = tr->sched.cand[i];
+        for (int i = 0; i < prog->sched.ncand; i++) {
+            int t = prog->sched.cand[i];
             if (t < d && k < t && block(k + 1, d, t) - block(k, d, t) > cap)
                 cap = block(k + 1, d, t) - block(k, d, t);
         }
         /* Gangs run on at most `most` threads: they spin as long as that many threads may. */
-        mw_status st = mw__gang_new(cap, &tr->wake, mw__spin_ns(most), &tr->gangs[k]);
+        mw_status st = mw__gang_new(cap, &prog->wake, mw__spin_ns(most), &prog->gangs[k]);
         if (st) return st;
     }
     return MW_OK;
 }
 
-void mw__sched_free(mw_trainer *tr) {
-    for (int k = 0; k < tr->ngangs; k++) mw__gang_free(tr->gangs[k]);
-    mw__free(tr->gangs);
-    tr->gangs = NULL;
-    tr->ngangs = 0;
-    mw__free(tr->sched.args);
-    tr->sched.args = NULL;
-}
-
-static int64_t thread_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static double median(const double *v, int n) {
-    if (n < 3) return n == 2 ? 0.5 * (v[0] + v[1]) : v[0];
-    double a = v[0], b = v[1], c = v[2];
-    return a < b ? (b < c ? b : a < c ? c : a) : (a < c ? a : b < c ? c : b);
-}
-
-/* The candidate after i that is not the kept one, or -1. */
-static int next_trial(const mw__sched *s, int i) {
-    for (int j = i + 1; j < s->ncand; j++)
-        if (j != s->cur) return j;
-    return -1;
-}
-
-/* MW_CPU_THREADS_AUTO. The candidates are a thread per device, one per core (when devices
- * outnumber cores) and one. With a thread per device, a host that keeps getting less than
- * STARVED_SHARE of a core starts a round of trials; with fewer threads, rounds come by
- * themselves. A round runs each other candidate for TRIAL_STEPS steps (one, when that step is
- * HOPELESS) and keeps the fastest if its median step beats the median of the kept one's last
- * steps by BETTER; each round that changes nothing doubles the wait before the next. */
-void mw__sched_after(mw_trainer *tr, double ms, double share) {
-    mw__sched *s = &tr->sched;
-    if (s->ncand < 2) return;
-    if (!s->interval) { /* the first call */
-        s->interval = FIRST_INTERVAL;
-        s->share = 1.0;
-    }
-    int m = s->trial >= 0 ? s->trial : s->cur;
-    if (++s->measured <= WARM_UP) return;
-    s->ms[m][s->nms[m]++ % 3] = ms;
-    if (m == 0 && share >= 0.0) s->share = 0.75 * s->share + 0.25 * share;
-    if (s->trial >= 0) {
-        int nk = s->nms[s->cur] < 3 ? s->nms[s->cur] : 3;
-        if (ms > HOPELESS * median(s->ms[s->cur], nk)) { /* no need to see more */
-            s->ms[m][0] = s->ms[m][1] = s->ms[m][2] = ms;
-            s->trial_left = 1;
-        }
-        if (--s->trial_left > 0) return;
-        int next = next_trial(s, s->trial);
-        if (next >= 0) {
-            s->trial = next;
-            s->nms[next] = 0;
-            s->trial_left = TRIAL_STEPS;
-            tr->threads_now = s->cand[next];
-            return;
-        }
-        double kept = median(s->ms[s->cur], s->nms[s->cur] < 3 ? s->nms[s->cur] : 3);
-        int best = s->cur;
-        double best_ms = kept;
-        for (int i = 0; i < s->ncand; i++) {
-            double t = i == s->cur ? kept : median(s->ms[i], 3);
-            if (i != s->cur && t < BETTER * kept && t < best_ms) best = i, best_ms = t;
-        }
-        if (best != s->cur) {
-            s->cur = best;
-            s->interval = FIRST_INTERVAL;
-        } else {
-            s->interval = s->interval * 2 < MAX_INTERVAL ? s->interval * 2 : MAX_INTERVAL;
-        }
-        s->trial = -1;
-        s->next_trial = s->measured + s->interval;
-        tr->threads_now = s->cand[s->cur];
-        return;
-    }
-    if (s->measured < s->next_trial || s->nms[m] < 3 || (m == 0 && s->share >= STARVED_SHARE))
-        return;
-    s->trial = next_trial(s, -1);
-    s->nms[s->trial] = 0;
-    s->trial_left = TRIAL_STEPS;
-    tr->threads_now = s->cand[s->trial];
+void mw__gangs_free(mw__program *prog) {
+    for (int k = 0; k < prog->ngangs; k++) mw__gang_free(prog->gangs[k]);
+    mw__free(prog->gangs);
+    prog->gangs = NULL;
+    prog->ngangs = 0;
+    mw__free(prog->gang_args);
+    prog->gang_args = NULL;
 }
 
 /* Runs one command on every worker and waits; on failure reports the root cause: the first device
  * whose error is not just "aborted because a peer failed". */
-mw_status mw__dispatch(mw_trainer *tr, cmd c) {
-    /* A trainer times its training commands (evals between them take other times); a
-     * forward-only program its evals. */
-    int timed =
-        tr->sched.ncand > 1 &&
-        (tr->forward_only ? c == CMD_EVAL : c == CMD_STEP || c == CMD_GRADS || c == CMD_ACCUM);
+mw_status mw__dispatch(mw__program *prog, cmd c) {
+    /* A program with a backward part times those commands (evals between them take other
+     * times); a forward-only one its forward commands. */
+    int timed = prog->sched.ncand > 1 && c == (prog->grads ? CMD_BACKWARD : CMD_FORWARD);
     int64_t t0 = mw__now_ns();
-    mw__sched *sc = &tr->sched;
-    if (timed && (!sc->mark_wall || sc->mark_threads != tr->threads_now)) {
-        /* The calling thread's CPU time costs a system call: it is read once per window of
-         * SHARE_WINDOW_NS of commands run alike, not every command. */
-        sc->mark_wall = t0;
-        sc->mark_cpu = thread_cpu_ns();
-        sc->mark_threads = tr->threads_now;
-    }
-    run_all(tr, c);
+    if (timed) mw__sched_begin(&prog->sched, t0);
+    run_all(prog, c);
     int64_t wall = mw__now_ns() - t0;
-    tr->stats = (mw_step_stats){.step_ms = (double)wall * 1e-6,
-                                .reduce_ms = tr->w[tr->first].reduce_ms,
-                                .update_ms = tr->w[tr->first].update_ms,
-                                .threads = tr->run_threads};
+    prog->stats = (mw_step_stats){.step_ms = (double)wall * 1e-6,
+                                  .reduce_ms = prog->w[prog->first].reduce_ms,
+                                  .threads = prog->run_threads};
     worker *cause = NULL;
-    for (int i = tr->first; i < tr->first + tr->nlocal; i++) {
-        worker *w = &tr->w[i];
+    for (int i = prog->first; i < prog->first + prog->nlocal; i++) {
+        worker *w = &prog->w[i];
         if (w->status &&
             (!cause || (cause->status == MW_ERR_ABORTED && w->status != MW_ERR_ABORTED)))
             cause = w;
     }
-    if (timed && !cause) {
-        double share = -1.0; /* no reading this time */
-        int64_t end = t0 + wall;
-        if (end - sc->mark_wall >= SHARE_WINDOW_NS) {
-            int64_t cpu = thread_cpu_ns();
-            share = (double)(cpu - sc->mark_cpu) / (double)(end - sc->mark_wall);
-            sc->mark_wall = end;
-            sc->mark_cpu = cpu;
-        }
-        mw__sched_after(tr, tr->stats.step_ms, share);
-    }
+    if (timed && !cause) mw__sched_end(&prog->sched, t0, wall);
     if (!cause) return MW_OK;
     /* A non-finite loss or gradient is seen alike everywhere, after every collective: every
-     * process stops at the same point and the trainer stays usable. */
-    if (tr->mesh->nprocs > 1 && cause->status != MW_ERR_NONFINITE) tr->broken = 1;
-    if (tr->all) tr->all_reducer->reset(tr->all);
-    for (int gi = 0; gi < tr->ngroups; gi++)
-        for (int k = 0; k < tr->groups[gi].ncomms; k++)
-            if (tr->groups[gi].comms[k]) tr->reducer->reset(tr->groups[gi].comms[k]);
+     * process stops at the same point and the program stays usable. */
+    if (prog->mesh->nprocs > 1 && cause->status != MW_ERR_NONFINITE) prog->broken = 1;
+    if (prog->all) prog->all_reducer->reset(prog->all);
+    for (int gi = 0; gi < prog->ngroups; gi++)
+        for (int k = 0; k < prog->groups[gi].ncomms; k++)
+            if (prog->groups[gi].comms[k]) prog->reducer->reset(prog->groups[gi].comms[k]);
     mw_status st = cause->status;
-    for (int i = tr->first; i < tr->first + tr->nlocal; i++) tr->w[i].status = MW_OK;
+    for (int i = prog->first; i < prog->first + prog->nlocal; i++) prog->w[i].status = MW_OK;
     if (c == CMD_INIT) return mw__error(st, "device %s: %s", cause->dev.name, cause->msg);
     return mw__error(st, "device %s, %s of step %lld: %s", cause->dev.name,
-                     mw_phase_name(cause->phase), (long long)tr->steps, cause->msg);
+                     mw_phase_name(cause->phase), (long long)prog->steps, cause->msg);
 }

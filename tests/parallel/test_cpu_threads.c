@@ -13,7 +13,7 @@
 #include "collectives/fiber.h"
 #include "linreg_model.h"
 #include "meshwit.h"
-#include "parallel/trainer_impl.h"
+#include "parallel/sched.h"
 
 /* ---- the gang (tasks record what they saw; the test asserts on its own stack afterwards) ---- */
 
@@ -225,7 +225,7 @@ Test(gang, a_gang_sleeps_until_another_thread_makes_a_task_ready) {
     }
 }
 
-/* ---- the choice (mw__sched_after on a bare trainer: it touches only the scheduling state) ---- */
+/* ---- the choice (mw__sched_after on a bare policy: it reads only step times) ---- */
 
 /* Milliseconds a step takes with 1, 2 or 4 threads (index: threads). */
 typedef struct timing {
@@ -235,7 +235,7 @@ typedef struct timing {
 
 /* Runs `steps` commands as the trainer chooses their thread counts; returns how many ran with
  * `threads` threads. */
-static int simulate(mw_trainer *tr, int steps, timing t, int threads) {
+static int simulate(mw__sched *tr, int steps, timing t, int threads) {
     int n = 0;
     for (int i = 0; i < steps; i++) {
         int now = tr->threads_now;
@@ -245,13 +245,13 @@ static int simulate(mw_trainer *tr, int steps, timing t, int threads) {
     return n;
 }
 
-static void bare(mw_trainer *tr, int devices, int cores, int setting) {
+static void bare(mw__sched *tr, int devices, int cores, int setting) {
     memset(tr, 0, sizeof *tr);
     mw__sched_candidates(tr, devices, cores, setting);
 }
 
 Test(cpu_threads, threads_stay_while_the_host_gets_its_core) {
-    mw_trainer tr;
+    mw__sched tr;
     bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
     cr_assert_eq(tr.threads_now, 2);
     /* Even if one thread would be faster: no trial without a sign of starved threads. */
@@ -259,7 +259,7 @@ Test(cpu_threads, threads_stay_while_the_host_gets_its_core) {
 }
 
 Test(cpu_threads, one_thread_wins_when_the_cores_are_busy_and_it_is_faster) {
-    mw_trainer tr;
+    mw__sched tr;
     bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
     /* The host gets a third of a core and one thread takes half the time: after the warm-up
      * and three steps that show the starving, a trial of three steps, kept. */
@@ -282,7 +282,7 @@ Test(cpu_threads, one_thread_wins_when_the_cores_are_busy_and_it_is_faster) {
 }
 
 Test(cpu_threads, a_losing_trial_is_dropped_and_tried_more_rarely) {
-    mw_trainer tr;
+    mw__sched tr;
     bare(&tr, 2, 2, MW_CPU_THREADS_AUTO);
     /* Starved, but threads still win: trials of one thread are dropped, each wait twice the
      * last, up to 256 steps. */
@@ -305,9 +305,9 @@ Test(cpu_threads, a_losing_trial_is_dropped_and_tried_more_rarely) {
 /* Four devices on two cores: a round tries two threads (a gang of two devices each) and one,
  * and keeps the fastest. */
 Test(cpu_threads, devices_outnumbering_cores_share_them) {
-    mw_trainer tr;
+    mw__sched tr;
     bare(&tr, 4, 2, MW_CPU_THREADS_AUTO);
-    cr_assert_eq(tr.sched.ncand, 3);
+    cr_assert_eq(tr.ncand, 3);
     timing t = {{0, 0.9, 0.6, 0, 1.0}, 0.4};
     simulate(&tr, 30, t, 2);
     cr_assert_eq(tr.threads_now, 2);
@@ -315,12 +315,12 @@ Test(cpu_threads, devices_outnumbering_cores_share_them) {
     cr_assert_geq(two, 2000 - 2 * 3 * 10, "%d of 2000 steps on two threads", two);
     /* One per device when devices do not outnumber cores: no middle candidate. */
     bare(&tr, 4, 8, MW_CPU_THREADS_AUTO);
-    cr_assert_eq(tr.sched.ncand, 2);
+    cr_assert_eq(tr.ncand, 2);
 }
 
 /* A fixed count is never changed, and is capped at a thread per device. */
 Test(cpu_threads, a_fixed_count_stays) {
-    mw_trainer tr;
+    mw__sched tr;
     bare(&tr, 4, 2, 3);
     cr_assert_eq(tr.threads_now, 3);
     cr_assert_eq(simulate(&tr, 500, (timing){{0, 0.1, 0.1, 9.0, 0.1}, 0.1}, 3), 500);

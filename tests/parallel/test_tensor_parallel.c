@@ -443,7 +443,7 @@ Test(tensor_parallel, replicas_are_checked_per_shard) {
     /* Silent corruption of device 3's half (X=1, Y=1): it differs from device 1's, the first
      * device holding the same half (CPU parameters live in host memory). */
     mw_trainer *tr = m.tr;
-    ((float *)tr->w[3].params)[tr->w[3].plan.params[m.w1->leaf].off] += 1e-6f;
+    ((float *)tr->prog->w[3].params)[tr->prog->w[3].plan.params[m.w1->leaf].off] += 1e-6f;
     cr_assert_eq(mw_trainer_check_replicas(m.tr), MW_ERR_STATE);
     cr_assert(strstr(mw_last_error(),
                      "parameter 'w1' (the same shard) differs between devices cpu:3 and cpu:1"),

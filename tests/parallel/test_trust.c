@@ -186,11 +186,12 @@ Test(replicas, a_diverged_replica_is_named) {
     /* Silent corruption of device 1's copy of b (CPU parameters live in host memory). */
     mw_trainer *tr = m.tr;
     const mw_tensor *b = NULL;
-    for (int i = 0; i < tr->g->nnodes; i++)
-        if (tr->g->nodes[i]->op == MW__OP_PARAM && strcmp(tr->g->nodes[i]->name, "b") == 0)
-            b = tr->g->nodes[i];
+    for (int i = 0; i < tr->prog->g->nnodes; i++)
+        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM &&
+            strcmp(tr->prog->g->nodes[i]->name, "b") == 0)
+            b = tr->prog->g->nodes[i];
     cr_assert(b);
-    ((float *)tr->w[1].params)[tr->w[1].plan.params[b->leaf].off] += 1e-6f;
+    ((float *)tr->prog->w[1].params)[tr->prog->w[1].plan.params[b->leaf].off] += 1e-6f;
     mw_status st = mw_trainer_step(m.tr, m.feeds, 2, NULL);
     cr_assert_eq(st, MW_ERR_STATE, "step 2 must run the check (%s)", mw_status_name(st));
     cr_assert(strstr(mw_last_error(), "parameter 'b' differs between devices cpu:1 and cpu:0"),
