@@ -7,7 +7,9 @@
 #                 (collectives/, parallel/): a backend names its reducers' family, no reducer
 #   collectives/  the reducers, the MPI world, the waits they share; no backend's own headers
 #                 (devices/cpu/, devices/cuda/): GPU reducers use mw__cuda_api
-#   parallel/     mesh, workers, executor, trainer; no backend's own headers and no module's
+#   parallel/     mesh, the program runtime (program, workers, executor, transfer, sched: none
+#                 of them includes the trainer's headers), the trainer and inference on it; no
+#                 backend's own headers and no module's
 #                 internals (collectives/cuda/, collectives/mpi/, collectives/nccl/), and no
 #                 backend or reducer of a backend named in code: it asks the registry and
 #                 collectives/reducer_select.h
@@ -48,6 +50,12 @@ breach parallel "$inc"'collectives/(cuda|mpi|nccl)/' "parallel/ includes no modu
 breach parallel '\bmw__(cpu|cuda)_(backend|device)\b' "parallel/ names no backend"
 breach parallel '\bmw__reducer_(nccl|nccl_mpi|cuda_local|mpi_hier)\b' \
     "parallel/ names no backend's reducer: it asks collectives/reducer_select.h"
+# The program runtime sits beneath the trainer and inference: none of its files includes theirs.
+for f in program.c program.h workers.c executor.c transfer.c sched.c sched.h data_errors.c \
+    data_errors.h; do
+    breach "parallel/$f" "$inc"'parallel/(trainer_impl|optimizer|consistency|infer)\.h' \
+        "the program runtime includes nothing of the trainer or inference built on it"
+done
 
 if [ "$fail" -ne 0 ]; then
     echo "check-layers: the floors above are crossed (the rules: scripts/check-layers.sh)" >&2

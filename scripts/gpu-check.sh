@@ -238,7 +238,7 @@ do_gpu_kernels() {
     command -v nvidia-smi > /dev/null &&
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader |
         sed 's/^/GPU: /'
-    gpu_ctest '^(gpu|gpu_bf16)$'
+    gpu_ctest '^(gpu|gpu_bf16|gpu_math)$'
 }
 
 # 10 GPT-2 steps on cuda:0 and cuda:0x2 against cpu:1, cuda:0x2 against cuda:0, repeats.

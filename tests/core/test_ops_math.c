@@ -1,4 +1,4 @@
-/* The ops beyond the core set: values against the C library in double, gradients against central
+/* The math ops (core/ops_math.c): values against the C library in double, gradients against central
  * finite differences, argmax, concatenation, and dropout's mask, which must not depend on how
  * the tensor is sharded.
  *
@@ -144,7 +144,7 @@ static const unary_case unary[] = {
     {"abs", f_abs, fabs, -1, 1, 0.1},
 };
 
-Test(ops_extra, activations_values_and_gradients) {
+Test(ops_math, activations_values_and_gradients) {
     for (size_t c = 0; c < sizeof unary / sizeof *unary; c++) {
         float va[N], vb[N], out[N];
         values(va, unary[c].lo, unary[c].hi, unary[c].gap, 7 + c);
@@ -170,7 +170,7 @@ static mw_tensor *f_where(mw_graph *g, mw_tensor *a, mw_tensor *b) {
     return mw_where(g, mw_compare(g, a, b, MW_GE), mw_exp(g, a), mw_mul(g, b, b));
 }
 
-Test(ops_extra, maximum_minimum_where) {
+Test(ops_math, maximum_minimum_where) {
     float va[N], vb[N], out[N];
     values(va, -1, 1, 0, 3);
     values(vb, -1, 1, 0, 4);
@@ -216,7 +216,7 @@ static mw_tensor *f_concat(mw_graph *g, mw_tensor *a, mw_tensor *b) {
     return mw_concat(g, xs, 3, "Col");
 }
 
-Test(ops_extra, reduce_max_and_concat) {
+Test(ops_math, reduce_max_and_concat) {
     float va[N], vb[N], out[3 * 10];
     values(va, -1, 1, 0, 11);
     values(vb, 0.5, 1.5, 0, 12);
@@ -249,7 +249,7 @@ Test(ops_extra, reduce_max_and_concat) {
     run_close(&u);
 }
 
-Test(ops_extra, argmax_first_of_ties_and_no_gradient) {
+Test(ops_math, argmax_first_of_ties_and_no_gradient) {
     const float va[N] = {1, 3, 3, 2, -1, -5, -0.5f, -0.5f, 0, 0, 0, 7};
     float out[3];
     mw_graph *g;
@@ -276,7 +276,7 @@ Test(ops_extra, argmax_first_of_ties_and_no_gradient) {
     mw_graph_free(g);
 }
 
-Test(ops_extra, errors_name_the_problem) {
+Test(ops_math, errors_name_the_problem) {
     mw_graph *g;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
     mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"F", 2}));
@@ -339,7 +339,7 @@ static void drop_close(drop *d) {
     mw_graph_free(d->g);
 }
 
-Test(ops_extra, dropout_mask_is_the_same_on_every_sharding) {
+Test(ops_math, dropout_mask_is_the_same_on_every_sharding) {
     static float x[DROWS * DCOLS], y1[DROWS * DCOLS], y3[DROWS * DCOLS];
     for (int i = 0; i < DROWS * DCOLS; i++) x[i] = 1.0f + (float)(i % 7);
     mw_feed feed = {"x", x, DROWS * DCOLS};
@@ -377,7 +377,7 @@ Test(ops_extra, dropout_mask_is_the_same_on_every_sharding) {
 
 /* Two dropouts given one seed draw independent masks: of 4096 elements at p = 0.5, the two
  * agree on about half (2048, standard deviation 32; 6 sigma either way). */
-Test(ops_extra, two_dropouts_with_one_seed_draw_different_masks) {
+Test(ops_math, two_dropouts_with_one_seed_draw_different_masks) {
     enum { DN = 4096 };
     mw_graph *g;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
@@ -409,7 +409,7 @@ Test(ops_extra, two_dropouts_with_one_seed_draw_different_masks) {
 
 /* The CPU kernel keeps exactly the elements mw__dropout_keep says, also where a row crosses a
  * block of 2^32 elements of a (virtual) huge tensor, and about 1 - p of them. */
-Test(ops_extra, dropout_kernel_follows_the_mask_across_blocks) {
+Test(ops_math, dropout_kernel_follows_the_mask_across_blocks) {
     enum { R = 3, C = 4099 };
     static float a[R * C], out[R * C];
     for (int i = 0; i < R * C; i++) a[i] = 1.0f + (float)(i % 5);
@@ -449,7 +449,7 @@ static mw_tensor *f_dropout(mw_graph *g, mw_tensor *a, mw_tensor *b) {
     return mw_mul(g, mw_dropout(g, mw_tanh(g, a), 0.5f, 3), b);
 }
 
-Test(ops_extra, dropout_gradient) {
+Test(ops_math, dropout_gradient) {
     float va[N], vb[N];
     values(va, -1, 1, 0, 21);
     values(vb, -1, 1, 0, 22);

@@ -1,4 +1,4 @@
-/* The CUDA kernels of the ops beyond the core set (the maps and dropout in
+/* The CUDA kernels of the math ops (the maps and dropout in
  * devices/cuda/elementwise.cu, max and argmax in reduce.cu, SGD with momentum in optim.cu) against
  * the CPU kernels, on random inputs: elementwise functions and their gradients within 4 ulp (CUDA's
  * tanhf/expf/logf differ from glibc's by up to 2 ulp each), dropout, max and argmax bit for bit
@@ -18,7 +18,7 @@
 
 #ifndef MESHWIT_HAVE_CUDA
 
-Test(gpu_ops_extra, cuda_kernels) {
+Test(gpu_math, cuda_kernels) {
     cr_skip("no CUDA device: this build of meshwit has no CUDA backend");
 }
 
@@ -44,7 +44,7 @@ static void finish(void) {
     if (gpu.impl) gpu.vt->shutdown(&gpu);
 }
 
-TestSuite(gpu_ops_extra, .fini = finish);
+TestSuite(gpu_math, .fini = finish);
 
 static float *to_gpu(const float *h, int64_t n) {
     void *d;
@@ -76,7 +76,7 @@ static float *randoms(double lo, double hi, uint64_t seed) {
     return p;
 }
 
-Test(gpu_ops_extra, map_and_gradient) {
+Test(gpu_math, map_and_gradient) {
     need_gpu();
     float *x = randoms(0.1, 3, 1), *gy = randoms(-1, 1, 2), *cpu = malloc(N * 4),
           *out = malloc(N * 4);
@@ -97,7 +97,7 @@ Test(gpu_ops_extra, map_and_gradient) {
     free(x), free(gy), free(cpu), free(out);
 }
 
-Test(gpu_ops_extra, dropout_max_argmax_bitwise) {
+Test(gpu_math, dropout_max_argmax_bitwise) {
     need_gpu();
     float *x = randoms(-2, 2, 3), *cpu = malloc(N * 4), *out = malloc(N * 4);
     float *dx = to_gpu(x, N), *dout = to_gpu(x, N);
@@ -133,7 +133,7 @@ Test(gpu_ops_extra, dropout_max_argmax_bitwise) {
     free(x), free(cpu), free(out);
 }
 
-Test(gpu_ops_extra, sgd_momentum) {
+Test(gpu_math, sgd_momentum) {
     need_gpu();
     float *p = randoms(-1, 1, 5), *g = randoms(-1, 1, 6), *b = randoms(-1, 1, 7);
     float *pc = malloc(N * 4), *bc = malloc(N * 4), *out = malloc(N * 4);
