@@ -210,9 +210,9 @@ typedef struct mw_trainer mw_trainer;
  * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
  * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
  * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
- * rows than devices); MW_ERR_UNSUPPORTED (shard_optimizer with split parameters whose gradients are summed over different mesh
- * axes; an op a device's backend lacks); MW_ERR_NOMEM; MW_ERR_DEVICE (a device failed to
- * start). */
+ * rows than devices); MW_ERR_UNSUPPORTED (shard_optimizer with split parameters whose gradients are
+ * summed over different mesh axes; an op a device's backend lacks); MW_ERR_NOMEM; MW_ERR_DEVICE (a
+ * device failed to start). */
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out);
 
