@@ -255,7 +255,8 @@ static mw_status replica_scratch(mw_trainer *tr) {
 
 mw_status mw__trainer_prepare(mw_trainer *tr) {
     mw_status st = tr->cfg.check_replicas_every > 0 ? replica_scratch(tr) : MW_OK;
-    if (st || tr->prog->mesh->nprocs <= 1) return st;
+    /* Sharded parameters were broadcast as they were drawn (mw__param_init_boxes). */
+    if (st || tr->prog->mesh->nprocs <= 1 || !tr->prog->init_values) return st;
     size_t bytes = (size_t)tr->prog->w[tr->prog->first].plan.param_elems * sizeof(float);
     return mw__dist_bcast_bytes(tr->prog->init_values, bytes, tr->cfg.collective_timeout_ms,
                                 "mw_trainer_new: broadcasting rank 0's initial parameters");
@@ -312,17 +313,28 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (nprocs <= 1) return MW_OK;
     st = mw__dist_allgather_u64(sums, np, all, tr->cfg.collective_timeout_ms, "the replica check");
     if (st) tr->prog->broken = 1; /* the request may still be pending */
+    /* Each process sent its first device's checksums: compared with those of the first process
+     * whose first device holds the same box (a split parameter's other boxes differ). */
+    int firsts[MW_MAX_DEVICES];
+    const mw_mesh *mesh = tr->prog->mesh;
+    for (int p = 0; p < nprocs; p++) firsts[p] = -1;
+    for (int d = mesh->ndevices - 1; d >= 0; d--) firsts[mesh->proc_of[d]] = d;
     for (int p = 1; st == MW_OK && p < nprocs; p++)
-        for (int l = 0; l < np; l++)
-            if (all[(size_t)p * (size_t)np + (size_t)l] != all[l]) {
-                st = mw__error(MW_ERR_STATE,
-                               "replicas diverged by step %lld: parameter '%s' differs between "
-                               "rank %d and rank 0 (checksums %016llx and %016llx)",
-                               (long long)tr->prog->steps, param_of(tr, l)->name, p,
-                               (unsigned long long)all[(size_t)p * (size_t)np + (size_t)l],
-                               (unsigned long long)all[l]);
-                break;
-            }
+        for (int l = 0; l < np; l++) {
+            const mw_tensor *pn = param_of(tr, l);
+            int q = 0;
+            while (q < p && !mw__same_box(tr->prog, firsts[q], firsts[p], pn)) q++;
+            uint64_t a = all[(size_t)p * (size_t)np + (size_t)l],
+                     b = all[(size_t)q * (size_t)np + (size_t)l];
+            if (q == p || a == b) continue;
+            st = mw__error(MW_ERR_STATE,
+                           "replicas diverged by step %lld: parameter '%s'%s differs between "
+                           "rank %d and rank %d (checksums %016llx and %016llx)",
+                           (long long)tr->prog->steps, pn->name,
+                           mw__param_sharded(pn) ? " (the same shard)" : "", p, q,
+                           (unsigned long long)a, (unsigned long long)b);
+            break;
+        }
     return st;
 }
 

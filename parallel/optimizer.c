@@ -188,7 +188,8 @@ static int piece_owner(const mw_trainer *tr, int d, int k) {
     if (!prog->zero1) return d;
     int gi = tr->zero_group;
     for (int e = 0; e < prog->nworkers; e++)
-        if (prog->w[e].comm[gi] == prog->w[d].comm[gi] && prog->w[e].rank[gi] == k) return e;
+        if (prog->w[e].group_class[gi] == prog->w[d].group_class[gi] && prog->w[e].rank[gi] == k)
+            return e;
     return d;
 }
 
@@ -239,7 +240,7 @@ static mw_status grad_norm_sharded(replica *r, float *norm) {
         const mw_tensor *p = prog->g->nodes[i];
         if (p->op != MW__OP_PARAM) continue;
         for (int d = 0; d < n; d++) {
-            if (!mw__param_reader(prog, d, p, &mw__held_params)) continue;
+            if (!mw__param_box_first(prog, d, p)) continue; /* also another process's device */
             for (int k = 0; k < parts; k++) {
                 int e = piece_owner(tr, d, k);
                 sq +=
@@ -414,10 +415,13 @@ static char *held_moment1(void *ctx, const worker *w, const mw__param_slot *s, i
     return held_moment(ctx, w, s, lo, hi, 1);
 }
 
-mw__holding mw__held_grads(mw_trainer *tr) { return (mw__holding){.range = held_grads, .ctx = tr}; }
+mw__holding mw__held_grads(mw_trainer *tr) {
+    return (mw__holding){.range = held_grads, .ctx = tr, .sliced = tr->prog->zero1};
+}
 
 mw__holding mw__held_moment(mw_trainer *tr, int k) {
-    return (mw__holding){.range = k ? held_moment1 : held_moment0, .ctx = tr};
+    return (mw__holding){
+        .range = k ? held_moment1 : held_moment0, .ctx = tr, .sliced = tr->prog->zero1};
 }
 
 /* ---- the trainer's work on each worker (mw__program_hooks) ---- */

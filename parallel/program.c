@@ -117,11 +117,9 @@ static mw_status place(mw__program *prog) {
         const mw_tensor *t = g->nodes[i];
         if (t->op != MW__OP_PARAM || !mw__param_sharded(t)) continue;
         prog->sharded_params = 1;
-        const char *over = NULL;
         for (int k = 0; k < t->type.rank; k++) {
             const mw__axis *a = &t->type.ax[k];
             if (a->mesh < 0) continue;
-            over = g->mesh_names[a->mesh];
             int parts = prog->mesh->axis_size[prog->mesh_axis_of[a->mesh]];
             if (a->size < parts)
                 return mw__error(MW_ERR_SHARDING,
@@ -130,12 +128,6 @@ static mw_status place(mw__program *prog) {
                                  g->names[a->name], g->mesh_names[a->mesh], t->name,
                                  (long long)a->size, g->mesh_names[a->mesh], parts);
         }
-        if (prog->mesh->nprocs > 1)
-            return mw__error(MW_ERR_UNSUPPORTED,
-                             "parameter '%s' is split over mesh axis %s, but %s spans %d "
-                             "processes: sharded parameters need every device in one process "
-                             "(shard only the batch across processes)",
-                             t->name, over, prog->mesh->desc, prog->mesh->nprocs);
     }
     return MW_OK;
 }
@@ -211,6 +203,7 @@ static mw_status make_groups(mw__program *prog) {
                 for (int a = 0; a < mesh->naxes; a++)
                     if (!in_group[a]) k = k * mesh->axis_size[a] + mw__mesh_coord(mesh, d, a);
                 if (k == c) prog->w[d].comm[gi] = gr->comms[c];
+                if (k == c) prog->w[d].group_class[gi] = c;
             }
             assigned += n;
         }
@@ -242,7 +235,7 @@ static void free_init(mw__program *prog) {
 }
 
 static mw_status init_values(mw__program *prog) {
-    if (prog->sharded_params) return prog->params_from ? MW_OK : init_boxes(prog); /* one process */
+    if (prog->sharded_params) return prog->params_from ? MW_OK : init_boxes(prog);
     const mw__plan *p = &prog->w[prog->first].plan;
     prog->init_values = mw__malloc((size_t)(p->param_elems ? p->param_elems : 1) * sizeof(float));
     if (!prog->init_values) return mw__error(MW_ERR_NOMEM, "out of memory initialising parameters");

@@ -62,6 +62,10 @@ typedef struct worker {
     int *rebind, nrebind;
     mw__comm *comm[MAX_GROUPS];
     int rank[MAX_GROUPS];
+    /* Per group: which of its communicators this device belongs to (its coordinates off the
+     * group's axes), set for every device of the mesh, also another process's (whose comm[] is
+     * NULL here). */
+    int group_class[MAX_GROUPS];
     /* With prog->zero1, a gradient bucket is reduce-scattered into the zparts slices that the
      * zparts + 1 offsets zslices cut the flat gradients into; bounds (zparts + 1) is host
      * scratch for the slices' parts of one bucket. Set and owned by the layer above. */
@@ -236,16 +240,31 @@ typedef struct mw__holding {
     char *(*range)(void *ctx, const worker *w, const mw__param_slot *s, int64_t *lo, int64_t *hi);
     void *ctx;
     int params;
+    /* The devices hold slices of their flat layouts (ZeRO-1's gradients and moments), not whole
+     * boxes: with sharded parameters those slices lie in other processes too. */
+    int sliced;
 } mw__holding;
 /* The parameters themselves: every device holds its whole box. */
 extern const mw__holding mw__held_params;
 
 /* Moves the held values of parameter t between the whole host array `global` (numel of t's
- * global type) and this process's devices: write scatters every device's box into it; read
- * gathers the boxes from as few devices as hold all of them (mw__param_reader). A part that is
- * one run of the whole array moves directly, without a host copy. */
+ * global type) and this process's devices: write scatters every device's box into it (every
+ * process passes the same array); read gathers the boxes from as few devices as hold all of
+ * them (mw__param_reader). A part that is one run of the whole array moves directly, without a
+ * host copy. On a mesh spanning processes, a read of values some process does not hold whole
+ * (mw__param_gathered) also receives the other processes' parts: a collective call, which
+ * every process makes for the same parameters in the same order. */
 mw_status mw__param_transfer(mw__program *p, const mw_tensor *t, const mw__holding *h,
                              float *global, int write);
+/* Whether reading t's values held as h needs the other processes' parts (the same answer in
+ * every process): t split over mesh axes that cross processes, or h sliced (ZeRO-1) with
+ * sharded parameters, on a mesh spanning processes. */
+int mw__param_gathered(const mw__program *p, const mw_tensor *t, const mw__holding *h);
+/* Whether devices d and e (of any process) hold the same box of t. */
+int mw__same_box(const mw__program *p, int d, int e, const mw_tensor *t);
+/* Whether device d (of any process) is the first device of the mesh holding its box of t: the
+ * devices for which this holds hold every element of t once. */
+int mw__param_box_first(const mw__program *p, int d, const mw_tensor *t);
 /* The first of this process's devices (d itself when no earlier one) holding the same part of
  * parameter t's held values as device d: the same box of t and the same flat range. */
 int mw__param_holder(const mw__program *p, int d, const mw_tensor *t, const mw__holding *h);
@@ -254,7 +273,8 @@ int mw__param_holder(const mw__program *p, int d, const mw_tensor *t, const mw__
 int mw__param_reader(const mw__program *p, int d, const mw_tensor *t, const mw__holding *h);
 /* Writes the initial values of every local device's boxes of every parameter into
  * dst[d - first] (that device's flat parameter layout), drawing each parameter whole once, as a
- * single device would. */
+ * single device would; on a mesh spanning processes, rank 0's values (broadcast whole, one
+ * parameter at a time: a collective call). */
 mw_status mw__param_init_boxes(const mw__program *p, float *const *dst);
 
 /* The parameter called name, whose whole tensor must have count elements. */

@@ -1,9 +1,12 @@
 /* Moving values between the host and a program's devices: parameters as whole host arrays
- * (each device holding its box of a split parameter), initial values drawn whole and cut into
- * boxes, outputs gathered from the devices' boxes, borrowed parameters (another program's, read
- * in place) and the bf16 copy of the parameters kept current. */
+ * (each device holding its box of a split parameter; across processes, the boxes another process
+ * holds gathered from it), initial values drawn whole and cut into boxes, outputs gathered from the
+ * devices' boxes, borrowed parameters (another program's, read in place) and the bf16 copy of the
+ * parameters kept current. */
+#include <stdio.h>
 #include <string.h>
 
+#include "collectives/dist.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/init.h"
@@ -60,11 +63,130 @@ int mw__param_holder(const mw__program *prog, int d, const mw_tensor *p, const m
     return d;
 }
 
+int mw__same_box(const mw__program *prog, int d, int e, const mw_tensor *p) {
+    mw__box a, b;
+    mw__type_box(prog, d, &p->type, &a);
+    mw__type_box(prog, e, &p->type, &b);
+    return memcmp(a.lo, b.lo, sizeof a.lo) == 0;
+}
+
+int mw__param_box_first(const mw__program *prog, int d, const mw_tensor *p) {
+    for (int e = 0; e < d; e++)
+        if (mw__same_box(prog, d, e, p)) return 0;
+    return 1;
+}
+
+int mw__param_gathered(const mw__program *prog, const mw_tensor *p, const mw__holding *held) {
+    const mw_mesh *mesh = prog->mesh;
+    if (mesh->nprocs <= 1) return 0;
+    if (held->sliced && prog->sharded_params) return 1;
+    if (!mw__param_sharded(p)) return 0;
+    /* Some process lacks some device's box. */
+    for (int q = 0; q < mesh->nprocs; q++)
+        for (int d = 0; d < mesh->ndevices; d++) {
+            int has = 0;
+            for (int e = 0; e < mesh->ndevices && !has; e++)
+                has = mesh->proc_of[e] == q && mw__same_box(prog, d, e, p);
+            if (!has) return 1;
+        }
+    return 0;
+}
+
 int mw__param_reader(const mw__program *prog, int d, const mw_tensor *p, const mw__holding *held) {
     const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
     int64_t lo, hi;
     held->range(held->ctx, &prog->w[d], s, &lo, &hi);
     return lo < hi && mw__param_holder(prog, d, p, held) == d;
+}
+
+/* The parts of p's values other processes read into their copy of `global`, copied into this
+ * one's: every process sends the runs of the whole array its readers filled (offset, length and
+ * values) and applies every other process's. Parts two processes both hold (replicas) are the
+ * same bits, so the order they land in does not matter. */
+static mw_status gather_processes(mw__program *prog, const mw_tensor *p, const mw__holding *held,
+                                  float *global) {
+    const mw_mesh *mesh = prog->mesh;
+    int nprocs = mesh->nprocs, timeout = prog->cfg.collective_timeout_ms;
+    char what[MW_MAX_NAME + 64];
+    snprintf(what, sizeof what, "reading parameter '%s' from every process", p->name);
+    uint64_t mine[2] = {0, 0}; /* runs, elements */
+    for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
+        if (!mw__param_reader(prog, d, p, held)) continue;
+        const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
+        int64_t lo, hi, at;
+        held->range(held->ctx, &prog->w[d], s, &lo, &hi);
+        mw__box box;
+        mw__type_box(prog, d, &p->type, &box);
+        for (int64_t e = lo - s->off, run; e < hi - s->off; e += run, mine[0]++) {
+            run = mw__box_run(&box, e, hi - s->off, &at);
+            mine[1] += (uint64_t)run;
+        }
+    }
+    uint64_t *all = mw__malloc((size_t)nprocs * sizeof mine);
+    int *counts = mw__malloc((size_t)nprocs * sizeof *counts);
+    if (!all || !counts) {
+        mw__free(all);
+        mw__free(counts);
+        return mw__error(MW_ERR_NOMEM, "out of memory %s", what);
+    }
+    mw_status st = mw__dist_allgather_u64(mine, 2, all, timeout, what);
+    size_t total = 0, own = 0;
+    for (int q = 0; st == MW_OK && q < nprocs; q++) {
+        uint64_t bytes = all[2 * q] * 2 * sizeof(int64_t) + all[2 * q + 1] * sizeof(float);
+        if (bytes > (uint64_t)INT32_MAX)
+            st = mw__error(MW_ERR_UNSUPPORTED, "%s: a process's part exceeds 2 GB", what);
+        counts[q] = (int)bytes;
+        if (q < mesh->proc) own += (size_t)bytes;
+        total += (size_t)bytes;
+    }
+    char *buf = st == MW_OK ? mw__malloc(total + 1) : NULL;
+    if (st == MW_OK && !buf) st = mw__error(MW_ERR_NOMEM, "out of memory %s", what);
+    if (st == MW_OK) {
+        /* This process's part: its runs, then their values (taken from `global`, just read). */
+        int64_t *runs = (int64_t *)(void *)(buf + own);
+        float *vals = (float *)(void *)(runs + 2 * mine[0]);
+        size_t r = 0, v = 0;
+        for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
+            if (!mw__param_reader(prog, d, p, held)) continue;
+            const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
+            int64_t lo, hi, at;
+            held->range(held->ctx, &prog->w[d], s, &lo, &hi);
+            mw__box box;
+            mw__type_box(prog, d, &p->type, &box);
+            for (int64_t e = lo - s->off, run; e < hi - s->off; e += run) {
+                run = mw__box_run(&box, e, hi - s->off, &at);
+                runs[2 * r] = at;
+                runs[2 * r + 1] = run;
+                r++;
+                memcpy(vals + v, global + at, (size_t)run * sizeof(float));
+                v += (size_t)run;
+            }
+        }
+        char *part = mw__malloc((size_t)counts[mesh->proc] + 1);
+        if (!part) st = mw__error(MW_ERR_NOMEM, "out of memory %s", what);
+        if (part) memcpy(part, buf + own, (size_t)counts[mesh->proc]);
+        if (st == MW_OK) st = mw__dist_allgatherv_bytes(part, counts, buf, timeout, what);
+        mw__free(part);
+    }
+    for (size_t off = 0, q = 0; st == MW_OK && q < (size_t)nprocs; off += (size_t)counts[q], q++) {
+        if ((int)q == mesh->proc) continue;
+        const int64_t *runs = (const int64_t *)(const void *)(buf + off);
+        const float *vals = (const float *)(const void *)(runs + 2 * all[2 * q]);
+        int64_t numel = mw__type_numel(&p->type);
+        for (uint64_t r = 0; r < all[2 * q]; r++) {
+            if (runs[2 * r] < 0 || runs[2 * r + 1] < 0 || runs[2 * r] + runs[2 * r + 1] > numel) {
+                st = mw__error(MW_ERR_STATE, "%s: rank %d sent a part outside it", what, (int)q);
+                break;
+            }
+            memcpy(global + runs[2 * r], vals, (size_t)runs[2 * r + 1] * sizeof(float));
+            vals += runs[2 * r + 1];
+        }
+    }
+    if (st && st != MW_ERR_NOMEM) prog->broken = 1; /* a peer may still be inside the exchange */
+    mw__free(buf);
+    mw__free(counts);
+    mw__free(all);
+    return st;
 }
 
 mw_status mw__param_transfer(mw__program *prog, const mw_tensor *p, const mw__holding *held,
@@ -104,6 +226,8 @@ mw_status mw__param_transfer(mw__program *prog, const mw_tensor *p, const mw__ho
         }
     }
     mw__free(tmp);
+    if (st == MW_OK && !write && mw__param_gathered(prog, p, held))
+        st = gather_processes(prog, p, held, global);
     return st;
 }
 
@@ -115,6 +239,16 @@ mw_status mw__param_init_boxes(const mw__program *prog, float *const *dst) {
         float *whole = mw__malloc((size_t)(n ? n : 1) * sizeof *whole);
         if (!whole) return mw__error(MW_ERR_NOMEM, "out of memory initialising '%s'", t->name);
         mw__param_init(prog->g, t, whole);
+        char what[MW_MAX_NAME + 64];
+        snprintf(what, sizeof what, "mw_trainer_new: broadcasting rank 0's initial '%s'", t->name);
+        mw_status st =
+            prog->mesh->nprocs > 1
+                ? mw__dist_bcast_bytes(whole, (size_t)n * 4, prog->cfg.collective_timeout_ms, what)
+                : MW_OK;
+        if (st) {
+            mw__free(whole);
+            return st;
+        }
         for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
             const mw__param_slot *s = &prog->w[d].plan.params[t->leaf];
             mw__box box;

@@ -845,6 +845,7 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
      * a failure on the way leaves the folder as it was. An existing config.json of another
      * model is never replaced. */
     char cfg[4096], tmp[4200];
+    if (st == MW_OK && !path) goto done; /* another process's part of a gathering save */
     if (st == MW_OK && config_path(path, cfg, sizeof cfg) != 0) {
         snprintf(err, errsize, "%s: path too long", path);
         st = MW_ERR_INVALID;
@@ -862,6 +863,7 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
         }
         if (st != MW_OK) remove(tmp);
     }
+done:
     for (int i = 0; data && i < n; i++) free(data[i]);
     free(data);
     free(hf);

@@ -251,8 +251,26 @@ mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, i
     return st;
 }
 
+/* gpt2_save's reads without its file: the part that a process other than the writer takes in a
+ * save that gathers parameters from every process (the same reads in the same order). */
+static mw_status read_all(mw_trainer *tr, const gpt2_config *c, char *err, size_t errsize) {
+    float *buf = malloc((size_t)largest_slice(c) * sizeof *buf);
+    mw_status st = buf ? MW_OK : MW_ERR_NOMEM;
+    if (!buf) snprintf(err, errsize, "out of memory reading the parameters");
+    for (int t = 0; t < NTENSORS && st == MW_OK; t++)
+        for (int l = 0; l < (per_layer((tensor_id)t) ? c->layers : 1) && st == MW_OK; l++) {
+            char name[64];
+            param_name((tensor_id)t, l, name, sizeof name);
+            if ((st = mw_trainer_read_param(tr, name, buf, slice_size((tensor_id)t, c))))
+                snprintf(err, errsize, "parameter %s: %s", name, mw_last_error());
+        }
+    free(buf);
+    return st;
+}
+
 mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize) {
+    if (!path) return read_all(tr, c, err, errsize);
     char why[160];
     if (gpt2_config_check(c, why, sizeof why) != 0) {
         snprintf(err, errsize, "cannot save %s: %s", path, why);

@@ -88,7 +88,10 @@ mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const 
  * trainer after checking the header matches c; gpt2_save writes the trainer's weights. All
  * return MW_OK or an error with a message in mw_last_error()-style text written to err:
  * MW_ERR_IO (open/read/write failure), MW_ERR_FORMAT (bad magic or version, truncated file,
- * header that disagrees with c: the message names the field and both values). */
+ * header that disagrees with c: the message names the field and both values). With path NULL,
+ * gpt2_save and gpt2_hf_save read every parameter as a save would and write nothing: the part of
+ * every process but the writer when the trainer's parameters are split across processes (each
+ * read then gathers from every process, a collective call). */
 mw_status gpt2_read_header(const char *path, gpt2_config *c, char *err, size_t errsize);
 mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);

@@ -1177,9 +1177,10 @@ static int run_main(int argc, char **argv) {
         goto done;
     }
     if ((rc = train(&r)) != 0) goto done;
-    if (o->save && mw_distributed_rank() == 0) { /* one writer */
-        st = gpt2_is_safetensors(o->save) ? gpt2_hf_save(r.tr, &o->model, o->save, err, sizeof err)
-                                          : gpt2_save(r.tr, &o->model, o->save, err, sizeof err);
+    if (o->save) { /* one writer; every process reads (split parameters are gathered) */
+        const char *to = mw_distributed_rank() == 0 ? o->save : NULL;
+        st = gpt2_is_safetensors(o->save) ? gpt2_hf_save(r.tr, &o->model, to, err, sizeof err)
+                                          : gpt2_save(r.tr, &o->model, to, err, sizeof err);
         if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;

@@ -200,14 +200,19 @@ typedef struct mw_trainer mw_trainer;
  * collective timeout: when they differ every process fails with MW_ERR_INVALID naming the first
  * difference and both ranks ("rank 1: parameter 'h0.fcw' has axes f32[...]; rank 0: ..."), or
  * MW_ERR_TIMEOUT when a process does not arrive. Then rank 0's initial parameters are broadcast,
- * so replicas start equal whatever each process's graph seed. The
+ * so replicas start equal whatever each process's graph seed (a split parameter whole, each
+ * process keeping its devices' boxes). A parameter may be split over any mesh axis, one inside
+ * each process (tensor parallel inside a host, data parallel across hosts) or one crossing
+ * processes: its collectives run through the reducer between processes, and reading it whole
+ * (mw_trainer_read_param, mw_trainer_save, mw_trainer_save_weights) gathers the boxes other
+ * processes hold, a collective call that every process makes in the same order, when some
+ * process lacks some of its boxes. The
  * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
  * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
  * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
- * rows than devices); MW_ERR_UNSUPPORTED (a parameter split over a mesh axis on a mesh spanning
- * processes; shard_optimizer with split parameters whose gradients are summed over different mesh
- * axes; an op a device's backend lacks); MW_ERR_NOMEM; MW_ERR_DEVICE (a device failed to
- * start). */
+ * rows than devices); MW_ERR_UNSUPPORTED (shard_optimizer with split parameters whose gradients are
+ * summed over different mesh axes; an op a device's backend lacks); MW_ERR_NOMEM; MW_ERR_DEVICE (a
+ * device failed to start). */
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out);
 
@@ -241,6 +246,9 @@ mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
 /* Copies parameter `name` (count elements, row-major in its declared axis order) out of device 0
  * (replicas are identical), or into every replica. A parameter split over a mesh axis is read
  * and written whole: its shards are gathered from, and scattered to, the devices holding them.
+ * On a mesh spanning processes, writing takes every process's src (pass the same values
+ * everywhere); reading a parameter split over an axis that crosses processes gathers the other
+ * processes' shards: a collective call (see mw_trainer_new), like read_grad of it.
  * Errors: MW_ERR_NOT_FOUND (no such parameter), MW_ERR_SHAPE (count differs from the parameter's
  * whole size). */
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count);
