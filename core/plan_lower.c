@@ -526,6 +526,68 @@ static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
     return cannot_lower(n);
 }
 
+/* out[0 .. count) = src[0 .. count), contiguous f32. */
+static int emit_flat_copy(builder *b, int node, mw__ref out, mw__ref src, int64_t count) {
+    mw__ins *in = mw__plan_emit(b, MW__I_COPY, node);
+    if (!in) return -1;
+    in->ref.copy.out = out;
+    in->ref.copy.a = src;
+    in->k.copy = (mw__k_copy){.alpha = 1.0f, .out_dtype = out.dtype, .a_dtype = src.dtype};
+    in->k.copy.nd.rank = 1;
+    in->k.copy.nd.dims[0] = count;
+    in->k.copy.nd.stride[0][0] = in->k.copy.nd.stride[1][0] = 1;
+    return 0;
+}
+
+/* FSDP (core/ops_fsdp.c): GATHER writes this device's rows of the parameter into its place in the
+ * whole one and all-gathers the rest; SCATTER sums the whole gradient over the devices along the
+ * split's mesh axis where it is partial over it (a reduce-scatter, in place in the gradient's
+ * buffer when nothing reads that after, else in scratch) and keeps this device's rows. The split
+ * axis is the first, so a device's rows are one run of the whole array. */
+static int lower_gather(builder *b, const mw_tensor *n, mw__ref out) {
+    int gather = n->op == MW__OP_GATHER;
+    const mw_tensor *whole = gather ? n : n->in[0], *split = gather ? n->in[0] : n;
+    const mw__axis *ax = &split->type.ax[n->p.along.axis];
+    int m = ax->mesh, parts = b->pl->size[m], c = b->pl->coord[m];
+    ltype lw = local_type(&whole->type, b->pl), ls = local_type(&split->type, b->pl);
+    int64_t row_elems = ax->size ? lw.numel / ax->size : 0;
+    int64_t shift = mw__split_lo(ax->size, parts, c) * row_elems * 4; /* bytes (f32) */
+    mw__ref in = b->node[n->in[0]->id].ref;
+    if (gather) {
+        mw__ref mine = out;
+        mine.off += shift;
+        if (emit_flat_copy(b, n->id, mine, in, ls.numel)) return -1;
+        mw__ins *g = mw__plan_emit(b, MW__I_ALLGATHER, n->id);
+        if (!g) return -1;
+        g->ref.collective.buf = out;
+        g->count = lw.numel;
+        g->group = 1u << m;
+        g->rows = ax->size, g->row_elems = row_elems, g->parts = parts;
+        return 0;
+    }
+    int64_t tmp = -1, tmp_units = 0;
+    mw__ref sum = in;
+    if (n->in[0]->type.partial & (1u << m)) {
+        const node_info *src = &b->node[n->in[0]->id];
+        int in_place = src->root == n->in[0]->id && src->in_arena && src->last_use == n->id;
+        if (!in_place) {
+            tmp_units = units_of(lw.numel, MW_F32);
+            tmp = mw__arena_alloc(&b->ar, tmp_units);
+            sum = arena_ref(MW_F32, tmp);
+            if (emit_flat_copy(b, n->id, sum, in, lw.numel)) return -1;
+        }
+        mw__ins *r = mw__plan_emit(b, MW__I_REDUCE_SCATTER, n->id);
+        if (!r) return -1;
+        r->ref.collective.buf = sum;
+        r->count = lw.numel;
+        r->group = 1u << m;
+        r->rows = ax->size, r->row_elems = row_elems, r->parts = parts;
+    }
+    sum.off += shift;
+    if (emit_flat_copy(b, n->id, out, sum, ls.numel)) return -1;
+    return tmp >= 0 ? mw__arena_release(&b->ar, tmp, tmp_units) : 0;
+}
+
 int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     const mw__placement *pl = b->pl;
     ltype lo = local_type(&n->type, pl);
@@ -558,6 +620,8 @@ int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_REDUCE_MAX:
     case MW__OP_STATE_WRITE:
     case MW__OP_ATTENTION_CACHED: return lower_indexed(b, n, out);
+    case MW__OP_GATHER:
+    case MW__OP_SCATTER: return lower_gather(b, n, out);
     case MW__OP_FILL: {
         mw__ins *in = mw__plan_emit(b, MW__I_FILL, n->id);
         if (!in) return -1;
