@@ -273,8 +273,7 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
         return NULL;
     int i = last_axis(g, "mw_layernorm", x, axis);
     if (i < 0) return NULL;
-    if (!(w = xs[1] = mw__gathered(g, "mw_layernorm", w, NULL)) ||
-        !(b = xs[2] = mw__gathered(g, "mw_layernorm", b, NULL)))
+    if (!(w = xs[1] = mw__gathered(g, w, NULL)) || !(b = xs[2] = mw__gathered(g, b, NULL)))
         return NULL;
     for (int k = 1; k < 3; k++) {
         const mw__type *t = &xs[k]->type;
@@ -381,7 +380,7 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
     if (!usable(g, op, xs, 2) || !want_dtype(g, op, "table", table, MW_F32) ||
         !want_dtype(g, op, "ids", ids, MW_I32))
         return NULL;
-    if (!(table = mw__gathered(g, op, table, NULL))) return NULL;
+    if (!(table = mw__gathered(g, table, NULL))) return NULL;
     int v = axis_of(g, op, table, vocab_axis);
     if (v < 0 || !unsharded(g, op, table, v)) return NULL;
     char dt[256], di[256];

@@ -5,10 +5,6 @@
  * whole parameter, partial over X since the batch is, summed over the devices along X and cut back
  * to each device's rows (a reduce-scatter). No value changes: the gathered parameter is the whole
  * one, and the reduce-scatter gives each device the bits the all-reduce would. */
-#include <stdio.h>
-#include <string.h>
-
-#include "core/error.h"
 #include "core/graph_impl.h"
 
 /* Whether x is a parameter, or an alias (rename, split, merge) of one. */
@@ -30,21 +26,10 @@ static int needs_whole(const mw_tensor *x, int i, const mw_tensor *other) {
     return 0;
 }
 
-mw_tensor *mw__gathered(mw_graph *g, const char *op, mw_tensor *x, const mw_tensor *other) {
+mw_tensor *mw__gathered(mw_graph *g, mw_tensor *x, const mw_tensor *other) {
     if (!x || !param_backed(x)) return x;
     for (int i = 0; i < x->type.rank; i++) {
         if (x->type.ax[i].mesh < 0 || !needs_whole(x, i, other)) continue;
-        if (i != 0) {
-            char d[256], l[2 * MW_MAX_NAME];
-            mw__type_describe(g, &x->type, d, sizeof d);
-            return mw__graph_fail(
-                g, MW_ERR_SHARDING,
-                "%s: parameter %s is split along %s, its axis %d, and must be gathered here "
-                "(FSDP): split a parameter gathered for use along its first axis, or shard the "
-                "other operand's %s the same way (tensor parallelism)",
-                op, d, mw__axis_label(g, &x->type.ax[i], l, sizeof l), i,
-                g->names[x->type.ax[i].name]);
-        }
         mw_tensor proto = {
             .op = MW__OP_GATHER, .nin = 1, .in = {x}, .type = x->type, .p.along.axis = i};
         proto.type.ax[i].mesh = -1;
