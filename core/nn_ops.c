@@ -201,6 +201,7 @@ static mw_tensor *slice(mw_graph *g, const char *op, mw_tensor *x, const char *a
                         int64_t len, const char *new_name) {
     if (!usable(g, op, &x, 1)) return NULL;
     int i = axis_of(g, op, x, axis);
+    if (i >= 0 && x->type.ax[i].mesh >= 0 && !(x = mw__gathered(g, x, NULL))) return NULL;
     if (i < 0 || !unsharded(g, op, x, i)) return NULL;
     int64_t size = x->type.ax[i].size, rows = len ? len : 1;
     if (start < 0 || rows < 1 || start + rows > size)

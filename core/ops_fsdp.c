@@ -30,6 +30,18 @@ mw_tensor *mw__gathered(mw_graph *g, mw_tensor *x, const mw_tensor *other) {
     if (!x || !param_backed(x)) return x;
     for (int i = 0; i < x->type.rank; i++) {
         if (x->type.ax[i].mesh < 0 || !needs_whole(x, i, other)) continue;
+        /* One gather per parameter and axis, whatever the number of uses: the gradients of its
+         * uses add up before the one reduce-scatter, in the order the replicated parameter's
+         * would before its all-reduce. */
+        mw_tensor *same = NULL;
+        for (int j = g->nnodes - 1; j > x->id && !same; j--)
+            if (g->nodes[j]->op == MW__OP_GATHER && g->nodes[j]->in[0] == x &&
+                g->nodes[j]->p.along.axis == i)
+                same = g->nodes[j];
+        if (same) {
+            x = same;
+            continue;
+        }
         mw_tensor proto = {
             .op = MW__OP_GATHER, .nin = 1, .in = {x}, .type = x->type, .p.along.axis = i};
         proto.type.ax[i].mesh = -1;
