@@ -1,9 +1,11 @@
 /* Bench case "parallel": the ways meshwit splits GPT-2 training over devices, side by side, on
  * llm.c's GPT-2 (4 layers, 4 heads, 256 channels, context 256, batch 8 x 256, AdamW): one
  * device; data parallel (the batch over X); data parallel with ZeRO-1 (optimizer state over X);
- * tensor parallel (heads and MLP units over Y); and data x tensor parallel on a 2 x 2 mesh, with
- * and without ZeRO-1. Each reports ms/step, tokens/s and what one device holds: parameters,
- * gradients, optimizer state and activations.
+ * tensor parallel (heads and MLP units over Y); data x tensor parallel on a 2 x 2 mesh, with
+ * and without ZeRO-1; FSDP (every large parameter split over X, gathered where used, gradients
+ * reduce-scattered) on 2 and 4 devices beside data parallel on 4, and FSDP x tensor. Each reports
+ * ms/step, tokens/s and what one device holds: parameters, gradients, optimizer state and
+ * activations.
  *
  * On a 2-core machine, cpu:4 runs four worker threads on two cores, so its times show the cost of
  * the extra collectives rather than a speed-up; the memory columns are exact on any machine. */
@@ -21,16 +23,20 @@
 
 typedef struct config {
     const char *name, *devices, *mesh, *data, *model;
-    int zero1;
+    int zero1, fsdp;
 } config;
 
 static const config configs[] = {
-    {"single device", "cpu:1", "X", "X", NULL, 0},
-    {"data parallel", "cpu:2", "X", "X", NULL, 0},
-    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1},
-    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0},
-    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0},
-    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1},
+    {"single device", "cpu:1", "X", "X", NULL, 0, 0},
+    {"data parallel", "cpu:2", "X", "X", NULL, 0, 0},
+    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, 0},
+    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, 0},
+    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, 0},
+    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, 0},
+    {"FSDP", "cpu:2", "X", "X", NULL, 0, 1},
+    {"FSDP", "cpu:4", "X", "X", NULL, 0, 1},
+    {"data parallel", "cpu:4", "X", "X", NULL, 0, 0},
+    {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, 1},
 };
 
 int mwb_case_parallel(mwb_ctx *ctx) {
@@ -65,7 +71,8 @@ int mwb_case_parallel(mwb_ctx *ctx) {
                             .mesh_axes = c->mesh,
                             .data_axis = c->data,
                             .model_axis = c->model,
-                            .shard_optimizer = c->zero1};
+                            .shard_optimizer = c->zero1,
+                            .shard_params = c->fsdp};
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
         if (!r.ok) {
@@ -91,6 +98,7 @@ int mwb_case_parallel(mwb_ctx *ctx) {
         mwb_record_str(&rec, "mesh", mesh);
         mwb_record_str(&rec, "model_axis", c->model ? c->model : "");
         mwb_record_num(&rec, "zero1", c->zero1);
+        mwb_record_num(&rec, "fsdp", c->fsdp);
         mwb_record_num(&rec, "batch", BATCH);
         mwb_record_num(&rec, "seq", seq);
         mwb_record_num(&rec, "ms_per_step", r.ms);

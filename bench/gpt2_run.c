@@ -52,6 +52,13 @@ int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
 int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                        const char *data_axis, const char *model_axis, const mw_trainer_config *tc,
                        mwb_gpt2 **out, char *err, size_t errlen) {
+    return mwb_gpt2_make_fsdp(mesh, model, batch, seq, data_axis, model_axis, NULL, tc, out, err,
+                              errlen);
+}
+
+int mwb_gpt2_make_fsdp(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
+                       const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                       const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
     mwb_gpt2 *m = calloc(1, sizeof *m);
     *out = NULL;
     if (!m) {
@@ -67,7 +74,8 @@ int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int s
     }
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
-    if (st == MW_OK) st = gpt2_build_mesh(m->g, model, batch, seq, data_axis, model_axis, &gm);
+    if (st == MW_OK)
+        st = gpt2_build_fsdp(m->g, model, batch, seq, data_axis, model_axis, fsdp_axis, &gm);
     if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, tc, &m->tr);
     if (st != MW_OK) {
         describe(err, errlen, "cannot build the model", st);
@@ -129,8 +137,8 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     tc.shard_optimizer = s->shard_optimizer;
     tc.precision = s->precision;
     const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
-    if (mwb_gpt2_make_mesh(mesh, &s->model, s->batch, s->seq, data, s->model_axis, &tc, &m,
-                           r->error, sizeof r->error) ||
+    if (mwb_gpt2_make_fsdp(mesh, &s->model, s->batch, s->seq, data, s->model_axis,
+                           s->shard_params ? data : NULL, &tc, &m, r->error, sizeof r->error) ||
         mwb_check(mw_trainer_memory(m->tr, 0, &r->memory), "no memory figures", r->error,
                   sizeof r->error) ||
         mwb_check(mw_trainer_kernels(m->tr, r->kernels, sizeof r->kernels), "no kernel list",

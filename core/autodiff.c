@@ -128,6 +128,11 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
             g, grads, a,
             mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta, mw__to_type(g, gy, &n->type), a, n, n));
     }
+    case MW__OP_GATHER: /* FSDP: the whole parameter's gradient back to this device's rows */
+        return na ? accumulate(g, grads, a,
+                               mw__scatter(g, mw__to_type(g, gy, &n->type), &a->type,
+                                           n->p.along.axis))
+                  : 0;
     case MW__OP_MAP:
     case MW__OP_DROPOUT:
     case MW__OP_REDUCE_MAX:
@@ -147,6 +152,7 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_SOFTMAX_GRAD:
     case MW__OP_EMBED_GRAD:
     case MW__OP_XENT_GRAD:
+    case MW__OP_SCATTER:
     case MW__OP_COUNT: break;
     }
     mw__graph_fail(g, MW_ERR_UNSUPPORTED, "autodiff: op %d has no gradient rule", (int)n->op);

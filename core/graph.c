@@ -410,7 +410,9 @@ char *mw__op_params_describe(const mw_tensor *n, char *buf, size_t size) {
         break;
     case MW__OP_ARGMAX:
     case MW__OP_REDUCE_MAX:
-    case MW__OP_STATE_WRITE: snprintf(buf, size, "axis %d", p->along.axis); break;
+    case MW__OP_STATE_WRITE:
+    case MW__OP_GATHER:
+    case MW__OP_SCATTER: snprintf(buf, size, "axis %d", p->along.axis); break;
     case MW__OP_ATTENTION_CACHED:
         snprintf(buf, size, "axes %d/%d, scale %.9g", p->cached.seq, p->cached.part,
                  (double)p->cached.scale);

@@ -51,7 +51,9 @@
     XX(CAST, "cast", none)                /* x as another dtype (f32 <-> bf16), nearest even */    \
     XX(STATE, "state", none)              /* an inference program's state: kept between runs */    \
     XX(STATE_WRITE, "state_write", along) /* (state, value, index): value written in place */      \
-    XX(ATTENTION_CACHED, "attention_cached", cached) /* (q, kv, pos): q against keys 0..pos */
+    XX(ATTENTION_CACHED, "attention_cached", cached) /* (q, kv, pos): q against keys 0..pos */     \
+    XX(GATHER, "all-gather", along)      /* a split parameter whole on every device (FSDP) */      \
+    XX(SCATTER, "reduce-scatter", along) /* GATHER's adjoint: each device's rows, summed */
 
 typedef enum mw__op {
 #define MW__OP_KIND_(KIND, name, params) MW__OP_##KIND,
@@ -101,7 +103,8 @@ typedef union mw__op_params {
         uint64_t stream; /* the seed's stream for this call (mw_dropout) */
     } dropout;
     struct {
-        int axis; /* ARGMAX, REDUCE_MAX: of x; STATE_WRITE: of the state */
+        int axis; /* ARGMAX, REDUCE_MAX: of x; STATE_WRITE: of the state; GATHER: of x, SCATTER:
+                     of the output (the split axis) */
     } along;
     struct {
         int seq, part; /* axes of kv */
@@ -198,6 +201,16 @@ static inline mw__type mw__grad_type(const mw__type *t) {
     g.dtype = MW_F32;
     return g;
 }
+
+/* FSDP: x itself, or, where x is a parameter (or an alias of one) whose axis i is split over mesh
+ * axis m and `other` holds that axis whole or splits another axis over m, a GATHER of x along i:
+ * the parameter whole on every device, its gradient reduce-scattered back (SCATTER). other NULL:
+ * every split axis is gathered (ops that need their parameters whole: embedding, layer norm).
+ * NULL when memory ran out (the graph error set). */
+mw_tensor *mw__gathered(mw_graph *g, mw_tensor *x, const mw_tensor *other);
+/* GATHER's adjoint: gy (x's gathered type) back to x's split type t along axis i: the sum over the
+ * devices along the split's mesh axis where gy is partial over it, else the device's own rows. */
+mw_tensor *mw__scatter(mw_graph *g, mw_tensor *gy, const mw__type *t, int i);
 
 /* Returns x itself when it is not partial, else an ALLREDUCE of it. */
 mw_tensor *mw__replicated(mw_graph *g, mw_tensor *x);

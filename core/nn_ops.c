@@ -201,6 +201,7 @@ static mw_tensor *slice(mw_graph *g, const char *op, mw_tensor *x, const char *a
                         int64_t len, const char *new_name) {
     if (!usable(g, op, &x, 1)) return NULL;
     int i = axis_of(g, op, x, axis);
+    if (i >= 0 && x->type.ax[i].mesh >= 0 && !(x = mw__gathered(g, x, NULL))) return NULL;
     if (i < 0 || !unsharded(g, op, x, i)) return NULL;
     int64_t size = x->type.ax[i].size, rows = len ? len : 1;
     if (start < 0 || rows < 1 || start + rows > size)
@@ -273,6 +274,8 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
         return NULL;
     int i = last_axis(g, "mw_layernorm", x, axis);
     if (i < 0) return NULL;
+    if (!(w = xs[1] = mw__gathered(g, w, NULL)) || !(b = xs[2] = mw__gathered(g, b, NULL)))
+        return NULL;
     for (int k = 1; k < 3; k++) {
         const mw__type *t = &xs[k]->type;
         if (t->rank == 1 && t->ax[0].mesh >= 0) {
@@ -378,6 +381,7 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
     if (!usable(g, op, xs, 2) || !want_dtype(g, op, "table", table, MW_F32) ||
         !want_dtype(g, op, "ids", ids, MW_I32))
         return NULL;
+    if (!(table = mw__gathered(g, table, NULL))) return NULL;
     int v = axis_of(g, op, table, vocab_axis);
     if (v < 0 || !unsharded(g, op, table, v)) return NULL;
     char dt[256], di[256];

@@ -103,6 +103,7 @@ mw_tensor *mw__replicated(mw_graph *g, mw_tensor *x) {
 
 static mw_tensor *binary(mw_graph *g, mw__op op, const char *name, mw_tensor *a, mw_tensor *b) {
     if (check_operands(g, name, a, b, 2)) return NULL;
+    if (!(a = mw__gathered(g, a, b)) || !(b = mw__gathered(g, b, a))) return NULL;
     if (check_sharding(g, name, a, "a", b, "b") || check_sizes(g, name, a, b)) return NULL;
     int a_in_b = subset(&a->type, &b->type), b_in_a = subset(&b->type, &a->type);
     if (!a_in_b && !b_in_a) {
@@ -272,6 +273,7 @@ mw_tensor *mw_dot(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *axis) {
         return mw__graph_fail(g, MW_ERR_AXIS, "mw_dot: no axis named '%s' in %s %s",
                               axis ? axis : "(null)", ka < 0 ? "a" : "b",
                               ka < 0 ? DESC(a, da) : DESC(b, db));
+    if (!(a = mw__gathered(g, a, b)) || !(b = mw__gathered(g, b, a))) return NULL;
     if (check_sharding(g, "mw_dot", a, "a", b, "b") || check_sizes(g, "mw_dot", a, b)) return NULL;
     mw__type out = {.dtype = MW_F32};
     /* Shared axes once (a's order), then a's own, then b's own. */
@@ -331,6 +333,7 @@ static int parse_names(mw_graph *g, const char *op, const char *list, const mw_t
 
 mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_axes) {
     if (check_operands(g, "mw_contract", a, b, 2)) return NULL;
+    if (!(a = mw__gathered(g, a, b)) || !(b = mw__gathered(g, b, a))) return NULL;
     if (check_sharding(g, "mw_contract", a, "a", b, "b") || check_sizes(g, "mw_contract", a, b))
         return NULL;
     int names[MW_MAX_RANK];

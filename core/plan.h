@@ -75,7 +75,9 @@ static inline int mw__ins_roles(int kind) {
         MW__KERNELS(MW__ROLES_OF_)
 #undef MW__ROLES_OF_
     case MW__I_ALLREDUCE:
-    case MW__I_GRAD_BUCKET: return 1;
+    case MW__I_GRAD_BUCKET:
+    case MW__I_ALLGATHER:
+    case MW__I_REDUCE_SCATTER: return 1;
     }
     return 0;
 }
@@ -84,8 +86,12 @@ typedef struct mw__ins {
     mw__ins_kind kind;
     int node;         /* graph node it implements (for messages) */
     mw__operands ref; /* where the kernel's operands live */
-    int64_t count;    /* ALLREDUCE / GRAD_BUCKET */
-    uint32_t group;   /* ALLREDUCE / GRAD_BUCKET: mask of graph mesh names */
+    int64_t count;    /* the collectives: elements of the buffer */
+    uint32_t group;   /* the collectives: mask of graph mesh names */
+    /* ALLGATHER / REDUCE_SCATTER: the buffer as rows of row_elems, split over `parts` devices
+     * (mw__split_lo): the part of the device at coordinate r along the group's mesh axis. */
+    int64_t rows, row_elems;
+    int parts;
     /* The kernel's descriptor, its pointers unset: the plan is not changed once built; each
      * worker runs a copy of the kernels with the pointers resolved from ref (the executor). */
     union mw__kernel k;

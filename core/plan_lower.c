@@ -526,6 +526,81 @@ static int lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
     return cannot_lower(n);
 }
 
+/* A copy over the dims of `lx` (a local shape) from strides `in` to strides `out`. */
+static int emit_strided_copy(builder *b, int node, mw__ref to, const int64_t *out, mw__ref from,
+                             const int64_t *in, const ltype *lx) {
+    mw__ins *c = mw__plan_emit(b, MW__I_COPY, node);
+    if (!c) return -1;
+    c->ref.copy.out = to;
+    c->ref.copy.a = from;
+    c->k.copy = (mw__k_copy){.alpha = 1.0f, .out_dtype = to.dtype, .a_dtype = from.dtype};
+    c->k.copy.nd.rank = lx->rank;
+    for (int d = 0; d < lx->rank; d++) {
+        c->k.copy.nd.dims[d] = lx->size[d];
+        c->k.copy.nd.stride[0][d] = out[d];
+        c->k.copy.nd.stride[1][d] = in[d];
+    }
+    mw__nd_simplify(&c->k.copy.nd, 2);
+    return 0;
+}
+
+/* FSDP (core/ops_fsdp.c). A collective moves whole rows of the split axis i: the device at
+ * coordinate r owns rows split_lo(r) .. split_lo(r + 1). When i is the first axis those are one run
+ * of the array; otherwise the values go through scratch laid out with axis i first (the others in
+ * order, at their local sizes: another mesh axis may split them).
+ * GATHER: this device's rows into their place, an in-place all-gather, and, through scratch, the
+ * result in the output's layout.
+ * SCATTER: where the whole gradient is partial over the split's mesh axis, its sum over the
+ * devices along it (an in-place reduce-scatter: in the gradient's own buffer when the first axis
+ * is split and nothing reads the buffer after, else in scratch); then this device's rows. */
+static int lower_gather(builder *b, const mw_tensor *n, mw__ref out) {
+    int gather = n->op == MW__OP_GATHER, i = n->p.along.axis;
+    const mw_tensor *whole = gather ? n : n->in[0], *split = gather ? n->in[0] : n;
+    const mw__axis *ax = &split->type.ax[i];
+    int m = ax->mesh, parts = b->pl->size[m], c = b->pl->coord[m];
+    ltype lw = local_type(&whole->type, b->pl), ls = local_type(&split->type, b->pl);
+    int64_t row_elems = ax->size ? lw.numel / ax->size : 0, lo = mw__split_lo(ax->size, parts, c);
+    /* Strides of the layout with axis i first (the whole array's when i is the first). */
+    int64_t major[MW_MAX_RANK], step = 1;
+    for (int d = lw.rank - 1; d >= 0; d--)
+        if (d != i) major[d] = step, step *= lw.size[d];
+    major[i] = row_elems;
+    mw__ref in = b->node[n->in[0]->id].ref;
+    int first = i == 0, partial = !gather && (n->in[0]->type.partial & (1u << m));
+    int64_t tmp = -1, tmp_units = units_of(lw.numel, MW_F32);
+    const node_info *src = &b->node[n->in[0]->id];
+    int in_place =
+        gather ? first
+               : first && src->root == n->in[0]->id && src->in_arena && src->last_use == n->id;
+    mw__ref buf = gather ? out : in; /* the buffer the collective works in */
+    if (!in_place && (gather || partial)) {
+        tmp = mw__arena_alloc(&b->ar, tmp_units);
+        buf = arena_ref(MW_F32, tmp);
+        if (!gather && emit_strided_copy(b, n->id, buf, major, in, lw.stride, &lw)) return -1;
+    }
+    mw__ref rows = buf; /* this device's rows within buf */
+    rows.off += lo * row_elems * 4;
+    if (gather && emit_strided_copy(b, n->id, rows, major, in, ls.stride, &ls)) return -1;
+    if (gather || partial) {
+        mw__ins *k = mw__plan_emit(b, gather ? MW__I_ALLGATHER : MW__I_REDUCE_SCATTER, n->id);
+        if (!k) return -1;
+        k->ref.collective.buf = buf;
+        k->count = lw.numel;
+        k->group = 1u << m;
+        k->rows = ax->size, k->row_elems = row_elems, k->parts = parts;
+    }
+    if (gather) {
+        if (!in_place && emit_strided_copy(b, n->id, out, lw.stride, buf, major, &lw)) return -1;
+    } else {
+        /* From the whole gradient (f32 in its own layout, or axis-i-major in scratch). */
+        const int64_t *from = buf.off == in.off && buf.base == in.base ? lw.stride : major;
+        mw__ref at = buf;
+        at.off += lo * (from == major ? row_elems : lw.stride[i]) * 4;
+        if (emit_strided_copy(b, n->id, out, ls.stride, at, from, &ls)) return -1;
+    }
+    return tmp >= 0 ? mw__arena_release(&b->ar, tmp, tmp_units) : 0;
+}
+
 int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     const mw__placement *pl = b->pl;
     ltype lo = local_type(&n->type, pl);
@@ -558,6 +633,8 @@ int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_REDUCE_MAX:
     case MW__OP_STATE_WRITE:
     case MW__OP_ATTENTION_CACHED: return lower_indexed(b, n, out);
+    case MW__OP_GATHER:
+    case MW__OP_SCATTER: return lower_gather(b, n, out);
     case MW__OP_FILL: {
         mw__ins *in = mw__plan_emit(b, MW__I_FILL, n->id);
         if (!in) return -1;

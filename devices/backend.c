@@ -85,6 +85,8 @@ static const char *const op_names[MW__I_COUNT] = {
 #undef NAME
         [MW__I_ALLREDUCE] = "allreduce",
     [MW__I_GRAD_BUCKET] = "allreduce",
+    [MW__I_ALLGATHER] = "all_gather",
+    [MW__I_REDUCE_SCATTER] = "reduce_scatter",
 };
 
 const char *mw__ins_name(int kind) {
@@ -99,7 +101,9 @@ static int has_slot(const mw__device_vtable *vt, int op) {
         MW__KERNELS(SLOT)
 #undef SLOT
     case MW__I_ALLREDUCE:
-    case MW__I_GRAD_BUCKET: return 1; /* the reducer's */
+    case MW__I_GRAD_BUCKET:
+    case MW__I_ALLGATHER:
+    case MW__I_REDUCE_SCATTER: return 1; /* the reducer's */
     case MW__I_COUNT: break;
     }
     return 0;

@@ -430,14 +430,17 @@ typedef struct mw__k_attention_cached {
     XX(ATTENTION_CACHED, attention_cached, mw__k_attention_cached, 0, MW__ROLES_ATTENTION_CACHED)
 
 /* The instruction kinds: the kernels of the table, then the collectives (no kernel; the
- * reducer's): an in-place all-reduce of a value a sharded axis was reduced in, and of a bucket of
- * the flat gradient buffer. */
+ * reducer's), each in place over one buffer: an all-reduce of a value a sharded axis was reduced
+ * in, and of a bucket of the flat gradient buffer; an all-gather of a split parameter's rows and a
+ * reduce-scatter of its whole gradient (FSDP). */
 typedef enum mw__ins_kind {
 #define MW__KIND_(KIND, name, type, dtypes, ROLES) MW__I_##KIND,
     MW__KERNELS(MW__KIND_)
 #undef MW__KIND_
         MW__I_ALLREDUCE,
     MW__I_GRAD_BUCKET,
+    MW__I_ALLGATHER,
+    MW__I_REDUCE_SCATTER,
     MW__I_COUNT
 } mw__ins_kind;
 

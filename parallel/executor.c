@@ -32,6 +32,8 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
 #undef RESOLVE_ROLE
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET:
+    case MW__I_ALLGATHER:
+    case MW__I_REDUCE_SCATTER:
     case MW__I_COUNT: break;
     }
 }
@@ -55,6 +57,28 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
         MW__KERNELS(RUN)
 #undef RUN
     case MW__I_COUNT: break;
+    case MW__I_ALLGATHER:
+    case MW__I_REDUCE_SCATTER: {
+        /* FSDP: the device at coordinate r along the group's axis owns rows split_lo(r) ..
+         * split_lo(r + 1) of the buffer. */
+        int gi = mw__group_index(w->prog, in->group);
+        if (!w->comm[gi]) return MW_OK; /* a group of one device */
+        size_t bounds[MW_MAX_DEVICES + 1];
+        for (int r = 0; r <= in->parts; r++)
+            bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
+        int64_t t0 = mw__now_ns();
+        const mw__reducer_vtable *r = w->prog->reducer;
+        void *buf = mw__ptr(w, in->ref.collective.buf);
+        mw_status st = vt->sync(dev);
+        if (st == MW_OK)
+            st = in->kind == MW__I_ALLGATHER
+                     ? r->all_gather(w->comm[gi], w->rank[gi], buf, (size_t)in->count, MW_F32,
+                                     bounds)
+                     : r->reduce_scatter_sum(w->comm[gi], w->rank[gi], buf, (size_t)in->count,
+                                             MW_F32, bounds);
+        w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
+        return st;
+    }
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET: {
         int gi = mw__group_index(w->prog, in->group);
@@ -189,8 +213,10 @@ mw_status mw__bind_views(worker *w) {
 static mw_phase phase_of(const worker *w, int i) {
     mw__ins_kind k = w->plan.ins[i].kind;
     if (i < w->plan.fwd_end)
-        return k == MW__I_ALLREDUCE ? MW_PHASE_FORWARD_COLLECTIVE : MW_PHASE_FORWARD;
-    return k == MW__I_GRAD_BUCKET ? MW_PHASE_GRAD_REDUCE : MW_PHASE_BACKWARD;
+        return k == MW__I_ALLREDUCE || k == MW__I_ALLGATHER ? MW_PHASE_FORWARD_COLLECTIVE
+                                                            : MW_PHASE_FORWARD;
+    return k == MW__I_GRAD_BUCKET || k == MW__I_REDUCE_SCATTER ? MW_PHASE_GRAD_REDUCE
+                                                               : MW_PHASE_BACKWARD;
 }
 
 /* Enters a phase; fires the injected fault when it is the armed one. */

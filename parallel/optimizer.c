@@ -71,10 +71,10 @@ int mw__optimizer_moments(const mw_optimizer *o) {
 }
 
 /* Ops that hand a parameter on as it is: the same values under other axes (renames, splits,
- * merges, a shard's label), in another order or dtype, or broadcast. */
+ * merges, a shard's label), in another order or dtype, broadcast, or gathered whole (FSDP). */
 static int passes_on(mw__op op) {
     return op == MW__OP_ALIAS || op == MW__OP_SHARD || op == MW__OP_PERMUTE ||
-           op == MW__OP_BROADCAST || op == MW__OP_CAST;
+           op == MW__OP_BROADCAST || op == MW__OP_CAST || op == MW__OP_GATHER;
 }
 
 mw_status mw__optimizer_decays(mw_trainer *tr) {

@@ -151,7 +151,7 @@ static mw_status make_groups(mw__program *prog) {
     const mw__plan *p = &prog->w[prog->first].plan;
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
-        if ((in->kind != MW__I_ALLREDUCE && in->kind != MW__I_GRAD_BUCKET) ||
+        if (in->kind < MW__I_ALLREDUCE || in->kind >= MW__I_COUNT || /* not a collective */
             mw__group_index(prog, in->group) >= 0)
             continue;
         if (prog->ngroups == MAX_GROUPS)

@@ -343,3 +343,20 @@ mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char
     free(buf);
     return st;
 }
+
+mw_status gpt2_copy_params(mw_trainer *tr, mw_infer *inf, const gpt2_config *c) {
+    float *buf = malloc((size_t)largest_slice(c) * sizeof *buf);
+    if (!buf) return MW_ERR_NOMEM;
+    mw_status st = MW_OK;
+    for (int t = 0; t < NTENSORS && st == MW_OK; t++) {
+        int64_t n = slice_size((tensor_id)t, c);
+        for (int l = 0; l < (per_layer((tensor_id)t) ? c->layers : 1) && st == MW_OK; l++) {
+            char name[64];
+            param_name((tensor_id)t, l, name, sizeof name);
+            if ((st = mw_trainer_read_param(tr, name, buf, n)) == MW_OK)
+                st = mw_infer_write_param(inf, name, buf, n);
+        }
+    }
+    free(buf);
+    return st;
+}

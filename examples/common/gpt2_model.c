@@ -88,6 +88,7 @@ int64_t gpt2_num_params(const gpt2_config *c) {
 typedef struct tracer {
     mw_graph *g;
     const char *model_axis; /* mesh axis the heads and MLP units are split over, or NULL */
+    const char *fsdp_axis;  /* mesh axis the parameters are split over (FSDP), or NULL */
     char name[64];
 } tracer;
 
@@ -99,16 +100,30 @@ static mw_tensor *param(tracer *t, int layer, const char *what, mw_axes axes, mw
     return mw_param(t->g, t->name, axes, init);
 }
 
-/* p with axis `axis` split over the model axis (tensor parallelism), or p as it is. */
+/* FSDP: p with its longest axis that no other mesh axis splits split over the FSDP axis, when p
+ * has at least GPT2_FSDP_MIN_ELEMS elements; else p as it is (norms and biases stay replicated:
+ * gathering them would cost a collective each for little memory). */
+static mw_tensor *own(tracer *t, mw_tensor *p) {
+    if (!t->fsdp_axis || !p || mw_tensor_numel(p) < GPT2_FSDP_MIN_ELEMS) return p;
+    const char *best = NULL, *name, *mesh;
+    int64_t best_size = 0, size;
+    for (int i = 0; i < mw_tensor_rank(p); i++)
+        if (mw_tensor_axis(p, i, &name, &size, &mesh) == MW_OK && !mesh && size > best_size)
+            best = name, best_size = size;
+    return best ? mw_shard(t->g, p, best, t->fsdp_axis) : p;
+}
+
+/* p with axis `axis` split over the model axis (tensor parallelism), or p as it is; then FSDP's
+ * split (own). */
 static mw_tensor *split(tracer *t, mw_tensor *p, const char *axis) {
-    return t->model_axis ? mw_shard(t->g, p, axis, t->model_axis) : p;
+    return own(t, t->model_axis ? mw_shard(t->g, p, axis, t->model_axis) : p);
 }
 
 static mw_tensor *layernorm(tracer *t, mw_tensor *x, int layer, const char *w, const char *b,
                             const gpt2_config *c) {
     int64_t C = c->channels;
-    mw_tensor *lw = param(t, layer, w, MW_AXES({"Embed", C}), MW_INIT_CONST(1.0f));
-    mw_tensor *lb = param(t, layer, b, MW_AXES({"Embed", C}), MW_INIT_ZEROS);
+    mw_tensor *lw = own(t, param(t, layer, w, MW_AXES({"Embed", C}), MW_INIT_CONST(1.0f)));
+    mw_tensor *lb = own(t, param(t, layer, b, MW_AXES({"Embed", C}), MW_INIT_ZEROS));
     return mw_layernorm(t->g, x, lw, lb, "Embed", ln_eps(c));
 }
 
@@ -147,7 +162,7 @@ static mw_tensor *attention_proj(tracer *t, mw_tensor *y, int layer, const gpt2_
               param(t, layer, "attprojw", MW_AXES({"Out", C}, {"Head", H}, {"HeadDim", D}),
                     MW_INIT_NORMAL(proj_std)),
               "Head");
-    mw_tensor *pb = param(t, layer, "attprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS);
+    mw_tensor *pb = own(t, param(t, layer, "attprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS));
     return mw_add(g, mw_contract(g, y, pw, out_axes), pb);
 }
 
@@ -175,7 +190,7 @@ static mw_tensor *mlp(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, 
                           param(t, layer, "fcprojw", MW_AXES({"Out", C}, {"Hidden", 4 * C}),
                                 MW_INIT_NORMAL(proj_std)),
                           "Hidden");
-    mw_tensor *pb = param(t, layer, "fcprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS);
+    mw_tensor *pb = own(t, param(t, layer, "fcprojb", MW_AXES({"Out", C}), MW_INIT_ZEROS));
     return mw_add(g, mw_dot(g, h, pw, "Hidden"), pb);
 }
 
@@ -186,7 +201,13 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
 
 mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
                           const char *data_axis, const char *model_axis, gpt2_graph *out) {
-    tracer t = {.g = g, .model_axis = model_axis};
+    return gpt2_build_fsdp(g, c, batch, seq, data_axis, model_axis, NULL, out);
+}
+
+mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
+                          const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                          gpt2_graph *out) {
+    tracer t = {.g = g, .model_axis = model_axis, .fsdp_axis = fsdp_axis};
     const int64_t C = c->channels, L = c->layers;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
     memset(out, 0, sizeof *out);
@@ -197,10 +218,10 @@ mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
         tokens = mw_shard(g, tokens, "Batch", data_axis);
         targets = mw_shard(g, targets, "Batch", data_axis);
     }
-    mw_tensor *wte = param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
-                           MW_INIT_NORMAL(std));
-    mw_tensor *wpe =
-        param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f));
+    mw_tensor *wte = own(&t, param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
+                                   MW_INIT_NORMAL(std)));
+    mw_tensor *wpe = own(&t, param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}),
+                                   MW_INIT_NORMAL(0.01f)));
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
     for (int l = 0; l < L; l++) {
@@ -217,7 +238,13 @@ mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
 
 mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
                             const char *model_axis, gpt2_decode *out) {
-    tracer t = {.g = g, .model_axis = model_axis};
+    return gpt2_build_decode_fsdp(g, c, batch, data_axis, model_axis, NULL, out);
+}
+
+mw_status gpt2_build_decode_fsdp(mw_graph *g, const gpt2_config *c, int batch,
+                                 const char *data_axis, const char *model_axis,
+                                 const char *fsdp_axis, gpt2_decode *out) {
+    tracer t = {.g = g, .model_axis = model_axis, .fsdp_axis = fsdp_axis};
     const int64_t C = c->channels, L = c->layers, H = c->heads, D = c->channels / c->heads;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
     memset(out, 0, sizeof *out);
@@ -228,10 +255,10 @@ mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const 
         tokens = mw_shard(g, tokens, "Batch", data_axis);
         pos = mw_shard(g, pos, "Batch", data_axis);
     }
-    mw_tensor *wte = param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
-                           MW_INIT_NORMAL(std));
-    mw_tensor *wpe =
-        param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f));
+    mw_tensor *wte = own(&t, param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
+                                   MW_INIT_NORMAL(std)));
+    mw_tensor *wpe = own(&t, param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}),
+                                   MW_INIT_NORMAL(0.01f)));
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_embedding(g, wpe, pos, "Ctx"));
     for (int l = 0; l < L; l++) {

@@ -67,6 +67,15 @@ mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, cons
 mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
                           const char *data_axis, const char *model_axis, gpt2_graph *out);
 
+/* gpt2_build_mesh with FSDP: fsdp_axis (or NULL; normally the data axis) splits every parameter
+ * of at least GPT2_FSDP_MIN_ELEMS elements along its longest axis that model_axis does not split
+ * (Vocab of wte, Embed of qkvw, ...): each device stores its rows, the ops gather them, the
+ * gradients are reduce-scattered. Norms and biases stay replicated. */
+#define GPT2_FSDP_MIN_ELEMS 16384
+mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
+                          const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                          gpt2_graph *out);
+
 /* One decoding step of the same model with a key/value cache, for inference programs
  * (mw_infer_from_trainer reads a trainer's parameters by name): i32 inputs "tokens" [Batch] (the
  * token at each sequence's position) and "pos" [Batch] (that position, < max_seq); logits
@@ -81,6 +90,11 @@ typedef struct gpt2_decode {
 } gpt2_decode;
 mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
                             const char *model_axis, gpt2_decode *out);
+/* gpt2_build_decode with the parameters split over fsdp_axis as gpt2_build_fsdp splits them (a
+ * program reading an FSDP trainer's parameters). */
+mw_status gpt2_build_decode_fsdp(mw_graph *g, const gpt2_config *c, int batch,
+                                 const char *data_axis, const char *model_axis,
+                                 const char *fsdp_axis, gpt2_decode *out);
 
 /* llm.c model files (fp32, version 3): a 256 x int32 header (magic 20240326, version 3, maxT, V,
  * L, NH, C, Vp) and the parameters in llm.c's order, each layer's tensors stacked over L.
@@ -102,6 +116,10 @@ mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, i
                        char *err, size_t errsize);
 mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);
+
+/* Copies every parameter of the trainer into the inference program (of the same model, any
+ * layout: an FSDP trainer's into a program that holds them whole). */
+mw_status gpt2_copy_params(mw_trainer *tr, mw_infer *inf, const gpt2_config *c);
 
 /* Hugging Face GPT-2 weights (gpt2_hf.c): a safetensors file in the layout
  * GPT2LMHeadModel.save_pretrained writes (tensor names with or without the "transformer."

@@ -40,6 +40,7 @@ typedef struct options {
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
+    int shard_params;      /* FSDP over the data axis */
     int cpu_threads;       /* mw_trainer_config.cpu_threads */
     int bf16;              /* --precision bf16 */
     int sample_recompute;  /* --sample-recompute: no key/value cache */
@@ -118,6 +119,10 @@ static void usage(FILE *f) {
         "                      data parallel over X, tensor parallel over Y)\n"
         "  --shard-optimizer   ZeRO-1: each device keeps and updates the AdamW moments of its own\n"
         "                      slice of the parameters (same results, less memory per device)\n"
+        "  --shard-params      FSDP: split every parameter of 16384 elements or more over the\n"
+        "                      data axis; each device stores its part, gathers a parameter where\n"
+        "                      it is used and reduce-scatters its gradient (same results, a\n"
+        "                      quarter of the parameters, gradients and moments on 4 devices)\n"
         "  --precision P       fp32 (default) or bf16: contractions and attention in bf16 with\n"
         "                      f32 sums, master weights and optimizer state in f32, as PyTorch's\n"
         "                      autocast (on the CPU's AMX or AVX512-BF16 units where it has them)\n"
@@ -261,6 +266,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->skip_nonfinite = 1;
         } else if (strcmp(arg, "--shard-optimizer") == 0) {
             o->shard_optimizer = 1;
+        } else if (strcmp(arg, "--shard-params") == 0) {
+            o->shard_params = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
                 fprintf(stderr, "gpt2: --precision %s: expected fp32 or bf16\n", v);
@@ -639,8 +646,9 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
     mw_status st = mw_graph_new(g);
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
-    st = gpt2_build_mesh(*g, &o->model, batch, seq, o->data_axis[0] ? o->data_axis : NULL,
-                         o->model_axis, m);
+    const char *data = o->data_axis[0] ? o->data_axis : NULL;
+    st = gpt2_build_fsdp(*g, &o->model, batch, seq, data, o->model_axis,
+                         o->shard_params ? data : NULL, m);
     if (st != MW_OK) return st;
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)o->lr,
@@ -836,7 +844,14 @@ static mw_status sampler_open(run *r, sampler *s) {
         mw_infer_config ic = {.outputs = &s->logits,
                               .noutputs = 1,
                               .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
-        st = mw_infer_from_trainer(r->tr, s->g, &ic, &s->inf);
+        /* FSDP splits the trainer's parameters over the data axis, which a sequence at a time
+         * cannot shard: the program holds them whole, copied from the trainer. */
+        if (o->shard_params && o->data_axis[0]) {
+            st = mw_infer_new(s->g, r->mesh, &ic, &s->inf);
+            if (st == MW_OK) st = gpt2_copy_params(r->tr, s->inf, c);
+        } else {
+            st = mw_infer_from_trainer(r->tr, s->g, &ic, &s->inf);
+        }
     }
     return st;
 }
@@ -1024,7 +1039,7 @@ static mw_status agree_flags(const run *r) {
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
-             "--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
+             "--shard-params %d\n--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n--tokenizer %s, %d "
              "tokens\n--sample-recompute %d\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
@@ -1034,10 +1049,10 @@ static mw_status agree_flags(const run *r) {
              o->eps, o->weight_decay, o->grad_clip, o->warmup, o->cosine ? "cosine" : "constant",
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
-             o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->allow_nonfinite,
-             o->mesh ? o->mesh : MESH_AXIS, o->model_axis ? o->model_axis : "none",
-             o->bf16 ? "bf16" : "fp32", o->sample, o->temperature,
-             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
+             o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->shard_params,
+             o->allow_nonfinite, o->mesh ? o->mesh : MESH_AXIS,
+             o->model_axis ? o->model_axis : "none", o->bf16 ? "bf16" : "fp32", o->sample,
+             o->temperature, (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
              o->tokenizer ? "given" : "none", o->tok_vocab, o->sample_recompute);
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
