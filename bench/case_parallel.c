@@ -2,7 +2,9 @@
  * llm.c's GPT-2 (4 layers, 4 heads, 256 channels, context 256, batch 8 x 256, AdamW): one
  * device; data parallel (the batch over X); data parallel with ZeRO-1 (optimizer state over X);
  * tensor parallel (heads and MLP units over Y); and data x tensor parallel on a 2 x 2 mesh, with
- * and without ZeRO-1. Each reports ms/step, tokens/s and what one device holds: parameters,
+ * and without ZeRO-1; and one device and data parallel with every transformer block's activations
+ * recomputed in backward (mw_trainer_config.recompute: blocks, and dots, which keeps the
+ * contractions' outputs). Each reports ms/step, tokens/s and what one device holds: parameters,
  * gradients, optimizer state and activations.
  *
  * On a 2-core machine, cpu:4 runs four worker threads on two cores, so its times show the cost of
@@ -22,16 +24,25 @@
 typedef struct config {
     const char *name, *devices, *mesh, *data, *model;
     int zero1;
+    mw_recompute recompute;
 } config;
 
 static const config configs[] = {
-    {"single device", "cpu:1", "X", "X", NULL, 0},
-    {"data parallel", "cpu:2", "X", "X", NULL, 0},
-    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1},
-    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0},
-    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0},
-    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1},
+    {"single device", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_NONE},
+    {"data parallel", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE},
+    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, MW_RECOMPUTE_NONE},
+    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, MW_RECOMPUTE_NONE},
+    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE},
+    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, MW_RECOMPUTE_NONE},
+    {"single + recompute", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS},
+    {"single + recompute dots", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS},
+    {"data + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS},
+    {"data + recompute dots", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS},
 };
+
+static const char *recompute_name(mw_recompute r) {
+    return r == MW_RECOMPUTE_BLOCKS ? "blocks" : r == MW_RECOMPUTE_DOTS ? "dots" : "none";
+}
 
 int mwb_case_parallel(mwb_ctx *ctx) {
     int n = (int)(sizeof configs / sizeof *configs);
@@ -65,7 +76,8 @@ int mwb_case_parallel(mwb_ctx *ctx) {
                             .mesh_axes = c->mesh,
                             .data_axis = c->data,
                             .model_axis = c->model,
-                            .shard_optimizer = c->zero1};
+                            .shard_optimizer = c->zero1,
+                            .recompute = c->recompute};
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
         if (!r.ok) {
@@ -91,6 +103,7 @@ int mwb_case_parallel(mwb_ctx *ctx) {
         mwb_record_str(&rec, "mesh", mesh);
         mwb_record_str(&rec, "model_axis", c->model ? c->model : "");
         mwb_record_num(&rec, "zero1", c->zero1);
+        mwb_record_str(&rec, "recompute", recompute_name(c->recompute));
         mwb_record_num(&rec, "batch", BATCH);
         mwb_record_num(&rec, "seq", seq);
         mwb_record_num(&rec, "ms_per_step", r.ms);

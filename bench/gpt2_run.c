@@ -128,6 +128,7 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     tc.profile = s->profile;
     tc.shard_optimizer = s->shard_optimizer;
     tc.precision = s->precision;
+    tc.recompute = s->recompute;
     const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
     if (mwb_gpt2_make_mesh(mesh, &s->model, s->batch, s->seq, data, s->model_axis, &tc, &m,
                            r->error, sizeof r->error) ||

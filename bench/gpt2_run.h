@@ -22,6 +22,7 @@ typedef struct mwb_gpt2_setup {
     const char *mesh_axes, *data_axis, *model_axis;
     int shard_optimizer;
     mw_precision precision; /* mw_trainer_config.precision */
+    mw_recompute recompute; /* mw_trainer_config.recompute */
 } mwb_gpt2_setup;
 
 /* What the child sends back. */
