@@ -324,7 +324,8 @@ typedef struct mw_device_memory {
     int64_t gradients;   /* the flat gradients, and the accumulator with grad_accumulation (its
                             slice with ZeRO-1) */
     int64_t optimizer;   /* AdamW moments or SGD momentum: this device's slice with ZeRO-1 */
-    int64_t activations; /* the plan's arena: activations, their gradients and temporaries */
+    int64_t activations; /* the plan's arena: activations, their gradients and temporaries (less
+                            with mw_trainer_config.recompute) */
     int64_t workspace;   /* the kernels' own buffers: oneDNN scratchpads, bf16 operands widened
                             where the CPU lacks bf16 instructions */
 } mw_device_memory;

@@ -286,6 +286,59 @@ Test(recompute_training, a_graph_without_regions_is_unchanged) {
     close_run(&c);
 }
 
+/* A region whose recomputed values include a dropout's output (read by the backward of the mul
+ * after it): the recomputed mask is the forward's, step after step. */
+static void dropout_run(mw_recompute policy, float *losses, float *w1) {
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_graph_set_seed(g, 3);
+    mw_tensor *x =
+        mw_shard(g, mw_input(g, "x", MW_F32, MW_AXES({"Batch", 8}, {"In", 5})), "Batch", "X");
+    mw_tensor *w = mw_param(g, "W1", MW_AXES({"In", 5}, {"Hidden", 16}), MW_INIT_NORMAL(0.5f));
+    mw_tensor *gain = mw_param(g, "gain", MW_AXES({"Hidden", 16}), MW_INIT_CONST(1.0f));
+    mw_tensor *w2 = mw_param(g, "W2", MW_AXES({"Hidden", 16}), MW_INIT_NORMAL(0.5f));
+    cr_assert_eq(mw_region_begin(g, "block"), MW_OK);
+    mw_tensor *h = mw_mul(g, mw_dropout(g, mw_gelu(g, mw_dot(g, x, w, "In")), 0.3f, 99), gain);
+    h = mw_mul(g, h, h);
+    cr_assert_eq(mw_region_end(g), MW_OK);
+    mw_tensor *y = mw_dot(g, h, w2, "Hidden");
+    mw_tensor *loss = mw_mean(g, mw_mul(g, y, y), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK, "%s", mw_last_error());
+    mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW, .lr = 1e-2f}, .recompute = policy};
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    /* Recomputed: the region's dropout runs twice a step (forward, and again in backward). */
+    int drops = 0;
+    for (int i = 0; i < tr->prog->g->nnodes; i++)
+        drops += tr->prog->g->nodes[i]->op == MW__OP_DROPOUT;
+    cr_assert_eq(drops, 2 + (policy != MW_RECOMPUTE_NONE), "policy %d: %d dropout nodes",
+                 (int)policy, drops);
+    for (int k = 0; k < STEPS; k++) {
+        float xs[40];
+        for (int i = 0; i < 40; i++) xs[i] = (float)((i * 7 + k * 3) % 11) / 5.0f - 1.0f;
+        mw_feed f = {"x", xs, 40};
+        cr_assert_eq(mw_trainer_step(tr, &f, 1, &losses[k]), MW_OK, "%s", mw_last_error());
+    }
+    cr_assert_eq(mw_trainer_read_param(tr, "W1", w1, 80), MW_OK, "%s", mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+Test(recompute_training, dropout_masks_recomputed_alike) {
+    float l[3][STEPS], w[3][80];
+    dropout_run(MW_RECOMPUTE_NONE, l[0], w[0]);
+    dropout_run(MW_RECOMPUTE_BLOCKS, l[1], w[1]);
+    dropout_run(MW_RECOMPUTE_DOTS, l[2], w[2]);
+    for (int p = 1; p < 3; p++) {
+        cr_assert_eq(memcmp(l[p], l[0], sizeof l[0]), 0, "policy %d: the losses differ", p);
+        cr_assert_eq(memcmp(w[p], w[0], sizeof w[0]), 0, "policy %d: W1 differs", p);
+    }
+    cr_assert_neq(l[0][0], l[0][1], "the steps train");
+}
+
 /* --- misuse ---------------------------------------------------------------------------------- */
 
 Test(recompute_regions, misuse_is_a_sticky_error_with_a_clear_message) {
