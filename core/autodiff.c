@@ -56,7 +56,7 @@ static const mw_tensor *unalias(const mw_tensor *x) {
 /* Which region nodes the policy keeps: leaves, whatever is read outside its region (the
  * region's outputs), and with DOTS the contractions, attentions and the adds of a kept
  * contraction or add (which a GEMM writes itself: plan_fuse.c; recomputing the add alone would
- * leave the kernel a second reader and the forward unfused). */
+ * leave the kernel a second reader and the forward unfused), and the casts of kept values. */
 static void choose_kept(const mw_graph *g, recompute *rc, mw__recompute policy) {
     for (int i = 0; i < rc->n; i++) {
         const mw_tensor *t = g->nodes[i];
@@ -68,6 +68,10 @@ static void choose_kept(const mw_graph *g, recompute *rc, mw__recompute policy) 
                        op == MW__OP_FILL || op == MW__OP_STATE;
         if (policy == MW__RECOMPUTE_DOTS) {
             rc->keep[i] |= op == MW__OP_CONTRACT || op == MW__OP_ATTENTION;
+            /* A bf16 cast of a kept value is kept too: recomputing it would read the value a
+             * second time, which then could not be written in bf16 alone (plan_fuse.c). */
+            const mw_tensor *src = op == MW__OP_CAST ? unalias(t->in[0]) : NULL;
+            rc->keep[i] |= src && src->region == t->region && rc->keep[src->id];
             for (int k = 0; op == MW__OP_ADD && k < 2; k++) {
                 const mw_tensor *y = unalias(t->in[k]);
                 rc->keep[i] |= y->region == t->region && rc->keep[y->id] &&

@@ -245,6 +245,26 @@ Test(recompute_training, recomputes_what_the_policy_says, .timeout = 60) {
                  (long long)adds[2], (long long)adds[0]);
 }
 
+Test(recompute_training, bf16_casts_of_kept_values_are_kept, .timeout = 60) {
+    /* In bf16 a block casts 5 values for its contractions and attention: the layer norms'
+     * outputs, qkv, the attention's output and the GELU's. Recomputing the block casts all 5
+     * again; keeping the dots keeps qkv's and the attention output's casts (so their kernels
+     * still write them in bf16 alone) and casts the other 3 again. */
+    const int per_block[3] = {0, 5, 3};
+    int casts[3];
+    for (int p = 0; p < 3; p++) {
+        run r;
+        open_run(&r, "cpu:1", "X", 0, config(MW_PRECISION_BF16, (mw_recompute)p));
+        casts[p] = count_op(r.tr->prog->g, MW__OP_CAST, r.tr->loss->id);
+        if (p) step(&r, 0);
+        close_run(&r);
+    }
+    for (int p = 1; p < 3; p++)
+        cr_assert_eq(casts[p] - casts[0], per_block[p] * LAYERS,
+                     "policy %d: %d casts in backward, %d without recomputation", p, casts[p],
+                     casts[0]);
+}
+
 /* A two-layer MLP traced without regions. */
 static void mlp_trainer(mw_recompute policy, run *r) {
     memset(r, 0, sizeof *r);
