@@ -2,10 +2,12 @@
  * llm.c's GPT-2 (4 layers, 4 heads, 256 channels, context 256, batch 8 x 256, AdamW): one
  * device; data parallel (the batch over X); data parallel with ZeRO-1 (optimizer state over X);
  * tensor parallel (heads and MLP units over Y); data x tensor parallel on a 2 x 2 mesh, with
- * and without ZeRO-1; FSDP (every large parameter split over X, gathered where used, gradients
- * reduce-scattered) on 2 and 4 devices beside data parallel on 4, and FSDP x tensor. Each reports
- * ms/step, tokens/s and what one device holds: parameters, gradients, optimizer state and
- * activations.
+ * and without ZeRO-1; one device and data parallel with every transformer block's activations
+ * recomputed in backward (mw_trainer_config.recompute: blocks, and dots, which keeps the
+ * contractions' outputs); FSDP (every large parameter split over X, gathered where used,
+ * gradients reduce-scattered) on 2 and 4 devices beside data parallel on 4, FSDP with
+ * recomputation, and FSDP x tensor. Each reports ms/step, tokens/s and what one device holds:
+ * parameters, gradients, optimizer state and activations.
  *
  * On a 2-core machine, cpu:4 runs four worker threads on two cores, so its times show the cost of
  * the extra collectives rather than a speed-up; the memory columns are exact on any machine. */
@@ -23,21 +25,33 @@
 
 typedef struct config {
     const char *name, *devices, *mesh, *data, *model;
-    int zero1, fsdp;
+    int zero1;
+    mw_recompute recompute;
+    int fsdp;
 } config;
 
 static const config configs[] = {
-    {"single device", "cpu:1", "X", "X", NULL, 0, 0},
-    {"data parallel", "cpu:2", "X", "X", NULL, 0, 0},
-    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, 0},
-    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, 0},
-    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, 0},
-    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, 0},
-    {"FSDP", "cpu:2", "X", "X", NULL, 0, 1},
-    {"FSDP", "cpu:4", "X", "X", NULL, 0, 1},
-    {"data parallel", "cpu:4", "X", "X", NULL, 0, 0},
-    {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, 1},
+    {"single device", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
+    {"data parallel", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
+    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, MW_RECOMPUTE_NONE, 0},
+    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, MW_RECOMPUTE_NONE, 0},
+    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 0},
+    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, MW_RECOMPUTE_NONE, 0},
+    {"single + recompute", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0},
+    {"single + recompute dots", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0},
+    {"data + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0},
+    {"data + recompute dots", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0},
+    {"FSDP", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1},
+    {"FSDP + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1},
+    {"data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
+    {"FSDP", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1},
+    {"FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1},
+    {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 1},
 };
+
+static const char *recompute_name(mw_recompute r) {
+    return r == MW_RECOMPUTE_BLOCKS ? "blocks" : r == MW_RECOMPUTE_DOTS ? "dots" : "none";
+}
 
 int mwb_case_parallel(mwb_ctx *ctx) {
     int n = (int)(sizeof configs / sizeof *configs);
@@ -72,6 +86,7 @@ int mwb_case_parallel(mwb_ctx *ctx) {
                             .data_axis = c->data,
                             .model_axis = c->model,
                             .shard_optimizer = c->zero1,
+                            .recompute = c->recompute,
                             .shard_params = c->fsdp};
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
@@ -98,6 +113,7 @@ int mwb_case_parallel(mwb_ctx *ctx) {
         mwb_record_str(&rec, "mesh", mesh);
         mwb_record_str(&rec, "model_axis", c->model ? c->model : "");
         mwb_record_num(&rec, "zero1", c->zero1);
+        mwb_record_str(&rec, "recompute", recompute_name(c->recompute));
         mwb_record_num(&rec, "fsdp", c->fsdp);
         mwb_record_num(&rec, "batch", BATCH);
         mwb_record_num(&rec, "seq", seq);

@@ -23,6 +23,7 @@ typedef struct mwb_gpt2_setup {
     int shard_optimizer;
     int shard_params;       /* FSDP over the data axis (gpt2_build_fsdp) */
     mw_precision precision; /* mw_trainer_config.precision */
+    mw_recompute recompute; /* mw_trainer_config.recompute */
 } mwb_gpt2_setup;
 
 /* What the child sends back. */

@@ -37,7 +37,14 @@ mw_status mw__autocast_bf16(mw_graph *g) {
             mw_tensor *x = t->in[k];
             if (!want[k]) continue;
             if (!cast_of[x->id] && !(cast_of[x->id] = mw__cast(g, x, MW_BF16))) break;
-            for (; made < g->nnodes; made++) order[m++] = g->nodes[made];
+            /* A cast belongs to its reader's recomputation region, unless it is a parameter's
+             * (the optimizer writes those: nothing to recompute). */
+            const mw_tensor *src = x;
+            while (src->op == MW__OP_ALIAS) src = src->in[0];
+            for (; made < g->nnodes; made++) {
+                g->nodes[made]->region = src->op == MW__OP_PARAM ? 0 : t->region;
+                order[m++] = g->nodes[made];
+            }
             t->in[k] = cast_of[x->id];
         }
         order[m++] = t;

@@ -2,7 +2,8 @@
  * each, the ops of its vector-Jacobian product. Gradients reaching a node from several uses are
  * summed. The backward ops go through the same rules as the forward ones, so the SPMD rules place
  * the collectives of the backward pass too (a parameter's gradient built from sharded activations
- * comes out partial: the trainer all-reduces it in buckets). */
+ * comes out partial: the trainer all-reduces it in buckets). With a recomputation policy the
+ * rules read a region's values through val(): a copy of the forward node, made on first use. */
 #include <stdlib.h>
 
 #include "core/alloc.h"
@@ -25,8 +26,64 @@ static int accumulate(mw_graph *g, mw_tensor **grads, mw_tensor *node, mw_tensor
     return grads[node->id] ? 0 : -1;
 }
 
+/* Recomputation: per node of the forward graph, whether the backward reads it as the forward
+ * made it, and its copy once made. */
+typedef struct recompute {
+    int n;             /* forward nodes (the graph's nodes before autodiff) */
+    char *keep;        /* 1: read as made in forward */
+    mw_tensor **clone; /* the recomputed copy, or NULL */
+} recompute;
+
+/* The value of forward node x as the backward reads it: x itself, or its recomputed copy (whose
+ * inputs are recomputed copies in turn, down to the region's kept nodes and inputs). NULL on
+ * OOM (graph error set). */
+static mw_tensor *val(mw_graph *g, recompute *rc, mw_tensor *x) {
+    if (!rc || !x || x->id >= rc->n || !x->region || rc->keep[x->id]) return x;
+    if (rc->clone[x->id]) return rc->clone[x->id];
+    mw_tensor proto = *x;
+    proto.region = 0;
+    for (int k = 0; k < x->nin; k++)
+        if (!(proto.in[k] = val(g, rc, x->in[k]))) return NULL;
+    return rc->clone[x->id] = mw__node_new(g, &proto);
+}
+
+/* x through the aliases it is a view of. */
+static const mw_tensor *unalias(const mw_tensor *x) {
+    while (x->op == MW__OP_ALIAS) x = x->in[0];
+    return x;
+}
+
+/* Which region nodes the policy keeps: leaves, whatever is read outside its region (the
+ * region's outputs), and with DOTS the contractions, attentions and the adds of a kept
+ * contraction or add (which a GEMM writes itself: plan_fuse.c; recomputing the add alone would
+ * leave the kernel a second reader and the forward unfused), and the casts of kept values. */
+static void choose_kept(const mw_graph *g, recompute *rc, mw__recompute policy) {
+    for (int i = 0; i < rc->n; i++) {
+        const mw_tensor *t = g->nodes[i];
+        mw__op op = t->op;
+        for (int k = 0; k < t->nin; k++)
+            if (t->in[k]->region != t->region) rc->keep[t->in[k]->id] = 1;
+        if (!t->region) continue;
+        rc->keep[i] |= op == MW__OP_INPUT || op == MW__OP_PARAM || op == MW__OP_SHARD ||
+                       op == MW__OP_FILL || op == MW__OP_STATE;
+        if (policy == MW__RECOMPUTE_DOTS) {
+            rc->keep[i] |= op == MW__OP_CONTRACT || op == MW__OP_ATTENTION;
+            /* A bf16 cast of a kept value is kept too: recomputing it would read the value a
+             * second time, which then could not be written in bf16 alone (plan_fuse.c). */
+            const mw_tensor *src = op == MW__OP_CAST ? unalias(t->in[0]) : NULL;
+            rc->keep[i] |= src && src->region == t->region && rc->keep[src->id];
+            for (int k = 0; op == MW__OP_ADD && k < 2; k++) {
+                const mw_tensor *y = unalias(t->in[k]);
+                rc->keep[i] |= y->region == t->region && rc->keep[y->id] &&
+                               (y->op == MW__OP_CONTRACT || y->op == MW__OP_ADD);
+            }
+        }
+    }
+}
+
 static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **grads,
-                         const char *needs) {
+                         const char *needs, recompute *rc) {
+#define V(x) val(g, rc, (x))
     mw_tensor *a = n->nin > 0 ? n->in[0] : NULL, *b = n->nin > 1 ? n->in[1] : NULL;
     int na = a && needs[a->id], nb = b && needs[b->id];
     switch (n->op) {
@@ -49,13 +106,13 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (nb && accumulate(g, grads, b, mw_scale(g, gy, -1.0f))) return -1;
         return 0;
     case MW__OP_MUL:
-        if (na && accumulate(g, grads, a, mw_mul(g, gy, b))) return -1;
-        if (nb && accumulate(g, grads, b, mw_mul(g, gy, a))) return -1;
+        if (na && accumulate(g, grads, a, mw_mul(g, gy, V(b)))) return -1;
+        if (nb && accumulate(g, grads, b, mw_mul(g, gy, V(a)))) return -1;
         return 0;
     case MW__OP_DIV:
         /* d(a/b)/da = 1/b; d(a/b)/db = -(a/b)/b */
-        if (na && accumulate(g, grads, a, mw_div(g, gy, b))) return -1;
-        if (nb && accumulate(g, grads, b, mw_scale(g, mw_div(g, mw_mul(g, gy, n), b), -1.0f)))
+        if (na && accumulate(g, grads, a, mw_div(g, gy, V(b)))) return -1;
+        if (nb && accumulate(g, grads, b, mw_scale(g, mw_div(g, mw_mul(g, gy, V(n)), V(b)), -1.0f)))
             return -1;
         return 0;
     case MW__OP_SCALE: return na ? accumulate(g, grads, a, mw_scale(g, gy, n->p.scale.factor)) : 0;
@@ -73,8 +130,10 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
          * a's axes, and likewise for b. Of bf16 operands, gy is multiplied in bf16 too (one
          * rounding of it serves both products). */
         if (a->type.dtype == MW_BF16 && (na || nb)) gy = mw__cast(g, gy, MW_BF16);
-        if (na && accumulate(g, grads, a, mw__contract_to(g, gy, b, &a->type))) return -1;
-        if (nb && accumulate(g, grads, b, mw__contract_to(g, gy, a, &b->type))) return -1;
+        if (na && accumulate(g, grads, a, V(b) ? mw__contract_to(g, gy, V(b), &a->type) : NULL))
+            return -1;
+        if (nb && accumulate(g, grads, b, V(a) ? mw__contract_to(g, gy, V(a), &b->type) : NULL))
+            return -1;
         return 0;
     case MW__OP_ALIAS: {
         /* The same data under a's axes. */
@@ -93,30 +152,40 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
                   : 0;
     }
     case MW__OP_GELU:
-        return na ? accumulate(g, grads, a,
-                               mw__backward_op(g, MW__OP_GELU_GRAD, &a->type, gy, a, NULL, n))
+        return na ? accumulate(
+                        g, grads, a,
+                        V(a) ? mw__backward_op(g, MW__OP_GELU_GRAD, &a->type, gy, V(a), NULL, n)
+                             : NULL)
                   : 0;
     case MW__OP_LAYERNORM: {
         mw_tensor *w = n->in[1], *bias = n->in[2];
-        if (na && accumulate(g, grads, a, mw__backward_op(g, MW__OP_LN_DX, &a->type, gy, a, w, n)))
+        mw_tensor *x = (na || nb) ? V(a) : a, *vw = V(w);
+        if (!x || !vw) return -1;
+        if (na && accumulate(g, grads, a, mw__backward_op(g, MW__OP_LN_DX, &a->type, gy, x, vw, n)))
             return -1;
         if (nb &&
-            accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, a, NULL, n)))
+            accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, x, NULL, n)))
             return -1;
         if (needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* sums over rows */
         return 0;
     }
     case MW__OP_SOFTMAX:
-        return na ? accumulate(g, grads, a,
-                               mw__backward_op(g, MW__OP_SOFTMAX_GRAD, &a->type, gy, n, NULL, n))
+        return na ? accumulate(
+                        g, grads, a,
+                        V(n) ? mw__backward_op(g, MW__OP_SOFTMAX_GRAD, &a->type, gy, V(n), NULL, n)
+                             : NULL)
                   : 0;
     case MW__OP_EMBED:
-        return na ? accumulate(g, grads, a,
-                               mw__backward_op(g, MW__OP_EMBED_GRAD, &a->type, gy, b, NULL, n))
+        return na ? accumulate(
+                        g, grads, a,
+                        V(b) ? mw__backward_op(g, MW__OP_EMBED_GRAD, &a->type, gy, V(b), NULL, n)
+                             : NULL)
                   : 0;
     case MW__OP_XENT:
         return na ? accumulate(g, grads, a,
-                               mw__backward_op(g, MW__OP_XENT_GRAD, &a->type, gy, a, b, n))
+                               V(a) && V(b) ? mw__backward_op(g, MW__OP_XENT_GRAD, &a->type, gy,
+                                                              V(a), V(b), n)
+                                            : NULL)
                   : 0;
     case MW__OP_ATTENTION: {
         if (!na) return 0;
@@ -124,9 +193,11 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
          * input: the plan may keep the probabilities beside its output (plan_fuse.c, attn_probs).
          */
         mw__type ta = mw__grad_type(&a->type);
-        return accumulate(
-            g, grads, a,
-            mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta, mw__to_type(g, gy, &n->type), a, n, n));
+        mw_tensor *qkv = V(a), *fwd = V(n);
+        if (!qkv || !fwd) return -1;
+        return accumulate(g, grads, a,
+                          mw__backward_op(g, MW__OP_ATTENTION_GRAD, &ta,
+                                          mw__to_type(g, gy, &n->type), qkv, fwd, n));
     }
     case MW__OP_GATHER: /* FSDP: the whole parameter's gradient back to this device's rows */
         return na ? accumulate(g, grads, a,
@@ -140,7 +211,7 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         /* ops_math.c: NULL with no error for an op without a gradient (argmax, comparisons). */
         if (!na) return 0;
         {
-            mw_tensor *d = mw__backward_math(g, n, gy);
+            mw_tensor *vn = V(n), *d = vn ? mw__backward_math(g, vn, gy) : NULL;
             if (!d) return g->status ? -1 : 0;
             return accumulate(g, grads, a, d);
         }
@@ -157,16 +228,29 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     }
     mw__graph_fail(g, MW_ERR_UNSUPPORTED, "autodiff: op %d has no gradient rule", (int)n->op);
     return -1;
+#undef V
 }
 
-mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
+mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads,
+                       mw__recompute policy) {
     int n = g->nnodes;
     char *needs = mw__calloc((size_t)n + 1, 1);
     mw_tensor **grads = mw__calloc((size_t)n + 1, sizeof *grads);
-    if (!needs || !grads) {
+    recompute rc = {.n = n}, *use = policy != MW__RECOMPUTE_NONE && g->nregions ? &rc : NULL;
+    if (use) {
+        rc.keep = mw__calloc((size_t)n + 1, 1);
+        rc.clone = mw__calloc((size_t)n + 1, sizeof *rc.clone);
+    }
+    if (!needs || !grads || (use && (!rc.keep || !rc.clone))) {
         mw__free(needs);
         mw__free(grads);
+        mw__free(rc.keep);
+        mw__free(rc.clone);
         return mw__error(MW_ERR_NOMEM, "out of memory in autodiff");
+    }
+    if (use) {
+        choose_kept(g, use, policy);
+        rc.keep[loss->id] = 1;
     }
     /* A node needs a gradient when a parameter flows into it. */
     for (int i = 0; i <= loss->id; i++) {
@@ -179,7 +263,7 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
     for (int i = loss->id; i >= 0 && g->status == MW_OK; i--) {
         mw_tensor *t = g->nodes[i];
         if (!needs[i] || !grads[i]) continue;
-        if (backward_node(g, t, grads[i], grads, needs)) break;
+        if (backward_node(g, t, grads[i], grads, needs, use)) break;
     }
     for (int i = 0; i <= loss->id && g->status == MW_OK; i++) {
         mw_tensor *t = g->nodes[i];
@@ -187,6 +271,8 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads) {
     }
     mw__free(needs);
     mw__free(grads);
+    mw__free(rc.keep);
+    mw__free(rc.clone);
     if (g->status) return mw__error_copy(g->status, g->error);
     return MW_OK;
 }

@@ -4,8 +4,21 @@
 
 #include "core/graph_impl.h"
 
+/* Which activations of the graph's regions (mw_region_begin) the backward pass recomputes
+ * instead of reading the forward's (the values of mw_trainer_config.recompute). */
+typedef enum mw__recompute {
+    MW__RECOMPUTE_NONE = 0,   /* none: every value is read as the forward made it */
+    MW__RECOMPUTE_BLOCKS = 1, /* every node of a region but its outputs */
+    MW__RECOMPUTE_DOTS = 2    /* as BLOCKS, but contractions, attentions and the adds that a
+                                 contraction's kernel writes (bias, residual) are kept */
+} mw__recompute;
+
 /* Appends the backward pass of the scalar `loss` to g. param_grads[i] receives the gradient
- * tensor of the graph's i-th parameter, or NULL when the loss does not depend on it. */
-mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads);
+ * tensor of the graph's i-th parameter, or NULL when the loss does not depend on it. With a
+ * recomputation policy, the values a region's gradients read that the policy does not keep are
+ * read from copies of their forward nodes (same op, same parameters, same inputs or their
+ * copies), made once per region when its backward first needs them: the forward's buffers then
+ * die in forward. A graph without regions gets the same backward pass under every policy. */
+mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy);
 
 #endif

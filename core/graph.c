@@ -30,6 +30,38 @@ mw_status mw_graph_status(const mw_graph *g) { return g ? g->status : MW_ERR_INV
 
 const char *mw_graph_error(const mw_graph *g) { return g ? g->error : "graph is NULL"; }
 
+mw_status mw_region_begin(mw_graph *g, const char *name) {
+    if (!g) return mw__error(MW_ERR_INVALID, "mw_region_begin: graph is NULL");
+    if (g->status) return mw__error_copy(g->status, g->error);
+    if (!name || !name[0])
+        mw__graph_fail(g, MW_ERR_INVALID, "mw_region_begin: the region's name is NULL or empty");
+    else if (strlen(name) >= MW_MAX_NAME)
+        mw__graph_fail(g, MW_ERR_INVALID,
+                       "mw_region_begin: region name '%.60s...' is longer than %d characters", name,
+                       MW_MAX_NAME - 1);
+    else if (g->region_open)
+        mw__graph_fail(g, MW_ERR_INVALID,
+                       "mw_region_begin(\"%s\"): region \"%s\" is still open; regions do not "
+                       "nest: call mw_region_end first",
+                       name, g->region_name);
+    if (g->status) return g->status;
+    g->region_open = ++g->nregions;
+    snprintf(g->region_name, sizeof g->region_name, "%s", name);
+    return MW_OK;
+}
+
+mw_status mw_region_end(mw_graph *g) {
+    if (!g) return mw__error(MW_ERR_INVALID, "mw_region_end: graph is NULL");
+    if (g->status) return mw__error_copy(g->status, g->error);
+    if (!g->region_open) {
+        mw__graph_fail(g, MW_ERR_INVALID,
+                       "mw_region_end: no region is open (mw_region_begin starts one)");
+        return g->status;
+    }
+    g->region_open = 0;
+    return MW_OK;
+}
+
 void mw_graph_set_seed(mw_graph *g, uint64_t seed) {
     if (g) g->seed = seed;
 }
@@ -98,6 +130,7 @@ mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto) {
     mw_tensor *t = mw__malloc(sizeof *t);
     if (!t) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
     *t = *proto;
+    if (!t->region) t->region = g->region_open;
     t->g = g;
     t->id = g->nnodes;
     g->nodes[g->nnodes++] = t;

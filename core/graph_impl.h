@@ -139,6 +139,7 @@ struct mw_tensor {
     mw__op_params p;        /* the op's parameters (its row of MW__OPS names the member) */
     int leaf;               /* INPUT / PARAM / STATE: index among the graph's inputs / params /
                                states */
+    int region;             /* 1 + index of the recomputation region it was traced in, or 0 */
     mw_init init;           /* PARAM */
     char name[MW_MAX_NAME]; /* INPUT / PARAM / STATE */
 };
@@ -152,6 +153,9 @@ struct mw_graph {
     int nmesh_names;
     int ninputs, nparams, nstates;
     uint64_t seed;
+    int region_open;               /* 1 + index of the open region (mw_region_begin), or 0 */
+    int nregions;                  /* regions begun so far */
+    char region_name[MW_MAX_NAME]; /* the open region's, or the last one's */
     mw_status status;
     char error[512];
 };

@@ -119,9 +119,10 @@ static void describe_node(text *t, const mw_graph *g, const mw_tensor *n) {
         for (int k = 0, o = 0; k < n->nin && o < (int)sizeof ins; k++)
             o += snprintf(ins + o, sizeof ins - (size_t)o, "%s%d", k ? ", " : " of nodes ",
                           n->in[k]->id);
-        char params[160];
-        add(t, "node %d (%s%s) is %s; %s", n->id, mw__op_name(n->op), ins, ty,
-            mw__op_params_describe(n, params, sizeof params));
+        char params[160], region[32] = ""; /* regions decide what a policy recomputes */
+        if (n->region) snprintf(region, sizeof region, "; in region %d", n->region);
+        add(t, "node %d (%s%s) is %s; %s%s", n->id, mw__op_name(n->op), ins, ty,
+            mw__op_params_describe(n, params, sizeof params), region);
     }
 }
 
@@ -140,6 +141,7 @@ static void describe_config(text *t, const mw_trainer_config *c, mw_tensor *cons
         c->skip_nonfinite, c->check_replicas_every);
     add(t, "shard_optimizer %d", c->shard_optimizer);
     add(t, "precision %s", c->precision == MW_PRECISION_BF16 ? "bf16" : "fp32");
+    add(t, "recompute %d", (int)c->recompute);
     add(t, "%d outputs", noutputs);
     for (int i = 0; i < noutputs; i++)
         add(t, "output %d is node %d", i, outputs && outputs[i] ? outputs[i]->id : -1);

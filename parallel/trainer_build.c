@@ -19,6 +19,11 @@
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
+_Static_assert((int)MW_RECOMPUTE_NONE == (int)MW__RECOMPUTE_NONE &&
+                   (int)MW_RECOMPUTE_BLOCKS == (int)MW__RECOMPUTE_BLOCKS &&
+                   (int)MW_RECOMPUTE_DOTS == (int)MW__RECOMPUTE_DOTS,
+               "mw_recompute and mw__recompute agree");
+
 /* After autodiff: every gradient must be a node of its own that nothing else reads, since it is
  * written straight into the flat gradient buffer and reduced there in place. */
 static mw_status own_gradients(mw_trainer *tr) {
@@ -238,9 +243,10 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
     }
     if ((st = mw__program_outputs(prog, c->outputs, no))) return st;
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads)) || (st = reduce_over_model_axes(tr)) ||
-        (st = own_gradients(tr)) || (st = mw__program_plan(prog, tr->loss, tr->grads)) ||
-        (st = plan_slices(tr)) || (st = mw__trainer_prepare(tr)))
+    if ((st = mw__autodiff(g, tr->loss, tr->grads, (mw__recompute)c->recompute)) ||
+        (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)) ||
+        (st = mw__program_plan(prog, tr->loss, tr->grads)) || (st = plan_slices(tr)) ||
+        (st = mw__trainer_prepare(tr)))
         return st;
     mw__program_hooks hooks = mw__trainer_hooks;
     hooks.ctx = tr;
@@ -276,6 +282,16 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
+    if (st == MW_OK && (unsigned)tr->cfg.recompute > (unsigned)MW_RECOMPUTE_DOTS)
+        st = mw__error(MW_ERR_INVALID,
+                       "mw_trainer_new: recompute is %d (expected MW_RECOMPUTE_NONE, "
+                       "MW_RECOMPUTE_BLOCKS or MW_RECOMPUTE_DOTS)",
+                       (int)tr->cfg.recompute);
+    if (st == MW_OK && graph->region_open)
+        st = mw__error(MW_ERR_INVALID,
+                       "mw_trainer_new: region \"%s\" was begun but never ended (call "
+                       "mw_region_end after its last op)",
+                       graph->region_name);
     mw__program_config pc = program_config(&tr->cfg);
     if (st == MW_OK) st = mw__program_check(&pc);
     if (st) {

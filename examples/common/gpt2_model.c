@@ -225,10 +225,15 @@ mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
     for (int l = 0; l < L; l++) {
+        /* Each block a region: a trainer may recompute its activations in backward. */
+        char block[16];
+        snprintf(block, sizeof block, "h%d", l);
+        mw_region_begin(g, block);
         mw_tensor *a = attention(&t, layernorm(&t, x, l, "ln1w", "ln1b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, a, "Out", "Embed"));
         mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
+        mw_region_end(g);
     }
     x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
     out->logits = mw_dot(g, x, wte, "Embed"); /* the head shares the token embedding */

@@ -43,6 +43,7 @@ typedef struct options {
     int shard_params;      /* FSDP over the data axis */
     int cpu_threads;       /* mw_trainer_config.cpu_threads */
     int bf16;              /* --precision bf16 */
+    int recompute;         /* --recompute: an mw_recompute */
     int sample_recompute;  /* --sample-recompute: no key/value cache */
     const char *tokenizer; /* --tokenizer FILE */
     int tok_vocab;         /* its vocabulary size (0: no tokenizer) */
@@ -126,6 +127,10 @@ static void usage(FILE *f) {
         "  --precision P       fp32 (default) or bf16: contractions and attention in bf16 with\n"
         "                      f32 sums, master weights and optimizer state in f32, as PyTorch's\n"
         "                      autocast (on the CPU's AMX or AVX512-BF16 units where it has them)\n"
+        "  --recompute WHAT    none (default), blocks (every transformer block's activations\n"
+        "                      freed in forward and recomputed in backward: less memory, one\n"
+        "                      more forward pass) or dots (blocks, but the contractions' outputs\n"
+        "                      kept); the same bits either way\n"
         "  --check-replicas N  compare a checksum of every replica's parameters every N steps\n"
         "  --cpu-threads HOW   threads running the CPU devices: auto (default: a thread each,\n"
         "                      or fewer while that is faster, as when other work keeps the\n"
@@ -274,6 +279,14 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
                 return 2;
             }
             o->bf16 = !strcmp(v, "bf16");
+        } else if ((v = cli_option_value(argc, argv, &i, "--recompute", &missing))) {
+            if (strcmp(v, "none") && strcmp(v, "blocks") && strcmp(v, "dots")) {
+                fprintf(stderr, "gpt2: --recompute %s: expected none, blocks or dots\n", v);
+                return 2;
+            }
+            o->recompute = !strcmp(v, "blocks") ? MW_RECOMPUTE_BLOCKS
+                           : !strcmp(v, "dots") ? MW_RECOMPUTE_DOTS
+                                                : MW_RECOMPUTE_NONE;
         } else if ((v = cli_option_value(argc, argv, &i, "--check-replicas", &missing))) {
             bad = cli_parse_int(v, 1, big, &o->check_replicas);
         } else if ((v = cli_option_value(argc, argv, &i, "--cpu-threads", &missing))) {
@@ -664,7 +677,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                              .check_replicas_every = o->check_replicas,
                              .shard_optimizer = o->shard_optimizer,
                              .cpu_threads = o->cpu_threads,
-                             .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
+                             .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
+                             .recompute = (mw_recompute)o->recompute};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -1040,6 +1054,7 @@ static mw_status agree_flags(const run *r) {
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
              "--shard-params %d\n--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
+             "--recompute %d\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n--tokenizer %s, %d "
              "tokens\n--sample-recompute %d\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
@@ -1051,8 +1066,9 @@ static mw_status agree_flags(const run *r) {
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
              o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->shard_params,
              o->allow_nonfinite, o->mesh ? o->mesh : MESH_AXIS,
-             o->model_axis ? o->model_axis : "none", o->bf16 ? "bf16" : "fp32", o->sample,
-             o->temperature, (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
+             o->model_axis ? o->model_axis : "none", o->bf16 ? "bf16" : "fp32", o->recompute,
+             o->sample, o->temperature,
+             (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
              o->tokenizer ? "given" : "none", o->tok_vocab, o->sample_recompute);
     return mw_distributed_agree("gpt2 flags", text, 0);
 }

@@ -89,6 +89,25 @@ const char *mw_graph_error(const mw_graph *g);
 /* Seed of the random parameter initialisers (default 1337). */
 void mw_graph_set_seed(mw_graph *g, uint64_t seed);
 
+/* --- recomputation regions ----------------------------------------------------------------- */
+
+/* Marks the nodes traced from now until mw_region_end as one region (a transformer block, say),
+ * named `name` in messages. A trainer whose configuration asks for recomputation
+ * (mw_trainer_config.recompute) frees the activations made inside a region after their last
+ * use in forward and computes them again in the backward pass, just before the region's
+ * gradients need them; without such a policy, and in inference programs, regions change
+ * nothing. What a region reads from outside (its inputs, parameters) and what is read outside
+ * it (its outputs) is always kept. Regions do not nest: begin, trace, end, then the next one.
+ * Errors (sticky, as a failing op's: recorded in the graph and returned): MW_ERR_INVALID for a
+ * NULL graph, a NULL or empty name, a name of MW_MAX_NAME characters or more, and a region begun
+ * while another is open (the message names both); the graph's earlier error when it has one. */
+mw_status mw_region_begin(mw_graph *g, const char *name);
+
+/* Ends the region mw_region_begin opened. Errors (sticky): MW_ERR_INVALID for a NULL graph or
+ * when no region is open; the graph's earlier error when it has one. A region still open when a
+ * trainer is made fails mw_trainer_new with MW_ERR_INVALID. */
+mw_status mw_region_end(mw_graph *g);
+
 /* --- leaves ------------------------------------------------------------------------------- */
 
 /* A value fed at every step under `name` (unique among inputs and parameters). Axis sizes are

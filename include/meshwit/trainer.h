@@ -77,6 +77,15 @@ typedef enum mw_precision {
     MW_PRECISION_BF16 = 1  /* contractions and attention in bf16, summed in f32 (see below) */
 } mw_precision;
 
+/* Which activations of the graph's regions (mw_region_begin in graph.h) the backward pass
+ * computes again instead of keeping them from forward (mw_trainer_config.recompute). */
+typedef enum mw_recompute {
+    MW_RECOMPUTE_NONE = 0,   /* every activation is kept for backward */
+    MW_RECOMPUTE_BLOCKS = 1, /* a region's outputs are kept, the rest recomputed */
+    MW_RECOMPUTE_DOTS = 2    /* as BLOCKS, but contraction outputs are kept too (jax's
+                                checkpoint_dots) */
+} mw_recompute;
+
 typedef struct mw_trainer_config {
     mw_optimizer optimizer;
     /* MW_PRECISION_BF16: mixed precision with no change to the model, as PyTorch's CPU autocast.
@@ -175,6 +184,22 @@ typedef struct mw_trainer_config {
      * stalled inside one holds up the others of its thread, and their collective_timeout_ms
      * counts from when they started waiting, checked whenever the thread is free. */
     int cpu_threads;
+    /* Activation recomputation (gradient checkpointing) over the graph's regions
+     * (mw_region_begin), e.g. one per transformer block. MW_RECOMPUTE_NONE (0, the default):
+     * every value the backward pass reads is kept from forward. MW_RECOMPUTE_BLOCKS: of each
+     * region only what is read outside it (its outputs: the next block's input) is kept; the
+     * region's other activations are freed after their last use in forward and computed again,
+     * from the region's inputs, when the backward pass reaches the region (as
+     * torch.utils.checkpoint around each block), so activation memory holds the regions' outputs
+     * plus one region's activations, for one more forward pass of the regions.
+     * MW_RECOMPUTE_DOTS: as BLOCKS, but the contractions' and attentions' outputs (with the bias
+     * and residual adds their kernels write) are kept too, so only the cheap ops (layer norms,
+     * GELU, casts, dropout) run again. The recomputed values are the same bits as the forward's
+     * (the kernels are deterministic; a dropout mask depends only on the seed, the step and the
+     * element), so the trained model is byte-identical to that without recomputation, on every
+     * mesh and precision. mw_trainer_memory's activations show the saving. A graph without
+     * regions is unchanged. Other values: MW_ERR_INVALID. */
+    mw_recompute recompute;
 } mw_trainer_config;
 
 /* Values of mw_trainer_config.cpu_threads besides a thread count. */
@@ -307,7 +332,8 @@ typedef struct mw_device_memory {
     int64_t gradients;   /* the flat gradients, and the accumulator with grad_accumulation (its
                             slice with ZeRO-1) */
     int64_t optimizer;   /* AdamW moments or SGD momentum: this device's slice with ZeRO-1 */
-    int64_t activations; /* the plan's arena: activations, their gradients and temporaries */
+    int64_t activations; /* the plan's arena: activations, their gradients and temporaries (less
+                            with mw_trainer_config.recompute) */
     int64_t workspace;   /* the kernels' own buffers: oneDNN scratchpads, bf16 operands widened
                             where the CPU lacks bf16 instructions */
 } mw_device_memory;
