@@ -30,6 +30,8 @@ static int accumulate(mw_graph *g, mw_tensor **grads, mw_tensor *node, mw_tensor
  * made it, and its copy once made. */
 typedef struct recompute {
     int n;             /* forward nodes (the graph's nodes before autodiff) */
+    int regions;       /* the policy recomputes regions */
+    int regather;      /* FSDP: a gathered parameter is gathered again where backward reads it */
     char *keep;        /* 1: read as made in forward */
     mw_tensor **clone; /* the recomputed copy, or NULL */
 } recompute;
@@ -38,7 +40,10 @@ typedef struct recompute {
  * inputs are recomputed copies in turn, down to the region's kept nodes and inputs). NULL on
  * OOM (graph error set). */
 static mw_tensor *val(mw_graph *g, recompute *rc, mw_tensor *x) {
-    if (!rc || !x || x->id >= rc->n || !x->region || rc->keep[x->id]) return x;
+    if (!rc || !x || x->id >= rc->n) return x;
+    int again = x->op == MW__OP_GATHER ? rc->regather || (rc->regions && x->region)
+                                       : rc->regions && x->region;
+    if (!again || rc->keep[x->id]) return x;
     if (rc->clone[x->id]) return rc->clone[x->id];
     mw_tensor proto = *x;
     proto.region = 0;
@@ -200,9 +205,9 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
                                           mw__to_type(g, gy, &n->type), qkv, fwd, n));
     }
     case MW__OP_GATHER: /* FSDP: the whole parameter's gradient back to this device's rows */
-        return na ? accumulate(g, grads, a,
-                               mw__scatter(g, mw__to_type(g, gy, &n->type), &a->type,
-                                           n->p.along.axis))
+        return na ? accumulate(
+                        g, grads, a,
+                        mw__scatter(g, mw__to_type(g, gy, &n->type), &a->type, n->p.along.axis))
                   : 0;
     case MW__OP_MAP:
     case MW__OP_DROPOUT:
@@ -231,12 +236,16 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
 #undef V
 }
 
-mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads,
-                       mw__recompute policy) {
-    int n = g->nnodes;
+mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy,
+                       int regather) {
+    int n = g->nnodes, gathers = 0;
+    for (int i = 0; i < n; i++) gathers |= g->nodes[i]->op == MW__OP_GATHER;
     char *needs = mw__calloc((size_t)n + 1, 1);
     mw_tensor **grads = mw__calloc((size_t)n + 1, sizeof *grads);
-    recompute rc = {.n = n}, *use = policy != MW__RECOMPUTE_NONE && g->nregions ? &rc : NULL;
+    recompute rc = {.n = n,
+                    .regions = policy != MW__RECOMPUTE_NONE && g->nregions,
+                    .regather = regather && gathers};
+    recompute *use = rc.regions || rc.regather ? &rc : NULL;
     if (use) {
         rc.keep = mw__calloc((size_t)n + 1, 1);
         rc.clone = mw__calloc((size_t)n + 1, sizeof *rc.clone);
@@ -248,10 +257,8 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads,
         mw__free(rc.clone);
         return mw__error(MW_ERR_NOMEM, "out of memory in autodiff");
     }
-    if (use) {
-        choose_kept(g, use, policy);
-        rc.keep[loss->id] = 1;
-    }
+    if (rc.regions) choose_kept(g, use, policy);
+    if (use) rc.keep[loss->id] = 1;
     /* A node needs a gradient when a parameter flows into it. */
     for (int i = 0; i <= loss->id; i++) {
         mw_tensor *t = g->nodes[i];

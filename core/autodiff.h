@@ -18,7 +18,10 @@ typedef enum mw__recompute {
  * recomputation policy, the values a region's gradients read that the policy does not keep are
  * read from copies of their forward nodes (same op, same parameters, same inputs or their
  * copies), made once per region when its backward first needs them: the forward's buffers then
- * die in forward. A graph without regions gets the same backward pass under every policy. */
-mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy);
+ * die in forward. A graph without regions gets the same backward pass under every policy.
+ * regather: the parameters FSDP gathers (GATHER nodes) are gathered again where the backward pass
+ * reads them, so the forward's gathered copy dies after its last forward use; 0 keeps it. */
+mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy,
+                       int regather);
 
 #endif

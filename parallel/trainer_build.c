@@ -243,7 +243,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
     }
     if ((st = mw__program_outputs(prog, c->outputs, no))) return st;
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads, (mw__recompute)c->recompute)) ||
+    if ((st = mw__autodiff(g, tr->loss, tr->grads, (mw__recompute)c->recompute,
+                           !c->keep_gathered)) ||
         (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)) ||
         (st = mw__program_plan(prog, tr->loss, tr->grads)) || (st = plan_slices(tr)) ||
         (st = mw__trainer_prepare(tr)))

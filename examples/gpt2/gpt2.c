@@ -41,6 +41,7 @@ typedef struct options {
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
     int shard_params;      /* FSDP over the data axis */
+    int keep_gathered;     /* FSDP: keep the gathered parameters from forward to backward */
     int cpu_threads;       /* mw_trainer_config.cpu_threads */
     int bf16;              /* --precision bf16 */
     int recompute;         /* --recompute: an mw_recompute */
@@ -124,6 +125,9 @@ static void usage(FILE *f) {
         "                      data axis; each device stores its part, gathers a parameter where\n"
         "                      it is used and reduce-scatters its gradient (same results, a\n"
         "                      quarter of the parameters, gradients and moments on 4 devices)\n"
+        "  --keep-gathered     with --shard-params: keep each gathered parameter from forward to\n"
+        "                      backward instead of gathering it again there (more memory, one\n"
+        "                      all-gather per parameter and step)\n"
         "  --precision P       fp32 (default) or bf16: contractions and attention in bf16 with\n"
         "                      f32 sums, master weights and optimizer state in f32, as PyTorch's\n"
         "                      autocast (on the CPU's AMX or AVX512-BF16 units where it has them)\n"
@@ -273,6 +277,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->shard_optimizer = 1;
         } else if (strcmp(arg, "--shard-params") == 0) {
             o->shard_params = 1;
+        } else if (strcmp(arg, "--keep-gathered") == 0) {
+            o->keep_gathered = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
                 fprintf(stderr, "gpt2: --precision %s: expected fp32 or bf16\n", v);
@@ -678,7 +684,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                              .shard_optimizer = o->shard_optimizer,
                              .cpu_threads = o->cpu_threads,
                              .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
-                             .recompute = (mw_recompute)o->recompute};
+                             .recompute = (mw_recompute)o->recompute,
+                             .keep_gathered = o->keep_gathered};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -1053,7 +1060,8 @@ static mw_status agree_flags(const run *r) {
              "--min-lr-ratio %.17g\n--val-every %d\n--val-batches %d\n--eval-only %d\n"
              "--eval-batches %d\n--checkpoint %s\n--checkpoint-every %d\n--resume %d\n"
              "--stop-at %d\n--skip-nonfinite %d\n--check-replicas %d\n--shard-optimizer %d\n"
-             "--shard-params %d\n--allow-nonfinite %d\n--mesh %s\n--model-axis %s\n--precision %s\n"
+             "--shard-params %d\n--keep-gathered %d\n--allow-nonfinite %d\n--mesh %s\n--model-axis "
+             "%s\n--precision %s\n"
              "--recompute %d\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n--tokenizer %s, %d "
              "tokens\n--sample-recompute %d\n",
@@ -1065,7 +1073,7 @@ static mw_status agree_flags(const run *r) {
              o->min_lr_ratio, o->val_every, o->val_batches, o->eval_only, o->eval_batches,
              o->checkpoint ? "given" : "none", o->checkpoint_every, o->resume, o->stop_at,
              o->skip_nonfinite, o->check_replicas, o->shard_optimizer, o->shard_params,
-             o->allow_nonfinite, o->mesh ? o->mesh : MESH_AXIS,
+             o->keep_gathered, o->allow_nonfinite, o->mesh ? o->mesh : MESH_AXIS,
              o->model_axis ? o->model_axis : "none", o->bf16 ? "bf16" : "fp32", o->recompute,
              o->sample, o->temperature,
              (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),

@@ -200,6 +200,13 @@ typedef struct mw_trainer_config {
      * mesh and precision. mw_trainer_memory's activations show the saving. A graph without
      * regions is unchanged. Other values: MW_ERR_INVALID. */
     mw_recompute recompute;
+    /* FSDP (a parameter split over the mesh axis that also shards the batch: see mw_shard): by
+     * default (0) the copy an op's all-gather makes is freed after its last use in forward and
+     * the parameter gathered again where the backward pass needs it, so no more than a layer's
+     * parameters are whole at a time beside their own rows. Non-zero keeps each gathered copy
+     * from forward to backward instead (one all-gather per parameter and step, the memory of the
+     * whole parameters; ZeRO-2-like). Either way the same bits. */
+    int keep_gathered;
 } mw_trainer_config;
 
 /* Values of mw_trainer_config.cpu_threads besides a thread count. */

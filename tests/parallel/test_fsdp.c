@@ -258,7 +258,7 @@ static const gpt2_config gcfg = {
 
 typedef struct gpt2_opts {
     const char *devices, *axes, *model; /* the batch is sharded over X */
-    int fsdp, zero1, bf16, accumulate;
+    int fsdp, zero1, bf16, accumulate, keep, recompute;
 } gpt2_opts;
 
 /* The losses of GSTEPS steps and three parameters after them (h1.fcprojw, wte, h0.qkvw). */
@@ -275,7 +275,9 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
                                          .eps = 1e-8f, .weight_decay = 0.1f},
                            .shard_optimizer = o->zero1,
                            .grad_accumulation = o->accumulate,
-                           .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
+                           .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
+                           .keep_gathered = o->keep,
+                           .recompute = o->recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s: %s", o->devices,
                  mw_last_error());
     int32_t in[GB * GT], tg[GB * GT];
@@ -304,10 +306,19 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
 
 Test(fsdp, gpt2_bitwise_equal_to_replicated, .timeout = 300) {
     static const gpt2_opts modes[] = {
-        {"cpu:2", "X", NULL, 0, 0, 0, 0}, {"cpu:4", "X", NULL, 0, 0, 0, 0},
-        {"cpu:2", "X", NULL, 0, 1, 0, 0}, /* with ZeRO-1 */
-        {"cpu:2", "X", NULL, 0, 0, 1, 0}, /* bf16 */
-        {"cpu:2", "X", NULL, 0, 0, 0, 1}, /* gradient accumulation */
+        {.devices = "cpu:2", .axes = "X", .model = NULL},
+        {.devices = "cpu:4", .axes = "X", .model = NULL},
+        {.devices = "cpu:2", .axes = "X", .model = NULL, .zero1 = 1},
+        {.devices = "cpu:2", .axes = "X", .model = NULL, .bf16 = 1},
+        {.devices = "cpu:2", .axes = "X", .model = NULL, .accumulate = 1},
+        {.devices = "cpu:2",
+         .axes = "X",
+         .model = NULL,
+         .keep = 1}, /* the gathered copies kept to backward */
+        {.devices = "cpu:2",
+         .axes = "X",
+         .model = NULL,
+         .recompute = 1}, /* every block recomputed */
     };
     static float a[NSAVED], b[NSAVED];
     for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
@@ -336,7 +347,7 @@ Test(fsdp, gpt2_beside_tensor_parallelism, .timeout = 300) {
      * ulp (from the second step on some of the MLP's gradients round differently; see the README's
      * FSDP notes). */
     static float a[NSAVED], b[NSAVED];
-    gpt2_opts o = {"cpu:4", "X=2,Y=2", "Y", 0, 0, 0, 0};
+    gpt2_opts o = {.devices = "cpu:4", .axes = "X=2,Y=2", .model = "Y"};
     float la[GSTEPS], lb[GSTEPS];
     gpt2_run(&o, la, a, NULL);
     o.fsdp = 1;
@@ -381,4 +392,28 @@ Test(fsdp, a_gathered_bias_gets_no_weight_decay) {
     bias_run(0, a);
     bias_run(1, b);
     cr_assert(memcmp(a, b, sizeof a) == 0, "%.9g vs %.9g", (double)a[0], (double)b[0]);
+}
+
+Test(fsdp, gathered_again_in_backward_unless_kept) {
+    /* By default a gathered parameter dies after its forward use and is gathered again in
+     * backward: the activations are about those of data parallelism; kept, they hold every
+     * gathered copy too. The same bits either way (the test above). */
+    static float a[NSAVED];
+    float l[GSTEPS];
+    mw_device_memory dp, again, kept, both;
+    gpt2_opts o = {.devices = "cpu:2", .axes = "X", .model = NULL};
+    gpt2_run(&o, l, a, &dp);
+    o.fsdp = 1;
+    gpt2_run(&o, l, a, &again);
+    o.keep = 1;
+    gpt2_run(&o, l, a, &kept);
+    /* At most one gathered copy beside data parallelism's activations (fcw or fcprojw, 64 KB at
+     * these sizes) and its scratch (gathered along its second axis). */
+    cr_assert_leq(again.activations, dp.activations + 2 * 4 * 4 * 64 * 64, "%lld vs %lld",
+                  (long long)again.activations, (long long)dp.activations);
+    cr_assert_gt(kept.activations, again.activations);
+    /* With every block recomputed too, less again. */
+    o.keep = 0, o.recompute = 1;
+    gpt2_run(&o, l, a, &both);
+    cr_assert_lt(both.activations, again.activations);
 }
