@@ -86,6 +86,21 @@ void mw__plan_assign(builder *b, int i) {
         return;
     }
     int64_t n = local_type(&t->type, b->pl).numel;
+    /* The cross-entropy's gradient takes over the logits' buffer when nothing reads them after
+     * (the kernel reads a row whole before it writes it): the largest two buffers of a language
+     * model's step are then one. */
+    if (t->op == MW__OP_XENT_GRAD) {
+        const mw_tensor *l = t->in[1];
+        node_info *r = &b->node[b->node[l->id].root];
+        if (r->in_arena && r->last_use == i && r->ref.dtype == MW_F32 && !r->host_read &&
+            t->type.dtype == MW_F32 && !b->fuse[b->node[l->id].root].extra &&
+            local_type(&l->type, b->pl).numel == n) {
+            b->node[i].ref = r->ref;
+            r->in_arena = 0;
+            b->node[i].in_arena = 1;
+            return;
+        }
+    }
     mw_dtype d = b->fuse[i].buf16 ? MW_BF16 : t->type.dtype;
     b->node[i].ref = arena_ref(d, mw__arena_alloc(&b->ar, units_of(n, d) + b->fuse[i].extra));
     b->node[i].in_arena = 1;

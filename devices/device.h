@@ -213,7 +213,8 @@ typedef struct mw__k_xent {
     const int32_t *targets;
 } mw__k_xent;
 
-/* Its backward: out[r, j] = gy[r] * (softmax_j - [j == target]) for j < valid, 0 beyond. */
+/* Its backward: out[r, j] = gy[r] * (softmax_j - [j == target]) for j < valid, 0 beyond. out may
+ * be logits (in place: a row is read whole before it is written). */
 typedef struct mw__k_xent_grad {
     int64_t rows, v, valid;
     float *out;
