@@ -141,6 +141,16 @@ mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
  * parameter gather and scatter its shards, so files and host arrays always hold the whole
  * tensor. Shard a parameter right after mw_param, before its first use.
  *
+ * FSDP: where an op meets a split parameter with that axis whole ("Embed" against "Embed@X"), or
+ * with the same mesh axis splitting another axis ("Batch@X": the parameter is split over the axis
+ * that also shards the batch), the parameter is gathered whole first (an all-gather of every
+ * device's rows, once per parameter and axis however many ops use it) and its gradient
+ * reduce-scattered back to the rows each device holds, so the model computes exactly what it
+ * would with the parameter replicated while each device stores, updates and keeps optimizer state
+ * for its rows only. The backward pass gathers it again where it reads it
+ * (mw_trainer_config.keep_gathered keeps the forward's copy instead). Only parameters are
+ * gathered: a computed value split over an axis the op needs whole is an error.
+ *
  * One tensor splits at most one axis over each mesh axis, and an op whose result would split two
  * axes over the same mesh axis fails. The mesh axis is looked up when a trainer is made. Errors:
  * MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (the axis is already sharded, x already
