@@ -54,19 +54,23 @@ static mw_status own_gradients(mw_trainer *tr) {
     return g->status ? mw__error_copy(g->status, g->error) : MW_OK;
 }
 
-/* With parameters split over mesh axes, a gradient that is partial over those axes (a replicated
- * parameter whose gradient flows through a split layer, e.g. a layer norm before it) is first
- * summed over them alone; afterwards every gradient is partial over the data axes only, so the
- * gradient buckets (and ZeRO-1's slices) are those of one group, and both modes of the optimizer
- * sum every gradient in the same order. */
+/* With parameters split over mesh axes that shard no input (model axes), a gradient that is
+ * partial over those axes (a replicated parameter whose gradient flows through a split layer,
+ * e.g. a layer norm before it) is first summed over them alone; afterwards every gradient is
+ * partial over the data axes only, so the gradient buckets (and ZeRO-1's slices) are those of one
+ * group, and both modes of the optimizer sum every gradient in the same order. */
 static mw_status reduce_over_model_axes(mw_trainer *tr) {
     mw_graph *g = tr->prog->g;
-    uint32_t model = 0;
+    uint32_t model = 0, data = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         for (int k = 0; t->op == MW__OP_PARAM && k < t->type.rank; k++)
             if (t->type.ax[k].mesh >= 0) model |= 1u << t->type.ax[k].mesh;
+        if (t->op == MW__OP_SHARD) data |= 1u << t->type.ax[t->p.shard.axis].mesh;
     }
+    /* An axis that shards the batch stays a data axis when parameters are split over it too
+     * (FSDP): its sums are the buckets', as with the parameters replicated. */
+    model &= ~data;
     for (int p = 0; model && p < g->nparams; p++) {
         mw_tensor *gr = tr->grads[p];
         if (!gr || !(gr->type.partial & model)) continue;
@@ -110,6 +114,16 @@ static mw_status plan_shard_slices(mw_trainer *tr) {
                          "mw_trainer_new: shard_optimizer with sharded parameters needs every "
                          "gradient summed over the same mesh axes");
     if (mixed || (gi >= 0 && prog->groups[gi].ncomms == 0)) gi = -1;
+    /* FSDP: parameters split over the data axes themselves hold different rows on the devices
+     * that sum gradients together, so their flat layouts cannot be cut alike; their optimizer
+     * state is split already, and ZeRO-1 has nothing left to share. */
+    uint32_t split = 0;
+    for (int i = 0; i < prog->g->nnodes; i++) {
+        const mw_tensor *t = prog->g->nodes[i];
+        for (int k = 0; t->op == MW__OP_PARAM && k < t->type.rank; k++)
+            if (t->type.ax[k].mesh >= 0) split |= 1u << t->type.ax[k].mesh;
+    }
+    if (gi >= 0 && (prog->groups[gi].mask & split)) gi = -1;
     if (gi < 0) prog->zero1 = 0; /* no data axis: nothing to share */
     mw_status st =
         prog->zero1 ? mw__zero1_collectives(prog->reducer, prog->reducer, prog->mesh->desc) : MW_OK;

@@ -164,7 +164,9 @@ typedef struct mw_trainer_config {
      * With parameters split over a mesh axis (mw_shard on a parameter), the state is split over
      * the data axes instead (the devices that sum gradients together, each cutting its own
      * shards' flat layout), again bitwise equal to the update without it; with no data axis
-     * there is nothing to split and it changes nothing. */
+     * there is nothing to split and it changes nothing; with parameters split over the data axes
+     * themselves (FSDP, see mw_shard) their state is split already and it changes nothing
+     * either. */
     int shard_optimizer;
     /* How many threads run this process's CPU devices (a mesh of several virtual CPU devices in
      * one process, not pinned; other meshes always run one thread per device). With fewer
