@@ -71,7 +71,9 @@ mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
  * of at least GPT2_FSDP_MIN_ELEMS elements along its longest axis that model_axis does not split
  * (Vocab of wte, Embed of qkvw, ...): each device stores its rows, the ops gather them, the
  * gradients are reduce-scattered. Norms and biases stay replicated. */
+#ifndef GPT2_FSDP_MIN_ELEMS /* a build may set another to measure it */
 #define GPT2_FSDP_MIN_ELEMS 16384
+#endif
 mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
                           const char *data_axis, const char *model_axis, const char *fsdp_axis,
                           gpt2_graph *out);
