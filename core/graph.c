@@ -406,51 +406,65 @@ static const char *const op_names[MW__OP_COUNT] = {
 
 const char *mw__op_name(int op) { return op >= 0 && op < MW__OP_COUNT ? op_names[op] : "?"; }
 
+/* Each member of mw__op_params as text (the op's row of MW__OPS names the member). */
+typedef union mw__op_params params;
+static void describe_none(const params *p, char *buf, size_t size) {
+    (void)p;
+    (void)size;
+    buf[0] = '\0';
+}
+static void describe_shard(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "axis %d", p->shard.axis);
+}
+static void describe_fill(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "value %.9g", (double)p->fill.value);
+}
+static void describe_scale(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "factor %.9g", (double)p->scale.factor);
+}
+static void describe_slice(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "axis %d, rows %lld+%lld", p->slice.axis, (long long)p->slice.start,
+             (long long)p->slice.len);
+}
+static void describe_gelu(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "%s", p->gelu.exact ? "exact" : "tanh");
+}
+static void describe_layernorm(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "eps %.9g", (double)p->layernorm.eps);
+}
+static void describe_softmax(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "scale %.9g, causal %d", (double)p->softmax.scale, p->softmax.causal);
+}
+static void describe_xent(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "valid %lld", (long long)p->xent.valid);
+}
+static void describe_attention(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "axes %d/%d/%d, scale %.9g, causal %d", p->attention.part, p->attention.seq,
+             p->attention.feature, (double)p->attention.scale, p->attention.causal);
+}
+static void describe_map(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "function %d", p->map.fn);
+}
+static void describe_dropout(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "p %.9g, stream %llu", (double)p->dropout.p,
+             (unsigned long long)p->dropout.stream);
+}
+static void describe_along(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "axis %d", p->along.axis);
+}
+static void describe_cached(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "axes %d/%d, scale %.9g", p->cached.seq, p->cached.part,
+             (double)p->cached.scale);
+}
+
 char *mw__op_params_describe(const mw_tensor *n, char *buf, size_t size) {
-    const mw__op_params *p = &n->p;
     buf[0] = '\0';
     switch (n->op) {
-    case MW__OP_SHARD: snprintf(buf, size, "axis %d", p->shard.axis); break;
-    case MW__OP_FILL: snprintf(buf, size, "value %.9g", (double)p->fill.value); break;
-    case MW__OP_SCALE: snprintf(buf, size, "factor %.9g", (double)p->scale.factor); break;
-    case MW__OP_SLICE:
-    case MW__OP_PAD:
-        snprintf(buf, size, "axis %d, rows %lld+%lld", p->slice.axis, (long long)p->slice.start,
-                 (long long)p->slice.len);
-        break;
-    case MW__OP_GELU:
-    case MW__OP_GELU_GRAD: snprintf(buf, size, "%s", p->gelu.exact ? "exact" : "tanh"); break;
-    case MW__OP_LAYERNORM:
-    case MW__OP_LN_DX:
-    case MW__OP_LN_DW: snprintf(buf, size, "eps %.9g", (double)p->layernorm.eps); break;
-    case MW__OP_SOFTMAX:
-    case MW__OP_SOFTMAX_GRAD:
-        snprintf(buf, size, "scale %.9g, causal %d", (double)p->softmax.scale, p->softmax.causal);
-        break;
-    case MW__OP_XENT:
-    case MW__OP_XENT_GRAD: snprintf(buf, size, "valid %lld", (long long)p->xent.valid); break;
-    case MW__OP_ATTENTION:
-    case MW__OP_ATTENTION_GRAD:
-        snprintf(buf, size, "axes %d/%d/%d, scale %.9g, causal %d", p->attention.part,
-                 p->attention.seq, p->attention.feature, (double)p->attention.scale,
-                 p->attention.causal);
-        break;
-    case MW__OP_MAP:
-    case MW__OP_MAP_GRAD: snprintf(buf, size, "function %d", p->map.fn); break;
-    case MW__OP_DROPOUT:
-        snprintf(buf, size, "p %.9g, stream %llu", (double)p->dropout.p,
-                 (unsigned long long)p->dropout.stream);
-        break;
-    case MW__OP_ARGMAX:
-    case MW__OP_REDUCE_MAX:
-    case MW__OP_STATE_WRITE:
-    case MW__OP_GATHER:
-    case MW__OP_SCATTER: snprintf(buf, size, "axis %d", p->along.axis); break;
-    case MW__OP_ATTENTION_CACHED:
-        snprintf(buf, size, "axes %d/%d, scale %.9g", p->cached.seq, p->cached.part,
-                 (double)p->cached.scale);
-        break;
-    default: break;
+#define DESCRIBE(KIND, name, member)                                                               \
+    case MW__OP_##KIND: describe_##member(&n->p, buf, size); break;
+        MW__OPS(DESCRIBE)
+#undef DESCRIBE
+    case MW__OP_COUNT: break;
     }
     return buf;
 }

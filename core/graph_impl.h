@@ -11,7 +11,8 @@
 
 /* The graph ops: XX(KIND, name, params), one row per op, in node-kind order (MW__OP_<KIND>).
  *   name    the op's name in messages (mw__op_name)
- *   params  the member of mw__op_params holding the node's parameters, or none */
+ *   params  the member of mw__op_params holding the node's parameters, or none (which
+ *           mw__op_params_describe prints) */
 #define MW__OPS(XX)                                                                                \
     XX(INPUT, "input", none)  /* fed by the host every step */                                     \
     XX(PARAM, "param", none)  /* trained; replicated unless split by mw_shard */                   \
