@@ -59,17 +59,26 @@ static mw_status own_gradients(mw_trainer *tr) {
  * e.g. a layer norm before it) is first summed over them alone; afterwards every gradient is
  * partial over the data axes only, so the gradient buckets (and ZeRO-1's slices) are those of one
  * group, and both modes of the optimizer sum every gradient in the same order. */
-static mw_status reduce_over_model_axes(mw_trainer *tr) {
-    mw_graph *g = tr->prog->g;
-    uint32_t model = 0, data = 0;
+/* The graph mesh names some parameter is split over (a bit each). */
+static uint32_t param_splits(const mw_graph *g) {
+    uint32_t split = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         for (int k = 0; t->op == MW__OP_PARAM && k < t->type.rank; k++)
-            if (t->type.ax[k].mesh >= 0) model |= 1u << t->type.ax[k].mesh;
-        if (t->op == MW__OP_SHARD) data |= 1u << t->type.ax[t->p.shard.axis].mesh;
+            if (t->type.ax[k].mesh >= 0) split |= 1u << t->type.ax[k].mesh;
     }
+    return split;
+}
+
+static mw_status reduce_over_model_axes(mw_trainer *tr) {
+    mw_graph *g = tr->prog->g;
+    uint32_t data = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == MW__OP_SHARD)
+            data |= 1u << g->nodes[i]->type.ax[g->nodes[i]->p.shard.axis].mesh;
     /* An axis that shards the batch stays a data axis when parameters are split over it too
      * (FSDP): its sums are the buckets', as with the parameters replicated. */
+    uint32_t model = param_splits(g);
     model &= ~data;
     for (int p = 0; model && p < g->nparams; p++) {
         mw_tensor *gr = tr->grads[p];
@@ -117,12 +126,7 @@ static mw_status plan_shard_slices(mw_trainer *tr) {
     /* FSDP: parameters split over the data axes themselves hold different rows on the devices
      * that sum gradients together, so their flat layouts cannot be cut alike; their optimizer
      * state is split already, and ZeRO-1 has nothing left to share. */
-    uint32_t split = 0;
-    for (int i = 0; i < prog->g->nnodes; i++) {
-        const mw_tensor *t = prog->g->nodes[i];
-        for (int k = 0; t->op == MW__OP_PARAM && k < t->type.rank; k++)
-            if (t->type.ax[k].mesh >= 0) split |= 1u << t->type.ax[k].mesh;
-    }
+    uint32_t split = param_splits(prog->g);
     if (gi >= 0 && (prog->groups[gi].mask & split)) gi = -1;
     if (gi < 0) prog->zero1 = 0; /* no data axis: nothing to share */
     mw_status st =
