@@ -99,6 +99,33 @@ int mw__param_reader(const mw__program *prog, int d, const mw_tensor *p, const m
     return lo < hi && mw__param_holder(prog, d, p, held) == d;
 }
 
+/* The runs of the whole array that this process's readers of p's `held` values filled in
+ * `global`: counted into *nruns and *nvals, and, when runs is not NULL, listed there (offset,
+ * length) with their values copied to vals. */
+static void local_runs(mw__program *prog, const mw_tensor *p, const mw__holding *held,
+                       const float *global, int64_t *runs, float *vals, uint64_t *nruns,
+                       uint64_t *nvals) {
+    *nruns = *nvals = 0;
+    for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
+        if (!mw__param_reader(prog, d, p, held)) continue;
+        const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
+        int64_t lo, hi, at;
+        held->range(held->ctx, &prog->w[d], s, &lo, &hi);
+        mw__box box;
+        mw__type_box(prog, d, &p->type, &box);
+        for (int64_t e = lo - s->off, run; e < hi - s->off; e += run) {
+            run = mw__box_run(&box, e, hi - s->off, &at);
+            if (runs) {
+                runs[2 * *nruns] = at;
+                runs[2 * *nruns + 1] = run;
+                memcpy(vals + *nvals, global + at, (size_t)run * sizeof(float));
+            }
+            (*nruns)++;
+            *nvals += (uint64_t)run;
+        }
+    }
+}
+
 /* The parts of p's values other processes read into their copy of `global`, copied into this
  * one's: every process sends the runs of the whole array its readers filled (offset, length and
  * values) and applies every other process's. Parts two processes both hold (replicas) are the
@@ -109,19 +136,8 @@ static mw_status gather_processes(mw__program *prog, const mw_tensor *p, const m
     int nprocs = mesh->nprocs, timeout = prog->cfg.collective_timeout_ms;
     char what[MW_MAX_NAME + 64];
     snprintf(what, sizeof what, "reading parameter '%s' from every process", p->name);
-    uint64_t mine[2] = {0, 0}; /* runs, elements */
-    for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
-        if (!mw__param_reader(prog, d, p, held)) continue;
-        const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
-        int64_t lo, hi, at;
-        held->range(held->ctx, &prog->w[d], s, &lo, &hi);
-        mw__box box;
-        mw__type_box(prog, d, &p->type, &box);
-        for (int64_t e = lo - s->off, run; e < hi - s->off; e += run, mine[0]++) {
-            run = mw__box_run(&box, e, hi - s->off, &at);
-            mine[1] += (uint64_t)run;
-        }
-    }
+    uint64_t mine[2]; /* runs, elements */
+    local_runs(prog, p, held, global, NULL, NULL, &mine[0], &mine[1]);
     uint64_t *all = mw__malloc((size_t)nprocs * sizeof mine);
     int *counts = mw__malloc((size_t)nprocs * sizeof *counts);
     if (!all || !counts) {
@@ -144,24 +160,9 @@ static mw_status gather_processes(mw__program *prog, const mw_tensor *p, const m
     if (st == MW_OK) {
         /* This process's part: its runs, then their values (taken from `global`, just read). */
         int64_t *runs = (int64_t *)(void *)(buf + own);
-        float *vals = (float *)(void *)(runs + 2 * mine[0]);
-        size_t r = 0, v = 0;
-        for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
-            if (!mw__param_reader(prog, d, p, held)) continue;
-            const mw__param_slot *s = &prog->w[d].plan.params[p->leaf];
-            int64_t lo, hi, at;
-            held->range(held->ctx, &prog->w[d], s, &lo, &hi);
-            mw__box box;
-            mw__type_box(prog, d, &p->type, &box);
-            for (int64_t e = lo - s->off, run; e < hi - s->off; e += run) {
-                run = mw__box_run(&box, e, hi - s->off, &at);
-                runs[2 * r] = at;
-                runs[2 * r + 1] = run;
-                r++;
-                memcpy(vals + v, global + at, (size_t)run * sizeof(float));
-                v += (size_t)run;
-            }
-        }
+        uint64_t nruns, nvals;
+        local_runs(prog, p, held, global, runs, (float *)(void *)(runs + 2 * mine[0]), &nruns,
+                   &nvals);
         char *part = mw__malloc((size_t)counts[mesh->proc] + 1);
         if (!part) st = mw__error(MW_ERR_NOMEM, "out of memory %s", what);
         if (part) memcpy(part, buf + own, (size_t)counts[mesh->proc]);
