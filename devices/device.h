@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices/math.h"
 #include "meshwit/graph.h"
 #include "meshwit/status.h"
 
@@ -222,11 +223,13 @@ typedef struct mw__k_xent_grad {
     const int32_t *targets;
 } mw__k_xent_grad;
 
-/* out[0] = sum of a[i]^2, accumulated in double in a fixed order (deterministic). */
+/* *out += the exact squares of a[0..count) (mw__sqacc, devices/math.h), cleared first when zero is
+ * set; out is device memory. The same bits on every backend, whatever its threads' order. */
 typedef struct mw__k_sumsq {
     int64_t count;
-    float *out;
+    mw__sqacc *out;
     const float *a;
+    int zero;
 } mw__k_sumsq;
 
 /* AdamW on one parameter: g' = grad_scale * g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;

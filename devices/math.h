@@ -226,4 +226,94 @@ MW__HD int mw__dropout_keep(uint64_t key, uint64_t index, uint32_t threshold) {
     return mw__dropout_keeps(w0, w1, (uint32_t)index, threshold);
 }
 
+/* --- the exact sum of squares (the gradient norm) ------------------------------------------
+ * The square of a float is exact in double and a multiple of 2^-298; a sum of at most 2^63 of them
+ * is below 2^320. An mw__sqacc holds such a sum exactly, as the integer N of units of 2^-320 in
+ * MW__SQ_WORDS little-endian 64-bit words (two's complement while a kernel folds its parts in).
+ * N is the exact sum, so the accumulator of a set of values has the same bits however the set is
+ * cut into pieces (over devices, processes, threads, blocks) and whatever the order of the
+ * additions: that makes the gradient norm, and clipping by it, identical whether the gradient is
+ * whole on every device or split into ZeRO-1 slices, FSDP shards and tensor-parallel parts, on any
+ * backend. NaNs and infinities are counted apart. */
+#define MW__SQ_WORDS 11
+#define MW__SQ_UNIT 320 /* N counts units of 2^-MW__SQ_UNIT */
+typedef struct mw__sqacc {
+    uint64_t w[MW__SQ_WORDS];
+    uint64_t nan, inf;
+} mw__sqacc;
+
+/* acc += v 2^s, for a signed v and 0 <= s < 64 (MW__SQ_WORDS - 2). */
+MW__HD void mw__sqacc_add_shifted(mw__sqacc *acc, int64_t v, unsigned s) {
+    unsigned i = s / 64u, b = s % 64u;
+    uint64_t ext = v < 0 ? ~(uint64_t)0 : 0, u = (uint64_t)v;
+    uint64_t part[2] = {u << b, b ? (u >> (64u - b)) | (ext << b) : ext};
+    uint64_t carry = 0;
+    for (unsigned j = i; j < MW__SQ_WORDS; j++) {
+        uint64_t add = j - i < 2 ? part[j - i] : ext;
+        uint64_t t = acc->w[j] + add, c = t < add;
+        acc->w[j] = t + carry;
+        carry = c | (acc->w[j] < t);
+    }
+}
+
+/* dst += src, exactly. */
+MW__HD void mw__sqacc_add(mw__sqacc *dst, const mw__sqacc *src) {
+    uint64_t carry = 0;
+    for (unsigned j = 0; j < MW__SQ_WORDS; j++) {
+        uint64_t t = dst->w[j] + src->w[j], c = t < src->w[j];
+        dst->w[j] = t + carry;
+        carry = c | (dst->w[j] < t);
+    }
+    dst->nan += src->nan;
+    dst->inf += src->inf;
+}
+
+/* The exponent bin of x and its significand squared: x = m 2^(e-150) with e in 1..254 (1 for
+ * subnormals) and m < 2^24, so x^2 = m^2 2^(2e-300) with m^2 < 2^48 exact. Returns 0, or 1 for a
+ * NaN and 2 for an infinity (neither binned). */
+MW__HD int mw__sq_split(float x, unsigned *bin, uint64_t *m2) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    uint32_t e = (b >> 23) & 255u, m = b & 0x7fffffu;
+    if (e == 255u) return m ? 1 : 2;
+    if (e)
+        m |= 0x800000u;
+    else
+        e = 1u;
+    *bin = e;
+    *m2 = (uint64_t)m * m;
+    return 0;
+}
+
+/* acc += c m2 2^(2e-300): bin e's integer sum (c m2 as lo + 2^64 hi), for folding bins in. */
+MW__HD void mw__sqacc_add_bin(mw__sqacc *acc, unsigned e, uint64_t lo, uint64_t hi) {
+    unsigned s = 2u * e + (MW__SQ_UNIT - 300u);
+    for (unsigned q = 0; q < 4; q++) {
+        uint64_t word = q < 2 ? lo : hi;
+        int64_t half = (int64_t)((q & 1u) ? word >> 32 : word & 0xffffffffu);
+        if (half) mw__sqacc_add_shifted(acc, half, s + 32u * q);
+    }
+}
+
+/* acc += x^2, one value at a time (the reference the kernels are tested against). */
+MW__HD void mw__sqacc_add_square(mw__sqacc *acc, float x) {
+    unsigned e;
+    uint64_t m2;
+    int kind = mw__sq_split(x, &e, &m2);
+    if (kind == 1) acc->nan++;
+    if (kind == 2) acc->inf++;
+    if (!kind && m2) mw__sqacc_add_bin(acc, e, m2, 0);
+}
+
+/* The sum the accumulator holds, in double: NaN if a value was NaN, else infinity if one was
+ * infinite, else N 2^-320 from the top word down (a function of N alone, so equal sums give equal
+ * bits; within a few ulp). */
+MW__HD double mw__sqacc_value(const mw__sqacc *acc) {
+    if (acc->nan) return (double)NAN;
+    if (acc->inf) return (double)INFINITY;
+    double v = 0.0;
+    for (int j = MW__SQ_WORDS - 1; j >= 0; j--) v = v * 0x1p64 + (double)acc->w[j];
+    return ldexp(v, -MW__SQ_UNIT);
+}
+
 #endif

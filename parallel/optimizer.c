@@ -6,6 +6,7 @@
  * norm and the same update of what it holds. */
 #include "parallel/optimizer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -181,112 +182,84 @@ static mw_status accumulate_grads(replica *r, int fold) {
     return w->dev.vt->copy(&w->dev, &mean);
 }
 
-/* The device holding piece k of parameter p's gradient for the shard that device d holds: d
- * itself, or with ZeRO-1 the device of d's data group whose part is k. */
-static int piece_owner(const mw_trainer *tr, int d, int k) {
+/* The part [*lo, *hi) of parameter p's local elements that device e adds to the gradient norm,
+ * so that every element of the model's gradient is added once and the work is shared: the
+ * devices holding p's shard (its box) each add an even part of it. With ZeRO-1 a device's reduced
+ * gradient is only its own slice, so there it adds its slice of p, if its data group is the one of
+ * the shard's first holder (each holds its own slice of the shard). */
+static void norm_part(const mw_trainer *tr, int e, const mw_tensor *p, int64_t *lo, int64_t *hi) {
     const mw__program *prog = tr->prog;
-    if (!prog->zero1) return d;
-    int gi = tr->zero_group;
-    for (int e = 0; e < prog->nworkers; e++)
-        if (prog->w[e].group_class[gi] == prog->w[d].group_class[gi] && prog->w[e].rank[gi] == k)
-            return e;
-    return d;
+    const worker *w = &prog->w[e];
+    const mw__param_slot *s = &w->plan.params[p->leaf];
+    *lo = *hi = s->off;
+    if (prog->zero1) {
+        int gi = tr->zero_group, counts = 0;
+        for (int d = 0; d < prog->nworkers && !counts; d++)
+            counts =
+                prog->w[d].group_class[gi] == w->group_class[gi] && mw__param_box_first(prog, d, p);
+        if (!counts) return;
+        int k = w->rank[gi];
+        *lo = (int64_t)w->zslices[k] > s->off ? (int64_t)w->zslices[k] : s->off;
+        *hi = (int64_t)w->zslices[k + 1] < s->off + s->count ? (int64_t)w->zslices[k + 1]
+                                                             : s->off + s->count;
+        if (*hi < *lo) *hi = *lo;
+        return;
+    }
+    int holders = 0, rank = 0;
+    for (int d = 0; d < prog->nworkers; d++)
+        if (mw__same_box(prog, d, e, p)) rank += d < e, holders++;
+    *lo = s->off + (int64_t)mw__slice_lo((size_t)s->count, holders, rank);
+    *hi = s->off + (int64_t)mw__slice_lo((size_t)s->count, holders, rank + 1);
 }
 
-/* The gradient norm of a trainer with sharded parameters: each device adds the squares of the
- * gradient elements it owns per parameter, the per-parameter partial sums are all-gathered, and
- * every device adds, parameter by parameter in leaf order and device by device in index order,
- * the partials of the devices that together hold each element once. */
-static mw_status grad_norm_sharded(replica *r, float *norm) {
-    mw_trainer *tr = r->tr;
-    mw__program *prog = tr->prog;
-    worker *w = r->w;
-    const mw__device_vtable *vt = w->dev.vt;
-    int np = prog->g->nparams, n = prog->nworkers, parts = w->zparts;
-    int first = prog->zero1 ? w->rank[tr->zero_group] : 0, last = prog->zero1 ? first + 1 : parts;
-    size_t per = (size_t)np * (size_t)parts; /* pieces of one device */
-    float *mine = r->partials + (size_t)w->index * per;
-    mw_status st;
-    /* Piece (l, k): parameter l's elements in slice k of the flat layout. */
-    for (int l = 0; l < np; l++) {
-        const mw__param_slot *s = &w->plan.params[l];
-        for (int k = first; k < last; k++) {
-            int64_t lo = (int64_t)w->zslices[k], hi = (int64_t)w->zslices[k + 1];
-            if (lo < s->off) lo = s->off;
-            if (hi > s->off + s->count) hi = s->off + s->count;
-            mw__k_sumsq q = {.count = hi > lo ? hi - lo : 0,
-                             .out = r->scratch + (size_t)l * (size_t)parts + (size_t)k,
-                             .a = (const float *)w->grads + lo};
-            if (q.count && (st = vt->sumsq(&w->dev, &q))) return st;
-        }
-    }
-    if (per && (st = vt->download(&w->dev, mine, r->scratch, per * sizeof(float)))) return st;
-    for (int l = 0; l < np; l++) {
-        const mw__param_slot *s = &w->plan.params[l];
-        for (int k = first; k < last; k++)
-            if ((int64_t)w->zslices[k + 1] <= s->off || (int64_t)w->zslices[k] >= s->off + s->count)
-                mine[(size_t)l * (size_t)parts + (size_t)k] = 0.0f;
-    }
-    if (prog->all) {
-        for (int k = 0; k <= n; k++) w->bounds[k] = (size_t)k * per;
-        if ((st = prog->all_reducer->all_gather(prog->all, w->index, r->partials, (size_t)n * per,
-                                                MW_F32, w->bounds)))
-            return st;
-    }
-    /* Parameter by parameter, shard by shard (the devices with coordinate 0 off the axes that
-     * split the parameter), piece by piece: the same order with and without ZeRO-1. */
-    double sq = 0.0;
-    for (int i = 0; i < prog->g->nnodes; i++) {
-        const mw_tensor *p = prog->g->nodes[i];
-        if (p->op != MW__OP_PARAM) continue;
-        for (int d = 0; d < n; d++) {
-            if (!mw__param_box_first(prog, d, p)) continue; /* also another process's device */
-            for (int k = 0; k < parts; k++) {
-                int e = piece_owner(tr, d, k);
-                sq +=
-                    (double)
-                        r->partials[(size_t)e * per + (size_t)p->leaf * (size_t)parts + (size_t)k];
-            }
-        }
-    }
-    *norm = (float)sqrt(sq);
-    return MW_OK;
-}
-
-/* The gradient norm: one partial sum of squares per slice of tr->slices, added in slice order in
- * double. Replicated, every device computes every partial; with ZeRO-1 each device its own
- * slice's (the only one summed over the devices) and the partials are all-gathered. Both give
- * the same bits. */
+/* The gradient norm, the same bits in every layout. Each device adds the squares of its part of
+ * the gradient into one exact accumulator (devices/math.h: an integer, so how the elements are cut
+ * among devices and kernels changes nothing): its slice of the flat gradient (tr->slices, or its
+ * ZeRO-1 slice), or with sharded parameters its part of each parameter (norm_part). The devices'
+ * accumulators are all-gathered and added, exactly too, and the norm is the square root of the
+ * total: the same on every device and in every layout of the same gradient, so the replicated
+ * run, ZeRO-1, FSDP and tensor parallelism clip by identical norms. */
 static mw_status grad_norm(replica *r, float *norm) {
     mw_trainer *tr = r->tr;
     mw__program *prog = tr->prog;
     worker *w = r->w;
-    if (prog->sharded_params) return grad_norm_sharded(r, norm);
     const mw__device_vtable *vt = w->dev.vt;
-    const size_t *sl = tr->slices;
-    int n = prog->nworkers, first = prog->zero1 ? w->index : 0,
-        last = prog->zero1 ? w->index + 1 : n;
+    int n = prog->nworkers, zero = 1;
     mw_status st;
-    for (int k = first; k < last; k++) {
-        mw__k_sumsq q = {.count = (int64_t)(sl[k + 1] - sl[k]),
-                         .out = r->scratch + (k - first),
-                         .a = (const float *)w->grads + sl[k]};
-        if (q.count && (st = vt->sumsq(&w->dev, &q))) return st;
+    for (int i = 0; i < (prog->sharded_params ? prog->g->nnodes : 1); i++) {
+        int64_t lo, hi;
+        if (prog->sharded_params) {
+            const mw_tensor *p = prog->g->nodes[i];
+            if (p->op != MW__OP_PARAM) continue;
+            norm_part(tr, w->index, p, &lo, &hi);
+        } else { /* the whole gradient on every device: one slice each */
+            lo = (int64_t)tr->slices[w->index], hi = (int64_t)tr->slices[w->index + 1];
+        }
+        if (hi <= lo) continue;
+        mw__k_sumsq q = {
+            .count = hi - lo, .out = r->acc, .a = (const float *)w->grads + lo, .zero = zero};
+        if ((st = vt->sumsq(&w->dev, &q))) return st;
+        zero = 0;
     }
-    if ((st = vt->download(&w->dev, r->partials + first, r->scratch,
-                           (size_t)(last - first) * sizeof(float))))
+    mw__sqacc *mine = &r->accs[w->index];
+    if (zero)
+        memset(mine, 0, sizeof *mine);
+    else if ((st = vt->download(&w->dev, mine, r->acc, sizeof *mine)))
         return st;
-    for (int k = first; k < last; k++)
-        if (sl[k] == sl[k + 1]) r->partials[k] = 0.0f;
-    if (prog->zero1) {
-        for (int k = 0; k <= n; k++) w->bounds[k] = (size_t)k; /* one partial each */
-        if ((st = prog->all_reducer->all_gather(prog->all, w->index, r->partials, (size_t)n, MW_F32,
-                                                w->bounds)))
+    mw__sqacc total = *mine;
+    if (n > 1) {
+        size_t per = sizeof(mw__sqacc) / sizeof(float);
+        for (int k = 0; k <= n; k++) w->bounds[k] = (size_t)k * per;
+        if ((st = prog->all_reducer->all_gather(prog->all, w->index, (float *)r->accs,
+                                                (size_t)n * per, MW_F32, w->bounds)))
             return st;
+        memset(&total, 0, sizeof total);
+        for (int d = 0; d < n; d++) mw__sqacc_add(&total, &r->accs[d]);
     }
-    double sq = 0.0;
-    for (int k = 0; k < n; k++) sq += (double)r->partials[k];
-    *norm = (float)sqrt(sq);
+    /* A squared norm beyond float's range counts as infinite, as the gradients' squares overflow
+     * AdamW's float second moments: skip_nonfinite and check_finite catch such a step. */
+    double sq = mw__sqacc_value(&total);
+    *norm = sq > (double)FLT_MAX ? INFINITY : (float)sqrt(sq);
     return MW_OK;
 }
 
@@ -431,10 +404,7 @@ static mw_status device_init(void *ctx, worker *w) {
     replica *r = &tr->rep[w->index];
     const mw__device_vtable *vt = w->dev.vt;
     mw_status st;
-    size_t scratch = (size_t)tr->prog->nworkers * sizeof(float);
-    size_t pieces = (size_t)tr->prog->g->nparams * (size_t)w->zparts * sizeof(float);
-    if (tr->prog->sharded_params && pieces > scratch) scratch = pieces;
-    if ((st = vt->alloc(&w->dev, scratch > 64 ? scratch : 64, (void **)&r->scratch))) return st;
+    if ((st = vt->alloc(&w->dev, sizeof(mw__sqacc), (void **)&r->acc))) return st;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
     if (moments) {
         int64_t elems = moments * (r->own_hi - r->own_lo);
@@ -505,7 +475,7 @@ static void device_quit(void *ctx, worker *w) {
     replica *r = &tr->rep[w->index];
     w->dev.vt->free(&w->dev, r->moments);
     w->dev.vt->free(&w->dev, r->accum);
-    w->dev.vt->free(&w->dev, r->scratch);
+    w->dev.vt->free(&w->dev, r->acc);
 }
 
 const mw__program_hooks mw__trainer_hooks = {

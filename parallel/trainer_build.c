@@ -139,11 +139,10 @@ static mw_status plan_shard_slices(mw_trainer *tr) {
     for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
         worker *w = &prog->w[d];
         replica *r = &tr->rep[d];
-        size_t pieces = (size_t)n * ((size_t)prog->g->nparams + 1) * (size_t)parts;
         r->zslices_own = mw__malloc((size_t)(parts + 1) * sizeof *r->zslices_own);
-        r->partials = mw__malloc(pieces * sizeof *r->partials);
+        r->accs = mw__malloc((size_t)n * sizeof *r->accs);
         w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
-        if (!r->zslices_own || !r->partials || !w->bounds)
+        if (!r->zslices_own || !r->accs || !w->bounds)
             return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
         for (int k = 0; k <= parts; k++)
             r->zslices_own[k] = mw__slice_lo((size_t)w->plan.param_elems, parts, k);
@@ -200,9 +199,9 @@ static mw_status cut_slices(mw_trainer *tr) {
         r->own_hi = prog->zero1 ? (int64_t)tr->slices[d + 1] : w->plan.param_elems;
         w->zslices = tr->slices;
         w->zparts = n;
-        r->partials = mw__malloc((size_t)n * sizeof *r->partials);
+        r->accs = mw__malloc((size_t)n * sizeof *r->accs);
         w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
-        if (!r->partials || !w->bounds)
+        if (!r->accs || !w->bounds)
             return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     }
     return MW_OK;
@@ -216,7 +215,7 @@ void mw_trainer_free(mw_trainer *tr) {
     for (int d = 0; d < n; d++) mw__free(prog->w[d].bounds);
     mw__program_free(prog); /* stops the workers: they free their optimizer state */
     for (int d = 0; tr->rep && d < n; d++) {
-        mw__free(tr->rep[d].partials);
+        mw__free(tr->rep[d].accs);
         mw__free(tr->rep[d].zslices_own);
     }
     mw__free(tr->rep);

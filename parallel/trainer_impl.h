@@ -32,10 +32,9 @@ typedef struct replica {
     size_t *zslices_own;
     void *accum;    /* gradient accumulation: the sum of the accumulated micro-batches' gradients of
                      * [own_lo, own_hi) */
-    float *scratch; /* device scalars: the gradient norm's partial sums, one per slice (with
-                     * sharded parameters, one per parameter) */
-    float *partials;  /* host: the same partials (nworkers; with sharded parameters, pieces per
-                       * device, parameter and ZeRO slice), gathered from their owners */
+    mw__sqacc *acc; /* device: the exact sum of squares of the gradient elements this device adds
+                     * to the norm */
+    mw__sqacc *accs;  /* host: every device's, gathered (nworkers) */
     double update_ms; /* of the current command */
     int skipped;      /* the current step skipped its update (skip_nonfinite) */
 } replica;

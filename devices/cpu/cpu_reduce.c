@@ -89,16 +89,117 @@ mw_status mw__cpu_reduce(mw__device *dev, const mw__k_reduce *k) {
     return MW_OK;
 }
 
+/* The exact sum of squares, in blocks of SQ_BLOCK values: each square r (exact in double) is cut
+ * at the fixed boundaries q_k = 2^(SQ_WIDTH k) into parts t_k, multiples of q_k below
+ * 2^SQ_WIDTH q_k in magnitude, by t_k = (r + C_k) - C_k with C_k = 1.5 2^52 q_k (r rounded to a
+ * multiple of q_k, exact while |r| < 2^51 q_k), and r -= t_k: from the chunk of the block's
+ * largest square down until every remainder is 0 (at the latest at q_k = 2^-320, as squares are
+ * multiples of 2^-298). The block's parts of chunk k add up exactly in double (SQ_BLOCK integers
+ * below 2^SQ_WIDTH units) and go into the accumulator as an integer. Every step is exact, so the
+ * accumulator gets the exact sum, as the GPU's integer bins and mw__sqacc_add_square do: plain
+ * double arithmetic on whole vectors, no per-element branch or index. */
+#define SQ_BLOCK 2048
+#define SQ_WIDTH 40 /* bits per chunk: MW__SQ_UNIT is a multiple; SQ_BLOCK 2^SQ_WIDTH < 2^53 */
+
+/* Both loops run on eight doubles at a time (vector extensions: the auto-vectoriser would not
+ * split the sum into lanes without leave to reassociate; here the sums are of integers, multiples
+ * of one power of two, exact in any order). */
+typedef double sq_v8d __attribute__((vector_size(64)));
+typedef int64_t sq_v8l __attribute__((vector_size(64)));
+
 MW__CPU_CLONES
+static int sq_chunk(double *restrict r, int64_t n, double c, double *restrict sum) {
+    sq_v8d s = {0}, cv = c - (sq_v8d){0};
+    sq_v8l left = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        sq_v8d x, t;
+        memcpy(&x, r + i, sizeof x);
+        t = (x + cv) - cv;
+        s += t;
+        x -= t;
+        memcpy(r + i, &x, sizeof x);
+        left |= x != 0.0;
+    }
+    double total = 0.0;
+    int64_t any = 0;
+    for (int l = 0; l < 8; l++) total += s[l], any |= left[l];
+    for (; i < n; i++) {
+        double t = (r[i] + c) - c;
+        total += t;
+        r[i] -= t;
+        any |= r[i] != 0.0;
+    }
+    *sum = total;
+    return any != 0;
+}
+
+MW__CPU_CLONES
+static double sq_squares(const float *restrict a, int64_t n, double *restrict r,
+                         uint32_t *special) {
+    sq_v8d top = {0};
+    mw__v8u sp = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 f;
+        mw__v8u b;
+        memcpy(&f, a + i, sizeof f);
+        memcpy(&b, a + i, sizeof b);
+        sp |= (mw__v8u)((b & 0x7f800000u) == 0x7f800000u);
+        sq_v8d x = __builtin_convertvector(f, sq_v8d);
+        x *= x;
+        memcpy(r + i, &x, sizeof x);
+        sq_v8l more = x > top, xb, tb;
+        memcpy(&xb, &x, sizeof xb);
+        memcpy(&tb, &top, sizeof tb);
+        tb = (xb & more) | (tb & ~more);
+        memcpy(&top, &tb, sizeof top);
+    }
+    double m = 0.0;
+    uint32_t any = 0;
+    for (int l = 0; l < 8; l++) m = top[l] > m ? top[l] : m, any |= sp[l];
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &a[i], sizeof b);
+        any |= (b & 0x7f800000u) == 0x7f800000u;
+        r[i] = (double)a[i] * (double)a[i];
+        m = r[i] > m ? r[i] : m;
+    }
+    *special = any;
+    return m;
+}
+
 mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     (void)dev;
-    const float *restrict a = k->a;
-    double acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= k->count; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * a[i + l];
-    for (int l = 0; i < k->count; i++, l++) acc[l] += (double)a[i] * a[i];
-    k->out[0] = (float)MW__SUM8(acc);
+    mw__sqacc *acc = k->out;
+    if (k->zero) memset(acc, 0, sizeof *acc);
+    double r[SQ_BLOCK];
+    for (int64_t at = 0; at < k->count; at += SQ_BLOCK) {
+        int64_t n = k->count - at < SQ_BLOCK ? k->count - at : SQ_BLOCK;
+        uint32_t special;
+        double top = sq_squares(k->a + at, n, r, &special);
+        if (special) { /* rare: count the NaNs and infinities, and leave them out */
+            top = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                float x = k->a[at + i];
+                if (isnan(x) || isinf(x)) {
+                    mw__sqacc_add_square(acc, x);
+                    r[i] = 0.0;
+                }
+                top = r[i] > top ? r[i] : top;
+            }
+        }
+        if (top == 0.0) continue;
+        int e = ilogb(top), chunk = (e >= 0 ? e : e - (SQ_WIDTH - 1)) / SQ_WIDTH; /* floor */
+        for (; chunk >= -MW__SQ_UNIT / SQ_WIDTH; chunk--) {
+            double q = ldexp(1.0, SQ_WIDTH * chunk), sum;
+            int left = sq_chunk(r, n, 0x1.8p52 * q, &sum);
+            if (sum != 0.0)
+                mw__sqacc_add_shifted(acc, (int64_t)(sum / q),
+                                      (unsigned)(SQ_WIDTH * chunk + MW__SQ_UNIT));
+            if (!left) break;
+        }
+    }
     return MW_OK;
 }
 

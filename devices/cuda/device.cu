@@ -9,8 +9,9 @@
  * its own stream, so they run concurrently and never share scratch.
  *
  * Determinism: no kernel adds floats with atomics. Every reduction (reduce, layer-norm weight
- * gradient, sumsq, softmax and cross-entropy rows, the embedding gradient) sums in an order fixed
- * by the problem's sizes only (not by the GPU model or timing), so a run is bitwise repeatable.
+ * gradient, softmax and cross-entropy rows, the embedding gradient) sums in an order fixed by the
+ * problem's sizes only (not by the GPU model or timing), so a run is bitwise repeatable; sumsq
+ * adds integers (exact in any order, the CPU's bits).
  *
  * Data errors (an embedding id or a cross-entropy target out of range) are found on the device:
  * the kernel records the smallest bad position of its kind in a device record and raises a flag

@@ -1,10 +1,10 @@
-/* Reductions: sums over any set of dims (reduce) and the sum of squares (sumsq), in an order
- * fixed by the sizes only; the maximum and its position along one axis (reduce_max, argmax). */
+/* Reductions: sums over any set of dims (reduce), in an order fixed by the sizes only; the exact
+ * sum of squares (sumsq, in integer bins); the maximum and its position along one axis
+ * (reduce_max, argmax). */
 
 #include "devices/cuda/cuda_impl.cuh"
 
 #define REDUCE_TARGET_JOBS ((int64_t)1 << 17) /* threads a split reduction aims for */
-#define SUMSQ_MAX_BLOCKS 1024
 
 /* --- reduce ----------------------------------------------------------------------------------- */
 
@@ -87,25 +87,51 @@ __global__ void k_reduce_parts_tree(sub_nd kept, int64_t K, int64_t P, float alp
     }
 }
 
-/* --- sum of squares: fixed grid of double partials, then one block ---------------------------- */
+/* --- sum of squares: exact integer bins, folded into the accumulator -------------------------
+ * Block b bins elements [b SQ_CHUNK, (b+1) SQ_CHUNK) by exponent (mw__sq_split) in shared 64-bit
+ * bins (at most SQ_CHUNK values under 2^48 each: no overflow) and adds each to a 128-bit bin in
+ * global scratch, the carry out of its low word counted into its high one; one thread then folds
+ * the bins into the accumulator. Integer additions only, so the order the blocks and threads run
+ * in changes nothing, and the sum is the exact one the CPU's kernel computes another way. */
 
-template <int BS> __global__ void k_sumsq_parts(int64_t count, double *partial, const float *a) {
-    __shared__ double sh[32];
-    double s = 0.0;
-    GRID_LOOP(i, count) {
-        double x = (double)a[i];
-        s += x * x;
+#define SQ_CHUNK 65536
+
+struct sq_bins {
+    unsigned long long lo[256], hi[256], special[2];
+};
+
+__global__ void k_sumsq_bins(int64_t count, sq_bins *g, const float *a) {
+    __shared__ unsigned long long bins[256];
+    __shared__ unsigned long long special[2];
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) bins[e] = 0;
+    if (threadIdx.x < 2) special[threadIdx.x] = 0;
+    __syncthreads();
+    int64_t lo = (int64_t)blockIdx.x * SQ_CHUNK, hi = lo + SQ_CHUNK < count ? lo + SQ_CHUNK : count;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        unsigned bin;
+        uint64_t m2;
+        int kind = mw__sq_split(a[i], &bin, &m2);
+        if (kind)
+            atomicAdd(&special[kind - 1], 1ull);
+        else if (m2)
+            atomicAdd(&bins[bin], (unsigned long long)m2);
     }
-    s = block_sum_d<BS>(s, sh);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+    __syncthreads();
+    for (int e = threadIdx.x; e < 256; e += blockDim.x) {
+        unsigned long long v = bins[e];
+        if (!v) continue;
+        unsigned long long old = atomicAdd(&g->lo[e], v);
+        if (old + v < old) atomicAdd(&g->hi[e], 1ull);
+    }
+    if (threadIdx.x < 2 && special[threadIdx.x])
+        atomicAdd(&g->special[threadIdx.x], special[threadIdx.x]);
 }
 
-template <int BS> __global__ void k_sumsq_final(int nparts, float *out, const double *partial) {
-    __shared__ double sh[32];
-    double s = 0.0;
-    for (int i = threadIdx.x; i < nparts; i += BS) s += partial[i];
-    s = block_sum_d<BS>(s, sh);
-    if (threadIdx.x == 0) out[0] = (float)s;
+__global__ void k_sumsq_fold(mw__sqacc *acc, const sq_bins *g) {
+    for (unsigned e = 1; e < 255; e++)
+        if (g->lo[e] || g->hi[e]) mw__sqacc_add_bin(acc, e, g->lo[e], g->hi[e]);
+    acc->nan += g->special[0];
+    acc->inf += g->special[1];
 }
 
 /* --- maximum and its position along one axis ---------------------------------------------- */
@@ -176,12 +202,13 @@ mw_status mw__cuda_reduce(mw__device *dev, const mw__k_reduce *k) {
 
 mw_status mw__cuda_sumsq(mw__device *dev, const mw__k_sumsq *k) {
     ENTER(dev);
-    int64_t blocks = (k->count + THREADS - 1) / THREADS;
-    if (blocks > SUMSQ_MAX_BLOCKS) blocks = SUMSQ_MAX_BLOCKS;
-    if (blocks < 1) blocks = 1;
-    double *partial = (double *)im->scratch;
-    LAUNCH(k_sumsq_parts<THREADS>, (unsigned)blocks, THREADS, 0, k->count, partial, k->a);
-    LAUNCH(k_sumsq_final<SUMSQ_MAX_BLOCKS>, 1, SUMSQ_MAX_BLOCKS, 0, (int)blocks, k->out, partial);
+    if (k->zero) CU(dev, cudaMemsetAsync, k->out, 0, sizeof *k->out, im->stream);
+    if (k->count <= 0) return mw__cuda_launched(dev, "sumsq");
+    sq_bins *g = (sq_bins *)im->scratch;
+    CU(dev, cudaMemsetAsync, g, 0, sizeof *g, im->stream);
+    int64_t blocks = (k->count + SQ_CHUNK - 1) / SQ_CHUNK;
+    LAUNCH(k_sumsq_bins, (unsigned)blocks, THREADS, 0, k->count, g, k->a);
+    LAUNCH(k_sumsq_fold, 1, 1, 0, k->out, g);
     return mw__cuda_launched(dev, "sumsq kernel");
 }
 

@@ -5,6 +5,8 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
@@ -242,20 +244,168 @@ Test(kernel_math, non_finite_inputs) {
     cr_assert(isinf(mw__gelu(INFINITY)) && mw__gelu(INFINITY) > 0);
 }
 
-/* The CPU backend's squared norm (the gradient norm of clipping) against a double sum, for
- * lengths that end inside and on a group of eight lanes. Each term is exact in double and there
- * are at most 21 of them: the float result is the double sum correctly rounded, to 1 ulp. */
+/* The CPU backend's sum of squares (the gradient norm of clipping): exact integer bins. */
+static void sumsq(const float *a, int64_t n, mw__sqacc *acc, int zero) {
+    mw__k_sumsq k = {.count = n, .out = acc, .a = a, .zero = zero};
+    cr_assert_eq(mw__cpu_device.sumsq(NULL, &k), MW_OK);
+}
+
+/* Lengths that end inside and on a group of lanes: squares exact in double and a sum of at most
+ * 21 of them, so the value is the double sum exactly. */
 Test(kernel_math, sumsq_every_element_counts) {
-    float a[21], out = 0;
+    float a[21];
+    mw__sqacc acc;
     for (int n = 1; n <= 21; n++) {
         double ref = 0;
         for (int i = 0; i < n; i++) {
             a[i] = 0.5f + (float)i * 0.25f;
             ref += (double)a[i] * a[i];
         }
-        mw__k_sumsq k = {.count = n, .out = &out, .a = a};
-        cr_assert_eq(mw__cpu_device.sumsq(NULL, &k), MW_OK);
-        cr_assert(fabs(out - ref) <= FLT_EPSILON * ref, "n = %d: %.9g, reference %.9g", n, out,
-                  ref);
+        memset(&acc, 0xA5, sizeof acc); /* zero clears whatever was there */
+        sumsq(a, n, &acc, 1);
+        cr_assert_eq(mw__sqacc_value(&acc), ref, "n = %d: %.17g, reference %.17g", n,
+                     mw__sqacc_value(&acc), ref);
     }
+}
+
+static uint64_t sq_rng = 88172645463325252ull;
+static uint32_t sq_next(void) {
+    sq_rng ^= sq_rng << 13;
+    sq_rng ^= sq_rng >> 7;
+    sq_rng ^= sq_rng << 17;
+    return (uint32_t)(sq_rng >> 16);
+}
+
+/* The accumulator of values added one at a time by exponent bins (mw__sqacc_add_square). */
+static void sumsq_ref(const float *a, int64_t n, mw__sqacc *acc) {
+    memset(acc, 0, sizeof *acc);
+    for (int64_t i = 0; i < n; i++) mw__sqacc_add_square(acc, a[i]);
+}
+
+/* The accumulator of a set of values has the same bits however the set is cut and ordered: the
+ * whole array at once, the array reversed, random pieces (across the kernel's blocks) added in a
+ * random order into one accumulator or into several then added, and the values one at a time by
+ * exponent bins, the GPU's way. Values of every exponent, subnormals and zeros included; the value
+ * within 1e-15 of a long double sum of the sorted squares. */
+Test(kernel_math, sumsq_same_bits_however_split) {
+    enum { N = 200003 };
+    static float a[N], rev[N];
+    long double ref = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t b = sq_next();
+        int kind = i % 5;
+        if (kind == 0) b = (b & 0x807fffffu) | (((sq_next() % 60u) + 100u) << 23); /* ~1e-8..1e8 */
+        if (kind == 1) b &= 0x807fffffu;                                           /* subnormal */
+        if (kind == 2) b = (b & 0x807fffffu) | (127u << 23);                       /* [1, 2) */
+        if (kind == 3) b = (b & 0x807fffffu) | (((sq_next() % 250u) + 2u) << 23);  /* any */
+        if (kind == 4) b = i % 7 ? (b & 0x807fffffu) | (126u << 23) : 0; /* [0.5, 1), zeros */
+        memcpy(&a[i], &b, sizeof b);
+        rev[N - 1 - i] = a[i];
+    }
+    /* The reference: the squares, each exact in long double, summed smallest first. */
+    static long double sq[N];
+    for (int i = 0; i < N; i++) sq[i] = (long double)a[i] * a[i];
+    for (int gap = N / 2; gap > 0; gap /= 2) /* a shell sort */
+        for (int i = gap; i < N; i++)
+            for (int j = i; j >= gap && sq[j - gap] > sq[j]; j -= gap) {
+                long double t = sq[j];
+                sq[j] = sq[j - gap];
+                sq[j - gap] = t;
+            }
+    for (int i = 0; i < N; i++) ref += sq[i];
+
+    mw__sqacc whole, back, pieces, merged, part, bins;
+    sumsq(a, N, &whole, 1);
+    sumsq(rev, N, &back, 1);
+    cr_assert(memcmp(&whole, &back, sizeof whole) == 0, "reversed: other bits");
+    sumsq_ref(a, N, &bins);
+    cr_assert(memcmp(&whole, &bins, sizeof whole) == 0, "exponent bins: other bits");
+    /* Random cuts, visited in a shuffled order. */
+    int cut[64], ncut = 0, order[64];
+    cut[ncut++] = 0;
+    while (ncut < 63) {
+        int c = cut[ncut - 1] + 1 + (int)(sq_next() % 9000u);
+        if (ncut % 9 == 0) c = cut[ncut - 1] + 65536 + (int)(sq_next() % 3u); /* a long piece */
+        if (c >= N) break;
+        cut[ncut++] = c;
+    }
+    cut[ncut] = N;
+    for (int i = 0; i < ncut; i++) order[i] = i;
+    for (int i = ncut - 1; i > 0; i--) {
+        int j = (int)(sq_next() % (uint32_t)(i + 1)), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    memset(&merged, 0, sizeof merged);
+    for (int i = 0; i < ncut; i++) {
+        int p = order[i];
+        sumsq(a + cut[p], cut[p + 1] - cut[p], &pieces, i == 0);
+        sumsq(a + cut[p], cut[p + 1] - cut[p], &part, 1);
+        mw__sqacc_add(&merged, &part);
+    }
+    cr_assert(memcmp(&whole, &pieces, sizeof whole) == 0, "%d pieces: other bits", ncut);
+    cr_assert(memcmp(&whole, &merged, sizeof whole) == 0, "merged accumulators: other bits");
+    double v = mw__sqacc_value(&whole);
+    cr_assert(fabsl((long double)v - ref) <= 1e-15L * ref, "%.17g, reference %.17Lg", v, ref);
+}
+
+/* The extremes in one block, so that every chunk of the cut is used: the smallest subnormal (its
+ * square 2^-298), FLT_MAX (its square near 2^256) and values between; and a long run of the
+ * largest significand of one exponent, whose squares carry through the words. Both against the
+ * exponent bins, and the run's value against its double product. */
+Test(kernel_math, sumsq_extremes_and_carries) {
+    float ext[40];
+    for (int i = 0; i < 40; i++) ext[i] = ldexpf(1.0f + (float)i / 64.0f, -149 + 7 * i);
+    ext[0] = 0x1p-149f;
+    ext[39] = FLT_MAX;
+    ext[20] = -ext[20];
+    mw__sqacc got, want;
+    sumsq(ext, 40, &got, 1);
+    sumsq_ref(ext, 40, &want);
+    cr_assert(memcmp(&got, &want, sizeof got) == 0, "extremes: other bits");
+    sumsq(ext, 1, &got, 1);
+    sumsq_ref(ext, 1, &want);
+    cr_assert(memcmp(&got, &want, sizeof got) == 0, "the smallest subnormal: other bits");
+    cr_assert_eq(mw__sqacc_value(&got), 0x1p-298, "%a", mw__sqacc_value(&got));
+
+    enum { N = 1 << 20 };
+    float *a = malloc(N * sizeof *a);
+    cr_assert_not_null(a);
+    float x = 1.99999988f; /* (2^24 - 1) 2^-23 */
+    for (int i = 0; i < N; i++) a[i] = x;
+    mw__sqacc acc, half, two, ref;
+    sumsq(a, N, &acc, 1);
+    sumsq_ref(a, N, &ref);
+    cr_assert(memcmp(&acc, &ref, sizeof acc) == 0, "a run of one value: other bits");
+    sumsq(a, N / 2, &half, 1);
+    memcpy(&two, &half, sizeof two);
+    mw__sqacc_add(&two, &half);
+    cr_assert(memcmp(&two, &acc, sizeof acc) == 0, "two halves added: other bits");
+    double want_v = (double)x * x * N;
+    cr_assert(fabs(mw__sqacc_value(&acc) - want_v) <= 4 * DBL_EPSILON * want_v, "%.17g vs %.17g",
+              mw__sqacc_value(&acc), want_v);
+    free(a);
+}
+
+/* A NaN anywhere makes the value NaN, an infinity (and no NaN) infinite; both are counted, and
+ * the finite values still summed exactly. */
+Test(kernel_math, sumsq_nan_and_infinity) {
+    static float a[70000], finite[70000];
+    for (int i = 0; i < 70000; i++) a[i] = 0.25f + (float)(i % 13) * 0.125f;
+    mw__sqacc acc, ref;
+    a[69999] = -INFINITY;
+    a[3] = INFINITY;
+    sumsq(a, 70000, &acc, 1);
+    cr_assert(isinf(mw__sqacc_value(&acc)) && mw__sqacc_value(&acc) > 0);
+    cr_assert_eq(acc.inf, 2);
+    cr_assert_eq(acc.nan, 0);
+    a[65536] = NAN;
+    sumsq(a, 70000, &acc, 1);
+    cr_assert(isnan(mw__sqacc_value(&acc)));
+    cr_assert_eq(acc.nan, 1);
+    int n = 0;
+    for (int i = 0; i < 70000; i++)
+        if (isfinite(a[i])) finite[n++] = a[i];
+    sumsq_ref(finite, n, &ref);
+    cr_assert(memcmp(acc.w, ref.w, sizeof acc.w) == 0, "the finite values' sum");
 }

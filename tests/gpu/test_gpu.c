@@ -472,21 +472,35 @@ Test(gpu, reduce_matches_cpu) {
     }
 }
 
+/* The exact sum of squares: the GPU's bins, filled by blocks and threads in any order with
+ * atomics, hold the CPU's bits exactly; also accumulated across calls, over values of every
+ * exponent (subnormals included), and with NaNs and infinities counted. */
 Test(gpu, sumsq_matches_cpu) {
     NEED_GPU();
-    static const int64_t counts[] = {0, 5, 1000003};
-    float *gout = putf(zeros(1), 1);
-    for (int c = 0; c < 3; c++) {
+    static const int64_t counts[] = {0, 5, 65536, 65537, 1000003};
+    mw__sqacc ref, got;
+    memset(&ref, 0, sizeof ref);
+    mw__sqacc *gacc = put(&ref, sizeof ref);
+    for (int c = 0; c < 5; c++) {
         int64_t n = counts[c];
-        float *a = rand_floats(n, -2, 2), ref = -1.0f;
+        float *a = rand_floats(n, -2, 2);
+        for (int64_t i = 0; i < n; i += 3) a[i] = ldexpf(a[i], (int)(i % 280) - 150);
+        if (c == 4) a[77] = INFINITY, a[999999] = NAN;
         float *ga = putf(a, n);
-        mw__k_sumsq k = {.count = n, .out = &ref, .a = a};
+        mw__k_sumsq k = {.count = n, .out = &ref, .a = a, .zero = 1};
         OK(cpu.vt->sumsq(&cpu, &k));
-        k.out = gout;
-        k.a = ga;
+        k.count = n / 3; /* again, into the same bins: a third, then the rest */
+        k.zero = 0;
+        OK(cpu.vt->sumsq(&cpu, &k));
+        k = (mw__k_sumsq){.count = n, .out = gacc, .a = ga, .zero = 1};
         OK(gpu.vt->sumsq(&gpu, &k));
-        /* Both sum exact float squares in double (error ~n 1e-16 relative) and round once. */
-        expect_close("sumsq", getf(gout, 1), &ref, 1, NULL, 0, 2.0 * FLT_EPSILON);
+        k.count = n / 3;
+        k.zero = 0;
+        OK(gpu.vt->sumsq(&gpu, &k));
+        get(&got, gacc, sizeof got);
+        cr_assert(memcmp(&ref, &got, sizeof ref) == 0, "n = %lld: the GPU's bins differ",
+                  (long long)n);
+        if (c == 4) cr_assert(isnan(mw__sqacc_value(&got)));
     }
 }
 
@@ -1188,7 +1202,7 @@ Test(gpu, every_kernel_repeats_bit_for_bit) {
                 }
             } break;
             case 15: {
-                mw__k_sumsq k = {len, o, gx};
+                mw__k_sumsq k = {len, (mw__sqacc *)o, gx, 1}; /* len floats hold one */
                 OK(gpu.vt->sumsq(&gpu, &k));
             } break;
             case 16: {

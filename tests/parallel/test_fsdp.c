@@ -1,12 +1,11 @@
 /* Parameters split over the axis that also shards the batch (FSDP): a parameter labelled
  * Hidden@X is stored as each device's rows, gathered whole where an op meets it, and its gradient
  * reduce-scattered back. Against the same model with every parameter replicated on the same mesh:
- * the gathered parameters are the whole ones and the reduce-scatter gives each device the bits the
- * all-reduce gives, so without gradient clipping every loss and every parameter is bitwise equal;
- * with clipping the gradient norm is summed per parameter and device instead of per flat slice,
- * which changes its last bits only. Also: the memory a device holds, uneven splits, FSDP beside
- * tensor parallelism on a 2-D mesh, checkpoints that load into the replicated model, and the
- * errors. */
+ * the gathered parameters are the whole ones, the reduce-scatter gives each device the bits the
+ * all-reduce gives, and the gradient norm is exact (integer bins), so however the gradient is cut
+ * among the devices the norm, clipping by it, every loss and every parameter are bitwise equal.
+ * Also: the memory a device holds, uneven splits, FSDP beside tensor parallelism on a 2-D mesh,
+ * checkpoints that load into the replicated model, and the errors. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -106,7 +105,7 @@ static void close_model(model *m) {
 }
 
 typedef struct run {
-    float loss[STEPS];
+    float loss[STEPS], norm[STEPS];
     float p[HIDDEN * IN + HIDDEN + OUT * HIDDEN + OUT];
 } run;
 
@@ -115,6 +114,7 @@ static void train(model *m, run *r) {
         make_data(s);
         mw_feed f[] = {{"x", data_x, BATCH * IN}, {"y", data_y, BATCH * OUT}};
         cr_assert_eq(mw_trainer_step(m->tr, f, 2, &r->loss[s]), MW_OK, "%s", mw_last_error());
+        r->norm[s] = mw_trainer_grad_norm(m->tr);
     }
     float *p = r->p;
     for (int i = 0; i < 4; i++) {
@@ -133,6 +133,9 @@ static void run_mode(const char *devices, const char *axes, const char *fsdp,
 }
 
 static void same_bits(const run *a, const run *b, const char *what) {
+    cr_assert(memcmp(a->norm, b->norm, sizeof a->norm) == 0,
+              "%s: gradient norms differ (%.9g vs %.9g)", what, (double)a->norm[0],
+              (double)b->norm[0]);
     cr_assert(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s: losses differ (%.9g vs %.9g)",
               what, (double)a->loss[STEPS - 1], (double)b->loss[STEPS - 1]);
     for (size_t i = 0; i < sizeof a->p / sizeof *a->p; i++)
@@ -141,44 +144,39 @@ static void same_bits(const run *a, const run *b, const char *what) {
                   (double)b->p[i]);
 }
 
-Test(fsdp, bitwise_equal_to_replicated_without_clipping) {
-    static const char *const meshes[][2] = {{"cpu:2", "X"}, {"cpu:3", "X"}, {"cpu:4", "X"}};
-    for (int k = 0; k < 3; k++) {
-        run rep, fs;
-        run_mode(meshes[k][0], meshes[k][1], NULL, NULL, 0.0f, &rep);
-        run_mode(meshes[k][0], meshes[k][1], "X", NULL, 0.0f, &fs);
-        same_bits(&rep, &fs, meshes[k][0]);
-        cr_assert(fs.loss[STEPS - 1] < fs.loss[0], "%s: no learning", meshes[k][0]);
-        along_in = 1; /* w1 split along its second axis */
-        run_mode(meshes[k][0], meshes[k][1], "X", NULL, 0.0f, &fs);
-        along_in = 0;
-        same_bits(&rep, &fs, meshes[k][0]);
-    }
-}
+#define CLIP 0.05f /* below every step's gradient norm here: clipping scales every step */
 
-Test(fsdp, with_clipping_within_rounding_of_replicated) {
-    run rep, fs;
-    run_mode("cpu:2", "X", NULL, NULL, 0.05f, &rep);
-    run_mode("cpu:2", "X", "X", NULL, 0.05f, &fs);
-    /* Clipping scales every gradient by clip / norm; the norm, summed in another order, differs
-     * by a few ulp (1e-7 relative), and so does every step: over STEPS AdamW steps of lr 2e-2
-     * that is well under 1e-6 on values of order one. */
-    for (int s = 0; s < STEPS; s++)
-        cr_assert(fabsf(rep.loss[s] - fs.loss[s]) <= 1e-6f * fabsf(rep.loss[s]) + 1e-7f,
-                  "step %d: %.9g vs %.9g", s, (double)rep.loss[s], (double)fs.loss[s]);
-    for (size_t i = 0; i < sizeof rep.p / sizeof *rep.p; i++)
-        cr_assert(fabsf(rep.p[i] - fs.p[i]) <= 1e-6f, "element %zu: %.9g vs %.9g", i,
-                  (double)rep.p[i], (double)fs.p[i]);
+Test(fsdp, bitwise_equal_to_replicated_with_and_without_clipping) {
+    static const char *const meshes[][2] = {{"cpu:2", "X"}, {"cpu:3", "X"}, {"cpu:4", "X"}};
+    for (int k = 0; k < 3; k++)
+        for (int c = 0; c < 2; c++) {
+            float clip = c ? CLIP : 0.0f;
+            char what[64];
+            snprintf(what, sizeof what, "%s, clip %g", meshes[k][0], (double)clip);
+            run rep, fs;
+            run_mode(meshes[k][0], meshes[k][1], NULL, NULL, clip, &rep);
+            run_mode(meshes[k][0], meshes[k][1], "X", NULL, clip, &fs);
+            same_bits(&rep, &fs, what);
+            cr_assert(fs.loss[STEPS - 1] < fs.loss[0], "%s: no learning", what);
+            for (int s = 0; c && s < STEPS; s++)
+                cr_assert_gt(fs.norm[s], CLIP, "%s: step %d was not clipped", what, s);
+            along_in = 1; /* w1 split along its second axis */
+            run_mode(meshes[k][0], meshes[k][1], "X", NULL, clip, &fs);
+            along_in = 0;
+            same_bits(&rep, &fs, what);
+        }
 }
 
 Test(fsdp, beside_tensor_parallelism_on_a_2d_mesh) {
     /* X shards the batch and, FSDP, w2's and b2's first axis (Out); Y splits Hidden (w1, b1 and
      * w2's second axis). Against the tensor-parallel model with the parameters replicated over X:
-     * the same bits. */
-    run tp, both;
-    run_mode("cpu:4", "X=2,Y=2", NULL, "Y", 0.0f, &tp);
-    run_mode("cpu:4", "X=2,Y=2", "X", "Y", 0.0f, &both);
-    same_bits(&tp, &both, "X=2,Y=2");
+     * the same bits, clipped or not. */
+    for (int c = 0; c < 2; c++) {
+        run tp, both;
+        run_mode("cpu:4", "X=2,Y=2", NULL, "Y", c ? CLIP : 0.0f, &tp);
+        run_mode("cpu:4", "X=2,Y=2", "X", "Y", c ? CLIP : 0.0f, &both);
+        same_bits(&tp, &both, c ? "X=2,Y=2, clipped" : "X=2,Y=2");
+    }
 }
 
 Test(fsdp, a_device_holds_its_share) {
@@ -272,7 +270,7 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
                  "%s", mw_graph_error(g));
     cr_assert_eq(mw_mesh_new(o->devices, o->axes, &mesh), MW_OK);
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
-                                         .eps = 1e-8f, .weight_decay = 0.1f},
+                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.25f},
                            .shard_optimizer = o->zero1,
                            .grad_accumulation = o->accumulate,
                            .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
@@ -294,6 +292,7 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
                                                  : mw_trainer_step(tr, f, 2, &loss[s]);
             cr_assert_eq(st, MW_OK, "%s step %d: %s", o->devices, s, mw_last_error());
         }
+        cr_assert_gt(mw_trainer_grad_norm(tr), 0.25f, "%s step %d: not clipped", o->devices, s);
     }
     cr_assert_eq(mw_trainer_read_param(tr, "h1.fcprojw", saved, 4 * 64 * 64), MW_OK);
     cr_assert_eq(mw_trainer_read_param(tr, "wte", saved + 4 * 64 * 64, 64 * 64), MW_OK);
