@@ -152,7 +152,7 @@ typedef struct mw_trainer_config {
      * accumulator) for it alone (optimizer memory per device divided by the device count), and
      * the parameters are then all-gathered.
      * The result is bitwise equal to the replicated update (clipping, weight decay, warm-up and
-     * gradient accumulation included: the gradient norm is summed per slice in both modes), and
+     * gradient accumulation included: the gradient norm is exact, the same in every layout), and
      * checkpoints hold the full moments, so they load in either mode and on any mesh.
      * mw_trainer_read_grad gathers each slice from its owner (in one process; across processes
      * it is refused). On a mesh spanning processes mw_trainer_save gathers the other processes'

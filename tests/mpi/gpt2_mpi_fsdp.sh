@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # FSDP across processes: an MPI job of 2 processes with every large parameter split over the data
 # axis that crosses them (--shard-params) saves the llm.c file, byte for byte, that one process
-# with 2 devices and replicated parameters saves; with every block recomputed and with the
+# with 2 devices and replicated parameters saves, gradient clipping included (the norm is exact,
+# the same bits however the gradient is split); with every block recomputed and with the
 # gathered copies kept too; and a checkpoint of the FSDP job resumes as one uninterrupted run.
 # Usage: gpt2_mpi_fsdp.sh "MPIRUN ARGS..." PATH_TO_GPT2
 set -euo pipefail
@@ -9,13 +10,16 @@ read -r -a mpirun <<< "$1"
 gpt2="$2"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-args=(--batch 8 --seq 16 --val-every 0 --sample 0 --layers 2 --channels 128 --grad-clip 0
+args=(--batch 8 --seq 16 --val-every 0 --sample 0 --layers 2 --channels 128 --grad-clip 0.05
     --steps 6)
 die() { echo "gpt2_mpi_fsdp: $*" >&2; exit 1; }
 losses() { grep -E '^(step|final)' | sed 's/  (.*//'; }
 
 timeout 120 "$gpt2" --devices cpu:2 "${args[@]}" --save "$dir/one.bin" > "$dir/out" 2>&1 \
     || { cat "$dir/out" >&2; die "the one-process job failed"; }
+timeout 120 "$gpt2" --devices cpu:2 "${args[@]}" --grad-clip 0 --save "$dir/unclipped.bin" \
+    > "$dir/out" 2>&1 || { cat "$dir/out" >&2; die "the unclipped job failed"; }
+if cmp -s "$dir/one.bin" "$dir/unclipped.bin"; then die "--grad-clip 0.05 clipped nothing"; fi
 for extra in "" "--recompute blocks" "--keep-gathered"; do
     # shellcheck disable=SC2086
     timeout 120 "${mpirun[@]}" -n 2 "$gpt2" --devices cpu:1 "${args[@]}" --shard-params $extra \
