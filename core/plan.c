@@ -79,9 +79,9 @@ static int cmp_slot(const void *x, const void *y) {
     return (ka > kc) - (ka < kc);
 }
 
-mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
-                         mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
-                         const mw__plan_target *target, mw__plan *out) {
+static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
+                       mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
+                       const mw__plan_target *target, mw__plan *out, arena *ar) {
     memset(out, 0, sizeof *out);
     int failed = 1, lowered = 0;
     int nn = g->nnodes;
@@ -90,6 +90,7 @@ mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *co
     builder bld = {
         .g = g, .pl = pl, .p = out, .host_memory = host_memory, .bf16_out = target->bf16_out};
     builder *b = &bld;
+    b->ar = *ar; /* the record of the first build, or the offsets the second replays */
     b->node = mw__calloc((size_t)nn + 1, sizeof *b->node);
     b->fuse = mw__calloc((size_t)nn + 1, sizeof *b->fuse);
     mw__param_slot **order = mw__calloc((size_t)g->nparams + 1, sizeof *order);
@@ -231,10 +232,45 @@ oom: /* every allocation failure above jumps here with failed still set */
     mw__free(b->fuse);
     mw__free(order);
     mw__free(b->ar.free);
+    b->ar.free = NULL;
+    b->ar.nfree = b->ar.cap = 0;
+    *ar = b->ar;
     if (!failed) return MW_OK;
     mw__plan_free(out);
     if (lowered == -2) return MW_ERR_UNSUPPORTED; /* cannot_lower's message */
     return mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
+}
+
+/* Two builds (plan_memory.c): the first records every arena buffer's size and lifetime, the
+ * second replays the packing of them all when it needs less memory than the first's online
+ * placement. Both builds make the same buffers in the same order: only their offsets differ. */
+mw_status mw__plan_build(const mw_graph *g, const mw_tensor *loss, mw_tensor *const *param_grads,
+                         mw_tensor *const *outputs, int noutputs, const mw__placement *pl,
+                         const mw__plan_target *target, mw__plan *out) {
+    arena ar = {0};
+    mw_status st = build(g, loss, param_grads, outputs, noutputs, pl, target, out, &ar);
+    int64_t packed = st ? -1 : mw__arena_pack(&ar);
+    if (packed == -2) {
+        mw__plan_free(out);
+        st = mw__error(MW_ERR_NOMEM, "out of memory compiling the graph");
+    }
+    if (packed >= 0 && packed * 4 < out->arena_bytes) {
+        mw__plan second;
+        arena replay = {.recs = ar.recs, .nrecs = ar.nrecs, .placed = ar.placed_own};
+        st = build(g, loss, param_grads, outputs, noutputs, pl, target, &second, &replay);
+        if (st == MW_OK && !replay.mismatch && replay.next == ar.nrecs) {
+            second.arena_bytes = packed * 4;
+            mw__plan_free(out);
+            *out = second;
+        } else if (st == MW_OK) {
+            mw__plan_free(&second); /* another sequence than recorded: the first plan stands */
+        } else {
+            mw__plan_free(out);
+        }
+    }
+    mw__free(ar.recs);
+    mw__free(ar.placed_own);
+    return st;
 }
 
 void mw__plan_free(mw__plan *p) {

@@ -52,16 +52,31 @@ static inline int same_layout(const mw__type *a, const mw__type *c) {
     return 1;
 }
 
-/* --- the arena (plan_memory.c): first-fit over a sorted free list, with coalescing ------------ */
+/* --- the arena (plan_memory.c): placed online, recorded, then packed and replayed ------------ */
 
 typedef struct block {
     int64_t off, len;
 } block;
 
+/* One buffer of the first build: its size, its online offset, and its lifetime in the arena's
+ * clock (ticks at every allocation and release; died INT64_MAX: alive to the end). */
+typedef struct arena_rec {
+    int64_t n, off, born, died;
+} arena_rec;
+
 typedef struct arena {
     block *free;
     int nfree, cap;
     int64_t top;
+    /* The first build's record. */
+    arena_rec *recs;
+    int nrecs, reccap;
+    int64_t clock;
+    int failed;          /* the record is incomplete (out of memory): no packing */
+    int64_t *placed_own; /* mw__arena_pack's offsets, one per record */
+    /* The second build: the offsets replayed (placed, NULL while recording), the next one. */
+    const int64_t *placed;
+    int next, mismatch;
 } arena;
 
 /* The arena's 4-byte units that numel elements of dtype take. */
@@ -81,6 +96,10 @@ static const mw__ref no_ref = {MW__BASE_ARENA, MW_F32, -1};
 int64_t mw__arena_alloc(arena *a, int64_t n);
 /* Gives n units at off back; -1 when memory ran out. */
 int mw__arena_release(arena *a, int64_t off, int64_t n);
+/* Places every recorded buffer at once (largest first, each at the lowest offset clear of the
+ * placed ones whose lifetimes overlap its own) into a->placed_own: the units the packing needs,
+ * -1 when there is nothing to place, -2 when memory ran out (now or while recording). */
+int64_t mw__arena_pack(arena *a);
 
 /* --- the builder -------------------------------------------------------------------------------
  */

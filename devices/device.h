@@ -28,7 +28,8 @@ typedef struct mw__nd {
 
 typedef enum mw__binop { MW__BIN_ADD, MW__BIN_SUB, MW__BIN_MUL, MW__BIN_DIV } mw__binop;
 
-/* out[i] = a[i] op b[i] over nd (operands 0, 1, 2 = out, a, b). */
+/* out[i] = a[i] op b[i] over nd (operands 0, 1, 2 = out, a, b). out may be a or b, with the same
+ * strides (in place). */
 typedef struct mw__k_binary {
     mw__binop op;
     mw__nd nd;

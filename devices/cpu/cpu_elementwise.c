@@ -50,18 +50,30 @@ static inline float apply(mw__binop op, float a, float b) {
             }                                                                                      \
     } while (0)
 
+#define BIN_ROWS                                                                                   \
+    do {                                                                                           \
+        if (so != 1) {                                                                             \
+            for (int64_t i = 0; i < n; i++) out[i * so] = apply(op, a[i * sa], b[i * sb]);         \
+            return;                                                                                \
+        }                                                                                          \
+        switch (op) {                                                                              \
+        case MW__BIN_ADD: BIN_ROW(x + y); break;                                                   \
+        case MW__BIN_SUB: BIN_ROW(x - y); break;                                                   \
+        case MW__BIN_MUL: BIN_ROW(x *y); break;                                                    \
+        case MW__BIN_DIV: BIN_ROW(x / y); break;                                                   \
+        }                                                                                          \
+    } while (0)
+
 static void binary_row(mw__binop op, int64_t n, float *restrict out, int64_t so,
                        const float *restrict a, int64_t sa, const float *restrict b, int64_t sb) {
-    if (so != 1) {
-        for (int64_t i = 0; i < n; i++) out[i * so] = apply(op, a[i * sa], b[i * sb]);
-        return;
-    }
-    switch (op) {
-    case MW__BIN_ADD: BIN_ROW(x + y); break;
-    case MW__BIN_SUB: BIN_ROW(x - y); break;
-    case MW__BIN_MUL: BIN_ROW(x * y); break;
-    case MW__BIN_DIV: BIN_ROW(x / y); break;
-    }
+    BIN_ROWS;
+}
+
+/* The same where out is a or b, element for element (a plan writes an op over an input of its
+ * own layout that dies with it): each element is read before it is written. */
+static void binary_row_in_place(mw__binop op, int64_t n, float *out, int64_t so, const float *a,
+                                int64_t sa, const float *b, int64_t sb) {
+    BIN_ROWS;
 }
 
 mw_status mw__cpu_binary(mw__device *dev, const mw__k_binary *k) {
@@ -72,9 +84,14 @@ mw_status mw__cpu_binary(mw__device *dev, const mw__k_binary *k) {
         return MW_OK;
     }
     int l = nd->rank - 1;
-    MW__ND_ROWS(nd, 3,
-                binary_row(k->op, nd->dims[l], k->out + o0, nd->stride[0][l], k->a + o1,
-                           nd->stride[1][l], k->b + o2, nd->stride[2][l]));
+    if (k->out == k->a || k->out == k->b)
+        MW__ND_ROWS(nd, 3,
+                    binary_row_in_place(k->op, nd->dims[l], k->out + o0, nd->stride[0][l],
+                                        k->a + o1, nd->stride[1][l], k->b + o2, nd->stride[2][l]));
+    else
+        MW__ND_ROWS(nd, 3,
+                    binary_row(k->op, nd->dims[l], k->out + o0, nd->stride[0][l], k->a + o1,
+                               nd->stride[1][l], k->b + o2, nd->stride[2][l]));
     return MW_OK;
 }
 

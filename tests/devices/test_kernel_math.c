@@ -409,3 +409,39 @@ Test(kernel_math, sumsq_nan_and_infinity) {
     sumsq_ref(finite, n, &ref);
     cr_assert(memcmp(acc.w, ref.w, sizeof acc.w) == 0, "the finite values' sum");
 }
+
+/* The binary kernel in place (a plan writes an op over an input of its own layout that dies with
+ * it): out == a and out == b give the bits of a separate output, for every op, with the other
+ * operand whole or broadcast along the rows. */
+Test(kernel_math, binary_in_place_equals_out_of_place) {
+    enum { R = 7, C = 37 };
+    float a[R * C], b[R * C], row[C], want[R * C], got[R * C];
+    for (int i = 0; i < R * C; i++)
+        a[i] = 0.5f + (float)(i % 11) * 0.37f, b[i] = 1.25f - (float)(i % 5) * 0.3f;
+    for (int j = 0; j < C; j++) row[j] = 0.75f + (float)j * 0.01f;
+    for (int op = MW__BIN_ADD; op <= MW__BIN_DIV; op++)
+        for (int bcast = 0; bcast < 2; bcast++)
+            for (int side = 0; side < 2; side++) {
+                const float *other = bcast ? row : b;
+                mw__nd nd = {.rank = 2, .dims = {R, C}};
+                int64_t so[2] = {C, 1}, sw[2] = {C, 1}, sb[2] = {bcast ? 0 : C, 1};
+                /* side 0: out is a (a whole, b maybe broadcast); side 1: out is b */
+                for (int d = 0; d < 2; d++) {
+                    nd.stride[0][d] = so[d];
+                    nd.stride[1][d] = side ? sb[d] : sw[d];
+                    nd.stride[2][d] = side ? sw[d] : sb[d];
+                }
+                const float *x = side ? other : a, *y = side ? a : other;
+                mw__k_binary k = {.op = (mw__binop)op, .nd = nd, .out = want, .a = x, .b = y};
+                cr_assert_eq(mw__cpu_device.binary(NULL, &k), MW_OK);
+                memcpy(got, a, sizeof got);
+                k.out = got;
+                if (side)
+                    k.b = got;
+                else
+                    k.a = got;
+                cr_assert_eq(mw__cpu_device.binary(NULL, &k), MW_OK);
+                cr_assert(memcmp(got, want, sizeof got) == 0, "op %d, broadcast %d, side %d", op,
+                          bcast, side);
+            }
+}
