@@ -240,17 +240,26 @@ mw_status mw__trainer_agree(const mw_trainer_config *cfg, const mw_mesh *mesh,
     return st;
 }
 
+/* The most devices one process of the mesh holds. */
+static int most_local(const mw_mesh *mesh) {
+    int count[MW_MAX_DEVICES] = {0}, most = 0;
+    for (int d = 0; d < mesh->ndevices; d++)
+        if (++count[mesh->proc_of[d]] > most) most = count[mesh->proc_of[d]];
+    return most > 0 ? most : 1;
+}
+
 /* The host scratch of the replica check: one replica's parameters, and per-parameter checksums
- * of every local device and of every process. */
+ * of every local device (most_local rows, the last ones unused where this process holds fewer)
+ * and of every process's devices. */
 static mw_status replica_scratch(mw_trainer *tr) {
     if (tr->replica_buf) return MW_OK;
-    size_t np = (size_t)tr->prog->g->nparams + 1, nprocs = (size_t)tr->prog->mesh->nprocs;
+    const mw_mesh *mesh = tr->prog->mesh;
+    size_t np = (size_t)tr->prog->g->nparams + 1, rows = (size_t)most_local(mesh);
     int64_t most = 0;
     for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++)
         if (tr->prog->w[d].plan.param_elems > most) most = tr->prog->w[d].plan.param_elems;
-    size_t keep = (size_t)tr->prog->nlocal; /* every local device's checksums */
     tr->replica_buf = mw__malloc((size_t)(most + 1) * sizeof(float));
-    tr->replica_sums = mw__malloc(np * (keep + nprocs) * sizeof(uint64_t));
+    tr->replica_sums = mw__calloc(np * rows * (1 + (size_t)mesh->nprocs), sizeof(uint64_t));
     if (tr->replica_buf && tr->replica_sums) return MW_OK;
     mw__trainer_consistency_free(tr);
     return mw__error(MW_ERR_NOMEM, "out of memory for the replica check");
@@ -288,22 +297,23 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (st) return st;
     /* Each device's parameters against those of the first device holding the same values (the
      * same shard of a split parameter). */
-    uint64_t *sums = tr->replica_sums, *all = sums + (size_t)tr->prog->nlocal * (size_t)(np + 1);
+    const mw_mesh *mesh = tr->prog->mesh;
+    size_t stride = (size_t)np + 1, rows = (size_t)most_local(mesh);
+    uint64_t *sums = tr->replica_sums, *all = sums + rows * stride;
     for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
         worker *w = &tr->prog->w[d];
         const mw__plan *p = &w->plan;
         st = w->dev.vt->download(&w->dev, tr->replica_buf, w->params,
                                  (size_t)p->param_elems * sizeof(float));
         if (st) return st;
-        uint64_t *mine = sums + (size_t)(d - tr->prog->first) * (size_t)(np + 1);
+        uint64_t *mine = sums + (size_t)(d - tr->prog->first) * stride;
         for (int l = 0; l < np; l++)
             mine[l] = fnv1a(FNV_BASIS, tr->replica_buf + p->params[l].off,
                             (size_t)p->params[l].count * sizeof(float));
         for (int l = 0; d > tr->prog->first && l < np; l++) {
             const mw_tensor *pn = param_of(tr, l);
             int e = mw__param_holder(tr->prog, d, pn, &mw__held_params);
-            if (e != d &&
-                sums[(size_t)(e - tr->prog->first) * (size_t)(np + 1) + (size_t)l] != mine[l])
+            if (e != d && sums[(size_t)(e - tr->prog->first) * stride + (size_t)l] != mine[l])
                 return mw__error(MW_ERR_STATE,
                                  "replicas diverged by step %lld: parameter '%s'%s differs between "
                                  "devices %s and %s",
@@ -312,33 +322,39 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr) {
                                  tr->prog->w[e].dev.name);
         }
     }
-    int nprocs = tr->prog->mesh->nprocs;
+    int nprocs = mesh->nprocs;
     if (nprocs <= 1) return MW_OK;
-    st = mw__dist_allgather_u64(sums, np, all, tr->cfg.collective_timeout_ms, "the replica check");
-    if (st) tr->prog->broken = 1; /* the request may still be pending */
-    /* Each process sent its first device's checksums: compared with those of the first process
-     * whose first device holds the same box (a split parameter's other boxes differ). */
-    int firsts[MW_MAX_DEVICES];
-    const mw_mesh *mesh = tr->prog->mesh;
-    for (int p = 0; p < nprocs; p++) firsts[p] = -1;
-    for (int d = mesh->ndevices - 1; d >= 0; d--) firsts[mesh->proc_of[d]] = d;
-    for (int p = 1; st == MW_OK && p < nprocs; p++)
+    /* Every process sends every local device's checksums; each device of the mesh is compared
+     * with the first device of another process holding the same box (every box of a split
+     * parameter, whichever of its devices holds it). */
+    st = mw__dist_allgather_u64(sums, (int)(rows * stride), all, tr->cfg.collective_timeout_ms,
+                                "the replica check");
+    if (st) {
+        tr->prog->broken = 1; /* the request may still be pending */
+        return st;
+    }
+    int row[MW_MAX_DEVICES], seen[MW_MAX_DEVICES] = {0};
+    for (int d = 0; d < mesh->ndevices; d++) row[d] = seen[mesh->proc_of[d]]++;
+    for (int d = 0; d < mesh->ndevices; d++)
         for (int l = 0; l < np; l++) {
             const mw_tensor *pn = param_of(tr, l);
-            int q = 0;
-            while (q < p && !mw__same_box(tr->prog, firsts[q], firsts[p], pn)) q++;
-            uint64_t a = all[(size_t)p * (size_t)np + (size_t)l],
-                     b = all[(size_t)q * (size_t)np + (size_t)l];
-            if (q == p || a == b) continue;
-            st = mw__error(MW_ERR_STATE,
-                           "replicas diverged by step %lld: parameter '%s'%s differs between "
-                           "rank %d and rank %d (checksums %016llx and %016llx)",
-                           (long long)tr->prog->steps, pn->name,
-                           mw__param_sharded(pn) ? " (the same shard)" : "", p, q,
-                           (unsigned long long)a, (unsigned long long)b);
-            break;
+            int pd = mesh->proc_of[d], e = 0;
+            while (e < d && (mesh->proc_of[e] == pd || !mw__same_box(tr->prog, e, d, pn))) e++;
+            if (e == d) continue; /* the first of its box, or its box's first is in this process */
+            int pe = mesh->proc_of[e];
+            uint64_t a = all[((size_t)pd * rows + (size_t)row[d]) * stride + (size_t)l],
+                     b = all[((size_t)pe * rows + (size_t)row[e]) * stride + (size_t)l];
+            if (a == b) continue;
+            return mw__error(MW_ERR_STATE,
+                             "replicas diverged by step %lld: parameter '%s'%s differs between "
+                             "rank %d and rank %d (devices %s and %s; checksums %016llx and "
+                             "%016llx)",
+                             (long long)tr->prog->steps, pn->name,
+                             mw__param_sharded(pn) ? " (the same shard)" : "", pd, pe,
+                             mesh->device_name[d], mesh->device_name[e], (unsigned long long)a,
+                             (unsigned long long)b);
         }
-    return st;
+    return MW_OK;
 }
 
 mw_status mw__trainer_after_step(mw_trainer *tr) {

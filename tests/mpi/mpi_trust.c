@@ -6,7 +6,10 @@
  *     config    rank 1 asks for another learning rate: likewise, naming the option
  *     seed      each rank seeds its graph differently: rank 0's initial parameters win
  *     replicas  rank 1 changes a parameter behind the trainer's back: the periodic replica
- *               check fails on both ranks, naming the parameter and the ranks
+ *               check fails on both ranks, naming the parameter and the ranks; also with the
+ *               parameters split over a mesh axis inside each process (X=2,Y=2 over cpu:2 per
+ *               rank: data parallel across the ranks, w1 and w2 split over Y), where each shard's
+ *               replicas live on both ranks
  *     stop      rank 1 requests a stop: both stop at the same step, then go on together
  *     skip      a NaN in rank 1's rows only: both ranks skip the step
  *     agree     mw_distributed_agree names the first differing line and the ranks
@@ -46,8 +49,11 @@ typedef struct model {
     mw_feed feeds[2];
 } model;
 
-/* loss = mean((relu-free two-layer x . w1 . w2 + b - y)^2), Batch sharded over every process. */
-static mw_status model_make(model *m, int hidden, uint64_t seed, const mw_trainer_config *cfg) {
+/* loss = mean((relu-free two-layer x . w1 . w2 + b - y)^2), Batch sharded over every process.
+ * split: each process holds cpu:2 as Y, Hidden split over Y (tensor parallel inside a process),
+ * the batch over X across the processes. */
+static mw_status model_make_on(model *m, int hidden, uint64_t seed, const mw_trainer_config *cfg,
+                               int split) {
     memset(m, 0, sizeof *m);
     mw_status st = mw_graph_new(&m->g);
     if (st) return st;
@@ -61,10 +67,16 @@ static mw_status model_make(model *m, int hidden, uint64_t seed, const mw_traine
         mw_param(g, "w1", MW_AXES({"Feature", FEATURES}, {"Hidden", hidden}), MW_INIT_NORMAL(0.5f));
     mw_tensor *w2 = mw_param(g, "w2", MW_AXES({"Hidden", hidden}), MW_INIT_NORMAL(0.5f));
     mw_tensor *b = mw_param(g, "b", MW_SCALAR, MW_INIT_CONST(0.25f));
+    if (split) {
+        mw_shard(g, w1, "Hidden", "Y");
+        mw_shard(g, w2, "Hidden", "Y");
+    }
     mw_tensor *h = mw_dot(g, x, w1, "Feature");
     mw_tensor *err = mw_sub(g, mw_add(g, mw_dot(g, h, w2, "Hidden"), b), y);
     mw_tensor *loss = mw_mean(g, mw_mul(g, err, err), NULL);
-    if ((st = mw_graph_status(g)) || (st = mw_mesh_new("cpu:1", "X", &m->mesh))) return st;
+    if ((st = mw_graph_status(g)) ||
+        (st = mw_mesh_new(split ? "cpu:2" : "cpu:1", split ? "X=2,Y=2" : "X", &m->mesh)))
+        return st;
     for (int r = 0; r < ROWS; r++) {
         for (int f = 0; f < FEATURES; f++) m->x[r * FEATURES + f] = (float)((r * 3 + f) % 7) - 3;
         m->y[r] = (float)(r % 5) - 2;
@@ -72,6 +84,10 @@ static mw_status model_make(model *m, int hidden, uint64_t seed, const mw_traine
     m->feeds[0] = (mw_feed){"x", m->x, ROWS * FEATURES};
     m->feeds[1] = (mw_feed){"y", m->y, ROWS};
     return mw_trainer_new(g, loss, m->mesh, cfg, &m->tr);
+}
+
+static mw_status model_make(model *m, int hidden, uint64_t seed, const mw_trainer_config *cfg) {
+    return model_make_on(m, hidden, seed, cfg, 0);
 }
 
 static void model_free(model *m) {
@@ -179,6 +195,28 @@ static void check_replicas(void) {
     CHECK(st == MW_ERR_STATE, "step 2: %s: %s", mw_status_name(st), msg);
     CHECK(contains(msg, "replicas diverged by step 2: parameter 'b' differs between rank 1 and "
                         "rank 0"),
+          "%s", msg);
+    model_free(&m);
+
+    /* Split over Y inside each process: w2's shards, each replicated on both ranks. */
+    st = model_make_on(&m, 4, 1, &cfg, 1);
+    CHECK(st == MW_OK, "split: %s", mw_last_error());
+    if (st) return;
+    for (int s = 0; st == MW_OK && s < 2; s++) st = mw_trainer_step(m.tr, m.feeds, 2, NULL);
+    CHECK(st == MW_OK, "split, steps 1-2 (checked at 2): %s", mw_last_error());
+    if (rank == 1) {
+        float w2[4];
+        mw_trainer_read_param(m.tr, "w2", w2, 4);
+        w2[3] += 1e-3f; /* the second shard's last element */
+        mw_status ws = mw_trainer_write_param(m.tr, "w2", w2, 4);
+        CHECK(ws == MW_OK, "split: write_param: %s", mw_last_error());
+    }
+    for (int s = 0; st == MW_OK && s < 2; s++) st = mw_trainer_step(m.tr, m.feeds, 2, NULL);
+    msg = mw_last_error();
+    CHECK(st == MW_ERR_STATE, "split, step 4: %s: %s", mw_status_name(st), msg);
+    if (rank == 0) printf("[rank 0] split: %s\n", msg);
+    CHECK(contains(msg, "replicas diverged by step 4: parameter 'w2'") && contains(msg, "rank 1") &&
+              contains(msg, "rank 0"),
           "%s", msg);
     model_free(&m);
 }
