@@ -104,13 +104,16 @@ typedef struct model {
 /* Non-NULL: the next models split heads and MLP units over this mesh axis (when on several
  * devices) instead of sharding the batch. */
 static const char *model_axis;
+/* Non-zero: the next models split every large parameter over X, the batch's axis (FSDP). */
+static int fsdp;
 
 static void open_model(model *m, const char *devices, const mw_trainer_config *extra) {
     memset(m, 0, sizeof *m);
     int sharded = strchr(devices, 'x') || strchr(devices, ',') || strcmp(devices, "cpu:2") == 0;
     const char *data = sharded && !model_axis ? "X" : NULL, *split = sharded ? model_axis : NULL;
     cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
-    mw_status st = gpt2_build_mesh(m->g, &cfg, BATCH, SEQ, data, split, &m->gg);
+    mw_status st = fsdp && sharded ? gpt2_build_fsdp(m->g, &cfg, BATCH, SEQ, "X", NULL, "X", &m->gg)
+                                   : gpt2_build_mesh(m->g, &cfg, BATCH, SEQ, data, split, &m->gg);
     cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
     cr_assert_eq(mw_mesh_new(devices, split ? split : "X", &m->mesh), MW_OK, "%s: %s", devices,
                  mw_last_error());
@@ -280,6 +283,22 @@ Test(gpu_trainer, bf16_gpt2_matches_the_cpu_in_bf16) {
     OK(mw_trainer_kernels(m.tr, k, sizeof k));
     cr_assert(strstr(k, "gemm bf16"), "%s", k);
     close_model(&m);
+}
+
+/* FSDP over two logical devices of one GPU: the all-gathers and reduce-scatters on CUDA, and the
+ * exact gradient norm on both devices, give the replicated run's bits (clipping at 1.0 included),
+ * and the CPU's losses and parameters to its rounding. */
+Test(gpu_trainer, fsdp_equals_the_replicated_run) {
+    need_gpu();
+    tensor t[MAX_TENSORS];
+    int nt = list_tensors(t);
+    run cpu1 = train("cpu:1", t, nt), cpu2 = train("cpu:2", t, nt);
+    run rep = train("cuda:0x2", t, nt);
+    fsdp = 1;
+    run fs = train("cuda:0x2", t, nt);
+    fsdp = 0;
+    expect_same_bits("cuda:0x2 FSDP against replicated", &fs, &rep);
+    compare("cuda:0x2 FSDP", &fs, &cpu1, &cpu2, t, nt);
 }
 
 /* Heads and MLP units split over two logical devices of one GPU: the shards, the partial-sum
