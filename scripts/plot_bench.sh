@@ -2,7 +2,8 @@
 # Draws the bench's figures from its CSV (meshwit-bench --csv FILE): docs/reduce.png (all-reduce
 # bus bandwidth against message size for each device count, with the memory-bandwidth bound) and
 # docs/scaling.png (GPT-2 tokens/s and the share of the step spent in collectives over 1, 2, 4
-# devices) and docs/parallel.png (data, ZeRO-1, tensor and data x tensor parallelism: tokens/s and
+# devices) and docs/parallel.png (data, ZeRO-1, tensor and data x tensor parallelism, recomputation
+# and FSDP on llm.c's GPT-2: tokens/s and
 # what one device holds). Needs gnuplot (Debian: gnuplot-nox).
 # Usage: scripts/plot_bench.sh BENCH.csv [OUTDIR]
 set -euo pipefail
@@ -67,19 +68,21 @@ GP
 fi
 if grep -q '^parallel,' "$csv"; then
     c_mode=$(col mode) c_tps=$(col tokens_per_s) c_p=$(col param_mb) c_g=$(col grad_mb)
-    c_o=$(col optimizer_mb) c_a=$(col activation_mb)
+    c_o=$(col optimizer_mb) c_a=$(col activation_mb) c_model=$(col model)
+    # llm.c's GPT-2 only: the GPT-2 124M rows (model gpt2-124m) are of another scale.
     awk -F, -v c="$c_case" -v m="$c_mode" -v d="$c_dev" -v t="$c_tps" -v p="$c_p" -v g="$c_g" \
-        -v o="$c_o" -v a="$c_a" \
-        '$c == "parallel" { printf "\"%s\\n%s\" %s %s %s %s %s\n", $m, $d, $t, $p, $g, $o, $a }' \
+        -v o="$c_o" -v a="$c_a" -v k="${c_model:-0}" \
+        '$c == "parallel" && (k == 0 || $k != "gpt2-124m") { printf "\"%s\\n%s\" %s %s %s %s %s\n", $m, $d, $t, $p, $g, $o, $a }' \
         "$csv" > "$tmp/parallel.dat"
     gnuplot <<GP
-set terminal png size 1200,900
+set terminal png size 1200,1000
 set output '$out/parallel.png'
-set multiplot layout 2,1 title "llm.c's GPT-2 split over devices: data, ZeRO-1, tensor, data x tensor"
+set multiplot layout 2,1 title "llm.c's GPT-2 split over devices: data, ZeRO-1, tensor, data x tensor, recomputation, FSDP"
 set style data histograms
 set style fill solid 0.6 border -1
 set boxwidth 0.7
-set xtics font ',9'
+set xtics font ',9' rotate by -35 left
+set bmargin 7
 set grid ytics
 set yrange [0:*]
 set ylabel 'tokens/s'
