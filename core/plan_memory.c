@@ -199,17 +199,6 @@ static void take_over(builder *b, int i, const mw_tensor *in) {
     b->node[i].in_arena = 1;
 }
 
-/* Whether a and t have the same axes (names, mesh axes, sizes) in the same order: then the
- * elementwise kernel reads a's element j where it writes t's element j. */
-static int same_axes(const mw__type *a, const mw__type *t) {
-    if (a->rank != t->rank) return 0;
-    for (int k = 0; k < a->rank; k++)
-        if (a->ax[k].name != t->ax[k].name || a->ax[k].mesh != t->ax[k].mesh ||
-            a->ax[k].size != t->ax[k].size)
-            return 0;
-    return 1;
-}
-
 void mw__plan_assign(builder *b, int i) {
     const mw_tensor *t = b->g->nodes[i];
     if (b->node[i].grad_of >= 0) {
@@ -226,14 +215,15 @@ void mw__plan_assign(builder *b, int i) {
         return;
     }
     /* An elementwise binary op writes over an input of its own layout that dies with it (the
-     * kernel reads element j of each input before it writes element j): the sum of a tied
-     * embedding's two gradients needs no third buffer of the table's size. */
+     * kernel reads element j of each input before it writes element j; the op's rules gave axes
+     * of one name one size): the sum of a tied embedding's two gradients needs no third buffer of
+     * the table's size. */
     if (t->op >= MW__OP_ADD && t->op <= MW__OP_DIV && f32)
         for (int k = 0; k < 2; k++) {
             const mw_tensor *other = t->in[1 - k];
             int shared = b->node[other->id].root == b->node[t->in[k]->id].root;
-            if (same_axes(&t->in[k]->type, &t->type) && may_take_over(b, i, t->in[k], n) &&
-                (!shared || (same_axes(&other->type, &t->type) &&
+            if (same_layout(&t->in[k]->type, &t->type) && may_take_over(b, i, t->in[k], n) &&
+                (!shared || (same_layout(&other->type, &t->type) &&
                              b->node[other->id].ref.off == b->node[t->in[k]->id].ref.off))) {
                 take_over(b, i, t->in[k]);
                 return;
