@@ -140,10 +140,7 @@ static mw_status plan_shard_slices(mw_trainer *tr) {
         worker *w = &prog->w[d];
         replica *r = &tr->rep[d];
         r->zslices_own = mw__malloc((size_t)(parts + 1) * sizeof *r->zslices_own);
-        r->accs = mw__malloc((size_t)n * sizeof *r->accs);
-        w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
-        if (!r->zslices_own || !r->accs || !w->bounds)
-            return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+        if (!r->zslices_own) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
         for (int k = 0; k <= parts; k++)
             r->zslices_own[k] = mw__slice_lo((size_t)w->plan.param_elems, parts, k);
         w->zslices = r->zslices_own;
@@ -165,7 +162,17 @@ static mw_status plan_slices(mw_trainer *tr) {
     if (!tr->rep) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     for (int d = 0; d < prog->nworkers; d++) tr->rep[d] = (replica){.tr = tr, .w = &prog->w[d]};
     prog->zero1 = tr->cfg.shard_optimizer && prog->nworkers > 1;
-    return prog->sharded_params ? plan_shard_slices(tr) : cut_slices(tr);
+    mw_status st = prog->sharded_params ? plan_shard_slices(tr) : cut_slices(tr);
+    /* Host scratch: every device's gradient norm accumulator (gathered), and the parts of a
+     * collective (a ZeRO-1 bucket's slices, the norm's accumulators; zparts <= n). */
+    int n = prog->nworkers;
+    for (int d = prog->first; st == MW_OK && d < prog->first + prog->nlocal; d++) {
+        tr->rep[d].accs = mw__malloc((size_t)n * sizeof *tr->rep[d].accs);
+        prog->w[d].bounds = mw__malloc((size_t)(n + 1) * sizeof *prog->w[d].bounds);
+        if (!tr->rep[d].accs || !prog->w[d].bounds)
+            st = mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    }
+    return st;
 }
 
 /* plan_slices without sharded parameters. */
@@ -199,10 +206,6 @@ static mw_status cut_slices(mw_trainer *tr) {
         r->own_hi = prog->zero1 ? (int64_t)tr->slices[d + 1] : w->plan.param_elems;
         w->zslices = tr->slices;
         w->zparts = n;
-        r->accs = mw__malloc((size_t)n * sizeof *r->accs);
-        w->bounds = mw__malloc((size_t)(n + 1) * sizeof *w->bounds);
-        if (!r->accs || !w->bounds)
-            return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
     }
     return MW_OK;
 }
