@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "devices/math.h"
+#include "gpt2_fixture.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
 
@@ -147,53 +148,22 @@ Test(bf16_graph, the_gradient_through_casts_is_the_incoming_one) {
 static const gpt2_config CFG = {
     .layers = 2, .heads = 2, .channels = 32, .max_seq = 16, .vocab = 50, .padded_vocab = 64};
 
-typedef struct run {
-    mw_graph *g;
-    gpt2_graph m;
-    mw_mesh *mesh;
-    mw_trainer *tr;
-} run;
-
 static mw_trainer_config config(mw_precision p, int zero1) {
-    return (mw_trainer_config){.optimizer = {.kind = MW_ADAMW,
-                                             .lr = 3e-3f,
-                                             .beta1 = 0.9f,
-                                             .beta2 = 0.95f,
-                                             .weight_decay = 0.1f,
-                                             .grad_clip = 1.0f},
-                               .precision = p,
-                               .shard_optimizer = zero1};
+    mw_trainer_config c = fixture_config(p);
+    c.shard_optimizer = zero1;
+    return c;
 }
 
 /* GPT-2 on `devices` (the batch sharded over X, or over X with the heads and MLP units split over
  * Y when model is set), from the graph's seed: every run starts from the same parameters. */
 static void open_run(run *r, const char *devices, const char *axes, int model,
                      mw_trainer_config cfg) {
-    memset(r, 0, sizeof *r);
-    cr_assert_eq(mw_graph_new(&r->g), MW_OK);
-    mw_graph_set_seed(r->g, 11);
-    cr_assert_eq(gpt2_build_mesh(r->g, &CFG, BATCH, SEQ, "X", model ? "Y" : NULL, &r->m), MW_OK,
-                 "%s", mw_graph_error(r->g));
-    cr_assert_eq(mw_mesh_new(devices, axes, &r->mesh), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_new(r->g, r->m.loss, r->mesh, &cfg, &r->tr), MW_OK, "%s",
-                 mw_last_error());
-}
-
-static void close_run(run *r) {
-    mw_trainer_free(r->tr);
-    mw_mesh_free(r->mesh);
-    mw_graph_free(r->g);
+    fixture_open(r, &CFG, BATCH, SEQ, 11, devices, axes, model, cfg);
 }
 
 /* Tokens of step k (and its targets, shifted by one). */
 static void tokens(int k, int32_t *tok, int32_t *tgt) {
-    uint32_t s = 977u + 131u * (uint32_t)k;
-    for (int i = 0; i < BATCH * SEQ + 1; i++) {
-        s = s * 1664525u + 1013904223u;
-        int32_t t = (int32_t)((s >> 9) % (uint32_t)CFG.vocab);
-        if (i < BATCH * SEQ) tok[i] = t;
-        if (i > 0) tgt[i - 1] = t;
-    }
+    fixture_tokens(CFG.vocab, BATCH * SEQ, 977u, 131u, k, tok, tgt);
 }
 
 static float step(run *r, int k) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/graph_impl.h"
+#include "gpt2_fixture.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
 #include "parallel/program.h"
@@ -27,53 +28,22 @@
 static const gpt2_config CFG = {
     .layers = LAYERS, .heads = 2, .channels = 32, .max_seq = 16, .vocab = 50, .padded_vocab = 64};
 
-typedef struct run {
-    mw_graph *g;
-    gpt2_graph m;
-    mw_mesh *mesh;
-    mw_trainer *tr;
-} run;
-
 static mw_trainer_config config(mw_precision p, mw_recompute rc) {
-    return (mw_trainer_config){.optimizer = {.kind = MW_ADAMW,
-                                             .lr = 3e-3f,
-                                             .beta1 = 0.9f,
-                                             .beta2 = 0.95f,
-                                             .weight_decay = 0.1f,
-                                             .grad_clip = 1.0f},
-                               .precision = p,
-                               .recompute = rc};
+    mw_trainer_config c = fixture_config(p);
+    c.recompute = rc;
+    return c;
 }
 
 /* GPT-2 (every block a region) on `devices`, the batch over X and, with `model`, the heads and
  * MLP units over Y; every run starts from the same parameters (the graph's seed). */
 static void open_run(run *r, const char *devices, const char *axes, int model,
                      mw_trainer_config cfg) {
-    memset(r, 0, sizeof *r);
-    cr_assert_eq(mw_graph_new(&r->g), MW_OK);
-    mw_graph_set_seed(r->g, 5);
-    cr_assert_eq(gpt2_build_mesh(r->g, &CFG, BATCH, SEQ, "X", model ? "Y" : NULL, &r->m), MW_OK,
-                 "%s", mw_graph_error(r->g));
-    cr_assert_eq(mw_mesh_new(devices, axes, &r->mesh), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_new(r->g, r->m.loss, r->mesh, &cfg, &r->tr), MW_OK, "%s",
-                 mw_last_error());
-}
-
-static void close_run(run *r) {
-    mw_trainer_free(r->tr);
-    mw_mesh_free(r->mesh);
-    mw_graph_free(r->g);
+    fixture_open(r, &CFG, BATCH, SEQ, 5, devices, axes, model, cfg);
 }
 
 static float step(run *r, int k) {
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
-    uint32_t s = 4099u + 257u * (uint32_t)k;
-    for (int i = 0; i < BATCH * SEQ + 1; i++) {
-        s = s * 1664525u + 1013904223u;
-        int32_t t = (int32_t)((s >> 9) % (uint32_t)CFG.vocab);
-        if (i < BATCH * SEQ) tok[i] = t;
-        if (i > 0) tgt[i - 1] = t;
-    }
+    fixture_tokens(CFG.vocab, BATCH * SEQ, 4099u, 257u, k, tok, tgt);
     mw_feed f[2] = {{"tokens", tok, BATCH * SEQ}, {"targets", tgt, BATCH * SEQ}};
     float loss = NAN;
     cr_assert_eq(mw_trainer_step(r->tr, f, 2, &loss), MW_OK, "step %d: %s", k, mw_last_error());
