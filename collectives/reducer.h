@@ -57,17 +57,17 @@ typedef struct mw__reducer_vtable {
     /* Optional (NULL in a reducer without them): allreduce_sum split in two, so that a rank can
      * keep computing while its buffer is reduced (the gradient buckets). allreduce_start begins
      * the in-place sum of buf[0..n) and returns without waiting (buf must not be read or
-     * written until allreduce_finish returned); on a reducer of device memory the sum is queued
+     * written until finish returned); on a reducer of device memory the sum is queued
      * after the work queued so far on the rank's device, and the device may run later work
      * meanwhile. progress (optional even then: NULL when the sums advance by themselves)
      * advances what this rank started without waiting; call it between other work.
-     * allreduce_finish returns when every sum this rank started is complete (on a device, with
+     * finish returns when every sum this rank started is complete (on a device, with
      * the device's later work ordered after them). Ranks start the same all-reduces in the same
      * order; results are those of allreduce_sum, errors likewise. allreduce_sum and barrier may
      * be called with some in flight: they complete those first. */
     mw_status (*allreduce_start)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype);
     mw_status (*progress)(mw__comm *comm, int rank);
-    mw_status (*allreduce_finish)(mw__comm *comm, int rank);
+    mw_status (*finish)(mw__comm *comm, int rank);
     void (*abort)(mw__comm *comm);
     void (*reset)(mw__comm *comm);
     /* Reduce-scatter, all-gather and broadcast. Every reducer of meshwit implements them; a NULL
@@ -90,6 +90,15 @@ typedef struct mw__reducer_vtable {
     mw_status (*all_gather)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
                             const size_t *bounds);
     mw_status (*broadcast)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype, int root);
+    /* Optional (NULL in a reducer without it): all_gather split in two, so that a rank can keep
+     * computing while a parameter is gathered (FSDP's prefetch). all_gather_start begins it and
+     * returns without waiting for the peers; buf and bounds must stay valid and buf unread and
+     * unwritten until finish returned, which completes it with everything else this rank
+     * started. progress, where the reducer has it, advances it too. At most one all-gather is in
+     * flight per rank and communicator; any other collective on the communicator completes it
+     * first. Results and errors are those of all_gather. */
+    mw_status (*all_gather_start)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                  const size_t *bounds);
 } mw__reducer_vtable;
 
 /* MW_OK for a dtype a reducer that takes only f32 is given f32; else MW_ERR_UNSUPPORTED naming

@@ -36,6 +36,11 @@
  * length fails on every rank instead of writing past a buffer. A zero-length all-reduce takes
  * that step too, so ranks always agree on which collective an abort stopped.
  *
+ * An all-gather may be split in two (all_gather_start, then finish): the start publishes the
+ * call and arrives at the first step without waiting; finish waits for that step, copies and
+ * takes the done step. Any other call of the rank on the communicator finishes it first, so the
+ * steps of all ranks stay in one order.
+ *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
  * the same bits on every rank, on every run and whichever path ran. */
 #include "collectives/reducer.h"
@@ -93,6 +98,7 @@ typedef struct rank_state {
     uint64_t step;             /* steps this rank has taken; only its own thread touches it */
     _Atomic uint64_t arrived;  /* the last step it arrived at: read only to name a missing rank */
     float *slot[2];            /* small-path scratch, indexed by step parity */
+    int pending;               /* an all_gather_start's gather waits for finish */
 } rank_state;
 
 struct mw__comm {
@@ -325,26 +331,32 @@ static int step_ready(void *arg) {
 /* Takes this rank's next step. A refusable step gives up (abort or timeout) unless the step
  * completed; a committed step always completes, since its peers are past the last refusable
  * step and wait for nobody. Returns MW_OK when every rank has arrived. */
-static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
+/* The first half of a step: this rank arrives (refused once the communicator was aborted) and
+ * goes on without waiting for its peers. */
+static mw_status arrive(mw__comm *c, int rank, int op, int refusable) {
     rank_state *me = &c->ranks[rank];
     uint64_t step = me->step + 1;
-    uint64_t target = step * (uint64_t)c->nranks;
     atomic_store_explicit(&me->arrived, step, memory_order_relaxed);
-    uint64_t v;
     if (refusable) {
-        v = atomic_load_explicit(&c->sync, memory_order_relaxed);
+        uint64_t v = atomic_load_explicit(&c->sync, memory_order_relaxed);
         do {
             if (v & ABORT_BIT) return aborted_error(c, rank, op, step, 1);
         } while (!atomic_compare_exchange_weak_explicit(&c->sync, &v, v + 1, memory_order_acq_rel,
                                                         memory_order_relaxed));
     } else {
-        v = atomic_fetch_add_explicit(&c->sync, 1, memory_order_acq_rel);
+        atomic_fetch_add_explicit(&c->sync, 1, memory_order_acq_rel);
     }
     me->step = step;
     mw__event_notify(&c->ev);
     if (c->wake) mw__event_notify(c->wake);
-    if (((v + 1) & COUNT_MASK) >= target) return MW_OK; /* the last to arrive */
+    return MW_OK;
+}
 
+/* The second half: waits until every rank has arrived at this rank's last step. */
+static mw_status await_step(mw__comm *c, int rank, int op, int refusable) {
+    uint64_t step = c->ranks[rank].step;
+    uint64_t target = step * (uint64_t)c->nranks;
+    uint64_t v;
     /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
      * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
      * run as a gang's task (collectives/fiber.h) parks instead, until the same test passes, and its
@@ -393,16 +405,16 @@ static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
     }
 }
 
-/* Publishes this rank's call, takes a refusable step and checks that every rank made the same
- * call (a mismatch would otherwise write past a buffer). All ranks see the same descriptors, so
- * they all fail or all go on. */
-static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
-                            const size_t *bounds, int root) {
-    rank_state *me = &c->ranks[rank];
-    int parity = (int)((me->step + 1) & 1);
-    me->pub[parity] = (desc){buf, n, op, dtype, bounds, root};
-    mw_status st = take_step(c, rank, op, 1);
-    if (st != MW_OK) return st;
+/* Takes this rank's next step: arrives, then waits for its peers. */
+static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
+    mw_status st = arrive(c, rank, op, refusable);
+    return st ? st : await_step(c, rank, op, refusable);
+}
+
+/* Checks that every rank made the same call as published for step parity `parity` (a mismatch
+ * would otherwise write past a buffer). All ranks see the same descriptors, so they all fail or
+ * all go on. */
+static mw_status same_calls(mw__comm *c, int op, int parity) {
     const desc *d0 = &c->ranks[0].pub[parity];
     for (int q = 1; q < c->nranks; q++) {
         const desc *d = &c->ranks[q].pub[parity];
@@ -428,6 +440,16 @@ static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, 
                              op_name(op), d0->root, q, d->root);
     }
     return MW_OK;
+}
+
+/* Publishes this rank's call, takes a refusable step and checks the calls. */
+static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
+                            const size_t *bounds, int root) {
+    rank_state *me = &c->ranks[rank];
+    int parity = (int)((me->step + 1) & 1);
+    me->pub[parity] = (desc){buf, n, op, dtype, bounds, root};
+    mw_status st = take_step(c, rank, op, 1);
+    return st ? st : same_calls(c, op, parity);
 }
 
 static mw_status enter(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
@@ -487,8 +509,11 @@ static void shm_comm_free(mw__comm *c) {
     mw__free(c);
 }
 
+static mw_status finish_gather(mw__comm *c, int rank);
+
 /* Checks the arguments of a call; a bad one aborts the communicator, so peers are not left
- * waiting for a rank that will never arrive. */
+ * waiting for a rank that will never arrive. A valid call first completes this rank's gather in
+ * flight (all_gather_start). */
 static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
     if (!c) return mw__error(MW_ERR_INVALID, "%s: communicator is NULL", what);
     if (dtype != MW_F32 && dtype != MW_BF16) {
@@ -505,7 +530,7 @@ static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf
         set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d passed a NULL buffer", what, rank);
     }
-    return MW_OK;
+    return c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
 }
 
 static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, mw_dtype dtype) {
@@ -577,28 +602,68 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t
     return take_step(c, rank, OP_REDUCE_SCATTER, 0);
 }
 
-/* Every rank copies the peers' parts out of their buffers into its own; nobody writes a part
- * another rank reads. */
-static mw_status shm_all_gather(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
-                                const size_t *bounds) {
+/* An all-gather's checks; a bad call aborts the communicator. */
+static mw_status gather_args(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
+                             const size_t *bounds) {
     mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
-    if (mw__bad_bounds(bounds, c->nranks, n)) {
-        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
-        return mw__error(MW_ERR_INVALID, "all-gather: rank %d passed parts outside 0..%zu", rank,
-                         n);
-    }
-    int p = c->nranks;
-    if (p == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
-    int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds)) != MW_OK) return st;
-    size_t es = esize(dtype);
-    for (int q = 0; q < p; q++)
-        if (q != rank && bounds[q] < bounds[q + 1])
-            memcpy((char *)buf + bounds[q] * es,
-                   (const char *)c->ranks[q].pub[parity].buf + bounds[q] * es,
-                   (bounds[q + 1] - bounds[q]) * es);
+    if (!mw__bad_bounds(bounds, c->nranks, n)) return MW_OK;
+    set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+    return mw__error(MW_ERR_INVALID, "all-gather: rank %d passed parts outside 0..%zu", rank, n);
+}
+
+/* The all-gather after its first step (every rank arrived at it): checks the calls, copies the
+ * peers' parts out of their buffers into this rank's (nobody writes a part another rank reads)
+ * and takes the committed "done" step, which keeps every buffer alive until all are copied. */
+static mw_status gather_rest(mw__comm *c, int rank) {
+    int parity = (int)(c->ranks[rank].step & 1);
+    const desc *d = &c->ranks[rank].pub[parity];
+    mw_status st = same_calls(c, OP_ALL_GATHER, parity);
+    if (st != MW_OK) return st;
+    size_t es = esize(d->dtype);
+    for (int q = 0; q < c->nranks; q++)
+        if (q != rank && d->bounds[q] < d->bounds[q + 1])
+            memcpy((char *)d->buf + d->bounds[q] * es,
+                   (const char *)c->ranks[q].pub[parity].buf + d->bounds[q] * es,
+                   (d->bounds[q + 1] - d->bounds[q]) * es);
     return take_step(c, rank, OP_ALL_GATHER, 0);
+}
+
+static mw_status shm_all_gather(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
+                                const size_t *bounds) {
+    mw_status st = gather_args(c, rank, buf, n, dtype, bounds);
+    if (st != MW_OK) return st;
+    if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
+    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds)) != MW_OK) return st;
+    return gather_rest(c, rank);
+}
+
+/* Split in two: the start publishes the call and arrives at its first step without waiting, so
+ * that this rank computes on while its peers reach the gather; finish waits for them, copies and
+ * takes the done step. */
+static mw_status shm_all_gather_start(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
+                                      const size_t *bounds) {
+    mw_status st = gather_args(c, rank, buf, n, dtype, bounds);
+    if (st != MW_OK) return st;
+    if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
+    rank_state *me = &c->ranks[rank];
+    me->pub[(me->step + 1) & 1] = (desc){buf, n, OP_ALL_GATHER, dtype, bounds, 0};
+    if ((st = arrive(c, rank, OP_ALL_GATHER, 1)) != MW_OK) return st;
+    me->pending = 1;
+    return MW_OK;
+}
+
+static mw_status finish_gather(mw__comm *c, int rank) {
+    c->ranks[rank].pending = 0;
+    mw_status st = await_step(c, rank, OP_ALL_GATHER, 1);
+    return st ? st : gather_rest(c, rank);
+}
+
+static mw_status shm_finish(mw__comm *c, int rank) {
+    if (!c) return mw__error(MW_ERR_INVALID, "finish: communicator is NULL");
+    if (rank < 0 || rank >= c->nranks)
+        return mw__error(MW_ERR_INVALID, "finish: rank %d out of range 0..%d", rank, c->nranks - 1);
+    return c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
 }
 
 /* Every rank but the root copies the root's buffer; nobody writes what another rank reads. */
@@ -638,6 +703,7 @@ static void shm_reset(mw__comm *c) {
     if (!c) return;
     for (int r = 0; r < c->nranks; r++) {
         c->ranks[r].step = 0;
+        c->ranks[r].pending = 0;
         atomic_store_explicit(&c->ranks[r].arrived, 0, memory_order_relaxed);
     }
     atomic_store_explicit(&c->why, 0, memory_order_relaxed);
@@ -656,4 +722,6 @@ const mw__reducer_vtable mw__reducer_shm = {
     .reduce_scatter_sum = shm_reduce_scatter_sum,
     .all_gather = shm_all_gather,
     .broadcast = shm_broadcast,
+    .all_gather_start = shm_all_gather_start,
+    .finish = shm_finish,
 };

@@ -71,6 +71,26 @@ static int add_view(builder *b, const mw_tensor *n) {
     return 0;
 }
 
+/* FSDP's prefetch: after GATHER node i, the next live GATHER's all-gather is started, when its
+ * input is ready and it lies in the same pass (forward or backward: a plan runs its
+ * forward alone too), so it proceeds while the nodes between them run. 0, or -1 when memory ran
+ * out. */
+static int prefetch_after(builder *b, int i, int fwd_last) {
+    const mw_graph *g = b->g;
+    for (int j = i + 1; j < g->nnodes; j++) {
+        const mw_tensor *t = g->nodes[j];
+        if (!b->node[j].live || t->op != MW__OP_GATHER) continue;
+        /* A parameter (or its bf16 copy) has its place from the start; other inputs once
+         * computed. */
+        const mw_tensor *src = t->in[0];
+        int ready = src->id <= i || src->op == MW__OP_PARAM ||
+                    (src->op == MW__OP_CAST && b->fuse[src->id].cast == CAST_PARAM);
+        if ((i <= fwd_last) != (j <= fwd_last) || !ready) return 0;
+        return mw__plan_start_gather(b, t);
+    }
+    return 0;
+}
+
 static int cmp_slot(const void *x, const void *y) {
     const mw__param_slot *a = *(const mw__param_slot *const *)x;
     const mw__param_slot *c = *(const mw__param_slot *const *)y;
@@ -87,8 +107,12 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
     int nn = g->nnodes;
     int host_memory = target->host_memory;
     int64_t bucket_elems = target->bucket_elems;
-    builder bld = {
-        .g = g, .pl = pl, .p = out, .host_memory = host_memory, .bf16_out = target->bf16_out};
+    builder bld = {.g = g,
+                   .pl = pl,
+                   .p = out,
+                   .host_memory = host_memory,
+                   .bf16_out = target->bf16_out,
+                   .prefetch = target->prefetch_gathers};
     builder *b = &bld;
     b->ar = *ar; /* the record of the first build, or the offsets the second replays */
     b->node = mw__calloc((size_t)nn + 1, sizeof *b->node);
@@ -195,8 +219,10 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
             /* the parameter's bf16 copy, set above */
         } else if (t->op != MW__OP_INPUT && t->op != MW__OP_PARAM && t->op != MW__OP_SHARD &&
                    t->op != MW__OP_STATE) {
-            mw__plan_assign(b, i);
+            if (b->node[i].started != 2) mw__plan_assign(b, i);
             if (!b->fuse[i].absorbed && (lowered = mw__plan_lower_node(b, t))) goto oom;
+            if (t->op == MW__OP_GATHER && b->prefetch && (lowered = prefetch_after(b, i, fwd_last)))
+                goto oom;
         }
         if (mw__plan_release_inputs(b, i)) goto oom;
         /* Close every bucket whose gradients are now all final. */

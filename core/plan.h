@@ -77,7 +77,9 @@ static inline int mw__ins_roles(int kind) {
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET:
     case MW__I_ALLGATHER:
-    case MW__I_REDUCE_SCATTER: return 1;
+    case MW__I_REDUCE_SCATTER:
+    case MW__I_GATHER_START:
+    case MW__I_GATHER_WAIT: return 1;
     }
     return 0;
 }
@@ -88,8 +90,9 @@ typedef struct mw__ins {
     mw__operands ref; /* where the kernel's operands live */
     int64_t count;    /* the collectives: elements of the buffer */
     uint32_t group;   /* the collectives: mask of graph mesh names */
-    /* ALLGATHER / REDUCE_SCATTER: the buffer as rows of row_elems, split over `parts` devices
-     * (mw__split_lo): the part of the device at coordinate r along the group's mesh axis. */
+    /* ALLGATHER / REDUCE_SCATTER / GATHER_START: the buffer as rows of row_elems, split over
+     * `parts` devices (mw__split_lo): the part of the device at coordinate r along the group's
+     * mesh axis. GATHER_WAIT: the group (and buffer) of the GATHER_START it completes. */
     int64_t rows, row_elems;
     int parts;
     /* The kernel's descriptor, its pointers unset: the plan is not changed once built; each
@@ -164,6 +167,11 @@ typedef struct mw__plan_target {
      * so a value that is only read as bf16 is written as bf16 by the kernel that makes it,
      * rather than in f32 and converted. */
     uint32_t bf16_out;
+    /* FSDP: the device's reducer can start an all-gather and complete it later
+     * (all_gather_start), so each gather of a parameter is started where the one before it
+     * completes (one ahead: the next layer's parameters arrive while this layer computes) and
+     * waited for where the parameter is used. 0: each gathered where it is used. */
+    int prefetch_gathers;
 } mw__plan_target;
 
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of

@@ -114,6 +114,10 @@ typedef struct node_info {
     char live;      /* an ancestor of the loss, an output, a gradient or a state's write */
     char in_arena;  /* ref is an arena buffer to release after its last use */
     char host_read; /* the host reads its buffer after the step (the loss, an output) */
+    /* A GATHER whose all-gather was started ahead (prefetch_gathers): 1 through scratch, its
+     * output still to assign; 2 in its output, assigned then. */
+    char started;
+    int64_t tmp; /* such a GATHER's scratch in the arena until it completes, or -1 */
 } node_info;
 
 enum {
@@ -152,6 +156,7 @@ typedef struct builder {
     fusion *fuse;    /* per node */
     int host_memory;
     uint32_t bf16_out; /* mw__plan_target's */
+    int prefetch;      /* mw__plan_target's prefetch_gathers */
 } builder;
 
 /* Where the gradient node i (node[i].grad_of >= 0) lives: its parameter's slot of the gradients. */
@@ -218,5 +223,9 @@ mw__ins *mw__plan_emit(builder *b, mw__ins_kind kind, int node);
 /* plan_lower.c: emits node n's kernels into b->p, its operands at b->node[].ref: 0, -1 when memory
  * ran out, -2 when no kernel takes the node in this form (the message set). */
 int mw__plan_lower_node(builder *b, const mw_tensor *n);
+/* plan_lower.c: the first half of GATHER node n ahead of its turn: its rows into place and the
+ * all-gather started (in scratch, or in its output, then assigned); mw__plan_lower_node then
+ * emits the rest. 0, or -1 when memory ran out. */
+int mw__plan_start_gather(builder *b, const mw_tensor *n);
 
 #endif

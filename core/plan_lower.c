@@ -553,7 +553,12 @@ static int emit_strided_copy(builder *b, int node, mw__ref to, const int64_t *ou
  * SCATTER: where the whole gradient is partial over the split's mesh axis, its sum over the
  * devices along it (an in-place reduce-scatter: in the gradient's own buffer when the first axis
  * is split and nothing reads the buffer after, else in scratch); then this device's rows. */
-static int lower_gather(builder *b, const mw_tensor *n, mw__ref out) {
+enum { GATHER_WHOLE, GATHER_BEGIN, GATHER_END }; /* which part of a GATHER to emit */
+
+/* part: GATHER_WHOLE emits the node's instructions; a prefetched gather is emitted in two,
+ * GATHER_BEGIN (the rows into place and GATHER_START, its scratch kept in node[].tmp) ahead of the
+ * node and GATHER_END (GATHER_WAIT and the rest) at the node. */
+static int lower_gather(builder *b, const mw_tensor *n, mw__ref out, int part) {
     int gather = n->op == MW__OP_GATHER, i = n->p.along.axis;
     const mw_tensor *whole = gather ? n : n->in[0], *split = gather ? n->in[0] : n;
     const mw__axis *ax = &split->type.ax[i];
@@ -572,22 +577,37 @@ static int lower_gather(builder *b, const mw_tensor *n, mw__ref out) {
     int in_place =
         gather ? first
                : first && src->root == n->in[0]->id && src->in_arena && src->last_use == n->id;
+    if (part == GATHER_BEGIN && in_place) { /* the collective works in the output itself */
+        mw__plan_assign(b, n->id);
+        out = b->node[n->id].ref;
+    }
     mw__ref buf = gather ? out : in; /* the buffer the collective works in */
     if (!in_place && (gather || partial)) {
-        tmp = mw__arena_alloc(&b->ar, tmp_units);
+        tmp = part == GATHER_END ? b->node[n->id].tmp : mw__arena_alloc(&b->ar, tmp_units);
         buf = arena_ref(MW_F32, tmp);
         if (!gather && emit_strided_copy(b, n->id, buf, major, in, lw.stride, &lw)) return -1;
     }
     mw__ref rows = buf; /* this device's rows within buf */
     rows.off += lo * row_elems * 4;
-    if (gather && emit_strided_copy(b, n->id, rows, major, in, ls.stride, &ls)) return -1;
+    if (gather && part != GATHER_END &&
+        emit_strided_copy(b, n->id, rows, major, in, ls.stride, &ls))
+        return -1;
     if (gather || partial) {
-        mw__ins *k = mw__plan_emit(b, gather ? MW__I_ALLGATHER : MW__I_REDUCE_SCATTER, n->id);
+        mw__ins_kind kind = !gather                ? MW__I_REDUCE_SCATTER
+                            : part == GATHER_WHOLE ? MW__I_ALLGATHER
+                            : part == GATHER_BEGIN ? MW__I_GATHER_START
+                                                   : MW__I_GATHER_WAIT;
+        mw__ins *k = mw__plan_emit(b, kind, n->id);
         if (!k) return -1;
         k->ref.collective.buf = buf;
         k->count = lw.numel;
         k->group = 1u << m;
         k->rows = ax->size, k->row_elems = row_elems, k->parts = parts;
+    }
+    if (part == GATHER_BEGIN) { /* the output of one through scratch is assigned at its turn */
+        b->node[n->id].started = in_place ? 2 : 1;
+        b->node[n->id].tmp = tmp;
+        return 0;
     }
     if (gather) {
         if (!in_place && emit_strided_copy(b, n->id, out, lw.stride, buf, major, &lw)) return -1;
@@ -599,6 +619,10 @@ static int lower_gather(builder *b, const mw_tensor *n, mw__ref out) {
         if (emit_strided_copy(b, n->id, out, ls.stride, at, from, &ls)) return -1;
     }
     return tmp >= 0 ? mw__arena_release(&b->ar, tmp, tmp_units) : 0;
+}
+
+int mw__plan_start_gather(builder *b, const mw_tensor *n) {
+    return lower_gather(b, n, no_ref, GATHER_BEGIN);
 }
 
 int mw__plan_lower_node(builder *b, const mw_tensor *n) {
@@ -634,7 +658,8 @@ int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_STATE_WRITE:
     case MW__OP_ATTENTION_CACHED: return lower_indexed(b, n, out);
     case MW__OP_GATHER:
-    case MW__OP_SCATTER: return lower_gather(b, n, out);
+    case MW__OP_SCATTER:
+        return lower_gather(b, n, out, b->node[n->id].started ? GATHER_END : GATHER_WHOLE);
     case MW__OP_FILL: {
         mw__ins *in = mw__plan_emit(b, MW__I_FILL, n->id);
         if (!in) return -1;

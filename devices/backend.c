@@ -87,6 +87,8 @@ static const char *const op_names[MW__I_COUNT] = {
     [MW__I_GRAD_BUCKET] = "allreduce",
     [MW__I_ALLGATHER] = "all_gather",
     [MW__I_REDUCE_SCATTER] = "reduce_scatter",
+    [MW__I_GATHER_START] = "all_gather_start",
+    [MW__I_GATHER_WAIT] = "all_gather_wait",
 };
 
 const char *mw__ins_name(int kind) {
@@ -103,7 +105,9 @@ static int has_slot(const mw__device_vtable *vt, int op) {
     case MW__I_ALLREDUCE:
     case MW__I_GRAD_BUCKET:
     case MW__I_ALLGATHER:
-    case MW__I_REDUCE_SCATTER: return 1; /* the reducer's */
+    case MW__I_REDUCE_SCATTER:
+    case MW__I_GATHER_START:
+    case MW__I_GATHER_WAIT: return 1; /* the reducer's */
     case MW__I_COUNT: break;
     }
     return 0;

@@ -437,7 +437,8 @@ typedef struct mw__k_attention_cached {
 /* The instruction kinds: the kernels of the table, then the collectives (no kernel; the
  * reducer's), each in place over one buffer: an all-reduce of a value a sharded axis was reduced
  * in, and of a bucket of the flat gradient buffer; an all-gather of a split parameter's rows and a
- * reduce-scatter of its whole gradient (FSDP). */
+ * reduce-scatter of its whole gradient (FSDP); an all-gather prefetched: started, and waited for
+ * where the parameter is used. */
 typedef enum mw__ins_kind {
 #define MW__KIND_(KIND, name, type, dtypes, ROLES) MW__I_##KIND,
     MW__KERNELS(MW__KIND_)
@@ -446,6 +447,8 @@ typedef enum mw__ins_kind {
     MW__I_GRAD_BUCKET,
     MW__I_ALLGATHER,
     MW__I_REDUCE_SCATTER,
+    MW__I_GATHER_START,
+    MW__I_GATHER_WAIT,
     MW__I_COUNT
 } mw__ins_kind;
 

@@ -23,7 +23,7 @@
  * refused rather than misread. Made of MW__MODULE_TABLES, raised by hand whenever the tables of
  * this file change, and of what follows from the instruction table by itself: the kernels'
  * layout (MW__KERNEL_LAYOUT_OF) and the device vtable's size. */
-#define MW__MODULE_TABLES 8
+#define MW__MODULE_TABLES 9
 #define MW__MODULE_ABI_OF(TABLE)                                                                   \
     ((int)((MW__MODULE_TABLES * 1000003u +                                                         \
             (MW__KERNEL_LAYOUT_OF(TABLE) ^ (unsigned)sizeof(mw__device_vtable))) &                 \

@@ -143,6 +143,7 @@ static void describe_config(text *t, const mw_trainer_config *c, mw_tensor *cons
     add(t, "precision %s", c->precision == MW_PRECISION_BF16 ? "bf16" : "fp32");
     add(t, "recompute %d", (int)c->recompute);
     add(t, "keep gathered %d", c->keep_gathered != 0);
+    add(t, "serial gathers %d", c->serial_gathers != 0);
     add(t, "%d outputs", noutputs);
     for (int i = 0; i < noutputs; i++)
         add(t, "output %d is node %d", i, outputs && outputs[i] ? outputs[i]->id : -1);

@@ -34,6 +34,8 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
     case MW__I_GRAD_BUCKET:
     case MW__I_ALLGATHER:
     case MW__I_REDUCE_SCATTER:
+    case MW__I_GATHER_START:
+    case MW__I_GATHER_WAIT:
     case MW__I_COUNT: break;
     }
 }
@@ -57,6 +59,33 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
         MW__KERNELS(RUN)
 #undef RUN
     case MW__I_COUNT: break;
+    case MW__I_GATHER_START: {
+        /* Prefetch: queued behind the kernels that wrote the rows, where the reducer works on
+         * the device; completed by the GATHER_WAIT where the parameter is used. */
+        int gi = mw__group_index(w->prog, in->group);
+        if (!w->comm[gi]) return MW_OK;
+        for (int r = 0; r <= in->parts; r++)
+            w->gather_bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
+        int64_t t0 = mw__now_ns();
+        mw_status st = vt->sync(dev);
+        if (st == MW_OK) {
+            w->inflight |= 1u << gi;
+            st = w->prog->reducer->all_gather_start(w->comm[gi], w->rank[gi],
+                                                    mw__ptr(w, in->ref.collective.buf),
+                                                    (size_t)in->count, MW_F32, w->gather_bounds);
+        }
+        w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
+        return st;
+    }
+    case MW__I_GATHER_WAIT: {
+        int gi = mw__group_index(w->prog, in->group);
+        if (!w->comm[gi] || !(w->inflight & (1u << gi))) return MW_OK;
+        int64_t t0 = mw__now_ns();
+        w->inflight &= ~(1u << gi);
+        mw_status st = w->prog->reducer->finish(w->comm[gi], w->rank[gi]);
+        w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
+        return st;
+    }
     case MW__I_ALLGATHER:
     case MW__I_REDUCE_SCATTER: {
         /* FSDP: the device at coordinate r along the group's axis owns rows split_lo(r) ..
@@ -213,8 +242,10 @@ mw_status mw__bind_views(worker *w) {
 static mw_phase phase_of(const worker *w, int i) {
     mw__ins_kind k = w->plan.ins[i].kind;
     if (i < w->plan.fwd_end)
-        return k == MW__I_ALLREDUCE || k == MW__I_ALLGATHER ? MW_PHASE_FORWARD_COLLECTIVE
-                                                            : MW_PHASE_FORWARD;
+        return k == MW__I_ALLREDUCE || k == MW__I_ALLGATHER || k == MW__I_GATHER_START ||
+                       k == MW__I_GATHER_WAIT
+                   ? MW_PHASE_FORWARD_COLLECTIVE
+                   : MW_PHASE_FORWARD;
     return k == MW__I_GRAD_BUCKET || k == MW__I_REDUCE_SCATTER ? MW_PHASE_GRAD_REDUCE
                                                                : MW_PHASE_BACKWARD;
 }
@@ -240,8 +271,7 @@ mw_status mw__reductions(worker *w, int finish) {
     for (int gi = 0; w->inflight && gi < w->prog->ngroups && st == MW_OK; gi++) {
         if (!(w->inflight & (1u << gi))) continue;
         if (finish) w->inflight &= ~(1u << gi);
-        st = finish ? r->allreduce_finish(w->comm[gi], w->rank[gi])
-                    : r->progress(w->comm[gi], w->rank[gi]);
+        st = finish ? r->finish(w->comm[gi], w->rank[gi]) : r->progress(w->comm[gi], w->rank[gi]);
     }
     if (finish) {
         double ms = (double)(mw__now_ns() - t0) * 1e-6;

@@ -275,7 +275,10 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
         mw__program_placement(prog, d, &pl);
         mw__plan_target target = {.host_memory = mesh->vt->host_memory,
                                   .bucket_elems = (int64_t)(bucket / 4),
-                                  .bf16_out = mw__backend_bf16_writers(mesh->backend)};
+                                  .bf16_out = mw__backend_bf16_writers(mesh->backend),
+                                  .prefetch_gathers =
+                                      prog->reducer && prog->reducer->all_gather_start &&
+                                      prog->reducer->finish && !prog->cfg.serial_gathers};
         if ((st = mw__plan_build(g, prog->loss, grads, prog->outputs, prog->noutputs, &pl, &target,
                                  &w->plan)))
             return st;

@@ -72,7 +72,10 @@ typedef struct worker {
     const size_t *zslices;
     int zparts;
     size_t *bounds;
-    uint32_t inflight; /* groups with all-reduces started and not finished (bit per group) */
+    uint32_t inflight; /* groups with collectives started and not finished (bit per group) */
+    /* The parts of the all-gather started ahead (GATHER_START), read by the reducer until its
+     * GATHER_WAIT; the plan starts the next only after that. */
+    size_t gather_bounds[MW_MAX_DEVICES + 1];
     mw_status status;
     char msg[MW__MSG_SIZE];
     double reduce_ms; /* of the current command */
@@ -122,6 +125,7 @@ typedef struct mw__program_config {
     mw_precision precision;
     size_t bucket_bytes;
     int pin_threads, blas_threads, collective_timeout_ms, cpu_threads, profile;
+    int serial_gathers; /* mw_trainer_config's: no all-gather started ahead */
 } mw__program_config;
 
 struct mw__program {

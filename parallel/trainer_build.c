@@ -236,7 +236,8 @@ static mw__program_config program_config(const mw_trainer_config *c) {
                                 .blas_threads = c->blas_threads,
                                 .collective_timeout_ms = c->collective_timeout_ms,
                                 .cpu_threads = c->cpu_threads,
-                                .profile = c->profile};
+                                .profile = c->profile,
+                                .serial_gathers = c->serial_gathers};
 }
 
 static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss, mw_mesh *mesh) {

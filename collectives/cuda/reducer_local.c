@@ -19,11 +19,11 @@
  * kernel finishes before the peer returns (step 2 waits), so the trainer's host sees every
  * worker done only once no kernel of the collective runs.
  *
- * Overlapped sums (allreduce_start/allreduce_finish), for the gradient buckets: nothing waits for
+ * Overlapped sums (allreduce_start/finish), for the gradient buckets: nothing waits for
  * the GPU. Each rank records an event on its compute stream and publishes it with its buffer;
  * after barrier 1 rank r's communication stream waits for every rank's event, sums slice r there
  * and records a done event; barrier 2 makes every done event recorded before anyone waits on it.
- * allreduce_finish makes the rank's compute stream wait for every rank's done event. The host only
+ * finish makes the rank's compute stream wait for every rank's done event. The host only
  * meets its peers at barriers, so abort and timeout work as above; every GPU wait is on work
  * already queued, so no stream waits for a peer that never comes. An event is re-recorded only
  * after a later barrier, once every peer has queued its wait on it. reset() and comm_free() wait
@@ -382,7 +382,7 @@ const mw__reducer_vtable mw__reducer_cuda_local = {
     .abort = local_abort,
     .reset = local_reset,
     .allreduce_start = local_allreduce_start,
-    .allreduce_finish = local_allreduce_finish,
+    .finish = local_allreduce_finish,
     .reduce_scatter_sum = local_reduce_scatter_sum,
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,

@@ -100,6 +100,7 @@ struct mw__mpi_exchange {
     MPI_Request *preq;        /* the collectives over parts: their requests */
     size_t npreq;             /* preq's capacity */
     int pcount;               /* requests of the collective over parts running */
+    int pstarted;             /* an all-gather over parts is in flight (started, not waited) */
     int parts_failed;         /* one gave up: MPI may still write into scratch */
 };
 
@@ -276,6 +277,8 @@ static void sum_block(const mw__mpi_exchange *x, xop *op) {
     }
 }
 
+static mw_status progress_parts(mw__mpi_exchange *x);
+
 mw_status mw__mpi_exchange_progress(mw__mpi_exchange *x) {
     int nreq = x->nreq;
     for (int i = 0; i < x->count; i++) {
@@ -306,7 +309,7 @@ mw_status mw__mpi_exchange_progress(mw__mpi_exchange *x) {
         x->head = (x->head + 1) % MW__MPI_MAX_INFLIGHT;
         if (--x->count == 0) x->used = 0;
     }
-    return MW_OK;
+    return progress_parts(x);
 }
 
 /* Makes scratch hold at least floats; only while nothing is in flight. */
@@ -337,9 +340,22 @@ static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_excha
     }
 }
 
+static mw_status test_parts(mw__mpi_exchange *x, int *done);
+
+/* Tests the all-gather over parts in flight, if any. */
+static mw_status progress_parts(mw__mpi_exchange *x) {
+    if (!x->pstarted) return MW_OK;
+    int done = 0;
+    mw_status st = test_parts(x, &done);
+    if (st) x->parts_failed = 1;
+    if (st || done) x->pstarted = 0;
+    if (done) x->coll = "all-reduce";
+    return st;
+}
+
 static mw_status test_inflight(mw__mpi_exchange *x, int *done) {
-    mw_status st = x->count ? mw__mpi_exchange_progress(x) : MW_OK;
-    *done = x->count == 0;
+    mw_status st = x->count ? mw__mpi_exchange_progress(x) : progress_parts(x);
+    *done = x->count == 0 && !x->pstarted;
     return st;
 }
 
@@ -461,5 +477,17 @@ mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_
         off += (size_t)(x->p - 1) * len;
     }
     x->coll = "all-reduce";
+    return st;
+}
+
+mw_status mw__mpi_exchange_gather_start(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+                                        int nparts, const char *what) {
+    mw_status st = mw__mpi_exchange_wait(x, 0);
+    if (st || x->p < 2) return st;
+    x->coll = what;
+    if (!(st = reserve_parts(x, parts, nparts, 0)) && !(st = post_parts(x, buf, parts, nparts, 0)))
+        x->pstarted = x->pcount > 0;
+    if (st) x->parts_failed = 1;
+    if (!x->pstarted) x->coll = "all-reduce"; /* else named in messages until it completes */
     return st;
 }

@@ -70,6 +70,12 @@ typedef struct mw__mpi_part {
 mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
                                  int nparts, int sum, const char *what);
 
+/* The all-gather of mw__mpi_exchange_parts (sum 0) started without waiting: buf must not be
+ * read or written until a wait returned; progress advances it and wait completes it with the
+ * all-reduces in flight. One at a time: starting another collective over parts first waits. */
+mw_status mw__mpi_exchange_gather_start(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+                                        int nparts, const char *what);
+
 /* All-reduces in flight. */
 int mw__mpi_exchange_pending(const mw__mpi_exchange *x);
 

@@ -5,7 +5,7 @@
  * (collectives/nccl/reducer_nccl.c): non-blocking communicators, ncclAllReduce in place on a
  * communication stream of the device's own that waits (an event) for the kernels queued so far
  * on its compute stream, so a gradient bucket is summed while backward goes on
- * (allreduce_start); allreduce_finish polls the communication stream until every sum started
+ * (allreduce_start); finish polls the communication stream until every sum started
  * ran (abort and timeout honoured; a short spin, then naps) and orders the compute stream after
  * them.
  *
@@ -491,7 +491,7 @@ const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .allreduce_sum = nm_allreduce_sum,
     .barrier = nm_barrier,
     .allreduce_start = nm_allreduce_start,
-    .allreduce_finish = nm_allreduce_finish,
+    .finish = nm_allreduce_finish,
     .abort = nm_abort,
     .reset = nm_reset,
     .reduce_scatter_sum = nm_reduce_scatter_sum,

@@ -22,8 +22,10 @@
  * float rounding.
  *
  * Overlap. allreduce_start does moves 1 and starts 2 and returns; progress advances move 2
- * between the caller's other work; allreduce_finish completes move 2 and then does move 3 for
- * every all-reduce started, in order. allreduce_sum is start then finish.
+ * between the caller's other work; finish completes move 2 and then does move 3 for
+ * every all-reduce started, in order. allreduce_sum is start then finish. all_gather_start
+ * likewise collects the process's parts and posts the exchange between processes; progress
+ * advances it, and finish completes it and copies the parts into the other local buffers.
  *
  * Waiting. Only non-blocking MPI is used, polled with MPI_Test, so a leader notices an abort from
  * a local peer and gives up after timeout_ms (MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS when 0). An MPI
@@ -72,6 +74,12 @@ typedef struct hier_comm {
     int *proc_index;      /* rank -> its process's rank among the leaders */
     mw__mpi_part *parts;  /* nranks: the parts of a reduce-scatter or all-gather */
     float **bufs;         /* by local index: buffers published to the other local ranks */
+    /* By local index: the all-gather all_gather_start began (buf NULL: none), whose exchange
+     * between processes and last local move finish completes. */
+    struct gathering {
+        float *buf;
+        const size_t *bounds;
+    } * gathering;
 } hier_comm;
 
 static double now_ms(void) {
@@ -96,6 +104,7 @@ static void hier_comm_free(mw__comm *comm) {
     mw__free(c->proc_index);
     mw__free(c->parts);
     mw__free(c->bufs);
+    mw__free(c->gathering);
     mw__free(c);
 }
 
@@ -148,7 +157,9 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
         c->proc_index = mw__malloc((size_t)nranks * sizeof *c->proc_index);
         c->parts = mw__malloc((size_t)nranks * sizeof *c->parts);
         c->bufs = mw__calloc((size_t)nlocal, sizeof *c->bufs);
-        if (!c->todo || !c->ntodo || !c->proc_index || !c->parts || !c->bufs) goto nomem;
+        c->gathering = mw__calloc((size_t)nlocal, sizeof *c->gathering);
+        if (!c->todo || !c->ntodo || !c->proc_index || !c->parts || !c->bufs || !c->gathering)
+            goto nomem;
         /* The leaders' communicator orders processes by world rank: a rank's process index is
          * the number of processes of the group with a lower world rank (parts[].owner holds
          * whether a rank is its process's first meanwhile). */
@@ -252,21 +263,40 @@ static mw_status check_rank(hier_comm *c, int rank, const char *what) {
     return MW_OK;
 }
 
-/* Move 3 of everything this rank started, after the leader completed move 2. */
+static void copy_part(float *to, const float *from, const size_t *bounds, int r);
+
+/* The last local move of an all-gather, once the leader's buffer holds every part: the other
+ * local ranks copy the parts they lack from it. */
+static mw_status gather_from_leader(hier_comm *c, int rank, float *buf, const size_t *bounds) {
+    int li = c->local_of[rank];
+    mw_status st = mw__reducer_shm.barrier(c->local, li);
+    if (st) return st;
+    for (int r = 0; li != 0 && r < c->nranks; r++)
+        if (r != rank) copy_part(buf, c->bufs[0], bounds, r);
+    return mw__reducer_shm.barrier(c->local, li);
+}
+
+/* Move 3 of everything this rank started, after the leader completed move 2, and the rest of an
+ * all-gather it started. */
 static mw_status hier_allreduce_finish(mw__comm *comm, int rank) {
     hier_comm *c = (hier_comm *)comm;
     mw_status st = check_rank(c, rank, "all-reduce");
-    if (st || !c->multi) return st;
+    if (st) return st;
     int li = c->local_of[rank];
+    if (!c->multi) return c->local ? mw__reducer_shm.finish(c->local, li) : MW_OK;
     if (li == 0 && (st = mw__mpi_exchange_wait(c->x, 1))) {
         if (c->local) mw__reducer_shm.abort(c->local);
+        c->gathering[li].buf = NULL;
         return st;
     }
+    struct gathering g = c->gathering[li];
+    c->gathering[li].buf = NULL;
     if (!c->local) return MW_OK;
     started *todo = c->todo + (size_t)li * MW__MPI_MAX_INFLIGHT;
     for (int i = 0; i < c->ntodo[li] && st == MW_OK; i++)
         st = mw__reducer_shm.broadcast(c->local, li, todo[i].buf, todo[i].n, MW_F32, 0);
     c->ntodo[li] = 0;
+    if (st == MW_OK && g.buf) st = gather_from_leader(c, rank, g.buf, g.bounds);
     return st;
 }
 
@@ -340,6 +370,7 @@ static void hier_reset(mw__comm *comm) {
     if (!c) return;
     if (c->local) mw__reducer_shm.reset(c->local);
     if (c->ntodo) memset(c->ntodo, 0, (size_t)c->nlocal * sizeof *c->ntodo);
+    if (c->gathering) memset(c->gathering, 0, (size_t)c->nlocal * sizeof *c->gathering);
     atomic_store_explicit(&c->aborted, 0, memory_order_release);
 }
 
@@ -403,15 +434,18 @@ static mw_status hier_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *bu
 }
 
 /* The leader collects its process's parts from the local buffers, the leaders exchange every
- * part, and the other local ranks copy the rest from the leader's buffer. */
-static mw_status hier_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
-                                     const size_t *bounds) {
-    hier_comm *c = (hier_comm *)comm;
+ * part, and the other local ranks copy the rest from the leader's buffer. Started (begin), the
+ * exchange is posted and left to progress and finish, which then does the last local move. */
+static mw_status all_gather(hier_comm *c, int rank, float *buf, size_t n, const size_t *bounds,
+                            int begin) {
     mw_status st = enter_parts(c, rank, "all-gather", buf, n, bounds, -1);
     if (st) return st;
     int li = c->local_of[rank];
-    if (!c->multi)
-        return c->local ? mw__reducer_shm.all_gather(c->local, li, buf, n, MW_F32, bounds) : MW_OK;
+    if (!c->multi) {
+        if (!c->local) return MW_OK;
+        return begin ? mw__reducer_shm.all_gather_start(c->local, li, buf, n, MW_F32, bounds)
+                     : mw__reducer_shm.all_gather(c->local, li, buf, n, MW_F32, bounds);
+    }
     if (c->local) {
         c->bufs[li] = buf;
         if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
@@ -419,13 +453,31 @@ static mw_status hier_all_gather_f32(mw__comm *comm, int rank, float *buf, size_
     if (li == 0) {
         for (int r = 0; r < c->nranks; r++)
             if (c->local_of[r] > 0) copy_part(buf, c->bufs[c->local_of[r]], bounds, r);
-        if ((st = leader_parts(c, buf, bounds, c->nranks, 0, "all-gather"))) return st;
+        for (int r = 0; r < c->nranks; r++)
+            c->parts[r] = (mw__mpi_part){bounds[r], bounds[r + 1], c->proc_index[r]};
+        st = begin ? mw__mpi_exchange_gather_start(c->x, buf, c->parts, c->nranks, "all-gather")
+                   : leader_parts(c, buf, NULL, c->nranks, 0, "all-gather");
+        if (st) {
+            if (c->local) mw__reducer_shm.abort(c->local);
+            return st;
+        }
     }
-    if (!c->local) return MW_OK;
-    if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
-    for (int r = 0; li != 0 && r < c->nranks; r++)
-        if (r != rank) copy_part(buf, c->bufs[0], bounds, r);
-    return mw__reducer_shm.barrier(c->local, li);
+    if (begin) {
+        c->gathering[li] = (struct gathering){buf, bounds};
+        return MW_OK;
+    }
+    return c->local ? gather_from_leader(c, rank, buf, bounds) : MW_OK;
+}
+
+static mw_status hier_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t n,
+                                     const size_t *bounds) {
+    return all_gather((hier_comm *)comm, rank, buf, n, bounds, 0);
+}
+
+static mw_status hier_all_gather_start(mw__comm *comm, int rank, void *buf, size_t n,
+                                       mw_dtype dtype, const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("mpi", "all-gather", dtype);
+    return st ? st : all_gather((hier_comm *)comm, rank, buf, n, bounds, 1);
 }
 
 /* In the root's process the local ranks take the root's buffer, its leader sends it to the
@@ -461,10 +513,11 @@ const mw__reducer_vtable mw__reducer_mpi_hier = {
     .barrier = hier_barrier,
     .allreduce_start = hier_allreduce_start,
     .progress = hier_progress,
-    .allreduce_finish = hier_allreduce_finish,
+    .finish = hier_allreduce_finish,
     .abort = hier_abort,
     .reset = hier_reset,
     .reduce_scatter_sum = hier_reduce_scatter_sum,
     .all_gather = hier_all_gather,
     .broadcast = hier_broadcast,
+    .all_gather_start = hier_all_gather_start,
 };

@@ -10,7 +10,7 @@
  * An all-reduce enqueues ncclAllReduce (in place, ncclFloat, ncclSum) on the rank's own
  * communication stream, after an event recorded on the device's compute stream, so the sum
  * follows the kernels that wrote buf while later kernels run beside it (allreduce_start, one
- * event record per gradient bucket). allreduce_finish polls the communication stream until it has
+ * event record per gradient bucket). finish polls the communication stream until it has
  * run every queued sum, then makes the compute stream wait for it; allreduce_sum is the two in
  * one, so when it returns the sum is in buf, as in the other reducers. Determinism: NCCL's result
  * is the same bits on every rank and on every run with the same GPUs, sizes and NCCL settings, but
@@ -459,7 +459,7 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .abort = nccl_abort,
     .reset = nccl_reset,
     .allreduce_start = nccl_allreduce_start,
-    .allreduce_finish = nccl_allreduce_finish,
+    .finish = nccl_allreduce_finish,
     .reduce_scatter_sum = nccl_reduce_scatter_sum,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,

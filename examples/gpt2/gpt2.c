@@ -42,6 +42,7 @@ typedef struct options {
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
     int shard_params;      /* FSDP over the data axis */
     int keep_gathered;     /* FSDP: keep the gathered parameters from forward to backward */
+    int serial_gathers;    /* FSDP: no all-gather started ahead of its use */
     int cpu_threads;       /* mw_trainer_config.cpu_threads */
     int bf16;              /* --precision bf16 */
     int recompute;         /* --recompute: an mw_recompute */
@@ -128,6 +129,8 @@ static void usage(FILE *f) {
         "  --keep-gathered     with --shard-params: keep each gathered parameter from forward to\n"
         "                      backward instead of gathering it again there (more memory, one\n"
         "                      all-gather per parameter and step)\n"
+        "  --serial-gathers    with --shard-params: gather each parameter where it is used, not\n"
+        "                      one layer ahead (less memory; the same results)\n"
         "  --precision P       fp32 (default) or bf16: contractions and attention in bf16 with\n"
         "                      f32 sums, master weights and optimizer state in f32, as PyTorch's\n"
         "                      autocast (on the CPU's AMX or AVX512-BF16 units where it has them)\n"
@@ -279,6 +282,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->shard_params = 1;
         } else if (strcmp(arg, "--keep-gathered") == 0) {
             o->keep_gathered = 1;
+        } else if (strcmp(arg, "--serial-gathers") == 0) {
+            o->serial_gathers = 1;
         } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
                 fprintf(stderr, "gpt2: --precision %s: expected fp32 or bf16\n", v);
@@ -685,7 +690,8 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                              .cpu_threads = o->cpu_threads,
                              .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
                              .recompute = (mw_recompute)o->recompute,
-                             .keep_gathered = o->keep_gathered};
+                             .keep_gathered = o->keep_gathered,
+                             .serial_gathers = o->serial_gathers};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 

@@ -1386,7 +1386,7 @@ Test(gpu, nccl_reset_after_an_abandoned_sum) {
     mw__reducer_nccl.reset(comm);
     float *out = zeros((int64_t)n);
     OK(mw__reducer_nccl.allreduce_start(comm, 0, d, n, MW_F32));
-    OK(mw__reducer_nccl.allreduce_finish(comm, 0));
+    OK(mw__reducer_nccl.finish(comm, 0));
     OK(gpu.vt->download(&gpu, out, d, n * sizeof(float)));
     expect_equal("nccl sum of one rank after reset", out, in, (int64_t)n);
     mw__reducer_nccl.comm_free(comm);

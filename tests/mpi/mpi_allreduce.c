@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
             st = R->allreduce_start(comm, me, bufs[k], sizes[k], MW_F32);
             if (st == MW_OK) st = R->progress(comm, me);
         }
-        if (st == MW_OK) st = R->allreduce_finish(comm, me);
+        if (st == MW_OK) st = R->finish(comm, me);
         for (size_t k = 0; k < NSIZES && st == MW_OK; k++) {
             size_t bad = check(bufs[k], sizes[k], procs, (int)k + 100 * round);
             printf("[rank %d] overlapped, round %d, %zu floats: %zu elements differ\n", me, round,
@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     for (int j = 0; j < MANY; j++) fill(many[j], 3, me, 5000 + j);
     for (int j = 0; j < MANY && st == MW_OK; j++)
         st = R->allreduce_start(comm, me, many[j], 3, MW_F32);
-    if (st == MW_OK) st = R->allreduce_finish(comm, me);
+    if (st == MW_OK) st = R->finish(comm, me);
     for (int j = 0; j < MANY && st == MW_OK; j++)
         if (check(many[j], 3, procs, 5000 + j)) {
             printf("[rank %d] %d in flight: all-reduce %d differs\n", me, MANY, j);

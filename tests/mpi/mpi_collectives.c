@@ -117,6 +117,25 @@ static mw_status rank_checks(rank_job *j, float *ar, float *buf) {
                           c, i);
             for (size_t i = 0; i < b[0]; i++)
                 CHECK(buf[i] == value(r, i, salt + 1), "all-gather wrote outside the parts");
+            /* Started (FSDP's prefetch), progressed, and finished; with every other cut an
+             * all-reduce started meanwhile, its result then that of a blocking one. */
+            fill(buf, n, r, salt + 2);
+            fill(ar, n, r, salt + 3);
+            if ((st = R->all_gather_start(comm, r, buf, n, MW_F32, b))) return st;
+            if (R->progress && (st = R->progress(comm, r))) return st;
+            if (c % 2 == 0 && (st = R->allreduce_start(comm, r, ar, n, MW_F32))) return st;
+            if (R->progress && (st = R->progress(comm, r))) return st;
+            if ((st = R->finish(comm, r))) return st;
+            for (int q = 0; q < nranks; q++)
+                for (size_t i = b[q]; i < b[q + 1]; i++)
+                    CHECK(buf[i] == value(q, i, salt + 2),
+                          "started all-gather n %zu cut %d element %zu", n, c, i);
+            if (c % 2 != 0) continue;
+            fill(buf, n, r, salt + 3);
+            if ((st = R->allreduce_sum(comm, r, buf, n, MW_F32))) return st;
+            for (size_t i = 0; i < n; i++)
+                CHECK(same(buf[i], ar[i]),
+                      "all-reduce beside a started all-gather n %zu element %zu", n, i);
         }
         for (int root = 0; root<nranks; root += nranks - 1> 0 ? nranks - 1 : 1) {
             fill(buf, n, r, (int)k + 500);

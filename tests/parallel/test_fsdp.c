@@ -17,6 +17,8 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "parallel/program.h"
+#include "parallel/trainer_impl.h"
 
 #define BATCH 12
 #define IN 6
@@ -256,7 +258,7 @@ static const gpt2_config gcfg = {
 
 typedef struct gpt2_opts {
     const char *devices, *axes, *model; /* the batch is sharded over X */
-    int fsdp, zero1, bf16, accumulate, keep, recompute;
+    int fsdp, zero1, bf16, accumulate, keep, recompute, serial;
 } gpt2_opts;
 
 /* The losses of GSTEPS steps and three parameters after them (h1.fcprojw, wte, h0.qkvw). */
@@ -275,6 +277,7 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
                            .grad_accumulation = o->accumulate,
                            .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
                            .keep_gathered = o->keep,
+                           .serial_gathers = o->serial,
                            .recompute = o->recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s: %s", o->devices,
                  mw_last_error());
@@ -318,6 +321,11 @@ Test(fsdp, gpt2_bitwise_equal_to_replicated, .timeout = 300) {
          .axes = "X",
          .model = NULL,
          .recompute = 1}, /* every block recomputed */
+        {.devices = "cpu:2",
+         .axes = "X",
+         .model = NULL,
+         .serial = 1}, /* no gather started ahead (the others prefetch) */
+        {.devices = "cpu:4", .axes = "X", .model = NULL, .recompute = 1, .serial = 1},
         /* beside tensor parallelism: the layer norms' gradients, partial over both axes, are
          * summed over Y first and then in X's buckets, as with the parameters replicated */
         {.devices = "cpu:4", .axes = "X=2,Y=2", .model = "Y"},
@@ -407,7 +415,7 @@ Test(fsdp, gathered_again_in_backward_unless_kept) {
  * buffers are packed knowing their lifetimes, so FSDP needs no more activation memory than the
  * replicated model (the logits and one gathered table at once). Before packing, the loss settled
  * in the first gather's hole and the second gather went on top. */
-static void tied_memory(int fsdp, mw_device_memory *mem) {
+static void tied_memory(int fsdp, int serial, mw_device_memory *mem) {
     static const gpt2_config big = {.layers = 2,
                                     .heads = 4,
                                     .channels = 64,
@@ -424,7 +432,8 @@ static void tied_memory(int fsdp, mw_device_memory *mem) {
     cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
     mw_trainer_config c = {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f},
-        .recompute = MW_RECOMPUTE_BLOCKS};
+        .recompute = MW_RECOMPUTE_BLOCKS,
+        .serial_gathers = serial};
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s", mw_last_error());
     cr_assert_eq(mw_trainer_memory(tr, 0, mem), MW_OK);
     mw_trainer_free(tr);
@@ -433,12 +442,90 @@ static void tied_memory(int fsdp, mw_device_memory *mem) {
 }
 
 Test(fsdp, a_tied_embedding_needs_no_more_activation_memory) {
-    mw_device_memory rep, fs;
-    tied_memory(0, &rep);
-    tied_memory(1, &fs);
+    mw_device_memory rep, fs, ahead;
+    tied_memory(0, 1, &rep);
+    tied_memory(1, 1, &fs);
+    tied_memory(1, 0, &ahead);
     /* The table (8192 x 64) is the largest parameter: split, it is half on each device. */
     cr_assert_lt(fs.parameters, rep.parameters * 3 / 4);
     cr_assert_leq(fs.activations, rep.activations,
                   "FSDP %lld bytes of activations, replicated %lld", (long long)fs.activations,
                   (long long)rep.activations);
+    /* Prefetching keeps one more gathered copy alive where memory peaks: here exactly one of the
+     * MLP's 64 x 256 weights. */
+    cr_assert_leq(ahead.activations, rep.activations + 64 * 256 * 4,
+                  "prefetching FSDP %lld bytes of activations, replicated %lld",
+                  (long long)ahead.activations, (long long)rep.activations);
+    cr_assert_gt(ahead.activations, fs.activations, "nothing was gathered ahead");
+}
+
+/* The plan of a GPT-2 FSDP step (cpu:2) with gathers started ahead or not. */
+static void prefetch_plan(int serial, int recompute, void (*check)(const mw__plan *, void *),
+                          void *arg) {
+    mw_graph *g;
+    gpt2_graph gg;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    cr_assert_eq(gpt2_build_fsdp(g, &gcfg, GB, GT, "X", NULL, "X", &gg), MW_OK, "%s",
+                 mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
+    mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.1f},
+                           .serial_gathers = serial,
+                           .recompute = recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
+    cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s", mw_last_error());
+    check(&tr->prog->w[0].plan, arg);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+typedef struct gather_counts {
+    int whole, started,
+        overlapped; /* ALLGATHER; GATHER_START; starts with a GEMM before the wait */
+} gather_counts;
+
+/* Every GATHER_START is completed by the next gather instruction, a GATHER_WAIT of its group in
+ * the same pass (forward or backward), before any other gather starts. */
+static void count_gathers(const mw__plan *p, void *arg) {
+    gather_counts *n = arg;
+    for (int i = 0; i < p->nins; i++) {
+        const mw__ins *in = &p->ins[i];
+        n->whole += in->kind == MW__I_ALLGATHER;
+        cr_assert_neq(in->kind, MW__I_GATHER_WAIT, "instruction %d: a wait with no start", i);
+        if (in->kind != MW__I_GATHER_START) continue;
+        n->started++;
+        int j = i + 1, gemms = 0;
+        for (; j < p->nins; j++) {
+            mw__ins_kind k = p->ins[j].kind;
+            gemms += k == MW__I_GEMM;
+            if (k == MW__I_ALLGATHER || k == MW__I_GATHER_START || k == MW__I_GATHER_WAIT) break;
+        }
+        cr_assert_lt(j, p->nins, "instruction %d: a start never waited for", i);
+        cr_assert_eq(p->ins[j].kind, MW__I_GATHER_WAIT, "instruction %d: started, then %d", i,
+                     (int)p->ins[j].kind);
+        cr_assert_eq(p->ins[j].group, in->group);
+        cr_assert_eq(p->ins[j].ref.collective.buf.off, in->ref.collective.buf.off);
+        cr_assert_eq(i < p->fwd_end, j < p->fwd_end, "instructions %d and %d span the passes", i,
+                     j);
+        n->overlapped += gemms > 0;
+        i = j;
+    }
+}
+
+Test(fsdp, each_gather_is_started_where_the_one_before_completes) {
+    for (int recompute = 0; recompute <= 1; recompute++) {
+        gather_counts serial = {0}, ahead = {0};
+        prefetch_plan(1, recompute, count_gathers, &serial);
+        prefetch_plan(0, recompute, count_gathers, &ahead);
+        cr_assert_eq(serial.started, 0);
+        cr_assert_gt(serial.whole, 0);
+        /* The same gathers; only the first of each pass waits where it starts. */
+        cr_assert_eq(ahead.whole + ahead.started, serial.whole, "recompute %d", recompute);
+        cr_assert_leq(ahead.whole, 2, "recompute %d: %d gathers not started ahead", recompute,
+                      ahead.whole);
+        /* Most overlap a contraction (a layer's matmul runs while the next weight arrives). */
+        cr_assert_geq(ahead.overlapped * 2, ahead.started, "recompute %d: %d of %d", recompute,
+                      ahead.overlapped, ahead.started);
+    }
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collectives/reducer.h"
 #include "core/error.h"
@@ -20,8 +21,10 @@ static const mw__reducer_vtable *R = &mw__reducer_shm;
 typedef struct rank_job {
     pthread_t thread;
     mw__comm *comm;
-    int rank, op; /* op: 0 reduce-scatter, 1 all-gather, 2 all-reduce */
-    float *buf;
+    /* op: 0 reduce-scatter, 1 all-gather, 2 all-reduce, 3 all-gather started and finished after
+     * rank milliseconds of other work, 4 all-gather started then an all-reduce of buf2 */
+    int rank, op;
+    float *buf, *buf2;
     size_t n;
     size_t bounds[MAXP + 1];
     mw_status st;
@@ -33,8 +36,17 @@ static void *rank_main(void *arg) {
         j->st = R->reduce_scatter_sum(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
     else if (j->op == 1)
         j->st = R->all_gather(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
-    else
+    else if (j->op == 2)
         j->st = R->allreduce_sum(j->comm, j->rank, j->buf, j->n, MW_F32);
+    else if ((j->st = R->all_gather_start(j->comm, j->rank, j->buf, j->n, MW_F32, j->bounds)))
+        return NULL;
+    if (j->op == 3) {
+        struct timespec nap = {0, (long)j->rank * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    if (j->op == 4 && (j->st = R->allreduce_sum(j->comm, j->rank, j->buf2, j->n, MW_F32)))
+        return NULL;
+    if (j->op >= 3) j->st = R->finish(j->comm, j->rank);
     return NULL;
 }
 
@@ -215,5 +227,121 @@ Test(reducer_rs, parts_outside_the_buffer_are_refused, .timeout = 60) {
     cr_assert_eq(R->all_gather(comm, 0, x, 4, MW_F32, down), MW_ERR_INVALID);
     R->reset(comm);
     cr_assert_eq(R->all_gather(comm, 0, x, 4, MW_F32, NULL), MW_ERR_INVALID);
+    R->comm_free(comm);
+}
+
+/* Split in two (FSDP's prefetch), the gather gives the blocking one's result while the ranks
+ * finish it at different times, round after round, mixed with blocking gathers. */
+Test(reducer_rs, a_started_gather_equals_the_gather, .timeout = 60) {
+    for (int p = 2; p <= MAXP; p++) {
+        size_t n = 4099 + (size_t)p, b[MAXP + 1];
+        slices(n, p, b);
+        mw__comm *comm = new_comm(p);
+        rank_job j[MAXP] = {{0}};
+        fill(j, p, n);
+        for (int round = 0; round < 4; round++) {
+            run(comm, p, j, round % 2 ? 1 : 3, b);
+            for (int r = 0; r < p; r++) {
+                cr_assert_eq(j[r].st, MW_OK, "%s", mw_last_error());
+                for (int q = 0; q < p; q++)
+                    for (size_t i = b[q]; i < b[q + 1]; i++)
+                        cr_assert(j[r].buf[i] == input(q, i), "p %d rank %d element %zu", p, r, i);
+            }
+        }
+        cr_assert_eq(R->finish(comm, 0), MW_OK, "finish with nothing started");
+        release(j, p);
+        R->comm_free(comm);
+    }
+}
+
+/* A collective called while a gather is in flight completes the gather first: both results as
+ * if run one after the other. */
+Test(reducer_rs, another_collective_completes_a_started_gather, .timeout = 60) {
+    int p = 3;
+    size_t n = 2000, b[MAXP + 1];
+    slices(n, p, b);
+    rank_job j[MAXP] = {{0}}, ar[MAXP] = {{0}};
+    mw__comm *comm = open_two(p, n, j, ar);
+    for (int r = 0; r < p; r++) {
+        j[r].buf2 = malloc(n * sizeof(float));
+        memcpy(j[r].buf2, ar[r].buf, n * sizeof(float));
+    }
+    run(comm, p, j, 4, b);
+    run(comm, p, ar, 2, NULL);
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(j[r].st, MW_OK, "%s", mw_last_error());
+        for (int q = 0; q < p; q++)
+            for (size_t i = b[q]; i < b[q + 1]; i++)
+                cr_assert(j[r].buf[i] == input(q, i), "rank %d element %zu", r, i);
+        cr_assert(memcmp(j[r].buf2, ar[r].buf, n * sizeof(float)) == 0, "rank %d", r);
+        free(j[r].buf2);
+    }
+    release(j, p);
+    release(ar, p);
+    R->comm_free(comm);
+}
+
+static void *short_start_main(void *arg) {
+    rank_job *j = arg;
+    size_t n = j->rank == 1 ? j->n - 1 : j->n; /* rank 1 passes a shorter buffer */
+    if (j->rank == 1) j->bounds[2] = n;
+    j->st = R->all_gather_start(j->comm, j->rank, j->buf, n, MW_F32, j->bounds);
+    if (j->st == MW_OK) j->st = R->finish(j->comm, j->rank);
+    return NULL;
+}
+
+/* Ranks that started gathers of different lengths fail when they finish, every one of them,
+ * before any copies a part. */
+Test(reducer_rs, started_gathers_of_different_lengths_fail_everywhere, .timeout = 60) {
+    int p = 2;
+    mw__comm *comm = new_comm(p);
+    rank_job j[MAXP] = {{0}};
+    fill(j, p, 64);
+    for (int r = 0; r < p; r++) {
+        j[r].comm = comm;
+        j[r].rank = r;
+        slices(64, p, j[r].bounds);
+        cr_assert_eq(pthread_create(&j[r].thread, NULL, short_start_main, &j[r]), 0);
+    }
+    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d", r);
+        for (size_t i = 0; i < 64; i++) cr_assert(j[r].buf[i] == input(r, i), "rank %d", r);
+    }
+    release(j, p);
+    R->comm_free(comm);
+}
+
+static void *abort_soon(void *arg) {
+    struct timespec nap = {0, 50 * 1000000L};
+    nanosleep(&nap, NULL);
+    R->abort(arg);
+    return NULL;
+}
+
+/* A rank whose peer never arrives: its started gather returns at once, its finish gives up
+ * on the abort; after a reset the communicator gathers again. */
+Test(reducer_rs, an_abort_reaches_a_started_gather, .timeout = 60) {
+    int p = 2;
+    size_t n = 256, b[MAXP + 1];
+    slices(n, p, b);
+    mw__comm *comm = new_comm(p);
+    rank_job j[MAXP] = {{0}};
+    fill(j, p, n);
+    cr_assert_eq(R->all_gather_start(comm, 0, j[0].buf, n, MW_F32, b), MW_OK);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, abort_soon, comm), 0);
+    cr_assert_eq(R->finish(comm, 0), MW_ERR_ABORTED);
+    cr_assert(strstr(mw_last_error(), "all-gather aborted"), "%s", mw_last_error());
+    cr_assert(strstr(mw_last_error(), "rank 1"), "%s", mw_last_error());
+    pthread_join(t, NULL);
+    for (size_t i = 0; i < n; i++) cr_assert(j[0].buf[i] == input(0, i));
+    R->reset(comm);
+    run(comm, p, j, 3, b);
+    for (int r = 0; r < p; r++) {
+        cr_assert_eq(j[r].st, MW_OK, "%s", mw_last_error());
+        for (size_t i = b[1]; i < b[2]; i++) cr_assert(j[r].buf[i] == input(1, i));
+    }
+    release(j, p);
     R->comm_free(comm);
 }
