@@ -92,11 +92,12 @@ typedef struct mw__reducer_vtable {
     mw_status (*broadcast)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype, int root);
     /* Optional (NULL in a reducer without it): all_gather split in two, so that a rank can keep
      * computing while a parameter is gathered (FSDP's prefetch). all_gather_start begins it and
-     * returns without waiting for the peers; buf and bounds must stay valid and buf unread and
-     * unwritten until finish returned, which completes it with everything else this rank
-     * started. progress, where the reducer has it, advances it too. At most one all-gather is in
-     * flight per rank and communicator; any other collective on the communicator completes it
-     * first. Results and errors are those of all_gather. */
+     * returns without waiting for the peers (on a reducer of device memory it is queued after
+     * the work queued so far on the rank's device, as allreduce_start's sum); buf and bounds must
+     * stay valid and buf unread and unwritten until finish returned, which completes it with
+     * everything else this rank started. progress, where the reducer has it, advances it too. At
+     * most one all-gather is in flight per rank and communicator; any other collective on the
+     * communicator completes it first. Results and errors are those of all_gather. */
     mw_status (*all_gather_start)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
                                   const size_t *bounds);
 } mw__reducer_vtable;

@@ -60,20 +60,18 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
 #undef RUN
     case MW__I_COUNT: break;
     case MW__I_GATHER_START: {
-        /* Prefetch: queued behind the kernels that wrote the rows, where the reducer works on
-         * the device; completed by the GATHER_WAIT where the parameter is used. */
+        /* Prefetch: with no wait for the device (a reducer of device memory queues the gather
+         * behind the kernels that wrote the rows, as it queues a bucket's sum); completed by the
+         * GATHER_WAIT where the parameter is used. */
         int gi = mw__group_index(w->prog, in->group);
         if (!w->comm[gi]) return MW_OK;
         for (int r = 0; r <= in->parts; r++)
             w->gather_bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
         int64_t t0 = mw__now_ns();
-        mw_status st = vt->sync(dev);
-        if (st == MW_OK) {
-            w->inflight |= 1u << gi;
-            st = w->prog->reducer->all_gather_start(w->comm[gi], w->rank[gi],
-                                                    mw__ptr(w, in->ref.collective.buf),
-                                                    (size_t)in->count, MW_F32, w->gather_bounds);
-        }
+        w->inflight |= 1u << gi;
+        mw_status st = w->prog->reducer->all_gather_start(
+            w->comm[gi], w->rank[gi], mw__ptr(w, in->ref.collective.buf), (size_t)in->count, MW_F32,
+            w->gather_bounds);
         w->reduce_ms += (double)(mw__now_ns() - t0) * 1e-6;
         return st;
     }

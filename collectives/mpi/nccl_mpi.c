@@ -452,6 +452,14 @@ static mw_status nm_all_gather_f32(mw__comm *comm, int rank, float *buf, size_t 
     return st ? st : nm_allreduce_finish(comm, rank);
 }
 
+/* Queued like an overlapped sum; finish completes it with them (FSDP's prefetch). */
+static mw_status nm_all_gather_start(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
+                                     const size_t *bounds) {
+    mw_status st = mw__reducer_dtype("nccl-mpi", "all-gather", dtype);
+    return st ? st
+              : start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 1, 0);
+}
+
 static mw_status nm_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     mw_status st = start_op((nccl_mpi_comm *)comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, 0, root);
     return st ? st : nm_allreduce_finish(comm, rank);
@@ -497,6 +505,7 @@ const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .reduce_scatter_sum = nm_reduce_scatter_sum,
     .all_gather = nm_all_gather,
     .broadcast = nm_broadcast,
+    .all_gather_start = nm_all_gather_start,
 };
 
 #else

@@ -20,6 +20,7 @@
  * Reduce-scatter all-reduces the whole buffer (the part then holds the all-reduce's bits, which
  * ncclReduceScatter would not promise); all-gather broadcasts each part from its owner, and
  * broadcast is ncclBroadcast, both queued like the all-reduce (collectives/nccl/collectives.c).
+ * all_gather_start queues the all-gather as allreduce_start queues a sum, for finish.
  *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
@@ -412,6 +413,15 @@ static mw_status nccl_all_gather_f32(mw__comm *comm, int rank, float *buf, size_
     return nccl_copies(comm, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 0);
 }
 
+/* Queued like an overlapped sum; finish completes it with them (FSDP's prefetch). */
+static mw_status nccl_all_gather_start(mw__comm *comm, int rank, void *buf, size_t n,
+                                       mw_dtype dtype, const size_t *bounds) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = mw__reducer_dtype("nccl", "all-gather", dtype);
+    if (st || (st = enter_call(c, rank, 1, MW__NCCL_ALL_GATHER, buf, n, bounds, 1, 0))) return st;
+    return start_op(c, rank, MW__NCCL_ALL_GATHER, buf, n, bounds, 0);
+}
+
 static mw_status nccl_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     return nccl_copies(comm, rank, MW__NCCL_BROADCAST, buf, n, NULL, root);
 }
@@ -463,4 +473,5 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .reduce_scatter_sum = nccl_reduce_scatter_sum,
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
+    .all_gather_start = nccl_all_gather_start,
 };

@@ -2,7 +2,8 @@
  * through main.c's gate: skipped without a GPU, failed then when MESHWIT_REQUIRE_GPU=1): the
  * cuda-local reducer (devices sharing GPU 0) and NCCL (one rank on GPU 0; several ranks where
  * there are several GPUs), each collective against its definition with even, uneven and empty
- * parts, a reduce-scatter's part bitwise the all-reduce's there, abort and timeout then reset as
+ * parts (the all-gather also started and finished where the reducer can), a reduce-scatter's
+ * part bitwise the all-reduce's there, abort and timeout then reset as
  * for the all-reduce (ZeRO-1 training on them: tests/gpu/test_gpu_trainer.c). */
 #include <criterion/criterion.h>
 
@@ -23,7 +24,7 @@
 
 #define MAXR 4
 
-enum op { AR, RS, AG, BC };
+enum op { AR, RS, AG, BC, AGS }; /* AGS: all_gather_start, then finish */
 
 typedef struct ranks {
     int p;
@@ -75,6 +76,10 @@ static void *job_main(void *arg) {
     case AR: j->st = R->allreduce_sum(c, j->rank, j->buf, j->n, MW_F32); break;
     case RS: j->st = R->reduce_scatter_sum(c, j->rank, j->buf, j->n, MW_F32, j->bounds); break;
     case AG: j->st = R->all_gather(c, j->rank, j->buf, j->n, MW_F32, j->bounds); break;
+    case AGS:
+        j->st = R->all_gather_start(c, j->rank, j->buf, j->n, MW_F32, j->bounds);
+        if (j->st == MW_OK) j->st = R->finish(c, j->rank);
+        break;
     default: j->st = R->broadcast(c, j->rank, j->buf, j->n, MW_F32, j->root); break;
     }
     snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
@@ -149,6 +154,16 @@ static void check_collectives(ranks *k, size_t n, const size_t *b, int rank_orde
                 cr_assert(same(got[(size_t)r * n + i], input(q, i, 2)),
                           "%s %d ranks n %zu: all-gather rank %d element %zu is not rank %d's",
                           k->R->name, p, n, r, i, q);
+    if (k->R->all_gather_start) { /* started ahead (FSDP's prefetch), then finished */
+        run_op(k, AGS, n, b, 0, 4, got);
+        for (int r = 0; r < p; r++)
+            for (int q = 0; q < p; q++)
+                for (size_t i = b[q]; i < b[q + 1]; i++)
+                    cr_assert(same(got[(size_t)r * n + i], input(q, i, 4)),
+                              "%s %d ranks n %zu: started all-gather rank %d element %zu is not "
+                              "rank %d's",
+                              k->R->name, p, n, r, i, q);
+    }
     for (int root = 0; root < p; root++) {
         run_op(k, BC, n, NULL, root, 3, got);
         for (int r = 0; r < p; r++)
