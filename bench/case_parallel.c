@@ -5,8 +5,9 @@
  * and without ZeRO-1; one device and data parallel with every transformer block's activations
  * recomputed in backward (mw_trainer_config.recompute: blocks, and dots, which keeps the
  * contractions' outputs); FSDP (every large parameter split over X, gathered where used,
- * gradients reduce-scattered) on 2 and 4 devices beside data parallel on 4, FSDP with
- * recomputation, and FSDP x tensor. Each reports ms/step, tokens/s and what one device holds:
+ * gradients reduce-scattered; each gather started where the one before completes, and, for the
+ * comparison, each where used: serial gathers) on 2 and 4 devices beside data parallel on 4, FSDP
+ * with recomputation, and FSDP x tensor. Each reports ms/step, tokens/s and what one device holds:
  * parameters, gradients, optimizer state and activations. Then (not with --quick: tens of seconds
  * a step on a few cores) GPT-2 124M at context 1024, batch 4 on cpu:4: data parallel beside FSDP
  * with every block recomputed, the layout that fits a device's share in under 1 GB.
@@ -30,25 +31,28 @@ typedef struct config {
     int zero1;
     mw_recompute recompute;
     int fsdp;
+    int serial; /* FSDP: mw_trainer_config.serial_gathers (no gather started ahead) */
 } config;
 
 static const config configs[] = {
-    {"single device", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
-    {"data parallel", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
-    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, MW_RECOMPUTE_NONE, 0},
-    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, MW_RECOMPUTE_NONE, 0},
-    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 0},
-    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, MW_RECOMPUTE_NONE, 0},
-    {"single + recompute", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0},
-    {"single + recompute dots", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0},
-    {"data + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0},
-    {"data + recompute dots", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0},
-    {"FSDP", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1},
-    {"FSDP + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1},
-    {"data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
-    {"FSDP", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1},
-    {"FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1},
-    {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 1},
+    {"single device", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"data parallel", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"data + ZeRO-1", "cpu:2", "X", "X", NULL, 1, MW_RECOMPUTE_NONE, 0, 0},
+    {"tensor parallel", "cpu:2", "Y", NULL, "Y", 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"data x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"data x tensor + ZeRO-1", "cpu:4", "X=2,Y=2", "X", "Y", 1, MW_RECOMPUTE_NONE, 0, 0},
+    {"single + recompute", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0, 0},
+    {"single + recompute dots", "cpu:1", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0, 0},
+    {"data + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0, 0},
+    {"data + recompute dots", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0, 0},
+    {"FSDP", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 0},
+    {"FSDP, serial gathers", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
+    {"FSDP + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1, 0},
+    {"data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"FSDP", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 0},
+    {"FSDP, serial gathers", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
+    {"FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1, 0},
+    {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 1, 0},
 };
 
 /* GPT-2 124M at its full context. */
@@ -57,8 +61,8 @@ static const config configs[] = {
 #define BIG_STEPS 1
 
 static const config big_configs[] = {
-    {"124M data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0},
-    {"124M FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1},
+    {"124M data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0, 0},
+    {"124M FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1, 0},
 };
 
 /* The model and run of a table. */
@@ -130,7 +134,8 @@ static int run_config(mwb_ctx *ctx, const config *c, const table *t, double *bas
                             .model_axis = c->model,
                             .shard_optimizer = c->zero1,
                             .recompute = c->recompute,
-                            .shard_params = c->fsdp};
+                            .shard_params = c->fsdp,
+                            .serial_gathers = c->serial};
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
         if (!r.ok) {
@@ -158,6 +163,7 @@ static int run_config(mwb_ctx *ctx, const config *c, const table *t, double *bas
         mwb_record_num(&rec, "zero1", c->zero1);
         mwb_record_str(&rec, "recompute", recompute_name(c->recompute));
         mwb_record_num(&rec, "fsdp", c->fsdp);
+        mwb_record_num(&rec, "serial_gathers", c->serial);
         mwb_record_num(&rec, "batch", batch);
         mwb_record_num(&rec, "seq", seq);
         mwb_record_num(&rec, "ms_per_step", r.ms);
