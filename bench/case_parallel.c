@@ -46,11 +46,11 @@ static const config configs[] = {
     {"data + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 0, 0},
     {"data + recompute dots", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_DOTS, 0, 0},
     {"FSDP", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 0},
-    {"FSDP, serial gathers", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
+    {"FSDP serial gathers", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
     {"FSDP + recompute", "cpu:2", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1, 0},
     {"data parallel", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 0, 0},
     {"FSDP", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 0},
-    {"FSDP, serial gathers", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
+    {"FSDP serial gathers", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_NONE, 1, 1},
     {"FSDP + recompute", "cpu:4", "X", "X", NULL, 0, MW_RECOMPUTE_BLOCKS, 1, 0},
     {"FSDP x tensor", "cpu:4", "X=2,Y=2", "X", "Y", 0, MW_RECOMPUTE_NONE, 1, 0},
 };
