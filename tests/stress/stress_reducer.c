@@ -1,5 +1,6 @@
 /* Stress for the shared-memory reducer, meant to run under ThreadSanitizer: thousands of
- * all-reduces, reduce-scatters, all-gathers, broadcasts and barriers of random sizes (0 .. ~100k
+ * all-reduces, reduce-scatters, all-gathers (blocking, and started then finished after a delay),
+ * broadcasts and barriers of random sizes (0 .. ~100k
  * floats) with random delays on every rank, for 2, 3 and 4 ranks, plus rounds where a rank fails or
  * the host aborts at a random moment.
  *
@@ -34,7 +35,8 @@ typedef struct round_plan {
     int op[ROUND_LEN];   /* enum op */
 } round_plan;
 
-enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
+/* OP_GATHER_STARTED: all_gather_start, a delay, then finish (FSDP's prefetch). */
+enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_GATHER_STARTED };
 
 typedef struct shared {
     const mw__reducer_vtable *red;
@@ -95,7 +97,8 @@ static float value(int rank, size_t i, int salt) {
 /* What rank `rank` puts into element i before a collective: its value, except that an
  * all-gather's input outside the rank's own part is junk the collective must overwrite. */
 static float input(int op, int rank, size_t i, int salt, const size_t *bounds) {
-    if (op == OP_ALL_GATHER && (i < bounds[rank] || i >= bounds[rank + 1])) return -1.0f;
+    int gather = op == OP_ALL_GATHER || op == OP_GATHER_STARTED;
+    if (gather && (i < bounds[rank] || i >= bounds[rank + 1])) return -1.0f;
     return value(rank, i, salt);
 }
 
@@ -104,7 +107,7 @@ static float expected(const shared *sh, int op, int rank, size_t i, int salt,
                       const size_t *bounds) {
     int owner = 0;
     while (i >= bounds[owner + 1]) owner++;
-    if (op == OP_ALL_GATHER) return value(owner, i, salt);
+    if (op == OP_ALL_GATHER || op == OP_GATHER_STARTED) return value(owner, i, salt);
     if (op == OP_BROADCAST) return value(salt % sh->p, i, salt); /* the root */
     if (op == OP_REDUCE_SCATTER && owner != rank) return value(rank, i, salt);
     float want = 0;
@@ -139,6 +142,11 @@ static void *rank_main(void *arg) {
             mw_status st;
             if (n == SIZE_MAX) {
                 st = sh->red->barrier(sh->comm, a->rank);
+            } else if (op == OP_GATHER_STARTED) {
+                for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
+                st = sh->red->all_gather_start(sh->comm, a->rank, buf, n, MW_F32, bounds);
+                jitter(&a->rng);
+                if (st == MW_OK) st = sh->red->finish(sh->comm, a->rank);
             } else {
                 for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
                 st = op == OP_REDUCE_SCATTER
@@ -212,7 +220,7 @@ static int run(int p, int nrounds, uint64_t seed) {
         plan->victim_at = (int)(next(&rng) % ROUND_LEN);
         for (int k = 0; k < ROUND_LEN; k++) {
             plan->n[k] = random_len(&rng);
-            plan->op[k] = (int)(next(&rng) % 4);
+            plan->op[k] = (int)(next(&rng) % 5);
         }
     }
     pthread_barrier_init(&sh.round_end, NULL, (unsigned)p + 1);
