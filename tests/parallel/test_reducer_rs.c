@@ -154,6 +154,8 @@ Test(reducer_rs, uneven_and_empty_parts, .timeout = 60) {
     check_reduce_scatter(2, 0, none);
 }
 
+/* Blocking, and split in two (FSDP's prefetch: started, then finished by each rank after its
+ * own delay), round after round. */
 Test(reducer_rs, all_gather_assembles_every_part, .timeout = 60) {
     for (int p = 2; p <= MAXP; p++) {
         size_t n = 3001 + (size_t)p, b[MAXP + 1];
@@ -161,8 +163,8 @@ Test(reducer_rs, all_gather_assembles_every_part, .timeout = 60) {
         mw__comm *comm = new_comm(p);
         rank_job j[MAXP] = {{0}};
         fill(j, p, n); /* rank r's buffer holds input(r, .) everywhere: its part is the truth */
-        for (int round = 0; round < 3; round++) {
-            run(comm, p, j, 1, b);
+        for (int round = 0; round < 4; round++) {
+            run(comm, p, j, round % 2 ? 3 : 1, b);
             for (int r = 0; r < p; r++) {
                 cr_assert_eq(j[r].st, MW_OK, "%s", mw_last_error());
                 for (int q = 0; q < p; q++)
@@ -170,6 +172,7 @@ Test(reducer_rs, all_gather_assembles_every_part, .timeout = 60) {
                         cr_assert(j[r].buf[i] == input(q, i), "p %d rank %d element %zu", p, r, i);
             }
         }
+        cr_assert_eq(R->finish(comm, 0), MW_OK, "finish with nothing started");
         release(j, p);
         R->comm_free(comm);
     }
@@ -199,21 +202,34 @@ static void *disagree_main(void *arg) {
     return NULL;
 }
 
-Test(reducer_rs, parts_that_ranks_disagree_on_fail_everywhere, .timeout = 60) {
+/* Runs fn on p threads, rank r's job with comm, rank r and the even slices of its n floats. */
+static void run_each(mw__comm *comm, int p, rank_job *j, void *(*fn)(void *)) {
+    for (int r = 0; r < p; r++) {
+        j[r].comm = comm;
+        j[r].rank = r;
+        slices(j[r].n, p, j[r].bounds);
+        cr_assert_eq(pthread_create(&j[r].thread, NULL, fn, &j[r]), 0);
+    }
+    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
+}
+
+/* Two ranks that call fn fail with MW_ERR_INVALID, both, their buffers untouched. */
+static void refused_everywhere(void *(*fn)(void *)) {
     int p = 2;
     mw__comm *comm = new_comm(p);
     rank_job j[MAXP] = {{0}};
     fill(j, p, 64);
+    run_each(comm, p, j, fn);
     for (int r = 0; r < p; r++) {
-        j[r].comm = comm;
-        j[r].rank = r;
-        slices(64, p, j[r].bounds);
-        cr_assert_eq(pthread_create(&j[r].thread, NULL, disagree_main, &j[r]), 0);
+        cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d", r);
+        for (size_t i = 0; i < 64; i++) cr_assert(j[r].buf[i] == input(r, i), "rank %d", r);
     }
-    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
-    for (int r = 0; r < p; r++) cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d", r);
     release(j, p);
     R->comm_free(comm);
+}
+
+Test(reducer_rs, parts_that_ranks_disagree_on_fail_everywhere, .timeout = 60) {
+    refused_everywhere(disagree_main);
 }
 
 Test(reducer_rs, parts_outside_the_buffer_are_refused, .timeout = 60) {
@@ -228,30 +244,6 @@ Test(reducer_rs, parts_outside_the_buffer_are_refused, .timeout = 60) {
     R->reset(comm);
     cr_assert_eq(R->all_gather(comm, 0, x, 4, MW_F32, NULL), MW_ERR_INVALID);
     R->comm_free(comm);
-}
-
-/* Split in two (FSDP's prefetch), the gather gives the blocking one's result while the ranks
- * finish it at different times, round after round, mixed with blocking gathers. */
-Test(reducer_rs, a_started_gather_equals_the_gather, .timeout = 60) {
-    for (int p = 2; p <= MAXP; p++) {
-        size_t n = 4099 + (size_t)p, b[MAXP + 1];
-        slices(n, p, b);
-        mw__comm *comm = new_comm(p);
-        rank_job j[MAXP] = {{0}};
-        fill(j, p, n);
-        for (int round = 0; round < 4; round++) {
-            run(comm, p, j, round % 2 ? 1 : 3, b);
-            for (int r = 0; r < p; r++) {
-                cr_assert_eq(j[r].st, MW_OK, "%s", mw_last_error());
-                for (int q = 0; q < p; q++)
-                    for (size_t i = b[q]; i < b[q + 1]; i++)
-                        cr_assert(j[r].buf[i] == input(q, i), "p %d rank %d element %zu", p, r, i);
-            }
-        }
-        cr_assert_eq(R->finish(comm, 0), MW_OK, "finish with nothing started");
-        release(j, p);
-        R->comm_free(comm);
-    }
 }
 
 /* A collective called while a gather is in flight completes the gather first: both results as
@@ -293,23 +285,7 @@ static void *short_start_main(void *arg) {
 /* Ranks that started gathers of different lengths fail when they finish, every one of them,
  * before any copies a part. */
 Test(reducer_rs, started_gathers_of_different_lengths_fail_everywhere, .timeout = 60) {
-    int p = 2;
-    mw__comm *comm = new_comm(p);
-    rank_job j[MAXP] = {{0}};
-    fill(j, p, 64);
-    for (int r = 0; r < p; r++) {
-        j[r].comm = comm;
-        j[r].rank = r;
-        slices(64, p, j[r].bounds);
-        cr_assert_eq(pthread_create(&j[r].thread, NULL, short_start_main, &j[r]), 0);
-    }
-    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
-    for (int r = 0; r < p; r++) {
-        cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d", r);
-        for (size_t i = 0; i < 64; i++) cr_assert(j[r].buf[i] == input(r, i), "rank %d", r);
-    }
-    release(j, p);
-    R->comm_free(comm);
+    refused_everywhere(short_start_main);
 }
 
 static void *abort_soon(void *arg) {
