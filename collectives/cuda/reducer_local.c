@@ -31,7 +31,8 @@
  *
  * Reduce-scatter, all-gather and broadcast take the blocking all-reduce's three steps
  * (local_collective); a reduce-scatter's part is summed by the all-reduce's kernel, so it holds
- * the all-reduce's bits. */
+ * the all-reduce's bits. A started all-gather (all_gather_start, FSDP's prefetch) is queued like
+ * an overlapped sum, its copies on the communication stream. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +351,47 @@ static mw_status local_all_gather_f32(mw__comm *comm, int rank, float *buf, size
     return local_collective(comm, rank, LOCAL_ALL_GATHER, buf, n, bounds, 0);
 }
 
+/* As the overlapped sum (allreduce_start): after barrier 1 the rank's communication stream waits
+ * for every rank's ready event and copies the other ranks' parts out of their buffers, then
+ * records its done event; barrier 2; finish makes the compute stream wait for every done event,
+ * so no rank writes its part again before every peer has copied it. */
+static mw_status local_all_gather_start(mw__comm *comm, int rank, void *vbuf, size_t n,
+                                        mw_dtype dtype, const size_t *bounds) {
+    local_comm *c = as_local(comm);
+    float *buf = vbuf;
+    mw_status st = mw__reducer_dtype("cuda-local", "all-gather", dtype);
+    if (st || (st = check_call(c, rank, buf, n))) return st;
+    if (mw__bad_bounds(bounds, c->nranks, n)) {
+        mw__reducer_shm.abort(c->sync);
+        return mw__error(MW_ERR_INVALID,
+                         "all-gather (cuda-local): rank %d passed no parts, or parts outside the "
+                         "buffer",
+                         rank);
+    }
+    mw__device *dev = c->devs[rank];
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    if (e == cudaSuccess)
+        e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_services.stream(dev));
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
+    if ((st = publish_call(c, rank, "all-gather", buf, n, bounds, 0)) || n == 0 || c->nranks == 1)
+        return st;
+    cudaStream_t s = c->streams[rank];
+    for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
+        e = cudaStreamWaitEvent(s, c->ready[q], 0);
+    for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
+        if (q != rank && bounds[q] < bounds[q + 1])
+            e = cudaMemcpyAsync(buf + bounds[q], c->bufs[q] + bounds[q],
+                                (bounds[q + 1] - bounds[q]) * sizeof *buf, cudaMemcpyDeviceToDevice,
+                                s);
+    if (e == cudaSuccess) e = cudaEventRecord(c->done[rank], s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = mw__error(MW_ERR_DEVICE, "all-gather (cuda-local): %s: queuing the copies failed: %s",
+                       dev->name, cudaGetErrorString(e));
+    }
+    return close_sum(c, rank, st); /* barrier 2: every done event is recorded */
+}
+
 static mw_status local_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t n, int root) {
     return local_collective(comm, rank, LOCAL_BROADCAST, buf, n, NULL, root);
 }
@@ -386,4 +428,5 @@ const mw__reducer_vtable mw__reducer_cuda_local = {
     .reduce_scatter_sum = local_reduce_scatter_sum,
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,
+    .all_gather_start = local_all_gather_start,
 };

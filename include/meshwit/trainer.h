@@ -210,11 +210,11 @@ typedef struct mw_trainer_config {
      * whole parameters; ZeRO-2-like). Either way the same bits. */
     int keep_gathered;
     /* FSDP's prefetch. By default (0), where the mesh's reducer can start an all-gather and
-     * complete it later (shared memory, MPI and NCCL; not yet devices sharing one GPU), each
-     * parameter's all-gather is started where the one before it completes and waited for where
-     * the parameter is used, so the next layer's parameters arrive while this layer computes;
-     * its copy is alive one layer longer. Non-zero: each all-gather runs where its parameter is
-     * used. Either way the same bits. */
+     * complete it later (every reducer of meshwit: shared memory, MPI, NCCL, devices sharing
+     * one GPU), each parameter's all-gather is started where the one before it completes and waited
+     * for where the parameter is used, so the next layer's parameters arrive while this layer
+     * computes; its copy is alive one layer longer. Non-zero: each all-gather runs where its
+     * parameter is used. Either way the same bits. */
     int serial_gathers;
 } mw_trainer_config;
 
