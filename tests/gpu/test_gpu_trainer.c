@@ -285,9 +285,10 @@ Test(gpu_trainer, bf16_gpt2_matches_the_cpu_in_bf16) {
     close_model(&m);
 }
 
-/* FSDP over two logical devices of one GPU: the all-gathers and reduce-scatters on CUDA, and the
- * exact gradient norm on both devices, give the replicated run's bits (clipping at 1.0 included),
- * and the CPU's losses and parameters to its rounding. */
+/* FSDP over two logical devices of one GPU: the all-gathers (each started one ahead, on the
+ * communication stream) and reduce-scatters on CUDA, and the exact gradient norm on both devices,
+ * give the replicated run's bits (clipping at 1.0 included), and the CPU's losses and parameters
+ * to its rounding. */
 Test(gpu_trainer, fsdp_equals_the_replicated_run) {
     need_gpu();
     tensor t[MAX_TENSORS];
