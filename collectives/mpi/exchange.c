@@ -458,15 +458,22 @@ static mw_status reserve_parts(mw__mpi_exchange *x, const mw__mpi_part *parts, i
     return MW_OK;
 }
 
-mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+/* Completes what is in flight, then posts a collective over parts, named what in messages. */
+static mw_status post_collective(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
                                  int nparts, int sum, const char *what) {
     mw_status st = mw__mpi_exchange_wait(x, 0);
-    if (st || x->p < 2) return st;
+    if (st) return st;
     x->coll = what;
-    if (!(st = reserve_parts(x, parts, nparts, sum)) &&
-        !(st = post_parts(x, buf, parts, nparts, sum)))
-        st = poll_until(x, test_parts);
+    if (!(st = reserve_parts(x, parts, nparts, sum))) st = post_parts(x, buf, parts, nparts, sum);
     if (st) x->parts_failed = 1; /* receives may still land in scratch */
+    return st;
+}
+
+mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
+                                 int nparts, int sum, const char *what) {
+    if (x->p < 2) return mw__mpi_exchange_wait(x, 0);
+    mw_status st = post_collective(x, buf, parts, nparts, sum, what);
+    if (!st && (st = poll_until(x, test_parts))) x->parts_failed = 1;
     size_t off = 0;
     for (int j = 0; sum && !st && j < nparts; j++) {
         size_t len = parts[j].hi - parts[j].lo;
@@ -482,12 +489,9 @@ mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_
 
 mw_status mw__mpi_exchange_gather_start(mw__mpi_exchange *x, float *buf, const mw__mpi_part *parts,
                                         int nparts, const char *what) {
-    mw_status st = mw__mpi_exchange_wait(x, 0);
-    if (st || x->p < 2) return st;
-    x->coll = what;
-    if (!(st = reserve_parts(x, parts, nparts, 0)) && !(st = post_parts(x, buf, parts, nparts, 0)))
-        x->pstarted = x->pcount > 0;
-    if (st) x->parts_failed = 1;
+    if (x->p < 2) return mw__mpi_exchange_wait(x, 0);
+    mw_status st = post_collective(x, buf, parts, nparts, 0, what);
+    x->pstarted = !st && x->pcount > 0;
     if (!x->pstarted) x->coll = "all-reduce"; /* else named in messages until it completes */
     return st;
 }

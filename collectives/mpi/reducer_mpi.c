@@ -396,12 +396,14 @@ static mw_status enter_parts(hier_comm *c, int rank, const char *what, const flo
 }
 
 /* The leader's exchange over the processes of the first nparts of c->parts, or, with bounds,
- * of every rank's part; a failure releases the local ranks, which wait. */
+ * of every rank's part; begun (an all-gather, sum 0) it is left to progress and finish. A failure
+ * releases the local ranks, which wait. */
 static mw_status leader_parts(hier_comm *c, float *buf, const size_t *bounds, int nparts, int sum,
-                              const char *what) {
+                              int begin, const char *what) {
     for (int r = 0; bounds && r < c->nranks; r++)
         c->parts[r] = (mw__mpi_part){bounds[r], bounds[r + 1], c->proc_index[r]};
-    mw_status st = mw__mpi_exchange_parts(c->x, buf, c->parts, nparts, sum, what);
+    mw_status st = begin ? mw__mpi_exchange_gather_start(c->x, buf, c->parts, nparts, what)
+                         : mw__mpi_exchange_parts(c->x, buf, c->parts, nparts, sum, what);
     if (st && c->local) mw__reducer_shm.abort(c->local);
     return st;
 }
@@ -425,7 +427,8 @@ static mw_status hier_reduce_scatter_sum_f32(mw__comm *comm, int rank, float *bu
         return c->local ? mw__reducer_shm.reduce_scatter_sum(c->local, li, buf, n, MW_F32, bounds)
                         : MW_OK;
     if (c->local && (st = mw__reducer_shm.allreduce_sum(c->local, li, buf, n, MW_F32))) return st;
-    if (li == 0 && (st = leader_parts(c, buf, bounds, c->nranks, 1, "reduce-scatter"))) return st;
+    if (li == 0 && (st = leader_parts(c, buf, bounds, c->nranks, 1, 0, "reduce-scatter")))
+        return st;
     if (!c->local) return MW_OK;
     if (li == 0) c->bufs[0] = buf;
     if ((st = mw__reducer_shm.barrier(c->local, li))) return st;
@@ -453,14 +456,7 @@ static mw_status all_gather(hier_comm *c, int rank, float *buf, size_t n, const 
     if (li == 0) {
         for (int r = 0; r < c->nranks; r++)
             if (c->local_of[r] > 0) copy_part(buf, c->bufs[c->local_of[r]], bounds, r);
-        for (int r = 0; r < c->nranks; r++)
-            c->parts[r] = (mw__mpi_part){bounds[r], bounds[r + 1], c->proc_index[r]};
-        st = begin ? mw__mpi_exchange_gather_start(c->x, buf, c->parts, c->nranks, "all-gather")
-                   : leader_parts(c, buf, NULL, c->nranks, 0, "all-gather");
-        if (st) {
-            if (c->local) mw__reducer_shm.abort(c->local);
-            return st;
-        }
+        if ((st = leader_parts(c, buf, bounds, c->nranks, 0, begin, "all-gather"))) return st;
     }
     if (begin) {
         c->gathering[li] = (struct gathering){buf, bounds};
@@ -495,7 +491,7 @@ static mw_status hier_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t
         return st;
     if (li == 0) {
         c->parts[0] = (mw__mpi_part){0, n, c->proc_index[root]};
-        if ((st = leader_parts(c, buf, NULL, 1, 0, "broadcast"))) return st;
+        if ((st = leader_parts(c, buf, NULL, 1, 0, 0, "broadcast"))) return st;
     }
     if (c->local && local_root < 0)
         return mw__reducer_shm.broadcast(c->local, li, buf, n, MW_F32, 0);
