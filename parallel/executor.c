@@ -40,6 +40,13 @@ static void resolve(worker *w, const mw__ins *in, union mw__kernel *k) {
     }
 }
 
+/* FSDP's collectives: the device at coordinate r along the group's axis owns rows split_lo(r) ..
+ * split_lo(r + 1) of the buffer; bounds (in->parts + 1) gets their offsets in elements. */
+static void row_parts(const mw__ins *in, size_t *bounds) {
+    for (int r = 0; r <= in->parts; r++)
+        bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
+}
+
 /* Runs instruction in with its resolved kernel k. */
 static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     const mw__device_vtable *vt = w->dev.vt;
@@ -65,8 +72,7 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
          * GATHER_WAIT where the parameter is used. */
         int gi = mw__group_index(w->prog, in->group);
         if (!w->comm[gi]) return MW_OK;
-        for (int r = 0; r <= in->parts; r++)
-            w->gather_bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
+        row_parts(in, w->gather_bounds);
         int64_t t0 = mw__now_ns();
         w->inflight |= 1u << gi;
         mw_status st = w->prog->reducer->all_gather_start(
@@ -86,13 +92,10 @@ static mw_status run_ins(worker *w, const mw__ins *in, union mw__kernel *k) {
     }
     case MW__I_ALLGATHER:
     case MW__I_REDUCE_SCATTER: {
-        /* FSDP: the device at coordinate r along the group's axis owns rows split_lo(r) ..
-         * split_lo(r + 1) of the buffer. */
         int gi = mw__group_index(w->prog, in->group);
         if (!w->comm[gi]) return MW_OK; /* a group of one device */
         size_t bounds[MW_MAX_DEVICES + 1];
-        for (int r = 0; r <= in->parts; r++)
-            bounds[r] = (size_t)(mw__split_lo(in->rows, in->parts, r) * in->row_elems);
+        row_parts(in, bounds);
         int64_t t0 = mw__now_ns();
         const mw__reducer_vtable *r = w->prog->reducer;
         void *buf = mw__ptr(w, in->ref.collective.buf);
