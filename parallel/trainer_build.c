@@ -54,11 +54,6 @@ static mw_status own_gradients(mw_trainer *tr) {
     return g->status ? mw__error_copy(g->status, g->error) : MW_OK;
 }
 
-/* With parameters split over mesh axes that shard no input (model axes), a gradient that is
- * partial over those axes (a replicated parameter whose gradient flows through a split layer,
- * e.g. a layer norm before it) is first summed over them alone; afterwards every gradient is
- * partial over the data axes only, so the gradient buckets (and ZeRO-1's slices) are those of one
- * group, and both modes of the optimizer sum every gradient in the same order. */
 /* The graph mesh names some parameter is split over (a bit each). */
 static uint32_t param_splits(const mw_graph *g) {
     uint32_t split = 0;
@@ -70,6 +65,11 @@ static uint32_t param_splits(const mw_graph *g) {
     return split;
 }
 
+/* With parameters split over mesh axes that shard no input (model axes), a gradient that is
+ * partial over those axes (a replicated parameter whose gradient flows through a split layer,
+ * e.g. a layer norm before it) is first summed over them alone; afterwards every gradient is
+ * partial over the data axes only, so the gradient buckets (and ZeRO-1's slices) are those of one
+ * group, and both modes of the optimizer sum every gradient in the same order. */
 static mw_status reduce_over_model_axes(mw_trainer *tr) {
     mw_graph *g = tr->prog->g;
     uint32_t data = 0;
