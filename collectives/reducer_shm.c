@@ -328,9 +328,6 @@ static int step_ready(void *arg) {
            (w->deadline > 0 && now_ns() > w->deadline);
 }
 
-/* Takes this rank's next step. A refusable step gives up (abort or timeout) unless the step
- * completed; a committed step always completes, since its peers are past the last refusable
- * step and wait for nobody. Returns MW_OK when every rank has arrived. */
 /* The first half of a step: this rank arrives (refused once the communicator was aborted) and
  * goes on without waiting for its peers. */
 static mw_status arrive(mw__comm *c, int rank, int op, int refusable) {
@@ -405,7 +402,10 @@ static mw_status await_step(mw__comm *c, int rank, int op, int refusable) {
     }
 }
 
-/* Takes this rank's next step: arrives, then waits for its peers. */
+/* Takes this rank's next step: arrives, then waits for its peers. A refusable step gives up
+ * (abort or timeout) unless the step completed; a committed step always completes, since its
+ * peers are past the last refusable step and wait for nobody. Returns MW_OK when every rank has
+ * arrived. */
 static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
     mw_status st = arrive(c, rank, op, refusable);
     return st ? st : await_step(c, rank, op, refusable);
@@ -442,14 +442,20 @@ static mw_status same_calls(mw__comm *c, int op, int parity) {
     return MW_OK;
 }
 
+/* Publishes this rank's call and arrives at its refusable first step, without waiting. */
+static mw_status announce(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
+                          const size_t *bounds, int root) {
+    rank_state *me = &c->ranks[rank];
+    me->pub[(me->step + 1) & 1] = (desc){buf, n, op, dtype, bounds, root};
+    return arrive(c, rank, op, 1);
+}
+
 /* Publishes this rank's call, takes a refusable step and checks the calls. */
 static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
                             const size_t *bounds, int root) {
-    rank_state *me = &c->ranks[rank];
-    int parity = (int)((me->step + 1) & 1);
-    me->pub[parity] = (desc){buf, n, op, dtype, bounds, root};
-    mw_status st = take_step(c, rank, op, 1);
-    return st ? st : same_calls(c, op, parity);
+    mw_status st = announce(c, rank, op, buf, n, dtype, bounds, root);
+    if (st == MW_OK) st = await_step(c, rank, op, 1);
+    return st ? st : same_calls(c, op, (int)(c->ranks[rank].step & 1));
 }
 
 static mw_status enter(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
@@ -646,10 +652,8 @@ static mw_status shm_all_gather_start(mw__comm *c, int rank, void *buf, size_t n
     mw_status st = gather_args(c, rank, buf, n, dtype, bounds);
     if (st != MW_OK) return st;
     if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
-    rank_state *me = &c->ranks[rank];
-    me->pub[(me->step + 1) & 1] = (desc){buf, n, OP_ALL_GATHER, dtype, bounds, 0};
-    if ((st = arrive(c, rank, OP_ALL_GATHER, 1)) != MW_OK) return st;
-    me->pending = 1;
+    if ((st = announce(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds, 0)) != MW_OK) return st;
+    c->ranks[rank].pending = 1;
     return MW_OK;
 }
 
