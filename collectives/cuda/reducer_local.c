@@ -287,13 +287,14 @@ static mw_status local_allreduce_finish(mw__comm *comm, int rank) {
 
 enum local_op { LOCAL_REDUCE_SCATTER, LOCAL_ALL_GATHER, LOCAL_BROADCAST };
 
-/* On the rank's compute stream: to[lo, hi) = from[lo, hi), device to device. */
-static mw_status copy_range(local_comm *c, int rank, float *to, const float *from, size_t lo,
-                            size_t hi) {
+/* On stream s of the rank (its compute stream when NULL): to[lo, hi) = from[lo, hi), device to
+ * device. */
+static mw_status copy_range(local_comm *c, int rank, cudaStream_t s, float *to, const float *from,
+                            size_t lo, size_t hi) {
     if (hi <= lo || to == from) return MW_OK;
+    if (!s) s = (cudaStream_t)mw__cuda_services.stream(c->devs[rank]);
     cudaError_t e =
-        cudaMemcpyAsync(to + lo, from + lo, (hi - lo) * sizeof *to, cudaMemcpyDeviceToDevice,
-                        (cudaStream_t)mw__cuda_services.stream(c->devs[rank]));
+        cudaMemcpyAsync(to + lo, from + lo, (hi - lo) * sizeof *to, cudaMemcpyDeviceToDevice, s);
     if (e == cudaSuccess) return MW_OK;
     (void)cudaGetLastError();
     return mw__error(MW_ERR_DEVICE, "%s: copying between the ranks' buffers failed: %s",
@@ -304,26 +305,43 @@ static mw_status copy_range(local_comm *c, int rank, float *to, const float *fro
  * every buffer with the all-reduce's kernel (so the part holds the all-reduce's bits, and the
  * other buffers receive the sum there too), an all-gather copies each other rank's part from
  * its owner's buffer, and a broadcast copies the root's buffer. */
-static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, float *buf, size_t n,
-                                  const size_t *bounds, int root) {
-    static const char *const names[] = {"reduce-scatter", "all-gather", "broadcast"};
-    local_comm *c = as_local(comm);
+static const char *const op_names[] = {"reduce-scatter", "all-gather", "broadcast"};
+
+/* check_call, then the parts (or the root) of op; a bad one aborts, as the peers would wait. */
+static mw_status check_op(local_comm *c, int rank, enum local_op op, const float *buf, size_t n,
+                          const size_t *bounds, int root) {
     mw_status st = check_call(c, rank, buf, n);
     if (st) return st;
-    if (op == LOCAL_BROADCAST ? root < 0 || root >= c->nranks
-                              : mw__bad_bounds(bounds, c->nranks, n)) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error(MW_ERR_INVALID, "%s (cuda-local): rank %d passed %s", names[op], rank,
-                         op == LOCAL_BROADCAST ? "a root out of range"
-                                               : "no parts, or parts outside the buffer");
-    }
+    if (op == LOCAL_BROADCAST ? root >= 0 && root < c->nranks
+                              : !mw__bad_bounds(bounds, c->nranks, n))
+        return MW_OK;
+    mw__reducer_shm.abort(c->sync);
+    return mw__error(MW_ERR_INVALID, "%s (cuda-local): rank %d passed %s", op_names[op], rank,
+                     op == LOCAL_BROADCAST ? "a root out of range"
+                                           : "no parts, or parts outside the buffer");
+}
+
+/* Every other rank's part of an all-gather, copied on stream s (NULL: the compute stream). */
+static mw_status copy_parts(local_comm *c, int rank, cudaStream_t s, float *buf,
+                            const size_t *bounds) {
+    mw_status st = MW_OK;
+    for (int q = 0; q < c->nranks && !st; q++)
+        if (q != rank) st = copy_range(c, rank, s, buf, c->bufs[q], bounds[q], bounds[q + 1]);
+    return st;
+}
+
+static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, float *buf, size_t n,
+                                  const size_t *bounds, int root) {
+    local_comm *c = as_local(comm);
+    mw_status st = check_op(c, rank, op, buf, n, bounds, root);
+    if (st) return st;
     mw__device *dev = c->devs[rank];
     /* Sums this rank started complete first; then its buffer must be complete for the peers. */
     if ((st = local_allreduce_finish(comm, rank)) || (st = dev->vt->sync(dev))) {
         mw__reducer_shm.abort(c->sync);
         return st;
     }
-    if ((st = publish_call(c, rank, names[op], buf, n, op == LOCAL_BROADCAST ? NULL : bounds,
+    if ((st = publish_call(c, rank, op_names[op], buf, n, op == LOCAL_BROADCAST ? NULL : bounds,
                            op == LOCAL_BROADCAST ? root : 0)) ||
         n == 0 || c->nranks == 1)
         return st;
@@ -331,12 +349,9 @@ static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, fl
         return close_sum(
             c, rank,
             mw__cuda_services.sum_slices(dev, c->bufs, c->nranks, bounds[rank], bounds[rank + 1]));
-    for (int q = 0; q < c->nranks && !st; q++) {
-        if (op == LOCAL_ALL_GATHER && q != rank)
-            st = copy_range(c, rank, buf, c->bufs[q], bounds[q], bounds[q + 1]);
-        if (op == LOCAL_BROADCAST && q == root && q != rank)
-            st = copy_range(c, rank, buf, c->bufs[q], 0, n);
-    }
+    if (op == LOCAL_ALL_GATHER) st = copy_parts(c, rank, NULL, buf, bounds);
+    if (op == LOCAL_BROADCAST && root != rank)
+        st = copy_range(c, rank, NULL, buf, c->bufs[root], 0, n);
     if (!st) st = dev->vt->sync(dev); /* the copies are done before a peer may go on */
     return close_sum(c, rank, st);
 }
@@ -360,14 +375,7 @@ static mw_status local_all_gather_start(mw__comm *comm, int rank, void *vbuf, si
     local_comm *c = as_local(comm);
     float *buf = vbuf;
     mw_status st = mw__reducer_dtype("cuda-local", "all-gather", dtype);
-    if (st || (st = check_call(c, rank, buf, n))) return st;
-    if (mw__bad_bounds(bounds, c->nranks, n)) {
-        mw__reducer_shm.abort(c->sync);
-        return mw__error(MW_ERR_INVALID,
-                         "all-gather (cuda-local): rank %d passed no parts, or parts outside the "
-                         "buffer",
-                         rank);
-    }
+    if (st || (st = check_op(c, rank, LOCAL_ALL_GATHER, buf, n, bounds, 0))) return st;
     mw__device *dev = c->devs[rank];
     cudaError_t e = cudaSetDevice(dev->ordinal);
     if (e == cudaSuccess)
@@ -378,17 +386,11 @@ static mw_status local_all_gather_start(mw__comm *comm, int rank, void *vbuf, si
     cudaStream_t s = c->streams[rank];
     for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
         e = cudaStreamWaitEvent(s, c->ready[q], 0);
-    for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
-        if (q != rank && bounds[q] < bounds[q + 1])
-            e = cudaMemcpyAsync(buf + bounds[q], c->bufs[q] + bounds[q],
-                                (bounds[q + 1] - bounds[q]) * sizeof *buf, cudaMemcpyDeviceToDevice,
-                                s);
-    if (e == cudaSuccess) e = cudaEventRecord(c->done[rank], s);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = mw__error(MW_ERR_DEVICE, "all-gather (cuda-local): %s: queuing the copies failed: %s",
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
+    st = copy_parts(c, rank, s, buf, bounds);
+    if (st == MW_OK && (e = cudaEventRecord(c->done[rank], s)) != cudaSuccess)
+        st = mw__error(MW_ERR_DEVICE, "all-gather (cuda-local): %s: cudaEventRecord failed: %s",
                        dev->name, cudaGetErrorString(e));
-    }
     return close_sum(c, rank, st); /* barrier 2: every done event is recorded */
 }
 
