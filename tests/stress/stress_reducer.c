@@ -140,15 +140,15 @@ static void *rank_main(void *arg) {
                 break;
             }
             mw_status st;
+            for (size_t i = 0; n != SIZE_MAX && i < n; i++)
+                buf[i] = input(op, a->rank, i, salt, bounds);
             if (n == SIZE_MAX) {
                 st = sh->red->barrier(sh->comm, a->rank);
             } else if (op == OP_GATHER_STARTED) {
-                for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
                 st = sh->red->all_gather_start(sh->comm, a->rank, buf, n, MW_F32, bounds);
                 jitter(&a->rng);
                 if (st == MW_OK) st = sh->red->finish(sh->comm, a->rank);
             } else {
-                for (size_t i = 0; i < n; i++) buf[i] = input(op, a->rank, i, salt, bounds);
                 st = op == OP_REDUCE_SCATTER
                          ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, MW_F32, bounds)
                      : op == OP_ALL_GATHER
