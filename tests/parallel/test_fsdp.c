@@ -410,6 +410,29 @@ Test(fsdp, gathered_again_in_backward_unless_kept) {
     cr_assert_lt(both.activations, again.activations);
 }
 
+/* A GPT-2 trainer of `model` on cpu:2, the batch over X and, with fsdp, its parameters too,
+ * given to fn with arg, then freed. */
+static void with_gpt2_trainer(const gpt2_config *model, int fsdp, const mw_trainer_config *c,
+                              void (*fn)(mw_trainer *, void *), void *arg) {
+    mw_graph *g;
+    gpt2_graph gg;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    cr_assert_eq(gpt2_build_fsdp(g, model, GB, GT, "X", NULL, fsdp ? "X" : NULL, &gg), MW_OK, "%s",
+                 mw_graph_error(g));
+    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, c, &tr), MW_OK, "%s", mw_last_error());
+    fn(tr, arg);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+static void read_memory(mw_trainer *tr, void *mem) {
+    cr_assert_eq(mw_trainer_memory(tr, 0, mem), MW_OK);
+}
+
 /* A tied embedding under FSDP with every block recomputed: the table is gathered for the
  * embedding, freed, gathered again for the output layer and again in backward, and the step's
  * buffers are packed knowing their lifetimes, so FSDP needs no more activation memory than the
@@ -422,23 +445,11 @@ static void tied_memory(int fsdp, int serial, mw_device_memory *mem) {
                                     .max_seq = 32,
                                     .vocab = 8192,
                                     .padded_vocab = 8192};
-    mw_graph *g;
-    gpt2_graph gg;
-    mw_mesh *mesh;
-    mw_trainer *tr;
-    cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build_fsdp(g, &big, GB, GT, "X", NULL, fsdp ? "X" : NULL, &gg), MW_OK, "%s",
-                 mw_graph_error(g));
-    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
     mw_trainer_config c = {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f},
         .recompute = MW_RECOMPUTE_BLOCKS,
         .serial_gathers = serial};
-    cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_memory(tr, 0, mem), MW_OK);
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(g);
+    with_gpt2_trainer(&big, fsdp, &c, read_memory, mem);
 }
 
 Test(fsdp, a_tied_embedding_needs_no_more_activation_memory) {
@@ -459,35 +470,16 @@ Test(fsdp, a_tied_embedding_needs_no_more_activation_memory) {
     cr_assert_gt(ahead.activations, fs.activations, "nothing was gathered ahead");
 }
 
-/* The plan of a GPT-2 FSDP step (cpu:2) with gathers started ahead or not. */
-static void prefetch_plan(int serial, int recompute, void (*check)(const mw__plan *, void *),
-                          void *arg) {
-    mw_graph *g;
-    gpt2_graph gg;
-    mw_mesh *mesh;
-    mw_trainer *tr;
-    cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build_fsdp(g, &gcfg, GB, GT, "X", NULL, "X", &gg), MW_OK, "%s",
-                 mw_graph_error(g));
-    cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
-    mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.1f},
-                           .serial_gathers = serial,
-                           .recompute = recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
-    cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s", mw_last_error());
-    check(&tr->prog->w[0].plan, arg);
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(g);
-}
-
 typedef struct gather_counts {
     int whole, started,
         overlapped; /* ALLGATHER; GATHER_START; starts with a GEMM before the wait */
 } gather_counts;
 
-/* Every GATHER_START is completed by the next gather instruction, a GATHER_WAIT of its group in
- * the same pass (forward or backward), before any other gather starts. */
-static void count_gathers(const mw__plan *p, void *arg) {
+/* In device 0's plan, every GATHER_START is completed by the next gather instruction, a
+ * GATHER_WAIT of its group in the same pass (forward or backward), before any other gather
+ * starts. */
+static void count_gathers(mw_trainer *tr, void *arg) {
+    const mw__plan *p = &tr->prog->w[0].plan;
     gather_counts *n = arg;
     for (int i = 0; i < p->nins; i++) {
         const mw__ins *in = &p->ins[i];
@@ -516,8 +508,12 @@ static void count_gathers(const mw__plan *p, void *arg) {
 Test(fsdp, each_gather_is_started_where_the_one_before_completes) {
     for (int recompute = 0; recompute <= 1; recompute++) {
         gather_counts serial = {0}, ahead = {0};
-        prefetch_plan(1, recompute, count_gathers, &serial);
-        prefetch_plan(0, recompute, count_gathers, &ahead);
+        mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.1f},
+                               .recompute = recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
+        c.serial_gathers = 1;
+        with_gpt2_trainer(&gcfg, 1, &c, count_gathers, &serial);
+        c.serial_gathers = 0;
+        with_gpt2_trainer(&gcfg, 1, &c, count_gathers, &ahead);
         cr_assert_eq(serial.started, 0);
         cr_assert_gt(serial.whole, 0);
         /* The same gathers; only the first of each pass waits where it starts. */
