@@ -121,60 +121,58 @@ int mwb_case_parallel(mwb_ctx *ctx) {
 /* One configuration: measured in its own process, printed and emitted. */
 static int run_config(mwb_ctx *ctx, const config *c, const table *t, double *base, int first) {
     int batch = t->batch, seq = t->seq;
-    {
-        mwb_gpt2_setup s = {.model = t->model,
-                            .batch = batch,
-                            .seq = seq,
-                            .devices = c->devices,
-                            .warmup = WARMUP,
-                            .repeats = t->repeats,
-                            .steps = t->steps,
-                            .mesh_axes = c->mesh,
-                            .data_axis = c->data,
-                            .model_axis = c->model,
-                            .shard_optimizer = c->zero1,
-                            .recompute = c->recompute,
-                            .shard_params = c->fsdp,
-                            .serial_gathers = c->serial};
-        mwb_gpt2_result r;
-        mwb_gpt2_measure(&s, &r);
-        if (!r.ok) {
-            fprintf(stderr, "parallel: %s on %s: %s\n", c->name, c->devices, r.error);
-            return 1;
-        }
-        if (first) *base = r.ms;
-        double tps = batch * seq / (r.ms * 1e-3), speedup = *base > 0.0 ? *base / r.ms : 0.0;
-        const mw_device_memory *m = &r.memory;
-        printf("%-24s %-8s %-8s %9.1f %9.0f %6.2fx %8.2f %8.2f %8.2f %8.2f\n", c->name, c->devices,
-               c->mesh, r.ms, tps, speedup, m->parameters / 1e6, m->gradients / 1e6,
-               m->optimizer / 1e6, m->activations / 1e6);
-        fflush(stdout);
-        mwb_record rec = {0};
-        mwb_record_str(&rec, "case", "parallel");
-        mwb_record_str(&rec, "model", t->label);
-        mwb_record_str(&rec, "devices", c->devices);
-        mwb_record_str(&rec, "mode", c->name);
-        char mesh[32]; /* "X=2 Y=2": no comma in a CSV cell */
-        snprintf(mesh, sizeof mesh, "%s", c->mesh);
-        for (char *q = mesh; *q; q++)
-            if (*q == ',') *q = ' ';
-        mwb_record_str(&rec, "mesh", mesh);
-        mwb_record_str(&rec, "model_axis", c->model ? c->model : "");
-        mwb_record_num(&rec, "zero1", c->zero1);
-        mwb_record_str(&rec, "recompute", recompute_name(c->recompute));
-        mwb_record_num(&rec, "fsdp", c->fsdp);
-        mwb_record_num(&rec, "serial_gathers", c->serial);
-        mwb_record_num(&rec, "batch", batch);
-        mwb_record_num(&rec, "seq", seq);
-        mwb_record_num(&rec, "ms_per_step", r.ms);
-        mwb_record_num(&rec, "tokens_per_s", tps);
-        mwb_record_num(&rec, "speedup", speedup);
-        mwb_record_num(&rec, "param_mb", m->parameters / 1e6);
-        mwb_record_num(&rec, "grad_mb", m->gradients / 1e6);
-        mwb_record_num(&rec, "optimizer_mb", m->optimizer / 1e6);
-        mwb_record_num(&rec, "activation_mb", m->activations / 1e6);
-        mwb_record_num(&rec, "peak_rss_mb", r.peak_mb);
-        ctx->emit(ctx, &rec);
+    mwb_gpt2_setup s = {.model = t->model,
+                        .batch = batch,
+                        .seq = seq,
+                        .devices = c->devices,
+                        .warmup = WARMUP,
+                        .repeats = t->repeats,
+                        .steps = t->steps,
+                        .mesh_axes = c->mesh,
+                        .data_axis = c->data,
+                        .model_axis = c->model,
+                        .shard_optimizer = c->zero1,
+                        .recompute = c->recompute,
+                        .shard_params = c->fsdp,
+                        .serial_gathers = c->serial};
+    mwb_gpt2_result r;
+    mwb_gpt2_measure(&s, &r);
+    if (!r.ok) {
+        fprintf(stderr, "parallel: %s on %s: %s\n", c->name, c->devices, r.error);
+        return 1;
     }
+    if (first) *base = r.ms;
+    double tps = batch * seq / (r.ms * 1e-3), speedup = *base > 0.0 ? *base / r.ms : 0.0;
+    const mw_device_memory *m = &r.memory;
+    printf("%-24s %-8s %-8s %9.1f %9.0f %6.2fx %8.2f %8.2f %8.2f %8.2f\n", c->name, c->devices,
+           c->mesh, r.ms, tps, speedup, m->parameters / 1e6, m->gradients / 1e6, m->optimizer / 1e6,
+           m->activations / 1e6);
+    fflush(stdout);
+    mwb_record rec = {0};
+    mwb_record_str(&rec, "case", "parallel");
+    mwb_record_str(&rec, "model", t->label);
+    mwb_record_str(&rec, "devices", c->devices);
+    mwb_record_str(&rec, "mode", c->name);
+    char mesh[32]; /* "X=2 Y=2": no comma in a CSV cell */
+    snprintf(mesh, sizeof mesh, "%s", c->mesh);
+    for (char *q = mesh; *q; q++)
+        if (*q == ',') *q = ' ';
+    mwb_record_str(&rec, "mesh", mesh);
+    mwb_record_str(&rec, "model_axis", c->model ? c->model : "");
+    mwb_record_num(&rec, "zero1", c->zero1);
+    mwb_record_str(&rec, "recompute", recompute_name(c->recompute));
+    mwb_record_num(&rec, "fsdp", c->fsdp);
+    mwb_record_num(&rec, "serial_gathers", c->serial);
+    mwb_record_num(&rec, "batch", batch);
+    mwb_record_num(&rec, "seq", seq);
+    mwb_record_num(&rec, "ms_per_step", r.ms);
+    mwb_record_num(&rec, "tokens_per_s", tps);
+    mwb_record_num(&rec, "speedup", speedup);
+    mwb_record_num(&rec, "param_mb", m->parameters / 1e6);
+    mwb_record_num(&rec, "grad_mb", m->gradients / 1e6);
+    mwb_record_num(&rec, "optimizer_mb", m->optimizer / 1e6);
+    mwb_record_num(&rec, "activation_mb", m->activations / 1e6);
+    mwb_record_num(&rec, "peak_rss_mb", r.peak_mb);
+    ctx->emit(ctx, &rec);
     return 0;
 }
