@@ -123,36 +123,56 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
 uint32_t mw__backend_bf16_writers(const mw__backend *b) {
     uint32_t mask = 0;
     for (int k = 0; k < MW__I_COUNT; k++)
-        if (mw__backend_supports(b, k, MW_BF16)) mask |= 1u << k;
+        if ((mw__kernel_dtypes(k) & MW__DT_BF16_OUT) && mw__backend_supports(b, k, MW_BF16))
+            mask |= 1u << k;
     return mask;
 }
 
-/* The dtype an instruction asks the backend for: bf16 when any operand is bf16, else what it
- * writes. */
-static mw_dtype ins_dtype(const mw__ins *in) {
-    for (int r = 0; r < mw__ins_roles(in->kind); r++)
-        if (in->ref.all[r].off >= 0 && in->ref.all[r].dtype == MW_BF16) return MW_BF16;
-    return in->ref.all[0].dtype;
+/* The names of each kernel's operands, in the order of its row's roles. */
+#define ROLE_NAME_(X, role) #role,
+#define ROLE_NAMES_(KIND, name, type, dtypes, ROLES) [MW__I_##KIND] = {ROLES(ROLE_NAME_, name)},
+static const char *const role_names[MW__I_COUNT][MW__MAX_ROLES] = {MW__KERNELS(ROLE_NAMES_)};
+#undef ROLE_NAMES_
+#undef ROLE_NAME_
+
+/* The first operand of in (its output is role 0) that b cannot serve in its dtype, or -1; *dtype
+ * is the dtype asked for: bf16 where an operand is bf16 (read where the row has MW__DT_BF16,
+ * written where it has MW__DT_BF16_OUT), else what the kernel writes. */
+static int refused_operand(const mw__backend *b, const mw__ins *in, mw_dtype *dtype) {
+    int op = (int)in->kind, n = mw__ins_roles(op);
+    unsigned dt = mw__kernel_dtypes(op);
+    for (int r = 0; r < n; r++) {
+        const mw__ref *ref = &in->ref.all[r];
+        if (ref->off < 0 || ref->dtype != MW_BF16) continue;
+        *dtype = MW_BF16;
+        if (!mw__backend_supports(b, op, MW_BF16) || !(dt & (r ? MW__DT_BF16 : MW__DT_BF16_OUT)))
+            return r;
+    }
+    *dtype = in->ref.all[0].dtype;
+    return mw__backend_supports(b, op, *dtype) ? -1 : 0;
 }
 
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
                                  const struct mw__plan *plan, const char *device) {
     for (int i = 0; i < plan->nins; i++) {
         const mw__ins *in = &plan->ins[i];
-        mw_dtype dtype = ins_dtype(in);
-        if (mw__backend_supports(b, (int)in->kind, dtype)) continue;
+        mw_dtype dtype;
+        int r = refused_operand(b, in, &dtype);
+        if (r < 0) continue;
         int op = (int)in->kind;
         const char *what = mw__ins_name(op);
         const char *node =
             in->node >= 0 && in->node < g->nnodes ? mw__op_name(g->nodes[in->node]->op) : "?";
+        const char *role = op < MW__I_COUNT && role_names[op][r] ? role_names[op][r] : "buffer";
         const char *hint = op == MW__I_ATTENTION || op == MW__I_ATTENTION_GRAD
                                ? "; write the attention out with mw_contract and "
                                  "mw_causal_softmax for this device"
                                : "";
         return mw__error(MW_ERR_UNSUPPORTED,
-                         "device %s (%s backend) does not support op %s on %s (graph node %d, "
-                         "%s)%s",
-                         device, b->name, what, mw__dtype_name(dtype), in->node, node, hint);
+                         "device %s (%s backend) does not support op %s with its %s %s %s "
+                         "(graph node %d, %s)%s",
+                         device, b->name, what, r ? "operand" : "output", role,
+                         mw__dtype_name(dtype), in->node, node, hint);
     }
     return MW_OK;
 }

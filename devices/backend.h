@@ -76,21 +76,29 @@ mw_status mw__backend_for_spec(const char *spec, const mw__backend **out);
  * (the reason, when a module failed to load, is left as the last error). */
 const mw__backend *mw__backend_named(const char *name);
 
-/* The supports of a backend whose every vtable slot is filled and whose kernels take bf16 where a
- * bf16 contraction needs them (the CPU's and CUDA's): every op on f32, and bf16 and i32 where the
- * instruction table's row says so (conversions and copies, GEMMs, attention, layer norm, GELU and
- * its gradient; i32 through copies). */
-static inline int mw__supports_bf16_kernels(int op, mw_dtype dtype) {
+/* The row of the instruction table for kernel kind op (MW__DT_* bits); 0 for a kind out of range
+ * or a collective. */
+static inline unsigned mw__kernel_dtypes(int op) {
     static const unsigned char dtypes[MW__I_COUNT] = {
 #define MW__DTYPES_(KIND, name, type, dt, ROLES) [MW__I_##KIND] = (dt),
         MW__KERNELS(MW__DTYPES_)
 #undef MW__DTYPES_
     };
+    return op >= 0 && op < MW__I_COUNT ? dtypes[op] : 0u;
+}
+
+/* The supports of a backend whose every vtable slot is filled and whose kernels take bf16 where a
+ * bf16 contraction needs them (the CPU's and CUDA's): every op on f32, and bf16 and i32 where the
+ * instruction table's row says so (conversions and copies, GEMMs, attention, layer norm, GELU and
+ * its gradient; i32 through copies). Whether a bf16 operand is read or written is the row's too:
+ * mw__backend_check_plan asks it operand by operand. */
+static inline int mw__supports_bf16_kernels(int op, mw_dtype dtype) {
     if (op < 0 || op >= MW__I_COUNT) return 0;
+    unsigned dt = mw__kernel_dtypes(op);
     switch (dtype) {
     case MW_F32: return 1;
-    case MW_I32: return (dtypes[op] & MW__DT_I32) != 0;
-    case MW_BF16: return (dtypes[op] & MW__DT_BF16) != 0;
+    case MW_I32: return (dt & MW__DT_I32) != 0;
+    case MW_BF16: return (dt & (MW__DT_BF16 | MW__DT_BF16_OUT)) != 0;
     default: return 0;
     }
 }
@@ -101,12 +109,15 @@ const char *mw__ins_name(int kind);
 /* Whether b runs plan instruction op on dtype (b->supports, or the vtable's slot). */
 int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);
 
-/* The instruction kinds (bit k: mw__ins_kind k) whose kernels b runs with bf16 operands: those
- * the plan may have write a bf16 output. */
+/* The instruction kinds (bit k: mw__ins_kind k) whose kernels b runs with a bf16 output (their
+ * row has MW__DT_BF16_OUT): those the plan may have write a value that is only read as bf16 in
+ * bf16 directly. */
 uint32_t mw__backend_bf16_writers(const mw__backend *b);
 
-/* MW_OK when b runs every instruction of plan; otherwise MW_ERR_UNSUPPORTED naming the first op
- * it lacks, the graph node it comes from and device (its name, "cuda:0"). */
+/* MW_OK when b runs every instruction of plan: its kind, on the dtypes of its operands (a bf16
+ * input where the row has MW__DT_BF16, a bf16 output where it has MW__DT_BF16_OUT); otherwise
+ * MW_ERR_UNSUPPORTED naming the first op it lacks, the operand, the graph node it comes from and
+ * device (its name, "cuda:0"). */
 mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
                                  const struct mw__plan *plan, const char *device);
 

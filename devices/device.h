@@ -370,7 +370,9 @@ typedef struct mw__k_attention_cached {
  *               member of union mw__kernel (its descriptor) and of mw__ins's operands
  *   descriptor  the kernel descriptor's type
  *   dtypes      what a backend with bf16 kernels (mw__supports_bf16_kernels) runs it on besides
- *               f32: MW__DT_BF16 (an operand may be bf16), MW__DT_I32 (i32 values pass through)
+ *               f32: MW__DT_BF16 (an input operand may be bf16), MW__DT_BF16_OUT (the output may
+ *               be bf16: the kernel rounds what it writes), MW__DT_I32 (i32 values pass
+ *               through)
  *   ROLES       its operands, the output first: each the descriptor's pointer field of that name,
  *               which the executor points at the operand's buffer (NULL for an operand the plan
  *               leaves out); a kernel's inputs follow its graph node's inputs in order.
@@ -379,6 +381,7 @@ typedef struct mw__k_attention_cached {
  * follow from the row. */
 #define MW__DT_BF16 1
 #define MW__DT_I32 2
+#define MW__DT_BF16_OUT 4
 
 #define MW__ROLES_BINARY(R, X) R(X, out) R(X, a) R(X, b)
 #define MW__ROLES_COPY(R, X) R(X, out) R(X, a)
@@ -409,13 +412,13 @@ typedef struct mw__k_attention_cached {
 
 #define MW__KERNELS(XX)                                                                            \
     XX(BINARY, binary, mw__k_binary, 0, MW__ROLES_BINARY)                                          \
-    XX(COPY, copy, mw__k_copy, MW__DT_BF16 | MW__DT_I32, MW__ROLES_COPY)                           \
+    XX(COPY, copy, mw__k_copy, MW__DT_BF16 | MW__DT_BF16_OUT | MW__DT_I32, MW__ROLES_COPY)         \
     XX(REDUCE, reduce, mw__k_reduce, 0, MW__ROLES_REDUCE)                                          \
-    XX(GEMM, gemm, mw__k_gemm, MW__DT_BF16, MW__ROLES_GEMM)                                        \
+    XX(GEMM, gemm, mw__k_gemm, MW__DT_BF16 | MW__DT_BF16_OUT, MW__ROLES_GEMM)                      \
     XX(FILL, fill, mw__k_fill, 0, MW__ROLES_FILL)                                                  \
-    XX(UNARY, unary, mw__k_unary, MW__DT_BF16, MW__ROLES_UNARY)                                    \
-    XX(UNARY_GRAD, unary_grad, mw__k_unary_grad, MW__DT_BF16, MW__ROLES_UNARY_GRAD)                \
-    XX(LAYERNORM, layernorm, mw__k_layernorm, MW__DT_BF16, MW__ROLES_LAYERNORM)                    \
+    XX(UNARY, unary, mw__k_unary, MW__DT_BF16_OUT, MW__ROLES_UNARY)                                \
+    XX(UNARY_GRAD, unary_grad, mw__k_unary_grad, MW__DT_BF16_OUT, MW__ROLES_UNARY_GRAD)            \
+    XX(LAYERNORM, layernorm, mw__k_layernorm, MW__DT_BF16_OUT, MW__ROLES_LAYERNORM)                \
     XX(LAYERNORM_DX, layernorm_dx, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DX)                \
     XX(LAYERNORM_DW, layernorm_dw, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DW)                \
     XX(SOFTMAX, softmax, mw__k_softmax, 0, MW__ROLES_SOFTMAX)                                      \
@@ -424,7 +427,7 @@ typedef struct mw__k_attention_cached {
     XX(EMBED_GRAD, embed_grad, mw__k_embed_grad, 0, MW__ROLES_EMBED_GRAD)                          \
     XX(XENT, xent, mw__k_xent, 0, MW__ROLES_XENT)                                                  \
     XX(XENT_GRAD, xent_grad, mw__k_xent_grad, 0, MW__ROLES_XENT_GRAD)                              \
-    XX(ATTENTION, attention, mw__k_attention, MW__DT_BF16, MW__ROLES_ATTENTION)                    \
+    XX(ATTENTION, attention, mw__k_attention, MW__DT_BF16 | MW__DT_BF16_OUT, MW__ROLES_ATTENTION)  \
     XX(ATTENTION_GRAD, attention_grad, mw__k_attention, MW__DT_BF16, MW__ROLES_ATTENTION_GRAD)     \
     XX(MAP, map, mw__k_map, 0, MW__ROLES_MAP)                                                      \
     XX(MAP_GRAD, map_grad, mw__k_map_grad, 0, MW__ROLES_MAP_GRAD)                                  \

@@ -92,6 +92,64 @@ Test(bf16_graph, precision_out_of_range_is_refused) {
     mw_graph_free(g);
 }
 
+/* --- attention of qkv as a contraction leaves it ------------------------------------------------
+ */
+
+/* grad of wqkv [Part, Head, HeadDim, Embed] through attention of qkv = x . wqkv, which is laid out
+ * [Batch, Seq, Part, Head, HeadDim] (legal: the feature axis is last). Under the bf16 policy the
+ * backward GEMM reads d(qkv) in bf16; the attention gradient's kernels write f32 only, so the
+ * plan must convert rather than ask them for bf16 (which once wrote f32 values into a bf16-sized
+ * buffer: non-finite gradients with the bf16 instructions, a failed step without them). */
+static void qkv_grad(const char *devices, mw_precision precision, float *grad, int n, float *loss) {
+    enum { B = 2, T = 19, C = 24, H = 2, D = 8 };
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", B}, {"Seq", T}, {"Embed", C}));
+    if (strcmp(devices, "cpu:1") != 0) x = mw_shard(g, x, "Batch", "X");
+    mw_tensor *w =
+        mw_param(g, "wqkv", MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}, {"Embed", C}),
+                 MW_INIT_NORMAL(0.3f));
+    mw_tensor *a = mw_attention(g, mw_dot(g, x, w, "Embed"), "Part", "Seq", "HeadDim", 1, 0.35f);
+    mw_tensor *l = mw_mean(g, mw_mul(g, a, a), NULL);
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    cr_assert_eq(n, 3 * H * D * C);
+    cr_assert_eq(mw_mesh_new(devices, "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.1f}, .precision = precision};
+    cr_assert_eq(mw_trainer_new(g, l, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    static float xs[B * T * C];
+    for (int i = 0; i < B * T * C; i++) xs[i] = sinf(0.37f * (float)i) * 0.8f;
+    mw_feed feed = {"x", xs, B * T * C};
+    cr_assert_eq(mw_trainer_compute_grads(tr, &feed, 1, loss), MW_OK, "%s on %s: %s",
+                 precision ? "bf16" : "f32", devices, mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "wqkv", grad, n), MW_OK, "%s", mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+Test(bf16_training, attention_of_qkv_as_a_contraction_leaves_it) {
+    enum { N = 3 * 2 * 8 * 24 };
+    static float f32[N], b16[N];
+    float lf, lb;
+    qkv_grad("cpu:1", MW_PRECISION_FP32, f32, N, &lf);
+    double big = 0;
+    for (int i = 0; i < N; i++) big = fmax(big, fabs(f32[i]));
+    cr_assert_gt(big, 0.0);
+    const char *devs[] = {"cpu:1", "cpu:2"};
+    for (int d = 0; d < 2; d++) {
+        qkv_grad(devs[d], MW_PRECISION_BF16, b16, N, &lb);
+        cr_assert(fabsf(lb - lf) <= 3e-2f * fabsf(lf), "%s: loss %g in bf16, %g in f32", devs[d],
+                  lb, lf);
+        /* bf16 keeps 8 bits: within 3e-2 of f32 relative to the largest element. */
+        for (int i = 0; i < N; i++)
+            cr_assert(isfinite(b16[i]) && fabs(b16[i] - f32[i]) <= 3e-2 * big,
+                      "%s: d(wqkv)[%d] = %g in bf16, %g in f32 (largest %g)", devs[d], i, b16[i],
+                      f32[i], big);
+    }
+}
+
 /* --- the gradient of a cast --------------------------------------------------------------------
  */
 
