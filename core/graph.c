@@ -296,10 +296,10 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
     char desc[256];
     mw__type_describe(g, &x->type, desc, sizeof desc);
     if (x->op != MW__OP_INPUT && x->op != MW__OP_SHARD && x->op != MW__OP_PARAM &&
-        x->op != MW__OP_STATE)
+        x->op != MW__OP_STATE && x->op != MW__OP_FILL)
         return mw__graph_fail(g, MW_ERR_SHARDING,
-                              "mw_shard: %s is computed, not an input or a parameter; shard the "
-                              "inputs or parameters it is computed from instead",
+                              "mw_shard: %s is computed, not an input, a parameter or a constant; "
+                              "shard the inputs or parameters it is computed from instead",
                               desc);
     int name = mw__graph_find_name(g, axis);
     int i = name < 0 ? -1 : mw__type_find_name(&x->type, name);
@@ -340,6 +340,11 @@ mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mes
     if (x->op == MW__OP_PARAM || x->op == MW__OP_STATE) {
         x->type.ax[i].mesh = m;
         return x;
+    }
+    if (x->op == MW__OP_FILL) { /* every shard of a constant is the same constant */
+        mw__type t = x->type;
+        t.ax[i].mesh = m;
+        return mw__fill(g, &t, x->p.fill.value);
     }
     mw_tensor proto = {.op = MW__OP_SHARD, .nin = 1, .in = {x}, .type = x->type, .p.shard.axis = i};
     proto.type.ax[i].mesh = m;

@@ -385,8 +385,14 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
     int v = axis_of(g, op, table, vocab_axis);
     if (v < 0 || !unsharded(g, op, table, v)) return NULL;
     char dt[256], di[256];
-    if (v != 0 || table->type.rank != 2 || table->type.ax[1].mesh >= 0)
-        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: table %s must be [%s, Dim], unsharded", op,
+    if (table->type.rank == 2 && table->type.ax[1].mesh >= 0)
+        return mw__graph_fail(g, MW_ERR_SHARDING,
+                              "%s: axis %s of table %s is sharded; a lookup needs whole rows of "
+                              "the table on every device (split a parameter table: it is "
+                              "gathered; a computed one cannot be)",
+                              op, g->names[table->type.ax[1].name], DESC(table, dt));
+    if (v != 0 || table->type.rank != 2)
+        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: table %s must be [%s, Dim]", op,
                               DESC(table, dt), vocab_axis);
     if (mw__type_find_name(&ids->type, table->type.ax[1].name) >= 0 ||
         ids->type.rank + 1 > MW_MAX_RANK)

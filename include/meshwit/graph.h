@@ -115,7 +115,9 @@ mw_status mw_region_end(mw_graph *g);
 mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes);
 
 /* A constant: f32 of the given axes (MW_SCALAR for a scalar) with every element `value`, as
- * torch.full; it has no gradient and is neither fed nor trained. Errors: as mw_input's axes. */
+ * torch.full; it has no gradient and is neither fed nor trained. mw_shard splits one of its axes
+ * like an input's (to meet a sharded tensor of the same axes; a constant of fewer axes broadcasts
+ * instead). Errors: as mw_input's axes. */
 mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value);
 
 /* A trained parameter (f32), replicated on every device unless mw_shard splits one of its axes,
@@ -151,11 +153,14 @@ mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
  * (mw_trainer_config.keep_gathered keeps the forward's copy instead). Only parameters are
  * gathered: a computed value split over an axis the op needs whole is an error.
  *
+ * On a constant (mw_full) the result is the same constant with the axis split: every shard holds
+ * the value.
+ *
  * One tensor splits at most one axis over each mesh axis, and an op whose result would split two
  * axes over the same mesh axis fails. The mesh axis is looked up when a trainer is made. Errors:
  * MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (the axis is already sharded, x already
- * splits an axis over that mesh axis, x is computed rather than an input or parameter, or the
- * parameter is already used). */
+ * splits an axis over that mesh axis, x is computed rather than an input, a parameter or a
+ * constant, or the parameter is already used). */
 mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis);
 
 /* --- elementwise ---------------------------------------------------------------------------- */
@@ -273,7 +278,10 @@ mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
 
 /* Rows of `table` ([vocab_axis, Dim]: the vocabulary axis first) picked by the i32 tensor `ids`:
  * the result has ids' axes then Dim. An id outside the vocabulary fails the step with
- * MW_ERR_INVALID naming it. */
+ * MW_ERR_INVALID naming it. A parameter table split over a mesh axis is gathered whole first
+ * (FSDP, see mw_shard). Errors: MW_ERR_DTYPE (table not f32, ids not i32), MW_ERR_AXIS (no axis
+ * vocab_axis), MW_ERR_SHAPE (table not [vocab_axis, Dim], ids having Dim), MW_ERR_SHARDING (a
+ * computed table with a split axis). */
 mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const char *vocab_axis);
 
 /* Softmax cross-entropy of `logits` (last axis `vocab_axis`) against i32 `targets` (logits' other
