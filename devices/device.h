@@ -528,7 +528,9 @@ typedef struct mw__device_vtable {
     mw_status (*upload_async)(mw__device *dev, void *dst, const void *src, size_t bytes);
     /* Optional: what implements a kernel of instruction kind `kind` (an mw__ins_kind) whose
      * descriptor is k, as prepared on dev ("onednn brg:avx512_core_amx_bf16", "cublas", ...),
-     * for reports; NULL or "" when the backend does not say. The string lives as long as dev. */
+     * or, for kind -1 (k NULL), every kernel the backend does not describe one by one ("vector
+     * loops (avx2)"), for reports; NULL or "" when the backend does not say. The string lives as
+     * long as dev. */
     const char *(*describe)(const mw__device *dev, int kind, const void *k);
     /* Optional: bytes the device's kernels hold for themselves (workspaces made when the worker
      * started), for mw_trainer_memory. */

@@ -215,7 +215,7 @@ mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
         char text[160];
         int count;
     } lines[MAX_LINES];
-    int n = 0;
+    int n = 0, others = 0;
     for (int i = 0; i < w->plan.nins; i++) {
         const mw__ins *in = &w->plan.ins[i];
         const mw__k_gemm *gm = &w->kern[i].gemm;
@@ -229,6 +229,9 @@ mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
         } else if (in->kind == MW__I_ATTENTION || in->kind == MW__I_ATTENTION_GRAD) {
             kind = in->kind == MW__I_ATTENTION ? "attention" : "attention_grad";
             dt = at->qkv_dtype;
+        } else if (in->kind < MW__I_ALLREDUCE) { /* the others: what runs the other kernels */
+            others++;
+            continue;
         } else {
             continue;
         }
@@ -251,6 +254,9 @@ mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
                          lines[j].count);
         used += k > 0 ? (size_t)k : 0;
     }
+    const char *rest = vt->describe && others ? vt->describe(&w->dev, -1, NULL) : NULL;
+    if (rest && *rest && used < size)
+        snprintf(buf + used, size - used, "%sother kernels: %s (%d)", n ? "\n" : "", rest, others);
     return MW_OK;
 }
 

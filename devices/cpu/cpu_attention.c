@@ -21,8 +21,9 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "devices/cpu/cpu_gemm.h"
+#include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
+#include "devices/cpu/cpu_state.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -93,7 +94,6 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v
  * the causal products pass the diagonal's offset there (and +-ALL for no limit), so they
  * stop at the diagonal to the nearest micro tile. What a tile computes past a row's diagonal is
  * left for the caller to ignore or overwrite. */
-MW__CPU_CLONES
 static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo, int64_t hi,
                     int64_t cols) {
     for (int64_t l = 0; l < n; l += TILE_N) {
@@ -153,7 +153,6 @@ MW__CPU_INLINE void pack_transposed(const float *src, int64_t sl, int64_t rows, 
 /* dst = B (rows x n, B(p, l) = src[p * sp + l * sl]) in panels of TILE_N columns (the last one
  * narrower), each panel's rows contiguous: a product then reads B sequentially, where the rows of
  * q, k, v (a few KiB apart) would keep evicting each other from the L1 cache. */
-MW__CPU_CLONES
 static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t n, float *dst) {
     for (int64_t l = 0; l < n; l += TILE_N) {
         int64_t nc = n - l < TILE_N ? n - l : TILE_N;
@@ -201,7 +200,6 @@ static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
 
 /* P (m x kend, row stride kend) = softmax of scale * q k^T (kt = k^T packed) over the keys each row
  * may see; the masked entries of the block's last columns are 0. */
-MW__CPU_CLONES
 static void block_probs(const mw__k_attention *k, const slice *v, const float *kt, int64_t i0,
                         int64_t m, int64_t kend, float *p) {
     prod x = {.a = v->q + i0 * v->seq,
@@ -240,7 +238,6 @@ static float *kept(const mw__k_attention *k, int64_t s) {
 }
 
 /* rows x n bf16 (rows `from_stride` apart) widened into f32 rows `to_stride` apart. */
-MW__CPU_CLONES
 static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t from_stride,
                        float *to, int64_t to_stride) {
     for (int64_t r = 0; r < rows; r++)
@@ -248,7 +245,6 @@ static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t fr
 }
 
 /* rows x n f32 (rows `from_stride` apart) rounded into bf16 rows `to_stride` apart. */
-MW__CPU_CLONES
 static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from_stride,
                         uint16_t *to, int64_t to_stride) {
     for (int64_t r = 0; r < rows; r++)
@@ -288,7 +284,7 @@ static void finish_slice(const mw__k_attention *k, int64_t s, const slice *v) {
     narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo, k->seq_out);
 }
 
-mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
+mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) {
 #ifdef MESHWIT_HAVE_DNNL
     if (k->impl) return mw__cpu_attention_dnnl(dev, k, 0);
 #endif
@@ -323,7 +319,6 @@ mw_status mw__cpu_attention(mw__device *dev, const mw__k_attention *k) {
 }
 
 /* dP (in place) -> dS / scale = P * (dP - D) row by row, 0 where masked. */
-MW__CPU_CLONES
 static void block_dscores(const mw__k_attention *k, const float *p, float *dp, int64_t i0,
                           int64_t m, int64_t kend) {
     for (int64_t r = 0; r < m; r++) {
@@ -353,7 +348,7 @@ static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_
     }
 }
 
-mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
+mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention *k) {
 #ifdef MESHWIT_HAVE_DNNL
     if (k->impl) return mw__cpu_attention_dnnl(dev, k, 1);
 #endif
@@ -405,7 +400,7 @@ mw_status mw__cpu_attention_grad(mw__device *dev, const mw__k_attention *k) {
 
 /* Per row and head, the query against keys 0..pos in key order with a running maximum (the
  * output row holds the weighted sum of values as it grows), f32 throughout. */
-mw_status mw__cpu_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
+mw_status MW__CPU(mw__cpu_attention_cached)(mw__device *dev, const mw__k_attention_cached *k) {
     mw_status st = mw__cpu_positions_ok(dev, k->pos, k->outer, k->n, "cached attention");
     if (st) return st;
     const int64_t H = k->heads, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
@@ -435,7 +430,7 @@ mw_status mw__cpu_attention_cached(mw__device *dev, const mw__k_attention_cached
     return MW_OK;
 }
 
-const char *mw__cpu_attention_impl(const mw__k_attention *k) {
+const char *MW__CPU(mw__cpu_attention_impl)(const mw__k_attention *k) {
     static const char *const names[2][3] = {
         {"f32 tiles (avx512)", "f32 tiles (avx2)", "f32 tiles (sse2)"},
         {"f32 tiles (avx512) of bf16 widened", "f32 tiles (avx2) of bf16 widened",

@@ -22,8 +22,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu_dnnl.h"
-#include "devices/cpu/cpu_gemm.h"
+#include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
+#include "devices/cpu/cpu_state.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -78,7 +79,7 @@ static mw__k_gemm gemm(int64_t m, int64_t n, int64_t kk, int ta, int64_t lda, in
                         .c_dtype = c};
 }
 
-mw_status mw__cpu_attention_prepare(mw__device *dev, mw__k_attention *k, int grad) {
+mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
     mw__dnnl *d = mw__cpu_dnnl(dev);
     k->impl = NULL;
     if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
@@ -135,7 +136,7 @@ mw_status mw__cpu_attention_prepare(mw__device *dev, mw__k_attention *k, int gra
     return mw__cpu_work_reserve(dev, (a->bytes + 63) / 64 * 64);
 }
 
-const char *mw__cpu_attention_dnnl_name(const mw__k_attention *k) {
+const char *MW__CPU(mw__cpu_attention_dnnl_name)(const mw__k_attention *k) {
     return ((const dnnl_attention *)k->impl)->name;
 }
 
@@ -159,7 +160,6 @@ static void offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
 
 /* P (m x kend, f32) from S in place: softmax of scale S over the keys each row sees, 0 beyond;
  * and its bf16 rounding into p16 (same layout). */
-MW__CPU_CLONES
 static void softmax_rows(const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend, float *p,
                          uint16_t *p16) {
     for (int64_t r = 0; r < m; r++) {
@@ -171,14 +171,12 @@ static void softmax_rows(const mw__k_attention *k, int64_t i0, int64_t m, int64_
     mw__bf16_narrow(m * kend, p, p16);
 }
 
-MW__CPU_CLONES
 static void narrow_rows(int64_t rows, int64_t n, const float *x, int64_t ldx, uint16_t *h) {
     for (int64_t r = 0; r < rows; r++) mw__bf16_narrow(n, x + r * ldx, h + r * n);
 }
 
 /* dS = scale P (dP - D) with D = rowsum(P dP) over the keys each row sees, rounded into ds16;
  * 0 where masked. */
-MW__CPU_CLONES
 static void dscores(const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend, const float *p,
                     float *dp, uint16_t *ds16) {
     for (int64_t r = 0; r < m; r++) {
@@ -197,7 +195,7 @@ static float *kept(const mw__k_attention *k, int64_t s) {
     return k->probs ? k->probs + s * mw__attn_probs_per_slice(k->t, k->block, k->causal) : NULL;
 }
 
-mw_status mw__cpu_attention_dnnl(mw__device *dev, const mw__k_attention *k, int grad) {
+mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention *k, int grad) {
     const dnnl_attention *a = k->impl;
     mw__dnnl *d = mw__cpu_dnnl(dev);
     char *work = mw__cpu_work(dev);

@@ -14,8 +14,9 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu.h"
-#include "devices/cpu/cpu_gemm.h"
+#include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
+#include "devices/cpu/cpu_state.h"
 #include "devices/device.h"
 
 /* Pins the calling worker to the index-th CPU this process may use, when there are at least as
@@ -133,7 +134,7 @@ const char *mw_blas_warning(void) {
     static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen"};
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         if (strstr(core, wide[i])) return "";
-    if (strcmp(mw__cpu_vector_isa(), "avx512") != 0) return ""; /* the CPU's flags (cpu_gemm.c) */
+    if (mw__isa_of_cpu() < MW__ISA_AVX512) return ""; /* the CPU's flags (cpu_isa.c) */
 #ifdef MESHWIT_HAVE_DNNL
     /* Contractions run on oneDNN, which picks its kernels from the CPU's features; OpenBLAS
      * only multiplies matrices by vectors. */

@@ -76,7 +76,7 @@ static void binary_row_in_place(mw__binop op, int64_t n, float *out, int64_t so,
     BIN_ROWS;
 }
 
-mw_status mw__cpu_binary(mw__device *dev, const mw__k_binary *k) {
+mw_status MW__CPU(mw__cpu_binary)(mw__device *dev, const mw__k_binary *k) {
     (void)dev;
     const mw__nd *nd = &k->nd;
     if (nd->rank == 0) {
@@ -109,9 +109,8 @@ static void copy_row(float alpha, int64_t n, float *restrict out, int64_t so,
 }
 
 /* f32 -> bf16: alpha * a, rounded. */
-MW__CPU_CLONES
-void mw__cpu_narrow_row(float alpha, int64_t n, uint16_t *restrict out, int64_t so,
-                        const float *restrict a, int64_t sa) {
+void MW__CPU(mw__cpu_narrow_row)(float alpha, int64_t n, uint16_t *restrict out, int64_t so,
+                                 const float *restrict a, int64_t sa) {
     int64_t i = 0;
     if (so == 1 && sa == 1)
         for (; i + 8 <= n; i += 8) {
@@ -124,7 +123,6 @@ void mw__cpu_narrow_row(float alpha, int64_t n, uint16_t *restrict out, int64_t 
 }
 
 /* bf16 -> f32 (alpha * a, exact for alpha 1), or bf16 -> bf16 (widen, scale, round). */
-MW__CPU_CLONES
 static void widen_row(float alpha, int64_t n, void *restrict out, int to_bf16, int64_t so,
                       const uint16_t *restrict a, int64_t sa) {
     uint16_t *o16 = out;
@@ -154,7 +152,7 @@ static void move_row(int64_t n, uint32_t *restrict out, int64_t so, const uint32
     for (int64_t i = 0; i < n; i++) out[i * so] = a[i * sa];
 }
 
-mw_status mw__cpu_copy(mw__device *dev, const mw__k_copy *k) {
+mw_status MW__CPU(mw__cpu_copy)(mw__device *dev, const mw__k_copy *k) {
     (void)dev;
     const mw__nd *nd = &k->nd;
     int l = nd->rank - 1;
@@ -184,7 +182,7 @@ mw_status mw__cpu_copy(mw__device *dev, const mw__k_copy *k) {
     return MW_OK;
 }
 
-mw_status mw__cpu_fill(mw__device *dev, const mw__k_fill *k) {
+mw_status MW__CPU(mw__cpu_fill)(mw__device *dev, const mw__k_fill *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++) k->out[i] = k->value;
     return MW_OK;
@@ -257,8 +255,7 @@ static void gelu_erf_grad_run(int64_t n, const float *xs, const float *gy, void 
     }
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_unary(mw__device *dev, const mw__k_unary *k) {
+mw_status MW__CPU(mw__cpu_unary)(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
     if (k->op == MW__UN_GELU_ERF)
         gelu_erf_run(k->count, k->a, k->out, k->out_dtype == MW_BF16);
@@ -303,8 +300,7 @@ MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, v
     }
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
+mw_status MW__CPU(mw__cpu_unary_grad)(mw__device *dev, const mw__k_unary_grad *k) {
     (void)dev;
     int bf16 = k->out_dtype == MW_BF16;
     if (k->op == MW__UN_GELU_ERF) {
@@ -335,13 +331,13 @@ mw_status mw__cpu_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     return MW_OK;
 }
 
-mw_status mw__cpu_map(mw__device *dev, const mw__k_map *k) {
+mw_status MW__CPU(mw__cpu_map)(mw__device *dev, const mw__k_map *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++) k->out[i] = mw__map(k->fn, k->a[i]);
     return MW_OK;
 }
 
-mw_status mw__cpu_map_grad(mw__device *dev, const mw__k_map_grad *k) {
+mw_status MW__CPU(mw__cpu_map_grad)(mw__device *dev, const mw__k_map_grad *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++) k->out[i] = k->gy[i] * mw__map_grad(k->fn, k->x[i]);
     return MW_OK;
@@ -359,7 +355,6 @@ MW__CPU_INLINE void dropout_run(uint32_t w0, uint32_t w1, uint32_t lo, uint32_t 
 
 /* Dropout over the local box [lo, lo + len) of the global tensor, in local row-major order: row
  * by row of the last axis, which is contiguous in both. */
-MW__CPU_CLONES
 static void dropout(const mw__k_dropout *k) {
     float scale = 1.0f / (1.0f - k->p);
     uint64_t key = mw__dropout_key(k->seed, k->step);
@@ -389,7 +384,7 @@ static void dropout(const mw__k_dropout *k) {
     }
 }
 
-mw_status mw__cpu_dropout(mw__device *dev, const mw__k_dropout *k) {
+mw_status MW__CPU(mw__cpu_dropout)(mw__device *dev, const mw__k_dropout *k) {
     (void)dev;
     if (k->active && k->p > 0.0f)
         dropout(k);

@@ -9,15 +9,15 @@
 #include "devices/device.h"
 
 /* A bad id or target: the position is within the device's shard of the batch. */
-mw_status mw__cpu_out_of_range(const char *what, int32_t v, int64_t pos, int64_t limit) {
+mw_status MW__CPU(mw__cpu_out_of_range)(const char *what, int32_t v, int64_t pos, int64_t limit) {
     return mw__error(MW_ERR_INVALID,
                      "%s %d at position %lld of this device's shard is outside [0, %lld)", what, v,
                      (long long)pos, (long long)limit);
 }
 
 /* A position per outer row in [0, n), or an error naming the first that is not. */
-mw_status mw__cpu_positions_ok(const mw__device *dev, const int32_t *ids, int64_t outer, int64_t n,
-                               const char *what) {
+mw_status MW__CPU(mw__cpu_positions_ok)(const mw__device *dev, const int32_t *ids, int64_t outer,
+                                        int64_t n, const char *what) {
     for (int64_t o = 0; o < outer; o++)
         if (ids[o] < 0 || ids[o] >= n)
             return mw__error(MW_ERR_INVALID, "%s: %s: position %d of row %lld is outside [0, %lld)",
@@ -26,7 +26,7 @@ mw_status mw__cpu_positions_ok(const mw__device *dev, const int32_t *ids, int64_
     return MW_OK;
 }
 
-mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
+mw_status MW__CPU(mw__cpu_embed)(mw__device *dev, const mw__k_embed *k) {
     (void)dev;
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
@@ -36,8 +36,7 @@ mw_status mw__cpu_embed(mw__device *dev, const mw__k_embed *k) {
     return MW_OK;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
+mw_status MW__CPU(mw__cpu_embed_grad)(mw__device *dev, const mw__k_embed_grad *k) {
     (void)dev;
     memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
     for (int64_t i = 0; i < k->n_ids; i++) {
@@ -50,7 +49,7 @@ mw_status mw__cpu_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     return MW_OK;
 }
 
-mw_status mw__cpu_state_write(mw__device *dev, const mw__k_state_write *k) {
+mw_status MW__CPU(mw__cpu_state_write)(mw__device *dev, const mw__k_state_write *k) {
     mw_status st = mw__cpu_positions_ok(dev, k->ids, k->outer, k->n, "state write");
     if (st) return st;
     for (int64_t o = 0; o < k->outer; o++)

@@ -2,14 +2,11 @@
  * oneDNN is absent or where it measures faster (matrix-vector products; CPUs without AVX-512,
  * where oneDNN 2.x has no brgemm kernels), unless OpenBLAS itself only has generic kernels for
  * the CPU (then oneDNN takes every product), and bf16 operands widened to f32 where the CPU lacks
- * bf16 instructions. Per device the state holds the oneDNN engine, each prepared GEMM and one work
- * buffer that every prepared GEMM shares (scratchpads, widened operands): one runs at a time, and
- * the buffer is made before the first step, so a step allocates nothing. */
+ * bf16 instructions (in the device's work buffer, cpu_state.h). */
 #define _GNU_SOURCE
 #include "devices/cpu/cpu_gemm.h"
 
 #include <cblas.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,62 +15,11 @@
 #include "core/error.h"
 #include "core/plan.h"
 #include "devices/cpu/cpu_dnnl.h"
+#include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
-#include "devices/cpu/simd.h"
-#include "devices/math.h"
-
-/* --- what the CPU has and what it may use -------------------------------------------------- */
-
-enum { F_AVX2 = 1, F_AVX512 = 2, F_AVX512_BF16 = 4, F_AMX_BF16 = 8 };
-enum { ISA_AVX2 = 1, ISA_AVX512, ISA_AVX512_BF16, ISA_AMX, ISA_ANY };
-
-static unsigned features;
-static pthread_once_t features_once = PTHREAD_ONCE_INIT;
-
-/* Whether the flags line of /proc/cpuinfo lists flag (a whole word). */
-static int has_word(const char *line, const char *flag) {
-    size_t n = strlen(flag);
-    for (const char *p = strstr(line, flag); p; p = strstr(p + 1, flag))
-        if ((p == line || p[-1] == ' ' || p[-1] == '\t') &&
-            (p[n] == ' ' || p[n] == '\n' || p[n] == '\0'))
-            return 1;
-    return 0;
-}
-
-static void read_features(void) {
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return; /* not Linux: no bf16 instructions assumed; oneDNN still checks for itself */
-    char line[8192];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "flags", 5) != 0) continue;
-        features = (has_word(line, "avx2") ? F_AVX2 : 0) |
-                   (has_word(line, "avx512f") ? F_AVX512 : 0) |
-                   (has_word(line, "avx512_bf16") ? F_AVX512_BF16 : 0) |
-                   (has_word(line, "amx_bf16") ? F_AMX_BF16 : 0);
-        break;
-    }
-    fclose(f);
-}
-
-static unsigned cpu_features(void) {
-    pthread_once(&features_once, read_features);
-    return features;
-}
-
-/* MESHWIT_CPU_ISA as a level; -1 when it is not one of the names. */
-static int isa_cap(const char *v) {
-    static const char *const names[] = {"avx2", "avx512", "avx512_bf16", "amx"};
-    if (!v || !*v || strcmp(v, "auto") == 0) return ISA_ANY;
-    for (int i = 0; i < 4; i++)
-        if (strcmp(v, names[i]) == 0) return ISA_AVX2 + i;
-    return -1;
-}
+#include "devices/cpu/cpu_state.h"
 
 #ifdef MESHWIT_HAVE_DNNL
-static int bf16_allowed(int cap) {
-    return (cpu_features() & (F_AVX512_BF16 | F_AMX_BF16)) && cap >= ISA_AVX512_BF16;
-}
-
 /* Whether OpenBLAS runs kernels written for a vector unit at least as wide as AVX2 here. */
 static int blas_tuned(void) {
     static const char *const tuned[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
@@ -81,13 +27,10 @@ static int blas_tuned(void) {
     const char *core = openblas_get_corename();
     for (size_t i = 0; core && i < sizeof tuned / sizeof *tuned; i++)
         if (strstr(core, tuned[i])) return 1;
-    return !(cpu_features() & F_AVX2); /* nothing better exists for such a CPU */
+    return mw__isa_of_cpu() < MW__ISA_AVX2; /* nothing better exists for such a CPU */
 }
 #endif
 
-/* --- device state -------------------------------------------------------------------------- */
-
-enum { ENGINE_AUTO, ENGINE_ONEDNN, ENGINE_OPENBLAS };
 enum { PATH_BLAS, PATH_DNNL, PATH_WIDEN };
 
 /* A prepared GEMM. */
@@ -98,87 +41,6 @@ typedef struct cpu_gemm {
                                    it is bf16) */
     char name[96];
 } cpu_gemm;
-
-/* Something a prepared kernel owns until the device shuts down. */
-typedef struct owned {
-    void *p;
-    void (*free)(void *p);
-} owned;
-
-typedef struct cpu_state {
-    int engine;     /* ENGINE_* from MESHWIT_CPU_GEMM */
-    int cap;        /* ISA_* from MESHWIT_CPU_ISA */
-    mw__dnnl *dnnl; /* NULL without oneDNN (not built, or openblas asked for) */
-    void *work;     /* shared by the prepared kernels: one runs at a time */
-    size_t work_bytes;
-    owned *owned; /* what the prepared kernels made, freed with the state */
-    int nowned, cap_owned;
-} cpu_state;
-
-mw_status mw__cpu_state_init(mw__device *dev) {
-    const char *eng = getenv("MESHWIT_CPU_GEMM"), *isa = getenv("MESHWIT_CPU_ISA");
-    int engine = !eng || !*eng || strcmp(eng, "auto") == 0 ? ENGINE_AUTO
-                 : strcmp(eng, "onednn") == 0              ? ENGINE_ONEDNN
-                 : strcmp(eng, "openblas") == 0            ? ENGINE_OPENBLAS
-                                                           : -1;
-    if (engine < 0)
-        return mw__error(MW_ERR_INVALID, "MESHWIT_CPU_GEMM=%s: expected auto, onednn or openblas",
-                         eng);
-    int cap = isa_cap(isa);
-    if (cap < 0)
-        return mw__error(MW_ERR_INVALID,
-                         "MESHWIT_CPU_ISA=%s: expected auto, avx2, avx512, avx512_bf16 or amx",
-                         isa);
-#ifndef MESHWIT_HAVE_DNNL
-    if (engine == ENGINE_ONEDNN)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "MESHWIT_CPU_GEMM=onednn, but this meshwit was built without oneDNN "
-                         "(MESHWIT_DNNL=OFF, or libdnnl-dev missing)");
-#endif
-    cpu_state *s = mw__calloc(1, sizeof *s);
-    if (!s) return mw__error(MW_ERR_NOMEM, "%s: out of memory", dev->name);
-    s->engine = engine;
-    s->cap = cap;
-    mw_status st = MW_OK;
-#ifdef MESHWIT_HAVE_DNNL
-    if (engine != ENGINE_OPENBLAS) {
-        /* The cap binds oneDNN from its first use in the process on (a later, narrower one
-         * still decides where bf16 runs: bf16_allowed). */
-        if (cap != ISA_ANY) (void)mw__dnnl_cap_isa(isa);
-        st = mw__dnnl_new(&s->dnnl);
-        if (st && st != MW_ERR_NOMEM && engine == ENGINE_AUTO) st = MW_OK; /* OpenBLAS */
-    }
-#endif
-    if (st) {
-        mw__free(s);
-        return st;
-    }
-    dev->impl = s;
-    return MW_OK;
-}
-
-void mw__cpu_state_free(mw__device *dev) {
-    cpu_state *s = dev ? dev->impl : NULL;
-    if (!s) return;
-    for (int i = s->nowned - 1; i >= 0; i--) s->owned[i].free(s->owned[i].p);
-    mw__free(s->owned);
-    mw__free(s->work);
-#ifdef MESHWIT_HAVE_DNNL
-    mw__dnnl_free(s->dnnl);
-#endif
-    mw__free(s);
-    dev->impl = NULL;
-}
-
-int mw__cpu_bf16_native(const mw__device *dev) {
-#ifdef MESHWIT_HAVE_DNNL
-    const cpu_state *s = dev ? dev->impl : NULL;
-    return bf16_allowed(s ? s->cap : isa_cap(getenv("MESHWIT_CPU_ISA")));
-#else
-    (void)dev;
-    return 0; /* only oneDNN's kernels use bf16 instructions */
-#endif
-}
 
 /* --- the kernels ----------------------------------------------------------------------------- */
 
@@ -195,38 +57,11 @@ static int64_t span_b(const mw__k_gemm *k) {
 }
 static int64_t span_c(const mw__k_gemm *k) { return span(k, k->m, k->ldc, k->stride_c); }
 
-MW__CPU_CLONES
-static void widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
-    mw__bf16_widen(n, src, dst);
-}
-
-MW__CPU_CLONES
-static void narrow(int64_t n, const float *restrict src, uint16_t *restrict dst) {
-    mw__bf16_narrow(n, src, dst);
-}
-
-/* C (f32, rows of N ldc apart) = beta C + bias + addend, the epilogue BLAS leaves to us: put
- * there before the product, which is then added with beta 1. */
-MW__CPU_CLONES
-static void epilogue_first(const mw__k_gemm *k, float *c) {
-    for (int64_t bi = 0; bi < k->batch; bi++)
-        for (int64_t i = 0; i < k->m; i++) {
-            float *row = c + bi * k->stride_c + i * k->ldc;
-            const float *add = k->addend ? k->addend + bi * k->stride_c + i * k->ldc : NULL;
-            for (int64_t j = 0; j < k->n; j++) {
-                float v = k->beta != 0.0f ? row[j] : 0.0f;
-                if (k->bias) v += k->bias[j];
-                if (add) v += add[j];
-                row[j] = v;
-            }
-        }
-}
-
 /* An f32 GEMM through OpenBLAS (C f32). */
 static void blas_gemm(const mw__k_gemm *k) {
     float beta = k->beta;
     if (k->bias || k->addend) {
-        epilogue_first(k, k->c);
+        mw__cpu_gemm_epilogue(k, k->c);
         beta = 1.0f;
     }
     for (int64_t bi = 0; bi < k->batch; bi++) {
@@ -274,7 +109,7 @@ static mw__k_gemm widened(const mw__k_gemm *k, const float *a, const float *b, f
 }
 
 /* The f32 GEMM f (prepared as g->dnnl or BLAS), then C narrowed to k's bf16 C when it is. */
-static mw_status run_f32(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
+static mw_status run_f32(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
 #ifdef MESHWIT_HAVE_DNNL
     if (g && g->dnnl) return mw__dnnl_gemm_run(s->dnnl, g->dnnl, f, s->work);
 #else
@@ -286,16 +121,16 @@ static mw_status run_f32(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
 
 /* k with its bf16 parts widened into the f32 buffers a and b (A and B, when they are bf16) and c
  * (C, when it is), run as an f32 GEMM (prepared as g, or BLAS), and a bf16 C rounded back. */
-static mw_status run_widened(cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
+static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
                              float *b, float *c) {
     if (k->ab_dtype == MW_BF16) {
-        widen(span_a(k), k->a, a);
-        widen(span_b(k), k->b, b);
+        mw__cpu_widen(span_a(k), k->a, a);
+        mw__cpu_widen(span_b(k), k->b, b);
     }
-    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
+    if (c && k->beta != 0.0f) mw__cpu_widen(span_c(k), k->c, c);
     mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
     mw_status st = run_f32(s, g, &f);
-    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
+    if (st == MW_OK && c) mw__cpu_narrow(span_c(k), c, k->c);
     return st;
 }
 
@@ -319,7 +154,7 @@ static mw_status unprepared(const mw__k_gemm *k) {
 mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
     cpu_gemm *g = k->impl;
     if (!g) return unprepared(k);
-    cpu_state *s = dev->impl;
+    mw__cpu_state *s = dev->impl;
     if (g->path == PATH_BLAS) {
         blas_gemm(k);
         return MW_OK;
@@ -334,48 +169,7 @@ mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
                        k->c_dtype == MW_BF16 ? (float *)(w + g->off_c) : NULL);
 }
 
-/* Makes the work buffer at least `need` bytes (while the worker starts: its contents are not
- * kept). */
-static mw_status grow_work(cpu_state *s, size_t need);
-
-mw_status mw__cpu_work_reserve(mw__device *dev, size_t bytes) {
-    return grow_work(dev->impl, bytes);
-}
-
-void *mw__cpu_work(const mw__device *dev) { return ((const cpu_state *)dev->impl)->work; }
-
-mw__dnnl *mw__cpu_dnnl(const mw__device *dev) {
-    const cpu_state *s = dev ? dev->impl : NULL;
-    return s ? s->dnnl : NULL;
-}
-
-static mw_status grow_work(cpu_state *s, size_t need) {
-    if (need <= s->work_bytes) return MW_OK;
-    void *p = mw__aligned_alloc(64, need);
-    if (!p) return mw__error(MW_ERR_NOMEM, "out of memory for %zu bytes of GEMM workspace", need);
-    mw__free(s->work);
-    s->work = p;
-    s->work_bytes = need;
-    return MW_OK;
-}
-
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
-
-mw_status mw__cpu_own(mw__device *dev, void *p, void (*free_fn)(void *p)) {
-    cpu_state *s = dev->impl;
-    if (s->nowned == s->cap_owned) {
-        int cap = s->cap_owned ? 2 * s->cap_owned : 32;
-        owned *o = mw__realloc(s->owned, (size_t)cap * sizeof *o);
-        if (!o) {
-            free_fn(p);
-            return mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a kernel", dev->name);
-        }
-        s->owned = o;
-        s->cap_owned = cap;
-    }
-    s->owned[s->nowned++] = (owned){p, free_fn};
-    return MW_OK;
-}
 
 static void gemm_free(void *p) {
     cpu_gemm *g = p;
@@ -386,7 +180,7 @@ static void gemm_free(void *p) {
 }
 
 mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
-    cpu_state *s = dev->impl;
+    mw__cpu_state *s = dev->impl;
     cpu_gemm *g = mw__calloc(1, sizeof *g);
     mw_status st = g ? mw__cpu_own(dev, g, gemm_free)
                      : mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
@@ -398,7 +192,7 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
     snprintf(g->name, sizeof g->name, "openblas %s", vector ? "sgemv" : "sgemm");
 #ifdef MESHWIT_HAVE_DNNL
     /* bf16 as it is, on bf16 instructions. */
-    if (s->dnnl && bf16 && k->k > 0 && bf16_allowed(s->cap) && k->ab_dtype == MW_BF16) {
+    if (s->dnnl && bf16 && k->k > 0 && mw__isa_bf16(s->cap) && k->ab_dtype == MW_BF16) {
         if ((st = mw__dnnl_gemm_new(s->dnnl, k, &g->dnnl))) return st;
         if (g->dnnl) { /* the CPU has bf16 instructions (bf16_allowed): its kernels use them */
             g->path = PATH_DNNL;
@@ -418,12 +212,12 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
 #ifdef MESHWIT_HAVE_DNNL
     /* f32 (as it is, or the widened form) on oneDNN, where that is the faster engine here. */
     if (s->dnnl && g->path != PATH_DNNL && k->k > 0 && (!vector || !blas_tuned()) &&
-        s->engine != ENGINE_OPENBLAS) {
+        s->engine != MW__ENGINE_OPENBLAS) {
         mw__k_gemm f = widened(k, NULL, NULL, NULL);
         if ((st = mw__dnnl_gemm_new(s->dnnl, &f, &g->dnnl))) return st;
         const char *impl = g->dnnl ? mw__dnnl_gemm_impl(g->dnnl) : "";
         if (g->dnnl &&
-            (s->engine == ENGINE_ONEDNN || strncmp(impl, "brg", 3) == 0 || !blas_tuned())) {
+            (s->engine == MW__ENGINE_ONEDNN || strncmp(impl, "brg", 3) == 0 || !blas_tuned())) {
             scratch = mw__dnnl_gemm_scratch(g->dnnl);
             if (g->path == PATH_BLAS) g->path = PATH_DNNL;
             snprintf(g->name, sizeof g->name, "%sonednn %s",
@@ -442,27 +236,10 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
         need = g->off_c + (k->c_dtype == MW_BF16 ? round64((size_t)span_c(k) * 4) : 0);
     }
     k->impl = g;
-    return grow_work(s, need);
+    return mw__cpu_work_reserve(dev, need);
 }
 
 const char *mw__cpu_gemm_impl(const mw__k_gemm *k) {
     const cpu_gemm *g = k->impl;
     return g ? g->name : "openblas (unprepared)";
-}
-
-size_t mw__cpu_workspace(const mw__device *dev) {
-    const cpu_state *s = dev ? dev->impl : NULL;
-    return s ? s->work_bytes : 0;
-}
-
-const char *mw__cpu_vector_isa(void) {
-    unsigned f = cpu_features();
-    return f & F_AVX512 ? "avx512" : f & F_AVX2 ? "avx2" : "sse2";
-}
-
-const char *mw__cpu_describe(const mw__device *dev, int kind, const void *k) {
-    (void)dev;
-    if (kind == MW__I_GEMM) return mw__cpu_gemm_impl(k);
-    if (kind == MW__I_ATTENTION || kind == MW__I_ATTENTION_GRAD) return mw__cpu_attention_impl(k);
-    return "";
 }

@@ -34,8 +34,7 @@ MW__CPU_INLINE void row_stats(const float *restrict x, int64_t n, float eps, flo
     *rstd = (float)(1.0 / sqrt(MW__SUM8(dv) / (double)n + eps));
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
+mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) {
     (void)dev;
     int bf16 = k->out_dtype == MW_BF16;
     for (int64_t r = 0; r < k->rows; r++) {
@@ -62,8 +61,7 @@ mw_status mw__cpu_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     return MW_OK;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
+mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     float *restrict dw = k->dw, *restrict db = k->db;
     if (dw) {
@@ -138,8 +136,7 @@ mw_status mw__cpu_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
     return MW_OK;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
+mw_status MW__CPU(mw__cpu_layernorm_dw)(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     memset(k->out, 0, (size_t)k->n * sizeof *k->out);
     for (int64_t r = 0; r < k->rows; r++) {
@@ -158,8 +155,7 @@ static int64_t visible(int causal, int64_t i, int64_t s, int64_t k) {
     return v < 0 ? 0 : v > k ? k : v;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_softmax(mw__device *dev, const mw__k_softmax *k) {
+mw_status MW__CPU(mw__cpu_softmax)(mw__device *dev, const mw__k_softmax *k) {
     (void)dev;
     for (int64_t o = 0; o < k->outer; o++)
         for (int64_t i = 0; i < k->s; i++) {
@@ -172,8 +168,7 @@ mw_status mw__cpu_softmax(mw__device *dev, const mw__k_softmax *k) {
     return MW_OK;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k) {
+mw_status MW__CPU(mw__cpu_softmax_grad)(mw__device *dev, const mw__k_softmax_grad *k) {
     (void)dev;
     for (int64_t o = 0; o < k->outer; o++)
         for (int64_t i = 0; i < k->s; i++) {
@@ -200,8 +195,7 @@ static inline double row_expsum(const float *restrict x, int64_t valid, float *m
     return MW__SUM8(acc);
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
+mw_status MW__CPU(mw__cpu_xent)(mw__device *dev, const mw__k_xent *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
@@ -214,8 +208,7 @@ mw_status mw__cpu_xent(mw__device *dev, const mw__k_xent *k) {
     return MW_OK;
 }
 
-MW__CPU_CLONES
-mw_status mw__cpu_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
+mw_status MW__CPU(mw__cpu_xent_grad)(mw__device *dev, const mw__k_xent_grad *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];

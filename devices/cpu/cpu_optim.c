@@ -6,7 +6,7 @@
 #include "devices/device.h"
 #include "devices/math.h"
 
-mw_status mw__cpu_sgd(mw__device *dev, const mw__k_sgd *k) {
+mw_status MW__CPU(mw__cpu_sgd)(mw__device *dev, const mw__k_sgd *k) {
     (void)dev;
     float *restrict p = k->p;
     const float *restrict g = k->g;
@@ -15,7 +15,7 @@ mw_status mw__cpu_sgd(mw__device *dev, const mw__k_sgd *k) {
     return MW_OK;
 }
 
-mw_status mw__cpu_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {
+mw_status MW__CPU(mw__cpu_sgd_momentum)(mw__device *dev, const mw__k_sgd_momentum *k) {
     (void)dev;
     for (int64_t i = 0; i < k->count; i++) {
         k->p[i] = mw__sgd_momentum_update(k->p[i], k->grad_scale * k->g[i],
@@ -28,8 +28,7 @@ mw_status mw__cpu_sgd_momentum(mw__device *dev, const mw__k_sgd_momentum *k) {
 
 #define ADAMW_RUN 512 /* elements updated before their bf16 copies are written: in the L1 cache */
 
-MW__CPU_CLONES
-mw_status mw__cpu_adamw(mw__device *dev, const mw__k_adamw *k) {
+mw_status MW__CPU(mw__cpu_adamw)(mw__device *dev, const mw__k_adamw *k) {
     (void)dev;
     for (int64_t i0 = 0; i0 < k->count; i0 += ADAMW_RUN) {
         int64_t i1 = k->count - i0 < ADAMW_RUN ? k->count : i0 + ADAMW_RUN;

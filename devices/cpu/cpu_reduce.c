@@ -32,7 +32,6 @@ static float sum_row(int64_t n, const float *restrict a, int64_t sa) {
  * order of the row-by-row loop, so the bits are the same). The rows are taken COLSUM_ROWS at a
  * time and, within them, a strip of columns stays in registers over all the rows: out is loaded
  * and stored once per strip and pass instead of once per row. */
-MW__CPU_CLONES
 static void column_sums(int64_t rows, int64_t n, int64_t lda, const float *restrict a,
                         float *restrict out) {
     for (int64_t r0 = 0; r0 < rows; r0 += COLSUM_ROWS) {
@@ -61,7 +60,7 @@ static void column_sums(int64_t rows, int64_t n, int64_t lda, const float *restr
     }
 }
 
-mw_status mw__cpu_reduce(mw__device *dev, const mw__k_reduce *k) {
+mw_status MW__CPU(mw__cpu_reduce)(mw__device *dev, const mw__k_reduce *k) {
     (void)dev;
     const mw__nd *nd = &k->nd;
     memset(k->out, 0, (size_t)k->out_count * sizeof *k->out);
@@ -107,7 +106,6 @@ mw_status mw__cpu_reduce(mw__device *dev, const mw__k_reduce *k) {
 typedef double sq_v8d __attribute__((vector_size(64)));
 typedef int64_t sq_v8l __attribute__((vector_size(64)));
 
-MW__CPU_CLONES
 static int sq_chunk(double *restrict r, int64_t n, double c, double *restrict sum) {
     sq_v8d s = {0}, cv = c - (sq_v8d){0};
     sq_v8l left = {0};
@@ -134,7 +132,6 @@ static int sq_chunk(double *restrict r, int64_t n, double c, double *restrict su
     return any != 0;
 }
 
-MW__CPU_CLONES
 static double sq_squares(const float *restrict a, int64_t n, double *restrict r,
                          uint32_t *special) {
     sq_v8d top = {0};
@@ -169,7 +166,7 @@ static double sq_squares(const float *restrict a, int64_t n, double *restrict r,
     return m;
 }
 
-mw_status mw__cpu_sumsq(mw__device *dev, const mw__k_sumsq *k) {
+mw_status MW__CPU(mw__cpu_sumsq)(mw__device *dev, const mw__k_sumsq *k) {
     (void)dev;
     mw__sqacc *acc = k->out;
     if (k->zero) memset(acc, 0, sizeof *acc);
@@ -217,13 +214,13 @@ static void reduce_max(const mw__k_max *k, int arg) {
         }
 }
 
-mw_status mw__cpu_argmax(mw__device *dev, const mw__k_max *k) {
+mw_status MW__CPU(mw__cpu_argmax)(mw__device *dev, const mw__k_max *k) {
     (void)dev;
     reduce_max(k, 1);
     return MW_OK;
 }
 
-mw_status mw__cpu_reduce_max(mw__device *dev, const mw__k_max *k) {
+mw_status MW__CPU(mw__cpu_reduce_max)(mw__device *dev, const mw__k_max *k) {
     (void)dev;
     reduce_max(k, 0);
     return MW_OK;

@@ -1,10 +1,10 @@
 /* Internal: how the CPU kernels get wide vector code without a -march flag on the whole build.
- * A hot kernel is compiled several times (AVX-512, AVX2+FMA, baseline x86-64) and the loader picks
- * the widest version the CPU supports (GCC/Clang function multi-versioning). The loops are plain C
- * written so that the compiler vectorises them: no branches in the body, partial sums in eight
- * interleaved lanes. A given machine always runs the same version, so results repeat bit for bit
- * there; two machines with different vector units may differ in the last bits (fused
- * multiply-add). */
+ * The files of the hot kernels are compiled once per x86-64 level (AVX-512, AVX2+FMA, baseline)
+ * and the process runs one level, the widest the CPU has and MESHWIT_CPU_ISA allows
+ * (cpu_kernels.h, cpu_isa.h). The loops are plain C written so that the compiler vectorises them:
+ * no branches in the body, partial sums in eight interleaved lanes. A given machine and level
+ * always runs the same code, so results repeat bit for bit there; two levels may differ in the
+ * last bits (fused multiply-add). */
 #ifndef MW__CPU_SIMD_H
 #define MW__CPU_SIMD_H
 
@@ -13,18 +13,8 @@
 
 #include "devices/math.h"
 
-/* GCC with glibc only: clang 14 makes the resolvers of static clones global symbols, and under
- * ThreadSanitizer the loader would run an instrumented resolver before the runtime is up. Other
- * builds get the baseline loops (correct, narrower). */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) &&       \
-    !defined(MESHWIT_NO_CLONES) && !defined(__SANITIZE_THREAD__)
-#define MW__CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MW__CPU_CLONES
-#endif
-
-/* A helper of a cloned kernel: inlined into each clone, so it is compiled for that clone's vector
- * unit (an out-of-line copy would be compiled for the baseline). */
+/* A helper of the kernels: inlined into each, so it is compiled for the kernel's vector unit
+ * (an out-of-line copy would be compiled for the baseline). */
 #define MW__CPU_INLINE static inline __attribute__((always_inline))
 
 /* Eight floats (and eight int32 lanes) as one vector: GCC/Clang vector extensions, so a loop the

@@ -364,6 +364,7 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
  *   gemm bf16: onednn brg:avx512_core_amx_bf16 (48)
  *   gemm f32: openblas sgemv (1)
  *   attention bf16: f32 tiles (avx512) of bf16 widened to f32 (8)
+ *   other kernels: vector loops (avx512) (95)
  * The CPU backend's choices depend on the CPU, on how libmeshwit was built and on the
  * environment (MESHWIT_CPU_GEMM, MESHWIT_CPU_ISA: see the README). Errors: MW_ERR_INVALID (NULL
  * trainer or buf, size 0). */

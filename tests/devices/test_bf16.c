@@ -13,7 +13,8 @@
 
 #include "core/plan.h"
 #include "devices/cpu/cpu.h"
-#include "devices/cpu/cpu_gemm.h"
+#include "devices/cpu/cpu_isa.h"
+#include "devices/cpu/cpu_state.h"
 #include "devices/cpu/simd.h"
 #include "devices/device.h"
 #include "devices/math.h"
@@ -112,23 +113,43 @@ Test(bf16, rounding_matches_the_definition_on_random_floats) {
     }
 }
 
-MW__CPU_CLONES
-static void store_vectors(int64_t n, const float *x, uint16_t *out) {
-    for (int64_t i = 0; i + 8 <= n; i += 8) {
-        mw__v8 v;
-        memcpy(&v, x + i, sizeof v);
-        mw__bf16_store8(out + i, &v);
+/* The vector rounding compiled for each x86-64 level the kernels are built for (cpu_kernels.h);
+ * the test runs those the CPU has. */
+#define STORE_VECTORS(name, attr)                                                                  \
+    attr static void name(int64_t n, const float *x, uint16_t *out) {                              \
+        for (int64_t i = 0; i + 8 <= n; i += 8) {                                                  \
+            mw__v8 v;                                                                              \
+            memcpy(&v, x + i, sizeof v);                                                           \
+            mw__bf16_store8(out + i, &v);                                                          \
+        }                                                                                          \
     }
-}
+STORE_VECTORS(store_vectors, )
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+STORE_VECTORS(store_vectors_v3, __attribute__((target("arch=x86-64-v3"))))
+STORE_VECTORS(store_vectors_v4, __attribute__((target("arch=x86-64-v4"))))
+#define LEVELS 3
+#else
+#define LEVELS 1
+#endif
 
 Test(bf16, vector_rounding_equals_scalar) {
     enum { N = 1 << 16 };
     float *x = malloc(N * sizeof *x);
     uint16_t *got = malloc(N * sizeof *got);
     for (int i = 0; i < N; i++) x[i] = bits_f((uint32_t)next()); /* NaNs, Infs, subnormals too */
-    store_vectors(N, x, got);
-    for (int i = 0; i < N; i++)
-        cr_assert_eq(got[i], mw__bf16_from_f32(x[i]), "lane %d of 0x%08x", i % 8, f_bits(x[i]));
+    for (int level = 0; level < LEVELS; level++) {
+        memset(got, 0, N * sizeof *got);
+#if LEVELS > 1
+        if (level == 1 && mw__isa_of_cpu() < MW__ISA_AVX2) continue;
+        if (level == 2 && mw__isa_of_cpu() < MW__ISA_AVX512) continue;
+        (level == 2 ? store_vectors_v4 : level == 1 ? store_vectors_v3 : store_vectors)(N, x, got);
+#else
+        store_vectors(N, x, got);
+#endif
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(got[i], mw__bf16_from_f32(x[i]), "level %d, lane %d of 0x%08x", level,
+                         i % 8, f_bits(x[i]));
+    }
     free(x);
     free(got);
 }
