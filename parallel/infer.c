@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "meshwit/infer.h"
 #include "parallel/consistency.h"
+#include "parallel/infer_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
@@ -229,6 +230,8 @@ void mw_infer_free(mw_infer *inf) {
 }
 
 int64_t mw_infer_chunk_rows(const mw_infer *inf) { return inf ? inf->chunk : 0; }
+
+mw__program *mw__infer_program(mw_infer *inf) { return inf ? inf->prog : NULL; }
 
 /* Checks the caller's feeds and fetches for `rows` rows. */
 static mw_status check_call(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t rows,

@@ -1,0 +1,937 @@
+/* The rows of the conformance table: for each op, its operands (canonical axes, values, the axis
+ * orders its header allows), shapes (odd sizes that are no multiple of a vector or a GEMM block,
+ * batch axes of size 1, one row, long rows), which axes may be split, the op as the library
+ * builds it and as the float64 reference computes it. Composite ops (attention, cached attention)
+ * are written out in the reference from contractions and softmaxes, never fused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conformance.h"
+
+/* Shorthands: the axes of a reference node and a node of a named axis renamed. */
+static int renamed(rg_graph *r, int x, const char *from, const char *to) {
+    rg_axes ax = *rg_axes_of(r, x);
+    int a = rg_find(&ax, from);
+    strcpy(ax.name[a], to);
+    return rg_reshape(r, x, &ax);
+}
+
+static const char *const *names(const rg_axes *ax, const char **buf) {
+    for (int i = 0; i < ax->rank; i++) buf[i] = ax->name[i];
+    return buf;
+}
+
+/* --- elementwise binary ops --------------------------------------------------------------------
+ */
+
+static mw_tensor *b_binary(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *a = x[0], *b = x[1];
+    if (v->i[1]) a = x[1], b = x[0]; /* the subset first */
+    switch (v->i[0]) {
+    case 0: return mw_add(g, a, b);
+    case 1: return mw_sub(g, a, b);
+    case 2: return mw_mul(g, a, b);
+    default: return mw_div(g, a, b);
+    }
+}
+
+static int r_binary(rg_graph *r, const int *x, const cf_variant *v) {
+    int a = x[0], b = x[1];
+    if (v->i[1]) a = x[1], b = x[0];
+    switch (v->i[0]) {
+    case 0: return rg_add(r, a, b);
+    case 1: return rg_sub(r, a, b);
+    case 2: return rg_mul(r, a, b);
+    default: return rg_div(r, a, b);
+    }
+}
+
+static mw_tensor *b_scale(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_scale(g, x[0], (float)v->f[0]);
+}
+static int r_scale(rg_graph *r, const int *x, const cf_variant *v) {
+    return rg_scale(r, x[0], (double)(float)v->f[0]);
+}
+
+/* f32(bf16(x)): rounded to the nearest bfloat16; the gradient passes unrounded. */
+static mw_tensor *b_cast(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_cast(g, mw_cast(g, x[0], MW_BF16), MW_F32);
+}
+static int r_cast(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    return rg_map(r, x[0], RG_BF16);
+}
+
+/* x + a constant of x's axes (mw_full). */
+static mw_tensor *b_full(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_axes ax = {.rank = mw_tensor_rank(x[0])};
+    const char *mesh[MW_MAX_RANK];
+    for (int i = 0; i < ax.rank; i++)
+        mw_tensor_axis(x[0], i, &ax.axis[i].name, &ax.axis[i].size, &mesh[i]);
+    mw_tensor *c = mw_full(g, ax, (float)v->f[0]);
+    for (int i = 0; i < ax.rank; i++)
+        if (mesh[i]) c = mw_shard(g, c, ax.axis[i].name, mesh[i]);
+    return mw_add(g, x[0], c);
+}
+static int r_full(rg_graph *r, const int *x, const cf_variant *v) {
+    return rg_add(r, x[0], rg_const(r, rg_axes_of(r, x[0]), (double)(float)v->f[0]));
+}
+
+/* --- elementwise functions -------------------------------------------------------------------- */
+
+static mw_tensor *b_map(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    switch (v->i[0]) {
+    case 0: return mw_relu(g, x[0]);
+    case 1: return mw_abs(g, x[0]);
+    case 2: return mw_tanh(g, x[0]);
+    case 3: return mw_sigmoid(g, x[0]);
+    case 4: return mw_exp(g, x[0]);
+    case 5: return mw_log(g, x[0]);
+    case 6: return mw_sqrt(g, x[0]);
+    case 7: return mw_gelu(g, x[0]);
+    default: return mw_gelu_erf(g, x[0]);
+    }
+}
+static int r_map(rg_graph *r, const int *x, const cf_variant *v) {
+    static const rg_fn fn[] = {RG_RELU, RG_ABS,  RG_TANH,      RG_SIGMOID, RG_EXP,
+                               RG_LOG,  RG_SQRT, RG_GELU_TANH, RG_GELU_ERF};
+    return rg_map(r, x[0], fn[v->i[0]]);
+}
+
+/* a cmp b as 0/1 (no gradient). */
+static mw_tensor *b_compare(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_compare(g, x[0], x[1], (mw_comparison)v->i[0]);
+}
+static int r_compare(rg_graph *r, const int *x, const cf_variant *v) {
+    int d = rg_sub(r, x[0], x[1]), n = rg_scale(r, d, -1.0);
+    int gt = rg_map(r, d, RG_STEP_GT), lt = rg_map(r, n, RG_STEP_GT);
+    const rg_axes *ax = rg_axes_of(r, gt);
+    int one = rg_const(r, ax, 1.0);
+    switch ((mw_comparison)v->i[0]) {
+    case MW_GT: return gt;
+    case MW_LT: return lt;
+    case MW_GE: return rg_sub(r, one, lt);
+    case MW_LE: return rg_sub(r, one, gt);
+    case MW_EQ: return rg_sub(r, rg_sub(r, one, gt), lt);
+    default: return rg_add(r, gt, lt);
+    }
+}
+
+/* mask ? x : y. */
+static mw_tensor *b_where(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_where(g, x[2], x[0], x[1]);
+}
+static int r_where(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    return rg_add(r, x[1], rg_mul(r, x[2], rg_sub(r, x[0], x[1])));
+}
+
+/* maximum / minimum: where a and b tie each gets half the gradient. */
+static mw_tensor *b_extremum(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return v->i[0] ? mw_minimum(g, x[0], x[1]) : mw_maximum(g, x[0], x[1]);
+}
+static int r_extremum(rg_graph *r, const int *x, const cf_variant *v) {
+    int d = v->i[0] ? rg_sub(r, x[1], x[0]) : rg_sub(r, x[0], x[1]);
+    int gt = rg_map(r, d, RG_STEP_GT), lt = rg_map(r, rg_scale(r, d, -1.0), RG_STEP_GT);
+    const rg_axes *ax = rg_axes_of(r, gt);
+    int eq = rg_sub(r, rg_sub(r, rg_const(r, ax, 1.0), gt), lt);
+    int m = rg_add(r, gt, rg_scale(r, eq, 0.5)); /* 1, 1/2 or 0: a's share */
+    return rg_add(r, x[1], rg_mul(r, m, rg_sub(r, x[0], x[1])));
+}
+
+static mw_tensor *b_dropout(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_dropout(g, x[0], (float)v->f[0], 1234);
+}
+static int r_identity(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    return rg_scale(r, x[0], 1.0);
+}
+
+/* --- reductions ---------------------------------------------------------------------------------
+ */
+
+/* i[0]: 0 sums "Seq", 1 "Batch,Feat", 2 every axis; i[1]: mean instead of sum. */
+static const char *const sum_axes[] = {"Seq", "Batch,Feat", NULL};
+
+static mw_tensor *b_sum(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return v->i[1] ? mw_mean(g, x[0], sum_axes[v->i[0]]) : mw_sum(g, x[0], sum_axes[v->i[0]]);
+}
+static int r_sum(rg_graph *r, const int *x, const cf_variant *v) {
+    const rg_axes *ax = rg_axes_of(r, x[0]);
+    const char *keep[RG_MAX_RANK];
+    int n = 0;
+    double count = 1;
+    for (int i = 0; i < ax->rank; i++) {
+        const char *list = sum_axes[v->i[0]];
+        int drop = !list || strstr(list, ax->name[i]) != NULL;
+        if (drop)
+            count *= (double)ax->size[i];
+        else
+            keep[n++] = ax->name[i];
+    }
+    int s = rg_sum_to(r, x[0], keep, n);
+    return v->i[1] ? rg_scale(r, s, (double)(float)(1.0 / count)) : s;
+}
+
+/* The largest element along Seq (i[0] 0), its index (1). */
+static mw_tensor *b_max(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return v->i[0] ? mw_argmax(g, x[0], "Seq") : mw_max(g, x[0], "Seq");
+}
+static int r_max(rg_graph *r, const int *x, const cf_variant *v) {
+    return v->i[0] ? rg_argmax(r, x[0], "Seq") : rg_max(r, x[0], "Seq");
+}
+
+/* --- contractions -------------------------------------------------------------------------------
+ */
+
+static mw_tensor *b_dot(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_dot(g, x[0], x[1], "K");
+}
+/* mw_dot's result: shared axes (a's order), a's own, b's own. */
+static int r_dot(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const rg_axes *a = rg_axes_of(r, x[0]), *b = rg_axes_of(r, x[1]);
+    const char *out[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < a->rank; i++)
+        if (strcmp(a->name[i], "K")) out[n++] = a->name[i];
+    for (int i = 0; i < b->rank; i++)
+        if (strcmp(b->name[i], "K") && rg_find(a, b->name[i]) < 0) out[n++] = b->name[i];
+    return rg_contract(r, x[0], x[1], out, n);
+}
+
+/* mw_contract to an explicit order, summing K and L. */
+static const char *const contract_out[] = {"N,Batch,M", "M,N,Batch", "Batch,N,M"};
+static mw_tensor *b_contract(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_contract(g, x[0], x[1], contract_out[v->i[0]]);
+}
+static int r_contract(rg_graph *r, const int *x, const cf_variant *v) {
+    const char *out[3];
+    const char *list = contract_out[v->i[0]];
+    static char buf[3][16];
+    for (int i = 0; i < 3; i++) {
+        const char *p = list;
+        for (int k = 0; k < i; k++) p = strchr(p, ',') + 1;
+        size_t len = strcspn(p, ",");
+        memcpy(buf[i], p, len);
+        buf[i][len] = '\0';
+        out[i] = buf[i];
+    }
+    return rg_contract(r, x[0], x[1], out, 3);
+}
+
+/* gelu(x . w + b): the bias fused into the GEMM's epilogue, its gradient's column sums into the
+ * GELU gradient's kernel; i[0] selects the exact GELU. */
+static mw_tensor *b_linear(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *h = mw_add(g, mw_dot(g, x[0], x[1], "In"), x[2]);
+    return v->i[0] ? mw_gelu_erf(g, h) : mw_gelu(g, h);
+}
+static int r_linear(rg_graph *r, const int *x, const cf_variant *v) {
+    const char *out[] = {"Batch", "Seq", "Out"};
+    int h = rg_add(r, rg_contract(r, x[0], x[1], out, 3), x[2]);
+    return rg_map(r, h, v->i[0] ? RG_GELU_ERF : RG_GELU_TANH);
+}
+
+/* (gelu(x . w1 + b1)) . w2 + b2: the GELU's output read by a contraction (bf16 where the policy
+ * asks), its gradient made for one. */
+static mw_tensor *b_mlp(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    mw_tensor *h = mw_gelu(g, mw_add(g, mw_dot(g, x[0], x[1], "In"), x[2]));
+    return mw_dot(g, h, x[3], "Hid");
+}
+static int r_mlp(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const char *o1[] = {"Batch", "Hid"}, *o2[] = {"Batch", "Out"};
+    int h = rg_map(r, rg_add(r, rg_contract(r, x[0], x[1], o1, 2), x[2]), RG_GELU_TANH);
+    return rg_contract(r, h, x[3], o2, 2);
+}
+
+/* x + (h . w): the residual added by the GEMM (its addend). */
+static mw_tensor *b_residual(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_add(g, x[0], mw_rename(g, mw_dot(g, x[1], x[2], "In"), "Out", "Feat"));
+}
+static int r_residual(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const char *out[] = {"Batch", "Out"};
+    return rg_add(r, x[0], renamed(r, rg_contract(r, x[1], x[2], out, 2), "Out", "Feat"));
+}
+
+/* FSDP: the weights split over X, the mesh axis that also splits the batch (the configuration's
+ * Batch@X): gathered before use (the second prefetched), gradients reduce-scattered. */
+static mw_tensor *b_fsdp(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    mw_shard(g, x[1], "In", "X");
+    mw_shard(g, x[2], "Hid", "X");
+    return mw_dot(g, mw_tanh(g, mw_dot(g, x[0], x[1], "In")), x[2], "Hid");
+}
+static int r_fsdp(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const char *o1[] = {"Batch", "Hid"}, *o2[] = {"Batch", "Out"};
+    return rg_contract(r, rg_map(r, rg_contract(r, x[0], x[1], o1, 2), RG_TANH), x[2], o2, 2);
+}
+
+/* --- normalisation and softmax ------------------------------------------------------------------
+ */
+
+static mw_tensor *b_layernorm(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_layernorm(g, x[0], x[1], x[2], "Feat", (float)v->f[0]);
+}
+static int r_layernorm(rg_graph *r, const int *x, const cf_variant *v) {
+    return rg_layernorm(r, x[0], x[1], x[2], "Feat", (double)(float)v->f[0]);
+}
+
+/* x + ln(x) . w: the layer norm's output read by a contraction (written in bf16 where the policy
+ * asks), its weight and bias gradients fused into the dx kernel, the residual's gradient added by
+ * it. */
+static mw_tensor *b_prenorm(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *h = mw_layernorm(g, x[0], x[1], x[2], "Feat", (float)v->f[0]);
+    return mw_add(g, x[0], mw_rename(g, mw_dot(g, h, x[3], "Feat"), "Out", "Feat"));
+}
+static int r_prenorm(rg_graph *r, const int *x, const cf_variant *v) {
+    int h = rg_layernorm(r, x[0], x[1], x[2], "Feat", (double)(float)v->f[0]);
+    const rg_axes *ax = rg_axes_of(r, h);
+    const char *out[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < ax->rank; i++)
+        if (strcmp(ax->name[i], "Feat")) out[n++] = ax->name[i];
+    out[n++] = "Out";
+    return rg_add(r, x[0], renamed(r, rg_contract(r, h, x[3], out, n), "Out", "Feat"));
+}
+
+static mw_tensor *b_softmax(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return v->i[0] ? mw_causal_softmax(g, x[0], "Q", "K", (float)v->f[0])
+                   : mw_softmax(g, x[0], "K", (float)v->f[0]);
+}
+static int r_softmax(rg_graph *r, const int *x, const cf_variant *v) {
+    return rg_softmax(r, x[0], "K", (double)(float)v->f[0], v->i[0] ? "Q" : NULL);
+}
+
+/* --- attention -------------------------------------------------------------------------------- */
+
+static mw_tensor *b_attention(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_attention(g, x[0], "Part", "Seq", "HeadDim", v->i[0], (float)v->f[0]);
+}
+
+/* softmax(scale q k^T) v written out: q, k, v sliced from qkv, the keys' Seq renamed Key. */
+static int r_attention(rg_graph *r, const int *x, const cf_variant *v) {
+    int q = rg_slice(r, x[0], "Part", 0, 0, NULL);
+    int k = renamed(r, rg_slice(r, x[0], "Part", 1, 0, NULL), "Seq", "Key");
+    int vv = renamed(r, rg_slice(r, x[0], "Part", 2, 0, NULL), "Seq", "Key");
+    const rg_axes *qa = rg_axes_of(r, q);
+    const char *so[RG_MAX_RANK], *oo[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < qa->rank; i++)
+        if (strcmp(qa->name[i], "HeadDim")) so[n++] = qa->name[i];
+    so[n++] = "Key";
+    int s = rg_contract(r, q, k, so, n);
+    int p = rg_softmax(r, s, "Key", (double)(float)v->f[0], v->i[0] ? "Seq" : NULL);
+    return rg_contract(r, p, vv, names(qa, oo), qa->rank);
+}
+
+/* --- lookups and losses ----------------------------------------------------------------------- */
+
+static mw_tensor *b_embedding(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_embedding(g, x[0], x[1], "Vocab");
+}
+static int r_embedding(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    return rg_embedding(r, x[0], x[1], "Vocab");
+}
+
+static mw_tensor *b_xent(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_cross_entropy(g, x[0], x[1], "Vocab", v->i[0]);
+}
+static int r_xent(rg_graph *r, const int *x, const cf_variant *v) {
+    int64_t valid =
+        v->i[0] ? v->i[0] : rg_axes_of(r, x[0])->size[rg_find(rg_axes_of(r, x[0]), "Vocab")];
+    return rg_xent(r, x[0], x[1], "Vocab", valid);
+}
+
+/* --- moving data -------------------------------------------------------------------------------
+ */
+
+static mw_tensor *b_permute(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_permute(g, x[0], "Feat,Batch,Seq");
+}
+static int r_permute(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const char *order[] = {"Feat", "Batch", "Seq"};
+    return rg_permute(r, x[0], order, 3);
+}
+
+/* rename Seq -> T, split Feat -> H, D, merge T, H -> TH (x's order ends Seq, Feat). */
+static mw_tensor *b_reshape(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    mw_tensor *t = mw_split(g, mw_rename(g, x[0], "Seq", "T"), "Feat", "H=3,D");
+    return mw_merge(g, t, "T,H", "TH");
+}
+static int r_reshape(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const rg_axes *ax = rg_axes_of(r, x[0]);
+    rg_axes to = {0};
+    for (int i = 0; i < ax->rank; i++) {
+        if (!strcmp(ax->name[i], "Seq")) {
+            strcpy(to.name[to.rank], "TH");
+            to.size[to.rank++] = ax->size[i] * 3;
+        } else if (!strcmp(ax->name[i], "Feat")) {
+            strcpy(to.name[to.rank], "D");
+            to.size[to.rank++] = ax->size[i] / 3;
+        } else {
+            strcpy(to.name[to.rank], ax->name[i]);
+            to.size[to.rank++] = ax->size[i];
+        }
+    }
+    return rg_reshape(r, x[0], &to);
+}
+
+/* i[0] 0: rows [i[1], i[1] + i[2]) of Seq named S2; 1: row i[1], the axis dropped. */
+static mw_tensor *b_slice(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return v->i[0] ? mw_select(g, x[0], "Seq", v->i[1])
+                   : mw_slice(g, x[0], "Seq", v->i[1], v->i[2], "S2");
+}
+static int r_slice(rg_graph *r, const int *x, const cf_variant *v) {
+    return v->i[0] ? rg_slice(r, x[0], "Seq", v->i[1], 0, NULL)
+                   : rg_slice(r, x[0], "Seq", v->i[1], v->i[2], "S2");
+}
+
+/* a and b joined along Seq (the result in a's order). */
+static mw_tensor *b_concat(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    mw_tensor *xs[2] = {x[0], x[1]};
+    return mw_concat(g, xs, 2, "Seq");
+}
+static int r_concat(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    int64_t n = rg_axes_of(r, x[0])->size[rg_find(rg_axes_of(r, x[0]), "Seq")];
+    return rg_add(r, rg_pad(r, x[0], "Seq", 0, 2 * n, NULL),
+                  rg_pad(r, x[1], "Seq", n, 2 * n, NULL));
+}
+
+/* --- inference: states and cached attention ------------------------------------------------- */
+
+/* The state [Batch, Seq, Feat] with value [Batch, Feat] written at index [Batch] along Seq. */
+static mw_tensor *b_state_write(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_state_write(g, x[0], x[1], "Seq", x[2]);
+}
+/* zero + onehot(index) (x) value, per batch row. */
+static int r_state_write(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const rg_axes *sa = rg_axes_of(r, x[0]);
+    rg_axes oh = {0};
+    for (int i = 0; i < sa->rank; i++)
+        if (strcmp(sa->name[i], "Feat")) {
+            strcpy(oh.name[oh.rank], sa->name[i]);
+            oh.size[oh.rank++] = sa->size[i];
+        }
+    int64_t nb = oh.size[0], ns = oh.size[1];
+    double *hot = calloc((size_t)(nb * ns), sizeof *hot);
+    const int32_t *idx = rg_idvalue(r, x[2]);
+    for (int64_t b = 0; b < nb; b++) hot[b * ns + idx[b]] = 1.0;
+    int h = rg_leaf(r, &oh, hot);
+    free(hot);
+    const char *out[RG_MAX_RANK];
+    return rg_add(r, x[0], rg_contract(r, h, x[1], names(sa, out), sa->rank));
+}
+
+/* q [Batch, Head, Feat] against kv [Batch, Seq, Part=2, Head, Feat] up to pos [Batch]. */
+static mw_tensor *b_cached(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_attention_cached(g, x[0], x[1], "Part", "Seq", "Feat", x[2], (float)v->f[0]);
+}
+static int r_cached(rg_graph *r, const int *x, const cf_variant *v) {
+    int k = rg_slice(r, x[1], "Part", 0, 0, NULL), vv = rg_slice(r, x[1], "Part", 1, 0, NULL);
+    const char *so[] = {"Batch", "Head", "Seq"}, *oo[] = {"Batch", "Head", "Feat"};
+    int s = rg_contract(r, x[0], k, so, 3);
+    const rg_axes *sa = rg_axes_of(r, s);
+    double *mask = calloc((size_t)rg_axes_numel(sa), sizeof *mask);
+    const int32_t *pos = rg_idvalue(r, x[2]);
+    for (int64_t b = 0; b < sa->size[0]; b++)
+        for (int64_t h = 0; h < sa->size[1]; h++)
+            for (int64_t j = 0; j < sa->size[2]; j++)
+                mask[(b * sa->size[1] + h) * sa->size[2] + j] = j <= pos[b] ? 0.0 : -INFINITY;
+    int m = rg_leaf(r, sa, mask);
+    free(mask);
+    /* scale s, then the mask: softmax(x, scale 1) */
+    int p = rg_softmax(r, rg_add(r, rg_scale(r, s, (double)(float)v->f[0]), m), "Seq", 1.0, NULL);
+    return rg_contract(r, p, vv, oo, 3);
+}
+
+/* --- the table ---------------------------------------------------------------------------------
+ */
+
+#define P(name, axes, lo, hi, ...)                                                                 \
+    { name, axes, CF_PARAM, lo, hi, __VA_ARGS__ }
+#define M(name, axes, lo, hi, ...)                                                                 \
+    { name, axes, CF_MASK, lo, hi, __VA_ARGS__ }
+#define I(name, axes, lo, hi, ...)                                                                 \
+    { name, axes, CF_IDS, lo, hi, __VA_ARGS__ }
+#define ANY CF_ANY, NULL
+
+const cf_row cf_rows[] = {
+    {.name = "add",
+     .covers = "input,param,shard,add,permute,all-reduce",
+     .op = {P("a", "Batch,Seq,Feat", -1, 1, ANY), P("b", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0}},
+             {"Batch=1,Seq=2,Feat=1031", {0}},
+             {"Batch=2,Seq=1,Feat=1", {0}}},
+     .nvar = 3,
+     .split = "Batch,Seq,Feat",
+     .build = b_binary,
+     .ref = r_binary},
+    {.name = "sub_mul",
+     .covers = "sub,mul",
+     .op = {P("a", "Batch,Seq,Feat", -1, 1, ANY), P("b", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", {1}},
+             {"Batch=2,Seq=3,Feat=33", {2}},
+             {"Batch=1,Seq=1,Feat=17", {2}}},
+     .nvar = 3,
+     .split = "Batch,Feat",
+     .build = b_binary,
+     .ref = r_binary},
+    {.name = "div",
+     .covers = "div",
+     .op = {P("a", "Batch,Seq,Feat", -1, 1, ANY), P("b", "Batch,Seq,Feat", 0.5, 1.5, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", {3}}, {"Batch=2,Seq=1,Feat=131", {3}}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .amp = 4,
+     .build = b_binary,
+     .ref = r_binary},
+    {.name = "broadcast",
+     .covers = "broadcast,sum,add,mul",
+     .op = {P("a", "Batch,Seq,Feat", -1, 1, ANY), P("b", "Seq,Feat", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0, 0}},
+             {"Batch=4,Seq=3,Feat=9", {0, 1}},
+             {"Batch=3,Seq=2,Feat=5", {2, 1}},
+             {"Batch=1,Seq=1,Feat=67", {2, 0}}},
+     .nvar = 4,
+     .split = "Batch,Seq,Feat",
+     .reduce = "Batch",
+     .build = b_binary,
+     .ref = r_binary},
+    {.name = "scale",
+     .covers = "scale",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", .f = {-1.75}}, {"Batch=1,Seq=4,Feat=1031", .f = {0.3}}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .build = b_scale,
+     .ref = r_scale},
+    {.name = "cast",
+     .covers = "cast",
+     .op = {P("x", "Batch,Seq,Feat", -3, 3, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7"}, {"Batch=2,Seq=1,Feat=1031"}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .flags = CF_EXACT | CF_NO_SOURCES | CF_NO_FD,
+     .build = b_cast,
+     .ref = r_cast},
+    {.name = "full",
+     .covers = "fill",
+     .op = {P("x", "Batch,Feat", -1, 1, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Feat=7", .f = {0.25}}, {"Batch=1,Feat=33", .f = {-2}}},
+     .nvar = 2,
+     .split = "Batch",
+     .build = b_full,
+     .ref = r_full},
+    {.name = "maps",
+     .covers = "map,map_grad",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, ANY, .away = 0.05)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0}},
+             {"Batch=2,Seq=3,Feat=17", {1}},
+             {"Batch=3,Seq=4,Feat=9", {2}},
+             {"Batch=1,Seq=3,Feat=1031", {3}},
+             {"Batch=2,Seq=5,Feat=13", {4}}},
+     .nvar = 5,
+     .split = "Batch,Feat",
+     .build = b_map,
+     .ref = r_map},
+    {.name = "maps_positive",
+     .covers = "map,map_grad",
+     .op = {P("x", "Batch,Seq,Feat", 0.2, 3, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {5}}, {"Batch=2,Seq=3,Feat=1031", {6}}},
+     .nvar = 2,
+     .split = "Batch,Seq",
+     .amp = 2,
+     .build = b_map,
+     .ref = r_map},
+    {.name = "gelu",
+     .covers = "gelu,gelu_grad",
+     .op = {P("x", "Batch,Seq,Feat", -3, 3, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {7}},
+             {"Batch=2,Seq=3,Feat=1031", {8}},
+             {"Batch=1,Seq=1,Feat=33", {8}}},
+     .nvar = 3,
+     .split = "Batch,Feat",
+     .build = b_map,
+     .ref = r_map},
+    {.name = "compare",
+     .covers = "map,sub",
+     .op = {P("a", "Batch,Feat", -2, 2, ANY, .grid = 1),
+            P("b", "Batch,Feat", -2, 2, ANY, .grid = 1)},
+     .nops = 2,
+     .var = {{"Batch=5,Feat=7", {MW_GT}},
+             {"Batch=3,Feat=9", {MW_GE}},
+             {"Batch=4,Feat=5", {MW_LT}},
+             {"Batch=2,Feat=11", {MW_LE}},
+             {"Batch=3,Feat=6", {MW_EQ}},
+             {"Batch=1,Feat=13", {MW_NE}}},
+     .nvar = 6,
+     .split = "Batch,Feat",
+     .flags = CF_NO_GRAD | CF_EXACT | CF_NO_SOURCES,
+     .build = b_compare,
+     .ref = r_compare},
+    {.name = "where",
+     .covers = "add,sub,mul",
+     .op = {P("x", "Batch,Feat", -1, 1, ANY), P("y", "Batch,Feat", -1, 1, ANY),
+            M("mask", "Batch,Feat", 0, 2, ANY, .grid = 1)},
+     .nops = 3,
+     .var = {{"Batch=5,Feat=7"}, {"Batch=1,Feat=33"}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .build = b_where,
+     .ref = r_where},
+    {.name = "maximum",
+     .covers = "map,mul,add",
+     .op = {P("a", "Batch,Feat", -1, 1, ANY), P("b", "Batch,Feat", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=5,Feat=7", {0}}, {"Batch=3,Feat=17", {1}}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .build = b_extremum,
+     .ref = r_extremum},
+    {.name = "maximum_ties",
+     .covers = "map",
+     .op = {P("a", "Batch,Feat", -2, 2, ANY, .grid = 1),
+            P("b", "Batch,Feat", -2, 2, ANY, .grid = 1)},
+     .nops = 2,
+     .var = {{"Batch=5,Feat=7", {0}}, {"Batch=3,Feat=9", {1}}},
+     .nvar = 2,
+     .split = "Batch",
+     .flags = CF_TIES | CF_NO_SOURCES,
+     .build = b_extremum,
+     .ref = r_extremum},
+    {.name = "dropout",
+     .covers = "dropout",
+     .op = {P("x", "Batch,Seq,Feat", 0.5, 1.5, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=7,Feat=33", .f = {0.3}}, {"Batch=1,Seq=5,Feat=1031", .f = {0.6}}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .flags = CF_DROPOUT,
+     .build = b_dropout,
+     .ref = r_identity},
+    {.name = "sum_mean",
+     .covers = "sum,scale,all-reduce",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0, 0}},
+             {"Batch=4,Seq=3,Feat=9", {1, 0}},
+             {"Batch=3,Seq=7,Feat=5", {2, 1}},
+             {"Batch=1,Seq=131,Feat=3", {0, 1}},
+             {"Batch=2,Seq=1,Feat=1031", {1, 1}}},
+     .nvar = 5,
+     .split = "Batch,Seq,Feat",
+     .reduce = "Seq,Feat",
+     .build = b_sum,
+     .ref = r_sum},
+    {.name = "max",
+     .covers = "reduce_max,sum,div,mul,map",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY, .distinct = 1)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0}}, {"Batch=2,Seq=67,Feat=3", {0}}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Seq",
+     .build = b_max,
+     .ref = r_max},
+    {.name = "max_ties",
+     .covers = "reduce_max",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, ANY, .grid = 1)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {0}}},
+     .nvar = 1,
+     .split = "Batch,Feat",
+     .refuse = "Seq",
+     .flags = CF_TIES | CF_NO_SOURCES,
+     .build = b_max,
+     .ref = r_max},
+    {.name = "argmax",
+     .covers = "argmax",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY, .distinct = 1)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {1}}, {"Batch=1,Seq=1031,Feat=2", {1}}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Seq",
+     .flags = CF_NO_GRAD | CF_EXACT | CF_NO_SOURCES,
+     .build = b_max,
+     .ref = r_max},
+    {.name = "dot",
+     .covers = "contract,all-reduce",
+     .op = {P("a", "Batch,M,K", -1, 1, ANY), P("b", "K,N", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,M=5,K=7,N=9"},
+             {"Batch=2,M=33,K=67,N=17"},
+             {"Batch=1,M=1,K=1031,N=5"},
+             {"Batch=1,M=7,K=1,N=1"}},
+     .nvar = 4,
+     .split = "Batch,M,K,N",
+     .reduce = "K",
+     .build = b_dot,
+     .ref = r_dot},
+    {.name = "dot_batched",
+     .covers = "contract",
+     .op = {P("a", "Batch,Head,M,K", -1, 1, ANY), P("b", "Batch,Head,K,N", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=2,Head=3,M=5,K=7,N=9"}, {"Batch=1,Head=2,M=17,K=33,N=3"}},
+     .nvar = 2,
+     .split = "Batch,Head,K",
+     .reduce = "K",
+     .build = b_dot,
+     .ref = r_dot},
+    {.name = "contract",
+     .covers = "contract",
+     .op = {P("a", "Batch,M,K,L", -1, 1, ANY), P("b", "K,L,N", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=2,M=5,K=3,L=7,N=4", {0}},
+             {"Batch=3,M=9,K=5,L=2,N=6", {1}},
+             {"Batch=1,M=3,K=4,L=5,N=7", {2}}},
+     .nvar = 3,
+     .split = "Batch,K,N",
+     .reduce = "K,L",
+     .build = b_contract,
+     .ref = r_contract},
+    {.name = "linear_gelu",
+     .covers = "contract,add,gelu,gelu_grad",
+     .op = {P("x", "Batch,Seq,In", -1, 1, ANY), P("w", "Out,In", -0.5, 0.5, ANY),
+            P("bias", "Out", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=2,Seq=3,In=17,Out=33", {0}},
+             {"Batch=3,Seq=5,In=9,Out=7", {1}},
+             {"Batch=1,Seq=1,In=67,Out=5", {0}}},
+     .nvar = 3,
+     .split = "Batch,Out,In",
+     .reduce = "In",
+     .build = b_linear,
+     .ref = r_linear},
+    {.name = "mlp",
+     .covers = "contract,gelu,gelu_grad",
+     .op = {P("x", "Batch,In", -1, 1, ANY), P("w1", "Hid,In", -0.5, 0.5, ANY),
+            P("b1", "Hid", -0.5, 0.5, ANY), P("w2", "Out,Hid", -0.5, 0.5, ANY)},
+     .nops = 4,
+     .var = {{"Batch=5,In=17,Hid=33,Out=9"}, {"Batch=3,In=7,Hid=13,Out=3"}},
+     .nvar = 2,
+     .split = "Batch,Hid",
+     .reduce = "Hid",
+     .amp = 2,
+     .build = b_mlp,
+     .ref = r_mlp},
+    {.name = "residual",
+     .covers = "contract,add,alias",
+     .op = {P("x", "Batch,Feat", -1, 1, CF_LAST, "Feat"), P("h", "Batch,In", -1, 1, ANY),
+            P("w", "Out,In", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=5,In=17,Out=9,Feat=9"}, {"Batch=3,In=33,Out=7,Feat=7"}},
+     .nvar = 2,
+     .split = "Batch,In",
+     .reduce = "In",
+     .build = b_residual,
+     .ref = r_residual},
+    {.name = "fsdp",
+     .covers = "all-gather,reduce-scatter,contract,map",
+     .op = {M("x", "Batch,In", -1, 1, ANY), P("w1", "Hid,In", -0.5, 0.5, ANY),
+            P("w2", "Out,Hid", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=6,In=9,Hid=10,Out=5"}, {"Batch=5,In=7,Hid=17,Out=3"}},
+     .nvar = 2,
+     .split = "Batch",
+     .reduce = "Hid",
+     .flags = CF_NO_SOURCES,
+     .build = b_fsdp,
+     .ref = r_fsdp},
+    {.name = "layernorm",
+     .covers = "layernorm,layernorm_dx,layernorm_dw",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY),
+            P("b", "Feat", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=5,Feat=7", .f = {1e-5}},
+             {"Batch=1,Seq=2,Feat=1031", .f = {1e-5}},
+             {"Batch=2,Seq=1,Feat=33", .f = {0.1}}},
+     .nvar = 3,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Feat",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_layernorm,
+     .ref = r_layernorm},
+    {.name = "prenorm",
+     .covers = "layernorm,layernorm_dx,layernorm_dw,contract,alias",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY),
+            P("b", "Feat", -0.5, 0.5, ANY), P("wo", "Out,Feat", -0.5, 0.5, ANY)},
+     .nops = 4,
+     .var = {{"Batch=3,Seq=5,Feat=7,Out=7", .f = {1e-5}},
+             {"Batch=2,Seq=3,Feat=33,Out=33", .f = {1e-5}}},
+     .nvar = 2,
+     .split = "Batch,Seq",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_prenorm,
+     .ref = r_prenorm},
+    {.name = "softmax",
+     .covers = "softmax,softmax_grad",
+     .op = {P("x", "Batch,Q,K", -2, 2, CF_LAST, "K")},
+     .nops = 1,
+     .var = {{"Batch=3,Q=5,K=7", {0}, {0.7}},
+             {"Batch=2,Q=3,K=1031", {0}, {1.3}},
+             {"Batch=1,Q=2,K=1", {0}, {1}}},
+     .nvar = 3,
+     .split = "Batch,Q,K",
+     .refuse = "K",
+     .reduce = "K",
+     .amp = 2,
+     .build = b_softmax,
+     .ref = r_softmax},
+    {.name = "causal_softmax",
+     .covers = "softmax,softmax_grad",
+     .op = {P("x", "Batch,Q,K", -2, 2, CF_TAIL, "Q,K")},
+     .nops = 1,
+     .var = {{"Batch=3,Q=5,K=5", {1}, {0.7}},
+             {"Batch=2,Q=3,K=67", {1}, {1.1}},
+             {"Batch=1,Q=1,K=9", {1}, {1}}},
+     .nvar = 3,
+     .split = "Batch,Q,K",
+     .refuse = "Q,K",
+     .reduce = "K",
+     .amp = 2,
+     .build = b_softmax,
+     .ref = r_softmax},
+    {.name = "attention",
+     .covers = "attention,attention_grad",
+     .op = {P("qkv", "Batch,Seq,Part,Head,HeadDim", -1, 1, CF_LAST, "HeadDim")},
+     .nops = 1,
+     .var = {{"Batch=2,Seq=19,Part=3,Head=2,HeadDim=8", {1}, {0.35}},
+             {"Batch=1,Seq=67,Part=3,Head=2,HeadDim=13", {0}, {0.28}},
+             {"Batch=2,Seq=1,Part=3,Head=3,HeadDim=5", {1}, {0.45}},
+             {"Batch=1,Seq=70,Part=3,Head=1,HeadDim=16", {1}, {0.25}}},
+     .nvar = 4,
+     .split = "Batch,Head,Seq",
+     .refuse = "Seq,Part,HeadDim",
+     .reduce = "Seq",
+     .amp = 2,
+     .build = b_attention,
+     .ref = r_attention},
+    {.name = "embedding",
+     .covers = "embedding,embedding_grad",
+     .op = {P("table", "Vocab,Dim", -1, 1, CF_FIXED, NULL), I("ids", "Batch,Seq", 0, 11, ANY)},
+     .nops = 2,
+     .var = {{"Vocab=11,Dim=7,Batch=3,Seq=5"},
+             {"Vocab=11,Dim=1031,Batch=1,Seq=9"},
+             {"Vocab=11,Dim=3,Batch=2,Seq=1"}},
+     .nvar = 3,
+     .split = "Batch,Seq,Vocab,Dim",
+     .whole = "Vocab,Dim",
+     .build = b_embedding,
+     .ref = r_embedding},
+    {.name = "cross_entropy",
+     .covers = "cross_entropy,cross_entropy_grad",
+     .op = {P("logits", "Batch,Seq,Vocab", -3, 3, CF_LAST, "Vocab"),
+            I("targets", "Batch,Seq", 0, 9, CF_LIKE, "logits")},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Vocab=11", {0}},
+             {"Batch=2,Seq=3,Vocab=1031", {0}},
+             {"Batch=1,Seq=4,Vocab=13", {9}}},
+     .nvar = 3,
+     .split = "Batch,Seq,Vocab",
+     .refuse = "Vocab",
+     .reduce = "Vocab",
+     .amp = 2,
+     .build = b_xent,
+     .ref = r_xent},
+    {.name = "permute",
+     .covers = "permute",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7"}, {"Batch=1,Seq=2,Feat=1031"}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .build = b_permute,
+     .ref = r_permute},
+    {.name = "reshape",
+     .covers = "alias",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, CF_TAIL, "Seq,Feat")},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=12"}, {"Batch=1,Seq=1,Feat=33"}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Seq,Feat",
+     .build = b_reshape,
+     .ref = r_reshape},
+    {.name = "slice",
+     .covers = "slice,pad",
+     .op = {P("x", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=7,Feat=5", {0, 1, 3}},
+             {"Batch=2,Seq=9,Feat=33", {1, 4}},
+             {"Batch=1,Seq=5,Feat=1031", {0, 0, 5}}},
+     .nvar = 3,
+     .split = "Batch,Seq,Feat",
+     .whole = "Seq",
+     .build = b_slice,
+     .ref = r_slice},
+    {.name = "concat",
+     .covers = "pad,add,permute",
+     .op = {P("a", "Batch,Seq,Feat", -1, 1, ANY), P("b", "Batch,Seq,Feat", -1, 1, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=4,Feat=5"}, {"Batch=1,Seq=2,Feat=33"}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Seq",
+     .build = b_concat,
+     .ref = r_concat},
+    {.name = "state_write",
+     .covers = "state,state_write",
+     .op = {{"cache", "Batch,Seq,Feat", CF_STATE, 0, 0, CF_FIXED, NULL},
+            P("value", "Batch,Feat", -1, 1, CF_FIXED, NULL),
+            I("index", "Batch", 0, 7, CF_FIXED, NULL)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=7,Feat=5"}, {"Batch=2,Seq=7,Feat=33"}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .flags = CF_INFER,
+     .build = b_state_write,
+     .ref = r_state_write},
+    {.name = "attention_cached",
+     .covers = "attention_cached",
+     .op = {P("q", "Batch,Head,Feat", -1, 1, CF_FIXED, NULL),
+            P("kv", "Batch,Seq,Part,Head,Feat", -1, 1, CF_FIXED, NULL),
+            I("pos", "Batch", 0, 9, CF_FIXED, NULL)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=9,Part=2,Head=2,Feat=8", .f = {0.35}},
+             {"Batch=2,Seq=9,Part=2,Head=3,Feat=13", .f = {0.28}}},
+     .nvar = 2,
+     .split = "Batch,Head",
+     .reduce = "Seq",
+     .flags = CF_INFER,
+     .build = b_cached,
+     .ref = r_cached},
+};
+
+const int cf_nrows = (int)(sizeof cf_rows / sizeof cf_rows[0]);
