@@ -4,7 +4,10 @@
 #   format    clang-format --dry-run -Werror on every source file, and the floors' include rules
 #             (scripts/check-layers.sh)
 #   build     Release build in build/ (tests, examples, bench)
-#   ctest     every test in build/ (gpu-labelled tests skip themselves without a GPU)
+#   ctest     every test in build/ (gpu-labelled tests skip themselves without a GPU; the
+#             conformance table's quick subset)
+#   conform   the conformance table's full sweep (build/conformance): every op over every legal
+#             layout, split, precision, CPU instruction level and GEMM engine
 #   asan      AddressSanitizer + UBSan build in build-asan/ (Debug, -O1, without CUDA: the
 #             configuration of a machine without the toolkit), all but install and gpu
 #   tsan      ThreadSanitizer build in build-tsan/, the stress programs only
@@ -12,7 +15,7 @@
 #             its ctest: every optional dependency absent still builds and passes
 #   fuzz      the libFuzzer harnesses (scripts/fuzz.sh), FUZZ_SECONDS each (default 20)
 #   bench     meshwit-bench --quick smoke run, writes build/bench.json
-# Usage: scripts/test.sh [--quick]    (--quick skips asan, tsan, minimal and fuzz)
+# Usage: scripts/test.sh [--quick]    (--quick skips conform, asan, tsan, minimal and fuzz)
 # Environment: JOBS (parallel build jobs, default 2).
 set -euo pipefail
 
@@ -23,7 +26,7 @@ for arg in "$@"; do
     case "$arg" in
     --quick) QUICK=1 ;;
     -h | --help)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -106,6 +109,10 @@ do_ctest() {
     ctest --test-dir build --output-on-failure
 }
 
+do_conform() {
+    build/conformance
+}
+
 do_asan() {
     cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" \
         -DMESHWIT_SANITIZE=address -DMESHWIT_BUILD_TESTS=ON \
@@ -149,11 +156,13 @@ stage format do_format
 stage build do_build
 stage ctest do_ctest
 if [ "$QUICK" -eq 1 ]; then
+    skip conform "--quick"
     skip asan "--quick"
     skip tsan "--quick"
     skip minimal "--quick"
     skip fuzz "--quick"
 else
+    stage conform do_conform
     stage asan do_asan
     if compgen -G "tests/stress/*.c" >/dev/null; then
         stage tsan do_tsan

@@ -67,7 +67,8 @@ int mw__dnnl_cap_isa(const char *name) {
     static const struct {
         const char *name;
         dnnl_cpu_isa_t isa;
-    } caps[] = {{"avx2", dnnl_cpu_isa_avx2},
+    } caps[] = {{"sse2", dnnl_cpu_isa_sse41}, /* oneDNN's narrowest */
+                {"avx2", dnnl_cpu_isa_avx2},
                 {"avx512", dnnl_cpu_isa_avx512_core},
                 {"avx512_bf16", dnnl_cpu_isa_avx512_core_bf16},
                 {"amx", dnnl_cpu_isa_avx512_core_amx}};

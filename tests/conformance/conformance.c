@@ -284,6 +284,7 @@ typedef struct config {
     char axis[2][RG_NAME];
     const char *over[2];
     mw_precision precision;
+    mw_recompute recompute; /* the op traced as a region, recomputed in the backward pass */
     char label[96];
 } config;
 
@@ -375,6 +376,12 @@ static void legal_orders(setup *s, int i) {
                 list_item(o->pin, t, nm, sizeof nm);
                 ok &= q[n - m + t] == rg_find(ax, nm);
             }
+        } else if (o->order == CF_LAST_BUT) {
+            char a[RG_NAME], b[RG_NAME];
+            list_item(o->pin, 0, a, sizeof a);
+            list_item(o->pin, 1, b, sizeof b);
+            int last = q[n - 1] == rg_find(ax, b) ? q[n - 2] : q[n - 1];
+            ok = last == rg_find(ax, a);
         } else if (o->order == CF_LIKE) {
             ok = a == 0; /* derived from the other operand in case_orders */
         }
@@ -671,7 +678,9 @@ static mw_status build_case(const setup *s, int k, const config *c, built *b) {
         }
     }
     if (mw_graph_status(g)) return mw_graph_status(g);
+    mw_region_begin(g, row->name);
     b->out = row->build(g, x, s->var);
+    mw_region_end(g);
     if (mw_graph_status(g)) return mw_graph_status(g);
     /* R over out's axes, split as out is. */
     mw_axes rax = {.rank = mw_tensor_rank(b->out)};
@@ -955,6 +964,7 @@ static int run_case(const setup *s, int k, const config *c, outcome *o, tally *t
     } else if (!st) {
         mw_trainer_config tc = {.optimizer = {MW_SGD, .lr = 0.0f},
                                 .precision = c->precision,
+                                .recompute = c->recompute,
                                 .outputs = &b.out,
                                 .noutputs = 1};
         st = mw_trainer_new(b.g, b.loss, mesh, &tc, &tr);
@@ -1036,12 +1046,21 @@ static int make_configs(const setup *s, config *out, int cap) {
         strcpy(c.axis[1], splits[1]);
         out[n++] = c;
     }
+    /* The full sweep recomputes the op's activations on one and two devices (everything but
+     * contractions, and everything). */
+    if (!quick && !(row->flags & CF_INFER) && n + 2 <= cap) {
+        out[n] = out[0], out[n++].recompute = MW_RECOMPUTE_BLOCKS;
+        if (n > 2) out[n] = out[1], out[n++].recompute = MW_RECOMPUTE_DOTS;
+    }
     for (int i = 0; i < n; i++) {
         config *c = &out[i];
         int at = snprintf(c->label, sizeof c->label, "%s", c->devices);
         for (int j = 0; j < c->nsplit; j++)
             at += snprintf(c->label + at, sizeof c->label - (size_t)at, "%s%s@%s", j ? "," : " ",
                            c->axis[j], c->over[j]);
+        if (c->recompute)
+            snprintf(c->label + at, sizeof c->label - (size_t)at, ", recomputing %s",
+                     c->recompute == MW_RECOMPUTE_DOTS ? "all but contractions" : "all");
     }
     return n;
 }
@@ -1065,8 +1084,8 @@ static int run_row(const cf_row *row, tally *t) {
     for (int v = 0; v < nvar; v++) {
         setup s = {.row = row, .var = &row->var[v]};
         make_values(&s);
-        config cfg[8];
-        int ncfg = make_configs(&s, cfg, 8);
+        config cfg[10];
+        int ncfg = make_configs(&s, cfg, 10);
         int nl = nlayouts(&s);
         outcome *firsts = xcalloc((size_t)ncfg * NSRC, sizeof *firsts);
         for (int k = 0; k < nl; k++) {
@@ -1232,8 +1251,7 @@ static int run_sweep(char **argv) {
             waitpid(pid, &status, 0);
             int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             snprintf(summary[runs++], sizeof summary[0],
-                     "MESHWIT_CPU_ISA=%-12s MESHWIT_CPU_GEMM=%-9s %s", nl ? levels[l] : "auto",
-                     engines[e],
+                     "MESHWIT_CPU_ISA=%-12s MESHWIT_CPU_GEMM=%-9s %s", levels[l], engines[e],
                      rc == 0    ? "passed"
                      : rc == 77 ? "skipped (not built)"
                                 : "FAILED");

@@ -12,7 +12,7 @@
 #include "meshwit.h"
 #include "ref.h"
 
-#define CF_MAX_OPS 4
+#define CF_MAX_OPS 10
 #define CF_MAX_VARIANTS 6
 
 typedef enum cf_kind {
@@ -24,12 +24,13 @@ typedef enum cf_kind {
 
 /* Which axis orders an operand may take (each a layout the op's header allows). */
 typedef enum cf_order {
-    CF_ANY,   /* every permutation */
-    CF_LAST,  /* every permutation with `pin` last */
-    CF_FIRST, /* every permutation with `pin` first */
-    CF_FIXED, /* the canonical order only */
-    CF_LIKE,  /* the order of operand `pin` (by name), its other axes dropped */
-    CF_TAIL   /* `pin` ("A,B") last, in that order; the others in any order */
+    CF_ANY,     /* every permutation */
+    CF_LAST,    /* every permutation with `pin` last */
+    CF_FIRST,   /* every permutation with `pin` first */
+    CF_FIXED,   /* the canonical order only */
+    CF_LIKE,    /* the order of operand `pin` (by name), its other axes dropped */
+    CF_TAIL,    /* `pin` ("A,B") last, in that order; the others in any order */
+    CF_LAST_BUT /* `pin` "A,B": A last once B is left out (a contraction over B leaves A last) */
 } cf_order;
 
 typedef struct cf_operand {

@@ -318,10 +318,10 @@ static mw_tensor *b_attention(mw_graph *g, mw_tensor *const *x, const cf_variant
 }
 
 /* softmax(scale q k^T) v written out: q, k, v sliced from qkv, the keys' Seq renamed Key. */
-static int r_attention(rg_graph *r, const int *x, const cf_variant *v) {
-    int q = rg_slice(r, x[0], "Part", 0, 0, NULL);
-    int k = renamed(r, rg_slice(r, x[0], "Part", 1, 0, NULL), "Seq", "Key");
-    int vv = renamed(r, rg_slice(r, x[0], "Part", 2, 0, NULL), "Seq", "Key");
+static int attention_of(rg_graph *r, int qkv, int causal, double scale) {
+    int q = rg_slice(r, qkv, "Part", 0, 0, NULL);
+    int k = renamed(r, rg_slice(r, qkv, "Part", 1, 0, NULL), "Seq", "Key");
+    int vv = renamed(r, rg_slice(r, qkv, "Part", 2, 0, NULL), "Seq", "Key");
     const rg_axes *qa = rg_axes_of(r, q);
     const char *so[RG_MAX_RANK], *oo[RG_MAX_RANK];
     int n = 0;
@@ -329,8 +329,58 @@ static int r_attention(rg_graph *r, const int *x, const cf_variant *v) {
         if (strcmp(qa->name[i], "HeadDim")) so[n++] = qa->name[i];
     so[n++] = "Key";
     int s = rg_contract(r, q, k, so, n);
-    int p = rg_softmax(r, s, "Key", (double)(float)v->f[0], v->i[0] ? "Seq" : NULL);
+    int p = rg_softmax(r, s, "Key", scale, causal ? "Seq" : NULL);
     return rg_contract(r, p, vv, names(qa, oo), qa->rank);
+}
+
+static int r_attention(rg_graph *r, const int *x, const cf_variant *v) {
+    return attention_of(r, x[0], v->i[0], (double)(float)v->f[0]);
+}
+
+/* The qkv of a contraction, as mw_dot lays it out: x's axes but Embed, then w's. */
+static int dot_of(rg_graph *r, int a, int b, const char *axis) {
+    const rg_axes *aa = rg_axes_of(r, a), *ba = rg_axes_of(r, b);
+    const char *out[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < aa->rank; i++)
+        if (strcmp(aa->name[i], axis) && rg_find(ba, aa->name[i]) >= 0) out[n++] = aa->name[i];
+    for (int i = 0; i < aa->rank; i++)
+        if (strcmp(aa->name[i], axis) && rg_find(ba, aa->name[i]) < 0) out[n++] = aa->name[i];
+    for (int i = 0; i < ba->rank; i++)
+        if (strcmp(ba->name[i], axis) && rg_find(aa, ba->name[i]) < 0) out[n++] = ba->name[i];
+    return rg_contract(r, a, b, out, n);
+}
+
+/* attention(x . wqkv): qkv laid out as the contraction leaves it (the issue of a bf16 d(qkv)). */
+static mw_tensor *b_attention_of_dot(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_attention(g, mw_dot(g, x[0], x[1], "Embed"), "Part", "Seq", "HeadDim", v->i[0],
+                        (float)v->f[0]);
+}
+static int r_attention_of_dot(rg_graph *r, const int *x, const cf_variant *v) {
+    return attention_of(r, dot_of(r, x[0], x[1], "Embed"), v->i[0], (double)(float)v->f[0]);
+}
+
+/* A pre-norm transformer block: x + attention(ln1(x)) projected, then + an exact-GELU MLP of
+ * ln2 of that. Operands: x, ln1w, ln1b, wqkv, wo [Out, Head, HeadDim], ln2w, ln2b, w1 [Hid,
+ * Embed], b1, w2 [Out, Hid]. */
+static mw_tensor *b_block(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *h = mw_layernorm(g, x[0], x[1], x[2], "Embed", 1e-5f);
+    mw_tensor *a = mw_attention(g, mw_dot(g, h, x[3], "Embed"), "Part", "Seq", "HeadDim", v->i[0],
+                                (float)v->f[0]);
+    mw_tensor *o = mw_contract(g, a, x[4], "Batch,Seq,Out");
+    mw_tensor *r = mw_add(g, x[0], mw_rename(g, o, "Out", "Embed"));
+    mw_tensor *m = mw_layernorm(g, r, x[5], x[6], "Embed", 1e-5f);
+    mw_tensor *f = mw_gelu_erf(g, mw_add(g, mw_dot(g, m, x[7], "Embed"), x[8]));
+    return mw_add(g, r, mw_rename(g, mw_dot(g, f, x[9], "Hid"), "Out", "Embed"));
+}
+static int r_block(rg_graph *r, const int *x, const cf_variant *v) {
+    int h = rg_layernorm(r, x[0], x[1], x[2], "Embed", (double)1e-5f);
+    int a = attention_of(r, dot_of(r, h, x[3], "Embed"), v->i[0], (double)(float)v->f[0]);
+    const char *bso[] = {"Batch", "Seq", "Out"};
+    int res = rg_add(r, x[0], renamed(r, rg_contract(r, a, x[4], bso, 3), "Out", "Embed"));
+    int m = rg_layernorm(r, res, x[5], x[6], "Embed", (double)1e-5f);
+    int f = rg_map(r, rg_add(r, dot_of(r, m, x[7], "Embed"), x[8]), RG_GELU_ERF);
+    return rg_add(r, res, renamed(r, dot_of(r, f, x[9], "Hid"), "Out", "Embed"));
 }
 
 /* --- lookups and losses ----------------------------------------------------------------------- */
@@ -838,6 +888,41 @@ const cf_row cf_rows[] = {
      .amp = 2,
      .build = b_attention,
      .ref = r_attention},
+    {.name = "attention_of_dot",
+     .covers = "attention,attention_grad,contract",
+     .op = {P("x", "Batch,Seq,Embed", -1, 1, ANY),
+            P("w", "Part,Head,HeadDim,Embed", -0.4, 0.4, CF_LAST_BUT, "HeadDim,Embed")},
+     .nops = 2,
+     .var = {{"Batch=2,Seq=19,Embed=24,Part=3,Head=2,HeadDim=8", {1}, {0.35}},
+             {"Batch=1,Seq=67,Embed=13,Part=3,Head=2,HeadDim=5", {0}, {0.4}},
+             {"Batch=3,Seq=5,Embed=9,Part=3,Head=1,HeadDim=7", {1}, {0.3}}},
+     .nvar = 3,
+     .split = "Batch,Head,Embed",
+     .refuse = "Seq,Part,HeadDim",
+     .reduce = "Seq,Embed",
+     .amp = 2,
+     .build = b_attention_of_dot,
+     .ref = r_attention_of_dot},
+    {.name = "block",
+     .covers = "layernorm,layernorm_dx,layernorm_dw,attention,attention_grad,contract,gelu,"
+               "gelu_grad,add,alias",
+     .op = {P("x", "Batch,Seq,Embed", -1, 1, CF_LAST, "Embed"), P("ln1w", "Embed", 0.8, 1.2, ANY),
+            P("ln1b", "Embed", -0.1, 0.1, ANY),
+            P("wqkv", "Part,Head,HeadDim,Embed", -0.4, 0.4, CF_LAST_BUT, "HeadDim,Embed"),
+            P("wo", "Out,Head,HeadDim", -0.3, 0.3, ANY), P("ln2w", "Embed", 0.8, 1.2, ANY),
+            P("ln2b", "Embed", -0.1, 0.1, ANY), P("w1", "Hid,Embed", -0.3, 0.3, ANY),
+            P("b1", "Hid", -0.1, 0.1, ANY), P("w2", "Out,Hid", -0.3, 0.3, ANY)},
+     .nops = 10,
+     .var = {{"Batch=2,Seq=11,Embed=12,Part=3,Head=2,HeadDim=6,Out=12,Hid=20", {1}, {0.4}},
+             {"Batch=1,Seq=66,Embed=16,Part=3,Head=2,HeadDim=8,Out=16,Hid=33", {1}, {0.35}},
+             {"Batch=3,Seq=5,Embed=9,Part=3,Head=3,HeadDim=3,Out=9,Hid=17", {0}, {0.5}}},
+     .nvar = 3,
+     .split = "Batch,Head,Hid",
+     .refuse = "Seq,Part,HeadDim,Embed",
+     .reduce = "Seq,Embed",
+     .amp = 8,
+     .build = b_block,
+     .ref = r_block},
     {.name = "embedding",
      .covers = "embedding,embedding_grad",
      .op = {P("table", "Vocab,Dim", -1, 1, CF_FIXED, NULL), I("ids", "Batch,Seq", 0, 11, ANY)},
