@@ -14,7 +14,9 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "parallel/config.h"
 #include "parallel/consistency.h"
+#include "parallel/optimizer.h"
 #include "parallel/trainer_impl.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a stop request must be a lock-free store");
@@ -126,29 +128,6 @@ static void describe_node(text *t, const mw_graph *g, const mw_tensor *n) {
     }
 }
 
-static void describe_config(text *t, const mw_trainer_config *c, mw_tensor *const *outputs,
-                            int noutputs) {
-    const mw_optimizer *o = &c->optimizer;
-    add(t, "optimizer %s", o->kind == MW_ADAMW ? "AdamW" : "SGD");
-    add(t, "learning rate %.9g", (double)o->lr);
-    add(t, "beta1 %.9g, beta2 %.9g, eps %.9g", (double)o->beta1, (double)o->beta2, (double)o->eps);
-    add(t, "weight decay %.9g", (double)o->weight_decay);
-    add(t, "gradient clip %.9g", (double)o->grad_clip);
-    add(t, "warm-up %d steps, decay %d steps, min lr ratio %.9g", o->warmup_steps, o->decay_steps,
-        (double)o->min_lr_ratio);
-    add(t, "bucket bytes %zu", c->bucket_bytes);
-    add(t, "check_finite %d, skip_nonfinite %d, check_replicas_every %d", c->check_finite,
-        c->skip_nonfinite, c->check_replicas_every);
-    add(t, "shard_optimizer %d", c->shard_optimizer);
-    add(t, "precision %s", c->precision == MW_PRECISION_BF16 ? "bf16" : "fp32");
-    add(t, "recompute %d", (int)c->recompute);
-    add(t, "keep gathered %d", c->keep_gathered != 0);
-    add(t, "serial gathers %d", c->serial_gathers != 0);
-    add(t, "%d outputs", noutputs);
-    for (int i = 0; i < noutputs; i++)
-        add(t, "output %d is node %d", i, outputs && outputs[i] ? outputs[i]->id : -1);
-}
-
 /* The line of text s that starts at line index `line` ("(end)" when s has fewer lines). */
 static void line_at(const char *s, size_t len, int line, char *out, size_t size) {
     size_t i = 0;
@@ -227,17 +206,69 @@ mw_status mw_distributed_agree(const char *what, const char *text_, int timeout_
     return agree(what, text_, strlen(text_), timeout_ms);
 }
 
+/* The fingerprint of a program of `graph` computing `result` (NULL: none) with the configuration
+ * described in config (config.h) and `extra` lines, compared across the processes of mesh. */
+static mw_status agree_program(const char *caller, const mw_mesh *mesh, const mw_graph *graph,
+                               const mw_tensor *result, const char *config, const text *extra,
+                               int timeout_ms) {
+    (void)mesh;
+    text t = {0};
+    for (int i = 0; i < graph->nnodes; i++) describe_node(&t, graph, graph->nodes[i]);
+    if (result) add(&t, "the loss is node %d", result->id);
+    add(&t, "%s", config);
+    if (extra && extra->s) add(&t, "%s", extra->s);
+    char what[96];
+    snprintf(what, sizeof what, "%s: the model or its configuration", caller);
+    mw_status st = t.oom || (extra && extra->oom)
+                       ? mw__error(MW_ERR_NOMEM, "%s: out of memory", caller)
+                       : agree(what, t.s, t.len, timeout_ms);
+    mw__free(t.s);
+    return st;
+}
+
+/* A configuration's description (config.h) in memory the caller frees; NULL when it ran out. */
+static char *config_text(const mw_trainer_config *tc, const mw_infer_config *ic) {
+    size_t n =
+        tc ? mw__describe_trainer_config(tc, NULL, 0) : mw__describe_infer_config(ic, NULL, 0);
+    char *s = mw__malloc(n + 1);
+    if (!s) return NULL;
+    if (tc)
+        mw__describe_trainer_config(tc, s, n + 1);
+    else
+        mw__describe_infer_config(ic, s, n + 1);
+    return s;
+}
+
 mw_status mw__trainer_agree(const mw_trainer_config *cfg, const mw_mesh *mesh,
                             const mw_graph *graph, const mw_tensor *loss) {
     if (mesh->nprocs <= 1) return MW_OK;
-    text t = {0};
-    for (int i = 0; i < graph->nnodes; i++) describe_node(&t, graph, graph->nodes[i]);
-    if (loss) add(&t, "the loss is node %d", loss->id);
-    describe_config(&t, cfg, cfg->outputs, cfg->noutputs);
-    mw_status st = t.oom ? mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory")
-                         : agree("mw_trainer_new: the model or trainer configuration", t.s, t.len,
-                                 cfg->collective_timeout_ms);
-    mw__free(t.s);
+    /* What the weight decay applies to: the decays function is each process's own. */
+    text extra = {0};
+    unsigned char *decays = mw__calloc((size_t)graph->nparams + 1, 1);
+    mw_status st = decays ? mw__decay_flags(graph, &cfg->optimizer, decays)
+                          : mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
+    for (int i = 0; st == MW_OK && i < graph->nnodes; i++)
+        if (graph->nodes[i]->op == MW__OP_PARAM)
+            add(&extra, "weight decay %s parameter '%s'",
+                decays[graph->nodes[i]->leaf] ? "applies to" : "skips", graph->nodes[i]->name);
+    char *config = st ? NULL : config_text(cfg, NULL);
+    if (st == MW_OK && !config) st = mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
+    if (st == MW_OK)
+        st = agree_program("mw_trainer_new", mesh, graph, loss, config, &extra,
+                           cfg->collective_timeout_ms);
+    mw__free(config);
+    mw__free(extra.s);
+    mw__free(decays);
+    return st;
+}
+
+mw_status mw__infer_agree(const mw_infer_config *cfg, const mw_mesh *mesh, const mw_graph *graph) {
+    if (mesh->nprocs <= 1) return MW_OK;
+    char *config = config_text(NULL, cfg);
+    if (!config) return mw__error(MW_ERR_NOMEM, "inference: out of memory");
+    mw_status st =
+        agree_program("inference", mesh, graph, NULL, config, NULL, cfg->collective_timeout_ms);
+    mw__free(config);
     return st;
 }
 

@@ -11,15 +11,19 @@
 
 struct mw_trainer;
 struct mw_trainer_config;
+struct mw_infer_config;
 struct mw_graph;
 struct mw_mesh;
 struct mw_tensor;
 
-/* Before a trainer (or an inference program, described as one) on `mesh` is built: compares the
- * fingerprint of the caller's graph, loss and configuration with every process the mesh spans
- * (no-op for one process). */
+/* Before a trainer (or an inference program) on `mesh` is built: compares the fingerprint of the
+ * caller's graph, loss and configuration (every SHARED field of its lists, parallel/config.h,
+ * and for a trainer which parameters decay) with every process the mesh spans (no-op for one
+ * process). */
 mw_status mw__trainer_agree(const struct mw_trainer_config *cfg, const struct mw_mesh *mesh,
                             const struct mw_graph *graph, const struct mw_tensor *loss);
+mw_status mw__infer_agree(const struct mw_infer_config *cfg, const struct mw_mesh *mesh,
+                          const struct mw_graph *graph);
 /* After planning, before the workers start: makes the replica check's scratch when it is
  * configured, and overwrites the program's init_values with rank 0's (across processes). */
 mw_status mw__trainer_prepare(struct mw_trainer *tr);

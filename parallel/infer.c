@@ -177,19 +177,10 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
     mw_status st =
         describe(inf, config->chunk_axis ? config->chunk_axis : "Batch", config->outputs);
     mw_mesh *on = from ? from->prog->mesh : mesh;
-    mw__program_config pc = {.precision = config->precision,
-                             .pin_threads = config->pin_threads,
-                             .blas_threads = from ? -1 : config->blas_threads,
-                             .collective_timeout_ms = config->collective_timeout_ms,
-                             .cpu_threads = config->cpu_threads};
+    mw__program_config pc = mw__program_config_of_infer(config);
+    if (from) pc.blas_threads = -1; /* the trainer's setting holds */
     if (st == MW_OK) st = mw__program_check(&pc);
-    if (st == MW_OK) { /* the processes agree on the program as on a trainer's */
-        mw_trainer_config described = {.outputs = config->outputs,
-                                       .noutputs = config->noutputs,
-                                       .collective_timeout_ms = config->collective_timeout_ms,
-                                       .precision = config->precision};
-        st = mw__trainer_agree(&described, on, graph, config->outputs[0]);
-    }
+    if (st == MW_OK) st = mw__infer_agree(config, on, graph);
     if (st == MW_OK) st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, &inf->prog);
     mw__program *prog = inf->prog;
     if (st == MW_OK) st = mw__program_outputs(prog, config->outputs, config->noutputs);

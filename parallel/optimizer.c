@@ -17,14 +17,10 @@
 #include "meshwit.h"
 
 mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind) {
-    mw_optimizer o = {.kind = kind, .lr = 1e-3f};
-    mw__optimizer_resolve(&o);
-    return o;
-}
-
-/* 0 means the default; MW_ZERO (-0.0f) an explicit zero. */
-static void fill(float *field, float value) {
-    if (*field == 0.0f) *field = signbit(*field) ? 0.0f : value;
+    mw_optimizer adamw = MW_ADAMW_INIT(1e-3f), sgd = MW_SGD_INIT(1e-3f);
+    if (kind == MW_ADAMW) return adamw;
+    sgd.kind = kind; /* another value is refused by mw_trainer_new, naming it */
+    return sgd;
 }
 
 static mw_status bad(const char *field, double value, const char *range) {
@@ -37,9 +33,6 @@ mw_status mw__optimizer_resolve(mw_optimizer *o) {
         return mw__error(MW_ERR_INVALID,
                          "mw_trainer_new: optimizer.kind is %d; it must be MW_SGD or MW_ADAMW",
                          (int)o->kind);
-    fill(&o->beta1, 0.9f);
-    fill(&o->beta2, 0.999f);
-    fill(&o->eps, 1e-8f);
     if (!(o->lr >= 0.0f) || !isfinite(o->lr)) return bad("lr", o->lr, "finite and >= 0");
     if (!(o->weight_decay >= 0.0f) || !isfinite(o->weight_decay))
         return bad("weight_decay", o->weight_decay, "finite and >= 0");
@@ -49,10 +42,21 @@ mw_status mw__optimizer_resolve(mw_optimizer *o) {
     if (o->decay_steps < 0) return bad("decay_steps", o->decay_steps, ">= 0 (0: no decay)");
     if (!(o->min_lr_ratio >= 0.0f && o->min_lr_ratio <= 1.0f))
         return bad("min_lr_ratio", o->min_lr_ratio, "in [0, 1]");
+    if (o->decay_rule != MW_DECAY_MATRICES && o->decay_rule != MW_DECAY_RANK2)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_new: optimizer.decay_rule is %d; it must be "
+                         "MW_DECAY_MATRICES or MW_DECAY_RANK2",
+                         (int)o->decay_rule);
     if (o->kind == MW_ADAMW) {
         if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f)) return bad("beta1", o->beta1, "in [0, 1)");
         if (!(o->beta2 >= 0.0f && o->beta2 < 1.0f)) return bad("beta2", o->beta2, "in [0, 1)");
-        if (!(o->eps >= 0.0f) || !isfinite(o->eps)) return bad("eps", o->eps, "finite and >= 0");
+        if (!(o->eps > 0.0f) || !isfinite(o->eps))
+            return mw__error(MW_ERR_INVALID,
+                             "mw_trainer_new: optimizer.eps is %g; it must be finite and > 0 (with "
+                             "0 an element whose gradient was always 0 divides 0 by 0). "
+                             "MW_ADAMW_INIT(lr) and mw_optimizer_defaults(MW_ADAMW) give "
+                             "PyTorch's defaults: beta1 0.9, beta2 0.999, eps 1e-8",
+                             o->eps);
     } else {
         if (!(o->momentum >= 0.0f && o->momentum <= 1.0f))
             return bad("momentum", o->momentum, "in [0, 1]");
@@ -78,15 +82,12 @@ static int passes_on(mw__op op) {
            op == MW__OP_BROADCAST || op == MW__OP_CAST || op == MW__OP_GATHER;
 }
 
-mw_status mw__optimizer_decays(mw_trainer *tr) {
-    const mw_graph *g = tr->prog->g;
-    const mw_optimizer *o = &tr->cfg.optimizer;
-    tr->decays = mw__calloc((size_t)g->nparams + 1, 1);
+mw_status mw__decay_flags(const mw_graph *g, const mw_optimizer *o, unsigned char *decays) {
     /* origin[node]: the parameter leaf a node hands on unchanged, or -1; not_bias[leaf]: the
      * parameter (through such nodes) reaches an op other than an addition. */
     int *origin = mw__malloc((size_t)g->nnodes * sizeof *origin + 1);
     char *not_bias = mw__calloc((size_t)g->nparams + 1, 1);
-    if (!tr->decays || !origin || !not_bias) {
+    if (!origin || !not_bias) {
         mw__free(origin);
         mw__free(not_bias);
         return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
@@ -106,12 +107,21 @@ mw_status mw__optimizer_decays(mw_trainer *tr) {
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
         if (t->op != MW__OP_PARAM) continue;
-        tr->decays[t->leaf] = o->decays ? o->decays(t->name, t->type.rank, o->decay_user) != 0
-                                        : t->type.rank >= 2 && not_bias[t->leaf];
+        decays[t->leaf] = o->decays ? o->decays(t->name, t->type.rank, o->decay_user) != 0
+                          : o->decay_rule == MW_DECAY_RANK2
+                              ? t->type.rank >= 2
+                              : t->type.rank >= 2 && not_bias[t->leaf];
     }
     mw__free(origin);
     mw__free(not_bias);
     return MW_OK;
+}
+
+mw_status mw__optimizer_decays(mw_trainer *tr) {
+    const mw_graph *g = tr->prog->g;
+    tr->decays = mw__calloc((size_t)g->nparams + 1, 1);
+    if (!tr->decays) return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    return mw__decay_flags(g, &tr->cfg.optimizer, tr->decays);
 }
 
 int mw__own_part(const replica *r, const mw__param_slot *s, int64_t *lo, int64_t *hi) {
@@ -257,10 +267,55 @@ static mw_status grad_norm(replica *r, float *norm) {
         for (int d = 0; d < n; d++) mw__sqacc_add(&total, &r->accs[d]);
     }
     /* A squared norm beyond float's range counts as infinite, as the gradients' squares overflow
-     * AdamW's float second moments: skip_nonfinite and check_finite catch such a step. */
+     * AdamW's float second moments: MW_NONFINITE_STOP and _SKIP catch such a step. */
     double sq = mw__sqacc_value(&total);
     *norm = sq > (double)FLT_MAX ? INFINITY : (float)sqrt(sq);
     return MW_OK;
+}
+
+/* MW_ERR_NONFINITE for a step whose gradient norm is not finite, naming the first parameter of
+ * r's slice whose gradient holds NaN or Inf (read back from the device: the step has failed
+ * already, so the time and the host memory do not count against a step). */
+static mw_status nonfinite_gradients(replica *r, float norm) {
+    mw_trainer *tr = r->tr;
+    worker *w = r->w;
+    int64_t n = r->own_hi - r->own_lo;
+    float *g = n > 0 ? mw__malloc((size_t)n * sizeof *g) : NULL;
+    const char *bad = NULL;
+    if (g && w->dev.vt->download(&w->dev, g, (const float *)w->grads + r->own_lo,
+                                 (size_t)n * sizeof *g) == MW_OK) {
+        int64_t first = n;
+        for (int i = 0; i < tr->prog->g->nnodes; i++) {
+            const mw_tensor *pn = tr->prog->g->nodes[i];
+            int64_t lo, hi;
+            if (pn->op != MW__OP_PARAM || !mw__own_part(r, &w->plan.params[pn->leaf], &lo, &hi))
+                continue;
+            for (int64_t e = lo; e < hi && e - r->own_lo < first; e++)
+                if (!isfinite(g[e - r->own_lo])) {
+                    first = e - r->own_lo;
+                    bad = pn->name;
+                    break;
+                }
+        }
+    }
+    mw__free(g);
+    char which[MW_MAX_NAME + 96];
+    if (bad)
+        snprintf(which, sizeof which, "; the first is of parameter '%s'", bad);
+    else if (!g)
+        snprintf(which, sizeof which, "%s", n > 0 ? " (out of memory finding which)" : "");
+    else if (tr->prog->zero1 && tr->prog->nworkers > 1)
+        snprintf(which, sizeof which,
+                 "; none in %s's part of them: another device's, or the sum "
+                 "of their squares overflows float",
+                 w->dev.name);
+    else
+        snprintf(which, sizeof which,
+                 "; every element is finite, but the sum of their squares overflows float");
+    return mw__error(MW_ERR_NONFINITE,
+                     "step %lld: the gradients hold NaN or Inf (norm %g)%s; no parameter was "
+                     "updated (mw_trainer_config.nonfinite = MW_NONFINITE_SKIP skips such steps)",
+                     (long long)tr->prog->steps, norm, which);
 }
 
 /* The norm (clipping, finiteness) and the optimizer's kernels over [own_lo, own_hi), weight decay
@@ -270,22 +325,18 @@ static mw_status update_slice(replica *r) {
     worker *w = r->w;
     const mw__device_vtable *vt = w->dev.vt;
     const mw_optimizer *o = &tr->cfg.optimizer;
+    mw_nonfinite nf = tr->cfg.nonfinite;
     mw_status st;
     float scale = 1.0f;
-    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || tr->cfg.check_finite ||
-        tr->cfg.skip_nonfinite) {
+    if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || nf != MW_NONFINITE_IGNORE) {
         float norm;
         if ((st = grad_norm(r, &norm))) return st;
         if (w->index == 0) tr->grad_norm = norm;
-        if (tr->cfg.skip_nonfinite && !isfinite(norm)) {
+        if (nf == MW_NONFINITE_SKIP && !isfinite(norm)) {
             r->skipped = 1; /* every replica has the same gradients and skips alike */
             return MW_OK;
         }
-        if (tr->cfg.check_finite && !isfinite(norm))
-            return mw__error(MW_ERR_NONFINITE,
-                             "the gradients hold NaN or Inf (norm %g); no "
-                             "parameter was updated",
-                             norm);
+        if (nf == MW_NONFINITE_STOP && !isfinite(norm)) return nonfinite_gradients(r, norm);
         if (o->grad_clip > 0.0f && norm > o->grad_clip) scale = o->grad_clip / norm;
     }
     float lr = tr->step_lr;
@@ -427,17 +478,20 @@ static mw_status device_step(mw_trainer *tr, replica *r) {
     worker *w = r->w;
     mw_status st;
     if (tr->accumulated && (st = accumulate_grads(r, 1))) return st;
-    if (tr->cfg.check_finite || tr->cfg.skip_nonfinite) {
+    if (tr->cfg.nonfinite != MW_NONFINITE_IGNORE) {
         /* The loss is replicated: every device sees the same value and stops alike. */
         float loss;
         if ((st = w->dev.vt->download(&w->dev, &loss, mw__ptr(w, w->plan.loss), sizeof loss)))
             return st;
-        if (!isfinite(loss) && tr->cfg.skip_nonfinite) {
+        if (!isfinite(loss) && tr->cfg.nonfinite == MW_NONFINITE_SKIP) {
             r->skipped = 1;
             return w->dev.vt->sync(&w->dev);
         }
         if (!isfinite(loss))
-            return mw__error(MW_ERR_NONFINITE, "the loss is %g; no parameter was updated", loss);
+            return mw__error(MW_ERR_NONFINITE,
+                             "step %lld: the loss is %g; no parameter was updated "
+                             "(mw_trainer_config.nonfinite = MW_NONFINITE_SKIP skips such steps)",
+                             (long long)tr->prog->steps, loss);
     }
     int64_t t0 = mw__now_ns();
     st = mw__enter(w, MW_PHASE_UPDATE);

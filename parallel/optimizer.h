@@ -6,14 +6,16 @@
 
 #include "parallel/trainer_impl.h"
 
-/* Fills the fields left 0 with their defaults and checks every range; MW_ERR_INVALID naming the
- * field otherwise. */
+/* Checks every field's range; MW_ERR_INVALID naming the field otherwise. */
 mw_status mw__optimizer_resolve(mw_optimizer *o);
 
 /* Parameter-sized state buffers the optimizer keeps: 2 (AdamW: m, v), 1 (SGD with momentum), 0. */
 int mw__optimizer_moments(const mw_optimizer *o);
 
-/* Decides, per parameter leaf, whether weight decay applies (tr->decays). */
+/* Decides, per parameter leaf of g, whether weight decay applies under o (decays, nparams
+ * bytes): o->decays, or o->decay_rule. MW_ERR_NOMEM. */
+mw_status mw__decay_flags(const mw_graph *g, const mw_optimizer *o, unsigned char *decays);
+/* The same for the trainer's graph, into tr->decays. */
 mw_status mw__optimizer_decays(mw_trainer *tr);
 
 /* The part [*lo, *hi) of parameter slot s inside replica r's slice of the flat parameters

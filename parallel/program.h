@@ -24,6 +24,7 @@
 #include "core/graph_impl.h"
 #include "core/plan.h"
 #include "meshwit.h"
+#include "parallel/config.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/sched.h"
 
@@ -119,14 +120,6 @@ typedef struct mw__program_hooks {
     /* CMD_QUIT, before the device shuts down: frees what init made. */
     void (*quit)(void *ctx, worker *w);
 } mw__program_hooks;
-
-/* The options of mw_trainer_config a program uses. */
-typedef struct mw__program_config {
-    mw_precision precision;
-    size_t bucket_bytes;
-    int pin_threads, blas_threads, collective_timeout_ms, cpu_threads, profile;
-    int serial_gathers; /* mw_trainer_config's: no all-gather started ahead */
-} mw__program_config;
 
 struct mw__program {
     mw_graph *g;         /* the program's own copy, extended by the layer above before planning */

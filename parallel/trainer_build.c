@@ -229,20 +229,9 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr);
 }
 
-static mw__program_config program_config(const mw_trainer_config *c) {
-    return (mw__program_config){.precision = c->precision,
-                                .bucket_bytes = c->bucket_bytes,
-                                .pin_threads = c->pin_threads,
-                                .blas_threads = c->blas_threads,
-                                .collective_timeout_ms = c->collective_timeout_ms,
-                                .cpu_threads = c->cpu_threads,
-                                .profile = c->profile,
-                                .serial_gathers = c->serial_gathers};
-}
-
 static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss, mw_mesh *mesh) {
     const mw_trainer_config *c = &tr->cfg;
-    mw__program_config pc = program_config(c);
+    mw__program_config pc = mw__program_config_of_trainer(c);
     mw_status st = mw__program_new(graph, mesh, &pc, NULL, &tr->prog);
     if (st) return st;
     mw__program *prog = tr->prog;
@@ -304,6 +293,11 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
+    if (st == MW_OK && (unsigned)tr->cfg.nonfinite > (unsigned)MW_NONFINITE_IGNORE)
+        st = mw__error(MW_ERR_INVALID,
+                       "mw_trainer_new: nonfinite is %d (expected MW_NONFINITE_STOP, "
+                       "MW_NONFINITE_SKIP or MW_NONFINITE_IGNORE)",
+                       (int)tr->cfg.nonfinite);
     if (st == MW_OK && (unsigned)tr->cfg.recompute > (unsigned)MW_RECOMPUTE_DOTS)
         st = mw__error(MW_ERR_INVALID,
                        "mw_trainer_new: recompute is %d (expected MW_RECOMPUTE_NONE, "
@@ -314,7 +308,7 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: region \"%s\" was begun but never ended (call "
                        "mw_region_end after its last op)",
                        graph->region_name);
-    mw__program_config pc = program_config(&tr->cfg);
+    mw__program_config pc = mw__program_config_of_trainer(&tr->cfg);
     if (st == MW_OK) st = mw__program_check(&pc);
     if (st) {
         mw__free(tr);

@@ -36,7 +36,7 @@ typedef struct replica {
                      * to the norm */
     mw__sqacc *accs;  /* host: every device's, gathered (nworkers) */
     double update_ms; /* of the current command */
-    int skipped;      /* the current step skipped its update (skip_nonfinite) */
+    int skipped;      /* the current step skipped its update (MW_NONFINITE_SKIP) */
 } replica;
 
 struct mw_trainer {

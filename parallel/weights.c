@@ -29,6 +29,7 @@ mw_status mw_graph_param_info(const mw_graph *g, int i, mw_param_info *out) {
     for (int k = 0; k < t->type.rank; k++)
         out->axis[k] = (mw_axis){g->names[t->type.ax[k].name], t->type.ax[k].size};
     out->count = mw__type_numel(&t->type);
+    out->decayed = -1;
     return MW_OK;
 }
 
@@ -36,7 +37,9 @@ int mw_trainer_param_count(const mw_trainer *tr) { return tr ? tr->prog->g->npar
 
 mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_param_info: trainer is NULL");
-    return mw_graph_param_info(tr->prog->g, i, out);
+    mw_status st = mw_graph_param_info(tr->prog->g, i, out);
+    if (st == MW_OK) out->decayed = tr->decays[i];
+    return st;
 }
 
 /* The parameter called name, or NULL with MW_ERR_NOT_FOUND recorded. */

@@ -353,9 +353,9 @@ int main(int argc, char **argv) {
     mw_trainer *tr = NULL;
     mw_infer *inf = NULL;
     int sgd = !strcmp(o.optimizer, "sgd");
-    mw_trainer_config cfg = {.optimizer = {.kind = sgd ? MW_SGD : MW_ADAMW,
-                                           .lr = (float)o.lr,
-                                           .momentum = sgd ? 0.9f : 0}};
+    mw_trainer_config cfg = {.optimizer = mw_optimizer_defaults(sgd ? MW_SGD : MW_ADAMW)};
+    cfg.optimizer.lr = (float)o.lr;
+    if (sgd) cfg.optimizer.momentum = 0.9f;
     if ((st = build(&o, t.features, t.nclasses, batch, mw_mesh_size(mesh) > 1, &m)) != MW_OK ||
         (st = mw_trainer_new(m.g, m.loss, mesh, &cfg, &tr)) != MW_OK) {
         rc = fail(st, "cannot build the model");

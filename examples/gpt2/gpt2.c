@@ -374,7 +374,8 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
         } else if ((v = cli_option_value(argc, argv, &i, "--beta2", &missing))) {
             bad = cli_parse_double(v, 0.0, 0.999999, &o->beta2);
         } else if ((v = cli_option_value(argc, argv, &i, "--eps", &missing))) {
-            bad = cli_parse_double(v, 0.0, 1.0, &o->eps);
+            /* 0 would divide 0 by 0 where a gradient has always been 0: AdamW refuses it */
+            bad = cli_parse_double(v, 0.0, 1.0, &o->eps) || !(o->eps > 0.0);
         } else if ((v = cli_option_value(argc, argv, &i, "--weight-decay", &missing))) {
             bad = cli_parse_double(v, 0.0, 1e3, &o->weight_decay);
         } else if ((v = cli_option_value(argc, argv, &i, "--warmup", &missing))) {
@@ -684,7 +685,7 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
                                            .warmup_steps = o->warmup,
                                            .decay_steps = o->cosine ? o->steps : 0,
                                            .min_lr_ratio = (float)o->min_lr_ratio},
-                             .skip_nonfinite = o->skip_nonfinite,
+                             .nonfinite = o->skip_nonfinite ? MW_NONFINITE_SKIP : MW_NONFINITE_STOP,
                              .check_replicas_every = o->check_replicas,
                              .shard_optimizer = o->shard_optimizer,
                              .cpu_threads = o->cpu_threads,

@@ -38,7 +38,7 @@
  * (on a mesh that spans processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS, not forever) and
  * then fails the step with MW_ERR_TIMEOUT. A step that fails on a mesh spanning processes leaves
  * the trainer unusable (peers may still be inside an MPI collective that cannot be cancelled;
- * MW_ERR_NONFINITE from check_finite is the exception, since every process stops alike):
+ * MW_ERR_NONFINITE (MW_NONFINITE_STOP) is the exception, since every process stops alike):
  * further steps return MW_ERR_STATE. The program should then report the error and call
  * mw_distributed_abort, which ends every process of the job. A process that exits with a non-zero
  * status also makes mpirun end the job. */

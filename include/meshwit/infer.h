@@ -38,16 +38,18 @@ typedef struct mw_infer_config {
     int noutputs;
     /* The axis along which a run of any number of rows is chunked (base name; NULL: "Batch"). */
     const char *chunk_axis;
-    /* As in mw_trainer_config (cpu_threads: under MW_CPU_THREADS_AUTO the program times its
-     * runs' chunks as a trainer times its steps). */
-    int pin_threads;
-    int blas_threads;
-    int collective_timeout_ms;
-    int cpu_threads;
     /* As in mw_trainer_config: MW_PRECISION_BF16 computes the contractions and attention in
      * bf16 (a program reading a trainer's parameters keeps its own bf16 copy of them, made again
      * after the trainer changed them). */
     mw_precision precision;
+    /* As in mw_trainer_config (cpu_threads: under MW_CPU_THREADS_AUTO the program times its
+     * runs' chunks as a trainer times its steps). Each process's own: the cross-process
+     * fingerprint (as mw_trainer_new's) compares the graph, the outputs, chunk_axis and
+     * precision. */
+    int cpu_threads;
+    int pin_threads;
+    int blas_threads;
+    int collective_timeout_ms;
 } mw_infer_config;
 
 /* Compiles `graph` forward-only for config->outputs over `mesh`, with its own parameters

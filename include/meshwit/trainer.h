@@ -28,16 +28,27 @@ typedef enum mw_optimizer_kind {
     MW_ADAMW = 1 /* Adam with decoupled weight decay */
 } mw_optimizer_kind;
 
-/* An explicit zero for a field whose 0 means "the default" (beta1, beta2, eps): e.g.
- * .beta1 = MW_ZERO asks for Adam without first-moment averaging. */
-#define MW_ZERO (-0.0f)
+/* Which parameters weight decay applies to, when mw_optimizer.decays is NULL. */
+typedef enum mw_decay_rule {
+    /* Parameters of rank >= 2 that are not biases, where a bias is a parameter whose every use
+     * is an addition (through renames, splits, shards, broadcasts and casts): so a multi-head
+     * bias [Part, Head, HeadDim] is not decayed, as nanoGPT's and llm.c's 1-D biases are not;
+     * matrices and tables looked up with mw_embedding are; but so is not a table only ever added
+     * to activations (x + wpe over the whole context): it counts as a bias. */
+    MW_DECAY_MATRICES = 0,
+    /* nanoGPT's rule (which PyTorch users carry over): every parameter of rank >= 2, a
+     * multi-axis bias and an added position table too. */
+    MW_DECAY_RANK2 = 1
+} mw_decay_rule;
 
-/* The optimizer and its learning-rate schedule. Fields a kind does not use are ignored. A field
- * left 0 takes the default written beside it, so the natural C initialiser
- * {.kind = MW_ADAMW, .lr = 1e-3f} is Adam with beta1 0.9, beta2 0.999 and eps 1e-8 (PyTorch's
- * defaults) and no weight decay: unlike torch.optim.AdamW, whose weight_decay defaults to 0.01
- * (set .weight_decay = 0.01f for that). mw_trainer_new refuses a value outside the range written
- * beside it with MW_ERR_INVALID and a message naming the field. The update rules are PyTorch's
+/* The optimizer and its learning-rate schedule. Every field means what it says: 0 is zero (a
+ * beta1 of 0 is Adam without first-moment averaging, a weight_decay of 0 no decay). Start from
+ * MW_ADAMW_INIT(lr) / MW_SGD_INIT(lr) (or mw_optimizer_defaults), which give PyTorch's defaults
+ * (AdamW: beta1 0.9, beta2 0.999, eps 1e-8, no weight decay: unlike torch.optim.AdamW, whose
+ * weight_decay defaults to 0.01), and change fields from there. Fields a kind does not use are
+ * ignored. mw_trainer_new refuses a value outside the range written beside it with
+ * MW_ERR_INVALID and a message naming the field, so a plain {.kind = MW_ADAMW, .lr = 1e-3f}
+ * (eps 0) is refused, not run with other values than it says. The update rules are PyTorch's
  * (torch.optim.SGD and torch.optim.AdamW), applied to the gradient after clipping:
  *   SGD:   g += weight_decay * p (decayed parameters only); with momentum, buf = g on the first
  *          step, buf = momentum * buf + (1 - dampening) * g after, and g = g + momentum * buf
@@ -46,29 +57,36 @@ typedef enum mw_optimizer_kind {
 typedef struct mw_optimizer {
     mw_optimizer_kind kind;
     float lr;           /* peak learning rate, >= 0 */
-    float beta1, beta2; /* AdamW moment decay rates in [0, 1); 0: 0.9 and 0.999 */
-    float eps;          /* AdamW denominator term, >= 0; 0: 1e-8 */
-    float weight_decay; /* >= 0; AdamW: decoupled; SGD: L2 added to the gradient; 0: none */
+    float beta1, beta2; /* AdamW moment decay rates in [0, 1) */
+    float eps;          /* AdamW denominator term, > 0 (with 0 an element whose gradient has
+                           always been 0 would be 0 / 0) */
+    float weight_decay; /* >= 0; AdamW: decoupled; SGD: L2 added to the gradient */
     float grad_clip;    /* >= 0; > 0: scale gradients so their global L2 norm is at most this */
     int warmup_steps;   /* >= 0; lr rises linearly over the first warmup_steps steps */
     int decay_steps;    /* >= 0; > 0: cosine decay from lr (at warmup_steps) to
                            lr * min_lr_ratio by this step */
     float min_lr_ratio; /* in [0, 1] */
-    float momentum;     /* SGD: in [0, 1]; 0: plain SGD */
-    float dampening;    /* SGD: in [0, 1]; 0: none */
+    float momentum;     /* SGD: in [0, 1] */
+    float dampening;    /* SGD: in [0, 1] */
     int nesterov;       /* SGD: non-zero for Nesterov momentum (needs momentum > 0, dampening 0) */
-    /* Which parameters weight decay applies to: called once per parameter by mw_trainer_new with
-     * its name and rank (and decay_user), non-zero to decay it. NULL: parameters of rank >= 2
-     * that are not biases, where a bias is a parameter whose every use is an addition (through
-     * renames, splits, shards, broadcasts and casts): so a multi-head bias [Part, Head, HeadDim]
-     * is not decayed, as nanoGPT's and llm.c's 1-D biases are not; matrices, embeddings and
-     * position tables are. */
+    mw_decay_rule decay_rule; /* which parameters decay, when decays is NULL */
+    /* Which parameters weight decay applies to, instead of decay_rule: called once per parameter
+     * by mw_trainer_new with its name and rank (and decay_user), non-zero to decay it.
+     * mw_trainer_param_info (weights.h) says what was decided for each parameter. */
     int (*decays)(const char *name, int rank, void *decay_user);
     void *decay_user;
 } mw_optimizer;
 
-/* The optimizer of `kind` with every field at its documented default and lr 1e-3: a starting
- * point to change fields of. */
+/* Initialisers with PyTorch's defaults (torch.optim.AdamW without its weight decay, and
+ * torch.optim.SGD), for a declaration or a configuration's .optimizer:
+ *   mw_trainer_config c = {.optimizer = MW_ADAMW_INIT(3e-4f)};  c.optimizer.weight_decay = 0.1f; */
+#define MW_ADAMW_INIT(lr_)                                                                         \
+    { .kind = MW_ADAMW, .lr = (lr_), .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f }
+#define MW_SGD_INIT(lr_)                                                                           \
+    { .kind = MW_SGD, .lr = (lr_) }
+
+/* The optimizer of `kind` with lr 1e-3 and every other field as MW_ADAMW_INIT / MW_SGD_INIT set
+ * them: a starting point to change fields of. */
 mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind);
 
 /* What contractions and attention compute in (mw_trainer_config.precision). */
@@ -86,8 +104,24 @@ typedef enum mw_recompute {
                                 checkpoint_dots) */
 } mw_recompute;
 
+/* What a step with a non-finite loss or gradient does (mw_trainer_config.nonfinite). */
+typedef enum mw_nonfinite {
+    /* The step fails with MW_ERR_NONFINITE, naming the step and the loss or the first parameter
+     * whose gradient is not finite; nothing is updated. The default: a run never trains on NaN
+     * silently. It costs one pass over the gradients where nothing else computes their norm (SGD
+     * without clipping; AdamW and clipping compute it anyway). */
+    MW_NONFINITE_STOP = 0,
+    /* The step is skipped: parameters, optimizer moments and the step count stay as they were,
+     * the step returns MW_OK and mw_trainer_skipped_steps counts it, as mixed-precision loss
+     * scaling needs. */
+    MW_NONFINITE_SKIP = 1,
+    /* Nothing is checked: the update uses whatever the gradients hold. */
+    MW_NONFINITE_IGNORE = 2
+} mw_nonfinite;
+
 typedef struct mw_trainer_config {
     mw_optimizer optimizer;
+    /* --- every program's options (mw_infer_config has them too) --- */
     /* MW_PRECISION_BF16: mixed precision with no change to the model, as PyTorch's CPU autocast.
      * Every contraction (mw_dot, mw_contract) of two f32 tensors, and every mw_attention, reads
      * bf16 roundings of its operands (mw_cast) and sums its products in f32: its result is f32,
@@ -97,14 +131,30 @@ typedef struct mw_trainer_config {
      * bf16 by the kernel that makes it, and kept so for the backward pass (a layer norm's output,
      * an attention's). Gradients are rounded to bf16 only where a contraction multiplies them
      * (the gradients reaching a parameter are summed in f32). bf16 has f32's exponent range, so
-     * no loss scaling is needed; skip_nonfinite still skips a step that overflowed. On a CPU the
-     * products run on its bf16 instructions (AMX, AVX512-BF16) where it has them, and on its f32
-     * units otherwise (exactly the same products, slower); on GPUs on tensor cores. Sharded runs
-     * equal one device's to float tolerance and repeat bitwise per mesh, as in f32.
+     * no loss scaling is needed; nonfinite = MW_NONFINITE_SKIP skips a step that overflowed. On a
+     * CPU the products run on its bf16 instructions (AMX, AVX512-BF16) where it has them, and on
+     * its f32 units otherwise (exactly the same products, slower); on GPUs on tensor cores. Sharded
+     * runs equal one device's to float tolerance and repeat bitwise per mesh, as in f32.
      * MW_PRECISION_FP32 (0, the default): every op in f32. Other values: MW_ERR_INVALID. */
     mw_precision precision;
-    /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
-    size_t bucket_bytes;
+    /* How many threads run this process's CPU devices (a mesh of several virtual CPU devices in
+     * one process, not pinned; other meshes always run one thread per device). With fewer
+     * threads than devices, each thread runs a contiguous block of devices in turn, switching
+     * device wherever one would wait for another in a collective. The choice never changes a
+     * result: the devices run the same kernels and collectives either way.
+     * MW_CPU_THREADS_AUTO (0, the default): a thread per device while that is fastest. When the
+     * calling thread gets less than 60 % of a core during steps (other processes keep the cores
+     * busy, or devices outnumber cores), the trainer times a few steps with one thread per core
+     * (when there are fewer cores than devices) and with one thread, and keeps whichever is at
+     * least 10 % faster; with fewer threads it tries the others again after 8, 16, ... up to 256
+     * steps. mw_trainer_stats says how many threads ran the last step.
+     * MW_CPU_THREADS_PER_DEVICE (-1): always a thread per device.
+     * n >= 1: always n threads (at most one per device); 1 (MW_CPU_THREADS_ONE) runs every device
+     * on the calling thread, e.g. to test an 8-device program on a machine with one free core.
+     * Below -1: MW_ERR_INVALID. Devices sharing a thread wait for each other's kernels: a device
+     * stalled inside one holds up the others of its thread, and their collective_timeout_ms
+     * counts from when they started waiting, checked whenever the thread is free. */
+    int cpu_threads;
     /* Pinning of CPU workers to cores: 1 pins each worker to its own core when the process may
      * use at least as many cores as there are devices; 0 (default) and -1 never pin, so that when
      * another process keeps a core busy the scheduler can move that core's worker to a core
@@ -115,33 +165,52 @@ typedef struct mw_trainer_config {
      * devices sets it when it is made (0, the default, means 1 thread, so that devices do not
      * compete for cores) and restores the previous value when it is freed; -1 leaves it alone. */
     int blas_threads;
-    /* Tensors of the graph (besides the loss) whose values the host reads after a step or eval
-     * with mw_trainer_read_output, e.g. logits for sampling. Borrowed during mw_trainer_new. */
-    mw_tensor *const *outputs;
-    int noutputs;
     /* A collective whose peers do not all arrive within this many milliseconds fails the step
      * with MW_ERR_TIMEOUT instead of waiting forever (0: wait forever; on a mesh spanning
      * processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS for the waits between processes). */
     int collective_timeout_ms;
-    /* Non-zero: a step whose loss or gradients hold NaN or Inf fails with MW_ERR_NONFINITE before
-     * any parameter is touched. */
-    int check_finite;
+    /* --- a training program's --- */
+    /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
+    size_t bucket_bytes;
+    /* FSDP's prefetch. By default (0), where the mesh's reducer can start an all-gather and
+     * complete it later (every reducer of meshwit: shared memory, MPI, NCCL, devices sharing
+     * one GPU), each parameter's all-gather is started where the one before it completes and waited
+     * for where the parameter is used, so the next layer's parameters arrive while this layer
+     * computes; its copy is alive one layer longer. Non-zero: each all-gather runs where its
+     * parameter is used. Either way the same bits. */
+    int serial_gathers;
     /* Non-zero: time every kernel and collective of every step by op (see mw_trainer_profile).
      * Costs a clock read per kernel on CPU devices and a stream synchronisation per kernel on
      * GPUs (so GPU steps get slower while profiling). */
     int profile;
-    /* Non-zero: a step whose loss or gradients hold NaN or Inf (or whose gradient norm overflows
-     * float) is skipped: parameters, optimizer moments and the step count stay as they were, the
-     * step returns MW_OK and mw_trainer_skipped_steps counts it, as mixed-precision loss scaling
-     * needs. Every replica sees the same all-reduced gradients, so all skip alike. Takes
-     * precedence over check_finite. */
-    int skip_nonfinite;
-    /* > 0: after every this many completed steps, the trainer compares a checksum of every
-     * parameter across all replicas (this process's devices and, on a mesh spanning processes,
-     * every process) and fails the step with MW_ERR_STATE, naming the first parameter that
-     * differs and where, when replicas silently diverged. 0: never (mw_trainer_check_replicas
-     * checks on demand). */
-    int check_replicas_every;
+    /* --- the trainer's --- */
+    /* What a step whose loss or gradients hold NaN or Inf (or whose gradient norm overflows
+     * float) does, checked before any parameter is touched; every replica sees the same
+     * all-reduced values, so all decide alike (mw_nonfinite). */
+    mw_nonfinite nonfinite;
+    /* Activation recomputation (gradient checkpointing) over the graph's regions
+     * (mw_region_begin), e.g. one per transformer block. MW_RECOMPUTE_NONE (0, the default):
+     * every value the backward pass reads is kept from forward. MW_RECOMPUTE_BLOCKS: of each
+     * region only what is read outside it (its outputs: the next block's input) is kept; the
+     * region's other activations are freed after their last use in forward and computed again,
+     * from the region's inputs, when the backward pass reaches the region (as
+     * torch.utils.checkpoint around each block), so activation memory holds the regions' outputs
+     * plus one region's activations, for one more forward pass of the regions.
+     * MW_RECOMPUTE_DOTS: as BLOCKS, but the contractions' and attentions' outputs (with the bias
+     * and residual adds their kernels write) are kept too, so only the cheap ops (layer norms,
+     * GELU, casts, dropout) run again. The recomputed values are the same bits as the forward's
+     * (the kernels are deterministic; a dropout mask depends only on the seed, the step and the
+     * element), so the trained model is byte-identical to that without recomputation, on every
+     * mesh and precision. mw_trainer_memory's activations show the saving. A graph without
+     * regions is unchanged. Other values: MW_ERR_INVALID. */
+    mw_recompute recompute;
+    /* FSDP (a parameter split over the mesh axis that also shards the batch: see mw_shard): by
+     * default (0) the copy an op's all-gather makes is freed after its last use in forward and
+     * the parameter gathered again where the backward pass needs it, so no more than a layer's
+     * parameters are whole at a time beside their own rows. Non-zero keeps each gathered copy
+     * from forward to backward instead (one all-gather per parameter and step, the memory of the
+     * whole parameters; ZeRO-2-like). Either way the same bits. */
+    int keep_gathered;
     /* Non-zero: the trainer keeps a gradient accumulator (one more parameter-sized buffer per
      * device) so that mw_trainer_accumulate can be used. */
     int grad_accumulation;
@@ -168,54 +237,16 @@ typedef struct mw_trainer_config {
      * themselves (FSDP, see mw_shard) their state is split already and it changes nothing
      * either. */
     int shard_optimizer;
-    /* How many threads run this process's CPU devices (a mesh of several virtual CPU devices in
-     * one process, not pinned; other meshes always run one thread per device). With fewer
-     * threads than devices, each thread runs a contiguous block of devices in turn, switching
-     * device wherever one would wait for another in a collective. The choice never changes a
-     * result: the devices run the same kernels and collectives either way.
-     * MW_CPU_THREADS_AUTO (0, the default): a thread per device while that is fastest. When the
-     * calling thread gets less than 60 % of a core during steps (other processes keep the cores
-     * busy, or devices outnumber cores), the trainer times a few steps with one thread per core
-     * (when there are fewer cores than devices) and with one thread, and keeps whichever is at
-     * least 10 % faster; with fewer threads it tries the others again after 8, 16, ... up to 256
-     * steps. mw_trainer_stats says how many threads ran the last step.
-     * MW_CPU_THREADS_PER_DEVICE (-1): always a thread per device.
-     * n >= 1: always n threads (at most one per device); 1 (MW_CPU_THREADS_ONE) runs every device
-     * on the calling thread, e.g. to test an 8-device program on a machine with one free core.
-     * Below -1: MW_ERR_INVALID. Devices sharing a thread wait for each other's kernels: a device
-     * stalled inside one holds up the others of its thread, and their collective_timeout_ms
-     * counts from when they started waiting, checked whenever the thread is free. */
-    int cpu_threads;
-    /* Activation recomputation (gradient checkpointing) over the graph's regions
-     * (mw_region_begin), e.g. one per transformer block. MW_RECOMPUTE_NONE (0, the default):
-     * every value the backward pass reads is kept from forward. MW_RECOMPUTE_BLOCKS: of each
-     * region only what is read outside it (its outputs: the next block's input) is kept; the
-     * region's other activations are freed after their last use in forward and computed again,
-     * from the region's inputs, when the backward pass reaches the region (as
-     * torch.utils.checkpoint around each block), so activation memory holds the regions' outputs
-     * plus one region's activations, for one more forward pass of the regions.
-     * MW_RECOMPUTE_DOTS: as BLOCKS, but the contractions' and attentions' outputs (with the bias
-     * and residual adds their kernels write) are kept too, so only the cheap ops (layer norms,
-     * GELU, casts, dropout) run again. The recomputed values are the same bits as the forward's
-     * (the kernels are deterministic; a dropout mask depends only on the seed, the step and the
-     * element), so the trained model is byte-identical to that without recomputation, on every
-     * mesh and precision. mw_trainer_memory's activations show the saving. A graph without
-     * regions is unchanged. Other values: MW_ERR_INVALID. */
-    mw_recompute recompute;
-    /* FSDP (a parameter split over the mesh axis that also shards the batch: see mw_shard): by
-     * default (0) the copy an op's all-gather makes is freed after its last use in forward and
-     * the parameter gathered again where the backward pass needs it, so no more than a layer's
-     * parameters are whole at a time beside their own rows. Non-zero keeps each gathered copy
-     * from forward to backward instead (one all-gather per parameter and step, the memory of the
-     * whole parameters; ZeRO-2-like). Either way the same bits. */
-    int keep_gathered;
-    /* FSDP's prefetch. By default (0), where the mesh's reducer can start an all-gather and
-     * complete it later (every reducer of meshwit: shared memory, MPI, NCCL, devices sharing
-     * one GPU), each parameter's all-gather is started where the one before it completes and waited
-     * for where the parameter is used, so the next layer's parameters arrive while this layer
-     * computes; its copy is alive one layer longer. Non-zero: each all-gather runs where its
-     * parameter is used. Either way the same bits. */
-    int serial_gathers;
+    /* > 0: after every this many completed steps, the trainer compares a checksum of every
+     * parameter across all replicas (this process's devices and, on a mesh spanning processes,
+     * every process) and fails the step with MW_ERR_STATE, naming the first parameter that
+     * differs and where, when replicas silently diverged. 0: never (mw_trainer_check_replicas
+     * checks on demand). */
+    int check_replicas_every;
+    /* Tensors of the graph (besides the loss) whose values the host reads after a step or eval
+     * with mw_trainer_read_output, e.g. logits for sampling. Borrowed during mw_trainer_new. */
+    mw_tensor *const *outputs;
+    int noutputs;
 } mw_trainer_config;
 
 /* Values of mw_trainer_config.cpu_threads besides a thread count. */
@@ -236,10 +267,14 @@ typedef struct mw_trainer mw_trainer;
  * the same order) and the trainer runs workers for this process's devices only; read_param and
  * the loss come from this process's first device (replicas are identical everywhere). Across
  * processes it first compares a fingerprint of the graph (every op, name, axis, size and
- * sharding) and of the configuration (optimizer, buckets, outputs, the options above except
- * pin_threads, blas_threads and collective_timeout_ms) with every other process, within the
- * collective timeout: when they differ every process fails with MW_ERR_INVALID naming the first
- * difference and both ranks ("rank 1: parameter 'h0.fcw' has axes f32[...]; rank 0: ..."), or
+ * sharding) and of the configuration with every other process, within the collective timeout:
+ * every field of mw_trainer_config and its optimizer, and the parameters the weight decay
+ * applies to, except those that are each process's own and change no result: cpu_threads,
+ * pin_threads, blas_threads, collective_timeout_ms, profile, and the optimizer's decays and
+ * decay_user (a function of this process: what it decides is compared). When they differ every
+ * process fails with MW_ERR_INVALID naming the first difference and both ranks ("rank 1:
+ * parameter 'h0.fcw' has axes f32[...]; rank 0: ...", "rank 1: optimizer.momentum 0.9; rank 0:
+ * optimizer.momentum 0"), or
  * MW_ERR_TIMEOUT when a process does not arrive. Then rank 0's initial parameters are broadcast,
  * so replicas start equal whatever each process's graph seed (a split parameter whole, each
  * process keeping its devices' boxes). A parameter may be split over any mesh axis, one inside
@@ -420,7 +455,7 @@ mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, in
 /* Number of completed update steps. */
 int64_t mw_trainer_steps(const mw_trainer *tr);
 
-/* Number of steps skipped for non-finite values (mw_trainer_config.skip_nonfinite). */
+/* Number of steps skipped for non-finite values (MW_NONFINITE_SKIP). */
 int64_t mw_trainer_skipped_steps(const mw_trainer *tr);
 
 /* Compares a checksum of every parameter across all replicas, as check_replicas_every does;
@@ -454,7 +489,7 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step);
 mw_status mw_trainer_set_lr(mw_trainer *tr, float lr);
 
 /* Global L2 norm of the (all-reduced) gradients of the last step, before clipping; 0 before the
- * first step or when the optimizer does not compute it (SGD without clipping). */
+ * first step or when nothing asks for it (SGD without clipping with MW_NONFINITE_IGNORE). */
 float mw_trainer_grad_norm(const mw_trainer *tr);
 
 /* Number of devices the trainer runs on, and the number of rows of axis `axis` (base name) that

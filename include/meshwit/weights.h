@@ -26,13 +26,17 @@ extern "C" {
 /* --- listing parameters -------------------------------------------------------------------- */
 
 /* One parameter: its name and axes (strings owned by the graph or trainer, valid while it
- * lives), its dtype and its element count. */
+ * lives), its dtype and its element count, and whether weight decay applies to it. */
 typedef struct mw_param_info {
     const char *name;
     mw_dtype dtype;
     int rank;
     mw_axis axis[MW_MAX_RANK];
     int64_t count;
+    /* A trainer's: 1 when its optimizer's rule (mw_optimizer.decay_rule or .decays) decays the
+     * parameter (by weight_decay, which may be 0), else 0. A graph's: -1 (a graph has no
+     * optimizer). */
+    int decayed;
 } mw_param_info;
 
 /* Number of parameters of g (0 for NULL), and parameter i in declaration order (0-based).
@@ -40,7 +44,7 @@ typedef struct mw_param_info {
 int mw_graph_param_count(const mw_graph *g);
 mw_status mw_graph_param_info(const mw_graph *g, int i, mw_param_info *out);
 
-/* The same for the graph a trainer was made from. */
+/* The same for the graph a trainer was made from, with what its weight decay applies to. */
 int mw_trainer_param_count(const mw_trainer *tr);
 mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out);
 

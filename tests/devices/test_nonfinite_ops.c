@@ -1,5 +1,5 @@
 /* NaN, infinities, overflow, -0 and subnormals through every op, forward and backward, then a
- * step with skip_nonfinite (the gradient norm and AdamW see them too). Every call must succeed
+ * step with MW_NONFINITE_SKIP (the gradient norm and AdamW see them too). Every call must succeed
  * and a NaN must reach the loss; the sanitizer build (MESHWIT_SANITIZE=address, which includes
  * UBSan) runs this file to check that no kernel does anything undefined with such values. */
 #include <criterion/criterion.h>
@@ -95,7 +95,7 @@ static const struct {
               {"subnormal", 1e-40f, 0}};
 
 /* Builds loss = mean(op(x, p)) with x the special values, runs forward and backward, reads the
- * gradient, then steps with skip_nonfinite. */
+ * gradient, then steps with MW_NONFINITE_SKIP. */
 static void run_one(int o, int v, const char *devices) {
     mw_graph *g = NULL;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
@@ -107,7 +107,7 @@ static void run_one(int o, int v, const char *devices) {
     cr_assert_eq(mw_mesh_new(devices, "X", &mesh), MW_OK);
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},
-                             .skip_nonfinite = 1};
+                             .nonfinite = MW_NONFINITE_SKIP};
     mw_trainer *tr = NULL;
     cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
     float xv[ROWS * COLS], grad[ROWS * COLS];

@@ -122,7 +122,7 @@ static void open_model(model *m, const char *devices, const mw_trainer_config *e
                            .bucket_bytes = 64 << 10}; /* several buckets to overlap */
     if (extra) {
         c.collective_timeout_ms = extra->collective_timeout_ms;
-        c.check_finite = extra->check_finite;
+        c.nonfinite = extra->nonfinite;
         c.shard_optimizer = extra->shard_optimizer;
         c.precision = extra->precision;
     }

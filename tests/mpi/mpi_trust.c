@@ -122,9 +122,42 @@ static void check_config(void) {
     mw_status st = model_make(&m, 4, 1, &cfg);
     const char *msg = mw_last_error();
     CHECK(st == MW_ERR_INVALID, "%s: %s", mw_status_name(st), msg);
-    CHECK(contains(msg, "rank 1: learning rate 0.100000001; rank 0: learning rate 0.0500000007"),
+    CHECK(contains(msg, "rank 1: optimizer.lr 0.100000001; rank 0: optimizer.lr 0.0500000007"),
           "%s", msg);
     model_free(&m);
+}
+
+/* Decays w2, where the default rule decays w1 (a matrix) only. */
+static int decays_w2_only(const char *name, int rank_, void *user) {
+    (void)rank_, (void)user;
+    return strcmp(name, "w2") == 0;
+}
+
+/* Fields the fingerprint once left out: SGD's momentum, gradient accumulation, what to do with a
+ * non-finite step, and the parameters a decays function picks (each process's own function). */
+static void check_more_fields(void) {
+    static const char *const want[] = {"optimizer.momentum", "grad_accumulation", "nonfinite",
+                                       "weight decay"};
+    for (int k = 0; k < 4; k++) {
+        model m;
+        mw_trainer_config cfg = config(0.05f);
+        int odd = rank == 1;
+        if (k == 0)
+            cfg.optimizer = (mw_optimizer)MW_SGD_INIT(0.05f),
+            cfg.optimizer.momentum = odd ? 0.9f : 0.8f;
+        if (k == 1) cfg.grad_accumulation = odd;
+        if (k == 2) cfg.nonfinite = odd ? MW_NONFINITE_SKIP : MW_NONFINITE_STOP;
+        if (k == 3) {
+            cfg.optimizer.weight_decay = 0.1f;
+            if (odd) cfg.optimizer.decays = decays_w2_only;
+        }
+        mw_status st = model_make(&m, 4, 1, &cfg);
+        const char *msg = mw_last_error();
+        CHECK(st == MW_ERR_INVALID, "%s differing: %s: %s", want[k], mw_status_name(st), msg);
+        CHECK(contains(msg, "rank 1: ") && contains(msg, want[k]), "%s differing: %s", want[k],
+              msg);
+        model_free(&m);
+    }
 }
 
 /* The parameters as one text line per value, for mw_distributed_agree. */
@@ -244,7 +277,7 @@ static void check_stop(void) {
 static void check_skip(void) {
     model m;
     mw_trainer_config cfg = config(0.05f);
-    cfg.skip_nonfinite = 1;
+    cfg.nonfinite = MW_NONFINITE_SKIP;
     mw_status st = model_make(&m, 4, 1, &cfg);
     CHECK(st == MW_OK, "%s", mw_last_error());
     if (st) return;
@@ -294,6 +327,7 @@ int main(int argc, char **argv) {
     }
     check_graph();
     check_config();
+    check_more_fields();
     check_seed();
     check_replicas();
     check_stop();

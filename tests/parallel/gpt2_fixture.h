@@ -24,6 +24,7 @@ typedef struct run {
  * p; the rest of the configuration at its defaults. */
 static mw_trainer_config fixture_config(mw_precision p) {
     return (mw_trainer_config){.optimizer = {.kind = MW_ADAMW,
+                                             .eps = 1e-8f,
                                              .lr = 3e-3f,
                                              .beta1 = 0.9f,
                                              .beta2 = 0.95f,

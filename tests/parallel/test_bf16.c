@@ -411,7 +411,7 @@ Test(bf16_training, memory_and_kernels) {
 
 Test(bf16_training, a_nonfinite_step_is_skipped) {
     mw_trainer_config cfg = config(MW_PRECISION_BF16, 0);
-    cfg.skip_nonfinite = 1;
+    cfg.nonfinite = MW_NONFINITE_SKIP;
     run r;
     open_run(&r, "cpu:2", "X", 0, cfg);
     step(&r, 0);

@@ -168,7 +168,14 @@ Test(optimizer, schedule_shapes) {
     mw_optimizer shapes[] = {
         {.kind = MW_SGD, .lr = 0.5f, .warmup_steps = 10},
         {.kind = MW_SGD, .lr = 0.5f, .decay_steps = 10, .min_lr_ratio = 0.0f},
-        {.kind = MW_ADAMW, .lr = 6e-4f, .warmup_steps = 7, .decay_steps = 50, .min_lr_ratio = 0.1f},
+        {.kind = MW_ADAMW,
+         .beta1 = 0.9f,
+         .beta2 = 0.999f,
+         .eps = 1e-8f,
+         .lr = 6e-4f,
+         .warmup_steps = 7,
+         .decay_steps = 50,
+         .min_lr_ratio = 0.1f},
     };
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         linear m;
@@ -228,7 +235,9 @@ Test(optimizer, sgd_without_clipping) {
     float p[NP];
     linear_read(&m, p);
     assert_params(p, want, "SGD, one step");
-    cr_assert_eq(mw_trainer_grad_norm(m.tr), 0.0f, "SGD without clipping computes no norm");
+    /* The norm is computed for the finiteness check (MW_NONFINITE_STOP) even without clipping. */
+    cr_assert_float_eq(mw_trainer_grad_norm(m.tr), norm(grad), 1e-6, "norm %g, expected %g",
+                       mw_trainer_grad_norm(m.tr), norm(grad));
     linear_close(&m);
 }
 
@@ -490,6 +499,10 @@ Test(optimizer, biases_of_any_rank_are_not_decayed) {
         mw_param(g, "b", MW_AXES({"Part", 3}, {"Head", 2}, {"Unit", 2}), MW_INIT_NORMAL(1));
     mw_tensor *pos = mw_param(g, "pos", MW_AXES({"Ctx", 8}, {"Embed", 3}), MW_INIT_NORMAL(1));
     mw_tensor *gain = mw_param(g, "gain", MW_AXES({"Hd", 2}), MW_INIT_CONST(1));
+    /* A position table added whole (x + wpe): only ever added, so the default rule calls it a
+     * bias; nanoGPT's rule (rank >= 2) decays it. */
+    mw_tensor *added = mw_param(g, "added", MW_AXES({"Batch", 4}, {"Embed", 3}), MW_INIT_NORMAL(1));
+    x = mw_add(g, x, added);
     mw_tensor *h =
         mw_add(g, mw_dot(g, mw_add(g, x, mw_slice(g, pos, "Ctx", 0, 4, "Batch")), w, "Embed"),
                mw_rename(g, b, "Unit", "HeadDim"));
@@ -498,19 +511,33 @@ Test(optimizer, biases_of_any_rank_are_not_decayed) {
     cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
     mw_mesh *mesh;
     cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
-    mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .weight_decay = 0.1f}};
-    mw_trainer *tr;
-    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
     const struct {
         const mw_tensor *p;
-        int decays;
-    } want[] = {{w, 1}, {b, 0}, {pos, 1}, {gain, 0}};
-    for (int i = 0; i < 4; i++) {
-        const mw_tensor *p = want[i].p;
-        cr_assert_eq(tr->decays[p->leaf], want[i].decays, "%s: decayed %d", p->name,
-                     tr->decays[p->leaf]);
+        int decays, rank2;
+    } want[] = {{w, 1, 1}, {b, 0, 1}, {pos, 1, 1}, {gain, 0, 0}, {added, 0, 1}};
+    for (int rule = 0; rule < 2; rule++) {
+        mw_trainer_config cfg = {.optimizer = MW_ADAMW_INIT(1e-3f)};
+        cfg.optimizer.weight_decay = 0.1f;
+        cfg.optimizer.decay_rule = rule ? MW_DECAY_RANK2 : MW_DECAY_MATRICES;
+        mw_trainer *tr;
+        cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+        for (int i = 0; i < 5; i++) {
+            const mw_tensor *p = want[i].p;
+            int expect = rule ? want[i].rank2 : want[i].decays;
+            cr_assert_eq(tr->decays[p->leaf], expect, "rule %d, %s: decayed %d", rule, p->name,
+                         tr->decays[p->leaf]);
+            /* what mw_trainer_param_info reports, by the parameter's place */
+            mw_param_info info;
+            cr_assert_eq(mw_trainer_param_info(tr, p->leaf, &info), MW_OK);
+            cr_assert_str_eq(info.name, p->name);
+            cr_assert_eq(info.decayed, expect, "rule %d, %s: param_info says %d", rule, p->name,
+                         info.decayed);
+        }
+        mw_trainer_free(tr);
     }
-    mw_trainer_free(tr);
+    mw_param_info info;
+    cr_assert_eq(mw_graph_param_info(g, 0, &info), MW_OK);
+    cr_assert_eq(info.decayed, -1, "a graph has no optimizer");
     mw_mesh_free(mesh);
     mw_graph_free(g);
 }
@@ -528,7 +555,8 @@ Test(optimizer, gpt2_decays_its_matrices_only) {
                      "%s", mw_graph_error(g));
         mw_mesh *mesh;
         cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
-        mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .weight_decay = 0.1f}};
+        mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f,
+                                               .eps = 1e-8f, .lr = 1e-3f, .weight_decay = 0.1f}};
         mw_trainer *tr;
         cr_assert_eq(mw_trainer_new(g, m.loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
         static const char *const decayed[] = {"wte",         "wpe",    "h0.qkvw",

@@ -59,13 +59,13 @@ static void near(double got, double want, const char *what) {
     cr_assert(fabs(got - want) <= tol, "%s: got %.9g, want %.9g", what, got, want);
 }
 
-Test(optimizer_options, adamw_partial_config_gets_pytorch_defaults) {
-    /* The issue's case: beta1, beta2, eps left 0. With a constant gradient g, m_t/(1-b1^t) = g
-     * and v_t/(1-b2^t) = g^2, so every step moves p by lr * g / (|g| + eps): exactly lr * sign(g)
-     * up to eps, and a parameter whose gradient is 0 (c[3]) stays put instead of becoming 0/0. */
+Test(optimizer_options, adamw_init_has_pytorch_defaults) {
+    /* MW_ADAMW_INIT(lr): beta1 0.9, beta2 0.999, eps 1e-8. With a constant gradient g,
+     * m_t/(1-b1^t) = g and v_t/(1-b2^t) = g^2, so every step moves p by lr * g / (|g| + eps):
+     * exactly lr * sign(g) up to eps, and a parameter whose gradient is 0 (c[3]) stays put
+     * instead of becoming 0/0. */
     lin r;
-    cr_assert_eq(lin_make(&r, &(mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f}), MW_OK, "%s",
-                 mw_last_error());
+    cr_assert_eq(lin_make(&r, &(mw_optimizer)MW_ADAMW_INIT(1e-3f)), MW_OK, "%s", mw_last_error());
     for (int s = 0; s < 5; s++) cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
     float m[4], b[2];
     lin_read(&r, m, b);
@@ -78,31 +78,43 @@ Test(optimizer_options, adamw_partial_config_gets_pytorch_defaults) {
     lin_free(&r);
 }
 
+Test(optimizer_options, a_zero_field_is_zero_and_adamw_without_eps_is_refused) {
+    /* The plain initialiser leaves eps 0, which AdamW refuses (0/0 where a gradient was always
+     * 0), pointing at the defaults; nothing is filled in behind the caller's back. */
+    lin r;
+    cr_assert_eq(lin_make(&r, &(mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f}), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "optimizer.eps is 0") &&
+                  strstr(mw_last_error(), "MW_ADAMW_INIT"),
+              "%s", mw_last_error());
+    lin_free(&r);
+}
+
 Test(optimizer_options, defaults_function_fills_documented_values) {
-    mw_optimizer o = mw_optimizer_defaults(MW_ADAMW);
+    mw_optimizer o = mw_optimizer_defaults(MW_ADAMW), init = MW_ADAMW_INIT(1e-3f);
     cr_assert_eq(o.kind, MW_ADAMW);
     cr_assert_float_eq(o.lr, 1e-3f, 0);
     cr_assert_float_eq(o.beta1, 0.9f, 0);
     cr_assert_float_eq(o.beta2, 0.999f, 0);
     cr_assert_float_eq(o.eps, 1e-8f, 0);
     cr_assert_float_eq(o.weight_decay, 0.0f, 0);
+    cr_assert_eq(o.decay_rule, MW_DECAY_MATRICES);
+    cr_assert(memcmp(&o, &init, sizeof o) == 0, "mw_optimizer_defaults and MW_ADAMW_INIT differ");
     o = mw_optimizer_defaults(MW_SGD);
     cr_assert_eq(o.kind, MW_SGD);
     cr_assert_float_eq(o.momentum, 0.0f, 0);
     cr_assert_eq(o.nesterov, 0);
 }
 
-Test(optimizer_options, explicit_zero_beta1_is_kept) {
+Test(optimizer_options, zero_beta1_means_zero) {
     /* Gradient g, then -g. With beta1 = 0 the second step's m is -g and its bias-corrected v is
-     * g^2, so it undoes the first exactly (up to eps): p returns to 1. With the default 0.9, the
-     * second step is only -0.01 g / 0.19 of the way back (p ends near 1 - 0.47 lr sign(g)). */
+     * g^2, so it undoes the first exactly (up to eps): p returns to 1. With 0.9, the second step
+     * is only -0.01 g / 0.19 of the way back (p ends near 1 - 0.47 lr sign(g)). */
     const double lr = 0.5;
     for (int zero = 0; zero < 2; zero++) {
         lin r;
-        cr_assert_eq(lin_make(&r, &(mw_optimizer){.kind = MW_ADAMW,
-                                                  .lr = (float)lr,
-                                                  .beta1 = zero ? MW_ZERO : 0.0f}),
-                     MW_OK, "%s", mw_last_error());
+        mw_optimizer o = MW_ADAMW_INIT((float)lr);
+        o.beta1 = zero ? 0.0f : 0.9f;
+        cr_assert_eq(lin_make(&r, &o), MW_OK, "%s", mw_last_error());
         cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
         for (int i = 0; i < 4; i++) r.c[i] = -r.c[i];
         cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
@@ -112,7 +124,7 @@ Test(optimizer_options, explicit_zero_beta1_is_kept) {
         double m2 = 0.9 * 0.1 * g - 0.1 * g, v2 = 0.999 * 0.001 * g * g + 0.001 * g * g;
         double second = (m2 / (1 - 0.81)) / (sqrt(v2 / (1 - 0.999 * 0.999)) + 1e-8);
         double want = zero ? 1.0 : 1.0 - lr * (g / (fabs(g) + 1e-8)) - lr * second;
-        near(m[0], want, zero ? "m[0] with beta1 = MW_ZERO" : "m[0] with the default beta1");
+        near(m[0], want, zero ? "m[0] with beta1 = 0" : "m[0] with beta1 = 0.9");
         lin_free(&r);
     }
 }
@@ -127,12 +139,33 @@ static void refused(mw_optimizer o, const char *field) {
 }
 
 Test(optimizer_options, invalid_values_are_refused_naming_the_field) {
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = -1.0f}, "optimizer.lr");
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = NAN}, "optimizer.lr");
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f, .beta1 = 1.0f}, "optimizer.beta1");
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f, .beta2 = -0.5f}, "optimizer.beta2");
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f, .eps = -1e-8f}, "optimizer.eps");
-    refused((mw_optimizer){.kind = MW_ADAMW, .lr = 1e-3f, .weight_decay = -0.1f},
+    refused(
+        (mw_optimizer){.kind = MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .lr = -1.0f},
+        "optimizer.lr");
+    refused(
+        (mw_optimizer){.kind = MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .lr = NAN},
+        "optimizer.lr");
+    refused(
+        (mw_optimizer){.kind = MW_ADAMW, .beta2 = 0.999f, .eps = 1e-8f, .lr = 1e-3f, .beta1 = 1.0f},
+        "optimizer.beta1");
+    refused(
+        (mw_optimizer){.kind = MW_ADAMW, .beta1 = 0.9f, .eps = 1e-8f, .lr = 1e-3f, .beta2 = -0.5f},
+        "optimizer.beta2");
+    refused(
+        (mw_optimizer){
+            .kind = MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .lr = 1e-3f, .eps = -1e-8f},
+        "optimizer.eps");
+    refused(
+        (mw_optimizer){.kind = MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .lr = 1e-3f, .eps = 0.0f},
+        "optimizer.eps");
+    refused((mw_optimizer){.kind = MW_SGD, .lr = 1e-3f, .decay_rule = (mw_decay_rule)7},
+            "optimizer.decay_rule");
+    refused((mw_optimizer){.kind = MW_ADAMW,
+                           .beta1 = 0.9f,
+                           .beta2 = 0.999f,
+                           .eps = 1e-8f,
+                           .lr = 1e-3f,
+                           .weight_decay = -0.1f},
             "optimizer.weight_decay");
     refused((mw_optimizer){.kind = MW_SGD, .lr = 1e-3f, .grad_clip = -1.0f}, "optimizer.grad_clip");
     refused((mw_optimizer){.kind = MW_SGD, .lr = 1e-3f, .warmup_steps = -1},
@@ -228,6 +261,9 @@ Test(optimizer_options, caller_chooses_decayed_parameters) {
     int calls = 0;
     lin r;
     cr_assert_eq(lin_make(&r, &(mw_optimizer){.kind = MW_ADAMW,
+                                              .beta1 = 0.9f,
+                                              .beta2 = 0.999f,
+                                              .eps = 1e-8f,
                                               .lr = (float)lr,
                                               .weight_decay = (float)wd,
                                               .decays = decay_only_b,
@@ -334,7 +370,12 @@ Test(optimizer_options, accumulation_equals_big_batch_sgd) {
 }
 
 Test(optimizer_options, accumulation_equals_big_batch_adamw_sharded) {
-    check_accumulation("cpu:2", &(mw_optimizer){.kind = MW_ADAMW, .lr = 0.05f, .grad_clip = 1.0f});
+    check_accumulation("cpu:2", &(mw_optimizer){.kind = MW_ADAMW,
+                                                .beta1 = 0.9f,
+                                                .beta2 = 0.999f,
+                                                .eps = 1e-8f,
+                                                .lr = 0.05f,
+                                                .grad_clip = 1.0f});
 }
 
 Test(optimizer_options, accumulate_needs_the_config_flag) {

@@ -297,7 +297,9 @@ static void dropout_run(mw_recompute policy, float *losses, float *w1) {
     mw_tensor *loss = mw_mean(g, mw_mul(g, y, y), NULL);
     cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
     cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK, "%s", mw_last_error());
-    mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW, .lr = 1e-2f}, .recompute = policy};
+    mw_trainer_config cfg = {
+        .optimizer = {.kind = MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .lr = 1e-2f},
+        .recompute = policy};
     cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
     /* Recomputed: the region's dropout runs twice a step (forward, and again in backward). */
     int drops = 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "meshwit.h"
+#include "parallel/config.h"
 #include "parallel/trainer_impl.h"
 
 #define ROWS 16
@@ -124,7 +125,7 @@ Test(stop, a_signal_handler_stops_every_trainer_until_cancelled) {
 /* A NaN in the batch (loss and gradients NaN) and huge values (a finite loss, gradients whose
  * squared norm overflows) are skipped: afterwards the run equals one that never saw them. */
 Test(nonfinite, skipped_steps_leave_parameters_moments_and_count_alone) {
-    mw_trainer_config cfg = {.skip_nonfinite = 1};
+    mw_trainer_config cfg = {.nonfinite = MW_NONFINITE_SKIP};
     model m, ref;
     model_make(&m, "cpu:2", &cfg);
     model_make(&ref, "cpu:2", NULL);
@@ -164,14 +165,60 @@ Test(nonfinite, skipped_steps_leave_parameters_moments_and_count_alone) {
     model_free(&ref);
 }
 
-Test(nonfinite, without_the_option_check_finite_still_fails) {
-    mw_trainer_config cfg = {.check_finite = 1};
+Test(nonfinite, by_default_a_nonfinite_step_fails) {
     model m;
-    model_make(&m, "cpu:1", &cfg);
+    model_make(&m, "cpu:1", NULL);
     m.x[0] = INFINITY;
     cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_ERR_NONFINITE);
+    cr_assert(strstr(mw_last_error(), "step 0: the loss is") &&
+                  strstr(mw_last_error(), "MW_NONFINITE_SKIP"),
+              "%s", mw_last_error());
     cr_assert_eq(mw_trainer_skipped_steps(m.tr), 0);
+    cr_assert_eq(mw_trainer_steps(m.tr), 0);
     model_free(&m);
+    /* MW_NONFINITE_IGNORE: the step runs (and trains on what it got). */
+    mw_trainer_config cfg = {.nonfinite = MW_NONFINITE_IGNORE};
+    model_make(&m, "cpu:1", &cfg);
+    m.x[0] = INFINITY;
+    cr_assert_eq(mw_trainer_step(m.tr, m.feeds, 2, NULL), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_steps(m.tr), 1);
+    model_free(&m);
+}
+
+/* A finite loss whose gradient is not: sqrt's slope at 0 is Inf. The error names the parameter
+ * whose gradient holds it (the first such, in graph order), on one device and sharded. */
+Test(nonfinite, the_first_parameter_with_a_nonfinite_gradient_is_named) {
+    const char *devs[] = {"cpu:1", "cpu:2"};
+    for (int d = 0; d < 2; d++) {
+        mw_graph *g;
+        cr_assert_eq(mw_graph_new(&g), MW_OK);
+        mw_tensor *x =
+            mw_shard(g, mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"F", 3})), "Batch", "X");
+        mw_tensor *a = mw_param(g, "a", MW_AXES({"F", 3}), MW_INIT_CONST(1.0f));
+        mw_tensor *r = mw_param(g, "root", MW_AXES({"F", 3}), MW_INIT_ZEROS);
+        mw_tensor *loss = mw_mean(g, mw_mul(g, mw_add(g, mw_mul(g, x, a), mw_sqrt(g, r)), x), NULL);
+        mw_mesh *mesh;
+        mw_trainer *tr;
+        cr_assert_eq(mw_mesh_new(devs[d], "X", &mesh), MW_OK);
+        mw_trainer_config cfg = {.optimizer = MW_SGD_INIT(0.1f)};
+        cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+        float xs[12];
+        for (int i = 0; i < 12; i++) xs[i] = 0.5f + 0.1f * (float)i;
+        mw_feed f = {"x", xs, 12};
+        float l;
+        mw_status st = mw_trainer_step(tr, &f, 1, &l);
+        cr_assert(isfinite(l), "the loss is finite (%g)", l);
+        cr_assert_eq(st, MW_ERR_NONFINITE, "%s: %s", devs[d], mw_status_name(st));
+        cr_assert(strstr(mw_last_error(), "step 0: the gradients hold NaN or Inf") &&
+                      strstr(mw_last_error(), "parameter 'root'"),
+                  "%s: %s", devs[d], mw_last_error());
+        float back[3];
+        cr_assert_eq(mw_trainer_read_param(tr, "a", back, 3), MW_OK);
+        cr_assert(back[0] == 1.0f && back[2] == 1.0f, "a parameter changed");
+        mw_trainer_free(tr);
+        mw_mesh_free(mesh);
+        mw_graph_free(g);
+    }
 }
 
 /* --- replicas -----------------------------------------------------------------------------------
@@ -381,3 +428,55 @@ Test(checkpoint_trust, concurrent_writers_leave_one_complete_state, .init = setu
     cr_assert_neq(system(cmd), 0, "temporary files were left behind");
     model_free(&m);
 }
+
+/* --- the fingerprint of a configuration ---------------------------------------------------------
+ */
+
+/* Every SHARED field of the configuration lists (parallel/config.h) has a line of its own in the
+ * fingerprint, and a change to it changes the text; no LOCAL field appears. The lists themselves
+ * are checked against the structs when libmeshwit is built. */
+Test(fingerprint, every_shared_field_is_described_and_no_local_one) {
+    mw_trainer_config c = {.optimizer = MW_ADAMW_INIT(1e-3f)};
+    mw_infer_config ic = {0};
+    char a[4096], b[4096], line[4100], want[96];
+    mw__describe_trainer_config(&c, a, sizeof a);
+#define LINE_(prefix, name, share)                                                                 \
+    snprintf(want, sizeof want, "\n%s%s ", prefix, #name);                                         \
+    snprintf(line, sizeof line, "\n%s", a);                                                        \
+    cr_assert_eq(strstr(line, want) != NULL, share, "'%s' %s in:\n%s", want + 1,                   \
+                 share ? "missing" : "present (a local field)", a);
+#define OPT_(type, name, kind, share, note) LINE_("optimizer.", name, share)
+#define CFG_(type, name, kind, share, note) LINE_("", name, share &&kind != P)
+#define SHARED 1
+#define LOCAL 0
+#define P 0
+#define I 1
+#define Z 1
+#define F 1
+#define S 1
+    MW__OPTIMIZER_FIELDS(OPT_)
+    MW__RUNTIME_FIELDS(CFG_)
+    MW__TRAINING_RUNTIME_FIELDS(CFG_)
+    MW__TRAINER_FIELDS(CFG_)
+    mw__describe_infer_config(&ic, a, sizeof a);
+    MW__INFER_FIELDS(CFG_)
+    MW__RUNTIME_FIELDS(CFG_)
+    /* A changed value changes the text, for a field of each kind of value. */
+    mw__describe_trainer_config(&c, a, sizeof a);
+    c.optimizer.momentum = 0.5f;
+    mw__describe_trainer_config(&c, b, sizeof b);
+    cr_assert(strcmp(a, b) != 0 && strstr(b, "optimizer.momentum 0.5\n"), "%s", b);
+    c.bucket_bytes = 4096;
+    mw__describe_trainer_config(&c, b, sizeof b);
+    cr_assert(strstr(b, "bucket_bytes 4096\n"), "%s", b);
+    c.cpu_threads = 3; /* local: no change */
+    mw__describe_trainer_config(&c, a, sizeof a);
+    cr_assert_str_eq(a, b);
+}
+#undef SHARED
+#undef LOCAL
+#undef P
+#undef I
+#undef Z
+#undef F
+#undef S

@@ -111,6 +111,9 @@ static void same_bits(model *a, model *b, int grads, const char *what) {
 
 static mw_trainer_config adamw(int shard) {
     return (mw_trainer_config){.optimizer = {.kind = MW_ADAMW,
+                                             .beta1 = 0.9f,
+                                             .beta2 = 0.999f,
+                                             .eps = 1e-8f,
                                              .lr = 0.05f,
                                              .weight_decay = 0.1f,
                                              .grad_clip = 0.5f,
@@ -202,7 +205,7 @@ Test(zero1, gradient_accumulation_bitwise_equal, .timeout = 120) {
 Test(zero1, non_finite_steps_are_skipped_alike, .timeout = 60) {
     model rep, z;
     mw_trainer_config cfg = adamw(0);
-    cfg.skip_nonfinite = 1;
+    cfg.nonfinite = MW_NONFINITE_SKIP;
     cr_assert_eq(model_open(&rep, "cpu:3", "X", "X", cfg), MW_OK);
     cfg.shard_optimizer = 1;
     cr_assert_eq(model_open(&z, "cpu:3", "X", "X", cfg), MW_OK);
