@@ -56,6 +56,26 @@ function(meshwit_add_program name)
     target_link_libraries(${name} PRIVATE meshwit::meshwit Threads::Threads m)
 endfunction()
 
+# meshwit_test_suites(<var> <source>...): the Criterion suites the sources define (the first
+# argument of Test(...) and TestSuite(...) at the start of a line), sorted, into <var>. An edit
+# of a source re-runs the configuration, so a suite added to an existing file is seen.
+function(meshwit_test_suites var)
+    set(_suites "")
+    foreach(_src IN LISTS ARGN)
+        set_property(DIRECTORY "${PROJECT_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                     "${_src}")
+        file(STRINGS "${_src}" _lines REGEX "^(Test|TestSuite)\\([a-z_0-9]+")
+        foreach(_line IN LISTS _lines)
+            if(_line MATCHES "^(Test|TestSuite)\\(([a-z_0-9]+)")
+                list(APPEND _suites "${CMAKE_MATCH_2}")
+            endif()
+        endforeach()
+    endforeach()
+    list(REMOVE_DUPLICATES _suites)
+    list(SORT _suites)
+    set(${var} "${_suites}" PARENT_SCOPE)
+endfunction()
+
 # meshwit_test_properties(<test> LABELS <label>...): labels, a timeout that stops a hung
 # collective, and MESHWIT_TEST_ENVIRONMENT.
 function(meshwit_test_properties test)
