@@ -12,11 +12,15 @@
  * Barriers and the id broadcast use a hierarchical host communicator (collectives/mpi/
  * reducer_mpi.c), made alongside. Summation order is NCCL's (ring or tree): the same bits on
  * every rank and run for fixed GPUs, sizes and NCCL settings, equal to the rank-order sum to float
- * rounding. After an abort with an operation in flight the communicators cannot be re-created
- * without every process taking part, so the communicator stays broken (MW_ERR_STATE): end the
- * job with mw_distributed_abort. reset() then aborts this process's NCCL communicators
- * (ncclCommAbort), which stops their kernels still waiting for a peer, so the device streams
- * drain and the trainer can be read and freed instead of hanging in a stream wait.
+ * rounding. After an abort with an operation in flight, or a failure between the start of an
+ * operation and its finish (the in-process reducer re-creates its communicators then), the
+ * communicators cannot be re-created without every process taking part, so the communicator
+ * stays broken (MW_ERR_STATE): end the job with mw_distributed_abort. reset() then aborts this
+ * process's NCCL communicators (ncclCommAbort), which stops their kernels still waiting for a
+ * peer, so the device streams drain and the trainer can be read and freed instead of hanging in
+ * a stream wait; no later collective can step out of order with the peers. The communication
+ * streams, events and counts of started operations are made with the communicator, on the
+ * calling thread; each worker thread then touches only its own rank's.
  *
  * Reduce-scatter, all-gather and broadcast are queued and awaited like the all-reduce, with the
  * in-process reducer's design (collectives/nccl/collectives.c): a reduce-scatter all-reduces the
@@ -91,6 +95,7 @@ static void nm_comm_free(mw__comm *comm) {
         if (c->streams && c->streams[i]) (void)cudaStreamDestroy(c->streams[i]);
         if (c->events && c->events[i]) (void)cudaEventDestroy(c->events[i]);
     }
+    (void)cudaGetLastError();
     mw__free(c->streams);
     mw__free(c->events);
     mw__free(c->started);
@@ -185,6 +190,25 @@ static mw_status check_distinct_gpus(int nranks, struct mw__device *const *devic
     return st;
 }
 
+/* Every local rank's communication stream and event, made here on the host thread with the
+ * communicator: made on first use, by whichever worker thread came first, two threads could
+ * each allocate the arrays and one replace the other's (NCCL then queues on the legacy stream,
+ * or finish misses a started sum). */
+static mw_status make_streams(nccl_mpi_comm *c) {
+    for (int i = 0; i < c->nlocal; i++) {
+        cudaError_t e = cudaSetDevice(c->devs[i]->ordinal);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->streams[i], cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->events[i], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return mw__error(e == cudaErrorMemoryAllocation ? MW_ERR_NOMEM : MW_ERR_DEVICE,
+                             "%s: making the communication stream and event failed: %s",
+                             c->devs[i]->name, cudaGetErrorString(e));
+        }
+    }
+    return MW_OK;
+}
+
 static mw_status make_comms(nccl_mpi_comm *c, const ncclUniqueId *id) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -272,7 +296,10 @@ static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
     c->local_of = mw__malloc((size_t)nranks * sizeof *c->local_of);
     c->devs = mw__calloc((size_t)nranks, sizeof *c->devs);
     c->comms = mw__calloc((size_t)nranks, sizeof *c->comms);
-    if (!c->local_of || !c->devs || !c->comms) {
+    c->streams = mw__calloc((size_t)nranks, sizeof *c->streams);
+    c->events = mw__calloc((size_t)nranks, sizeof *c->events);
+    c->started = mw__calloc((size_t)nranks, sizeof *c->started);
+    if (!c->local_of || !c->devs || !c->comms || !c->streams || !c->events || !c->started) {
         nm_comm_free((mw__comm *)c);
         return mw__error(MW_ERR_NOMEM, "nccl-mpi comm_new: out of memory");
     }
@@ -287,32 +314,13 @@ static mw_status nm_comm_new(int nranks, struct mw__device *const *devices,
             c->devs[c->local_of[r]] = devices[r];
         }
     }
-    if ((st = make_comms(c, &id))) {
+    if ((st = make_streams(c)) || (st = make_comms(c, &id))) {
         char msg[MW__MSG_SIZE];
         snprintf(msg, sizeof msg, "%s", mw_last_error());
         nm_comm_free((mw__comm *)c);
         return mw__error_copy(st, msg);
     }
     *out = (mw__comm *)c;
-    return MW_OK;
-}
-
-/* Makes local rank i's communication stream and event on first use. */
-static mw_status ensure_stream(nccl_mpi_comm *c, int i) {
-    if (!c->streams) {
-        c->streams = mw__calloc((size_t)c->nlocal, sizeof *c->streams);
-        c->events = mw__calloc((size_t)c->nlocal, sizeof *c->events);
-        c->started = mw__calloc((size_t)c->nlocal, sizeof *c->started);
-        if (!c->streams || !c->events || !c->started)
-            return mw__error(MW_ERR_NOMEM, "all-reduce (nccl-mpi): out of memory");
-    }
-    cudaError_t e = cudaSuccess;
-    if (!c->streams[i]) e = cudaStreamCreateWithFlags(&c->streams[i], cudaStreamNonBlocking);
-    if (e == cudaSuccess && !c->events[i])
-        e = cudaEventCreateWithFlags(&c->events[i], cudaEventDisableTiming);
-    if (e != cudaSuccess)
-        return mw__error(MW_ERR_DEVICE, "%s: making the communication stream: %s", c->devs[i]->name,
-                         cudaGetErrorString(e));
     return MW_OK;
 }
 
@@ -331,7 +339,7 @@ static mw_status enter(nccl_mpi_comm *c, int rank, int *li) {
     if (e != cudaSuccess)
         return mw__error(MW_ERR_DEVICE, "%s: cudaSetDevice failed: %s", c->devs[i]->name,
                          cudaGetErrorString(e));
-    return ensure_stream(c, i);
+    return MW_OK;
 }
 
 /* Polls local rank i's communicator (and, with `complete`, its communication stream) until the
@@ -481,10 +489,16 @@ static void nm_abort(mw__comm *comm) {
 static void nm_reset(mw__comm *comm) {
     nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
     if (!c) return;
-    /* An abandoned ncclAllReduce still waits on the GPU for its peers: abort the communicators
-     * (no rank is inside an NCCL call now), so the streams drain. They stay broken. */
+    /* A collective left in flight (abandoned on abort or timeout, failed, or started and never
+     * finished: a rank that failed between its bucket sums and finish) still waits on the GPU
+     * for its peers, or has put this process's communicators out of step with theirs: abort the
+     * communicators (no rank is inside an NCCL call now), so the streams drain. Re-creating
+     * them would need every process to take part, so they stay broken. */
+    int started = 0;
+    for (int i = 0; i < c->nlocal; i++) started |= c->started[i] != 0;
+    if (started) atomic_store(&c->broken, 1);
     if (atomic_load(&c->broken)) destroy_comms(c);
-    for (int i = 0; c->started && i < c->nlocal; i++) c->started[i] = 0;
+    for (int i = 0; i < c->nlocal; i++) c->started[i] = 0;
     mw__reducer_mpi_hier.reset(c->host);
     atomic_store(&c->aborted, 0);
 }

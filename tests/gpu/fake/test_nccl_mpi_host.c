@@ -1,0 +1,148 @@
+/* NCCL over MPI's host-side logic on fakes of CUDA, NCCL and MPI (suite nccl_mpi_host; no GPU):
+ * the communication streams and events are made with the communicator, on the calling thread,
+ * one per local rank on its own GPU, and every worker thread queues its rank's collectives there
+ * and finishes only when they ran; a reset after a collective was started and never finished
+ * aborts the communicators and leaves them broken (re-creating them would need every process),
+ * while a reset after finished collectives keeps them. */
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "collectives/reducer_select.h"
+#include "core/error.h"
+#include "fake_gpu.h"
+
+static const mw__reducer_vtable *R = &mw__reducer_nccl_mpi;
+
+/* A communicator of n ranks, all of this process, on GPUs 0..n-1. */
+static mw__comm *open_comm(int n, mw__device *devs) {
+    static int proc_of[4];
+    mw__device *dp[4];
+    for (int r = 0; r < n; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "cuda:%d", r);
+        fake_device(&devs[r], name, r);
+        dp[r] = &devs[r];
+        proc_of[r] = 0;
+    }
+    mw__comm_options opt = {.timeout_ms = 5000, .proc_of = proc_of, .self_proc = 0};
+    mw__comm *c = NULL;
+    mw_status st = R->comm_new(n, dp, &opt, &c);
+    cr_assert_eq(st, MW_OK, "comm_new: %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert_not_null(c);
+    return c;
+}
+
+typedef struct worker {
+    pthread_t thread;
+    mw__comm *comm;
+    int rank;
+    mw_status st;
+    char msg[MW__MSG_SIZE];
+    int pending_after_finish; /* queued work the fake still held when a finish returned */
+} worker;
+
+/* Three steps of two bucket sums and a started all-gather, each step finished. */
+static void *work(void *arg) {
+    worker *w = arg;
+    float buf[64];
+    size_t bounds[3] = {0, 32, 64};
+    for (int step = 0; step < 3 && !w->st; step++) {
+        w->st = R->allreduce_start(w->comm, w->rank, buf, 40, MW_F32);
+        if (!w->st) w->st = R->allreduce_start(w->comm, w->rank, buf + 40, 24, MW_F32);
+        if (!w->st) w->st = R->all_gather_start(w->comm, w->rank, buf, 64, MW_F32, bounds);
+        if (!w->st) w->st = R->finish(w->comm, w->rank);
+        if (!w->st) w->pending_after_finish += fake_pending_on(w->rank);
+    }
+    if (w->st) snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+Test(nccl_mpi_host, streams_are_made_with_the_communicator_on_its_thread) {
+    mw__device devs[2];
+    pthread_t self = pthread_self();
+    mw__comm *c = open_comm(2, devs);
+    const fake_record *f = fake_gpu();
+    /* Before any worker calls: one stream and one event per local rank, on its GPU, made here. */
+    cr_assert_eq(f->nstreams, 2, "communication streams made by comm_new: %d", f->nstreams);
+    cr_assert_eq(f->nevents, 2, "events made by comm_new: %d", f->nevents);
+    int on_gpu[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        cr_assert(pthread_equal(f->stream[i].thread, self), "stream %d made on another thread", i);
+        cr_assert(pthread_equal(f->event_thread[i], self), "event %d made on another thread", i);
+        on_gpu[f->stream[i].device]++;
+    }
+    cr_assert(on_gpu[0] == 1 && on_gpu[1] == 1, "streams on GPUs %d and %d", f->stream[0].device,
+              f->stream[1].device);
+
+    worker w[2] = {{.comm = c, .rank = 0}, {.comm = c, .rank = 1}};
+    for (int r = 0; r < 2; r++) pthread_create(&w[r].thread, NULL, work, &w[r]);
+    for (int r = 0; r < 2; r++) pthread_join(w[r].thread, NULL);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(w[r].st, MW_OK, "rank %d: %s: %s", r, mw_status_name(w[r].st), w[r].msg);
+    /* The workers made nothing, queued on their own rank's stream only, never on the legacy
+     * one, and every finish waited until the fake reported the work done. */
+    cr_assert_eq(f->nstreams, 2, "streams made by the worker threads: %d", f->nstreams - 2);
+    cr_assert_eq(f->nevents, 2, "events made by the worker threads: %d", f->nevents - 2);
+    cr_assert_eq(f->legacy, 0, "calls on the legacy stream: %d", f->legacy);
+    cr_assert_eq(f->bad_handles, 0, "calls with a missing handle: %d", f->bad_handles);
+    cr_assert_eq(f->ncalls, 2 * 3 * (2 + 2), "NCCL calls: %d", f->ncalls); /* a gather: 2 parts */
+    for (int i = 0; i < f->ncalls; i++) {
+        int s = fake_stream_index(f->calls[i].stream);
+        cr_assert(s >= 0 && f->stream[s].device == f->calls[i].rank,
+                  "call %d (%s) of rank %d queued on stream %d (GPU %d)", i, f->calls[i].what,
+                  f->calls[i].rank, s, s >= 0 ? f->stream[s].device : -1);
+    }
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(w[r].pending_after_finish, 0,
+                     "rank %d: finish returned with its collectives still queued", r);
+    R->comm_free(c);
+    cr_assert_eq(f->aborted, 2, "communicators freed: %d of 2", f->aborted);
+}
+
+/* A rank that fails between its starts and finish: the host resets the communicator. */
+static void started_then_reset(int gather) {
+    mw__device devs[1];
+    mw__comm *c = open_comm(1, devs);
+    const fake_record *f = fake_gpu();
+    float buf[16];
+    size_t bounds[2] = {0, 16};
+    mw_status st = gather ? R->all_gather_start(c, 0, buf, 16, MW_F32, bounds)
+                          : R->allreduce_start(c, 0, buf, 16, MW_F32);
+    cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+    int calls = f->ncalls;
+    R->reset(c);
+    cr_assert_eq(f->aborted, 1, "reset with a collective in flight aborted %d communicators",
+                 f->aborted);
+    st = R->allreduce_start(c, 0, buf, 16, MW_F32);
+    cr_assert_eq(st, MW_ERR_STATE, "after the reset: %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "abandoned"), "%s", mw_last_error());
+    cr_assert_eq(R->finish(c, 0), MW_ERR_STATE);
+    cr_assert_eq(f->ncalls, calls, "NCCL calls after the reset: %d", f->ncalls - calls);
+    cr_assert_eq(f->bad_handles, 0, "calls on an aborted communicator: %d", f->bad_handles);
+    R->comm_free(c);
+}
+
+Test(nccl_mpi_host, reset_after_a_started_sum_breaks_the_communicators) { started_then_reset(0); }
+
+Test(nccl_mpi_host, reset_after_a_started_gather_breaks_the_communicators) {
+    started_then_reset(1);
+}
+
+Test(nccl_mpi_host, reset_after_finished_collectives_keeps_the_communicators) {
+    mw__device devs[2];
+    mw__comm *c = open_comm(2, devs);
+    const fake_record *f = fake_gpu();
+    worker w[2] = {{.comm = c, .rank = 0}, {.comm = c, .rank = 1}};
+    for (int r = 0; r < 2; r++) pthread_create(&w[r].thread, NULL, work, &w[r]);
+    for (int r = 0; r < 2; r++) pthread_join(w[r].thread, NULL);
+    for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
+    R->reset(c);
+    cr_assert_eq(f->aborted, 0, "reset after finished collectives aborted %d", f->aborted);
+    float buf[8];
+    cr_assert_eq(R->allreduce_sum(c, 0, buf, 8, MW_F32), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(fake_pending(), 0);
+    R->comm_free(c);
+}
