@@ -210,7 +210,9 @@ static void slice_of(const local_comm *c, int rank, size_t n, size_t *lo, size_t
 }
 
 /* The closing barrier, taken even after the rank's sum failed so that no peer is left waiting
- * for it; the sum's failure (st, with its message) wins. */
+ * for it, and after a collective of 0 floats too: a peer may still be comparing what this rank
+ * published, which its next collective would overwrite. The sum's failure (st, with its
+ * message) wins. */
 static mw_status close_sum(local_comm *c, int rank, mw_status st) {
     char msg[MW__MSG_SIZE];
     if (st) snprintf(msg, sizeof msg, "%s", mw_last_error());
@@ -232,7 +234,8 @@ static mw_status local_allreduce_sum_f32(mw__comm *comm, int rank, float *buf, s
         mw__reducer_shm.abort(c->sync);
         return st;
     }
-    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
+    if ((st = publish(c, rank, buf, n)) || c->nranks == 1) return st;
+    if (n == 0) return close_sum(c, rank, MW_OK);
     /* Step 2: this rank's slice; step 3: the closing barrier. */
     size_t lo, hi;
     slice_of(c, rank, n, &lo, &hi);
@@ -257,7 +260,8 @@ static mw_status local_allreduce_start_f32(mw__comm *comm, int rank, float *buf,
     if (e == cudaSuccess)
         e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_services.stream(dev));
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
-    if ((st = publish(c, rank, buf, n)) || n == 0 || c->nranks == 1) return st;
+    if ((st = publish(c, rank, buf, n)) || c->nranks == 1) return st;
+    if (n == 0) return close_sum(c, rank, MW_OK);
     cudaStream_t s = c->streams[rank];
     for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
         e = cudaStreamWaitEvent(s, c->ready[q], 0);
@@ -343,8 +347,9 @@ static mw_status local_collective(mw__comm *comm, int rank, enum local_op op, fl
     }
     if ((st = publish_call(c, rank, op_names[op], buf, n, op == LOCAL_BROADCAST ? NULL : bounds,
                            op == LOCAL_BROADCAST ? root : 0)) ||
-        n == 0 || c->nranks == 1)
+        c->nranks == 1)
         return st;
+    if (n == 0) return close_sum(c, rank, MW_OK);
     if (op == LOCAL_REDUCE_SCATTER)
         return close_sum(
             c, rank,
@@ -381,8 +386,8 @@ static mw_status local_all_gather_start(mw__comm *comm, int rank, void *vbuf, si
     if (e == cudaSuccess)
         e = cudaEventRecord(c->ready[rank], (cudaStream_t)mw__cuda_services.stream(dev));
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
-    if ((st = publish_call(c, rank, "all-gather", buf, n, bounds, 0)) || n == 0 || c->nranks == 1)
-        return st;
+    if ((st = publish_call(c, rank, "all-gather", buf, n, bounds, 0)) || c->nranks == 1) return st;
+    if (n == 0) return close_sum(c, rank, MW_OK);
     cudaStream_t s = c->streams[rank];
     for (int q = 0; q < c->nranks && e == cudaSuccess; q++)
         e = cudaStreamWaitEvent(s, c->ready[q], 0);

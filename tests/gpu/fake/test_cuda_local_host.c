@@ -1,0 +1,173 @@
+/* The CUDA-local reducer's host-side logic on fakes of CUDA (suite cuda_local_host; no GPU): every
+ * collective of two ranks meets at both of its barriers, also with 0 floats, so that a fast rank
+ * cannot publish its next collective while a peer still compares what it published for this one
+ * (which failed as "ranks disagree"). Its shared-memory communicator's barriers are counted per
+ * rank, and one rank can be held just after a given barrier (counted_shm). */
+#include <criterion/criterion.h>
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "collectives/reducer_select.h"
+#include "core/error.h"
+#include "fake_gpu.h"
+
+/* --- the shared-memory communicator, its barriers counted and held ---------------------------- */
+
+static _Atomic int barriers[2];     /* per rank */
+static int hold_rank = -1, hold_at; /* rank hold_rank waits after its hold_at-th barrier */
+static _Atomic int holding, released;
+
+static mw_status counted_barrier(mw__comm *comm, int rank) {
+    mw_status st = mw__reducer_shm.barrier(comm, rank);
+    int n = atomic_fetch_add(&barriers[rank & 1], 1) + 1;
+    if (rank == hold_rank && n == hold_at) {
+        atomic_store(&holding, 1);
+        while (!atomic_load(&released)) sched_yield();
+    }
+    return st;
+}
+
+static mw__reducer_vtable counted_vt;
+static pthread_once_t counted_once = PTHREAD_ONCE_INIT;
+
+static void counted_init(void) {
+    counted_vt = mw__reducer_shm;
+    counted_vt.barrier = counted_barrier;
+}
+
+/* What reducer_local.c calls the shared-memory reducer (cuda_local_under_test.c): the real one,
+ * its barrier counted. */
+const mw__reducer_vtable *counted_shm(void);
+const mw__reducer_vtable *counted_shm(void) {
+    pthread_once(&counted_once, counted_init);
+    return &counted_vt;
+}
+
+/* --- two ranks on one fake GPU ---------------------------------------------------------------- */
+
+static mw__device devs[2];
+
+static mw__comm *open_comm(void) {
+    mw__device *dp[2];
+    for (int r = 0; r < 2; r++) {
+        char name[16];
+        snprintf(name, sizeof name, "cuda:0#%d", r);
+        fake_device(&devs[r], name, 0);
+        dp[r] = &devs[r];
+    }
+    mw__comm_options opt = {.timeout_ms = 5000};
+    mw__comm *c = NULL;
+    mw_status st = mw__reducer_cuda_local.comm_new(2, dp, &opt, &c);
+    cr_assert_eq(st, MW_OK, "comm_new: %s", mw_last_error());
+    return c;
+}
+
+enum op { AR, ARS, RS, AG, AGS, BC, NOPS };
+static const char *const op_names[] = {"all-reduce", "started all-reduce", "reduce-scatter",
+                                       "all-gather", "started all-gather", "broadcast"};
+
+static mw_status run_op(mw__comm *c, int rank, int op, float *buf, size_t n, const size_t *b) {
+    const mw__reducer_vtable *R = &mw__reducer_cuda_local;
+    switch (op) {
+    case AR: return R->allreduce_sum(c, rank, buf, n, MW_F32);
+    case ARS: {
+        mw_status st = R->allreduce_start(c, rank, buf, n, MW_F32);
+        return st ? st : R->finish(c, rank);
+    }
+    case RS: return R->reduce_scatter_sum(c, rank, buf, n, MW_F32, b);
+    case AG: return R->all_gather(c, rank, buf, n, MW_F32, b);
+    case AGS: {
+        mw_status st = R->all_gather_start(c, rank, buf, n, MW_F32, b);
+        return st ? st : R->finish(c, rank);
+    }
+    default: return R->broadcast(c, rank, buf, n, MW_F32, 1);
+    }
+}
+
+typedef struct job {
+    pthread_t thread;
+    mw__comm *comm;
+    int rank, op;
+    size_t n[2]; /* two collectives of n[0], then n[1] floats */
+    _Atomic int first_done;
+    mw_status st[2];
+    char msg[MW__MSG_SIZE];
+} job;
+
+static void *job_main(void *arg) {
+    job *j = arg;
+    static float buf[2][64];
+    for (int k = 0; k < 2; k++) {
+        size_t b[3] = {0, j->n[k] / 2, j->n[k]};
+        j->st[k] = run_op(j->comm, j->rank, j->op, buf[j->rank], j->n[k], b);
+        if (j->st[k] && !j->msg[0]) snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
+        if (k == 0) atomic_store(&j->first_done, 1);
+    }
+    return NULL;
+}
+
+static void run_pair(mw__comm *c, int op, size_t n0, size_t n1, job *j) {
+    for (int r = 0; r < 2; r++) {
+        memset(&j[r], 0, sizeof j[r]);
+        j[r].comm = c, j[r].rank = r, j[r].op = op, j[r].n[0] = n0, j[r].n[1] = n1;
+        pthread_create(&j[r].thread, NULL, job_main, &j[r]);
+    }
+}
+
+static void join_pair(job *j, int op) {
+    for (int r = 0; r < 2; r++) pthread_join(j[r].thread, NULL);
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(j[r].st[k], MW_OK, "%s %d of rank %d: %s: %s", op_names[op], k, r,
+                         mw_status_name(j[r].st[k]), j[r].msg);
+}
+
+/* Rank 1 is held just after the first barrier of a collective of 0 floats (where it compares
+ * what rank 0 published): rank 0 must not leave that collective meanwhile, or it republishes
+ * for the next one (64 floats) under rank 1's comparison. */
+Test(cuda_local_host, an_empty_collective_waits_for_every_peer_to_compare) {
+    for (int op = 0; op < NOPS; op++) {
+        mw__comm *c = open_comm();
+        atomic_store(&barriers[0], 0), atomic_store(&barriers[1], 0);
+        atomic_store(&holding, 0), atomic_store(&released, 0);
+        hold_rank = 1, hold_at = 1;
+        job j[2];
+        run_pair(c, op, 0, 64, j);
+        while (!atomic_load(&holding)) sched_yield();
+        /* 200 ms for rank 0 to leave, if nothing keeps it. */
+        struct timespec nap = {0, 1000000};
+        int left = 0;
+        for (int t = 0; t < 200 && !left; t++) {
+            nanosleep(&nap, NULL);
+            left = atomic_load(&j[0].first_done);
+        }
+        atomic_store(&released, 1);
+        hold_rank = -1;
+        join_pair(j, op);
+        cr_assert_not(left, "%s of 0 floats: rank 0 left it while rank 1 was still inside",
+                      op_names[op]);
+        mw__reducer_cuda_local.comm_free(c);
+    }
+}
+
+/* Every collective of two ranks takes two barriers on each rank, empty or not. */
+Test(cuda_local_host, every_collective_closes_with_a_barrier) {
+    for (int op = 0; op < NOPS; op++)
+        for (size_t n = 0; n <= 64; n += 64) {
+            mw__comm *c = open_comm();
+            atomic_store(&barriers[0], 0), atomic_store(&barriers[1], 0);
+            job j[2];
+            run_pair(c, op, n, n, j);
+            join_pair(j, op);
+            for (int r = 0; r < 2; r++)
+                cr_assert_eq(atomic_load(&barriers[r]), 4,
+                             "%s of %zu floats, twice: rank %d took %d barriers (want 4)",
+                             op_names[op], n, r, atomic_load(&barriers[r]));
+            mw__reducer_cuda_local.comm_free(c);
+        }
+}
