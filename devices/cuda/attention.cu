@@ -199,12 +199,17 @@ static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_
     return MW_OK;
 }
 
+/* The entry points bind the device's GPU and clear the last error (ENTER), so a launch check sees
+ * only its own launch's failure; no rows or no slices is nothing to do (a grid of 0 blocks would
+ * fail to launch). */
 extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k) {
+    ENTER(dev);
+    if (k->t <= 0 || k->slices <= 0) return MW_OK;
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
     if (st) return st;
     dim3 grid((unsigned)k->t, (unsigned)k->slices);
-    cudaStream_t stream = mw__cuda_stream(dev);
+    cudaStream_t stream = im->stream;
     int q16 = k->qkv_dtype == MW_BF16, o16 = k->out_dtype == MW_BF16;
     if (q16 && o16)
         k_attention<uint16_t, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k);
@@ -218,16 +223,18 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
 }
 
 extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k) {
+    ENTER(dev);
     if (k->out_dtype != MW_F32)
         return mw__error(MW_ERR_UNSUPPORTED,
                          "%s: attention gradient: d(qkv) is written in f32 only", dev->name);
+    if (k->t <= 0 || k->slices <= 0) return MW_OK;
     size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
     mw_status st = shape_ok(dev, k, smem);
     if (st) return st;
     int64_t ns = k->slices, blk = k->block;
     float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
     dim3 grid((unsigned)k->t, (unsigned)ns);
-    cudaStream_t stream = mw__cuda_stream(dev);
+    cudaStream_t stream = im->stream;
     if (k->qkv_dtype == MW_BF16)
         k_attention_dq<uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
     else
@@ -294,16 +301,17 @@ __global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *
     }
 }
 
+/* A position outside the cache is recorded, and reported by the next ENTER-style kernel's check
+ * or by sync (launch_error reports the launch's own failure only). */
 extern "C" mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_attention_cached *k) {
-    mw_status st = enter_gpu(dev);
-    if (st || k->outer * k->heads <= 0) return st;
+    ENTER(dev);
+    if (k->outer <= 0 || k->heads <= 0) return MW_OK;
     if (k->dim > CACHED_MAX_DIM)
         return mw__error(MW_ERR_UNSUPPORTED,
                          "%s: cached attention supports head sizes up to %d, not %lld", dev->name,
                          CACHED_MAX_DIM, (long long)k->dim);
-    cuda_impl *im = (cuda_impl *)dev->impl;
     int64_t pairs = k->outer * k->heads, per_block = THREADS / 32;
     unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
-    k_attention_cached<<<blocks, THREADS, 0, mw__cuda_stream(dev)>>>(*k, im->err, im->flag_dev);
+    k_attention_cached<<<blocks, THREADS, 0, im->stream>>>(*k, im->err, im->flag_dev);
     return launch_error(dev, "cached attention kernel");
 }

@@ -109,10 +109,11 @@ mw_status mw__cuda_launched(mw__device *dev, const char *kernel);
 /* A data error an earlier kernel flagged (read without waiting). */
 mw_status mw__cuda_flagged(mw__device *dev);
 
-/* The entry and launch check of the map, dropout, max, state-write, cached-attention and
- * SGD-momentum kernels: only makes dev's GPU current (no init check, the last error left as it
- * is), and reports only the launch's own failure (a data error they flag is reported by the next
- * ENTER-style kernel's check or by sync). */
+/* The entry and launch check of the map, dropout, max and SGD-momentum kernels: only makes dev's
+ * GPU current (no init check: they use no device state; the last error left as it is), and
+ * reports only the launch's own failure. The state write and cached attention, which use the
+ * device's stream and error records, enter with ENTER and check their launch with launch_error
+ * (a data error they flag is reported by the next ENTER-style kernel's check or by sync). */
 static inline mw_status enter_gpu(mw__device *dev) {
     cudaError_t e = cudaSetDevice(dev->ordinal);
     if (e == cudaSuccess) return MW_OK;

@@ -181,11 +181,12 @@ mw_status mw__cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k) {
     return mw__cuda_launched(dev, "embedding gradient kernel");
 }
 
+/* A position outside the state is recorded, and reported by the next ENTER-style kernel's check or
+ * by sync (launch_error reports the launch's own failure only). */
 extern "C" mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k) {
-    mw_status st = enter_gpu(dev);
-    if (st || k->outer * k->inner <= 0) return st;
-    cuda_impl *im = (cuda_impl *)dev->impl;
-    k_state_write<<<wide_blocks(k->outer * k->inner), THREADS, 0, mw__cuda_stream(dev)>>>(
+    ENTER(dev);
+    if (k->outer <= 0 || k->inner <= 0) return MW_OK;
+    k_state_write<<<wide_blocks(k->outer * k->inner), THREADS, 0, im->stream>>>(
         k->outer, k->n, k->inner, k->out, k->value, k->ids, im->err, im->flag_dev);
     return launch_error(dev, "state write kernel");
 }

@@ -200,6 +200,29 @@ Test(gpu_host, missing_gpu_is_an_error_not_a_crash) {
     d.vt->shutdown(&d); /* harmless without init */
 }
 
+/* The fused attention and its gradient, the state write and cached attention refuse a device
+ * that was never initialised (no stream, no error records), naming it, before any CUDA call: no
+ * launch on the legacy stream, no read of the missing device state. */
+Test(gpu_host, kernels_refuse_a_device_before_its_init) {
+    mw__device d = make_device(&mw__cuda_device, "cuda:5", 0, 0);
+    mw__k_attention a = {.t = 4, .d = 8, .slices = 1, .block = 4, .scale = 1.0f};
+    a.qkv_dtype = MW_F32, a.out_dtype = MW_F32, a.seq_qkv = 24, a.seq_out = 8, a.part = 8;
+    mw__k_attention_cached c = {.outer = 1, .n = 4, .heads = 1, .dim = 8, .scale = 1.0f};
+    mw__k_state_write w = {.outer = 1, .n = 4, .inner = 8};
+    static const char *const names[] = {"attention", "attention gradient", "cached attention",
+                                        "state write"};
+    for (int i = 0; i < 4; i++) {
+        mw_status st = i == 0   ? d.vt->attention(&d, &a)
+                       : i == 1 ? d.vt->attention_grad(&d, &a)
+                       : i == 2 ? d.vt->attention_cached(&d, &c)
+                                : d.vt->state_write(&d, &w);
+        cr_assert_eq(st, MW_ERR_STATE, "%s: %s: %s", names[i], mw_status_name(st), mw_last_error());
+        cr_assert(strstr(mw_last_error(), "cuda:5: kernel called before the device's init"),
+                  "%s: %s", names[i], mw_last_error());
+    }
+    cr_assert_null(d.impl);
+}
+
 Test(gpu_host, reducer_selection) {
     int same[3] = {0, 0, 0}, distinct[3] = {0, 1, 2}, mixed[3] = {0, 0, 1};
     cr_assert_eq(mw__reducer_for("cpu", 3, distinct), &mw__reducer_shm);
