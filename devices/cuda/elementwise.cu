@@ -38,6 +38,22 @@ __global__ void k_copy_nd(mw__nd nd, I total, float alpha, O *out, const A *a) {
     }
 }
 
+/* i32 elements moved as they are (the CPU's move_row): through a float, alpha * a would turn
+ * every int in [-2^23 + 1, -1] (a NaN's bits) into 0x7FFFFFFF and round the large ones. */
+__global__ void k_move_1d(int64_t n, uint32_t *out, int64_t so, const uint32_t *a, int64_t sa) {
+    GRID_LOOP(i, n) out[i * so] = a[i * sa];
+}
+
+template <typename I>
+__global__ void k_move_nd(mw__nd nd, I total, uint32_t *out, const uint32_t *a) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (I)blockDim.x * gridDim.x) {
+        int64_t o[2];
+        nd_offsets<2>(nd, i, o);
+        out[o[0]] = a[o[1]];
+    }
+}
+
 __global__ void k_fill(int64_t n, float value, float *out) { GRID_LOOP(i, n) out[i] = value; }
 
 /* exact: mw_gelu_erf's form, else the tanh one. */
@@ -146,8 +162,25 @@ static void launch_copy(cuda_impl *im, const mw__nd &nd, int64_t total, float al
     }
 }
 
+static void launch_move(cuda_impl *im, const mw__nd &nd, int64_t total, void *out, const void *a) {
+    uint32_t *o = (uint32_t *)out;
+    const uint32_t *src = (const uint32_t *)a;
+    if (nd.rank <= 1) {
+        int64_t s0 = nd.rank ? nd.stride[0][0] : 0, s1 = nd.rank ? nd.stride[1][0] : 0;
+        LAUNCH(k_move_1d, blocks_for(total, THREADS), THREADS, 0, total, o, s0, src, s1);
+    } else if (total < INT32_MAX) {
+        LAUNCH(k_move_nd<uint32_t>, blocks_for(total, THREADS), THREADS, 0, nd, (uint32_t)total, o,
+               src);
+    } else {
+        LAUNCH(k_move_nd<int64_t>, blocks_for(total, THREADS), THREADS, 0, nd, total, o, src);
+    }
+}
+
 mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
     ENTER(dev);
+    int i32 = k->out_dtype == MW_I32 || k->a_dtype == MW_I32;
+    if (i32 && (k->out_dtype != k->a_dtype || k->alpha != 1.0f))
+        return mw__error(MW_ERR_DTYPE, "%s: copy: i32 elements only move as they are", dev->name);
     mw__nd nd = k->nd;
     mw__nd_simplify(&nd, 2);
     int64_t total = nd_total(&nd);
@@ -160,7 +193,9 @@ mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k) {
            cudaMemcpyDeviceToDevice, im->stream);
         return mw__cuda_launched(dev, "copy");
     }
-    if (o16 && a16)
+    if (i32)
+        launch_move(im, nd, total, k->out, k->a);
+    else if (o16 && a16)
         launch_copy<uint16_t, uint16_t>(im, nd, total, k->alpha, k->out, k->a);
     else if (o16)
         launch_copy<uint16_t, float>(im, nd, total, k->alpha, k->out, k->a);

@@ -295,6 +295,57 @@ Test(gpu, copy_matches_cpu_exactly) {
     copy_case("rank 0", nd_of(0, NULL, NULL, NULL, NULL), 3.0f, 1, 1);
 }
 
+/* i32 elements (token ids) move as bits, strided too: each out element is a's element at the
+ * index nd gives (an independent reference), and the CPU's move gives the same. Through a float
+ * multiply, -1 and every int in [-2^23 + 1, -1] (NaN patterns) came out as 0x7FFFFFFF and the
+ * large ones rounded. */
+static void copy_i32_case(const char *what, mw__nd nd, int64_t na, int64_t nout) {
+    static const int32_t special[] = {
+        -1, 0, 1, INT32_MIN, INT32_MAX, -(1 << 23) + 1, -12345, (1 << 24) + 1, 50256, -(1 << 22)};
+    int32_t *a = host_alloc((size_t)na * 4), *ref = host_alloc((size_t)nout * 4),
+            *want = host_alloc((size_t)nout * 4), *got = host_alloc((size_t)nout * 4);
+    for (int64_t i = 0; i < na; i++)
+        a[i] = i < 10 ? special[i] : (int32_t)(uint32_t)(uniform(0, 4294967296.0));
+    int64_t n = nd_count(&nd);
+    for (int64_t i = 0; i < n; i++) want[nd_offset(&nd, 0, i)] = a[nd_offset(&nd, 1, i)];
+    mw__k_copy k = {.alpha = 1.0f, .out_dtype = MW_I32, .a_dtype = MW_I32, .nd = nd};
+    k.out = ref, k.a = a;
+    OK(cpu.vt->copy(&cpu, &k));
+    void *ga = put(a, (size_t)na * 4), *gout = put(NULL, (size_t)nout * 4);
+    k.out = gout, k.a = ga;
+    OK(gpu.vt->copy(&gpu, &k));
+    get(got, gout, (size_t)nout * 4);
+    for (int64_t i = 0; i < nout; i++) {
+        cr_assert_eq(ref[i], want[i], "%s: the CPU's element %lld is %d, not %d", what,
+                     (long long)i, ref[i], want[i]);
+        cr_assert_eq(got[i], want[i], "%s: the GPU's element %lld is %d (0x%08x), not %d", what,
+                     (long long)i, got[i], (unsigned)got[i], want[i]);
+    }
+}
+
+Test(gpu, copy_moves_i32_bits) {
+    NEED_GPU();
+    int64_t d1[] = {1000}, one[] = {1}, two[] = {2};
+    copy_i32_case("contiguous", nd_of(1, d1, one, one, NULL), 1000, 1000);
+    copy_i32_case("every other", nd_of(1, d1, one, two, NULL), 2000, 1000);
+    int64_t dt[] = {37, 53}, st_out[] = {53, 1}, st_a[] = {1, 37};
+    copy_i32_case("transpose", nd_of(2, dt, st_out, st_a, NULL), 37 * 53, 37 * 53);
+    int64_t db[] = {11, 13}, sbo[] = {13, 1}, sba[] = {0, 1};
+    copy_i32_case("broadcast rows", nd_of(2, db, sbo, sba, NULL), 13, 11 * 13);
+    copy_i32_case("rank 0", nd_of(0, NULL, NULL, NULL, NULL), 1, 1);
+    /* i32 only moves: scaling or converting it is refused, as on the CPU. */
+    void *g = put(NULL, 64);
+    mw__k_copy k = {.alpha = 2.0f,
+                    .out_dtype = MW_I32,
+                    .a_dtype = MW_I32,
+                    .nd = nd_of(1, d1, one, one, NULL),
+                    .out = g,
+                    .a = g};
+    cr_assert_eq(gpu.vt->copy(&gpu, &k), MW_ERR_DTYPE, "%s", mw_last_error());
+    k.alpha = 1.0f, k.out_dtype = MW_F32;
+    cr_assert_eq(gpu.vt->copy(&gpu, &k), MW_ERR_DTYPE, "%s", mw_last_error());
+}
+
 Test(gpu, fill_and_sgd) {
     NEED_GPU();
     int64_t n = 100003;
