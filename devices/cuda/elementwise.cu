@@ -68,20 +68,50 @@ template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a, 
     GRID_LOOP(i, n) mw__put(out, i, gelu_of(exact, a[i]));
 }
 
+/* One element of the GELU gradient, gy * gelu'(x), rounded as a product of its own (never fused
+ * into a following addition): the f32 value both the gradient and its column sums use. */
+__device__ __forceinline__ float gelu_grad_term(int exact, float gy, float x) {
+    return __fmul_rn(gy, gelu_grad_of(exact, x));
+}
+
 template <typename O>
 __global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, int exact) {
-    GRID_LOOP(i, n) mw__put(out, i, gy[i] * gelu_grad_of(exact, x[i]));
+    GRID_LOOP(i, n) mw__put(out, i, gelu_grad_term(exact, gy[i], x[i]));
 }
 
 /* colsum[j] = sum over rows, in row order, of gy * gelu'(x) at (r, j): the bias gradient of a
- * bf16 GELU gradient, from its f32 values (the CPU kernel's terms and order). */
+ * bf16 GELU gradient, from its f32 values, with the CPU kernel's terms and order
+ * (devices/cpu/cpu_elementwise.c: each row's products added into the sums as they are
+ * written): s = s + round(gy * g'), each addition rounded (__fadd_rn: nvcc would otherwise fuse
+ * s + gy * g' into one FMA, other bits than the CPU's). The order leaves no parallelism within
+ * a column, so a block of COLSUM_THREADS takes COLSUM_COLS columns: all its threads compute the
+ * products of COLSUM_ROWS rows into shared memory (the costly part, gelu' and the loads, spread
+ * over 8 warps and ~cols / 32 blocks instead of one thread per column), then one thread per
+ * column adds them in row order. */
+#define COLSUM_COLS 32
+#define COLSUM_ROWS 64
+#define COLSUM_THREADS 256
 __global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, const float *gy,
                                    const float *x, int exact) {
-    GRID_LOOP(j, cols) {
+    __shared__ float tile[COLSUM_ROWS][COLSUM_COLS + 1];
+    int lane = threadIdx.x % COLSUM_COLS, row0 = threadIdx.x / COLSUM_COLS;
+    for (int64_t c0 = (int64_t)blockIdx.x * COLSUM_COLS; c0 < cols;
+         c0 += (int64_t)gridDim.x * COLSUM_COLS) {
+        int64_t j = c0 + lane;
         float s = 0.0f;
-        for (int64_t r = 0; r < rows; r++)
-            s += gy[r * cols + j] * gelu_grad_of(exact, x[r * cols + j]);
-        colsum[j] = s;
+        for (int64_t r0 = 0; r0 < rows; r0 += COLSUM_ROWS) {
+            int64_t m = rows - r0 < COLSUM_ROWS ? rows - r0 : COLSUM_ROWS;
+            for (int r = row0; r < m; r += COLSUM_THREADS / COLSUM_COLS)
+                if (j < cols) {
+                    int64_t at = (r0 + r) * cols + j;
+                    tile[r][lane] = gelu_grad_term(exact, gy[at], x[at]);
+                }
+            __syncthreads();
+            if (threadIdx.x < COLSUM_COLS && j < cols)
+                for (int r = 0; r < m; r++) s = __fadd_rn(s, tile[r][lane]);
+            __syncthreads();
+        }
+        if (threadIdx.x < COLSUM_COLS && j < cols) colsum[j] = s;
     }
 }
 
@@ -248,9 +278,11 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     }
     if (!k->colsum) return MW_OK;
     if (bf16) {
-        int64_t rows = k->cols ? k->count / k->cols : 0;
-        LAUNCH(k_gelu_grad_colsum, blocks_for(k->cols, THREADS), THREADS, 0, rows, k->cols,
-               k->colsum, k->gy, k->x, exact);
+        if (k->cols <= 0) return MW_OK;
+        int64_t rows = k->count / k->cols;
+        int64_t groups = (k->cols + COLSUM_COLS - 1) / COLSUM_COLS;
+        LAUNCH(k_gelu_grad_colsum, (unsigned)(groups < 65535 ? groups : 65535), COLSUM_THREADS, 0,
+               rows, k->cols, k->colsum, k->gy, k->x, exact);
         return mw__cuda_launched(dev, "gelu gradient column sums");
     }
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */

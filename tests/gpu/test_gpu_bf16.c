@@ -16,6 +16,7 @@
 
 #ifdef MESHWIT_HAVE_CUDA
 
+#include "devices/cpu/cpu.h"
 #include "devices/cuda/cuda.h"
 #include "gpu_test.h"
 
@@ -220,6 +221,60 @@ Test(gpu_bf16, gemm_on_tensor_cores_against_float64) {
             }
         free(a), free(b), free(bias), free(c), free(ah), free(bh), free(ch);
     }
+}
+
+/* The bias gradient of a bf16 GELU gradient (both forms) at GPT-2's MLP width, tiles left over
+ * in both directions: the f32 products gy * gelu'(x) that the f32 kernel writes, added in row
+ * order on the host as the CPU kernel adds them (a rounded product, then a rounded sum), are its
+ * column sums bit for bit (a fused multiply-add, or another order, gives other bits); and the CPU
+ * kernel's sums, whose products may differ by a few ulp (gelu' fuses differently there; erfc is
+ * another implementation), within the bound of those differences and of the sums. */
+Test(gpu_bf16, gelu_gradient_column_sums_add_the_rows_in_order) {
+    start();
+    enum { ROWS = 1030, COLS = 3077 };
+    int64_t n = (int64_t)ROWS * COLS;
+    float *x = randoms(n, 4.0f), *gy = randoms(n, 1.0f), *f = malloc((size_t)n * 4);
+    float *cs = malloc(COLS * 4), *csc = malloc(COLS * 4);
+    uint16_t *h = malloc((size_t)n * 2), *hc = malloc((size_t)n * 2);
+    void *gx = up(x, (size_t)n * 4), *ggy = up(gy, (size_t)n * 4), *gf = up(NULL, (size_t)n * 4),
+         *gh = up(NULL, (size_t)n * 2), *gcs = up(NULL, COLS * 4);
+    mw__device cpu;
+    memset(&cpu, 0, sizeof cpu);
+    cpu.vt = &mw__cpu_device;
+    snprintf(cpu.name, sizeof cpu.name, "cpu:0");
+    OK(cpu.vt->init(&cpu));
+    for (int exact = 0; exact < 2; exact++) {
+        mw__unop op = exact ? MW__UN_GELU_ERF : MW__UN_GELU;
+        mw__k_unary_grad k = {.op = op, .count = n, .gy = ggy, .x = gx};
+        k.out_dtype = MW_F32, k.out = gf;
+        OK(dev.vt->unary_grad(&dev, &k));
+        k.out_dtype = MW_BF16, k.out = gh, k.cols = COLS, k.colsum = gcs;
+        OK(dev.vt->unary_grad(&dev, &k));
+        down(f, gf, (size_t)n * 4), down(h, gh, (size_t)n * 2), down(cs, gcs, COLS * 4);
+        expect_rounded(h, f, n, exact ? "exact gelu gradient" : "gelu gradient");
+        mw__k_unary_grad kc = {.op = op, .count = n, .gy = gy, .x = x, .out_dtype = MW_BF16};
+        kc.out = hc, kc.cols = COLS, kc.colsum = csc;
+        OK(cpu.vt->unary_grad(&cpu, &kc));
+        for (int j = 0; j < COLS; j++) {
+            float want = 0.0f;
+            double mag = 0.0;
+            for (int r = 0; r < ROWS; r++) {
+                want = want + f[(int64_t)r * COLS + j];
+                mag += fabs(f[(int64_t)r * COLS + j]);
+            }
+            uint32_t gb, wb;
+            memcpy(&gb, &cs[j], 4), memcpy(&wb, &want, 4);
+            cr_assert_eq(gb, wb,
+                         "%s column %d: %.9g (0x%08x), the rows added in order give %.9g (0x%08x)",
+                         exact ? "exact" : "tanh", j, cs[j], gb, want, wb);
+            /* Each product within 16 ulp on the two sides, and two sums of ROWS terms. */
+            double tol = (16.0 + 2.0 * ROWS) * FLT_EPSILON * mag + 1e-30;
+            cr_assert(fabs((double)csc[j] - cs[j]) <= tol, "%s column %d: CPU %.9g, GPU %.9g",
+                      exact ? "exact" : "tanh", j, csc[j], cs[j]);
+        }
+    }
+    cpu.vt->shutdown(&cpu);
+    free(x), free(gy), free(f), free(cs), free(csc), free(h), free(hc);
 }
 
 Test(gpu_bf16, optimizers_write_the_rounded_parameters) {
