@@ -1,27 +1,44 @@
-/* The CUDA fused attention against the CPU one: L = sum(attention(qkv * w) * r) on cuda:0 and on
- * cpu:1, the output and the gradient of w compared (causal and not, several query blocks, batch
- * and head axes), and the GPU result repeated bit for bit. Skipped, visibly, without a GPU;
- * MESHWIT_REQUIRE_GPU=1 turns the skip into a failure. */
+/* The CUDA attention kernels against the CPU backend's (suite gpu_attention). Skipped, visibly,
+ * without a GPU; MESHWIT_REQUIRE_GPU=1 turns the skip into a failure (main.c's gate).
+ *
+ *   - L = sum(attention(qkv * w) * r) on cuda:0 and on cpu:1, small (several query blocks, batch
+ *     and head axes): the output and the gradient of w, and the GPU result repeated bit for bit;
+ *   - GPT-2 124M's attention, T = 1024 and 12 heads of 64, causal and not, in f32 and in bf16
+ *     (trainer precision bf16: q, k, v and the output rounded to bf16 on both sides): the output
+ *     and d(qkv) of L = sum(dot(attention(x * w), r)) with w = 1 of x's shape, so d w = x d(qkv);
+ *   - cached attention (inference) over a cache of 1024 positions, 12 heads, f32 values and
+ *     values of bf16;
+ *   - no rows or no slices: nothing launched, nothing failed.
+ *
+ * Tolerances at T = 1024 come from the sums' lengths: two float evaluations of a sum of n terms
+ * differ by at most 2 (n - 1) eps sum |term|, and an error e in a score moves its probability by
+ * a factor e^e. A score's D products differ by at most 2 D eps scale sum |q k|, and the
+ * probabilities then by that plus the 2 n eps of their normalisation, relatively. Each result
+ * is held to (4 (n + D smax) + 64) eps times the sum of its terms' magnitudes (mag, computed here
+ * in double; smax the largest scale sum |q k|): the errors of the terms and of their sum, with a
+ * factor 2 to spare. In bf16 both sides read the same bf16 values and compute in f32, so the
+ * same bound holds, plus one bf16 ulp (at most 2^-7 relative: two roundings of nearly equal
+ * values may fall either side of a midpoint) where the result is stored in bf16. */
 #include <criterion/criterion.h>
+
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "devices/device.h"
+#include "devices/math.h"
 #include "meshwit.h"
 
 #ifdef MESHWIT_HAVE_CUDA
-#include "devices/cuda/cuda.h"
-#endif
 
-static void need_gpu(void) {
-#ifdef MESHWIT_HAVE_CUDA
-    if (mw__cuda_device_count() > 0) return;
-#endif
-    const char *req = getenv("MESHWIT_REQUIRE_GPU");
-    if (req && strcmp(req, "1") == 0)
-        cr_assert_fail("MESHWIT_REQUIRE_GPU=1 but no CUDA device is usable");
-    cr_skip("no CUDA device: the GPU attention tests are skipped");
-}
+#include "devices/cpu/cpu.h"
+#include "devices/cuda/cuda.h"
+#include "gpu_test.h"
+
+TestSuite(gpu_attention, .description = "CUDA attention vs the CPU backend", .timeout = 240);
 
 static void fill(float *x, int64_t n, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) {
@@ -29,6 +46,9 @@ static void fill(float *x, int64_t n, uint64_t seed) {
         x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
     }
 }
+
+/* --- small shapes: the gradient of a shared weight ---------------------------------------------
+ */
 
 enum { B = 2, T = 130, H = 2, D = 32 };
 #define NQ ((int64_t)B * T * 3 * H * D)
@@ -38,7 +58,7 @@ enum { B = 2, T = 130, H = 2, D = 32 };
 static void run(const char *devices, int causal, const float *qkv, const float *r, float *out,
                 float *grad) {
     mw_graph *g;
-    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    OK(mw_graph_new(&g));
     mw_tensor *x =
         mw_input(g, "x", MW_F32,
                  MW_AXES({"Batch", B}, {"Seq", T}, {"Part", 3}, {"Head", H}, {"HeadDim", D}));
@@ -52,13 +72,13 @@ static void run(const char *devices, int causal, const float *qkv, const float *
     mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = outs, .noutputs = 1};
     mw_mesh *mesh;
     mw_trainer *tr;
-    cr_assert_eq(mw_mesh_new(devices, "X", &mesh), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    OK(mw_mesh_new(devices, "X", &mesh));
+    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
     mw_feed feeds[2] = {{"x", qkv, NQ}, {"r", r, NO}};
     float l;
-    cr_assert_eq(mw_trainer_compute_grads(tr, feeds, 2, &l), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_read_output(tr, y, out, NO), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_read_grad(tr, "w", grad, NW), MW_OK, "%s", mw_last_error());
+    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
+    OK(mw_trainer_read_output(tr, y, out, NO));
+    OK(mw_trainer_read_grad(tr, "w", grad, NW));
     mw_trainer_free(tr);
     mw_mesh_free(mesh);
     mw_graph_free(g);
@@ -89,8 +109,290 @@ static void compare(int causal) {
     free(qkv), free(r), free(oc), free(og), free(og2);
 }
 
-TestSuite(gpu_attention, .description = "CUDA fused attention vs the CPU backend", .timeout = 120);
-
 Test(gpu_attention, causal) { compare(1); }
 
 Test(gpu_attention, full) { compare(0); }
+
+/* --- GPT-2 124M's attention: T = 1024, 12 heads of 64 ----------------------------------------- */
+
+enum { LT = 1024, LH = 12, LD = 64 };
+#define LNX ((int64_t)LT * 3 * LH * LD)
+#define LNY ((int64_t)LT * LH * LD)
+#define LSCALE 0.125f
+
+static int64_t xat(int64_t t, int part, int64_t h, int64_t e) {
+    return ((t * 3 + part) * LH + h) * LD + e;
+}
+
+/* y = attention(x * w) and d w (= x d(qkv)) of L = sum(dot(y, r)) on devices, in precision. */
+static void run_large(const char *devices, int causal, mw_precision precision, const float *x,
+                      const float *r, float *y_out, float *dw) {
+    mw_graph *g;
+    OK(mw_graph_new(&g));
+    mw_tensor *xt =
+        mw_input(g, "x", MW_F32, MW_AXES({"Seq", LT}, {"Part", 3}, {"Head", LH}, {"HeadDim", LD}));
+    mw_tensor *rt = mw_input(g, "r", MW_F32, MW_AXES({"Seq", LT}, {"Head", LH}, {"HeadDim", LD}));
+    mw_tensor *w =
+        mw_param(g, "w", MW_AXES({"Seq", LT}, {"Part", 3}, {"Head", LH}, {"HeadDim", LD}),
+                 MW_INIT_CONST(1.0f));
+    mw_tensor *y = mw_attention(g, mw_mul(g, xt, w), "Part", "Seq", "HeadDim", causal, LSCALE);
+    mw_tensor *loss = mw_sum(g, mw_dot(g, y, rt, "HeadDim"), NULL);
+    mw_tensor *outs[1] = {y};
+    mw_trainer_config cfg = {
+        .optimizer = {MW_SGD, .lr = 0.0f}, .precision = precision, .outputs = outs, .noutputs = 1};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    OK(mw_mesh_new(devices, "X", &mesh));
+    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
+    mw_feed feeds[2] = {{"x", x, LNX}, {"r", r, LNY}};
+    float l;
+    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
+    OK(mw_trainer_read_output(tr, y, y_out, LNY));
+    OK(mw_trainer_read_grad(tr, "w", dw, LNX));
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* The magnitudes the bounds scale with, in double from q, k, v = x and gy = r: per output
+ * element sum_j p_ij |v_j|, per d(qkv) element the sum of its terms' magnitudes (dq_i: scale
+ * sum_j |ds_ij| |k_j|; dk_j: scale sum_i |ds_ij| |q_i|; dv_j: sum_i p_ij |gy_i|), and the largest
+ * scale sum_e |q_e k_e| (smax). */
+typedef struct mags {
+    double *y, *dqkv, smax;
+} mags;
+
+static mags magnitudes(const float *x, const float *r, int causal) {
+    mags m = {calloc((size_t)LNY, sizeof(double)), calloc((size_t)LNX, sizeof(double)), 0.0};
+    double *p = malloc(LT * sizeof *p), *ds = malloc(LT * sizeof *ds);
+    for (int64_t h = 0; h < LH; h++)
+        for (int64_t i = 0; i < LT; i++) {
+            int64_t n = causal ? i + 1 : LT;
+            double mx = -INFINITY, sum = 0.0, dsum = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                double s = 0.0, a = 0.0;
+                for (int64_t e = 0; e < LD; e++) {
+                    double q = x[xat(i, 0, h, e)], k = x[xat(j, 1, h, e)];
+                    s += q * k;
+                    a += fabs(q * k);
+                }
+                p[j] = LSCALE * s;
+                if (LSCALE * a > m.smax) m.smax = LSCALE * a;
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int64_t j = 0; j < n; j++) sum += (p[j] = exp(p[j] - mx));
+            for (int64_t j = 0; j < n; j++) {
+                p[j] /= sum;
+                double dp = 0.0;
+                for (int64_t e = 0; e < LD; e++)
+                    dp += (double)r[(i * LH + h) * LD + e] * x[xat(j, 2, h, e)];
+                ds[j] = dp;
+                dsum += p[j] * dp;
+            }
+            for (int64_t j = 0; j < n; j++) {
+                ds[j] = fabs(p[j] * (ds[j] - dsum));
+                for (int64_t e = 0; e < LD; e++) {
+                    m.y[(i * LH + h) * LD + e] += p[j] * fabs(x[xat(j, 2, h, e)]);
+                    m.dqkv[xat(i, 0, h, e)] += LSCALE * ds[j] * fabs(x[xat(j, 1, h, e)]);
+                    m.dqkv[xat(j, 1, h, e)] += LSCALE * ds[j] * fabs(x[xat(i, 0, h, e)]);
+                    m.dqkv[xat(j, 2, h, e)] += p[j] * fabs(r[(i * LH + h) * LD + e]);
+                }
+            }
+        }
+    free(p), free(ds);
+    return m;
+}
+
+/* The bound of a sum of n terms of magnitude mag, its terms from scores of D products. */
+static double bound(const mags *m, int64_t n, double mag) {
+    return FLT_EPSILON * mag * (4.0 * ((double)n + LD * m->smax) + 64.0);
+}
+
+static void check_large(const mags *m, int causal, int bf16, const float *x, const float *yc,
+                        const float *yg, const float *dc, const float *dg);
+
+/* f32, then bf16 (the magnitudes of bf16's roundings of x and r are those of x and r to 2^-8,
+ * far inside the bounds' factor 2 to spare). */
+static void compare_large(int causal) {
+    need_gpu();
+    float *x = malloc(LNX * sizeof *x), *r = malloc(LNY * sizeof *r);
+    float *yc = malloc(LNY * sizeof *yc), *yg = malloc(LNY * sizeof *yg);
+    float *dc = malloc(LNX * sizeof *dc), *dg = malloc(LNX * sizeof *dg);
+    fill(x, LNX, 31 + (uint64_t)causal);
+    fill(r, LNY, 32);
+    mags m = magnitudes(x, r, causal);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        mw_precision precision = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
+        run_large("cpu:1", causal, precision, x, r, yc, dc);
+        run_large("cuda:0", causal, precision, x, r, yg, dg);
+        check_large(&m, causal, bf16, x, yc, yg, dc, dg);
+    }
+    free(m.y), free(m.dqkv);
+    free(x), free(r), free(yc), free(yg), free(dc), free(dg);
+}
+
+static void check_large(const mags *m, int causal, int bf16, const float *x, const float *yc,
+                        const float *yg, const float *dc, const float *dg) {
+    for (int64_t t = 0; t < LT; t++)
+        for (int64_t h = 0; h < LH; h++)
+            for (int64_t e = 0; e < LD; e++) {
+                int64_t at = (t * LH + h) * LD + e, n = causal ? t + 1 : LT;
+                double tol = bound(m, n, m->y[at]) + (bf16 ? ldexp(fabs(yc[at]), -7) : 0.0);
+                cr_assert(fabs((double)yg[at] - yc[at]) <= tol,
+                          "%s %s y[t %lld, head %lld, %lld]: GPU %.9g, CPU %.9g (tolerance %.3g)",
+                          causal ? "causal" : "full", bf16 ? "bf16" : "f32", (long long)t,
+                          (long long)h, (long long)e, yg[at], yc[at], tol);
+            }
+    /* d w = x d(qkv): the bound of d(qkv) times |x|, and the product's own rounding. dk and dv
+     * of key j sum over the queries that see it (n = T - j causally). */
+    for (int64_t t = 0; t < LT; t++)
+        for (int part = 0; part < 3; part++)
+            for (int64_t h = 0; h < LH; h++)
+                for (int64_t e = 0; e < LD; e++) {
+                    int64_t at = xat(t, part, h, e);
+                    int64_t n = !causal ? LT : part == 0 ? t + 1 : LT - t;
+                    double tol =
+                        fabs(x[at]) * bound(m, n, m->dqkv[at]) + FLT_EPSILON * fabs(dc[at]);
+                    cr_assert(fabs((double)dg[at] - dc[at]) <= tol + 1e-30,
+                              "%s %s d%c[t %lld, head %lld, %lld]: GPU %.9g, CPU %.9g "
+                              "(tolerance %.3g)",
+                              causal ? "causal" : "full", bf16 ? "bf16" : "f32", "qkv"[part],
+                              (long long)t, (long long)h, (long long)e, dg[at], dc[at], tol);
+                }
+}
+
+Test(gpu_attention, gpt2_124m_causal_f32_and_bf16) { compare_large(1); }
+
+Test(gpu_attention, gpt2_124m_full_f32_and_bf16) { compare_large(0); }
+
+/* --- kernels called directly -------------------------------------------------------------------
+ */
+
+static mw__device cpu, gpu;
+
+static void open_devices(void) {
+    need_gpu();
+    memset(&cpu, 0, sizeof cpu);
+    memset(&gpu, 0, sizeof gpu);
+    cpu.vt = &mw__cpu_device, gpu.vt = &mw__cuda_device;
+    snprintf(cpu.name, sizeof cpu.name, "cpu:0");
+    snprintf(gpu.name, sizeof gpu.name, "cuda:0");
+    OK(cpu.vt->init(&cpu));
+    OK(gpu.vt->init(&gpu));
+}
+
+static void close_devices(void) {
+    gpu.vt->shutdown(&gpu);
+    cpu.vt->shutdown(&cpu);
+}
+
+static void *to_gpu(const void *host, size_t bytes) {
+    void *d = NULL;
+    OK(gpu.vt->alloc(&gpu, bytes, &d));
+    if (host) OK(gpu.vt->upload(&gpu, d, host, bytes));
+    return d;
+}
+
+/* Rows of the cache read up to pos (one query each) over a cache of 1024 positions, 12 heads of
+ * 64: the GPU's against the CPU's kernel. Scores sum D products in another order, and the
+ * weighted values pos + 1 terms in the same order per feature on both: the same bound as above.
+ * bf16: every value one of bf16 (a bf16 model's cache, widened). */
+static void compare_cached(int bf16) {
+    open_devices();
+    enum { OUTER = 6, N = 1024 };
+    int32_t pos[OUTER] = {0, 1, 63, 511, 700, N - 1};
+    int64_t nq = (int64_t)OUTER * LH * LD, nkv = (int64_t)OUTER * N * 2 * LH * LD;
+    float *q = malloc(nq * sizeof *q), *kv = malloc(nkv * sizeof *kv);
+    float *oc = malloc(nq * sizeof *oc), *og = malloc(nq * sizeof *og);
+    fill(q, nq, 41);
+    fill(kv, nkv, 42);
+    if (bf16) {
+        for (int64_t i = 0; i < nq; i++) q[i] = mw__bf16_to_f32(mw__bf16_from_f32(q[i]));
+        for (int64_t i = 0; i < nkv; i++) kv[i] = mw__bf16_to_f32(mw__bf16_from_f32(kv[i]));
+    }
+    mw__k_attention_cached k = {.outer = OUTER, .n = N, .heads = LH, .dim = LD, .scale = LSCALE};
+    k.out = oc, k.q = q, k.kv = kv, k.pos = pos;
+    OK(cpu.vt->attention_cached(&cpu, &k));
+    float *gq = to_gpu(q, nq * 4), *gkv = to_gpu(kv, nkv * 4), *gout = to_gpu(NULL, nq * 4);
+    int32_t *gpos = to_gpu(pos, sizeof pos);
+    k.out = gout, k.q = gq, k.kv = gkv, k.pos = gpos;
+    OK(gpu.vt->attention_cached(&gpu, &k));
+    OK(gpu.vt->sync(&gpu));
+    OK(gpu.vt->download(&gpu, og, gout, nq * 4));
+    const int64_t row = 2 * LH * LD;
+    for (int64_t o = 0; o < OUTER; o++)
+        for (int64_t h = 0; h < LH; h++) {
+            const float *qq = q + (o * LH + h) * LD, *base = kv + o * N * row + h * LD;
+            double mx = -INFINITY, sum = 0.0, smax = 0.0, *p = malloc((size_t)(pos[o] + 1) * 8);
+            for (int64_t j = 0; j <= pos[o]; j++) {
+                double s = 0.0, a = 0.0;
+                for (int64_t e = 0; e < LD; e++) {
+                    s += (double)qq[e] * base[j * row + e];
+                    a += fabs((double)qq[e] * base[j * row + e]);
+                }
+                p[j] = LSCALE * s;
+                if (LSCALE * a > smax) smax = LSCALE * a;
+                if (p[j] > mx) mx = p[j];
+            }
+            for (int64_t j = 0; j <= pos[o]; j++) sum += (p[j] = exp(p[j] - mx));
+            for (int64_t e = 0; e < LD; e++) {
+                double mag = 0.0;
+                for (int64_t j = 0; j <= pos[o]; j++)
+                    mag += p[j] / sum * fabs(base[j * row + LH * LD + e]);
+                mags m = {.smax = smax};
+                double tol = bound(&m, pos[o] + 1, mag);
+                int64_t at = (o * LH + h) * LD + e;
+                cr_assert(fabs((double)og[at] - oc[at]) <= tol,
+                          "%s cached attention, row %lld (position %d), head %lld, %lld: GPU "
+                          "%.9g, CPU %.9g (tolerance %.3g)",
+                          bf16 ? "bf16" : "f32", (long long)o, pos[o], (long long)h, (long long)e,
+                          og[at], oc[at], tol);
+            }
+            free(p);
+        }
+    gpu.vt->free(&gpu, gq), gpu.vt->free(&gpu, gkv), gpu.vt->free(&gpu, gout);
+    gpu.vt->free(&gpu, gpos);
+    free(q), free(kv), free(oc), free(og);
+    close_devices();
+}
+
+Test(gpu_attention, cached_over_1024_positions_f32) { compare_cached(0); }
+
+Test(gpu_attention, cached_over_1024_positions_bf16_values) { compare_cached(1); }
+
+/* No rows or no slices: MW_OK without a launch (a grid of 0 blocks fails to launch, and would
+ * leave its error for the next kernel's check); the next kernel still runs. */
+Test(gpu_attention, nothing_to_attend_launches_nothing) {
+    open_devices();
+    enum { T0 = 8, D0 = 16 };
+    float *qkv = to_gpu(NULL, 3 * T0 * D0 * 4), *out = to_gpu(NULL, 3 * T0 * D0 * 4);
+    float *gy = to_gpu(NULL, T0 * D0 * 4), *scratch = to_gpu(NULL, 1 << 20);
+    mw__k_attention k = {.causal = 1, .scale = 0.25f, .t = 0, .d = D0, .slices = 1};
+    k.qkv_dtype = MW_F32, k.out_dtype = MW_F32, k.seq_qkv = 3 * D0, k.part = D0, k.seq_out = D0;
+    k.walk.rank = 0, k.block = 1, k.qkv = qkv, k.out = out, k.gy = gy, k.scratch = scratch;
+    for (int which = 0; which < 2; which++) {
+        k.t = which ? T0 : 0, k.slices = which ? 0 : 1;
+        OK(gpu.vt->attention(&gpu, &k));
+        OK(gpu.vt->attention_grad(&gpu, &k));
+    }
+    mw__k_attention_cached c = {.outer = 0, .n = T0, .heads = 1, .dim = D0, .scale = 1.0f};
+    OK(gpu.vt->attention_cached(&gpu, &c));
+    mw__k_state_write w = {.outer = 0, .n = T0, .inner = D0};
+    OK(gpu.vt->state_write(&gpu, &w));
+    /* A real launch after them reports no error left behind. */
+    mw__k_fill f = {.value = 1.5f, .count = T0 * D0, .out = gy};
+    OK(gpu.vt->fill(&gpu, &f));
+    OK(gpu.vt->sync(&gpu));
+    float got[T0 * D0];
+    OK(gpu.vt->download(&gpu, got, gy, sizeof got));
+    for (int i = 0; i < T0 * D0; i++) cr_assert_eq(got[i], 1.5f, "element %d", i);
+    gpu.vt->free(&gpu, qkv), gpu.vt->free(&gpu, out), gpu.vt->free(&gpu, gy);
+    gpu.vt->free(&gpu, scratch);
+    close_devices();
+}
+
+#else
+
+Test(gpu_attention, no_cuda_backend) { cr_skip("this build of meshwit has no CUDA backend"); }
+
+#endif
