@@ -27,9 +27,12 @@
  * whole buffer, so its part holds the all-reduce's bits.
  *
  * NCCL needs one GPU per rank. Before creating communicators every process tells the others the
- * GPUs of its ranks (host name, PCI bus id and UUID, over MPI): two ranks on one GPU, in one
- * process (cuda:0x2 under mpirun) or in two (both naming cuda:0), are refused with a message
- * naming them, instead of failing inside NCCL's initialisation. Builds with MESHWIT_HAVE_NCCL and
+ * GPUs of its ranks (host, PCI bus id and UUID, over MPI): two ranks on one GPU, in one process
+ * (cuda:0x2 under mpirun) or in two (both naming cuda:0), are refused with a message naming them,
+ * instead of failing inside NCCL's initialisation. The host is the host name or, where it is set,
+ * NCCL_HOSTID, which NCCL takes as the host's identity: processes that set different ones are two
+ * hosts to NCCL as to this check, also on one GPU (NCCL then connects them through its network
+ * transport; scripts/gpu-check.sh runs the module so on one GPU). Builds with MESHWIT_HAVE_NCCL and
  * MESHWIT_HAVE_MPI only. */
 #if defined(MESHWIT_HAVE_NCCL) && defined(MESHWIT_HAVE_MPI)
 
@@ -181,7 +184,8 @@ static mw_status check_distinct_gpus(int nranks, struct mw__device *const *devic
                            "nccl-mpi comm_new: ranks %d (process %d) and %d (process %d) are on "
                            "the same GPU (%s); NCCL needs one GPU per rank: give every process "
                            "its own GPU (e.g. cuda:<local rank>), or run devices that share a GPU "
-                           "in one process (cuda:0x2, without mpirun)",
+                           "in one process (cuda:0x2, without mpirun), or set a different "
+                           "NCCL_HOSTID in each process (NCCL then treats them as two hosts)",
                            a, opt->proc_of[a], b, opt->proc_of[b], ids[a]);
     }
     mw__free(mine);

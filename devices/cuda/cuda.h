@@ -57,8 +57,15 @@ mw_status mw__cuda_data_errors(const char *dev, const mw__cuda_data_error *embed
  * state write or cached attention was given outside [0, limit). */
 mw_status mw__cuda_position_error(const char *dev, const mw__cuda_data_error *pos);
 
-/* Writes the identity of GPU ordinal into out. Errors: a CUDA failure as MW_ERR_DEVICE. */
+/* Writes the identity of GPU ordinal into out: its host (mw__gpu_host_id), PCI bus id and UUID.
+ * Errors: a CUDA failure as MW_ERR_DEVICE. */
 mw_status mw__cuda_gpu_identity(int ordinal, char out[MW__GPU_ID_SIZE]);
+
+/* The host a GPU identity names, into out (size bytes, terminated): NCCL_HOSTID when it is set
+ * and not empty, as NCCL itself then tells hosts apart (two processes that set different ones
+ * are two hosts to NCCL, which then connects them through its network transport, also on one
+ * GPU of one machine), else the host name. */
+void mw__gpu_host_id(char *out, size_t size);
 
 /* Whether two of ids[0..n) name the same GPU (empty ids never match): the first such pair, in
  * order of the second index, into *first < *second. */

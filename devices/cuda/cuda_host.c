@@ -1,9 +1,10 @@
 /* Host-side decisions of the CUDA backend, kept free of CUDA calls so that a machine without a
  * GPU can test them: whether a missing GPU is an error, how a data error a kernel recorded is
- * reported, and which ranks of a communicator share one GPU. */
+ * reported, which host a GPU is on and which ranks of a communicator share one GPU. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
@@ -47,6 +48,15 @@ mw_status mw__cuda_position_error(const char *dev, const mw__cuda_data_error *po
                      "%s: a state write or cached attention: position %d of row %lld is outside "
                      "[0, %lld)",
                      dev, pos->value, pos->pos, pos->limit);
+}
+
+void mw__gpu_host_id(char *out, size_t size) {
+    const char *id = getenv("NCCL_HOSTID");
+    if (id && *id)
+        snprintf(out, size, "%s", id);
+    else if (gethostname(out, size) != 0)
+        snprintf(out, size, "?");
+    out[size - 1] = '\0';
 }
 
 int mw__find_shared_gpu(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, int *second) {

@@ -243,8 +243,7 @@ extern "C" mw_status mw__cuda_probe(int *count) {
 extern "C" mw_status mw__cuda_gpu_identity(int ordinal, char out[MW__GPU_ID_SIZE]) {
     char host[64] = "?", bus[32] = "?";
     out[0] = 0;
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = 0;
+    mw__gpu_host_id(host, sizeof host);
     cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, ordinal);
     cudaDeviceProp prop;
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, ordinal);

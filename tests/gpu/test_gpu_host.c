@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 
@@ -113,6 +114,29 @@ Test(gpu_host, shared_gpus_are_found) {
     strcpy(ids[2], ids[0]); /* (0, 2) comes before (1, 3) in order of the second index */
     cr_assert_eq(mw__find_shared_gpu((const char(*)[MW__GPU_ID_SIZE])ids, 4, &a, &b), 1);
     cr_assert(a == 0 && b == 2, "pair %d, %d", a, b);
+}
+
+/* NCCL_HOSTID names the host in a GPU's identity, as NCCL tells hosts apart by it: two
+ * processes on one GPU that set different ones are two hosts, so they are not refused (the
+ * NCCL-over-MPI check of scripts/gpu-check.sh on one GPU). */
+Test(gpu_host, nccl_hostid_names_the_host) {
+    char host[64], name[64];
+    unsetenv("NCCL_HOSTID");
+    mw__gpu_host_id(host, sizeof host);
+    cr_assert_eq(gethostname(name, sizeof name), 0);
+    name[sizeof name - 1] = 0;
+    cr_assert_str_eq(host, name);
+    setenv("NCCL_HOSTID", "", 1); /* empty: unset, as for NCCL */
+    mw__gpu_host_id(host, sizeof host);
+    cr_assert_str_eq(host, name);
+    setenv("NCCL_HOSTID", "meshwit-rank-1", 1);
+    mw__gpu_host_id(host, sizeof host);
+    cr_assert_str_eq(host, "meshwit-rank-1");
+    /* Truncated to the buffer, always terminated. */
+    char small[5];
+    mw__gpu_host_id(small, sizeof small);
+    cr_assert_str_eq(small, "mesh");
+    unsetenv("NCCL_HOSTID");
 }
 
 #else
