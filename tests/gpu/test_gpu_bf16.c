@@ -223,6 +223,112 @@ Test(gpu_bf16, gemm_on_tensor_cores_against_float64) {
     }
 }
 
+/* Batched bf16 GEMMs as the planner makes them for attention-free contractions over a batch
+ * axis: batch > 1 with strides between the matrices (and a stride of 0, one matrix shared by the
+ * batch), leading dimensions wider than the rows (a matrix inside a wider one), transposes, C in
+ * f32 and bf16 with a bias, against float64 of the same bf16 operands: the bound of the test
+ * above, per batch. The padding between rows and matrices must stay untouched. */
+Test(gpu_bf16, batched_gemm_with_strides_and_padding_against_float64) {
+    start();
+    static const struct {
+        int batch, m, n, k, ta, tb, pad_a, pad_b, pad_c, shared_b;
+    } cases[] = {
+        {3, 64, 48, 40, 0, 0, 0, 0, 0, 0}, /* plain batch */
+        {4, 37, 29, 53, 1, 0, 3, 5, 7, 0}, /* padded rows, transposed A */
+        {2, 50, 64, 32, 0, 1, 8, 0, 2, 1}, /* B shared by the batch (stride 0), transposed */
+        {5, 16, 16, 16, 1, 1, 1, 1, 1, 0},
+    };
+    for (size_t s = 0; s < sizeof cases / sizeof *cases; s++) {
+        int bt = cases[s].batch, M = cases[s].m, N = cases[s].n, K = cases[s].k;
+        int ta = cases[s].ta, tb = cases[s].tb;
+        /* Stored row-major: A is M x K (K x M transposed), B is K x N (N x K). */
+        int64_t lda = (ta ? M : K) + cases[s].pad_a, ldb = (tb ? K : N) + cases[s].pad_b;
+        int64_t ldc = N + cases[s].pad_c;
+        int64_t rows_a = ta ? K : M, rows_b = tb ? N : K;
+        int64_t sa = rows_a * lda + 11, sb = cases[s].shared_b ? 0 : rows_b * ldb + 13,
+                sc = (int64_t)M * ldc + 17;
+        int64_t na = sa * bt, nb = cases[s].shared_b ? rows_b * ldb : sb * bt, nc = sc * bt;
+        float *a = randoms(na, 1.0f), *b = randoms(nb, 1.0f), *bias = randoms(N, 1.0f);
+        uint16_t *ah = malloc((size_t)na * 2), *bh = malloc((size_t)nb * 2),
+                 *ch = malloc((size_t)nc * 2), *ch0 = malloc((size_t)nc * 2);
+        float *c = malloc((size_t)nc * 4), *c0 = randoms(nc, 9.0f);
+        for (int64_t i = 0; i < na; i++)
+            ah[i] = mw__bf16_from_f32(a[i]), a[i] = mw__bf16_to_f32(ah[i]);
+        for (int64_t i = 0; i < nb; i++)
+            bh[i] = mw__bf16_from_f32(b[i]), b[i] = mw__bf16_to_f32(bh[i]);
+        for (int64_t i = 0; i < nc; i++) ch0[i] = mw__bf16_from_f32(c0[i]);
+        void *ga = up(ah, (size_t)na * 2), *gb = up(bh, (size_t)nb * 2),
+             *gbias = up(bias, (size_t)N * 4), *gc = up(c0, (size_t)nc * 4),
+             *gch = up(ch0, (size_t)nc * 2);
+        for (int c16 = 0; c16 < 2; c16++) {
+            mw__k_gemm k = {.batch = bt, .m = M, .n = N, .k = K, .trans_a = ta, .trans_b = tb};
+            k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.stride_a = sa, k.stride_b = sb,
+            k.stride_c = sc;
+            k.ab_dtype = MW_BF16, k.c_dtype = c16 ? MW_BF16 : MW_F32;
+            k.a = ga, k.b = gb, k.c = c16 ? gch : gc, k.bias = gbias;
+            OK(dev.vt->gemm(&dev, &k));
+        }
+        down(c, gc, (size_t)nc * 4);
+        down(ch, gch, (size_t)nc * 2);
+        char *inside = calloc((size_t)nc, 1);
+        for (int q = 0; q < bt; q++)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double ref = bias[j], mag = fabs(bias[j]);
+                    for (int l = 0; l < K; l++) {
+                        double x = a[q * sa + (ta ? l * lda + i : i * lda + l)],
+                               y = b[q * sb + (tb ? j * ldb + l : l * ldb + j)];
+                        ref += x * y;
+                        mag += fabs(x * y);
+                    }
+                    int64_t at = q * sc + (int64_t)i * ldc + j;
+                    inside[at] = 1;
+                    double tol = (K + 2) * FLT_EPSILON * mag;
+                    cr_assert(fabs(c[at] - ref) <= tol,
+                              "case %zu batch %d: f32 C[%d][%d] %.9g, want %.9g", s, q, i, j, c[at],
+                              ref);
+                    double tol16 =
+                        tol + fabs(ref) * ldexp(1.0, -8) + fabs(bias[j]) * ldexp(1.0, -8);
+                    cr_assert(fabs(mw__bf16_to_f32(ch[at]) - ref) <= tol16,
+                              "case %zu batch %d: bf16 C[%d][%d] %.9g, want %.9g", s, q, i, j,
+                              mw__bf16_to_f32(ch[at]), ref);
+                }
+        for (int64_t i = 0; i < nc; i++)
+            if (!inside[i]) {
+                cr_assert_eq(c[i], c0[i], "case %zu: f32 padding at %lld was written", s,
+                             (long long)i);
+                cr_assert_eq(ch[i], ch0[i], "case %zu: bf16 padding at %lld was written", s,
+                             (long long)i);
+            }
+        free(inside);
+        free(a), free(b), free(bias), free(c), free(c0), free(ah), free(bh), free(ch), free(ch0);
+    }
+}
+
+/* Exact GELU (erfc) written in bf16: the rounding of its f32 result, bit for bit, and within half
+ * a bf16 ulp plus the f32 result's bound of float64 (as in tests/gpu/test_gpu.c's float64 test). */
+Test(gpu_bf16, exact_gelu_in_bf16) {
+    start();
+    enum { N = 100003 };
+    float *x = randoms(N, 6.0f), *f = malloc(N * 4);
+    uint16_t *h = malloc(N * 2);
+    void *gx = up(x, N * 4), *gf = up(NULL, N * 4), *gh = up(NULL, N * 2);
+    mw__k_unary k = {.op = MW__UN_GELU_ERF, .count = N, .a = gx};
+    k.out_dtype = MW_F32, k.out = gf;
+    OK(dev.vt->unary(&dev, &k));
+    k.out_dtype = MW_BF16, k.out = gh;
+    OK(dev.vt->unary(&dev, &k));
+    down(f, gf, N * 4), down(h, gh, N * 2);
+    expect_rounded(h, f, N, "exact gelu");
+    for (int i = 0; i < N; i++) {
+        double v = x[i], z = v / sqrt(2.0), want = 0.5 * v * erfc(-z);
+        double tol = (2.0 * z * z + 9.0) * FLT_EPSILON * fabs(want) + ldexp(fabs(want), -8) + 1e-30;
+        cr_assert(fabs(mw__bf16_to_f32(h[i]) - want) <= tol,
+                  "exact gelu(%.9g) in bf16: %.9g, want %.9g", x[i], mw__bf16_to_f32(h[i]), want);
+    }
+    free(x), free(f), free(h);
+}
+
 /* The bias gradient of a bf16 GELU gradient (both forms) at GPT-2's MLP width, tiles left over
  * in both directions: the f32 products gy * gelu'(x) that the f32 kernel writes, added in row
  * order on the host as the CPU kernel adds them (a rounded product, then a rounded sum), are its

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collectives/reducer_select.h"
 #include "core/error.h"
@@ -230,6 +231,54 @@ Test(gpu, cuda_local_collectives_time_out_and_reset) {
             cr_assert(same(g, want), "op %d after reset: element %d", op, i);
         }
     }
+    k.dp[0]->vt->free(k.dp[0], d);
+    close_ranks(&k);
+}
+
+/* A started all-gather (FSDP's prefetch) whose peer never comes: under the timeout the rank gives
+ * up with MW_ERR_TIMEOUT and the latecomer finds the communicator aborted; under an abort from
+ * the host the waiting rank returns MW_ERR_ABORTED. After reset a started all-gather of both
+ * ranks gathers every part. */
+static void *start_gather(void *arg) {
+    job *j = arg;
+    j->st = j->k->R->all_gather_start(j->k->comm, j->rank, j->buf, j->n, MW_F32, j->bounds);
+    if (j->st == MW_OK) j->st = j->k->R->finish(j->k->comm, j->rank);
+    snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+Test(gpu, cuda_local_started_all_gather_times_out_or_aborts_and_resets) {
+    need_gpu();
+    ranks k;
+    open_ranks(&k, 2, &mw__reducer_cuda_local, 200);
+    size_t b[3] = {0, 20, 64};
+    float *d, out[128];
+    OK(k.dp[0]->vt->alloc(k.dp[0], 64 * sizeof(float), (void **)&d));
+    job j = {.k = &k, .rank = 0, .op = AGS, .buf = d, .n = 64, .bounds = b};
+    start_gather(&j);
+    cr_assert_eq(j.st, MW_ERR_TIMEOUT, "alone: %s: %s", mw_status_name(j.st), j.msg);
+    j.rank = 1;
+    start_gather(&j);
+    cr_assert_eq(j.st, MW_ERR_ABORTED, "late: %s: %s", mw_status_name(j.st), j.msg);
+    k.R->reset(k.comm);
+    run_op(&k, AGS, 64, b, 0, 6, out);
+    k.R->comm_free(k.comm);
+    /* Without a timeout: rank 0 waits until the host aborts. */
+    mw__comm_options opt = {.timeout_ms = 0};
+    OK(k.R->comm_new(2, k.dp, &opt, &k.comm));
+    j = (job){.k = &k, .rank = 0, .op = AGS, .buf = d, .n = 64, .bounds = b};
+    cr_assert_eq(pthread_create(&j.thread, NULL, start_gather, &j), 0);
+    struct timespec nap = {0, 50 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    k.R->abort(k.comm);
+    pthread_join(j.thread, NULL);
+    cr_assert_eq(j.st, MW_ERR_ABORTED, "aborted: %s: %s", mw_status_name(j.st), j.msg);
+    k.R->reset(k.comm);
+    run_op(&k, AGS, 64, b, 0, 7, out);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 64; i++)
+            cr_assert(same(out[r * 64 + i], input(i < 20 ? 0 : 1, (size_t)i, 7)),
+                      "after the abort and reset: rank %d element %d", r, i);
     k.dp[0]->vt->free(k.dp[0], d);
     close_ranks(&k);
 }

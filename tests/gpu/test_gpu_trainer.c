@@ -421,6 +421,82 @@ Test(gpu_trainer, zero1_is_bitwise_the_replicated_update) {
     }
 }
 
+/* Dropout in a trainer: h = dropout(x * w, p) with L = sum(h r), three steps on cpu:1, cuda:0 and
+ * cuda:0x2 (the batch sharded over two devices on the GPU). The mask depends only on the seed,
+ * the call, the step and the element's index in the whole tensor, so every run draws the same
+ * one: h (one multiply and one scaling per element) is the same bits everywhere, its kept
+ * fraction that of p within 6 standard deviations, and the masks of two steps differ; d w sums
+ * the batch's kept terms in another order, so within (rows - 1) eps of their magnitudes. */
+enum { DROP_ROWS = 64, DROP_COLS = 256, DROP_STEPS = 3 };
+#define DROP_P 0.25f
+
+static void dropout_run(const char *devices, const float *x, const float *r, float *h, float *dw) {
+    mw_graph *g;
+    OK(mw_graph_new(&g));
+    int sharded = strcmp(devices, "cuda:0x2") == 0;
+    mw_tensor *xt = mw_input(g, "x", MW_F32, MW_AXES({"Batch", DROP_ROWS}, {"Feature", DROP_COLS}));
+    mw_tensor *rt = mw_input(g, "r", MW_F32, MW_AXES({"Batch", DROP_ROWS}, {"Feature", DROP_COLS}));
+    if (sharded) xt = mw_shard(g, xt, "Batch", "X"), rt = mw_shard(g, rt, "Batch", "X");
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Feature", DROP_COLS}), MW_INIT_CONST(1.0f));
+    mw_tensor *ht = mw_dropout(g, mw_mul(g, xt, w), DROP_P, 77);
+    mw_tensor *loss = mw_sum(g, mw_mul(g, ht, rt), NULL);
+    mw_tensor *outs[1] = {ht};
+    mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = outs, .noutputs = 1};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    OK(mw_mesh_new(devices, "X", &mesh));
+    OK(mw_trainer_new(g, loss, mesh, &c, &tr));
+    mw_feed f[2] = {{"x", x, DROP_ROWS * DROP_COLS}, {"r", r, DROP_ROWS * DROP_COLS}};
+    for (int s = 0; s < DROP_STEPS; s++) {
+        float l;
+        OK(mw_trainer_compute_grads(tr, f, 2, &l));
+        OK(mw_trainer_read_output(tr, ht, h + s * DROP_ROWS * DROP_COLS, DROP_ROWS * DROP_COLS));
+        OK(mw_trainer_read_grad(tr, "w", dw + s * DROP_COLS, DROP_COLS));
+        OK(mw_trainer_step(tr, f, 2, &l)); /* the next step draws the next mask */
+    }
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+Test(gpu_trainer, dropout_draws_the_cpus_mask) {
+    need_gpu();
+    enum { N = DROP_ROWS * DROP_COLS };
+    static float x[N], r[N], hc[DROP_STEPS * N], hg[DROP_STEPS * N];
+    static float dc[DROP_STEPS * DROP_COLS], dg[DROP_STEPS * DROP_COLS];
+    uint64_t seed = 5;
+    for (int i = 0; i < N; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) + 0.5f; /* never 0 */
+        r[i] = (float)((double)(seed >> 16 & 0xffffff) / (double)(1ull << 24) - 0.5);
+    }
+    dropout_run("cpu:1", x, r, hc, dc);
+    static const char *const specs[] = {"cuda:0", "cuda:0x2"};
+    for (int k = 0; k < 2; k++) {
+        dropout_run(specs[k], x, r, hg, dg);
+        for (int s = 0; s < DROP_STEPS; s++) {
+            const float *c = hc + s * N, *gp = hg + s * N;
+            cr_assert(memcmp(c, gp, sizeof(float) * N) == 0,
+                      "%s step %d: dropout's output is not the CPU's bits", specs[k], s);
+            int kept = 0;
+            for (int i = 0; i < N; i++) kept += c[i] != 0.0f;
+            double want = (1.0 - DROP_P) * N, sd = sqrt(N * DROP_P * (1.0 - DROP_P));
+            cr_assert(fabs(kept - want) <= 6 * sd, "step %d kept %d of %d (p %.2f)", s, kept, N,
+                      (double)DROP_P);
+            for (int j = 0; j < DROP_COLS; j++) {
+                double mag = 0;
+                for (int b = 0; b < DROP_ROWS; b++)
+                    mag += fabs((double)c[b * DROP_COLS + j] * r[b * DROP_COLS + j]);
+                double tol = (2.0 * DROP_ROWS) * FLT_EPSILON * mag + 1e-30;
+                cr_assert(fabs((double)dg[s * DROP_COLS + j] - dc[s * DROP_COLS + j]) <= tol,
+                          "%s step %d: d w[%d] %.9g, the CPU's %.9g", specs[k], s, j,
+                          dg[s * DROP_COLS + j], dc[s * DROP_COLS + j]);
+            }
+        }
+        cr_assert(memcmp(hc, hc + N, sizeof(float) * N) != 0, "steps 0 and 1 drew the same mask");
+    }
+}
+
 #else
 
 Test(gpu_trainer, no_cuda_backend) { cr_skip("this build of meshwit has no CUDA backend"); }

@@ -5,6 +5,7 @@
  * call is recorded under one lock (fake_gpu.h says what). */
 #include "fake_gpu.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,9 @@ static struct CUstream_st stream_pool[FAKE_MAX], compute_pool[8];
 static struct CUevent_st event_pool[FAKE_MAX];
 static struct ncclComm comm_pool[FAKE_MAX];
 static _Thread_local int current_device;
+static _Atomic int stalled;
+
+void fake_stall(int on) { atomic_store(&stalled, on); }
 
 const fake_record *fake_gpu(void) { return &rec; }
 
@@ -113,7 +117,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
         int i = fake_stream_index(stream);
         e = cudaSuccess;
         if (i >= 0 && rec.stream[i].pending > 0) {
-            rec.stream[i].pending--;
+            if (!atomic_load(&stalled)) rec.stream[i].pending--;
             e = cudaErrorNotReady;
         }
     }

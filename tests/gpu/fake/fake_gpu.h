@@ -53,6 +53,10 @@ int fake_stream_index(const struct CUstream_st *s);
 int fake_pending(void);
 int fake_pending_on(int device);
 
+/* While stalled, queued NCCL work never completes: every query of a stream holding some answers
+ * cudaErrorNotReady (a peer that never comes). */
+void fake_stall(int on);
+
 /* The fake CUDA device (its kind "cuda"; its sync returns MW_OK) and a device of it named name on
  * GPU ordinal. */
 extern const mw__device_vtable fake_cuda_device;

@@ -155,6 +155,43 @@ Test(cuda_local_host, an_empty_collective_waits_for_every_peer_to_compare) {
     }
 }
 
+/* A started all-gather whose peer never comes: the rank gives up after the timeout with
+ * MW_ERR_TIMEOUT, or with MW_ERR_ABORTED when the host aborts; the latecomer is refused; after
+ * reset both ranks' started all-gather completes. */
+Test(cuda_local_host, a_started_gather_times_out_or_aborts_and_resets) {
+    for (int abort = 0; abort < 2; abort++) {
+        mw__device *dp[2];
+        for (int r = 0; r < 2; r++) {
+            fake_device(&devs[r], r ? "cuda:0#1" : "cuda:0#0", 0);
+            dp[r] = &devs[r];
+        }
+        mw__comm_options opt = {.timeout_ms = abort ? 0 : 100};
+        mw__comm *c = NULL;
+        cr_assert_eq(mw__reducer_cuda_local.comm_new(2, dp, &opt, &c), MW_OK, "%s",
+                     mw_last_error());
+        job j[2];
+        memset(j, 0, sizeof j);
+        j[0].comm = c, j[0].rank = 0, j[0].op = AGS, j[0].n[0] = 64, j[0].n[1] = 64;
+        pthread_create(&j[0].thread, NULL, job_main, &j[0]);
+        if (abort) {
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            mw__reducer_cuda_local.abort(c);
+        }
+        pthread_join(j[0].thread, NULL);
+        mw_status want = abort ? MW_ERR_ABORTED : MW_ERR_TIMEOUT;
+        cr_assert_eq(j[0].st[0], want, "alone: %s: %s", mw_status_name(j[0].st[0]), j[0].msg);
+        float buf[64];
+        size_t b[3] = {0, 32, 64};
+        cr_assert_eq(mw__reducer_cuda_local.all_gather_start(c, 1, buf, 64, MW_F32, b),
+                     MW_ERR_ABORTED, "late: %s", mw_last_error());
+        mw__reducer_cuda_local.reset(c);
+        run_pair(c, AGS, 64, 0, j);
+        join_pair(j, AGS);
+        mw__reducer_cuda_local.comm_free(c);
+    }
+}
+
 /* Every collective of two ranks takes two barriers on each rank, empty or not. */
 Test(cuda_local_host, every_collective_closes_with_a_barrier) {
     for (int op = 0; op < NOPS; op++)

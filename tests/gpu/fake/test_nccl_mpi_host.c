@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "collectives/reducer_select.h"
 #include "core/error.h"
@@ -130,6 +131,50 @@ Test(nccl_mpi_host, reset_after_a_started_sum_breaks_the_communicators) { starte
 Test(nccl_mpi_host, reset_after_a_started_gather_breaks_the_communicators) {
     started_then_reset(1);
 }
+
+/* A started all-gather (FSDP's prefetch) whose peers never come: finish gives up after the
+ * timeout, or when the host aborts, and the reset breaks the communicators. */
+static void *finish_rank0(void *arg) {
+    worker *w = arg;
+    w->st = R->finish(w->comm, 0);
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+static void stalled_gather(int abort) {
+    mw__device devs[1];
+    mw__device *dp[1] = {&devs[0]};
+    static int proc_of[1];
+    fake_device(&devs[0], "cuda:0", 0);
+    mw__comm_options opt = {.timeout_ms = abort ? 0 : 100, .proc_of = proc_of};
+    mw__comm *c = NULL;
+    cr_assert_eq(R->comm_new(1, dp, &opt, &c), MW_OK, "%s", mw_last_error());
+    const fake_record *f = fake_gpu();
+    float buf[16];
+    size_t bounds[2] = {0, 16};
+    fake_stall(1);
+    cr_assert_eq(R->all_gather_start(c, 0, buf, 16, MW_F32, bounds), MW_OK, "%s", mw_last_error());
+    worker w = {.comm = c};
+    pthread_create(&w.thread, NULL, finish_rank0, &w);
+    if (abort) {
+        struct timespec nap = {0, 50 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        R->abort(c);
+    }
+    pthread_join(w.thread, NULL);
+    mw_status want = abort ? MW_ERR_ABORTED : MW_ERR_TIMEOUT;
+    cr_assert_eq(w.st, want, "finish: %s: %s", mw_status_name(w.st), w.msg);
+    fake_stall(0);
+    R->reset(c);
+    cr_assert_eq(f->aborted, 1, "reset after an abandoned gather aborted %d communicators",
+                 f->aborted);
+    cr_assert_eq(R->all_gather_start(c, 0, buf, 16, MW_F32, bounds), MW_ERR_STATE);
+    R->comm_free(c);
+}
+
+Test(nccl_mpi_host, a_started_gather_times_out_and_breaks_the_communicators) { stalled_gather(0); }
+
+Test(nccl_mpi_host, a_started_gather_aborted_breaks_the_communicators) { stalled_gather(1); }
 
 Test(nccl_mpi_host, reset_after_finished_collectives_keeps_the_communicators) {
     mw__device devs[2];
