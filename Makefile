@@ -15,7 +15,7 @@ help:
 	@echo "make demo       build and run the linreg example"
 	@echo "make bench      run meshwit-bench, writing $(BUILD)/bench.json and $(BUILD)/bench.csv"
 	@echo "make format     clang-format -i every source file"
-	@echo "make gpu-check  on a GPU machine: scripts/gpu-check.sh (CUDA build, gpu tests, GPU bench)"
+	@echo "make gpu-check  on a GPU machine: scripts/gpu-check.sh (CUDA+MPI build, GPU suites, NCCL over MPI, GPU bench)"
 	@echo "make mutants    put each bug of tests/mutants.txt in a scratch copy; its tests must fail"
 	@echo "make clean      remove the build directories"
 
@@ -45,7 +45,7 @@ format:
 	$(if $(strip $(SOURCES)),clang-format -i $(SOURCES),@echo "no source files")
 
 # On a GPU machine: scripts/gpu-check.sh (run `scripts/gpu-check.sh --prepare` beforehand where apt
-# works, so the packages travel with the tree). Bounded to 8 minutes; results in $(GPU_CHECK_OUT).
+# works, so the packages travel with the tree). Bounded to 560 s; results in $(GPU_CHECK_OUT).
 GPU_CHECK_OUT ?= build-gpu-check
 
 gpu-check:
