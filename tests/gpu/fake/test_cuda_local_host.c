@@ -55,7 +55,7 @@ static mw__device devs[2];
 static mw__comm *open_comm(void) {
     mw__device *dp[2];
     for (int r = 0; r < 2; r++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "cuda:0#%d", r);
         fake_device(&devs[r], name, 0);
         dp[r] = &devs[r];

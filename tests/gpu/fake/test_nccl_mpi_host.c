@@ -22,7 +22,7 @@ static mw__comm *open_comm(int n, mw__device *devs) {
     static int proc_of[4];
     mw__device *dp[4];
     for (int r = 0; r < n; r++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "cuda:%d", r);
         fake_device(&devs[r], name, r);
         dp[r] = &devs[r];
