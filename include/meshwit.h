@@ -5,7 +5,8 @@
  * prediction) and meshwit/weights.h (listing parameters, safetensors weight files); every fallible
  * call returns an mw_status (meshwit/status.h); meshwit/distributed.h runs meshes across processes
  * through MPI; meshwit/tokenizer.h turns text into GPT-2's token ids and back, as Hugging Face
- * tokenizers does. */
+ * tokenizers does; meshwit/file.h is the discipline every file a program reads or writes goes
+ * through (inputs that never block, outputs checked before the work and replaced only whole). */
 #ifndef MESHWIT_H
 #define MESHWIT_H
 
@@ -14,6 +15,7 @@
 #define MESHWIT_VERSION_PATCH 0
 
 #include "meshwit/distributed.h"
+#include "meshwit/file.h"
 #include "meshwit/graph.h"
 #include "meshwit/infer.h"
 #include "meshwit/mesh.h"

@@ -9,11 +9,6 @@
  *   | parameters (each in its declared order) | moments (same order: AdamW m then v; SGD's
  *   momentum buffer) | user bytes
  *   | u64 FNV-1a checksum of everything before it */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,58 +135,6 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
     return st;
 }
 
-/* This host's name for temporary file names ("host" when it has none usable). */
-static void host_name(char *out, size_t size) {
-    if (gethostname(out, size) != 0) out[0] = '\0';
-    out[size - 1] = '\0';
-    for (char *c = out; *c; c++)
-        if (*c == '/') *c = '_';
-    if (!out[0]) snprintf(out, size, "host");
-}
-
-/* The temporary file of one save: "<path>.tmp.<host>.<pid>.<n>", unique per writer (host,
- * process and save), also when hosts share a file system. */
-static int temp_name(const char *path, char *out, size_t size) {
-    static _Atomic unsigned counter;
-    unsigned n = atomic_fetch_add(&counter, 1);
-    char host[256];
-    host_name(host, sizeof host);
-    int len = snprintf(out, size, "%s.tmp.%s.%ld.%u", path, host, (long)getpid(), n);
-    return len < 0 || (size_t)len >= size ? -1 : 0;
-}
-
-/* Removes temporary files of `path` that no running writer owns: "<path>.tmp" (older versions)
- * and "<path>.tmp.<host>.<pid>.<n>" of this host whose process no longer exists (another
- * host's processes cannot be asked). Best effort. */
-static void remove_stale(const char *path) {
-    char dir[4096], prefix[512], host[256];
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    int dlen = slash ? (int)(slash - path) : 1;
-    host_name(host, sizeof host);
-    if (snprintf(dir, sizeof dir, "%.*s", dlen, slash ? (slash == path ? "/" : path) : ".") >=
-            (int)sizeof dir ||
-        snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host) >= (int)sizeof prefix)
-        return;
-    DIR *d = opendir(dir);
-    if (!d) return;
-    size_t blen = strlen(base), plen = strlen(prefix);
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        const char *name = e->d_name;
-        if (strncmp(name, base, blen) != 0 || strcmp(name + blen, ".tmp") != 0) {
-            if (strncmp(name, prefix, plen) != 0) continue;
-            char *end;
-            long pid = strtol(name + plen, &end, 10);
-            if (end == name + plen || *end != '.' || pid <= 0) continue;
-            if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        }
-        char full[8192];
-        if (snprintf(full, sizeof full, "%s/%s", dir, name) < (int)sizeof full) remove(full);
-    }
-    closedir(d);
-}
-
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
@@ -206,13 +149,9 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     if (st == MW_OK && tr->prog->zero1 && tr->prog->nlocal < tr->prog->nworkers &&
         !tr->prog->sharded_params)
         st = gather_moments(tr, image, params, nparams, moments);
-    char tmp[4096];
-    FILE *f = NULL;
-    if (st == MW_OK) st = mw__file_replaceable(path, "checkpoint");
-    if (st == MW_OK && temp_name(path, tmp, sizeof tmp) != 0)
-        st = mw__error(MW_ERR_INVALID, "mw_trainer_save: path too long");
-    if (st == MW_OK && !(f = fopen(tmp, "wb")))
-        st = mw__error(MW_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    /* Written beside the old checkpoint, which is replaced only by a complete new one. */
+    mw_output *out = NULL;
+    if (st == MW_OK) st = mw_output_open(path, "checkpoint", 0, &out);
     if (st == MW_OK) {
         header h = {.version = VERSION,
                     .optimizer = (uint32_t)tr->cfg.optimizer.kind,
@@ -223,27 +162,24 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
                     .user_bytes = user_bytes};
         memcpy(h.magic, MAGIC, 8);
         uint64_t sum = fnv1a(0xCBF29CE484222325ull, &h, sizeof h);
-        int ok = fwrite(&h, sizeof h, 1, f) == 1;
-        for (int p = 0; ok && p < nparams; p++) {
+        st = mw_output_write(out, &h, sizeof h);
+        for (int p = 0; st == MW_OK && p < nparams; p++) {
             entry e = {.count = mw__type_numel(&params[p]->type)};
             snprintf(e.name, sizeof e.name, "%s", params[p]->name);
             sum = fnv1a(sum, &e, sizeof e);
-            ok = fwrite(&e, sizeof e, 1, f) == 1;
+            st = mw_output_write(out, &e, sizeof e);
         }
         size_t data = (size_t)(elems * (1 + moments)) * sizeof *image;
         sum = fnv1a(fnv1a(sum, image, data), user, user_bytes);
-        ok = ok && fwrite(image, 1, data, f) == data &&
-             (user_bytes == 0 || fwrite(user, 1, user_bytes, f) == user_bytes) &&
-             fwrite(&sum, sizeof sum, 1, f) == 1;
-        ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        ok = (fclose(f) == 0) && ok;
-        /* The old checkpoint is replaced only by a complete new one. */
-        if (!ok || rename(tmp, path) != 0) {
-            st = mw__error(MW_ERR_IO, "cannot write checkpoint %s: %s", path, strerror(errno));
-            remove(tmp);
+        if (st == MW_OK) st = mw_output_write(out, image, data);
+        if (st == MW_OK && user_bytes) st = mw_output_write(out, user, user_bytes);
+        if (st == MW_OK) st = mw_output_write(out, &sum, sizeof sum);
+        if (st == MW_OK) {
+            st = mw_output_commit(out);
+        } else {
+            mw_output_abandon(out);
         }
     }
-    if (st == MW_OK) remove_stale(path);
     mw__free(image);
     mw__free(params);
     return st;
@@ -275,9 +211,9 @@ static mw_status slurp(const char *path, unsigned char **data, size_t *size) {
     return MW_OK;
 }
 
-/* Checks a file image against the trainer; on success *h is its header. */
-static mw_status validate(mw_trainer *tr, const char *path, const unsigned char *data, size_t size,
-                          const mw_tensor **params, int nparams, header *h) {
+/* Checks a file image on its own (magic, version, size, checksum, step); *h its header. */
+static mw_status validate_image(const char *path, const unsigned char *data, size_t size,
+                                header *h) {
     if (size < sizeof *h + 8)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s is truncated: %zu bytes", path, size);
     memcpy(h, data, sizeof *h);
@@ -302,6 +238,14 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
     if (h->step < 0 || h->step > MAX_STEP)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s has step %lld, outside [0, 2^53]", path,
                          (long long)h->step);
+    return MW_OK;
+}
+
+/* Checks a file image against the trainer; on success *h is its header. */
+static mw_status validate(mw_trainer *tr, const char *path, const unsigned char *data, size_t size,
+                          const mw_tensor **params, int nparams, header *h) {
+    mw_status st = validate_image(path, data, size, h);
+    if (st) return st;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
     if (h->optimizer != (uint32_t)tr->cfg.optimizer.kind || h->moments != (uint32_t)moments)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s was written with another optimizer", path);
@@ -363,5 +307,27 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
     }
     mw__free(data);
     mw__free(params);
+    return st;
+}
+
+mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
+                             size_t *user_bytes) {
+    if (!path || (capacity && !user))
+        return mw__error(MW_ERR_INVALID, "mw_checkpoint_info: NULL argument");
+    unsigned char *data = NULL;
+    size_t size = 0;
+    header h;
+    mw_status st = slurp(path, &data, &size);
+    if (st == MW_OK) st = validate_image(path, data, size, &h);
+    if (st == MW_OK && h.user_bytes > capacity)
+        st = mw__error(MW_ERR_FORMAT,
+                       "checkpoint %s carries %llu bytes of caller state; the buffer holds %zu",
+                       path, (unsigned long long)h.user_bytes, capacity);
+    if (st == MW_OK) {
+        if (step) *step = h.step;
+        if (h.user_bytes) memcpy(user, data + size - 8 - h.user_bytes, (size_t)h.user_bytes);
+        if (user_bytes) *user_bytes = (size_t)h.user_bytes;
+    }
+    mw__free(data);
     return st;
 }

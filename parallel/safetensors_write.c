@@ -1,12 +1,10 @@
 /* Writing safetensors files (the reader, and the layout, are in safetensors.c): every tensor in
  * F32, the header padded so that the data starts 8-byte aligned, written to a temporary file
  * that is synced and then renamed over the path. */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -95,36 +93,25 @@ mw_status mw_safetensors_write(const char *path, const mw_safetensors_entry *e, 
         mw__free(h.s);
         return mw__error(MW_ERR_NOMEM, "out of memory writing %s", path);
     }
-    mw_status rst = mw__file_replaceable(path, "safetensors file");
-    if (rst) {
+    mw_output *out;
+    mw_status st = mw_output_open(path, "safetensors file", 0, &out);
+    if (st) {
         mw__free(h.s);
-        return rst;
-    }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        mw__free(h.s);
-        return mw__error(MW_ERR_INVALID, "mw_safetensors_write: path too long");
-    }
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        mw__free(h.s);
-        return mw__error(MW_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        return st;
     }
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(len, 1, 8, fp) == 8 && fwrite(h.s, 1, h.n, fp) == h.n;
-    for (int i = 0; ok && i < n; i++) {
+    st = mw_output_write(out, len, 8);
+    if (st == MW_OK) st = mw_output_write(out, h.s, h.n);
+    for (int i = 0; st == MW_OK && i < n; i++) {
         int64_t count = 1;
         for (int k = 0; k < e[i].rank; k++) count *= e[i].shape[k];
-        ok = count == 0 || fwrite(e[i].data, 4, (size_t)count, fp) == (size_t)count;
+        st = mw_output_write(out, e[i].data, (size_t)count * 4);
     }
-    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
-    ok = (fclose(fp) == 0) && ok;
     mw__free(h.s);
-    if (!ok || rename(tmp, path) != 0) {
-        mw_status st = mw__error(MW_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        remove(tmp);
+    if (st) {
+        mw_output_abandon(out);
         return st;
     }
-    return MW_OK;
+    return mw_output_commit(out);
 }
