@@ -94,6 +94,8 @@ typedef struct mw__added_pass {
 struct mw_tokenizer {
     char *arena; /* every string below, back to back */
     size_t arena_len, arena_cap;
+    uint32_t file_off[2]; /* the files it was read from (NUL-terminated, in the arena) */
+    int nfiles;
 
     /* the model */
     mw__strmap vocab;    /* token text (as in the file) -> id */

@@ -2,7 +2,6 @@
  * mw_tokenizer (tokenizer_model.c builds the rest). Everything the file says is checked before it
  * is used; every refusal names the file, the line and column (or the merges.txt line) and the
  * JSON path of what was refused. */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "text/json.h"
 #include "text/tokenizer_read.h"
 #include "text/unicode.h"
@@ -20,38 +20,20 @@
 
 /* --- reading files ---------------------------------------------------------------------------- */
 
-static mw_status read_file(const char *path, char **data, size_t *size) {
-    *data = NULL;
-    *size = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mw__error(MW_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return mw__error(MW_ERR_IO, "cannot read %s: not a regular file", path);
+/* The whole file: opened without blocking and refused unless it is a regular file (a FIFO
+ * given as a tokenizer, or as a file of its folder, would wait for a writer forever). */
+static mw_status read_file(mw__loader *ld, const char *path, char **data, size_t *size) {
+    mw_status st = mw__file_read_all(path, "tokenizer file", MAX_FILE, data, size);
+    if (st) return st;
+    mw_tokenizer *tok = ld->tok;
+    if (tok->nfiles < (int)(sizeof tok->file_off / sizeof *tok->file_off) &&
+        (st = mw__tok_store(tok, path, strlen(path) + 1, &tok->file_off[tok->nfiles])) == MW_OK)
+        tok->nfiles++;
+    if (st) {
+        mw__free(*data);
+        *data = NULL;
     }
-    if ((uint64_t)sb.st_size > MAX_FILE) {
-        fclose(f);
-        return mw__error(MW_ERR_FORMAT, "%s: %lld bytes is more than a tokenizer file may have",
-                         path, (long long)sb.st_size);
-    }
-    size_t n = (size_t)sb.st_size;
-    char *buf = mw__malloc(n ? n : 1);
-    if (!buf) {
-        fclose(f);
-        return mw__error(MW_ERR_NOMEM, "out of memory reading %s (%zu bytes)", path, n);
-    }
-    size_t got = n ? fread(buf, 1, n, f) : 0;
-    int bad = got != n || ferror(f);
-    fclose(f);
-    if (bad) {
-        mw__free(buf);
-        return mw__error(MW_ERR_IO, "cannot read %s: %s", path,
-                         got != n ? "the file ended early (changed while reading?)" : "read error");
-    }
-    *data = buf;
-    *size = n;
-    return MW_OK;
+    return st;
 }
 
 /* --- settings --------------------------------------------------------------------------------- */
@@ -368,7 +350,7 @@ static mw_status read_gpt2_files(mw__loader *ld, const char *dir) {
         return mw__error(MW_ERR_INVALID, "mw_tokenizer_load: the path %.200s... is too long", dir);
     char *text;
     size_t n;
-    mw_status st = read_file(vpath, &text, &n);
+    mw_status st = read_file(ld, vpath, &text, &n);
     if (st) return st;
     mw__json *doc;
     ld->label = vpath;
@@ -382,7 +364,7 @@ static mw_status read_gpt2_files(mw__loader *ld, const char *dir) {
     mw__free(text);
     if (st) return st;
     ld->label = mpath;
-    if ((st = read_file(mpath, &text, &n))) return st;
+    if ((st = read_file(ld, mpath, &text, &n))) return st;
     st = mw__tok_read_merges_txt(ld, text, n, mpath);
     mw__free(text);
     if (st) return st;
@@ -429,7 +411,7 @@ static mw_status load(mw__loader *ld, const char *path) {
     if (file) {
         char *text;
         size_t n;
-        if ((st = read_file(file, &text, &n))) return st;
+        if ((st = read_file(ld, file, &text, &n))) return st;
         ld->label = file;
         st = read_tokenizer_json(ld, text, n);
         mw__free(text);
@@ -465,6 +447,20 @@ mw_status mw_tokenizer_load(const char *path, mw_tokenizer **out) {
  */
 
 int32_t mw_tokenizer_vocab_size(const mw_tokenizer *tok) { return tok ? tok->size : 0; }
+
+const char *mw_tokenizer_file(const mw_tokenizer *tok, int index) {
+    return tok && index >= 0 && index < tok->nfiles ? tok->arena + tok->file_off[index] : NULL;
+}
+
+int mw_tokenizer_missing_byte(const mw_tokenizer *tok) {
+    if (!tok) return -1;
+    for (int b = 0; b < 256; b++)
+        for (int v = 0; v < 4; v++)
+            if (tok->byte_id[v][b] == MW__NO_ID &&
+                !(tok->byte_fallback && tok->byte_fb_count[v][b]))
+                return b;
+    return -1;
+}
 
 mw_status mw_tokenizer_token_id(const mw_tokenizer *tok, const char *token, int32_t *id) {
     if (!tok || !token || !id)

@@ -23,7 +23,8 @@
  * class (neither letter, number nor space), so it joins a run of punctuation and is encoded as
  * the byte-level token(s) of that byte. Every byte is thus covered by exactly one token, and
  * mw_tokenizer_decode(mw_tokenizer_encode(x)) == x, byte for byte, for every x, when the
- * vocabulary holds the 256 byte tokens (as every trained byte-level vocabulary does).
+ * vocabulary holds the 256 byte tokens (as every trained byte-level vocabulary does;
+ * mw_tokenizer_missing_byte says whether it does).
  *
  * Decoding maps each token back to its bytes: an added token to its content, a vocabulary token
  * through GPT-2's byte alphabet (a token with a character outside that alphabet to its own UTF-8
@@ -87,6 +88,19 @@ void mw_tokenizer_free(mw_tokenizer *tok);
  * below it. 0 for NULL. (A vocabulary with unassigned ids below it is allowed; decode refuses
  * those ids.) */
 int32_t mw_tokenizer_vocab_size(const mw_tokenizer *tok);
+
+/* The files the tokenizer was read from, in the order read: index 0 its tokenizer.json, or 0
+ * vocab.json and 1 merges.txt; NULL past the last (and for NULL). Owned by the tokenizer. A
+ * program writing files can name them as its inputs (meshwit/file.h), so that an output never
+ * replaces one. */
+const char *mw_tokenizer_file(const mw_tokenizer *tok, int index);
+
+/* The first byte (0-255) the vocabulary has no token for, in some position of a word (with a
+ * continuing_subword_prefix or end_of_word_suffix, each byte has four spellings), and byte
+ * fallback does not spell either; -1 when every byte has one (GPT-2's tokenizer), and for NULL.
+ * Encoding drops such a byte (or writes the unknown token for it), as tokenizers does: the
+ * round trip decode(encode(text)) == text holds for every text exactly when this is -1. */
+int mw_tokenizer_missing_byte(const mw_tokenizer *tok);
 
 /* The id of the token whose text is the NUL-terminated `token` (an added token's content, or a
  * vocabulary entry as the file spells it, in the byte alphabet: " the" is "Ġthe"). Errors:

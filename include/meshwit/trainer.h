@@ -363,6 +363,17 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
 mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t capacity,
                           size_t *user_bytes);
 
+/* What a checkpoint file written by mw_trainer_save holds, without a trainer: its step to *step
+ * and the caller's state into user (at most `capacity` bytes; its size to *user_bytes), each when
+ * not NULL, after the same checks of the file as mw_trainer_load (magic, version, size,
+ * checksum, step) but none against a model. A program reads it before building anything: to
+ * compare the run the checkpoint belongs to (kept in its own state) with the one it is asked
+ * for, or to refuse to replace a checkpoint that holds a run. Errors: MW_ERR_INVALID, MW_ERR_IO
+ * (cannot read; not a regular file, said without blocking), MW_ERR_FORMAT (not a checkpoint,
+ * damaged, caller state larger than capacity), MW_ERR_NOMEM. */
+mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
+                             size_t *user_bytes);
+
 /* Timings of the last step, eval or compute_grads, for profiling and the bench. */
 typedef struct mw_step_stats {
     double step_ms;   /* wall time of the whole command, as the host saw it */
