@@ -1,7 +1,6 @@
 /* The file discipline (meshwit/file.h): opening inputs without blocking, writing outputs beside
  * their final name and renaming them when complete. The run's set of files, checked before the
  * work, is files.c. */
-#define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* realpath, gethostname */
 #include "core/file.h"
 

@@ -1,6 +1,5 @@
 /* A run's files (meshwit/file.h): every input and output, each output checked against all of
  * them and against its file system before the work starts. Writing is file.c. */
-#define _POSIX_C_SOURCE 200809L
 #define _DEFAULT_SOURCE /* realpath */
 #include <errno.h>
 #include <fcntl.h>
