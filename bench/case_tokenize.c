@@ -75,13 +75,16 @@ static char *generate_text(size_t bytes, size_t *len) {
     return t;
 }
 
+/* The whole of a regular file (opened without blocking: a FIFO is refused, said on stderr). */
 static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *t = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    FILE *f;
+    int64_t n = 0;
+    *len = 0;
+    if (mw_input_open(path, "MESHWIT_BENCH_TEXT", 0, &f, &n) != MW_OK) {
+        fprintf(stderr, "tokenize: %s\n", mw_last_error());
+        return NULL;
+    }
+    char *t = malloc((size_t)n + 1);
     if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
         free(t);
         t = NULL;
@@ -89,6 +92,16 @@ static char *read_text(const char *path, size_t *len) {
     fclose(f);
     *len = t ? (size_t)n : 0;
     return t;
+}
+
+/* The generated text as a file for the peer (complete, or absent). 0, or -1 reported. */
+static int write_text(const char *path, const char *text, size_t len) {
+    mw_output *out;
+    mw_status st = mw_output_open(path, "the generated text", 0, &out);
+    if (st == MW_OK && (st = mw_output_write(out, text, len)) != MW_OK) mw_output_abandon(out);
+    if (st == MW_OK) st = mw_output_commit(out);
+    if (st != MW_OK) fprintf(stderr, "tokenize: %s\n", mw_last_error());
+    return st == MW_OK ? 0 : -1;
 }
 
 /* --- the peer --------------------------------------------------------------------------------- */
@@ -169,18 +182,12 @@ int mwb_case_tokenize(mwb_ctx *ctx) {
     if (generated) {
         text = generate_text(ctx->quick ? (256u << 10) : (4u << 20), &len);
         snprintf(textpath, sizeof textpath, "/tmp/meshwit_bench_text_%d.txt", (int)getpid());
-        FILE *f = text ? fopen(textpath, "wb") : NULL;
-        if (f) {
-            fwrite(text, 1, len, f);
-            fclose(f);
-        }
     } else {
         text = read_text(x, &len);
         snprintf(textpath, sizeof textpath, "%s", x);
     }
     if (!text) {
-        fprintf(stderr, "tokenize: cannot %s the text%s%s\n", generated ? "make" : "read",
-                generated ? "" : " ", generated ? "" : x);
+        if (generated) fprintf(stderr, "tokenize: cannot make the text: out of memory\n");
         mw_tokenizer_free(tok);
         return 1;
     }
@@ -211,6 +218,7 @@ int mwb_case_tokenize(mwb_ctx *ctx) {
     if (!python || !*python) python = "python3";
     peer_result peer = {0};
     int peers = !rc && !ctx->quick && have_tokenizers(python);
+    if (peers && generated && write_text(textpath, text, len) != 0) peers = 0;
     if (peers) run_peer(python, tokenizer, textpath, 3, &peer);
     if (rc == 0) {
         double me = mwb_median(enc, repeats), de = mwb_median(dec, repeats);

@@ -10,6 +10,10 @@
 #include "bench.h"
 #include "meshwit.h"
 
+#ifndef MWB_SOURCE_DIR
+#define MWB_SOURCE_DIR "."
+#endif
+
 typedef struct bench_case {
     const char *name;
     mwb_case_fn run;
@@ -218,13 +222,57 @@ static int write_csv(FILE *f, const driver *d) {
     return 0;
 }
 
-/* Writes and closes f; 0 on success. */
-static int finish_file(FILE *f, const char *path, const driver *d, int csv) {
-    int bad = csv ? write_csv(f, d) : (write_json(f, d), 0);
-    if (ferror(f)) bad = -1;
-    if (fclose(f) != 0) bad = -1;
-    if (bad) fprintf(stderr, "meshwit-bench: cannot write %s\n", path);
-    return bad;
+/* Writes the records to path (the flag `what`; "-": standard output) through the library's
+ * discipline: beside the final name, renamed over it only when complete. 0 on success. */
+static int finish_file(const char *path, const char *what, const driver *d, int csv) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int bad = !f;
+    if (f) {
+        bad = csv ? write_csv(f, d) : (write_json(f, d), 0);
+        if (fclose(f) != 0) bad = -1;
+    }
+    mw_output *out = NULL;
+    mw_status st = bad ? MW_ERR_NOMEM : mw_output_open(path, what, MW_FILE_STDIO, &out);
+    if (st == MW_OK && (st = mw_output_write(out, text, len)) != MW_OK) mw_output_abandon(out);
+    if (st == MW_OK) st = mw_output_commit(out);
+    free(text);
+    if (st != MW_OK)
+        fprintf(stderr, "meshwit-bench: cannot write %s %s: %s\n", what, path,
+                bad ? "out of memory" : mw_last_error());
+    return st == MW_OK ? 0 : -1;
+}
+
+/* Every file of the run, checked before the first case: the tokenize case's text and tokenizer
+ * (its files, read now: a FIFO is refused without blocking), then --json and --csv (rank 0's):
+ * no input, not each other, no FIFO, device or folder, in a folder that takes a new file.
+ * 0, or -1 reported. */
+static int check_files(const bench_case *const *run, int nrun, const char *json, const char *csv) {
+    mw_files *fs;
+    mw_tokenizer *tok = NULL;
+    const char *what = "";
+    mw_status st = mw_files_new(&fs);
+    for (int i = 0; i < nrun && st == MW_OK; i++) {
+        if (run[i]->run != mwb_case_tokenize) continue;
+        const char *x = getenv("MESHWIT_BENCH_TEXT"), *t = getenv("MESHWIT_BENCH_TOKENIZER");
+        char deflt[4096];
+        snprintf(deflt, sizeof deflt, "%s/tests/data/tokenizer/tokenizer.json", MWB_SOURCE_DIR);
+        if (x && *x) st = mw_files_input(fs, "MESHWIT_BENCH_TEXT", x, 0);
+        if (st == MW_OK && (st = mw_tokenizer_load(t && *t ? t : deflt, &tok)) != MW_OK)
+            what = "the tokenize case's tokenizer (MESHWIT_BENCH_TOKENIZER): ";
+        for (int k = 0; st == MW_OK && mw_tokenizer_file(tok, k); k++)
+            st = mw_files_input(fs, "MESHWIT_BENCH_TOKENIZER", mw_tokenizer_file(tok, k), 0);
+        mw_tokenizer_free(tok);
+        tok = NULL;
+        break;
+    }
+    if (st == MW_OK && json) st = mw_files_output(fs, "--json", json, MW_FILE_STDIO, 0);
+    if (st == MW_OK && csv) st = mw_files_output(fs, "--csv", csv, MW_FILE_STDIO, 0);
+    mw_files_free(fs);
+    if (st == MW_OK) return 0;
+    fprintf(stderr, "meshwit-bench: %s%s\n", what, mw_last_error());
+    return -1;
 }
 
 /* --- the program ------------------------------------------------------------------------------ */
@@ -239,7 +287,10 @@ static void usage(FILE *f) {
             "\n"
             "  --devices SPEC  a device spec to measure (repeatable; e.g. cpu:2, cuda:0,1);\n"
             "                  each case has its own defaults when none is given\n"
-            "  --json FILE     write every record to FILE as a JSON array of objects\n"
+            "  --json FILE     write every record to FILE as a JSON array of objects (-: standard\n"
+            "                  output); FILE and --csv's are checked before the first case (no\n"
+            "                  input, FIFO, device or folder; a folder that takes a new file) and\n"
+            "                  replaced only by the complete file\n"
             "  --csv FILE      write every record to FILE as one CSV table: a header row naming\n"
             "                  every field of every case (case, devices, mode, ..., ms_per_step,\n"
             "                  ...), then one row per record; a field a case does not have is an\n"
@@ -359,17 +410,9 @@ int main(int argc, char **argv) {
             goto done;
         }
 
-    /* Open the outputs first: a bad path should not cost a whole run. */
-    FILE *json = NULL, *csv = NULL;
+    /* The files first: a bad path should not cost a whole run. */
     if (rank != 0) json_path = csv_path = NULL;
-    if (json_path && !(json = fopen(json_path, "w"))) {
-        perror(json_path);
-        rc = 2;
-        goto done;
-    }
-    if (csv_path && !(csv = fopen(csv_path, "w"))) {
-        perror(csv_path);
-        if (json) fclose(json);
+    if (check_files(run, nrun, json_path, csv_path) != 0) {
         rc = 2;
         goto done;
     }
@@ -396,8 +439,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "meshwit-bench: out of memory, %d records not written\n", d.dropped);
         rc = 1;
     }
-    if (json && finish_file(json, json_path, &d, 0)) rc = 1;
-    if (csv && finish_file(csv, csv_path, &d, 1)) rc = 1;
+    if (json_path && finish_file(json_path, "--json", &d, 0)) rc = 1;
+    if (csv_path && finish_file(csv_path, "--csv", &d, 1)) rc = 1;
     free(d.records);
 
 done:

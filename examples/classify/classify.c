@@ -45,7 +45,13 @@ static void usage(void) {
            "  --seed N            split, initialisation and batches (default 1)\n"
            "  --save FILE         write the weights and the standardisation (.safetensors)\n"
            "  --load FILE         start from a file written by --save\n"
-           "  --predictions FILE  write the predicted label of every test row, one per line\n");
+           "  --predictions FILE  write the predicted label of every test row, one per line\n"
+           "                      (- for standard output)\n"
+           "Every file is checked before training: the CSV and --load are regular files, the\n"
+           "outputs no input and not each other, no FIFO, device or folder, in a folder that\n"
+           "takes a new file; each is written beside its name and renamed over it complete.\n"
+           "Exit status: 0 done, 1 a library call or an output failed once training started,\n"
+           "2 bad arguments, a bad CSV or a file that cannot be used.\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -255,19 +261,21 @@ static mw_status load_stats(const char *path, float *mean, float *sd, int featur
     return st;
 }
 
-/* The predicted labels, one per line, written to a temporary file and renamed over path once
- * complete (a full disk leaves the previous file, and says so). 0, or -1 reported. */
+/* The predicted labels, one per line ("-": standard output), written to a temporary file and
+ * renamed over path once complete (a full disk leaves the previous file, and says so). 0, or -1
+ * reported. */
 static int write_predictions(const char *path, const float *pred, int64_t n, const csv_table *t) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    int ok = f != NULL;
-    for (int64_t i = 0; ok && i < n; i++) ok = fprintf(f, "%d\n", t->classes[(int)pred[i]]) > 0;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f) ok = (fclose(f) == 0) && ok;
-    if (ok && rename(tmp, path) == 0) return 0;
-    fprintf(stderr, "classify: cannot write --predictions %s: %s\n", path, strerror(errno));
-    remove(tmp);
+    mw_output *out;
+    mw_status st = mw_output_open(path, "--predictions", MW_FILE_STDIO, &out);
+    for (int64_t i = 0; st == MW_OK && i < n; i++)
+        st = mw_output_printf(out, "%d\n", t->classes[(int)pred[i]]);
+    if (st == MW_OK) {
+        st = mw_output_commit(out);
+    } else if (out) {
+        mw_output_abandon(out);
+    }
+    if (st == MW_OK) return 0;
+    fprintf(stderr, "classify: %s\n", mw_last_error());
     return -1;
 }
 
@@ -281,16 +289,21 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc > 0 ? 0 : 2;
-    /* Outputs are checked before anything is trained, and may be no input. */
-    cli_file in[2] = {{"the CSV", o.data}, {"--load", o.load}};
-    cli_file save_out = {"--save", o.save}, pred_out = {"--predictions", o.predictions};
-    if (o.save && o.predictions && cli_same_file(o.save, o.predictions)) {
-        fprintf(stderr, "classify: --save and --predictions name the same file %s\n", o.save);
+    /* Every file is checked before anything is trained (meshwit/file.h): the inputs are regular
+     * files, the outputs no input, not each other, no FIFO, device or folder, in a folder that
+     * takes a new file. */
+    mw_files *fs;
+    mw_status fst = mw_files_new(&fs);
+    if (!fst) fst = mw_files_input(fs, "the CSV", o.data, 0);
+    if (!fst && o.load) fst = mw_files_input(fs, "--load", o.load, 0);
+    if (!fst && o.save) fst = mw_files_output(fs, "--save", o.save, 0, 0);
+    if (!fst && o.predictions)
+        fst = mw_files_output(fs, "--predictions", o.predictions, MW_FILE_STDIO, 0);
+    mw_files_free(fs);
+    if (fst) {
+        fprintf(stderr, "classify: %s\n", mw_last_error());
         return 2;
     }
-    if (cli_check_output("classify", &save_out, in, 2, 0) ||
-        cli_check_output("classify", &pred_out, in, 2, 0))
-        return 2;
     /* A loaded model's classes are the labels it was trained on: the CSV's must be among them. */
     int32_t *known = NULL;
     int nknown = 0;
@@ -411,7 +424,7 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < ntest; i++) correct += (int32_t)pred[i] == t.y[test[i]];
             printf("test accuracy %.6f (%lld/%lld)\n", (double)correct / (double)ntest,
                    (long long)correct, (long long)ntest);
-            if (o.predictions && write_predictions(o.predictions, pred, ntest, &t) != 0) rc = 2;
+            if (o.predictions && write_predictions(o.predictions, pred, ntest, &t) != 0) rc = 1;
         } else {
             rc = fail(st, "prediction failed");
         }

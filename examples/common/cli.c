@@ -3,14 +3,12 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *name, int *missing) {
@@ -84,97 +82,6 @@ int cli_parse_double(const char *s, double min, double max, double *out) {
     return 0;
 }
 
-static const char *file_kind(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file";
-}
-
-FILE *cli_open_regular(const char *path, int64_t *size, char *err, size_t errsize) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errsize, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat sb;
-    FILE *f = NULL;
-    if (fstat(fd, &sb) != 0)
-        snprintf(err, errsize, "cannot read %s: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        snprintf(err, errsize, "cannot read %s: it is %s, not a regular file", path,
-                 file_kind(sb.st_mode));
-    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(f = fdopen(fd, "rb")))
-        snprintf(err, errsize, "cannot read %s: %s", path, strerror(errno));
-    if (!f) {
-        close(fd);
-        return NULL;
-    }
-    if (size) *size = (int64_t)sb.st_size;
-    return f;
-}
-
-/* The folder of path ("." for a bare name), into dir. */
-static void folder_of(const char *path, char *dir, size_t n) {
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, n, ".");
-    else if (slash == path)
-        snprintf(dir, n, "/");
-    else
-        snprintf(dir, n, "%.*s", (int)(slash - path), path);
-}
-
-int cli_same_file(const char *a, const char *b) {
-    struct stat sa, sb;
-    if (!a || !b) return 0;
-    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    return strcmp(a, b) == 0; /* neither exists yet, or one does not: the same name is the same */
-}
-
-int cli_check_output(const char *program, const cli_file *out, const cli_file *inputs, int n,
-                     int64_t bytes) {
-    if (!out->path) return 0;
-    for (int i = 0; i < n; i++)
-        if (inputs[i].path && cli_same_file(out->path, inputs[i].path)) {
-            fprintf(stderr, "%s: %s %s is also %s %s: writing it would destroy an input\n", program,
-                    out->flag, out->path, inputs[i].flag, inputs[i].path);
-            return -1;
-        }
-    struct stat sb;
-    if (stat(out->path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "%s: %s %s exists and is %s, not a regular file\n", program, out->flag,
-                out->path, file_kind(sb.st_mode));
-        return -1;
-    }
-    /* The file is written to a temporary name beside it, then renamed: the folder must take a
-     * new file. Tried now, so that a missing folder or a read-only file system is said before
-     * the work rather than after it. */
-    char dir[4096], probe[4200];
-    folder_of(out->path, dir, sizeof dir);
-    snprintf(probe, sizeof probe, "%s/.%s-probe-%ld", dir, program, (long)getpid());
-    int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        fprintf(stderr, "%s: %s %s cannot be written: cannot create a file in %s: %s\n", program,
-                out->flag, out->path, dir, strerror(errno));
-        return -1;
-    }
-    close(fd);
-    unlink(probe);
-    struct statvfs vf;
-    if (bytes > 0 && statvfs(dir, &vf) == 0 &&
-        (double)vf.f_bavail * (double)vf.f_frsize < (double)bytes) {
-        fprintf(stderr, "%s: %s %s needs %.1f MB, and %s has %.1f MB free\n", program, out->flag,
-                out->path, (double)bytes / 1e6, dir,
-                (double)vf.f_bavail * (double)vf.f_frsize / 1e6);
-        return -1;
-    }
-    return 0;
-}
-
 /* --- interruptions ---------------------------------------------------------------------------- */
 
 static volatile sig_atomic_t caught;
@@ -202,4 +109,114 @@ uint64_t cli_hash(uint64_t h, const void *data, size_t n) {
     if (h == 0) h = 0xCBF29CE484222325ull;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
     return h;
+}
+
+double cli_mpirun_grace(void) {
+    if (!getenv("OMPI_COMM_WORLD_SIZE")) return -1.0;
+    const char *v = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    double t;
+    return v && cli_parse_double(v, 0.0, 1e9, &t) == 0 ? t : 1.0; /* Open MPI's default: 1 s */
+}
+
+/* --- a run's identity ------------------------------------------------------------------------- */
+
+void cli_identity_add(cli_identity *id, const char *name, const char *fmt, ...) {
+    size_t room = sizeof id->text - id->len;
+    int n = snprintf(id->text + id->len, room, "%s ", name);
+    if (n < 0 || (size_t)n >= room) {
+        id->overflow = 1;
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(id->text + id->len + (size_t)n, room - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (m < 0 || (size_t)(n + m + 1) >= room) {
+        id->text[id->len] = '\0';
+        id->overflow = 1;
+        return;
+    }
+    id->len += (size_t)(n + m);
+    id->text[id->len++] = '\n';
+    id->text[id->len] = '\0';
+}
+
+/* The value of setting `name` in identity text (a pointer into it and its length), or NULL. */
+static const char *identity_value(const char *text, const char *name, size_t *len) {
+    size_t n = strlen(name);
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t l = end ? (size_t)(end - line) : strlen(line);
+        if (l > n && strncmp(line, name, n) == 0 && line[n] == ' ') {
+            *len = l - n - 1;
+            return line + n + 1;
+        }
+        line += l + (end ? 1 : 0);
+    }
+    return NULL;
+}
+
+/* Whether `name` is in the comma-separated list. */
+static int listed(const char *list, const char *name, size_t n) {
+    for (const char *p = list; p && *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == n && strncmp(p, name, n) == 0) return 1;
+        p += l + (p[l] == ',');
+    }
+    return 0;
+}
+
+int cli_identity_check_names(const char *text, const char *list, char *bad, size_t size) {
+    for (const char *p = list; *p;) {
+        size_t l = strcspn(p, ",");
+        char name[64];
+        size_t len;
+        snprintf(name, sizeof name, "%.*s", (int)(l < sizeof name ? l : sizeof name - 1), p);
+        if (l == 0 || l >= sizeof name || !identity_value(text, name, &len)) {
+            snprintf(bad, size, "%.*s", (int)l, p);
+            return -1;
+        }
+        p += l + (p[l] == ',');
+    }
+    return 0;
+}
+
+void cli_identity_names(const char *text, char *out, size_t size) {
+    size_t k = 0;
+    out[0] = '\0';
+    for (const char *line = text; *line && k + 1 < size;) {
+        const char *end = strchr(line, '\n');
+        size_t l = strcspn(line, " \n");
+        int w = snprintf(out + k, size - k, "%s%.*s", k ? ", " : "", (int)l, line);
+        if (w < 0 || (size_t)w >= size - k) break;
+        k += (size_t)w;
+        if (!end) break;
+        line = end + 1;
+    }
+}
+
+int cli_identity_compare(const char *saved, const char *current, const char *allowed, char *report,
+                         size_t size) {
+    int differ = 0;
+    size_t k = 0;
+    report[0] = '\0';
+    for (const char *line = current; *line;) {
+        const char *end = strchr(line, '\n');
+        size_t l = end ? (size_t)(end - line) : strlen(line), n = strcspn(line, " \n");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), line);
+        const char *now = line + (n < l ? n + 1 : n);
+        size_t now_len = l - (size_t)(now - line), then_len = 0;
+        const char *then = identity_value(saved, name, &then_len);
+        int same = then && then_len == now_len && strncmp(then, now, now_len) == 0;
+        if (!same && !listed(allowed, name, strlen(name))) {
+            int w = snprintf(report + k, size > k ? size - k : 0,
+                             "%s  %s: %.*s in the checkpoint, %.*s now", differ ? "\n" : "", name,
+                             then ? (int)then_len : 4, then ? then : "none", (int)now_len, now);
+            if (w > 0 && (size_t)w < size - k) k += (size_t)w;
+            differ++;
+        }
+        line += l + (end ? 1 : 0);
+    }
+    return differ;
 }

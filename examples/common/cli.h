@@ -27,29 +27,6 @@ int cli_parse_double(const char *s, double min, double max, double *out);
 int cli_report(const char *program, const char *arg, const char *v, int matched, int missing,
                int bad);
 
-/* Opens `path` for reading when it is a regular file, without blocking on the way (a FIFO
- * without a writer would block in fopen); its size to *size when not NULL. NULL with a message in
- * err naming the path and what it is ("it is a directory, not a regular file") otherwise. */
-FILE *cli_open_regular(const char *path, int64_t *size, char *err, size_t errsize);
-
-/* A file named on the command line: the flag that named it ("--save") and its path (NULL: not
- * given). */
-typedef struct cli_file {
-    const char *flag, *path;
-} cli_file;
-
-/* Whether a and b name the same file (the same device and inode when both exist, else the same
- * string). */
-int cli_same_file(const char *a, const char *b);
-
-/* Checks, before any work is done, that the output *out can be written when the work is done:
- * it is none of the n inputs, it is absent or a regular file (a FIFO or device would be replaced
- * by a regular file), its folder exists and takes a new file (the write goes to a temporary
- * file there, then is renamed), and, when bytes > 0, the file system has that much free space.
- * 0, or -1 with a message on stderr prefixed by program naming the flag and the path. */
-int cli_check_output(const char *program, const cli_file *out, const cli_file *inputs, int n,
-                     int64_t bytes);
-
 /* SIGINT and SIGTERM request a stop at the next step boundary (mw_request_stop); a second one
  * ends the process at once with 128 + the signal. Returns 0, or -1 when sigaction fails. */
 int cli_catch_stop_signals(void);
@@ -60,5 +37,40 @@ int cli_stop_status(void);
 
 /* FNV-1a of n bytes continuing from h (0 starts a new hash). */
 uint64_t cli_hash(uint64_t h, const void *data, size_t n);
+
+/* Under Open MPI's mpirun, the seconds each process has between the SIGTERM that mpirun sends
+ * it when mpirun itself gets SIGINT or SIGTERM (after a SIGCONT and this delay) and the SIGKILL
+ * that follows after the same delay: the MCA parameter odls_base_sigkill_timeout (default 1),
+ * which mpirun passes to the processes in their environment. -1 when not under Open MPI. */
+double cli_mpirun_grace(void);
+
+/* A run's identity: one line "name value" per setting that changes what a training run
+ * computes (sizes, data, batch, learning rate, ...), kept in a checkpoint so that a resume can
+ * say what differs. Filled by cli_identity_add ("lr", "%.17g", lr); overflow is set when the
+ * text did not fit (the line is left out). */
+typedef struct cli_identity {
+    char text[3072];
+    size_t len;
+    int overflow;
+} cli_identity;
+
+void cli_identity_add(cli_identity *id, const char *name, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* The names of identity text, ", "-separated, into out ("layers, heads, ..."). */
+void cli_identity_names(const char *text, char *out, size_t size);
+
+/* Every name of the comma-separated list must be a setting of identity text: 0, or -1 with the
+ * first that is not into bad. */
+int cli_identity_check_names(const char *text, const char *list, char *bad, size_t size);
+
+/* Compares the identity saved in a checkpoint with the current one: the number of settings that
+ * differ (a setting the saved one lacks differs) and are not in the comma-separated list
+ * allowed, and a report of them ("  lr: 0.002 in the checkpoint, 0.001 now", one per line). */
+int cli_identity_compare(const char *saved, const char *current, const char *allowed, char *report,
+                         size_t size);
 
 #endif

@@ -79,8 +79,11 @@ void csv_table_free(csv_table *t) {
 /* Reads the whole file into a NUL-terminated buffer (its length to *len); a FIFO or device is
  * refused without blocking. */
 static char *slurp(const char *path, size_t *len, char *err, size_t errsize) {
-    FILE *f = cli_open_regular(path, NULL, err, errsize);
-    if (!f) return NULL;
+    FILE *f;
+    if (mw_input_open(path, NULL, 0, &f, NULL) != MW_OK) {
+        snprintf(err, errsize, "%s", mw_last_error());
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (size_t k; buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0;) {

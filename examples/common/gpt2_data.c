@@ -35,8 +35,9 @@ uint64_t gpt2_rng_below(gpt2_rng *r, uint64_t n) {
 
 /* Opens a regular file and reports its size; MW_ERR_IO naming the path otherwise. */
 static mw_status open_file(const char *path, FILE **f, int64_t *size, char *err, size_t errsize) {
-    *f = cli_open_regular(path, size, err, errsize);
-    return *f ? MW_OK : MW_ERR_IO;
+    mw_status st = mw_input_open(path, NULL, 0, f, size);
+    if (st != MW_OK) snprintf(err, errsize, "%s", mw_last_error());
+    return st;
 }
 
 /* Reads exactly n bytes; MW_ERR_IO naming the path when the file ends early or fails. */
@@ -190,10 +191,10 @@ fail:
 
 /* Whether the file starts with the shard magic (any read failure: no). */
 static int has_shard_magic(const char *path) {
-    char err[8];
-    FILE *f = cli_open_regular(path, NULL, err, sizeof err);
+    FILE *f = NULL;
     int32_t magic = 0;
-    int yes = f && fread(&magic, sizeof magic, 1, f) == 1 && magic == GPT2_SHARD_MAGIC;
+    int yes = mw_input_open(path, NULL, 0, &f, NULL) == MW_OK &&
+              fread(&magic, sizeof magic, 1, f) == 1 && magic == GPT2_SHARD_MAGIC;
     if (f) fclose(f);
     return yes;
 }

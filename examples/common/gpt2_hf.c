@@ -6,13 +6,11 @@
  * ours is [Out, In] (as nn.Linear and llm.c), so every linear weight is transposed on the way in
  * and out; wte has the real vocabulary's rows only (ours may have padding rows, zero when
  * loaded); the output head is tied to wte, so the file has no lm_head.weight. */
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "gpt2_model.h"
@@ -76,19 +74,13 @@ static void transpose(const float *src, float *dst, int64_t rows, int64_t cols) 
 
 /* --- config.json ------------------------------------------------------------------------------ */
 
-/* The folder of path, with a trailing '/' ("" for a bare file name). */
-static void folder_of(const char *path, char *dir, size_t n) {
+/* The config.json beside path (path's folder, with its trailing '/', then "config.json") into
+ * cfg; -1 when the path is too long. */
+int gpt2_hf_config_path(const char *path, char *cfg, size_t n) {
     const char *slash = strrchr(path, '/');
-    size_t len = slash ? (size_t)(slash - path) + 1 : 0;
-    snprintf(dir, n, "%.*s", (int)len, path);
-}
-
-/* The config.json beside path into cfg; -1 when the path is too long. */
-static int config_path(const char *path, char *cfg, size_t n) {
-    folder_of(path, cfg, n);
-    if (strlen(cfg) + sizeof "config.json" > n) return -1;
-    strcat(cfg, "config.json");
-    return 0;
+    int len = slash ? (int)(slash - path) + 1 : 0;
+    int k = snprintf(cfg, n, "%.*sconfig.json", len, path);
+    return k < 0 || (size_t)k >= n ? -1 : 0;
 }
 
 /* A strict reader of the one JSON object config.json holds: each member's key and value (nested
@@ -541,8 +533,9 @@ static mw_status read_config_file(const char *cfg, const char *path, gpt2_config
                                   size_t notesize, char *err, size_t errsize) {
     char why[512];
     int64_t size = 0;
-    FILE *f = cli_open_regular(cfg, &size, why, sizeof why);
-    if (!f) {
+    FILE *f;
+    if (mw_input_open(cfg, NULL, 0, &f, &size) != MW_OK) {
+        snprintf(why, sizeof why, "%s", mw_last_error());
         snprintf(err, errsize, "%s (the model's config.json beside %s)", why, path);
         return MW_ERR_IO;
     }
@@ -574,7 +567,7 @@ static mw_status read_config_file(const char *cfg, const char *path, gpt2_config
 mw_status gpt2_hf_read_config_note(const char *path, gpt2_config *c, char *note, size_t notesize,
                                    char *err, size_t errsize) {
     char cfg[4096];
-    if (config_path(path, cfg, sizeof cfg) != 0) {
+    if (gpt2_hf_config_path(path, cfg, sizeof cfg) != 0) {
         snprintf(err, errsize, "%s: path too long", path);
         return MW_ERR_INVALID;
     }
@@ -603,7 +596,7 @@ static int config_text(const gpt2_config *c, char *out, size_t n) {
 
 mw_status gpt2_hf_check_save(const char *path, const gpt2_config *c, char *err, size_t errsize) {
     char cfg[4096];
-    if (config_path(path, cfg, sizeof cfg) != 0) {
+    if (gpt2_hf_config_path(path, cfg, sizeof cfg) != 0) {
         snprintf(err, errsize, "%s: path too long", path);
         return MW_ERR_INVALID;
     }
@@ -639,26 +632,23 @@ mw_status gpt2_hf_check_save(const char *path, const gpt2_config *c, char *err, 
     return MW_OK;
 }
 
-/* Writes config.json's text to a temporary file beside it, flushed to disk; the caller renames
- * it into place once the weights are written. */
-static mw_status write_config_tmp(const char *cfg, const char *tmp, const gpt2_config *c, char *err,
-                                  size_t errsize) {
+/* Starts config.json's output (beside its final name) with its text; the caller commits it once
+ * the weights are written. */
+static mw_status write_config(const char *cfg, const gpt2_config *c, mw_output **out, char *err,
+                              size_t errsize) {
     char text[2048];
     int len = config_text(c, text, sizeof text);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errsize, "cannot create %s: %s", tmp, strerror(errno));
-        return MW_ERR_IO;
+    if (len <= 0 || (size_t)len >= sizeof text) {
+        snprintf(err, errsize, "cannot write %s: the configuration does not fit", cfg);
+        return MW_ERR_INVALID;
     }
-    int ok = len > 0 && (size_t)len < sizeof text && fwrite(text, 1, (size_t)len, f) == (size_t)len;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        snprintf(err, errsize, "cannot write %s (for %s): %s", tmp, cfg, strerror(errno));
-        remove(tmp);
-        return MW_ERR_IO;
+    mw_status st = mw_output_open(cfg, "config.json", 0, out);
+    if (st == MW_OK && (st = mw_output_write(*out, text, (size_t)len)) != MW_OK) {
+        mw_output_abandon(*out);
+        *out = NULL;
     }
-    return MW_OK;
+    if (st != MW_OK) snprintf(err, errsize, "%s", mw_last_error());
+    return st;
 }
 
 /* --- weights ---------------------------------------------------------------------------------- */
@@ -844,24 +834,21 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
     /* config.json is written to a temporary file first and renamed into place after the weights:
      * a failure on the way leaves the folder as it was. An existing config.json of another
      * model is never replaced. */
-    char cfg[4096], tmp[4200];
+    char cfg[4096];
+    mw_output *cfg_out = NULL;
     if (st == MW_OK && !path) goto done; /* another process's part of a gathering save */
-    if (st == MW_OK && config_path(path, cfg, sizeof cfg) != 0) {
+    if (st == MW_OK && gpt2_hf_config_path(path, cfg, sizeof cfg) != 0) {
         snprintf(err, errsize, "%s: path too long", path);
         st = MW_ERR_INVALID;
     }
     if (st == MW_OK) st = gpt2_hf_check_save(path, c, err, errsize);
-    if (st == MW_OK) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cfg, (long)getpid());
-        st = write_config_tmp(cfg, tmp, c, err, errsize);
-        if (st == MW_OK && (st = mw_safetensors_write(path, e, n)) != MW_OK)
+    if (st == MW_OK && (st = write_config(cfg, c, &cfg_out, err, errsize)) == MW_OK) {
+        if ((st = mw_safetensors_write(path, e, n)) != MW_OK) {
             snprintf(err, errsize, "%s", mw_last_error());
-        if (st == MW_OK && rename(tmp, cfg) != 0) {
-            snprintf(err, errsize, "wrote %s, but cannot rename %s to %s: %s", path, tmp, cfg,
-                     strerror(errno));
-            st = MW_ERR_IO;
+            mw_output_abandon(cfg_out);
+        } else if ((st = mw_output_commit(cfg_out)) != MW_OK) {
+            snprintf(err, errsize, "wrote %s, but not its config.json: %s", path, mw_last_error());
         }
-        if (st != MW_OK) remove(tmp);
     }
 done:
     for (int i = 0; data && i < n; i++) free(data[i]);

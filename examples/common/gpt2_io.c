@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "gpt2_model.h"
@@ -108,8 +106,11 @@ static int64_t file_bytes(const gpt2_config *c) {
 static mw_status open_model(const char *path, const gpt2_config *expect, FILE **f, gpt2_config *c,
                             char *err, size_t errsize) {
     int64_t size = 0;
-    *f = cli_open_regular(path, &size, err, errsize);
-    if (!*f) return MW_ERR_IO;
+    mw_status st = mw_input_open(path, NULL, 0, f, &size);
+    if (st != MW_OK) {
+        snprintf(err, errsize, "%s", mw_last_error());
+        return st;
+    }
     int32_t h[HEADER_INTS];
     if (size < (int64_t)sizeof h) {
         snprintf(err, errsize,
@@ -283,63 +284,41 @@ mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char
                  path);
         return MW_ERR_UNSUPPORTED;
     }
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        snprintf(err, errsize, "cannot save %s: it exists and is not a regular file (not replaced)",
-                 path);
-        return MW_ERR_IO;
-    }
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
     float *buf = malloc((size_t)largest_slice(c) * sizeof *buf);
-    if (!tmp || !buf) {
-        free(tmp);
-        free(buf);
+    if (!buf) {
         snprintf(err, errsize, "out of memory saving %s", path);
         return MW_ERR_NOMEM;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    mw_status st = MW_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errsize, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
+    /* Written beside the final name, which is replaced only by the complete file. */
+    mw_output *out;
+    mw_status st = mw_output_open(path, "llm.c model file", 0, &out);
+    if (st != MW_OK) {
+        snprintf(err, errsize, "%s", mw_last_error());
         free(buf);
-        return MW_ERR_IO;
+        return st;
     }
     int32_t h[HEADER_INTS] = {MODEL_MAGIC, MODEL_VERSION_FP32};
     for (int i = 0; i < NFIELDS; i++) h[fields[i].index] = field_value(c, &fields[i]);
-    int io_ok = fwrite(h, sizeof h, 1, f) == 1;
-    for (int t = 0; t < NTENSORS && io_ok && st == MW_OK; t++) {
+    st = mw_output_write(out, h, sizeof h);
+    if (st != MW_OK) snprintf(err, errsize, "%s", mw_last_error());
+    for (int t = 0; t < NTENSORS && st == MW_OK; t++) {
         int64_t n = slice_size((tensor_id)t, c);
-        for (int l = 0; l < (per_layer((tensor_id)t) ? c->layers : 1) && io_ok; l++) {
+        for (int l = 0; l < (per_layer((tensor_id)t) ? c->layers : 1) && st == MW_OK; l++) {
             char name[64];
             param_name((tensor_id)t, l, name, sizeof name);
             if ((st = mw_trainer_read_param(tr, name, buf, n)) != MW_OK) {
                 st = param_fail(st, name, path, err, errsize);
                 break;
             }
-            io_ok = fwrite(buf, sizeof *buf, (size_t)n, f) == (size_t)n;
+            if ((st = mw_output_write(out, buf, (size_t)n * sizeof *buf)) != MW_OK)
+                snprintf(err, errsize, "%s", mw_last_error());
         }
     }
-    /* The new file replaces the old one only once it is entirely on disk. */
-    io_ok = io_ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (st == MW_OK && !io_ok) {
-        snprintf(err, errsize, "cannot write %s: %s", tmp, strerror(errno));
-        st = MW_ERR_IO;
+    if (st == MW_OK) {
+        if ((st = mw_output_commit(out)) != MW_OK) snprintf(err, errsize, "%s", mw_last_error());
+    } else {
+        mw_output_abandon(out);
     }
-    if (fclose(f) != 0 && st == MW_OK) {
-        snprintf(err, errsize, "cannot write %s: %s", tmp, strerror(errno));
-        st = MW_ERR_IO;
-    }
-    if (st == MW_OK && rename(tmp, path) != 0) {
-        snprintf(err, errsize, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        st = MW_ERR_IO;
-    }
-    if (st != MW_OK) remove(tmp);
-    free(tmp);
     free(buf);
     return st;
 }

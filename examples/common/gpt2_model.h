@@ -160,4 +160,7 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
 /* Whether path names a safetensors file (by its extension). */
 int gpt2_is_safetensors(const char *path);
 
+/* The config.json beside path (in path's folder) into cfg; -1 when it does not fit. */
+int gpt2_hf_config_path(const char *path, char *cfg, size_t n);
+
 #endif

@@ -15,6 +15,7 @@
  * Exit status: 0 done, 2 bad arguments, bad data or a library error, 130/143 interrupted. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,15 +41,17 @@ typedef struct options {
     int batch, seq, steps, warmup, val_every, val_batches, sample, eval_batches;
     int cosine, sequential, eval_only, checkpoint_every, resume, stop_at;
     int checkpoint_every_given, allow_nonfinite, skip_nonfinite, check_replicas, shard_optimizer;
-    int shard_params;      /* FSDP over the data axis */
-    int keep_gathered;     /* FSDP: keep the gathered parameters from forward to backward */
-    int serial_gathers;    /* FSDP: no all-gather started ahead of its use */
-    int cpu_threads;       /* mw_trainer_config.cpu_threads */
-    int bf16;              /* --precision bf16 */
-    int recompute;         /* --recompute: an mw_recompute */
-    int sample_recompute;  /* --sample-recompute: no key/value cache */
-    const char *tokenizer; /* --tokenizer FILE */
-    int tok_vocab;         /* its vocabulary size (0: no tokenizer) */
+    int shard_params;         /* FSDP over the data axis */
+    int keep_gathered;        /* FSDP: keep the gathered parameters from forward to backward */
+    int serial_gathers;       /* FSDP: no all-gather started ahead of its use */
+    int cpu_threads;          /* mw_trainer_config.cpu_threads */
+    int bf16;                 /* --precision bf16 */
+    int recompute;            /* --recompute: an mw_recompute */
+    int sample_recompute;     /* --sample-recompute: no key/value cache */
+    const char *tokenizer;    /* --tokenizer FILE */
+    int tok_vocab;            /* its vocabulary size (0: no tokenizer) */
+    const char *allow_change; /* --allow-change: settings a --resume may change, comma-separated */
+    int start_over;           /* --start-over: a new run may replace the --checkpoint's */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio, temperature;
 } options;
@@ -91,7 +94,13 @@ static void usage(FILE *f) {
         "  --checkpoint FILE   resumable training state (parameters, AdamW moments, step, data\n"
         "                      position and RNG), written atomically every --checkpoint-every N\n"
         "                      steps (default 100) and at the end\n"
-        "  --resume            continue from --checkpoint FILE exactly where it stopped\n"
+        "  --resume            continue from --checkpoint FILE exactly where it stopped; the\n"
+        "                      checkpoint records the run (sizes, data, batch, seq, steps, lr,\n"
+        "                      AdamW, schedule, precision) and a difference is refused, naming\n"
+        "                      each setting and both values\n"
+        "  --allow-change LIST with --resume: the settings that may differ (e.g. lr,steps)\n"
+        "  --start-over        let a new run replace what --checkpoint FILE holds (without it,\n"
+        "                      and without --resume, an existing FILE is refused)\n"
         "  --stop-at N         stop after step N as if interrupted (the schedule still spans\n"
         "                      --steps; with --checkpoint the state at step N is saved)\n"
         "  --allow-nonfinite   load a --load file even when it holds NaN or Inf\n"
@@ -159,6 +168,13 @@ static void usage(FILE *f) {
         "at intervals and \"final loss X\" (the last training loss). Losses are in nats/token.\n"
         "SIGINT/SIGTERM (Ctrl-C) finish the current step, write the --checkpoint and exit\n"
         "130/143 (\"interrupted at step N\"); a second one exits at once.\n"
+        "Under mpirun, Ctrl-C reaches each process as SIGTERM odls_base_sigkill_timeout\n"
+        "seconds later (default 1) and SIGKILL as long again after it: give the step and the\n"
+        "checkpoint time with mpirun --mca odls_base_sigkill_timeout N; mpirun exits 1.\n"
+        "Every file is checked before the first step: inputs are regular files (never opened\n"
+        "so that they block), outputs are no input, no other output, no FIFO, device or\n"
+        "folder, in a folder that takes a new file, with room; each is written beside its\n"
+        "name and renamed over it when complete.\n"
         "Exit status: 0 done, 2 bad arguments, bad data or an error, 130/143 interrupted.\n");
 }
 
@@ -182,6 +198,12 @@ static int check_flags(const options *o) {
         why = "--resume needs --checkpoint FILE";
     } else if (o->checkpoint_every_given && !o->checkpoint) {
         why = "--checkpoint-every needs --checkpoint FILE";
+    } else if (o->allow_change && !o->resume) {
+        why = "--allow-change needs --resume (it names the settings a resumed run may change)";
+    } else if (o->start_over && !o->checkpoint) {
+        why = "--start-over needs --checkpoint FILE";
+    } else if (o->start_over && o->resume) {
+        why = "--start-over and --resume contradict each other (start a new run, or continue one)";
     } else if (o->eval_only && (o->save || o->stop_at || o->skip_nonfinite)) {
         why = "--eval-only trains nothing: --save, --stop-at and --skip-nonfinite do not apply";
     }
@@ -272,6 +294,10 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
             o->eval_only = 1;
         } else if (strcmp(arg, "--resume") == 0) {
             o->resume = 1;
+        } else if (strcmp(arg, "--start-over") == 0) {
+            o->start_over = 1;
+        } else if ((v = cli_option_value(argc, argv, &i, "--allow-change", &missing))) {
+            o->allow_change = v;
         } else if (strcmp(arg, "--allow-nonfinite") == 0) {
             o->allow_nonfinite = 1;
         } else if (strcmp(arg, "--skip-nonfinite") == 0) {
@@ -287,13 +313,13 @@ static int parse_args(int argc, char **argv, options *o, sizes *sz) {
         } else if ((v = cli_option_value(argc, argv, &i, "--precision", &missing))) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) {
                 fprintf(stderr, "gpt2: --precision %s: expected fp32 or bf16\n", v);
-                return 2;
+                return -1;
             }
             o->bf16 = !strcmp(v, "bf16");
         } else if ((v = cli_option_value(argc, argv, &i, "--recompute", &missing))) {
             if (strcmp(v, "none") && strcmp(v, "blocks") && strcmp(v, "dots")) {
                 fprintf(stderr, "gpt2: --recompute %s: expected none, blocks or dots\n", v);
-                return 2;
+                return -1;
             }
             o->recompute = !strcmp(v, "blocks") ? MW_RECOMPUTE_BLOCKS
                            : !strcmp(v, "dots") ? MW_RECOMPUTE_DOTS
@@ -514,6 +540,9 @@ typedef struct run {
     mw_trainer *tr;
     gpt2_batch batch;
     gpt2_rng rng;
+    cli_identity identity; /* the run's settings, kept in its checkpoints */
+    int32_t *prompt;       /* the sample's first tokens (owned) */
+    int prompt_len;
 } run;
 
 /* Reports a failed library call; returns the exit status for it. */
@@ -715,20 +744,27 @@ static mw_status evaluate(run *r, const gpt2_tokens *t, int n, float *loss, int 
     return MW_OK;
 }
 
-/* The example's own part of a checkpoint: where the data stream and the sampler stand. */
+/* The example's own part of a checkpoint: where the data stream and the sampler stand, and the
+ * run it belongs to (its settings, as run_identity writes them). */
 typedef struct resume_state {
-    uint64_t magic; /* RESUME_MAGIC */
+    uint64_t magic; /* RESUME_MAGIC_RUN; RESUME_MAGIC: an older state, without the identity */
     uint64_t rng;
     int64_t step;
+    char identity[sizeof((cli_identity *)0)->text];
 } resume_state;
 
-#define RESUME_MAGIC 0x6770743272657375ull /* "gpt2resu" */
+#define RESUME_MAGIC 0x6770743272657375ull     /* "gpt2resu" */
+#define RESUME_MAGIC_RUN 0x6770743272756e31ull /* "gpt2run1" */
+#define RESUME_OLD_BYTES offsetof(resume_state, identity)
 
 /* Under mpirun every process calls it: the save is collective (ZeRO-1 gathers the other
  * processes' moments), and every process writes the file it resumes from (on a shared file
  * system the writers' temporary files differ and each rename leaves one complete state). */
 static mw_status save_checkpoint(run *r) {
-    resume_state rs = {RESUME_MAGIC, r->rng.state, mw_trainer_steps(r->tr)};
+    static resume_state rs; /* 3 KB: not on the stack of every save */
+    memset(&rs, 0, sizeof rs);
+    rs = (resume_state){RESUME_MAGIC_RUN, r->rng.state, mw_trainer_steps(r->tr), {0}};
+    memcpy(rs.identity, r->identity.text, r->identity.len + 1);
     return mw_trainer_save(r->tr, r->o.checkpoint, &rs, sizeof rs);
 }
 
@@ -745,6 +781,20 @@ static int interrupted(run *r) {
     }
     fflush(stdout);
     return cli_stop_status();
+}
+
+/* Under mpirun a Ctrl-C leaves each process cli_mpirun_grace() seconds between SIGTERM and
+ * SIGKILL: said once when a step and a checkpoint take longer, with the flag that gives them
+ * the time (else the steps since the last checkpoint are lost). */
+static void note_grace(double step_and_save_ms) {
+    static int said;
+    double grace = cli_mpirun_grace();
+    if (said || grace < 0 || step_and_save_ms <= 1e3 * grace) return;
+    said = 1;
+    printf("note: under mpirun, Ctrl-C leaves each process %g s after its SIGTERM to finish the "
+           "step and write the checkpoint, and they take %.1f s here: start mpirun with --mca "
+           "odls_base_sigkill_timeout %d to keep the steps since the last checkpoint\n",
+           grace, step_and_save_ms / 1e3, (int)ceil(2.0 * step_and_save_ms / 1e3) + 1);
 }
 
 static int train(run *r) {
@@ -780,7 +830,9 @@ static int train(run *r) {
         }
         int stop = o->stop_at > 0 && s + 1 == o->stop_at;
         if (o->checkpoint && ((s + 1) % o->checkpoint_every == 0 || s + 1 == o->steps || stop)) {
+            double t1 = now();
             if ((st = save_checkpoint(r)) != MW_OK) return fail(st, "cannot write the checkpoint");
+            note_grace(ms + 1e3 * (now() - t1));
         }
         if (o->val_every > 0 && ((s + 1) % o->val_every == 0 || s + 1 == o->steps)) {
             st = evaluate(r, &r->val, o->val_batches, &val, NULL);
@@ -843,6 +895,7 @@ static void print_text_token(const mw_tokenizer *tok, int32_t id) {
  * position per run), or the model over the whole window each time (--sample-recompute). */
 typedef struct sampler {
     int cached, window, at; /* at: positions in the cache (cached) */
+    int start, fed;         /* the context's first token in the history; tokens seen so far */
     mw_graph *g;
     mw_infer *inf;
     mw_tensor *logits;
@@ -901,32 +954,71 @@ static mw_status sampler_feed(sampler *s, int32_t token) {
     return st;
 }
 
-/* The logits of the token after hist[0, n) (its last window), in *logits. With the cache, tokens
- * since the last call are fed one by one; when the window is full the cache starts again from
- * the last half of it (fed anew at positions 0, 1, ...), so the model never sees a position
- * beyond the window it was trained on. */
-static mw_status sampler_next(sampler *s, const int32_t *hist, int n, int fed, int Vp,
+/* The logits of the token after hist[0, n), in *logits. The model sees the context
+ * hist[start, n) at positions 0, 1, ...: when it would grow beyond the window it starts again
+ * from its last half, so the model never sees a position beyond the window it was trained on.
+ * The key/value cache is fed the tokens since the last call one by one (and the kept half again
+ * at such a restart); recomputing runs the model over the context each time. Both see the same
+ * context, so at temperature 0 they pick the same tokens, beyond the window too. */
+static mw_status sampler_next(sampler *s, const int32_t *hist, int n, int Vp,
                               const float **logits) {
     mw_status st = MW_OK;
-    if (!s->cached) {
-        int start = n > s->window ? n - s->window : 0, len = n - start;
-        memcpy(s->tokens, hist + start, (size_t)len * sizeof *s->tokens);
-        mw_feed feed = {"tokens", s->tokens, s->window};
-        mw_fetch f = {s->logits, s->out, (int64_t)s->window * Vp};
-        st = mw_infer_run(s->inf, &feed, 1, 1, &f, 1);
-        *logits = s->out + (size_t)(len - 1) * (size_t)Vp;
-        return st;
-    }
-    for (int i = fed; i < n && st == MW_OK; i++) {
-        if (s->at == s->window) { /* full: keep the last half */
-            int keep = s->window / 2 > 0 ? s->window / 2 : 1;
+    const int keep = s->window / 2 > 0 ? s->window / 2 : 1;
+    for (int i = s->fed; i < n && st == MW_OK; i++) {
+        if (i - s->start == s->window) { /* full: keep the last half */
+            s->start = i - keep;
             s->at = 0;
-            for (int k = i - keep; k < i && st == MW_OK; k++) st = sampler_feed(s, hist[k]);
+            for (int k = s->start; s->cached && k < i && st == MW_OK; k++)
+                st = sampler_feed(s, hist[k]);
         }
-        if (st == MW_OK) st = sampler_feed(s, hist[i]);
+        if (s->cached && st == MW_OK) st = sampler_feed(s, hist[i]);
     }
+    s->fed = n;
     *logits = s->out;
+    if (s->cached || st != MW_OK) return st;
+    int len = n - s->start;
+    memcpy(s->tokens, hist + s->start, (size_t)len * sizeof *s->tokens);
+    mw_feed feed = {"tokens", s->tokens, s->window};
+    mw_fetch f = {s->logits, s->out, (int64_t)s->window * Vp};
+    st = mw_infer_run(s->inf, &feed, 1, 1, &f, 1);
+    *logits = s->out + (size_t)(len - 1) * (size_t)Vp;
     return st;
+}
+
+/* The sample's first tokens, made (and checked against the vocabulary) before training: the
+ * --prompt's bytes, or its tokens through --tokenizer, or <|endoftext|>. 0, or the exit status
+ * (reported). */
+static int prepare_prompt(run *r) {
+    const options *o = &r->o;
+    const int V = o->model.vocab;
+    size_t len = strlen(o->prompt), cap = (r->tok ? mw_tokenizer_max_ids(r->tok, len) : len) + 1;
+    if (!(r->prompt = malloc(cap * sizeof *r->prompt))) return fail(MW_ERR_NOMEM, "--prompt");
+    if (r->tok && strcmp(o->prompt, "\n") != 0) {
+        size_t got = 0;
+        mw_status st = mw_tokenizer_encode(r->tok, o->prompt, len, r->prompt, cap, &got);
+        if (st != MW_OK) return fail(st, "cannot encode --prompt");
+        r->prompt_len = (int)got;
+    } else if (r->tok) { /* no prompt: the tokenizer's <|endoftext|>, else token 0 */
+        int32_t eot = 0;
+        if (mw_tokenizer_token_id(r->tok, "<|endoftext|>", &eot) != MW_OK) eot = 0;
+        r->prompt[r->prompt_len++] = eot;
+    } else if (r->byte_level) {
+        for (size_t i = 0; i < len; i++) {
+            int b = (unsigned char)o->prompt[i];
+            if (b >= V) {
+                fprintf(stderr,
+                        "gpt2: --prompt byte %zu is 0x%02x (%d), outside the model's vocabulary "
+                        "of %d tokens (--vocab): the model has no token for it (give a prompt "
+                        "of bytes below %d, or a larger --vocab)\n",
+                        i + 1, b, b, V, V);
+                return 2;
+            }
+            r->prompt[r->prompt_len++] = b;
+        }
+    } else {
+        r->prompt[r->prompt_len++] = V == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
+    }
+    return 0;
 }
 
 /* Generates o->sample tokens with an inference program reading the trainer's parameters in place
@@ -936,7 +1028,7 @@ static int sample(run *r) {
     const options *o = &r->o;
     const int V = o->model.vocab, Vp = o->model.padded_vocab;
     sampler sm;
-    int rc = 0, n = 0, fed = 0, cap = o->sample + (int)strlen(o->prompt) + 1;
+    int rc = 0, n = r->prompt_len, cap = o->sample + r->prompt_len + 1;
     int32_t *hist = malloc((size_t)cap * sizeof *hist);
     char *text = malloc((size_t)cap);
     mw_status st = hist && text ? sampler_open(r, &sm) : MW_ERR_NOMEM;
@@ -944,23 +1036,7 @@ static int sample(run *r) {
         rc = fail(st, "cannot set up sampling");
         goto done;
     }
-    if (r->tok && strcmp(o->prompt, "\n") != 0) {
-        size_t got = 0;
-        if ((st = mw_tokenizer_encode(r->tok, o->prompt, strlen(o->prompt), hist, (size_t)(cap - 1),
-                                      &got)) != MW_OK) {
-            rc = fail(st, "cannot encode --prompt");
-            goto done;
-        }
-        n = (int)got;
-    } else if (r->tok) { /* no prompt: the tokenizer's <|endoftext|>, else token 0 */
-        int32_t eot = 0;
-        if (mw_tokenizer_token_id(r->tok, "<|endoftext|>", &eot) != MW_OK) eot = 0;
-        hist[n++] = eot;
-    } else if (r->byte_level) {
-        for (const char *p = o->prompt; *p; p++) hist[n++] = (unsigned char)*p;
-    } else {
-        hist[n++] = V == 50257 ? 50256 : 0; /* GPT-2's <|endoftext|> */
-    }
+    memcpy(hist, r->prompt, (size_t)n * sizeof *hist);
     int prompt_len = n;
     printf("sample (%d tokens, temperature %g, %s):\n", o->sample, o->temperature,
            sm.cached ? "key/value cache" : "recomputing the window");
@@ -969,11 +1045,10 @@ static int sample(run *r) {
     double t0 = now();
     for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
         const float *logits;
-        if ((st = sampler_next(&sm, hist, n, fed, Vp, &logits)) != MW_OK) {
+        if ((st = sampler_next(&sm, hist, n, Vp, &logits)) != MW_OK) {
             rc = fail(st, "sampling failed");
             goto done;
         }
-        fed = n;
         hist[n] = draw(logits, V, o->temperature, &r->rng);
         if (r->tok)
             print_text_token(r->tok, hist[n++]);
@@ -1016,30 +1091,47 @@ done:
     return rc;
 }
 
-/* Every output is checked before the first step (an output that cannot be written is said now,
- * not after the training it would hold), and none may be an input: 0, or -1 reported. */
-static int check_outputs(const run *r) {
+/* Every file of the run is checked before the first step, through the library's discipline
+ * (meshwit/file.h): inputs are regular files, outputs are no input and no other output, no FIFO,
+ * device or folder, in a folder that takes a new file and with room for them (an output that
+ * cannot be written is said now, not after the training it would hold). 0, or -1 reported. */
+static int check_files(const run *r) {
     const options *o = &r->o;
-    cli_file in[4] = {{"--load", o->load}, {"--data", o->data}, {"--val-data", o->val_data}};
-    int nin = 3;
-    if (o->resume) in[nin++] = (cli_file){"--checkpoint", o->checkpoint};
-    int64_t params = gpt2_num_params(&o->model) * (int64_t)sizeof(float);
-    cli_file save = {"--save", o->save}, ckpt = {"--checkpoint", o->checkpoint};
-    if (o->save && o->checkpoint && cli_same_file(o->save, o->checkpoint)) {
-        fprintf(stderr, "gpt2: --save and --checkpoint name the same file %s\n", o->save);
+    const int64_t params = gpt2_num_params(&o->model) * (int64_t)sizeof(float);
+    int save = o->save && mw_distributed_rank() == 0; /* rank 0 alone writes --save */
+    int hf_save = save && gpt2_is_safetensors(o->save);
+    char cfg[4200];
+    mw_files *fs;
+    mw_status st = mw_files_new(&fs);
+    if (!st && o->load) st = mw_files_input(fs, "--load", o->load, 0);
+    /* A .safetensors --load is read with its config.json, an input too, unless a .safetensors
+     * --save writes that config.json (it must then describe this very model: checked below). */
+    if (!st && o->load && gpt2_is_safetensors(o->load) && !hf_save &&
+        gpt2_hf_config_path(o->load, cfg, sizeof cfg) == 0)
+        st = mw_files_input(fs, "--load's config.json", cfg, 0);
+    if (!st && o->data) st = mw_files_input(fs, "--data", o->data, 0);
+    if (!st && o->val_data) st = mw_files_input(fs, "--val-data", o->val_data, 0);
+    for (int i = 0; !st && mw_tokenizer_file(r->tok, i); i++)
+        st = mw_files_input(fs, "--tokenizer", mw_tokenizer_file(r->tok, i), 0);
+    if (!st && save) st = mw_files_output(fs, "--save", o->save, 0, params + 1024);
+    if (!st && hf_save && gpt2_hf_config_path(o->save, cfg, sizeof cfg) == 0)
+        st = mw_files_output(fs, "--save's config.json", cfg, 0, 0);
+    /* A resumed checkpoint is read, then replaced: an output only (read only by --eval-only). */
+    if (!st && o->checkpoint && o->eval_only)
+        st = mw_files_input(fs, "--checkpoint", o->checkpoint, 0);
+    else if (!st && o->checkpoint)
+        st = mw_files_output(fs, "--checkpoint", o->checkpoint, 0, 3 * params + 4096);
+    mw_files_free(fs);
+    if (st) {
+        fprintf(stderr, "gpt2: %s\n", mw_last_error());
         return -1;
     }
-    /* A resumed checkpoint is read, then replaced: the one output that is also an input. */
-    if (cli_check_output("gpt2", &ckpt, in, o->resume ? nin - 1 : nin, 3 * params) != 0) return -1;
-    if (mw_distributed_rank() > 0) return 0; /* rank 0 alone writes --save */
-    if (cli_check_output("gpt2", &save, in, nin, params) != 0) return -1;
     char err[1024];
-    if (o->save && gpt2_is_safetensors(o->save) &&
-        gpt2_hf_check_save(o->save, &o->model, err, sizeof err) != MW_OK) {
+    if (hf_save && gpt2_hf_check_save(o->save, &o->model, err, sizeof err) != MW_OK) {
         fprintf(stderr, "gpt2: %s\n", err);
         return -1;
     }
-    if (o->save && !gpt2_is_safetensors(o->save) && !gpt2_config_is_plain(&o->model)) {
+    if (save && !hf_save && !gpt2_config_is_plain(&o->model)) {
         fprintf(stderr,
                 "gpt2: --save %s: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU "
                 "and attention scale only, and this model differs (save it as .safetensors)\n",
@@ -1047,6 +1139,111 @@ static int check_outputs(const run *r) {
         return -1;
     }
     return 0;
+}
+
+/* The settings that make the run what it is, as a checkpoint records them: a resumed run must
+ * have the same (else it would continue another run from this one's state) unless
+ * --allow-change names them. The data is its training tokens (count and hash), so the same
+ * tokens under another name are the same data. */
+/* The shortest text of v that reads back as v ("0.002", not "0.0020000000000000001"). */
+static const char *exact(double v, char *buf, size_t size) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+static void run_identity(run *r) {
+    const options *o = &r->o;
+    const gpt2_config *c = &o->model;
+    cli_identity *id = &r->identity;
+    char b[32];
+    memset(id, 0, sizeof *id);
+    cli_identity_add(id, "layers", "%d", c->layers);
+    cli_identity_add(id, "heads", "%d", c->heads);
+    cli_identity_add(id, "channels", "%d", c->channels);
+    cli_identity_add(id, "context", "%d", c->max_seq);
+    cli_identity_add(id, "vocab", "%d", c->vocab);
+    cli_identity_add(id, "padded-vocab", "%d", c->padded_vocab);
+    cli_identity_add(id, "data", "%lld tokens, hash %016llx", (long long)r->train.count,
+                     (unsigned long long)cli_hash(0, r->train.ids,
+                                                  (size_t)r->train.count * sizeof *r->train.ids));
+    cli_identity_add(id, "batch", "%d", o->batch);
+    cli_identity_add(id, "seq", "%d", o->seq);
+    cli_identity_add(id, "steps", "%d", o->steps);
+    cli_identity_add(id, "sequential", "%s", o->sequential ? "yes" : "no");
+    cli_identity_add(id, "lr", "%s", exact(o->lr, b, sizeof b));
+    cli_identity_add(id, "beta1", "%s", exact(o->beta1, b, sizeof b));
+    cli_identity_add(id, "beta2", "%s", exact(o->beta2, b, sizeof b));
+    cli_identity_add(id, "eps", "%s", exact(o->eps, b, sizeof b));
+    cli_identity_add(id, "weight-decay", "%s", exact(o->weight_decay, b, sizeof b));
+    cli_identity_add(id, "grad-clip", "%s", exact(o->grad_clip, b, sizeof b));
+    cli_identity_add(id, "warmup", "%d", o->warmup);
+    cli_identity_add(id, "schedule", "%s", o->cosine ? "cosine" : "constant");
+    cli_identity_add(id, "min-lr-ratio", "%s", exact(o->min_lr_ratio, b, sizeof b));
+    cli_identity_add(id, "skip-nonfinite", "%s", o->skip_nonfinite ? "yes" : "no");
+    cli_identity_add(id, "precision", "%s", o->bf16 ? "bf16" : "fp32");
+}
+
+/* What --checkpoint FILE holds, before anything is built: with --resume, a state of this
+ * program whose run is this one (each setting that differs is named with both values, unless
+ * --allow-change names it); without it, nothing, unless --start-over allows a new run to
+ * replace it. 0, or the exit status (reported). */
+static int check_checkpoint(const run *r) {
+    const options *o = &r->o;
+    static resume_state rs;
+    size_t n = 0;
+    int64_t step = 0;
+    char names[512], bad[64];
+    cli_identity_names(r->identity.text, names, sizeof names);
+    if (o->allow_change &&
+        cli_identity_check_names(r->identity.text, o->allow_change, bad, sizeof bad) != 0) {
+        fprintf(stderr,
+                "gpt2: --allow-change %s: '%s' is not a setting a checkpoint records (%s)\n",
+                o->allow_change, bad, names);
+        return 2;
+    }
+    if (!o->resume) {
+        struct stat sb;
+        if (o->start_over || stat(o->checkpoint, &sb) != 0) return 0;
+        if (mw_checkpoint_info(o->checkpoint, &step, &rs, sizeof rs, &n) == MW_OK)
+            fprintf(stderr,
+                    "gpt2: --checkpoint %s holds a run at step %lld: continue it with --resume, "
+                    "or give --start-over to replace it with a new run\n",
+                    o->checkpoint, (long long)step);
+        else
+            fprintf(stderr,
+                    "gpt2: --checkpoint %s exists and holds no run (%s): not replaced; name "
+                    "another file, or give --start-over to replace it\n",
+                    o->checkpoint, mw_last_error());
+        return 2;
+    }
+    mw_status st = mw_checkpoint_info(o->checkpoint, &step, &rs, sizeof rs, &n);
+    if (st != MW_OK) return fail(st, "cannot resume");
+    if (n == RESUME_OLD_BYTES && rs.magic == RESUME_MAGIC) {
+        printf("%s records no settings (an older checkpoint): resuming without comparing them\n",
+               o->checkpoint);
+        return 0;
+    }
+    if (n != sizeof rs || rs.magic != RESUME_MAGIC_RUN) {
+        fprintf(stderr, "gpt2: %s was not written by this program\n", o->checkpoint);
+        return 2;
+    }
+    if (o->eval_only) return 0; /* evaluating the state: how it was trained does not matter */
+    rs.identity[sizeof rs.identity - 1] = '\0';
+    char report[2048];
+    int differ =
+        cli_identity_compare(rs.identity, r->identity.text, o->allow_change ? o->allow_change : "",
+                             report, sizeof report);
+    if (differ == 0) return 0;
+    fprintf(stderr,
+            "gpt2: --resume: %s holds another run (at step %lld); %d setting%s differ%s:\n%s\n"
+            "gpt2: give the checkpoint's settings, allow a change by name (--allow-change "
+            "lr,steps), or start a new run (--start-over, without --resume)\n",
+            o->checkpoint, (long long)step, differ, differ > 1 ? "s" : "", differ > 1 ? "" : "s",
+            report);
+    return 2;
 }
 
 /* Every process of an MPI job must train the same model on the same data: compares every flag
@@ -1111,39 +1308,41 @@ static int run_main(int argc, char **argv) {
     if (rc > 0) usage(stdout);
     if (rc != 0) return rc > 0 ? 0 : 2;
     options *o = &r.o;
-    if (o->tokenizer) {
-        mw_status tst = mw_tokenizer_load(o->tokenizer, &r.tok);
-        if (tst != MW_OK) return fail(tst, "cannot load --tokenizer");
-        o->tok_vocab = mw_tokenizer_vocab_size(r.tok);
-    }
-    if (choose_model(&r.o, &sz) != 0) {
-        mw_tokenizer_free(r.tok);
-        return 2;
-    }
-    if (o->prompt[0] == '\0') {
-        fprintf(stderr, "gpt2: --prompt must not be empty\n");
-        return 2;
-    }
-    gpt2_rng_seed(&r.rng, o->seed);
     char err[512];
     mw_status st;
+    if (o->tokenizer) {
+        if ((st = mw_tokenizer_load(o->tokenizer, &r.tok)) != MW_OK) {
+            rc = fail(st, "cannot load --tokenizer");
+            goto done;
+        }
+        o->tok_vocab = mw_tokenizer_vocab_size(r.tok);
+    }
+    rc = 2;
+    if (choose_model(&r.o, &sz) != 0) goto done;
+    if (o->prompt[0] == '\0') {
+        fprintf(stderr, "gpt2: --prompt must not be empty\n");
+        goto done;
+    }
+    /* Every check that needs no training is made here, before the data is read or the model
+     * built: the files, then the data, the checkpoint's run and the prompt. */
+    if (check_files(&r) != 0) goto done;
+    gpt2_rng_seed(&r.rng, o->seed);
     if ((rc = prepare_data(&r)) != 0) goto done;
-    if (check_outputs(&r) != 0) {
+    run_identity(&r);
+    if (o->checkpoint && (rc = check_checkpoint(&r)) != 0) goto done;
+    if (!r.byte_level && !r.tok && strcmp(o->prompt, "\n") != 0) {
+        fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
+                        "<|endoftext|>)\n");
         rc = 2;
         goto done;
     }
+    if (!o->eval_only && o->sample > 0 && (rc = prepare_prompt(&r)) != 0) goto done;
     if ((st = agree_flags(&r)) != MW_OK) {
         rc = fail(st, "the processes were started differently");
         goto done;
     }
     if (cli_catch_stop_signals() != 0) {
         fprintf(stderr, "gpt2: cannot install the SIGINT/SIGTERM handler: %s\n", strerror(errno));
-        rc = 2;
-        goto done;
-    }
-    if (!r.byte_level && !r.tok && strcmp(o->prompt, "\n") != 0) {
-        fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
-                        "<|endoftext|>)\n");
         rc = 2;
         goto done;
     }
@@ -1188,7 +1387,8 @@ static int run_main(int argc, char **argv) {
             rc = fail(st, "cannot resume");
             goto done;
         }
-        if (n != sizeof rs || rs.magic != RESUME_MAGIC) {
+        if (!(n == sizeof rs && rs.magic == RESUME_MAGIC_RUN) &&
+            !(n == RESUME_OLD_BYTES && rs.magic == RESUME_MAGIC)) {
             fprintf(stderr, "gpt2: %s was not written by this program\n", o->checkpoint);
             rc = 2;
             goto done;
@@ -1248,5 +1448,6 @@ done:
     gpt2_tokens_free(&r.val_file);
     gpt2_tokens_free(&r.data);
     mw_tokenizer_free(r.tok);
+    free(r.prompt);
     return rc;
 }

@@ -11,8 +11,12 @@
  * before training. SIGINT or SIGTERM finishes the step in flight and exits 130 or 143; a second
  * signal exits at once.
  *
+ * --load starts both runs from a safetensors file of "weights" and "bias" (as --save writes it:
+ * the sharded run's parameters); both go through the library's file discipline (meshwit/file.h),
+ * checked before training.
+ *
  * Exit status: 0 when the sharded parameters match single device within 1e-5, 1 when they do not,
- * 2 on bad arguments or a library error, 130/143 interrupted. */
+ * 2 on bad arguments, a file that cannot be used or a library error, 130/143 interrupted. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -28,6 +32,7 @@
 
 typedef struct options {
     const char *devices;
+    const char *load, *save; /* --load, --save: safetensors files of "weights" and "bias" */
     int64_t rows;
     int64_t features;
     int64_t steps;
@@ -36,29 +41,34 @@ typedef struct options {
 } options;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: linreg [options]     (or: mpirun -np P linreg [options])\n"
-            "Trains y = X.w + b by full-batch gradient descent on one device, then with the batch\n"
-            "sharded over a mesh, and checks that both give the same parameters.\n"
-            "\n"
-            "  --devices SPEC   devices of the sharded run (default cpu:2; e.g. cpu:4, cuda:0,1);\n"
-            "                   under mpirun, each process's own devices\n"
-            "  --rows N         rows of X (default 8192)\n"
-            "  --features N     columns of X (default 64)\n"
-            "  --steps N        training steps (default 200)\n"
-            "  --lr X           learning rate (default 0.05)\n"
-            "  --seed N         data seed (default 1)\n"
-            "  --help           this text\n"
-            "\n"
-            "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
-            "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error,\n"
-            "130/143 interrupted by SIGINT/SIGTERM.\n",
-            TOLERANCE);
+    fprintf(
+        f,
+        "usage: linreg [options]     (or: mpirun -np P linreg [options])\n"
+        "Trains y = X.w + b by full-batch gradient descent on one device, then with the batch\n"
+        "sharded over a mesh, and checks that both give the same parameters.\n"
+        "\n"
+        "  --devices SPEC   devices of the sharded run (default cpu:2; e.g. cpu:4, cuda:0,1);\n"
+        "                   under mpirun, each process's own devices\n"
+        "  --rows N         rows of X (default 8192)\n"
+        "  --features N     columns of X (default 64)\n"
+        "  --steps N        training steps (default 200)\n"
+        "  --lr X           learning rate (default 0.05)\n"
+        "  --seed N         data seed (default 1)\n"
+        "  --load FILE      start both runs from FILE's \"weights\" and \"bias\" (default zeros)\n"
+        "  --save FILE      write the sharded run's parameters to FILE (safetensors; under\n"
+        "                   mpirun rank 0 writes it)\n"
+        "  --help           this text\n"
+        "\n"
+        "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
+        "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error,\n"
+        "130/143 interrupted by SIGINT/SIGTERM.\n",
+        TOLERANCE);
 }
 
 /* 0 ok, 1 --help, -1 bad arguments (already reported). */
 static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){"cpu:2", 8192, 64, 200, 0.05, 1};
+    *o = (options){
+        .devices = "cpu:2", .rows = 8192, .features = 64, .steps = 200, .lr = 0.05, .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v = NULL;
         int missing = 0, bad = 0, matched = 1;
@@ -76,6 +86,10 @@ static int parse_args(int argc, char **argv, options *o) {
             bad = cli_parse_double(v, 0.0, HUGE_VAL, &o->lr) || o->lr == 0.0;
         } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
             bad = cli_parse_u64(v, &o->seed);
+        } else if ((v = cli_option_value(argc, argv, &i, "--load", &missing))) {
+            o->load = v;
+        } else if ((v = cli_option_value(argc, argv, &i, "--save", &missing))) {
+            o->save = v;
         } else {
             matched = 0;
         }
@@ -124,6 +138,10 @@ static int train(const options *o, const linreg_data *data, mw_mesh *mesh, int s
     mw_status st = linreg_model_new(mesh, o->rows, o->features, sharded, (float)o->lr, &m);
     if (st != MW_OK) return fail(st, "cannot make the trainer on ", mw_mesh_describe(mesh));
     if (sharded) print_batch(m.trainer);
+    if (o->load && (st = mw_trainer_load_weights(m.trainer, o->load, NULL, 0)) != MW_OK) {
+        linreg_model_free(&m);
+        return fail(st, "cannot load --load ", o->load);
+    }
 
     linreg_result r;
     st = linreg_train(m.trainer, data, (int)o->steps, &r);
@@ -135,6 +153,11 @@ static int train(const options *o, const linreg_data *data, mw_mesh *mesh, int s
         return cli_stop_status();
     }
     if (st == MW_OK) st = linreg_read_params(m.trainer, o->features, weights, bias);
+    if (st == MW_OK && sharded && o->save && mw_distributed_rank() == 0 &&
+        (st = mw_trainer_save_weights(m.trainer, o->save, NULL, 0)) != MW_OK) {
+        linreg_model_free(&m);
+        return fail(st, "cannot write --save ", o->save);
+    }
     linreg_model_free(&m);
     if (st != MW_OK) return fail(st, "training failed", NULL);
     print_run(sharded ? "sharded" : "single device", o->steps, &r);
@@ -173,8 +196,8 @@ int main(int argc, char **argv) {
     char flags[256];
     snprintf(flags, sizeof flags,
              "--rows %" PRId64 "\n--features %" PRId64 "\n--steps %" PRId64
-             "\n--lr %.17g\n--seed %" PRIu64 "\n",
-             o.rows, o.features, o.steps, o.lr, o.seed);
+             "\n--lr %.17g\n--seed %" PRIu64 "\n--load %s\n",
+             o.rows, o.features, o.steps, o.lr, o.seed, o.load ? "given" : "none");
     if ((st = mw_distributed_agree("linreg flags", flags, 0)) != MW_OK) {
         rc = fail(st, "the processes were started differently", NULL);
         mw_distributed_abort(rc);
@@ -182,6 +205,20 @@ int main(int argc, char **argv) {
     if (cli_catch_stop_signals() != 0) {
         fprintf(stderr, "linreg: cannot install the SIGINT/SIGTERM handler\n");
         mw_distributed_abort(2);
+    }
+    /* The files, checked before any training: --load a regular file, --save not it, no FIFO,
+     * device or folder, in a folder that takes a new file, with room for the parameters. */
+    mw_files *fs;
+    st = mw_files_new(&fs);
+    if (!st && o.load) st = mw_files_input(fs, "--load", o.load, 0);
+    if (!st && o.save && mw_distributed_rank() == 0)
+        st = mw_files_output(fs, "--save", o.save, 0, 4 * (o.features + 1) + 4096);
+    mw_files_free(fs);
+    if (st != MW_OK) {
+        fprintf(stderr, "linreg: %s\n", mw_last_error());
+        if (nprocs > 1) mw_distributed_abort(2);
+        mw_distributed_finalize();
+        return 2;
     }
 
     char single_spec[32];

@@ -9,10 +9,14 @@
  * Each TEXT is a document: its tokens follow the end-of-text token, as llm.c's data scripts
  * write them. The shard is llm.c's: a header of 256 little-endian int32 (20240520, version 1,
  * the token count, zeros) and then the tokens as little-endian uint16, so a vocabulary must fit
- * 65536 ids. Shards are written to a temporary file and renamed, so a failed run leaves none.
+ * 65536 ids. Every file goes through the library's discipline (meshwit/file.h): the
+ * tokenizer's files, the texts and the shard read are regular files (or "-"), opened without
+ * blocking; each output is checked before any work (no input, not the other output, no FIFO,
+ * device or folder, a folder that takes a new file) and written to a temporary file beside it,
+ * renamed over it only once complete, so a failed run leaves every file as it was.
  *
  * Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded, 2 bad
- * arguments. */
+ * arguments (an output that is an input or the other output, an empty name among them). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,9 +68,13 @@ static void usage(FILE *f) {
         "  --help             this text\n"
         "\n"
         "A token shard holds uint16 ids: a tokenizer with more than %d ids cannot write\n"
-        "one (print the ids instead). decode(encode(text)) gives the text back byte for byte.\n"
+        "one (print the ids instead). decode(encode(text)) gives the text back byte for byte,\n"
+        "and a tokenizer lacking a token for some byte (which encoding would drop) is refused\n"
+        "for --out. --out - writes standard output. Every output is checked before any work\n"
+        "(not an input or the other output, not a FIFO, device or folder, in a folder that\n"
+        "takes a new file) and replaced only by the complete file.\n"
         "Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded,\n"
-        "2 bad arguments.\n",
+        "2 bad arguments (also an output that is an input or the other output).\n",
         SHARD_MAX_VOCAB);
 }
 
@@ -127,14 +135,32 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* Every file of the run, checked before any work: the tokenizer's files, the texts or the shard
+ * read are inputs; --out and --val-out outputs. 0, or the exit status (reported): 2 for what the
+ * arguments name wrongly, 1 for a file that cannot be read or written. */
+static int check_files(const options *o, const mw_tokenizer *tok) {
+    mw_files *fs;
+    mw_status st = mw_files_new(&fs);
+    for (int i = 0; !st && mw_tokenizer_file(tok, i); i++)
+        st = mw_files_input(fs, "--tokenizer", mw_tokenizer_file(tok, i), 0);
+    for (int t = 0; !st && t < o->ntexts; t++)
+        st = mw_files_input(fs, "TEXT", o->texts[t], MW_FILE_STDIO);
+    if (!st && o->decode) st = mw_files_input(fs, "--decode", o->decode, 0);
+    if (!st && o->out) st = mw_files_output(fs, "--out", o->out, MW_FILE_STDIO, 0);
+    if (!st && o->val_out) st = mw_files_output(fs, "--val-out", o->val_out, MW_FILE_STDIO, 0);
+    mw_files_free(fs);
+    if (!st) return 0;
+    fprintf(stderr, PROGRAM ": %s\n", mw_last_error());
+    return st == MW_ERR_IO ? 1 : 2;
+}
+
 /* The whole of `path` ("-": standard input) into *data (*len bytes). 0, or 1 reported. */
 static int read_text(const char *path, char **data, size_t *len) {
     *data = NULL;
     *len = 0;
-    char err[512];
-    FILE *f = stdin;
-    if (strcmp(path, "-") != 0 && !(f = cli_open_regular(path, NULL, err, sizeof err))) {
-        fprintf(stderr, PROGRAM ": %s\n", err);
+    FILE *f;
+    if (mw_input_open(path, "TEXT", MW_FILE_STDIO, &f, NULL) != MW_OK) {
+        fprintf(stderr, PROGRAM ": %s\n", mw_last_error());
         return 1;
     }
     size_t cap = 1 << 16, n = 0;
@@ -162,41 +188,32 @@ static int read_text(const char *path, char **data, size_t *len) {
     return 0;
 }
 
-/* An llm.c token shard of ids[0, n) at path, through path.tmp. 0, or 1 reported. */
-static int write_shard(const char *path, const int32_t *ids, size_t n) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        fprintf(stderr, PROGRAM ": %s: the path is too long\n", path);
-        return 1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fprintf(stderr, PROGRAM ": cannot create %s: %s\n", tmp, strerror(errno));
-        return 1;
-    }
+/* An llm.c token shard of ids[0, n) at path (the flag `what`), written beside it and renamed
+ * over it when complete. 0, or 1 reported. */
+static int write_shard(const char *what, const char *path, const int32_t *ids, size_t n) {
+    mw_output *out;
+    mw_status st = mw_output_open(path, what, MW_FILE_STDIO, &out);
+    if (st != MW_OK) return fail("cannot write the shard");
     unsigned char header[GPT2_HEADER_INTS * 4] = {0};
     const int32_t fields[3] = {GPT2_SHARD_MAGIC, GPT2_SHARD_VERSION, (int32_t)n};
     for (int k = 0; k < 3; k++)
         for (int b = 0; b < 4; b++)
             header[4 * k + b] = (unsigned char)((uint32_t)fields[k] >> 8 * b);
-    int ok = fwrite(header, 1, sizeof header, f) == sizeof header;
+    st = mw_output_write(out, header, sizeof header);
     unsigned char chunk[8192];
-    for (size_t i = 0; i < n && ok;) {
+    for (size_t i = 0; i < n && st == MW_OK;) {
         size_t m = 0;
         for (; i < n && m < sizeof chunk; i++) {
             chunk[m++] = (unsigned char)(ids[i] & 0xFF);
             chunk[m++] = (unsigned char)(ids[i] >> 8);
         }
-        ok = fwrite(chunk, 1, m, f) == m;
+        st = mw_output_write(out, chunk, m);
     }
-    ok = (fflush(f) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, PROGRAM ": cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return 1;
+    if (st != MW_OK) {
+        mw_output_abandon(out);
+        return fail("cannot write the shard");
     }
-    return 0;
+    return mw_output_commit(out) == MW_OK ? 0 : fail("cannot write the shard");
 }
 
 static int encode_all(const options *o, mw_tokenizer *tok) {
@@ -204,6 +221,16 @@ static int encode_all(const options *o, mw_tokenizer *tok) {
     const char *eot_name = o->eot ? o->eot : "<|endoftext|>";
     if (!o->no_eot && mw_tokenizer_token_id(tok, eot_name, &eot) != MW_OK && o->eot)
         return fail("--eot");
+    int missing = mw_tokenizer_missing_byte(tok);
+    if (o->out && missing >= 0) {
+        fprintf(stderr,
+                PROGRAM ": the tokenizer %s has no token for byte 0x%02x (nor byte fallback): "
+                        "encoding drops it, so a shard would not decode to its text; use a "
+                        "tokenizer with the 256 byte tokens (as GPT-2's), or print the ids (no "
+                        "--out)\n",
+                o->tokenizer, missing);
+        return 1;
+    }
     if (o->out && mw_tokenizer_vocab_size(tok) > SHARD_MAX_VOCAB) {
         fprintf(stderr,
                 PROGRAM ": the tokenizer %s has %d ids, but an llm.c token shard stores uint16 "
@@ -267,8 +294,9 @@ static int encode_all(const options *o, mw_tokenizer *tok) {
                     o->val_out ? ", too few to split by --val-fraction" : "");
             rc = 1;
         } else {
-            rc = write_shard(o->out, all, ntrain);
-            if (rc == 0 && o->val_out) rc = write_shard(o->val_out, all + ntrain, nval);
+            rc = write_shard("--out", o->out, all, ntrain);
+            if (rc == 0 && o->val_out)
+                rc = write_shard("--val-out", o->val_out, all + ntrain, nval);
             if (rc == 0) {
                 fprintf(stderr, PROGRAM ": %zu tokens to %s", ntrain, o->out);
                 if (o->val_out) fprintf(stderr, ", %zu to %s", nval, o->val_out);
@@ -316,16 +344,12 @@ static int decode_shard(const options *o, mw_tokenizer *tok) {
         snprintf(what, sizeof what, "cannot decode %s", o->decode);
         return fail(what);
     }
-    FILE *f = o->out ? fopen(o->out, "wb") : stdout;
-    int ok = f && fwrite(text, 1, len, f) == len;
-    if (f) ok = ((o->out ? fclose(f) : fflush(f)) == 0) && ok;
+    mw_output *out;
+    st = mw_output_open(o->out ? o->out : "-", o->out ? "--out" : "the text", MW_FILE_STDIO, &out);
+    if (st == MW_OK && (st = mw_output_write(out, text, len)) != MW_OK) mw_output_abandon(out);
+    if (st == MW_OK) st = mw_output_commit(out);
     free(text);
-    if (!ok) {
-        fprintf(stderr, PROGRAM ": cannot write %s: %s\n", o->out ? o->out : "the text",
-                strerror(errno));
-        return 1;
-    }
-    return 0;
+    return st == MW_OK ? 0 : fail("cannot write the text");
 }
 
 int main(int argc, char **argv) {
@@ -341,7 +365,8 @@ int main(int argc, char **argv) {
         free(o.texts);
         return fail("cannot load the tokenizer");
     }
-    int rc = o.decode ? decode_shard(&o, tok) : encode_all(&o, tok);
+    int rc = check_files(&o, tok);
+    if (rc == 0) rc = o.decode ? decode_shard(&o, tok) : encode_all(&o, tok);
     mw_tokenizer_free(tok);
     free(o.texts);
     return rc;

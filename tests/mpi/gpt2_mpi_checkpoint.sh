@@ -28,11 +28,17 @@ grep -q '^resumed .* at step 4$' "$dir/out" || { cat "$dir/out" >&2; die "did no
 losses < "$dir/out" >> "$dir/resumed"
 diff "$dir/whole" "$dir/resumed" || die "the resumed job differs from the uninterrupted one"
 
-# Only the final save (--checkpoint-every beyond --steps), then continued to step 8.
+# Only the final save (--checkpoint-every beyond --steps), then continued to step 8: another
+# --steps is refused, naming it, unless allowed (the 8 steps stay within the warm-up, so the
+# schedule is the same).
 run --steps 5 --checkpoint "$dir/b.mwc" --checkpoint-every 100 > "$dir/out" 2>&1 \
     || { cat "$dir/out" >&2; die "the job saving at its end failed"; }
 losses < "$dir/out" | grep -v '^final' > "$dir/continued"
-run --steps 8 --checkpoint "$dir/b.mwc" --resume > "$dir/out" 2>&1 \
+if run --steps 8 --checkpoint "$dir/b.mwc" --resume > "$dir/out" 2>&1; then
+    die "a resume with another --steps was accepted"
+fi
+grep -q 'steps: 5 in the checkpoint, 8 now' "$dir/out" || { cat "$dir/out" >&2; die "no steps named"; }
+run --steps 8 --checkpoint "$dir/b.mwc" --resume --allow-change steps > "$dir/out" 2>&1 \
     || { cat "$dir/out" >&2; die "the continued job failed"; }
 losses < "$dir/out" >> "$dir/continued"
 diff "$dir/whole" "$dir/continued" || die "the continued job differs from the uninterrupted one"
