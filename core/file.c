@@ -358,15 +358,21 @@ static void sync_folder(const char *path) {
     close(fd);
 }
 
+mw_status mw_output_sync(mw_output *o) {
+    if (!o) return mw__error(MW_ERR_INVALID, "mw_output_sync: NULL argument");
+    mw_status st = flush_out(o);
+    if (!st && o->std && fflush(stdout) != 0) st = output_fail(o, MW_ERR_IO, strerror(errno));
+    if (!st && !o->std && fsync(o->fd) != 0) st = output_fail(o, MW_ERR_IO, strerror(errno));
+    return st;
+}
+
 mw_status mw_output_commit(mw_output *o) {
     if (!o) return mw__error(MW_ERR_INVALID, "mw_output_commit: NULL argument");
-    mw_status st = flush_out(o);
+    mw_status st = mw_output_sync(o);
     if (o->std) {
-        if (!st && fflush(stdout) != 0) st = output_fail(o, MW_ERR_IO, strerror(errno));
         output_free(o);
         return st;
     }
-    if (!st && fsync(o->fd) != 0) st = output_fail(o, MW_ERR_IO, strerror(errno));
     int fd = o->fd;
     o->fd = -1;
     if (close(fd) != 0 && !st) st = output_fail(o, MW_ERR_IO, strerror(errno));

@@ -110,6 +110,12 @@ mw_status mw_output_printf(mw_output *o, const char *fmt, ...)
 #endif
     ;
 
+/* Writes what is buffered and syncs the temporary file to the disk (standard output: flushes
+ * it); after it succeeds, mw_output_commit only renames. A program with several outputs syncs
+ * them all before committing any, so that a failure (a full disk) leaves every one as it was.
+ * Errors: those of mw_output_write (a kept failure too); MW_ERR_INVALID (o NULL). */
+mw_status mw_output_sync(mw_output *o);
+
 /* Finishes the output and frees o: writes what is buffered, syncs the file to the disk and
  * renames it over the final name (then syncs the folder and removes temporary files of the same
  * name that dead writers of this host left). Standard output is flushed, not closed. On any
