@@ -222,9 +222,11 @@ static int write_csv(FILE *f, const driver *d) {
     return 0;
 }
 
-/* Writes the records to path (the flag `what`; "-": standard output) through the library's
- * discipline: beside the final name, renamed over it only when complete. 0 on success. */
-static int finish_file(const char *path, const char *what, const driver *d, int csv) {
+/* Writes the records beside path (the flag `what`; "-": standard output) and syncs them to the
+ * disk: *out, renamed over path by mw_output_commit once both files are written (a failure of
+ * either leaves both as they were). 0 on success, -1 reported. */
+static int write_records(const char *path, const char *what, const driver *d, int csv,
+                         mw_output **out) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -233,10 +235,12 @@ static int finish_file(const char *path, const char *what, const driver *d, int 
         bad = csv ? write_csv(f, d) : (write_json(f, d), 0);
         if (fclose(f) != 0) bad = -1;
     }
-    mw_output *out = NULL;
-    mw_status st = bad ? MW_ERR_NOMEM : mw_output_open(path, what, MW_FILE_STDIO, &out);
-    if (st == MW_OK && (st = mw_output_write(out, text, len)) != MW_OK) mw_output_abandon(out);
-    if (st == MW_OK) st = mw_output_commit(out);
+    mw_status st = bad ? MW_ERR_NOMEM : mw_output_open(path, what, MW_FILE_STDIO, out);
+    if (st == MW_OK && (st = mw_output_write(*out, text, len)) == MW_OK) st = mw_output_sync(*out);
+    if (st != MW_OK && !bad) {
+        mw_output_abandon(*out);
+        *out = NULL;
+    }
     free(text);
     if (st != MW_OK)
         fprintf(stderr, "meshwit-bench: cannot write %s %s: %s\n", what, path,
@@ -439,8 +443,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "meshwit-bench: out of memory, %d records not written\n", d.dropped);
         rc = 1;
     }
-    if (json_path && finish_file(json_path, "--json", &d, 0)) rc = 1;
-    if (csv_path && finish_file(csv_path, "--csv", &d, 1)) rc = 1;
+    mw_output *json = NULL, *csv = NULL;
+    int bad_out = (json_path && write_records(json_path, "--json", &d, 0, &json)) ||
+                  (csv_path && write_records(csv_path, "--csv", &d, 1, &csv));
+    mw_output **outs[2] = {&json, &csv};
+    for (int k = 0; k < 2 && !bad_out; k++) {
+        if (*outs[k] && mw_output_commit(*outs[k]) != MW_OK) {
+            fprintf(stderr, "meshwit-bench: %s\n", mw_last_error());
+            bad_out = 1;
+        }
+        *outs[k] = NULL;
+    }
+    mw_output_abandon(json);
+    mw_output_abandon(csv);
+    if (bad_out) rc = 1;
     free(d.records);
 
 done:

@@ -261,20 +261,18 @@ static mw_status load_stats(const char *path, float *mean, float *sd, int featur
     return st;
 }
 
-/* The predicted labels, one per line ("-": standard output), written to a temporary file and
- * renamed over path once complete (a full disk leaves the previous file, and says so). 0, or -1
- * reported. */
-static int write_predictions(const char *path, const float *pred, int64_t n, const csv_table *t) {
-    mw_output *out;
-    mw_status st = mw_output_open(path, "--predictions", MW_FILE_STDIO, &out);
+/* The predicted labels, one per line ("-": standard output), written beside path and synced to
+ * the disk; mw_output_commit renames the file over path once --save is written too, so that a
+ * failure of either (a full disk) leaves both as they were. 0 and *out, or -1 reported. */
+static int write_predictions(const char *path, const float *pred, int64_t n, const csv_table *t,
+                             mw_output **out) {
+    mw_status st = mw_output_open(path, "--predictions", MW_FILE_STDIO, out);
     for (int64_t i = 0; st == MW_OK && i < n; i++)
-        st = mw_output_printf(out, "%d\n", t->classes[(int)pred[i]]);
-    if (st == MW_OK) {
-        st = mw_output_commit(out);
-    } else if (out) {
-        mw_output_abandon(out);
-    }
+        st = mw_output_printf(*out, "%d\n", t->classes[(int)pred[i]]);
+    if (st == MW_OK) st = mw_output_sync(*out);
     if (st == MW_OK) return 0;
+    mw_output_abandon(*out);
+    *out = NULL;
     fprintf(stderr, "classify: %s\n", mw_last_error());
     return -1;
 }
@@ -365,6 +363,7 @@ int main(int argc, char **argv) {
     model m = {0};
     mw_trainer *tr = NULL;
     mw_infer *inf = NULL;
+    mw_output *pred_out = NULL; /* --predictions, written, renamed after --save */
     int sgd = !strcmp(o.optimizer, "sgd");
     mw_trainer_config cfg = {.optimizer = mw_optimizer_defaults(sgd ? MW_SGD : MW_ADAMW)};
     cfg.optimizer.lr = (float)o.lr;
@@ -424,7 +423,8 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < ntest; i++) correct += (int32_t)pred[i] == t.y[test[i]];
             printf("test accuracy %.6f (%lld/%lld)\n", (double)correct / (double)ntest,
                    (long long)correct, (long long)ntest);
-            if (o.predictions && write_predictions(o.predictions, pred, ntest, &t) != 0) rc = 1;
+            if (o.predictions && write_predictions(o.predictions, pred, ntest, &t, &pred_out))
+                rc = 1;
         } else {
             rc = fail(st, "prediction failed");
         }
@@ -437,6 +437,13 @@ int main(int argc, char **argv) {
         else
             printf("saved %s\n", o.save);
     }
+    if (rc == 0 && pred_out && mw_output_commit(pred_out) != MW_OK) {
+        fprintf(stderr, "classify: %s\n", mw_last_error());
+        rc = 1;
+    } else if (rc != 0) {
+        mw_output_abandon(pred_out);
+    }
+    pred_out = NULL;
 done_batch:
     free(bx);
     free(by);

@@ -188,18 +188,18 @@ static int read_text(const char *path, char **data, size_t *len) {
     return 0;
 }
 
-/* An llm.c token shard of ids[0, n) at path (the flag `what`), written beside it and renamed
- * over it when complete. 0, or 1 reported. */
-static int write_shard(const char *what, const char *path, const int32_t *ids, size_t n) {
-    mw_output *out;
-    mw_status st = mw_output_open(path, what, MW_FILE_STDIO, &out);
+/* An llm.c token shard of ids[0, n) written beside path (the flag `what`) and synced to the disk;
+ * mw_output_commit renames it over path. 0 and *out, or 1 reported. */
+static int write_shard(const char *what, const char *path, const int32_t *ids, size_t n,
+                       mw_output **out) {
+    mw_status st = mw_output_open(path, what, MW_FILE_STDIO, out);
     if (st != MW_OK) return fail("cannot write the shard");
     unsigned char header[GPT2_HEADER_INTS * 4] = {0};
     const int32_t fields[3] = {GPT2_SHARD_MAGIC, GPT2_SHARD_VERSION, (int32_t)n};
     for (int k = 0; k < 3; k++)
         for (int b = 0; b < 4; b++)
             header[4 * k + b] = (unsigned char)((uint32_t)fields[k] >> 8 * b);
-    st = mw_output_write(out, header, sizeof header);
+    st = mw_output_write(*out, header, sizeof header);
     unsigned char chunk[8192];
     for (size_t i = 0; i < n && st == MW_OK;) {
         size_t m = 0;
@@ -207,13 +207,30 @@ static int write_shard(const char *what, const char *path, const int32_t *ids, s
             chunk[m++] = (unsigned char)(ids[i] & 0xFF);
             chunk[m++] = (unsigned char)(ids[i] >> 8);
         }
-        st = mw_output_write(out, chunk, m);
+        st = mw_output_write(*out, chunk, m);
     }
-    if (st != MW_OK) {
-        mw_output_abandon(out);
-        return fail("cannot write the shard");
+    if (st == MW_OK) st = mw_output_sync(*out);
+    if (st == MW_OK) return 0;
+    mw_output_abandon(*out);
+    *out = NULL;
+    return fail("cannot write the shard");
+}
+
+/* Both shards are complete on the disk before either replaces its final name: a failure (a
+ * full disk) leaves both as they were. 0, or 1 reported. */
+static int write_shards(const options *o, const int32_t *ids, size_t ntrain, size_t nval) {
+    mw_output *train = NULL, *val = NULL;
+    if (write_shard("--out", o->out, ids, ntrain, &train) != 0) return 1;
+    if (o->val_out && write_shard("--val-out", o->val_out, ids + ntrain, nval, &val) != 0) {
+        mw_output_abandon(train);
+        return 1;
     }
-    return mw_output_commit(out) == MW_OK ? 0 : fail("cannot write the shard");
+    mw_status st = mw_output_commit(train);
+    if (st == MW_OK && val)
+        st = mw_output_commit(val);
+    else
+        mw_output_abandon(val);
+    return st == MW_OK ? 0 : fail("cannot write the shard");
 }
 
 static int encode_all(const options *o, mw_tokenizer *tok) {
@@ -294,9 +311,7 @@ static int encode_all(const options *o, mw_tokenizer *tok) {
                     o->val_out ? ", too few to split by --val-fraction" : "");
             rc = 1;
         } else {
-            rc = write_shard("--out", o->out, all, ntrain);
-            if (rc == 0 && o->val_out)
-                rc = write_shard("--val-out", o->val_out, all + ntrain, nval);
+            rc = write_shards(o, all, ntrain, nval);
             if (rc == 0) {
                 fprintf(stderr, PROGRAM ": %zu tokens to %s", ntrain, o->out);
                 if (o->val_out) fprintf(stderr, ", %zu to %s", nval, o->val_out);
