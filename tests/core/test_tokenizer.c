@@ -767,6 +767,58 @@ Test(tokenizer_files, added_tokens_checked) {
     expect_refused("noid.json", MW_ERR_FORMAT, "added_tokens[0]", "no \"id\"", NULL);
 }
 
+/* The files a tokenizer was read from (a program counts them among its inputs), and whether it
+ * has a token for every byte (the round trip holds exactly then). */
+Test(tokenizer_files, the_files_read_and_the_bytes_covered) {
+    mw_tokenizer *tok = load(data_path("tokenizer.json"));
+    cr_assert(strstr(mw_tokenizer_file(tok, 0), "tokenizer/tokenizer.json"), "%s",
+              mw_tokenizer_file(tok, 0));
+    cr_assert_null(mw_tokenizer_file(tok, 1));
+    cr_assert_null(mw_tokenizer_file(tok, -1));
+    cr_assert_eq(mw_tokenizer_missing_byte(tok), -1);
+    mw_tokenizer_free(tok);
+    tok = load(data_path("gpt2"));
+    cr_assert(strstr(mw_tokenizer_file(tok, 0), "gpt2/vocab.json"), "%s",
+              mw_tokenizer_file(tok, 0));
+    cr_assert(strstr(mw_tokenizer_file(tok, 1), "gpt2/merges.txt"), "%s",
+              mw_tokenizer_file(tok, 1));
+    cr_assert_null(mw_tokenizer_file(tok, 2));
+    mw_tokenizer_free(tok);
+    /* The tiny vocabulary holds "a", "b" and "ab": byte 0 is the first it lacks, and "x" (0x78)
+     * would be dropped by encoding. */
+    write_tiny("t.json", tiny("\"1.0\"", "[]", "null", PRE, POST, DEC, MODEL));
+    tok = load(path_of("t.json"));
+    cr_assert_eq(mw_tokenizer_missing_byte(tok), 0);
+    int32_t ids[4];
+    size_t n = 9;
+    char back[8];
+    size_t len = 0;
+    cr_assert_eq(mw_tokenizer_encode(tok, "axb", 3, ids, 4, &n), MW_OK);
+    cr_assert_eq(mw_tokenizer_decode(tok, ids, n, back, sizeof back, &len), MW_OK);
+    cr_assert(len == 2 && memcmp(back, "ab", 2) == 0, "the byte without a token was not dropped");
+    mw_tokenizer_free(tok);
+    static const unsigned ab[1][2] = {{'a', 'b'}};
+    tok = byte_tokenizer(ab, 1);
+    cr_assert_eq(mw_tokenizer_missing_byte(tok), -1);
+    mw_tokenizer_free(tok);
+    cr_assert_eq(mw_tokenizer_missing_byte(NULL), -1);
+    cr_assert_null(mw_tokenizer_file(NULL, 0));
+}
+
+/* A FIFO in the folder, as vocab.json or tokenizer.json, is refused without blocking (the
+ * suite's timeout); so is a FIFO given as the tokenizer itself. */
+Test(tokenizer_files, fifos_are_refused_without_blocking, .timeout = 30) {
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s/f", dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    cr_assert_eq(mkfifo(path_of("f/vocab.json"), 0600), 0);
+    write_tiny("f/merges.txt", "a b\n");
+    expect_refused("f", MW_ERR_IO, "f/vocab.json: it is a FIFO, not a regular file", NULL);
+    cr_assert_eq(mkfifo(path_of("f/tokenizer.json"), 0600), 0);
+    expect_refused("f", MW_ERR_IO, "f/tokenizer.json: it is a FIFO", NULL);
+    expect_refused("f/tokenizer.json", MW_ERR_IO, "it is a FIFO", NULL);
+}
+
 Test(tokenizer_files, gpt2_files_checked) {
     char sub[256];
     snprintf(sub, sizeof sub, "%s/g", dir);

@@ -221,3 +221,39 @@ Test(checkpoint, out_of_memory_while_loading) {
     mw_test_fail_allocation(0);
     run_free(&r);
 }
+
+/* What a checkpoint holds, read without a trainer: its step and the caller's state, after the
+ * same checks of the file as a load (a damaged one, a FIFO, a state larger than the buffer are
+ * refused); the run it belongs to can be compared before anything is built. */
+Test(checkpoint, info_reads_the_step_and_state_without_a_trainer) {
+    run r;
+    run_make(&r, &config, "cpu:1");
+    step(&r, 0);
+    step(&r, 1);
+    char state[40] = "lr 0.002\nsteps 600\n";
+    cr_assert_eq(mw_trainer_save(r.tr, path, state, sizeof state), MW_OK, "%s", mw_last_error());
+    run_free(&r);
+    int64_t at = -1;
+    char got[64] = "";
+    size_t n = 0;
+    cr_assert_eq(mw_checkpoint_info(path, &at, got, sizeof got, &n), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(at, 2);
+    cr_assert_eq(n, sizeof state);
+    cr_assert_str_eq(got, state);
+    cr_assert_eq(mw_checkpoint_info(path, NULL, NULL, 0, NULL), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "carries 40 bytes of caller state"), "%s", mw_last_error());
+    /* One byte changed: the checksum refuses it. */
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 100, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+    cr_assert_eq(mw_checkpoint_info(path, &at, got, sizeof got, &n), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "checksum"), "%s", mw_last_error());
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(mw_checkpoint_info(fifo, &at, NULL, 0, NULL), MW_ERR_IO);
+    cr_assert(strstr(mw_last_error(), "it is a FIFO"), "%s", mw_last_error());
+    cr_assert_eq(mw_checkpoint_info(NULL, &at, NULL, 0, NULL), MW_ERR_INVALID);
+}
