@@ -3,6 +3,11 @@
 # is agreed at the step boundary), every process writes the checkpoint, the job ends, and
 # resuming it prints exactly the losses of an uninterrupted run. The signal goes straight to rank 1's
 # process, started through sigdefault so that SIGINT is at its default disposition.
+# Then Ctrl-C to mpirun itself, as a terminal sends it: Open MPI 4's mpirun sends the processes
+# SIGCONT, SIGTERM odls_base_sigkill_timeout seconds later (default 1) and SIGKILL as long after
+# that, and exits 1; the processes stop on the SIGTERM, within that time here, and the job
+# resumes from the step they stopped at. A step and a save that take longer than that time are said at the first
+# checkpoint (the note naming the flag), here forced with a time of 0.
 # Usage: gpt2_mpi_signal.sh "MPIRUN ARGS..." PATH_TO_GPT2 PATH_TO_SIGDEFAULT
 set -euo pipefail
 read -r -a mpirun <<< "$1"
@@ -43,4 +48,40 @@ losses < "$dir/out" > "$dir/resumed"
 "${mpirun[@]}" -n 2 "$gpt2" "${args[@]}" --checkpoint "$dir/state.mwc" --resume \
     | losses >> "$dir/resumed"
 diff "$dir/whole" "$dir/resumed" || die "the resumed job differs from the uninterrupted one"
-echo "gpt2_mpi_signal: SIGINT to rank 1 stopped both ranks after step $n; the resumed job matches"
+
+# SIGINT to mpirun, with its default delay of 1 s before the SIGTERM (the steps go on meanwhile,
+# so the job is long enough not to end first); the checkpoint holds the step it stopped at.
+long=("${args[@]/#40/5000}")
+[[ ${long[3]} == 5000 ]] || die "cannot make the longer job's flags"
+rm -f "$dir/state.mwc"
+"$launch" "${mpirun[@]}" -n 2 "$gpt2" "${long[@]}" --checkpoint "$dir/state.mwc" \
+    > "$dir/out2" 2>&1 &
+job=$!
+for _ in $(seq 1200); do
+    grep -q '^step 3:' "$dir/out2" && break
+    kill -0 "$job" 2> /dev/null || break
+    sleep 0.05
+done
+kill -INT "$job"
+rc=0
+wait "$job" || rc=$?
+[[ $rc != 0 ]] || die "mpirun exited 0 after SIGINT"
+line=$(grep -E '^interrupted at step [0-9]+; resume with --resume$' "$dir/out2") \
+    || { cat "$dir/out2" >&2; die "SIGINT to mpirun: no 'interrupted at step N' line"; }
+m=${line#interrupted at step }
+m=${m%%;*}
+(( m >= 3 && m < 5000 )) || die "SIGINT to mpirun: interrupted at step $m, outside 3..4999"
+"${mpirun[@]}" -n 2 "$gpt2" "${long[@]}" --checkpoint "$dir/state.mwc" --resume \
+    --steps $((m + 1)) --allow-change steps > "$dir/out4" 2>&1 || { cat "$dir/out4" >&2; die "resume"; }
+grep -q "^resumed .* at step $m\$" "$dir/out4" || { cat "$dir/out4" >&2; die "not resumed at $m"; }
+grep -q "^step $((m + 1)):" "$dir/out4" || die "the resumed job did not step"
+grep -q '^note: under mpirun' "$dir/out2" && die "the note was printed for a fast step"
+
+# No time at all between SIGTERM and SIGKILL: said at the first checkpoint, with the flag.
+OMPI_MCA_odls_base_sigkill_timeout=0 "${mpirun[@]}" -n 2 "$gpt2" "${args[@]}" --steps 4 \
+    --checkpoint "$dir/note.mwc" --checkpoint-every 2 > "$dir/out3" 2>&1 ||
+    { cat "$dir/out3" >&2; die "the job with a delay of 0 failed"; }
+grep -q '^note: under mpirun, Ctrl-C leaves each process 0 s .* --mca odls_base_sigkill_timeout [0-9]' \
+    "$dir/out3" || { cat "$dir/out3" >&2; die "no note of the delay"; }
+echo "gpt2_mpi_signal: SIGINT to rank 1 stopped both ranks after step $n, SIGINT to mpirun" \
+    "after step $m (exit $rc); the resumed jobs match and continue"
