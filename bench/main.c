@@ -242,9 +242,10 @@ static int write_records(const char *path, const char *what, const driver *d, in
         *out = NULL;
     }
     free(text);
-    if (st != MW_OK)
-        fprintf(stderr, "meshwit-bench: cannot write %s %s: %s\n", what, path,
-                bad ? "out of memory" : mw_last_error());
+    if (st != MW_OK && bad)
+        fprintf(stderr, "meshwit-bench: cannot write %s %s: out of memory\n", what, path);
+    else if (st != MW_OK)
+        fprintf(stderr, "meshwit-bench: %s\n", mw_last_error());
     return st == MW_OK ? 0 : -1;
 }
 

@@ -206,6 +206,8 @@ static int check_flags(const options *o) {
         why = "--start-over and --resume contradict each other (start a new run, or continue one)";
     } else if (o->eval_only && (o->save || o->stop_at || o->skip_nonfinite)) {
         why = "--eval-only trains nothing: --save, --stop-at and --skip-nonfinite do not apply";
+    } else if (o->eval_only && o->checkpoint && !o->resume) {
+        why = "--eval-only trains nothing: it evaluates a --checkpoint only with --resume";
     }
     if (!why) return 0;
     fprintf(stderr, "gpt2: %s\n", why);
@@ -1120,7 +1122,7 @@ static int check_files(const run *r) {
     if (!st && o->checkpoint && o->eval_only)
         st = mw_files_input(fs, "--checkpoint", o->checkpoint, 0);
     else if (!st && o->checkpoint)
-        st = mw_files_output(fs, "--checkpoint", o->checkpoint, 0, 3 * params + 4096);
+        st = mw_files_output(fs, "--checkpoint", o->checkpoint, 0, 3 * params + (1 << 16));
     mw_files_free(fs);
     if (st) {
         fprintf(stderr, "gpt2: %s\n", mw_last_error());
@@ -1268,7 +1270,7 @@ static mw_status agree_flags(const run *r) {
              "%s\n--precision %s\n"
              "--recompute %d\n"
              "--sample %d\n--temperature %.17g\n--prompt hash %016llx\n--tokenizer %s, %d "
-             "tokens\n--sample-recompute %d\n",
+             "tokens\n--sample-recompute %d\n--allow-change %s\n--start-over %d\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
              (unsigned long long)val, (int)o->format, o->load ? "given" : "none", o->batch, o->seq,
@@ -1281,7 +1283,8 @@ static mw_status agree_flags(const run *r) {
              o->model_axis ? o->model_axis : "none", o->bf16 ? "bf16" : "fp32", o->recompute,
              o->sample, o->temperature,
              (unsigned long long)cli_hash(0, o->prompt, strlen(o->prompt)),
-             o->tokenizer ? "given" : "none", o->tok_vocab, o->sample_recompute);
+             o->tokenizer ? "given" : "none", o->tok_vocab, o->sample_recompute,
+             o->allow_change ? o->allow_change : "", o->start_over);
     return mw_distributed_agree("gpt2 flags", text, 0);
 }
 
