@@ -12,6 +12,10 @@
  * second signal exits at once. Under mpirun every process must be given the same flags (all but
  * --devices) and data: they are compared before training starts.
  *
+ * Every file goes through the library's discipline (meshwit/file.h), checked before the data is
+ * read; a checkpoint records the run's settings, and --resume refuses others unless
+ * --allow-change names them; a new run does not replace a checkpoint unless --start-over.
+ *
  * Exit status: 0 done, 2 bad arguments, bad data or a library error, 130/143 interrupted. */
 #include <errno.h>
 #include <math.h>
@@ -158,9 +162,10 @@ static void usage(FILE *f) {
         "  --eval-batches N    (default 16)\n"
         "  --sample N          generate N tokens at the end (default 200; 0: none)\n"
         "  --temperature X     sampling temperature; 0 picks the likeliest token (default 0.7)\n"
-        "  --sample-recompute  sample by running the model over the whole window for every\n"
-        "                      token instead of through a key/value cache (the cache keeps\n"
-        "                      the last --seq tokens; full, it starts again from the last half)\n"
+        "  --sample-recompute  sample by running the model over the whole context for every\n"
+        "                      token instead of through a key/value cache (the same tokens at\n"
+        "                      temperature 0: both ways the context holds at most --seq\n"
+        "                      tokens, and, full, starts again from its last half)\n"
         "  --prompt TEXT       start of the sample, byte-level data only (default a newline)\n"
         "  --help              this text\n"
         "\n"
