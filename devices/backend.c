@@ -158,6 +158,18 @@ mw_status mw__backend_check_plan(const mw__backend *b, const struct mw_graph *g,
         const mw__ins *in = &plan->ins[i];
         mw_dtype dtype;
         int r = refused_operand(b, in, &dtype);
+        if (r < 0 && b->vt->check && in->kind < MW__I_ALLREDUCE) {
+            mw_status st = b->vt->check((int)in->kind, &in->k);
+            if (st) {
+                char msg[MW__MSG_SIZE];
+                snprintf(msg, sizeof msg, "%s", mw_last_error());
+                const char *node = in->node >= 0 && in->node < g->nnodes
+                                       ? mw__op_name(g->nodes[in->node]->op)
+                                       : "?";
+                return mw__error(st, "device %s: %s (graph node %d, %s)", device, msg, in->node,
+                                 node);
+            }
+        }
         if (r < 0) continue;
         int op = (int)in->kind;
         const char *what = mw__ins_name(op);

@@ -513,6 +513,12 @@ typedef struct mw__device_vtable {
     mw_status (*gemm_prepare)(mw__device *dev, mw__k_gemm *k);
     /* Optional: as gemm_prepare, for the attention of the forward (grad 0) or backward pass. */
     mw_status (*attention_prepare)(mw__device *dev, mw__k_attention *k, int grad);
+    /* Optional: MW_OK when the backend's kernel of instruction kind `kind` (an mw__ins_kind) runs
+     * the descriptor k (its sizes and strides; pointers unset), else MW_ERR_UNSUPPORTED naming the
+     * limit, the size and what to change. Asked for every instruction of a plan when a trainer or
+     * an inference program is made (mw__backend_check_plan), so a kernel's limits refuse a plan
+     * there, never at a step. NULL: every size is served. */
+    mw_status (*check)(int kind, const void *k);
     /* The optimizers' kernels (called by the trainer's update, not by a plan); sgd_momentum is
      * optional (NULL: the trainer refuses momentum and weight decay with SGD). */
     mw_status (*sgd)(mw__device *dev, const mw__k_sgd *k);

@@ -12,8 +12,8 @@
  * a key/value cache holds so far). */
 #include "devices/cuda/cuda_impl.cuh"
 
-#define ATT_THREADS 128
-#define ATT_WARPS (ATT_THREADS / 32)
+#define ATT_THREADS MW__CUDA_ATT_THREADS
+#define ATT_WARPS MW__CUDA_ATT_WARPS
 #define KV_CHUNK 32 /* queries a key-row block scores at a time */
 
 struct slice_off {
@@ -189,14 +189,14 @@ static mw_status check(const mw__device *dev, const mw__k_attention *k, const ch
                      (long long)k->d, cudaGetErrorString(e));
 }
 
-static mw_status shape_ok(const mw__device *dev, const mw__k_attention *k, size_t smem) {
-    if (k->d > 4 * ATT_THREADS || smem > 48 * 1024 || k->slices > 65535)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "%s: fused attention supports head dimensions up to %d, sequences up "
-                         "to %d and 65535 (batch x head) slices; got d=%lld, t=%lld",
-                         dev->name, 4 * ATT_THREADS, (int)(48 * 1024 / 8 - ATT_WARPS),
-                         (long long)k->d, (long long)k->t);
-    return MW_OK;
+/* The limits the plan was checked against (mw__cuda_check), asked again of a kernel called on its
+ * own. */
+static mw_status shape_ok(const mw__device *dev, int kind, const mw__k_attention *k) {
+    mw_status st = mw__cuda_check(kind, k);
+    if (st == MW_OK) return MW_OK;
+    char msg[MW__MSG_SIZE];
+    snprintf(msg, sizeof msg, "%s", mw_last_error());
+    return mw__error(st, "%s: %s", dev->name, msg);
 }
 
 /* The entry points bind the device's GPU and clear the last error (ENTER), so a launch check sees
@@ -206,7 +206,7 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
     ENTER(dev);
     if (k->t <= 0 || k->slices <= 0) return MW_OK;
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
-    mw_status st = shape_ok(dev, k, smem + (size_t)k->t * sizeof(float));
+    mw_status st = shape_ok(dev, MW__I_ATTENTION, k);
     if (st) return st;
     dim3 grid((unsigned)k->t, (unsigned)k->slices);
     cudaStream_t stream = im->stream;
@@ -228,8 +228,8 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
         return mw__error(MW_ERR_UNSUPPORTED,
                          "%s: attention gradient: d(qkv) is written in f32 only", dev->name);
     if (k->t <= 0 || k->slices <= 0) return MW_OK;
-    size_t smem = (size_t)(ATT_WARPS + 2 * k->t) * sizeof(float);
-    mw_status st = shape_ok(dev, k, smem);
+    size_t smem = mw__cuda_attention_smem(k->t);
+    mw_status st = shape_ok(dev, MW__I_ATTENTION_GRAD, k);
     if (st) return st;
     int64_t ns = k->slices, blk = k->block;
     float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
@@ -252,7 +252,7 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
 /* One warp per (row, head): the query against keys 0..pos in key order, with a running maximum
  * (the CPU kernel's order of terms per feature; the dot products summed by a fixed shuffle
  * tree). Each lane keeps the features lane, lane + 32, ... (dim <= 256). */
-#define CACHED_MAX_DIM 256
+#define CACHED_MAX_DIM MW__CUDA_CACHED_MAX_DIM
 __global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *flag) {
     int64_t pair = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;

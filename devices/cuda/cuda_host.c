@@ -1,6 +1,7 @@
 /* Host-side decisions of the CUDA backend, kept free of CUDA calls so that a machine without a
  * GPU can test them: whether a missing GPU is an error, how a data error a kernel recorded is
  * reported, which host a GPU is on and which ranks of a communicator share one GPU. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "devices/cuda/cuda.h"
+#include "devices/cuda/cuda_kernels.h"
 
 int mw__gpu_required(void) {
     const char *v = getenv("MESHWIT_REQUIRE_GPU");
@@ -68,4 +70,53 @@ int mw__find_shared_gpu(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, i
                 return 1;
             }
     return 0;
+}
+
+static int fits_int32(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+mw_status mw__cuda_check(int kind, const void *k) {
+    switch (kind) {
+    case MW__I_ATTENTION:
+    case MW__I_ATTENTION_GRAD: {
+        const mw__k_attention *a = k;
+        if (a->d > MW__CUDA_ATT_MAX_D)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "fused attention on a GPU takes head dimensions up to %d, not %lld; "
+                             "split the heads finer",
+                             MW__CUDA_ATT_MAX_D, (long long)a->d);
+        if (mw__cuda_attention_smem(a->t) > MW__CUDA_SHARED_BYTES)
+            return mw__error(
+                MW_ERR_UNSUPPORTED,
+                "fused attention on a GPU takes sequences up to %lld, not %lld; "
+                "write the attention out with mw_contract and mw_causal_softmax",
+                (long long)((MW__CUDA_SHARED_BYTES / sizeof(float) - MW__CUDA_ATT_WARPS) / 2),
+                (long long)a->t);
+        if (a->slices > MW__CUDA_MAX_GRID_Y || a->t > INT32_MAX)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "fused attention on a GPU takes up to %d (batch x head) slices, not "
+                             "%lld; shard the batch over more devices or feed smaller batches",
+                             MW__CUDA_MAX_GRID_Y, (long long)a->slices);
+        return MW_OK;
+    }
+    case MW__I_ATTENTION_CACHED: {
+        const mw__k_attention_cached *c = k;
+        if (c->dim > MW__CUDA_CACHED_MAX_DIM)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "cached attention on a GPU takes head sizes up to %d, not %lld",
+                             MW__CUDA_CACHED_MAX_DIM, (long long)c->dim);
+        return MW_OK;
+    }
+    case MW__I_GEMM: {
+        const mw__k_gemm *g = k;
+        if (!fits_int32(g->m) || !fits_int32(g->n) || !fits_int32(g->k) || !fits_int32(g->lda) ||
+            !fits_int32(g->ldb) || !fits_int32(g->ldc) || !fits_int32(g->batch))
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "a GEMM of %lld x %lld x %lld (batch %lld) exceeds cuBLAS's 32-bit "
+                             "sizes; split the contraction",
+                             (long long)g->m, (long long)g->n, (long long)g->k,
+                             (long long)g->batch);
+        return MW_OK;
+    }
+    default: return MW_OK;
+    }
 }

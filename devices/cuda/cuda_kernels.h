@@ -60,6 +60,28 @@ mw_status mw__cuda_embed(mw__device *dev, const mw__k_embed *k);
 mw_status mw__cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k);
 mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k);
 
+/* The kernels' limits, which the backend's check (cuda_host.c) refuses a plan beyond when it is
+ * made, and the kernels' launches obey: fused attention runs a block of MW__CUDA_ATT_THREADS
+ * threads per query row, holding a row of scores (and, backward, of their gradients) in shared
+ * memory, each thread at most 4 features; cached attention holds a head's features in registers,
+ * 32 lanes of MW__CUDA_CACHED_MAX_DIM / 32 each; a grid has at most 65535 blocks along y; cuBLAS
+ * takes 32-bit sizes. */
+#define MW__CUDA_ATT_THREADS 128
+#define MW__CUDA_ATT_WARPS (MW__CUDA_ATT_THREADS / 32)
+#define MW__CUDA_ATT_MAX_D (4 * MW__CUDA_ATT_THREADS)
+#define MW__CUDA_SHARED_BYTES (48 * 1024)
+#define MW__CUDA_MAX_GRID_Y 65535
+#define MW__CUDA_CACHED_MAX_DIM 256
+
+/* The shared memory a fused attention launch of t keys may need: its block's reductions and two
+ * rows of t (backward: the scores and their gradients; forward uses one). */
+static inline size_t mw__cuda_attention_smem(int64_t t) {
+    return (size_t)(MW__CUDA_ATT_WARPS + 2 * t) * sizeof(float);
+}
+
+/* cuda_host.c: the backend's check (mw__device_vtable.check). */
+mw_status mw__cuda_check(int kind, const void *k);
+
 /* attention.cu */
 mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k);
 mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k);

@@ -48,6 +48,7 @@ const mw__device_vtable mw__cuda_device = {
     .host_alloc = mw__cuda_host_alloc,
     .host_free = mw__cuda_host_free,
     .upload_async = mw__cuda_upload_async,
+    .check = mw__cuda_check,
 };
 
 const mw__cuda_api mw__cuda_services = {

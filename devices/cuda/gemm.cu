@@ -28,8 +28,6 @@ __global__ void k_epilogue_first(int64_t batch, int64_t m, int64_t n, int64_t ld
     }
 }
 
-static int fits_int(int64_t v) { return v >= 0 && v <= INT32_MAX; }
-
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: a row-major matrix is its
  * transpose in column-major with the same leading dimension, so cuBLAS gets B first, then A,
  * with m and n swapped. f32 operands: SGEMM in full f32 (no TF32); bf16 ones: tensor cores with
@@ -66,13 +64,8 @@ mw_status mw__cuda_gemm(mw__device *dev, const mw__k_gemm *k) {
                k->m, k->n, k->ldc, k->stride_c, (float *)k->c);
         return mw__cuda_launched(dev, "gemm (empty K)");
     }
-    if (!fits_int(k->m) || !fits_int(k->n) || !fits_int(k->k) || !fits_int(k->lda) ||
-        !fits_int(k->ldb) || !fits_int(k->ldc) || !fits_int(k->batch))
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "%s: gemm of %lld x %lld x %lld (batch %lld) exceeds cuBLAS's 32-bit "
-                         "sizes",
-                         dev->name, (long long)k->m, (long long)k->n, (long long)k->k,
-                         (long long)k->batch);
+    mw_status limits = mw__cuda_check(MW__I_GEMM, k); /* as the plan was checked */
+    if (limits) return limits;
     const float one = 1.0f;
     cublasOperation_t ob = k->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t oa = k->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "collectives/reducer_select.h"
+#include "core/error.h"
 #include "core/plan.h"
 #include "devices/backend.h"
 #include "devices/cpu/cpu.h"
@@ -33,12 +34,21 @@ static int slow_threads(int n) {
 static mw__backend slow = {
     .name = "slowcpu", .vt = &slow_vt, .parse = slow_parse, .reducers = MW__REDUCERS_HOST};
 
+/* The slow backend's kernel limit: contractions of depth at most 100. */
+static mw_status slow_check(int kind, const void *k) {
+    const mw__k_gemm *g = k;
+    if (kind == MW__I_GEMM && g->k > 100)
+        return mw__error(MW_ERR_UNSUPPORTED, "slow gemm: depth %lld exceeds 100", (long long)g->k);
+    return MW_OK;
+}
+
 static void register_slow(void) {
     slow_vt = mw__cpu_device;
     slow_vt.kind = "slowcpu";
     slow_vt.attention = NULL;
     slow_vt.attention_grad = NULL;
     slow_vt.dropout = NULL;
+    slow_vt.check = slow_check;
     slow.set_threads = slow_threads;
     cr_assert_eq(mw__backend_register(&slow), MW_OK, "%s", mw_last_error());
 }
@@ -126,6 +136,37 @@ Test(backend, plan_with_an_op_the_backend_lacks) {
     mw_mesh_free(mesh);
     mw_graph_free(g);
     mw_graph_free(g2);
+}
+
+/* A kernel's limits (the backend's check) refuse the plan when the trainer is made, naming the
+ * limit, the device and the op, not at a step; a plan inside them runs. */
+Test(backend, a_kernel_limit_refuses_the_plan_when_the_trainer_is_made) {
+    register_slow();
+    for (int deep = 0; deep < 2; deep++) {
+        int64_t k = deep ? 101 : 100;
+        mw_graph *g;
+        cr_assert_eq(mw_graph_new(&g), MW_OK);
+        mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", 4}, {"K", k}));
+        mw_tensor *w = mw_param(g, "w", MW_AXES({"K", k}, {"Out", 3}), MW_INIT_CONST(0.01f));
+        mw_tensor *loss = mw_sum(g, mw_dot(g, x, w, "K"), NULL);
+        mw_mesh *mesh;
+        cr_assert_eq(mw_mesh_new("slowcpu:1", "X", &mesh), MW_OK, "%s", mw_last_error());
+        mw_trainer *tr = NULL;
+        mw_status st = mw_trainer_new(g, loss, mesh, NULL, &tr);
+        if (deep) {
+            cr_assert_eq(st, MW_ERR_UNSUPPORTED, "%s", mw_status_name(st));
+            cr_assert_null(tr);
+            const char *msg = mw_last_error();
+            cr_assert(strstr(msg, "slow:0") && strstr(msg, "depth 101 exceeds 100") &&
+                          strstr(msg, "contract"),
+                      "%s", msg);
+        } else {
+            cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+        }
+        mw_trainer_free(tr);
+        mw_mesh_free(mesh);
+        mw_graph_free(g);
+    }
 }
 
 /* The module interface's version follows from the instruction table (MW__KERNEL_LAYOUT_OF): a new

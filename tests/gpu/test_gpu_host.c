@@ -10,6 +10,7 @@
 
 #ifdef MESHWIT_HAVE_CUDA
 #include "devices/cuda/cuda.h"
+#include "devices/cuda/cuda_kernels.h"
 
 Test(gpu_host, require_gpu_reads_the_environment) {
     static const struct {
@@ -137,6 +138,34 @@ Test(gpu_host, nccl_hostid_names_the_host) {
     mw__gpu_host_id(small, sizeof small);
     cr_assert_str_eq(small, "mesh");
     unsetenv("NCCL_HOSTID");
+}
+
+/* The kernels' limits are refused when a plan is checked (mw__device_vtable.check), naming the
+ * limit and the size; sizes at the limit pass. */
+Test(gpu_host, kernel_limits_refuse_a_plan) {
+    mw__k_attention a = {.t = 1024, .d = MW__CUDA_ATT_MAX_D, .slices = 96};
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION, &a), MW_OK, "%s", mw_last_error());
+    a.d = MW__CUDA_ATT_MAX_D + 1;
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION_GRAD, &a), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(mw_last_error(), "head dimensions up to 512, not 513"), "%s", mw_last_error());
+    a.d = 64;
+    a.t = 6144; /* (48 KiB / 4 - 4 warps) / 2 = 6142 keys at most */
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION, &a), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(mw_last_error(), "sequences up to 6142, not 6144"), "%s", mw_last_error());
+    a.t = 6142;
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION, &a), MW_OK, "%s", mw_last_error());
+    a.slices = MW__CUDA_MAX_GRID_Y + 1;
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION, &a), MW_ERR_UNSUPPORTED);
+    mw__k_attention_cached c = {.dim = MW__CUDA_CACHED_MAX_DIM + 1};
+    cr_assert_eq(mw__cuda_check(MW__I_ATTENTION_CACHED, &c), MW_ERR_UNSUPPORTED);
+    mw__k_gemm g = {
+        .batch = 1, .m = 4, .n = 4, .k = (int64_t)1 << 31, .lda = 1, .ldb = 1, .ldc = 1};
+    cr_assert_eq(mw__cuda_check(MW__I_GEMM, &g), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(mw_last_error(), "32-bit"), "%s", mw_last_error());
+    g.k = 4;
+    cr_assert_eq(mw__cuda_check(MW__I_GEMM, &g), MW_OK);
+    mw__k_fill f = {.count = (int64_t)1 << 40};
+    cr_assert_eq(mw__cuda_check(MW__I_FILL, &f), MW_OK, "kernels without limits pass");
 }
 
 #else
