@@ -32,6 +32,10 @@
 #   gpu-kernels   CTest suites gpu, gpu_bf16, gpu_math, gpu_attention, two at a time: every CUDA
 #                 kernel against the CPU backend's (bits or derived tolerances), bf16 against
 #                 f32 rounding, fused and cached attention at T=1024 against the CPU
+#   conformance   the conformance table (tests/conformance) on cuda:0 and cuda:0x2: every op over
+#                 its legal layouts, producers, splits, f32 and bf16 against a float64 reference
+#                 (a line per row; each case's verdict in OUT/conformance.txt); the quick subset
+#                 unless GPU_CONFORMANCE=full
 #   gpu-trainer   suite gpu_trainer: GPT-2 steps on cuda:0 and cuda:0x2 against cpu:1 in f32 and
 #                 bf16, FSDP, tensor parallel, ZeRO-1, dropout, failures survived
 #   nccl-mpi      NCCL over MPI: two processes (mpirun -np 2) on the one GPU, one communicator
@@ -79,10 +83,7 @@ TRAINER_SUITES="gpu_trainer"
 # compares (the summary's line).
 STAGES=(
     "gpu-kernels|150|do_gpu_kernels|CUDA kernels and attention vs the CPU backend"
-    # >>> conformance: the conformance table's GPU row goes here, as
-    #     "conformance|90|do_conformance|every op's layouts and precisions on cuda vs float64"
-    #     running build-gpu/conformance --backend cuda (its target added to BUILD_TARGETS); the
-    #     table is not built yet.
+    "conformance|90|do_conformance|every op's layouts, splits and precisions on cuda vs float64"
     "gpu-trainer|180|do_gpu_trainer|GPT-2 on cuda:0, cuda:0x2 vs cpu:1, f32 and bf16"
     "nccl-mpi|100|do_nccl_mpi|2 processes on one GPU over NCCL vs cpu:1 in one process"
     "bench-124m|120|do_bench_124m|GPT-2 124M ms/step and MFU vs the GPU's dense peaks"
@@ -91,7 +92,7 @@ STAGES=(
 )
 # What the build makes: the stages' programs (the CUDA, MPI and NCCL-over-MPI modules come with
 # libmeshwit); the MPI programs only when MPI was configured.
-BUILD_TARGETS="test_gpu meshwit-bench"
+BUILD_TARGETS="test_gpu conformance meshwit-bench"
 MPI_TARGETS="mpi_gpt2 mpi_gpu_shared"
 
 # The packages the roots need, walked one package at a time (apt-cache depends --recurse cannot
@@ -415,6 +416,21 @@ do_gpu_kernels() {
 }
 
 do_gpu_trainer() { gpu_ctest "$TRAINER_SUITES"; }
+
+# The conformance table (tests/conformance) on cuda:0 and GPU meshes (cuda:0x2): a line per row
+# here, every case's verdict in OUT/conformance.txt. Its quick subset (every row, three layouts
+# of each shape) unless GPU_CONFORMANCE=full: a case makes a trainer, and on a GPU that costs
+# device allocations and stream set-up, so the whole sweep may not fit the stage's limit.
+do_conformance() {
+    runtime_env
+    local rc=0 quick=--quick
+    [ "${GPU_CONFORMANCE:-quick}" = full ] && quick=
+    # shellcheck disable=SC2086
+    MESHWIT_REQUIRE_GPU=1 run_limited "$BUILD/conformance" --devices cuda $quick --verbose \
+        > "$OUT/conformance.txt" 2>&1 || rc=$?
+    grep -v '^  ok ' "$OUT/conformance.txt" | head -200
+    return "$rc"
+}
 
 # NCCL refuses two ranks of one communicator on one GPU, by host and PCI bus id: two processes
 # that set different NCCL_HOSTID are two hosts to it (and to meshwit's own check), so they
