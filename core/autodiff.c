@@ -72,7 +72,7 @@ static void choose_kept(const mw_graph *g, recompute *rc, mw__recompute policy) 
         rc->keep[i] |= op == MW__OP_INPUT || op == MW__OP_PARAM || op == MW__OP_SHARD ||
                        op == MW__OP_FILL || op == MW__OP_STATE;
         if (policy == MW__RECOMPUTE_DOTS) {
-            rc->keep[i] |= op == MW__OP_CONTRACT || op == MW__OP_ATTENTION;
+            rc->keep[i] |= (mw__op_traits(op) & MW__T_DOT) != 0;
             /* A bf16 cast of a kept value is kept too: recomputing it would read the value a
              * second time, which then could not be written in bf16 alone (plan_fuse.c). */
             const mw_tensor *src = op == MW__OP_CAST ? unalias(t->in[0]) : NULL;

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
+#include "devices/device.h"
 
 mw_status mw_graph_new(mw_graph **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_graph_new: out is NULL");
@@ -127,9 +128,15 @@ mw_tensor *mw__node_new(mw_graph *g, const mw_tensor *proto) {
                                       mw__type_describe(g, &proto->type, d, sizeof d),
                                       g->mesh_names[proto->type.ax[i].mesh]);
             }
+    /* An op that is not linear reads true values: a partial input is all-reduced first (its
+     * constructor need not remember to). */
+    mw_tensor *in[3] = {proto->in[0], proto->in[1], proto->in[2]};
+    for (int k = 0; k < proto->nin && !(mw__op_traits(proto->op) & MW__T_PARTIAL); k++)
+        if (in[k] && in[k]->type.partial && !(in[k] = mw__replicated(g, in[k]))) return NULL;
     mw_tensor *t = mw__malloc(sizeof *t);
     if (!t) return mw__graph_fail(g, MW_ERR_NOMEM, "out of memory adding a graph node");
     *t = *proto;
+    memcpy(t->in, in, sizeof in);
     if (!t->region) t->region = g->region_open;
     t->g = g;
     t->id = g->nnodes;
@@ -404,12 +411,28 @@ oom:
 }
 
 static const char *const op_names[MW__OP_COUNT] = {
-#define NAME(KIND, name, params) [MW__OP_##KIND] = name,
+#define NAME(KIND, name, params, traits, bf16) [MW__OP_##KIND] = name,
     MW__OPS(NAME)
 #undef NAME
 };
 
 const char *mw__op_name(int op) { return op >= 0 && op < MW__OP_COUNT ? op_names[op] : "?"; }
+
+static const unsigned op_traits[MW__OP_COUNT] = {
+#define TRAITS(KIND, name, params, traits, bf16) [MW__OP_##KIND] = (traits),
+    MW__OPS(TRAITS)
+#undef TRAITS
+};
+
+unsigned mw__op_traits(int op) { return op >= 0 && op < MW__OP_COUNT ? op_traits[op] : 0u; }
+
+static const int op_bf16_kernels[MW__OP_COUNT] = {
+#define BF16(KIND, name, params, traits, bf16) [MW__OP_##KIND] = MW__I_##bf16,
+    MW__OPS(BF16)
+#undef BF16
+};
+
+int mw__op_bf16_kernel(int op) { return op >= 0 && op < MW__OP_COUNT ? op_bf16_kernels[op] : -1; }
 
 /* Each member of mw__op_params as text (the op's row of MW__OPS names the member). */
 typedef union mw__op_params params;
@@ -465,7 +488,7 @@ static void describe_cached(const params *p, char *buf, size_t size) {
 char *mw__op_params_describe(const mw_tensor *n, char *buf, size_t size) {
     buf[0] = '\0';
     switch (n->op) {
-#define DESCRIBE(KIND, name, member)                                                               \
+#define DESCRIBE(KIND, name, member, traits, bf16)                                                 \
     case MW__OP_##KIND: describe_##member(&n->p, buf, size); break;
         MW__OPS(DESCRIBE)
 #undef DESCRIBE

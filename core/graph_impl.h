@@ -9,59 +9,115 @@
 
 #define MW__MAX_MESH_NAMES 16 /* distinct mesh-axis names one graph may shard over */
 
-/* The graph ops: XX(KIND, name, params), one row per op, in node-kind order (MW__OP_<KIND>).
+/* What an op is, beside its rules (the traits of its row of MW__OPS); the passes read these
+ * instead of lists of ops of their own:
+ *   MW__T_PARTIAL  it carries a partial sum (a linear op: its result is partial where its input
+ *                  is); every other op reads its inputs replicated (mw__node_new all-reduces a
+ *                  partial input)
+ *   MW__T_SAME     it hands its input's values on unchanged (renamed, reordered, broadcast,
+ *                  labelled, converted, gathered): what reaches a parameter through it is still
+ *                  that parameter (the weight-decay rule's biases)
+ *   MW__T_DOT      a contraction: MW_RECOMPUTE_DOTS keeps its output
+ *   MW__T_NORM_DX  the input gradient of a normalisation: its kernel can add a residual gradient
+ *                  and write the weight and bias gradients (a later MW__T_NORM_DW node of the same
+ *                  gy, x and parameters, and the column sums of gy) in its one pass
+ *   MW__T_NORM_DW  the weight gradient such a kernel writes
+ *   MW__T_COLSUM   its kernel can sum its output's columns as it writes them (a bias gradient)
+ *   MW__T_MIX_*    along which axis of its inputs it mixes positions (an inference program's
+ *                  chunk axis must not be one): its input's last (LAST), the axis of its
+ *                  parameters (ALONG, SLICE: p.along.axis, p.slice.axis), attention's part,
+ *                  sequence and feature axes (ATTENTION), cached attention's kv axes (CACHED), an
+ *                  axis a reshape splits or merges (RESHAPE). Reductions and contractions need
+ *                  none: a value without the axis computed from it is caught as such. */
+enum {
+    MW__T_PARTIAL = 1 << 0,
+    MW__T_SAME = 1 << 1,
+    MW__T_DOT = 1 << 2,
+    MW__T_NORM_DX = 1 << 3,
+    MW__T_NORM_DW = 1 << 4,
+    MW__T_COLSUM = 1 << 5,
+    MW__T_MIX_LAST = 1 << 8,
+    MW__T_MIX_ALONG = 2 << 8,
+    MW__T_MIX_SLICE = 3 << 8,
+    MW__T_MIX_ATTENTION = 4 << 8,
+    MW__T_MIX_CACHED = 5 << 8,
+    MW__T_MIX_RESHAPE = 6 << 8,
+    MW__T_MIX = 15 << 8 /* the field */
+};
+
+/* The graph ops: XX(KIND, name, params, traits, bf16), one row per op, in node-kind order
+ * (MW__OP_<KIND>).
  *   name    the op's name in messages (mw__op_name)
  *   params  the member of mw__op_params holding the node's parameters, or none (which
- *           mw__op_params_describe prints) */
+ *           mw__op_params_describe prints)
+ *   traits  MW__T_* above, or 0
+ *   bf16    the instruction (mw__ins_kind, devices/device.h: MW__I_<bf16>) of its kernel when
+ *           that kernel can write its result in bf16, so that a value only read as bf16 is
+ *           written so; NONE otherwise
+ * A new op: its row here, its constructor (graph.h, core/), its gradient (autodiff.c), its
+ * lowering (plan_lower.c) to kernels of MW__KERNELS, and a row of the conformance table. */
 #define MW__OPS(XX)                                                                                \
-    XX(INPUT, "input", none)  /* fed by the host every step */                                     \
-    XX(PARAM, "param", none)  /* trained; replicated unless split by mw_shard */                   \
-    XX(SHARD, "shard", shard) /* one axis relabelled Batch -> Batch@X (an alias) */                \
-    XX(FILL, "fill", fill)    /* every element = value */                                          \
-    XX(ADD, "add", none)      /* binary elementwise with subset broadcasting */                    \
-    XX(SUB, "sub", none)                                                                           \
-    XX(MUL, "mul", none)                                                                           \
-    XX(DIV, "div", none)                                                                           \
-    XX(SCALE, "scale", scale)         /* factor * x; factor 1 is a plain copy */                   \
-    XX(PERMUTE, "permute", none)      /* x in another axis order */                                \
-    XX(BROADCAST, "broadcast", none)  /* x expanded along the axes of the output it lacks */       \
-    XX(SUM, "sum", none)              /* x summed over the axes the output lacks */                \
-    XX(CONTRACT, "contract", none)    /* einsum over names; axes absent from the output summed */  \
-    XX(ALLREDUCE, "all-reduce", none) /* partial -> the sum over the mesh names it completes */    \
-    XX(ALIAS, "alias", none)          /* the same data under other axes: split, merge, rename */   \
-    XX(SLICE, "slice", slice)         /* rows [start, start + len) of an axis of x */              \
-    XX(PAD, "pad", slice)             /* SLICE's adjoint: x placed at start, zeros around */       \
-    XX(GELU, "gelu", gelu)                                                                         \
-    XX(GELU_GRAD, "gelu_grad", gelu)          /* (gy, x) */                                        \
-    XX(LAYERNORM, "layernorm", layernorm)     /* (x, w, b) over the last axis */                   \
-    XX(LN_DX, "layernorm_dx", layernorm)      /* (gy, x, w) */                                     \
-    XX(LN_DW, "layernorm_dw", layernorm)      /* (gy, x) */                                        \
-    XX(SOFTMAX, "softmax", softmax)           /* over the last axis (causal: over the last two) */ \
-    XX(SOFTMAX_GRAD, "softmax_grad", softmax) /* (gy, y) */                                        \
-    XX(EMBED, "embedding", none)              /* (table, ids) */                                   \
-    XX(EMBED_GRAD, "embedding_grad", none)    /* (gy, ids) */                                      \
-    XX(XENT, "cross_entropy", xent)           /* (logits, targets) over the last axis */           \
-    XX(XENT_GRAD, "cross_entropy_grad", xent) /* (gy, logits, targets) */                          \
-    XX(ATTENTION, "attention", attention)     /* (qkv) */                                          \
-    XX(ATTENTION_GRAD, "attention_grad", attention) /* (gy, qkv, the ATTENTION node) */            \
-    XX(MAP, "map", map)                   /* an elementwise function of x (relu, exp, ...) */      \
-    XX(MAP_GRAD, "map_grad", map)         /* (x, gy): gy * f'(x) */                                \
-    XX(DROPOUT, "dropout", dropout)       /* x * keep / (1 - p); its own adjoint */                \
-    XX(ARGMAX, "argmax", along)           /* index of the largest element along an axis (f32) */   \
-    XX(REDUCE_MAX, "reduce_max", along)   /* the largest element along an axis */                  \
-    XX(CAST, "cast", none)                /* x as another dtype (f32 <-> bf16), nearest even */    \
-    XX(STATE, "state", none)              /* an inference program's state: kept between runs */    \
-    XX(STATE_WRITE, "state_write", along) /* (state, value, index): value written in place */      \
-    XX(ATTENTION_CACHED, "attention_cached", cached) /* (q, kv, pos): q against keys 0..pos */     \
-    XX(GATHER, "all-gather", along)      /* a split parameter whole on every device (FSDP) */      \
-    XX(SCATTER, "reduce-scatter", along) /* GATHER's adjoint: each device's rows, summed */
+    XX(INPUT, "input", none, 0, NONE)           /* fed by the host every step */                   \
+    XX(PARAM, "param", none, 0, NONE)           /* trained; replicated unless split by mw_shard */ \
+    XX(SHARD, "shard", shard, MW__T_SAME, NONE) /* one axis relabelled Batch -> Batch@X */         \
+    XX(FILL, "fill", fill, 0, NONE)             /* every element = value */                        \
+    XX(ADD, "add", none, MW__T_PARTIAL, NONE)   /* elementwise with subset broadcasting */         \
+    XX(SUB, "sub", none, MW__T_PARTIAL, NONE)                                                      \
+    XX(MUL, "mul", none, 0, NONE)                                                                  \
+    XX(DIV, "div", none, 0, NONE)                                                                  \
+    XX(SCALE, "scale", scale, MW__T_PARTIAL, NONE) /* factor * x; factor 1 is a plain copy */      \
+    XX(PERMUTE, "permute", none, MW__T_PARTIAL | MW__T_SAME, NONE)     /* x in another order */    \
+    XX(BROADCAST, "broadcast", none, MW__T_PARTIAL | MW__T_SAME, NONE) /* along new axes */        \
+    XX(SUM, "sum", none, MW__T_PARTIAL, NONE)       /* x summed over the axes the output lacks */  \
+    XX(CONTRACT, "contract", none, MW__T_DOT, GEMM) /* einsum over names */                        \
+    XX(ALLREDUCE, "all-reduce", none, MW__T_PARTIAL, NONE) /* partial -> the sum over mesh */      \
+    /* the same data under other axes: split, merge, rename */                                     \
+    XX(ALIAS, "alias", none, MW__T_PARTIAL | MW__T_SAME | MW__T_MIX_RESHAPE, NONE)                 \
+    XX(SLICE, "slice", slice, MW__T_PARTIAL | MW__T_MIX_SLICE, NONE) /* rows of an axis of x */    \
+    /* SLICE's adjoint: x placed at start, zeros around */                                         \
+    XX(PAD, "pad", slice, MW__T_PARTIAL | MW__T_MIX_SLICE, NONE)                                   \
+    XX(GELU, "gelu", gelu, 0, UNARY)                                                               \
+    XX(GELU_GRAD, "gelu_grad", gelu, MW__T_COLSUM, UNARY_GRAD)       /* (gy, x) */                 \
+    XX(LAYERNORM, "layernorm", layernorm, MW__T_MIX_LAST, LAYERNORM) /* (x, w, b), last axis */    \
+    XX(LN_DX, "layernorm_dx", layernorm, MW__T_NORM_DX, NONE)        /* (gy, x, w) */              \
+    XX(LN_DW, "layernorm_dw", layernorm, MW__T_NORM_DW, NONE)        /* (gy, x) */                 \
+    /* over the last axis (causal: over the last two) */                                           \
+    XX(SOFTMAX, "softmax", softmax, MW__T_MIX_LAST, NONE)                                          \
+    XX(SOFTMAX_GRAD, "softmax_grad", softmax, 0, NONE) /* (gy, y) */                               \
+    XX(EMBED, "embedding", none, 0, NONE)              /* (table, ids) */                          \
+    XX(EMBED_GRAD, "embedding_grad", none, 0, NONE)    /* (gy, ids) */                             \
+    XX(XENT, "cross_entropy", xent, 0, NONE)           /* (logits, targets), last axis */          \
+    XX(XENT_GRAD, "cross_entropy_grad", xent, 0, NONE) /* (gy, logits, targets) */                 \
+    XX(ATTENTION, "attention", attention, MW__T_DOT | MW__T_MIX_ATTENTION, ATTENTION) /* qkv */    \
+    XX(ATTENTION_GRAD, "attention_grad", attention, 0, NONE) /* (gy, qkv, the ATTENTION node) */   \
+    XX(MAP, "map", map, 0, NONE)             /* an elementwise function of x (relu, exp, ...) */   \
+    XX(MAP_GRAD, "map_grad", map, 0, NONE)   /* (x, gy): gy * f'(x) */                             \
+    XX(DROPOUT, "dropout", dropout, 0, NONE) /* x * keep / (1 - p); its own adjoint */             \
+    XX(ARGMAX, "argmax", along, 0, NONE)     /* index of the largest element along an axis */      \
+    XX(REDUCE_MAX, "reduce_max", along, 0, NONE) /* the largest element along an axis */           \
+    XX(CAST, "cast", none, MW__T_SAME, NONE) /* x as another dtype (f32 <-> bf16), nearest even */ \
+    XX(STATE, "state", none, 0, NONE)        /* an inference program's state: kept between runs */ \
+    /* (state, value, index): value written in place */                                            \
+    XX(STATE_WRITE, "state_write", along, MW__T_MIX_ALONG, NONE)                                   \
+    /* (q, kv, pos): q against keys 0..pos */                                                      \
+    XX(ATTENTION_CACHED, "attention_cached", cached, MW__T_MIX_CACHED, NONE)                       \
+    /* a split parameter whole on every device (FSDP) */                                           \
+    XX(GATHER, "all-gather", along, MW__T_SAME, NONE)                                              \
+    /* GATHER's adjoint: each device's rows, summed */                                             \
+    XX(SCATTER, "reduce-scatter", along, MW__T_PARTIAL, NONE)
 
 typedef enum mw__op {
-#define MW__OP_KIND_(KIND, name, params) MW__OP_##KIND,
+#define MW__OP_KIND_(KIND, name, params, traits, bf16) MW__OP_##KIND,
     MW__OPS(MW__OP_KIND_)
 #undef MW__OP_KIND_
         MW__OP_COUNT
 } mw__op;
+
+/* The traits of op (MW__T_*), 0 for a value out of range. */
+unsigned mw__op_traits(int op);
+
+/* The instruction kind (mw__ins_kind) whose kernel computes op and can write bf16, or -1. */
+int mw__op_bf16_kernel(int op);
 
 /* A node's parameters: the member its op's row names. */
 typedef union mw__op_params {

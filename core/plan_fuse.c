@@ -88,29 +88,31 @@ static int row_sum_of(const builder *b, int after, const mw_tensor *src) {
 
 /* Gradients written by the kernel that reads their input anyway, their own nodes then emitting
  * nothing (absorbed):
- * - a layer norm's three gradients in one pass over gy and x: an LN_DX node whose gy and x also
- *   feed a later LN_DW node giving a parameter's whole gradient, and whose gy the bias gradient
- *   sums (row_sum_of);
- * - a bias gradient summed from a GELU_GRAD node's output as that kernel writes it. */
+ * - a normalisation's three gradients in one pass over gy and x: a node of MW__T_NORM_DX whose gy
+ *   and x also feed a later MW__T_NORM_DW node of the same parameters giving a parameter's whole
+ *   gradient, and whose gy the bias gradient sums (row_sum_of);
+ * - a bias gradient summed from the output of a node of MW__T_COLSUM as its kernel writes it. */
 static void find_fused_grads(builder *b) {
     const mw_graph *g = b->g;
     for (int i = 0; i < g->nnodes; i++) b->fuse[i].ln_dw = b->fuse[i].col_sum = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *n = g->nodes[i];
+        unsigned traits = mw__op_traits(n->op);
         if (!b->node[i].live) continue;
-        if (n->op == MW__OP_GELU_GRAD) {
+        if (traits & MW__T_COLSUM) {
             int s = row_sum_of(b, i, n);
             if (s < 0) continue;
             b->fuse[i].col_sum = s;
             b->fuse[s].absorbed = 1;
         }
-        if (n->op != MW__OP_LN_DX) continue;
+        if (!(traits & MW__T_NORM_DX)) continue;
         const mw_tensor *gy = n->in[0], *x = n->in[1];
         int dw = -1, db = row_sum_of(b, i, gy);
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
-            if (b->node[j].live && b->node[j].grad_of >= 0 && t->op == MW__OP_LN_DW &&
-                t->in[0] == gy && t->in[1] == x && t->p.layernorm.eps == n->p.layernorm.eps)
+            if (b->node[j].live && b->node[j].grad_of >= 0 &&
+                (mw__op_traits(t->op) & MW__T_NORM_DW) && t->in[0] == gy && t->in[1] == x &&
+                !memcmp(&t->p, &n->p, sizeof t->p))
                 dw = j;
         }
         if (dw < 0 || db < 0) continue;
@@ -208,14 +210,15 @@ static void find_gemm_addends(builder *b) {
             break;
         }
     }
-    /* A gradient added to a layer norm's input gradient (a residual stream's: g + dx): the dx
-     * kernel adds g as it writes its rows, where g has the sum's layout and was computed first. */
+    /* A gradient added to a normalisation's input gradient (a residual stream's: g + dx): its dx
+     * kernel (MW__T_NORM_DX) adds g as it writes its rows, where g has the sum's layout and was
+     * computed first. */
     for (int i = 0; i < nn; i++) {
         const mw_tensor *n = g->nodes[i];
         if (!foldable_add(b, i)) continue;
         for (int k = 0; k < 2; k++) {
             const mw_tensor *y = n->in[k], *x = n->in[1 - k];
-            if (y->op != MW__OP_LN_DX || b->node[y->id].uses != 1 ||
+            if (!(mw__op_traits(y->op) & MW__T_NORM_DX) || b->node[y->id].uses != 1 ||
                 b->fuse[y->id].ln_addend >= 0 || b->node[y->id].grad_of >= 0 || x->id >= y->id ||
                 x->type.partial || x->type.dtype != MW_F32 || !same_layout(&n->type, &y->type) ||
                 !same_layout(&x->type, &n->type))
@@ -243,15 +246,9 @@ static int owner_of(const builder *b, int i) {
 /* The instruction a node's kernel is, when that kernel can write its output in bf16 (and the
  * device's does: target bf16_out); -1 otherwise. */
 static int bf16_writer(const builder *b, const mw_tensor *t) {
-    int kind = t->op == MW__OP_CONTRACT         ? MW__I_GEMM
-               : t->op == MW__OP_LAYERNORM      ? MW__I_LAYERNORM
-               : t->op == MW__OP_GELU           ? MW__I_UNARY
-               : t->op == MW__OP_GELU_GRAD      ? MW__I_UNARY_GRAD
-               : t->op == MW__OP_ATTENTION      ? MW__I_ATTENTION
-               : t->op == MW__OP_ATTENTION_GRAD ? MW__I_ATTENTION_GRAD
-                                                : -1;
+    int kind = mw__op_bf16_kernel(t->op); /* its row of MW__OPS */
     if (kind < 0 || !(b->bf16_out & (1u << kind))) return -1;
-    if (t->op == MW__OP_CONTRACT) { /* a bf16 C of bf16 operands only (mw__k_gemm) */
+    if (kind == MW__I_GEMM) { /* a bf16 C of bf16 operands only (mw__k_gemm) */
         contraction c;
         mw__plan_contraction(b, t, &c);
         if (!contract_writes_all(&c) || t->in[0]->type.dtype != MW_BF16) return -1;

@@ -455,6 +455,9 @@ typedef enum mw__ins_kind {
     MW__I_COUNT
 } mw__ins_kind;
 
+/* No kernel (core/graph_impl.h's MW__OPS: an op whose kernel writes no bf16). */
+#define MW__I_NONE (-1)
+
 /* Compile-time checks in C and in the C++ of CUDA sources. */
 #ifdef __cplusplus
 #define MW__STATIC_ASSERT static_assert

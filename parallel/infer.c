@@ -39,6 +39,47 @@ static int axis_pos(const mw_graph *g, const mw__type *t, const char *name) {
     return -1;
 }
 
+/* Whether node t mixes positions along the chunk axis (named chunk_name; at x's place xat, at
+ * t's at), by its op's MW__T_MIX_* trait (core/graph_impl.h). */
+static int mixes(const mw_tensor *t, int chunk_name, int from_rows, int xat, int at) {
+    const mw_tensor *x = t->nin ? t->in[0] : NULL;
+    switch (mw__op_traits(t->op) & MW__T_MIX) {
+    case MW__T_MIX_LAST: return xat >= 0 && xat == x->type.rank - 1;
+    case MW__T_MIX_RESHAPE:
+        return from_rows && xat >= 0 && x->type.ax[xat].size != t->type.ax[at].size;
+    case MW__T_MIX_SLICE: {
+        const mw_tensor *big = t->op == MW__OP_PAD ? t : x;
+        int a = t->p.slice.axis;
+        return a >= 0 && a < big->type.rank && big->type.ax[a].name == chunk_name;
+    }
+    case MW__T_MIX_ALONG: return xat >= 0 && xat == t->p.along.axis;
+    case MW__T_MIX_ATTENTION:
+        return xat >= 0 && (xat == t->p.attention.part || xat == t->p.attention.seq ||
+                            xat == t->p.attention.feature);
+    case MW__T_MIX_CACHED: {
+        const mw_tensor *kv = t->in[1];
+        int k = mw__type_find_name(&kv->type, chunk_name);
+        return k >= 0 && (k == t->p.cached.seq || k == t->p.cached.part || k == kv->type.rank - 1);
+    }
+    default: return 0;
+    }
+}
+
+/* What such a node does, for the message. */
+static const char *mixes_what(const mw_tensor *t) {
+    switch (mw__op_traits(t->op) & MW__T_MIX) {
+    case MW__T_MIX_RESHAPE: return "a split or merge of the chunk axis";
+    case MW__T_MIX_SLICE: return "a slice of the chunk axis";
+    case MW__T_MIX_ATTENTION: return "attention along the chunk axis";
+    case MW__T_MIX_CACHED: return "cached attention along the chunk axis";
+    case MW__T_MIX_ALONG: return "a write along the chunk axis";
+    default:
+        return t->op == MW__OP_SOFTMAX     ? "a softmax over the chunk axis"
+               : t->op == MW__OP_LAYERNORM ? "a layer norm over the chunk axis"
+                                           : "a normalisation over the chunk axis";
+    }
+}
+
 /* Which nodes depend on the chunked rows and which mix them (a value of one row computed from
  * others: a sum, contraction, softmax, layer norm, slice or reshape along the chunk axis, or a
  * value without the axis that depends on it): an output that mixes rows would change with the
@@ -69,20 +110,8 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
         const char *w = NULL;
         if (at < 0)
             w = "a value without the chunk axis computed from it";
-        else if (from_rows && t->op == MW__OP_ALIAS && x && xat >= 0 &&
-                 x->type.ax[xat].size != t->type.ax[at].size)
-            w = "a split or merge of the chunk axis";
-        else if ((t->op == MW__OP_SLICE || t->op == MW__OP_PAD) && x && t->p.slice.axis >= 0 &&
-                 t->p.slice.axis < x->type.rank && x->type.ax[t->p.slice.axis].name == chunk_name)
-            w = "a slice of the chunk axis";
-        else if ((t->op == MW__OP_SOFTMAX || t->op == MW__OP_LAYERNORM) && x && xat >= 0 &&
-                 xat == x->type.rank - 1)
-            w = t->op == MW__OP_SOFTMAX ? "a softmax over the chunk axis"
-                                        : "a layer norm over the chunk axis";
-        else if (t->op == MW__OP_ATTENTION && x && xat >= 0 &&
-                 (xat == t->p.attention.part || xat == t->p.attention.seq ||
-                  xat == t->p.attention.feature))
-            w = "attention along the chunk axis";
+        else if (mixes(t, chunk_name, from_rows, xat, at))
+            w = mixes_what(t);
         if (w) mix[i] = 1, why[i] = w;
     }
     mw_status st = MW_OK;

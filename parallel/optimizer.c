@@ -75,12 +75,9 @@ int mw__optimizer_moments(const mw_optimizer *o) {
     return o->kind == MW_ADAMW ? 2 : o->momentum > 0.0f ? 1 : 0;
 }
 
-/* Ops that hand a parameter on as it is: the same values under other axes (renames, splits,
- * merges, a shard's label), in another order or dtype, broadcast, or gathered whole (FSDP). */
-static int passes_on(mw__op op) {
-    return op == MW__OP_ALIAS || op == MW__OP_SHARD || op == MW__OP_PERMUTE ||
-           op == MW__OP_BROADCAST || op == MW__OP_CAST || op == MW__OP_GATHER;
-}
+/* Ops that hand a parameter on as it is (MW__T_SAME): the same values under other axes (renames,
+ * splits, merges, a shard's label), in another order or dtype, broadcast, or gathered whole. */
+static int passes_on(mw__op op) { return (mw__op_traits(op) & MW__T_SAME) != 0; }
 
 mw_status mw__decay_flags(const mw_graph *g, const mw_optimizer *o, unsigned char *decays) {
     /* origin[node]: the parameter leaf a node hands on unchanged, or -1; not_bias[leaf]: the
