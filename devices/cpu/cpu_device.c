@@ -79,33 +79,11 @@ const mw__device_vtable mw__cpu_device = {
     .upload = cpu_memcpy,
     .download = cpu_memcpy,
     .sync = cpu_sync,
-    /* the instruction table's kernels, in its order (devices/device.h's MW__KERNELS) */
-    .binary = mw__cpu_binary,
-    .copy = mw__cpu_copy,
-    .reduce = mw__cpu_reduce,
-    .gemm = mw__cpu_gemm,
-    .fill = mw__cpu_fill,
-    .unary = mw__cpu_unary,
-    .unary_grad = mw__cpu_unary_grad,
-    .layernorm = mw__cpu_layernorm,
-    .layernorm_dx = mw__cpu_layernorm_dx,
-    .layernorm_dw = mw__cpu_layernorm_dw,
-    .softmax = mw__cpu_softmax,
-    .softmax_grad = mw__cpu_softmax_grad,
-    .embed = mw__cpu_embed,
-    .embed_grad = mw__cpu_embed_grad,
-    .xent = mw__cpu_xent,
-    .xent_grad = mw__cpu_xent_grad,
-    .attention = mw__cpu_attention,
-    .attention_grad = mw__cpu_attention_grad,
-    .map = mw__cpu_map,
-    .map_grad = mw__cpu_map_grad,
-    .dropout = mw__cpu_dropout,
-    .argmax = mw__cpu_argmax,
-    .reduce_max = mw__cpu_reduce_max,
-    .state_write = mw__cpu_state_write,
-    .attention_cached = mw__cpu_attention_cached,
-    .gemm_prepare = mw__cpu_gemm_prepare,
+/* the instruction table's kernels (devices/device.h's MW__KERNELS), each mw__cpu_<name> */
+#define SLOT_(KIND, name, type, dtypes, ROLES) .name = mw__cpu_##name,
+    MW__KERNELS(SLOT_)
+#undef SLOT_
+        .gemm_prepare = mw__cpu_gemm_prepare,
 #ifdef MESHWIT_HAVE_DNNL
     .attention_prepare = mw__cpu_attention_prepare,
 #endif

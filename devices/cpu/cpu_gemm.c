@@ -2,9 +2,9 @@
  * oneDNN is absent or where it measures faster (matrix-vector products; CPUs without AVX-512,
  * where oneDNN 2.x has no brgemm kernels), unless OpenBLAS itself only has generic kernels for
  * the CPU (then oneDNN takes every product), and bf16 operands widened to f32 where the CPU lacks
- * bf16 instructions (in the device's work buffer, cpu_state.h). */
+ * bf16 instructions (in the device's work buffer, cpu_state.h). Compiled once per vector level
+ * (cpu_kernels.h), for its own loops. */
 #define _GNU_SOURCE
-#include "devices/cpu/cpu_gemm.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -18,6 +18,7 @@
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/cpu_state.h"
+#include "devices/cpu/simd.h"
 
 #ifdef MESHWIT_HAVE_DNNL
 /* Whether OpenBLAS runs kernels written for a vector unit at least as wide as AVX2 here. */
@@ -57,11 +58,36 @@ static int64_t span_b(const mw__k_gemm *k) {
 }
 static int64_t span_c(const mw__k_gemm *k) { return span(k, k->m, k->ldc, k->stride_c); }
 
+/* The GEMMs' own loops: bf16 operands widened to f32 and a C rounded back, and the epilogue BLAS
+ * leaves to us (C, f32, = beta C + bias + addend, put there before the product, which is then
+ * added with beta 1). */
+static void widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
+    mw__bf16_widen(n, src, dst);
+}
+
+static void narrow(int64_t n, const float *restrict src, uint16_t *restrict dst) {
+    mw__bf16_narrow(n, src, dst);
+}
+
+static void epilogue_first(const mw__k_gemm *k, float *c) {
+    for (int64_t bi = 0; bi < k->batch; bi++)
+        for (int64_t i = 0; i < k->m; i++) {
+            float *row = c + bi * k->stride_c + i * k->ldc;
+            const float *add = k->addend ? k->addend + bi * k->stride_c + i * k->ldc : NULL;
+            for (int64_t j = 0; j < k->n; j++) {
+                float v = k->beta != 0.0f ? row[j] : 0.0f;
+                if (k->bias) v += k->bias[j];
+                if (add) v += add[j];
+                row[j] = v;
+            }
+        }
+}
+
 /* An f32 GEMM through OpenBLAS (C f32). */
 static void blas_gemm(const mw__k_gemm *k) {
     float beta = k->beta;
     if (k->bias || k->addend) {
-        mw__cpu_gemm_epilogue(k, k->c);
+        epilogue_first(k, k->c);
         beta = 1.0f;
     }
     for (int64_t bi = 0; bi < k->batch; bi++) {
@@ -124,13 +150,13 @@ static mw_status run_f32(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *
 static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
                              float *b, float *c) {
     if (k->ab_dtype == MW_BF16) {
-        mw__cpu_widen(span_a(k), k->a, a);
-        mw__cpu_widen(span_b(k), k->b, b);
+        widen(span_a(k), k->a, a);
+        widen(span_b(k), k->b, b);
     }
-    if (c && k->beta != 0.0f) mw__cpu_widen(span_c(k), k->c, c);
+    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
     mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
     mw_status st = run_f32(s, g, &f);
-    if (st == MW_OK && c) mw__cpu_narrow(span_c(k), c, k->c);
+    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
     return st;
 }
 
@@ -151,7 +177,7 @@ static mw_status unprepared(const mw__k_gemm *k) {
     return st;
 }
 
-mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k) {
+mw_status MW__CPU(mw__cpu_gemm)(mw__device *dev, const mw__k_gemm *k) {
     cpu_gemm *g = k->impl;
     if (!g) return unprepared(k);
     mw__cpu_state *s = dev->impl;
@@ -179,7 +205,7 @@ static void gemm_free(void *p) {
     mw__free(g);
 }
 
-mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
+mw_status MW__CPU(mw__cpu_gemm_prepare)(mw__device *dev, mw__k_gemm *k) {
     mw__cpu_state *s = dev->impl;
     cpu_gemm *g = mw__calloc(1, sizeof *g);
     mw_status st = g ? mw__cpu_own(dev, g, gemm_free)
@@ -239,7 +265,7 @@ mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k) {
     return mw__cpu_work_reserve(dev, need);
 }
 
-const char *mw__cpu_gemm_impl(const mw__k_gemm *k) {
+const char *MW__CPU(mw__cpu_gemm_impl)(const mw__k_gemm *k) {
     const cpu_gemm *g = k->impl;
     return g ? g->name : "openblas (unprepared)";
 }

@@ -2,7 +2,7 @@
  * table by name), by op family, each in the file of its family, as the CUDA backend's
  * (devices/cuda/cuda_kernels.h): the device's lifetime, memory and copies in cpu_device.c, its
  * state in cpu_state.c, the instruction levels in cpu_isa.c; cpu_elementwise.c, cpu_reduce.c,
- * cpu_gemm.c (with cpu_gemm_loops.c), cpu_nn.c, cpu_embed.c, cpu_attention.c (with
+ * cpu_gemm.c, cpu_nn.c, cpu_embed.c, cpu_attention.c (with
  * cpu_attention_dnnl.c), cpu_optim.c. A new op: its kernel in the file of its family, a row of
  * MW__CPU_LEVEL_ENTRIES when that file is one of the per-level ones, a line here, its slot in
  * cpu_device.c's table.
@@ -28,51 +28,22 @@
 #define MW__CPU(name) MW__CPU_CAT_(name, MW__CPU_LEVEL)
 #endif
 
-/* Every function the per-level files export: XS(ret, name, params, args) returning a value,
+/* Every kernel of the instruction table (devices/device.h's MW__KERNELS) is mw__cpu_<name>, and
+ * cpu_device.c's vtable is made from the table, so a kernel the CPU backend lacks fails the build.
+ * The other functions the per-level files export: XS(ret, name, params, args) returning a value,
  * XV(name, params, args) returning nothing. */
-#define MW__CPU_LEVEL_ENTRIES(XS, XV)                                                              \
-    XS(mw_status, mw__cpu_binary, (mw__device * dev, const mw__k_binary *k), (dev, k))             \
-    XS(mw_status, mw__cpu_copy, (mw__device * dev, const mw__k_copy *k), (dev, k))                 \
-    XS(mw_status, mw__cpu_fill, (mw__device * dev, const mw__k_fill *k), (dev, k))                 \
-    XS(mw_status, mw__cpu_unary, (mw__device * dev, const mw__k_unary *k), (dev, k))               \
-    XS(mw_status, mw__cpu_unary_grad, (mw__device * dev, const mw__k_unary_grad *k), (dev, k))     \
-    XS(mw_status, mw__cpu_map, (mw__device * dev, const mw__k_map *k), (dev, k))                   \
-    XS(mw_status, mw__cpu_map_grad, (mw__device * dev, const mw__k_map_grad *k), (dev, k))         \
-    XS(mw_status, mw__cpu_dropout, (mw__device * dev, const mw__k_dropout *k), (dev, k))           \
+#define MW__CPU_EXTRA_ENTRIES(XS, XV)                                                              \
     XV(mw__cpu_narrow_row,                                                                         \
        (float alpha, int64_t n, uint16_t *restrict out, int64_t so, const float *restrict a,       \
         int64_t sa),                                                                               \
        (alpha, n, out, so, a, sa))                                                                 \
-    XS(mw_status, mw__cpu_reduce, (mw__device * dev, const mw__k_reduce *k), (dev, k))             \
-    XS(mw_status, mw__cpu_sumsq, (mw__device * dev, const mw__k_sumsq *k), (dev, k))               \
-    XS(mw_status, mw__cpu_argmax, (mw__device * dev, const mw__k_max *k), (dev, k))                \
-    XS(mw_status, mw__cpu_reduce_max, (mw__device * dev, const mw__k_max *k), (dev, k))            \
-    XV(mw__cpu_widen, (int64_t n, const uint16_t *restrict src, float *restrict dst),              \
-       (n, src, dst))                                                                              \
-    XV(mw__cpu_narrow, (int64_t n, const float *restrict src, uint16_t *restrict dst),             \
-       (n, src, dst))                                                                              \
-    XV(mw__cpu_gemm_epilogue, (const mw__k_gemm *k, float *c), (k, c))                             \
-    XS(mw_status, mw__cpu_layernorm, (mw__device * dev, const mw__k_layernorm *k), (dev, k))       \
-    XS(mw_status, mw__cpu_layernorm_dx, (mw__device * dev, const mw__k_layernorm_grad *k),         \
-       (dev, k))                                                                                   \
-    XS(mw_status, mw__cpu_layernorm_dw, (mw__device * dev, const mw__k_layernorm_grad *k),         \
-       (dev, k))                                                                                   \
-    XS(mw_status, mw__cpu_softmax, (mw__device * dev, const mw__k_softmax *k), (dev, k))           \
-    XS(mw_status, mw__cpu_softmax_grad, (mw__device * dev, const mw__k_softmax_grad *k), (dev, k)) \
-    XS(mw_status, mw__cpu_xent, (mw__device * dev, const mw__k_xent *k), (dev, k))                 \
-    XS(mw_status, mw__cpu_xent_grad, (mw__device * dev, const mw__k_xent_grad *k), (dev, k))       \
-    XS(mw_status, mw__cpu_embed, (mw__device * dev, const mw__k_embed *k), (dev, k))               \
-    XS(mw_status, mw__cpu_embed_grad, (mw__device * dev, const mw__k_embed_grad *k), (dev, k))     \
-    XS(mw_status, mw__cpu_state_write, (mw__device * dev, const mw__k_state_write *k), (dev, k))   \
+    XS(mw_status, mw__cpu_gemm_prepare, (mw__device * dev, mw__k_gemm * k), (dev, k))              \
+    XS(const char *, mw__cpu_gemm_impl, (const mw__k_gemm *k), (k))                                \
     XS(mw_status, mw__cpu_out_of_range, (const char *what, int32_t v, int64_t pos, int64_t limit), \
        (what, v, pos, limit))                                                                      \
     XS(mw_status, mw__cpu_positions_ok,                                                            \
        (const mw__device *dev, const int32_t *ids, int64_t outer, int64_t n, const char *what),    \
        (dev, ids, outer, n, what))                                                                 \
-    XS(mw_status, mw__cpu_attention, (mw__device * dev, const mw__k_attention *k), (dev, k))       \
-    XS(mw_status, mw__cpu_attention_grad, (mw__device * dev, const mw__k_attention *k), (dev, k))  \
-    XS(mw_status, mw__cpu_attention_cached, (mw__device * dev, const mw__k_attention_cached *k),   \
-       (dev, k))                                                                                   \
     XS(const char *, mw__cpu_attention_impl, (const mw__k_attention *k), (k))                      \
     XS(mw_status, mw__cpu_attention_prepare, (mw__device * dev, mw__k_attention * k, int grad),    \
        (dev, k, grad))                                                                             \
@@ -81,7 +52,12 @@
     XS(const char *, mw__cpu_attention_dnnl_name, (const mw__k_attention *k), (k))                 \
     XS(mw_status, mw__cpu_sgd, (mw__device * dev, const mw__k_sgd *k), (dev, k))                   \
     XS(mw_status, mw__cpu_sgd_momentum, (mw__device * dev, const mw__k_sgd_momentum *k), (dev, k)) \
-    XS(mw_status, mw__cpu_adamw, (mw__device * dev, const mw__k_adamw *k), (dev, k))
+    XS(mw_status, mw__cpu_adamw, (mw__device * dev, const mw__k_adamw *k), (dev, k))               \
+    XS(mw_status, mw__cpu_sumsq, (mw__device * dev, const mw__k_sumsq *k), (dev, k))
+
+/* A kernel of the table as an entry of that form. */
+#define MW__CPU_KERNEL_ENTRY_(XS, KIND, name, type)                                                \
+    XS(mw_status, mw__cpu_##name, (mw__device * dev, const type *k), (dev, k))
 
 /* Each entry's version of every level, and its dispatcher (the plain name). */
 #define MW__CPU_DECLARE_S_(ret, name, params, args)                                                \
@@ -90,16 +66,21 @@
     ret name##_v4 params;                                                                          \
     ret name params;
 #define MW__CPU_DECLARE_V_(name, params, args) MW__CPU_DECLARE_S_(void, name, params, args)
-MW__CPU_LEVEL_ENTRIES(MW__CPU_DECLARE_S_, MW__CPU_DECLARE_V_)
+#define MW__CPU_DECLARE_K_(KIND, name, type, dtypes, ROLES)                                        \
+    MW__CPU_KERNEL_ENTRY_(MW__CPU_DECLARE_S_, KIND, name, type)
+MW__KERNELS(MW__CPU_DECLARE_K_)
+MW__CPU_EXTRA_ENTRIES(MW__CPU_DECLARE_S_, MW__CPU_DECLARE_V_)
+#undef MW__CPU_DECLARE_K_
 #undef MW__CPU_DECLARE_S_
 #undef MW__CPU_DECLARE_V_
 
 /* What the entries above do, by family, where the name does not say it:
  *   cpu_elementwise.c: mw__cpu_narrow_row: out[i * so] = bf16(alpha * a[i * sa]) for i < n (the
  *     copy's f32 -> bf16 row; the optimizers' bf16 copies of the parameters).
- *   cpu_gemm_loops.c: mw__cpu_widen, mw__cpu_narrow: n values between bf16 and f32;
- *     mw__cpu_gemm_epilogue: C (f32) = beta C + bias + addend, put there before a BLAS product
- *     that is then added with beta 1.
+ *   cpu_gemm.c: mw__cpu_gemm_impl: what runs a prepared GEMM ("onednn brg:avx512_core_bf16",
+ *     "openblas sgemm", ...); its GEMMs run on oneDNN's matmul primitives where that is built
+ *     and measures faster, else OpenBLAS, bf16 on the CPU's bf16 instructions through oneDNN
+ *     where it has them and MESHWIT_CPU_ISA allows them, else widened to f32.
  *   cpu_embed.c: the errors of a bad index, for the kernels that take them:
  *     mw__cpu_out_of_range: MW_ERR_INVALID naming an id or a target v at position pos of this
  *     device's shard outside [0, limit); mw__cpu_positions_ok: MW_OK when every position ids[o]
@@ -110,10 +91,5 @@ MW__CPU_LEVEL_ENTRIES(MW__CPU_DECLARE_S_, MW__CPU_DECLARE_V_)
  *   cpu_attention_dnnl.c: bf16 attention on the CPU's bf16 instructions through oneDNN: prepare
  *     sets k->impl where it applies (bf16 q, k, v, the CPU has bf16 instructions, oneDNN is
  *     built and has the products), and then the attention kernels run through it. */
-
-/* cpu_gemm.c (and cpu_dnnl.c: oneDNN's matmul primitives), compiled once: the engines' own
- * kernels choose their instructions. */
-mw_status mw__cpu_gemm(mw__device *dev, const mw__k_gemm *k);
-mw_status mw__cpu_gemm_prepare(mw__device *dev, mw__k_gemm *k);
 
 #endif

@@ -27,4 +27,7 @@
     void name params { name##_v1 args; }
 #endif
 
-MW__CPU_LEVEL_ENTRIES(DISPATCH_S_, DISPATCH_V_)
+#define DISPATCH_K_(KIND, name, type, dtypes, ROLES)                                               \
+    MW__CPU_KERNEL_ENTRY_(DISPATCH_S_, KIND, name, type)
+MW__KERNELS(DISPATCH_K_)
+MW__CPU_EXTRA_ENTRIES(DISPATCH_S_, DISPATCH_V_)

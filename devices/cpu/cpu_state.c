@@ -8,7 +8,6 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "devices/cpu/cpu_dnnl.h"
-#include "devices/cpu/cpu_gemm.h"
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
 

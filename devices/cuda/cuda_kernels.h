@@ -27,38 +27,19 @@ mw_status mw__cuda_host_alloc(mw__device *dev, size_t bytes, void **out);
 void mw__cuda_host_free(mw__device *dev, void *p);
 mw_status mw__cuda_upload_async(mw__device *dev, void *dst, const void *src, size_t bytes);
 
-/* elementwise.cu */
-mw_status mw__cuda_binary(mw__device *dev, const mw__k_binary *k);
-mw_status mw__cuda_copy(mw__device *dev, const mw__k_copy *k);
-mw_status mw__cuda_fill(mw__device *dev, const mw__k_fill *k);
-mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k);
-mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k);
-mw_status mw__cuda_map(mw__device *dev, const mw__k_map *k);
-mw_status mw__cuda_map_grad(mw__device *dev, const mw__k_map_grad *k);
-mw_status mw__cuda_dropout(mw__device *dev, const mw__k_dropout *k);
+/* Every kernel of the instruction table (devices/device.h's MW__KERNELS) is mw__cuda_<name>, in
+ * the file of its family (elementwise.cu: binary, copy, fill, unary, unary_grad, map, map_grad,
+ * dropout; reduce.cu: reduce, argmax, reduce_max; gemm.cu: gemm; nn.cu: layernorm, layernorm_dx,
+ * layernorm_dw, softmax, softmax_grad, xent, xent_grad; embed.cu: embed, embed_grad,
+ * state_write; attention.cu: attention, attention_grad, attention_cached), and cuda_vtable.c's
+ * vtable is made from the table, so a kernel the CUDA backend lacks fails the build. */
+#define MW__CUDA_KERNEL_DECL_(KIND, name, type, dtypes, ROLES)                                     \
+    mw_status mw__cuda_##name(mw__device *dev, const type *k);
+MW__KERNELS(MW__CUDA_KERNEL_DECL_)
+#undef MW__CUDA_KERNEL_DECL_
 
-/* reduce.cu */
-mw_status mw__cuda_reduce(mw__device *dev, const mw__k_reduce *k);
+/* reduce.cu: the gradient norm's exact sum of squares (the vtable's sumsq). */
 mw_status mw__cuda_sumsq(mw__device *dev, const mw__k_sumsq *k);
-mw_status mw__cuda_argmax(mw__device *dev, const mw__k_max *k);
-mw_status mw__cuda_reduce_max(mw__device *dev, const mw__k_max *k);
-
-/* gemm.cu */
-mw_status mw__cuda_gemm(mw__device *dev, const mw__k_gemm *k);
-
-/* nn.cu */
-mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k);
-mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k);
-mw_status mw__cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k);
-mw_status mw__cuda_softmax(mw__device *dev, const mw__k_softmax *k);
-mw_status mw__cuda_softmax_grad(mw__device *dev, const mw__k_softmax_grad *k);
-mw_status mw__cuda_xent(mw__device *dev, const mw__k_xent *k);
-mw_status mw__cuda_xent_grad(mw__device *dev, const mw__k_xent_grad *k);
-
-/* embed.cu */
-mw_status mw__cuda_embed(mw__device *dev, const mw__k_embed *k);
-mw_status mw__cuda_embed_grad(mw__device *dev, const mw__k_embed_grad *k);
-mw_status mw__cuda_state_write(mw__device *dev, const mw__k_state_write *k);
 
 /* The kernels' limits, which the backend's check (cuda_host.c) refuses a plan beyond when it is
  * made, and the kernels' launches obey: fused attention runs a block of MW__CUDA_ATT_THREADS
@@ -81,11 +62,6 @@ static inline size_t mw__cuda_attention_smem(int64_t t) {
 
 /* cuda_host.c: the backend's check (mw__device_vtable.check). */
 mw_status mw__cuda_check(int kind, const void *k);
-
-/* attention.cu */
-mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *k);
-mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attention *k);
-mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_attention_cached *k);
 
 /* optim.cu */
 mw_status mw__cuda_sgd(mw__device *dev, const mw__k_sgd *k);
