@@ -206,7 +206,9 @@ static void gemm_free(void *p) {
 }
 
 mw_status MW__CPU(mw__cpu_gemm_prepare)(mw__device *dev, mw__k_gemm *k) {
-    mw__cpu_state *s = dev->impl;
+#ifdef MESHWIT_HAVE_DNNL
+    mw__cpu_state *s = dev->impl; /* its oneDNN engine and the engine asked for */
+#endif
     cpu_gemm *g = mw__calloc(1, sizeof *g);
     mw_status st = g ? mw__cpu_own(dev, g, gemm_free)
                      : mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);

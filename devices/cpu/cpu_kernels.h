@@ -45,15 +45,23 @@
        (const mw__device *dev, const int32_t *ids, int64_t outer, int64_t n, const char *what),    \
        (dev, ids, outer, n, what))                                                                 \
     XS(const char *, mw__cpu_attention_impl, (const mw__k_attention *k), (k))                      \
-    XS(mw_status, mw__cpu_attention_prepare, (mw__device * dev, mw__k_attention * k, int grad),    \
-       (dev, k, grad))                                                                             \
-    XS(mw_status, mw__cpu_attention_dnnl, (mw__device * dev, const mw__k_attention *k, int grad),  \
-       (dev, k, grad))                                                                             \
-    XS(const char *, mw__cpu_attention_dnnl_name, (const mw__k_attention *k), (k))                 \
+    MW__CPU_DNNL_ENTRIES(XS, XV)                                                                   \
     XS(mw_status, mw__cpu_sgd, (mw__device * dev, const mw__k_sgd *k), (dev, k))                   \
     XS(mw_status, mw__cpu_sgd_momentum, (mw__device * dev, const mw__k_sgd_momentum *k), (dev, k)) \
     XS(mw_status, mw__cpu_adamw, (mw__device * dev, const mw__k_adamw *k), (dev, k))               \
     XS(mw_status, mw__cpu_sumsq, (mw__device * dev, const mw__k_sumsq *k), (dev, k))
+
+/* cpu_attention_dnnl.c's, where libmeshwit is built with oneDNN. */
+#ifdef MESHWIT_HAVE_DNNL
+#define MW__CPU_DNNL_ENTRIES(XS, XV)                                                               \
+    XS(mw_status, mw__cpu_attention_prepare, (mw__device * dev, mw__k_attention * k, int grad),    \
+       (dev, k, grad))                                                                             \
+    XS(mw_status, mw__cpu_attention_dnnl, (mw__device * dev, const mw__k_attention *k, int grad),  \
+       (dev, k, grad))                                                                             \
+    XS(const char *, mw__cpu_attention_dnnl_name, (const mw__k_attention *k), (k))
+#else
+#define MW__CPU_DNNL_ENTRIES(XS, XV)
+#endif
 
 /* A kernel of the table as an entry of that form. */
 #define MW__CPU_KERNEL_ENTRY_(XS, KIND, name, type)                                                \
