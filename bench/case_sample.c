@@ -48,12 +48,12 @@ static int generate(mw_trainer *tr, const gpt2_config *c, int cached, int32_t *h
     int32_t *window = calloc(WINDOW, sizeof *window);
     mw_status st = out && window ? mw_graph_new(&g) : MW_ERR_NOMEM;
     if (st == MW_OK && cached) {
-        gpt2_decode d;
-        st = gpt2_build_decode(g, c, 1, NULL, NULL, &d);
+        gpt2_graph d;
+        st = gpt2_build(g, c, &(gpt2_layout){.mode = GPT2_DECODE, .batch = 1}, &d);
         logits = d.logits;
     } else if (st == MW_OK) {
         gpt2_graph m;
-        st = gpt2_build(g, c, 1, WINDOW, NULL, &m);
+        st = gpt2_build(g, c, &(gpt2_layout){.batch = 1, .seq = WINDOW}, &m);
         logits = m.logits;
     }
     mw_infer_config ic = {.outputs = &logits, .noutputs = 1};
@@ -112,7 +112,7 @@ int mwb_case_sample(mwb_ctx *ctx) {
         gpt2_graph m;
         mw_status st = mw_graph_new(&g);
         if (st == MW_OK) mw_graph_set_seed(g, 7);
-        if (st == MW_OK) st = gpt2_build(g, &c, 1, 16, NULL, &m);
+        if (st == MW_OK) st = gpt2_build(g, &c, &(gpt2_layout){.batch = 1, .seq = 16}, &m);
         if (st == MW_OK) st = mw_mesh_new(specs[s], "X", &mesh);
         mw_trainer_config tc = {.optimizer = {MW_SGD, .lr = 0.0f}};
         if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &tc, &tr);

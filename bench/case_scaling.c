@@ -26,7 +26,10 @@ static int measure(const char *devices, int steps, int warmup, run_result *out) 
     int32_t *tokens = malloc(sizeof *tokens * (BATCH * SEQ + 1));
     if (!tokens || mw_graph_new(&g) || mw_mesh_new(devices, "X", &mesh)) goto done;
     int sharded = mw_mesh_size(mesh) > 1;
-    if (gpt2_build(g, &c, BATCH, SEQ, sharded ? "X" : NULL, &m)) goto done;
+    if (gpt2_build(g, &c,
+                   &(gpt2_layout){.batch = BATCH, .seq = SEQ, .data_axis = sharded ? "X" : NULL},
+                   &m))
+        goto done;
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f}};
     if (mw_trainer_new(g, m.loss, mesh, &cfg, &tr)) goto done;

@@ -49,8 +49,9 @@ int mwb_case_soak(mwb_ctx *ctx) {
         fclose(cr);
     }
     double t0 = mwb_now();
-    if (mw_graph_new(&g) || gpt2_build(g, &c, B, T, "X", &m) || mw_mesh_new(devices, "X", &mesh) ||
-        mw_trainer_new(g, m.loss, mesh, &cfg, &tr))
+    if (mw_graph_new(&g) ||
+        gpt2_build(g, &c, &(gpt2_layout){.batch = B, .seq = T, .data_axis = "X"}, &m) ||
+        mw_mesh_new(devices, "X", &mesh) || mw_trainer_new(g, m.loss, mesh, &cfg, &tr))
         goto done;
     mw_feed feeds[2] = {{"tokens", tok, B * T}, {"targets", tok + 1, B * T}};
     for (int s = 0; s < steps; s++) {

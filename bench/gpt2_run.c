@@ -75,7 +75,13 @@ int mwb_gpt2_make_fsdp(mw_mesh *mesh, const gpt2_config *model, int batch, int s
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
     if (st == MW_OK)
-        st = gpt2_build_fsdp(m->g, model, batch, seq, data_axis, model_axis, fsdp_axis, &gm);
+        st = gpt2_build(m->g, model,
+                        &(gpt2_layout){.batch = batch,
+                                       .seq = seq,
+                                       .data_axis = data_axis,
+                                       .model_axis = model_axis,
+                                       .fsdp_axis = fsdp_axis},
+                        &gm);
     if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, tc, &m->tr);
     if (st != MW_OK) {
         describe(err, errlen, "cannot build the model", st);

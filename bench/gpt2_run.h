@@ -21,7 +21,7 @@ typedef struct mwb_gpt2_setup {
      * (NULL: none) and ZeRO-1. */
     const char *mesh_axes, *data_axis, *model_axis;
     int shard_optimizer;
-    int shard_params;       /* FSDP over the data axis (gpt2_build_fsdp) */
+    int shard_params;       /* FSDP over the data axis (gpt2_layout.fsdp_axis) */
     mw_precision precision; /* mw_trainer_config.precision */
     mw_recompute recompute; /* mw_trainer_config.recompute */
     int serial_gathers;     /* mw_trainer_config.serial_gathers */
@@ -52,7 +52,7 @@ int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
 int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                        const char *data_axis, const char *model_axis, const mw_trainer_config *tc,
                        mwb_gpt2 **out, char *err, size_t errlen);
-/* And with the parameters split over fsdp_axis (or not) as gpt2_build_fsdp splits them. */
+/* And with the parameters split over fsdp_axis (or not) as gpt2_layout.fsdp_axis splits them. */
 int mwb_gpt2_make_fsdp(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                        const char *data_axis, const char *model_axis, const char *fsdp_axis,
                        const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen);

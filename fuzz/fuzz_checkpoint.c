@@ -21,7 +21,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
     mw_status st;
     if ((st = mw_graph_new(&g))) fuzz_setup_failed("mw_graph_new", st);
-    if ((st = gpt2_build(g, &mw_fuzz_config, 2, 4, NULL, &m))) fuzz_setup_failed("gpt2_build", st);
+    if ((st = gpt2_build(g, &mw_fuzz_config, &(gpt2_layout){.batch = 2, .seq = 4}, &m)))
+        fuzz_setup_failed("gpt2_build", st);
     if ((st = mw_mesh_new("cpu:1", "X", &mesh))) fuzz_setup_failed("mw_mesh_new", st);
     if ((st = mw_trainer_new(g, m.loss, mesh, &cfg, &trainer)))
         fuzz_setup_failed("mw_trainer_new", st);

@@ -18,7 +18,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     gpt2_graph m;
     mw_status st;
     if ((st = mw_graph_new(&g))) fuzz_setup_failed("mw_graph_new", st);
-    if ((st = gpt2_build(g, &config, 2, 4, NULL, &m))) fuzz_setup_failed("gpt2_build", st);
+    if ((st = gpt2_build(g, &config, &(gpt2_layout){.batch = 2, .seq = 4}, &m)))
+        fuzz_setup_failed("gpt2_build", st);
     if ((st = mw_mesh_new("cpu:1", "X", &mesh))) fuzz_setup_failed("mw_mesh_new", st);
     if ((st = mw_trainer_new(g, m.loss, mesh, NULL, &trainer)))
         fuzz_setup_failed("mw_trainer_new", st);
@@ -30,6 +31,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char err[512];
     gpt2_config c;
     gpt2_read_header(path, &c, err, sizeof err);
-    gpt2_load(trainer, &config, path, err, sizeof err);
+    gpt2_load(trainer, &config, path, NULL, err, sizeof err);
     return 0;
 }

@@ -24,8 +24,8 @@ int main(int argc, char **argv) {
     mw_trainer_config cfg = {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
     char path[4096], err[512];
-    if (mw_graph_new(&g) || gpt2_build(g, &c, 2, 4, NULL, &m) || mw_mesh_new("cpu:1", "X", &mesh) ||
-        mw_trainer_new(g, m.loss, mesh, &cfg, &tr)) {
+    if (mw_graph_new(&g) || gpt2_build(g, &c, &(gpt2_layout){.batch = 2, .seq = 4}, &m) ||
+        mw_mesh_new("cpu:1", "X", &mesh) || mw_trainer_new(g, m.loss, mesh, &cfg, &tr)) {
         fprintf(stderr, "make_seeds: %s\n", mw_last_error());
         return 1;
     }

@@ -205,13 +205,9 @@ static int64_t first_nonfinite(const float *v, int64_t n) {
     return -1;
 }
 
-mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
-                    size_t errsize) {
-    return gpt2_load_ex(tr, c, path, 0, err, errsize);
-}
-
-mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, int allow_nonfinite,
-                       char *err, size_t errsize) {
+mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path,
+                    const gpt2_load_options *options, char *err, size_t errsize) {
+    const int allow_nonfinite = options && options->allow_nonfinite;
     FILE *f;
     gpt2_config file_config;
     mw_status st = open_model(path, c, &f, &file_config, err, errsize);

@@ -194,97 +194,90 @@ static mw_tensor *mlp(tracer *t, mw_tensor *x, int layer, const gpt2_config *c, 
     return mw_add(g, mw_dot(g, h, pw, "Hidden"), pb);
 }
 
-mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, const char *mesh_axis,
-                     gpt2_graph *out) {
-    return gpt2_build_mesh(g, c, batch, seq, mesh_axis, NULL, out);
-}
-
-mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
-                          const char *data_axis, const char *model_axis, gpt2_graph *out) {
-    return gpt2_build_fsdp(g, c, batch, seq, data_axis, model_axis, NULL, out);
-}
-
-mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
-                          const char *data_axis, const char *model_axis, const char *fsdp_axis,
-                          gpt2_graph *out) {
-    tracer t = {.g = g, .model_axis = model_axis, .fsdp_axis = fsdp_axis};
+/* The model for training: [Batch, Seq] tokens -> logits -> the mean cross-entropy against the
+ * targets. */
+static mw_status train_model(tracer *t, const gpt2_config *c, const gpt2_layout *lo,
+                             gpt2_graph *out) {
+    mw_graph *g = t->g;
     const int64_t C = c->channels, L = c->layers;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    memset(out, 0, sizeof *out);
-    out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", batch}, {"Seq", seq}));
-    out->targets = mw_input(g, "targets", MW_I32, MW_AXES({"Batch", batch}, {"Seq", seq}));
+    out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", lo->batch}, {"Seq", lo->seq}));
+    out->targets = mw_input(g, "targets", MW_I32, MW_AXES({"Batch", lo->batch}, {"Seq", lo->seq}));
     mw_tensor *tokens = out->tokens, *targets = out->targets;
-    if (data_axis) { /* Batch -> Batch@X: the only change for data parallelism */
-        tokens = mw_shard(g, tokens, "Batch", data_axis);
-        targets = mw_shard(g, targets, "Batch", data_axis);
+    if (lo->data_axis) { /* Batch -> Batch@X: the only change for data parallelism */
+        tokens = mw_shard(g, tokens, "Batch", lo->data_axis);
+        targets = mw_shard(g, targets, "Batch", lo->data_axis);
     }
-    mw_tensor *wte = own(&t, param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
-                                   MW_INIT_NORMAL(std)));
-    mw_tensor *wpe = own(&t, param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}),
-                                   MW_INIT_NORMAL(0.01f)));
-    mw_tensor *x =
-        mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_slice(g, wpe, "Ctx", 0, seq, "Seq"));
+    mw_tensor *wte = own(t, param(t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
+                                  MW_INIT_NORMAL(std)));
+    mw_tensor *wpe = own(
+        t, param(t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f)));
+    mw_tensor *x = mw_add(g, mw_embedding(g, wte, tokens, "Vocab"),
+                          mw_slice(g, wpe, "Ctx", 0, lo->seq, "Seq"));
     for (int l = 0; l < L; l++) {
         /* Each block a region: a trainer may recompute its activations in backward. */
         char block[16];
         snprintf(block, sizeof block, "h%d", l);
         mw_region_begin(g, block);
-        mw_tensor *a = attention(&t, layernorm(&t, x, l, "ln1w", "ln1b", c), l, c, std, proj_std);
+        mw_tensor *a = attention(t, layernorm(t, x, l, "ln1w", "ln1b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, a, "Out", "Embed"));
-        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
+        mw_tensor *h = mlp(t, layernorm(t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
         mw_region_end(g);
     }
-    x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
+    x = layernorm(t, x, -1, "lnfw", "lnfb", c);
     out->logits = mw_dot(g, x, wte, "Embed"); /* the head shares the token embedding */
     out->loss = mw_mean(g, mw_cross_entropy(g, out->logits, targets, "Vocab", c->vocab), NULL);
     return mw_graph_status(g);
 }
 
-mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
-                            const char *model_axis, gpt2_decode *out) {
-    return gpt2_build_decode_fsdp(g, c, batch, data_axis, model_axis, NULL, out);
-}
-
-mw_status gpt2_build_decode_fsdp(mw_graph *g, const gpt2_config *c, int batch,
-                                 const char *data_axis, const char *model_axis,
-                                 const char *fsdp_axis, gpt2_decode *out) {
-    tracer t = {.g = g, .model_axis = model_axis, .fsdp_axis = fsdp_axis};
+/* One decoding step: the token at each sequence's position pos -> the next token's logits, with
+ * every layer's keys and values of the positions so far in a state. */
+static mw_status decode_step(tracer *t, const gpt2_config *c, const gpt2_layout *lo,
+                             gpt2_graph *out) {
+    mw_graph *g = t->g;
     const int64_t C = c->channels, L = c->layers, H = c->heads, D = c->channels / c->heads;
     const float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    memset(out, 0, sizeof *out);
-    out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", batch}));
-    out->pos = mw_input(g, "pos", MW_I32, MW_AXES({"Batch", batch}));
+    out->tokens = mw_input(g, "tokens", MW_I32, MW_AXES({"Batch", lo->batch}));
+    out->pos = mw_input(g, "pos", MW_I32, MW_AXES({"Batch", lo->batch}));
     mw_tensor *tokens = out->tokens, *pos = out->pos;
-    if (data_axis) {
-        tokens = mw_shard(g, tokens, "Batch", data_axis);
-        pos = mw_shard(g, pos, "Batch", data_axis);
+    if (lo->data_axis) {
+        tokens = mw_shard(g, tokens, "Batch", lo->data_axis);
+        pos = mw_shard(g, pos, "Batch", lo->data_axis);
     }
-    mw_tensor *wte = own(&t, param(&t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
-                                   MW_INIT_NORMAL(std)));
-    mw_tensor *wpe = own(&t, param(&t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}),
-                                   MW_INIT_NORMAL(0.01f)));
+    mw_tensor *wte = own(t, param(t, -1, "wte", MW_AXES({"Vocab", c->padded_vocab}, {"Embed", C}),
+                                  MW_INIT_NORMAL(std)));
+    mw_tensor *wpe = own(
+        t, param(t, -1, "wpe", MW_AXES({"Ctx", c->max_seq}, {"Embed", C}), MW_INIT_NORMAL(0.01f)));
     mw_tensor *x =
         mw_add(g, mw_embedding(g, wte, tokens, "Vocab"), mw_embedding(g, wpe, pos, "Ctx"));
     for (int l = 0; l < L; l++) {
-        mw_tensor *qkv = qkv_of(&t, layernorm(&t, x, l, "ln1w", "ln1b", c), l, c, std);
+        mw_tensor *qkv = qkv_of(t, layernorm(t, x, l, "ln1w", "ln1b", c), l, c, std);
         /* This position's keys and values join the cache at pos; the query reads 0..pos. */
         char name[32];
         snprintf(name, sizeof name, "h%d.kv", l);
         mw_tensor *kv = mw_state(g, name,
-                                 MW_AXES({"Batch", batch}, {"Ctx", c->max_seq}, {"Part", 2},
+                                 MW_AXES({"Batch", lo->batch}, {"Ctx", c->max_seq}, {"Part", 2},
                                          {"Head", H}, {"HeadDim", D}));
-        if (data_axis) kv = mw_shard(g, kv, "Batch", data_axis);
-        if (model_axis) kv = mw_shard(g, kv, "Head", model_axis);
+        if (lo->data_axis) kv = mw_shard(g, kv, "Batch", lo->data_axis);
+        if (lo->model_axis) kv = mw_shard(g, kv, "Head", lo->model_axis);
         kv = mw_state_write(g, kv, mw_slice(g, qkv, "Part", 1, 2, NULL), "Ctx", pos);
         mw_tensor *y = mw_attention_cached(g, mw_select(g, qkv, "Part", 0), kv, "Part", "Ctx",
                                            "HeadDim", pos, attention_scale(c, l));
-        x = mw_add(
-            g, x, mw_rename(g, attention_proj(&t, y, l, c, proj_std, "Batch,Out"), "Out", "Embed"));
-        mw_tensor *h = mlp(&t, layernorm(&t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
+        x = mw_add(g, x,
+                   mw_rename(g, attention_proj(t, y, l, c, proj_std, "Batch,Out"), "Out", "Embed"));
+        mw_tensor *h = mlp(t, layernorm(t, x, l, "ln2w", "ln2b", c), l, c, std, proj_std);
         x = mw_add(g, x, mw_rename(g, h, "Out", "Embed"));
     }
-    x = layernorm(&t, x, -1, "lnfw", "lnfb", c);
+    x = layernorm(t, x, -1, "lnfw", "lnfb", c);
     out->logits = mw_dot(g, x, wte, "Embed"); /* [Batch, Vocab] */
     return mw_graph_status(g);
+}
+
+mw_status gpt2_build(mw_graph *g, const gpt2_config *c, const gpt2_layout *layout,
+                     gpt2_graph *out) {
+    tracer t = {.g = g, .model_axis = layout->model_axis, .fsdp_axis = layout->fsdp_axis};
+    memset(out, 0, sizeof *out);
+    return layout->mode == GPT2_DECODE ? decode_step(&t, c, layout, out)
+                                       : train_model(&t, c, layout, out);
 }

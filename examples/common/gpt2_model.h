@@ -46,57 +46,54 @@ int gpt2_config_check(const gpt2_config *c, char *err, size_t errsize);
 /* Number of parameters. */
 int64_t gpt2_num_params(const gpt2_config *c);
 
-/* The tensors of a built model. */
-typedef struct gpt2_graph {
-    mw_tensor *tokens, *targets; /* i32 inputs "tokens" and "targets", [Batch, Seq] */
-    mw_tensor *logits;           /* [Batch(@X), Seq, Vocab] */
-    mw_tensor *loss;             /* mean cross-entropy over all tokens (replicated scalar) */
-} gpt2_graph;
+/* What gpt2_build traces: the training model, or one decoding step with a key/value cache. */
+typedef enum gpt2_mode {
+    GPT2_TRAIN = 0, /* [Batch, Seq] tokens -> logits and the loss against targets */
+    GPT2_DECODE = 1 /* [Batch] tokens at positions pos -> the next token's logits */
+} gpt2_mode;
 
-/* Traces GPT-2 for batches of `batch` sequences of `seq` tokens (seq <= max_seq) into g. When
- * mesh_axis is not NULL, tokens and targets are sharded along Batch over that mesh axis: the only
- * difference between single-device and data-parallel training. Returns the graph's status. */
-mw_status gpt2_build(mw_graph *g, const gpt2_config *c, int batch, int seq, const char *mesh_axis,
-                     gpt2_graph *out);
+/* The batch a model is traced for and how the mesh splits it. Every axis is a mesh axis name or
+ * NULL (not split). The parameters keep llm.c's names and element order in every layout. */
+typedef struct gpt2_layout {
+    gpt2_mode mode;
+    int batch; /* sequences of the global batch */
+    int seq;   /* GPT2_TRAIN: tokens per sequence (<= max_seq); GPT2_DECODE: unused */
+    /* Data parallelism: the inputs' Batch is sharded over this axis (Batch -> Batch@X, the only
+     * difference between single-device and data-parallel training). */
+    const char *data_axis;
+    /* Tensor parallelism: every layer's attention heads and MLP hidden units are split over this
+     * axis (Head@Y in qkvw, qkvb, attprojw; Hidden@Y in fcw, fcb, fcprojw); the embeddings, layer
+     * norms and output biases stay replicated. */
+    const char *model_axis;
+    /* FSDP (normally the data axis): every parameter of at least GPT2_FSDP_MIN_ELEMS elements is
+     * split along its longest axis that model_axis does not split (Vocab of wte, Embed of qkvw,
+     * ...): each device stores its rows, the ops gather them, the gradients are
+     * reduce-scattered. Norms and biases stay replicated. */
+    const char *fsdp_axis;
+} gpt2_layout;
 
-/* gpt2_build on a mesh of two roles: data_axis (or NULL) shards the batch as above, and
- * model_axis (or NULL) splits every layer's attention heads and MLP hidden units over that mesh
- * axis (tensor parallelism: Head@Y in qkvw, qkvb, attprojw; Hidden@Y in fcw, fcb, fcprojw). The
- * embeddings, layer norms and output biases stay replicated. The parameters keep llm.c's names
- * and element order. */
-mw_status gpt2_build_mesh(mw_graph *g, const gpt2_config *c, int batch, int seq,
-                          const char *data_axis, const char *model_axis, gpt2_graph *out);
-
-/* gpt2_build_mesh with FSDP: fsdp_axis (or NULL; normally the data axis) splits every parameter
- * of at least GPT2_FSDP_MIN_ELEMS elements along its longest axis that model_axis does not split
- * (Vocab of wte, Embed of qkvw, ...): each device stores its rows, the ops gather them, the
- * gradients are reduce-scattered. Norms and biases stay replicated. */
 #ifndef GPT2_FSDP_MIN_ELEMS /* a build may set another to measure it */
 #define GPT2_FSDP_MIN_ELEMS 16384
 #endif
-mw_status gpt2_build_fsdp(mw_graph *g, const gpt2_config *c, int batch, int seq,
-                          const char *data_axis, const char *model_axis, const char *fsdp_axis,
-                          gpt2_graph *out);
 
-/* One decoding step of the same model with a key/value cache, for inference programs
- * (mw_infer_from_trainer reads a trainer's parameters by name): i32 inputs "tokens" [Batch] (the
- * token at each sequence's position) and "pos" [Batch] (that position, < max_seq); logits
- * [Batch, Vocab] of the next token. Each layer keeps a state "h<l>.kv" [Batch, Ctx, Part=2,
- * Head, HeadDim] of the keys and values of every position so far: a run writes this position's
- * and attends to positions 0..pos, so feeding a sequence's tokens at positions 0, 1, 2, ... gives
- * the logits gpt2_build gives at those positions (to float tolerance). data_axis and model_axis
- * shard it as gpt2_build_mesh does. Returns the graph's status. */
-typedef struct gpt2_decode {
-    mw_tensor *tokens, *pos;
-    mw_tensor *logits;
-} gpt2_decode;
-mw_status gpt2_build_decode(mw_graph *g, const gpt2_config *c, int batch, const char *data_axis,
-                            const char *model_axis, gpt2_decode *out);
-/* gpt2_build_decode with the parameters split over fsdp_axis as gpt2_build_fsdp splits them (a
- * program reading an FSDP trainer's parameters). */
-mw_status gpt2_build_decode_fsdp(mw_graph *g, const gpt2_config *c, int batch,
-                                 const char *data_axis, const char *model_axis,
-                                 const char *fsdp_axis, gpt2_decode *out);
+/* The tensors of a built model. */
+typedef struct gpt2_graph {
+    mw_tensor *tokens;  /* i32 input "tokens": [Batch, Seq]; decoding: [Batch] */
+    mw_tensor *targets; /* i32 input "targets" [Batch, Seq] (NULL when decoding) */
+    mw_tensor *pos;     /* decoding: i32 input "pos" [Batch], each token's position (< max_seq) */
+    mw_tensor *logits;  /* [Batch(@X), Seq, Vocab]; decoding: [Batch, Vocab] of the next token */
+    mw_tensor *loss;    /* mean cross-entropy over all tokens, a replicated scalar (NULL when
+                           decoding) */
+} gpt2_graph;
+
+/* Traces GPT-2 into g for `layout` (see above); out gets its inputs and outputs. Returns the
+ * graph's status.
+ * Decoding (for inference programs; mw_infer_from_trainer reads a trainer's parameters by name):
+ * each layer keeps a state "h<l>.kv" [Batch, Ctx, Part=2, Head, HeadDim] of the keys and values
+ * of every position so far: a run writes this position's and attends to positions 0..pos, so
+ * feeding a sequence's tokens at positions 0, 1, 2, ... gives the logits the training model
+ * gives at those positions (to float tolerance). */
+mw_status gpt2_build(mw_graph *g, const gpt2_config *c, const gpt2_layout *layout, gpt2_graph *out);
 
 /* llm.c model files (fp32, version 3): a 256 x int32 header (magic 20240326, version 3, maxT, V,
  * L, NH, C, Vp) and the parameters in llm.c's order, each layer's tensors stacked over L.
@@ -109,13 +106,14 @@ mw_status gpt2_build_decode_fsdp(mw_graph *g, const gpt2_config *c, int batch,
  * every process but the writer when the trainer's parameters are split across processes (each
  * read then gathers from every process, a collective call). */
 mw_status gpt2_read_header(const char *path, gpt2_config *c, char *err, size_t errsize);
-mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
-                    size_t errsize);
-/* gpt2_load refuses a file holding NaN or Inf (MW_ERR_FORMAT naming the parameter and the
- * index; the parameters before it are already written); gpt2_load_ex with allow_nonfinite loads
- * such a file as it is. */
-mw_status gpt2_load_ex(mw_trainer *tr, const gpt2_config *c, const char *path, int allow_nonfinite,
-                       char *err, size_t errsize);
+/* gpt2_load's options; NULL: every field 0. */
+typedef struct gpt2_load_options {
+    /* 0: a file holding NaN or Inf is refused (MW_ERR_FORMAT naming the parameter and the index;
+     * the parameters before it are already written); 1: it is loaded as it is. */
+    int allow_nonfinite;
+} gpt2_load_options;
+mw_status gpt2_load(mw_trainer *tr, const gpt2_config *c, const char *path,
+                    const gpt2_load_options *options, char *err, size_t errsize);
 mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char *err,
                     size_t errsize);
 

@@ -708,8 +708,13 @@ static mw_status build(const options *o, int batch, int seq, mw_mesh *mesh, mw_g
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
     const char *data = o->data_axis[0] ? o->data_axis : NULL;
-    st = gpt2_build_fsdp(*g, &o->model, batch, seq, data, o->model_axis,
-                         o->shard_params ? data : NULL, m);
+    st = gpt2_build(*g, &o->model,
+                    &(gpt2_layout){.batch = batch,
+                                   .seq = seq,
+                                   .data_axis = data,
+                                   .model_axis = o->model_axis,
+                                   .fsdp_axis = o->shard_params ? data : NULL},
+                    m);
     if (st != MW_OK) return st;
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)o->lr,
@@ -920,12 +925,15 @@ static mw_status sampler_open(run *r, sampler *s) {
     s->out = malloc((size_t)(s->cached ? 1 : s->window) * (size_t)c->padded_vocab * sizeof *s->out);
     mw_status st = s->tokens && s->out ? mw_graph_new(&s->g) : MW_ERR_NOMEM;
     if (st == MW_OK && s->cached) {
-        gpt2_decode d;
-        st = gpt2_build_decode(s->g, c, 1, NULL, o->model_axis, &d);
+        gpt2_graph d;
+        st = gpt2_build(
+            s->g, c, &(gpt2_layout){.mode = GPT2_DECODE, .batch = 1, .model_axis = o->model_axis},
+            &d);
         s->logits = d.logits;
     } else if (st == MW_OK) {
         gpt2_graph m;
-        st = gpt2_build_mesh(s->g, c, 1, s->window, NULL, o->model_axis, &m);
+        st = gpt2_build(
+            s->g, c, &(gpt2_layout){.batch = 1, .seq = s->window, .model_axis = o->model_axis}, &m);
         s->logits = m.logits;
     }
     if (st == MW_OK) {
@@ -1381,7 +1389,9 @@ static int run_main(int argc, char **argv) {
     if (o->load) {
         st = gpt2_is_safetensors(o->load)
                  ? gpt2_hf_load(r.tr, &o->model, o->load, err, sizeof err)
-                 : gpt2_load_ex(r.tr, &o->model, o->load, o->allow_nonfinite, err, sizeof err);
+                 : gpt2_load(r.tr, &o->model, o->load,
+                             &(gpt2_load_options){.allow_nonfinite = o->allow_nonfinite}, err,
+                             sizeof err);
         if (st != MW_OK) {
             rc = fail_msg(st, err);
             goto done;

@@ -23,7 +23,8 @@ static mw_status scenario(const char *devices) {
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f}};
     mw_status st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build(g, &c, 2, 4, "X", &m);
+    if (st == MW_OK)
+        st = gpt2_build(g, &c, &(gpt2_layout){.batch = 2, .seq = 4, .data_axis = "X"}, &m);
     if (st == MW_OK) st = mw_mesh_new(devices, "X", &mesh);
     if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &cfg, &tr);
     if (st == MW_OK) st = mw_trainer_step(tr, feeds, 2, NULL);

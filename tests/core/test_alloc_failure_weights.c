@@ -24,7 +24,7 @@ static mw_status scenario(const char *path) {
     mw_feed feed = {"tokens", tokens, 12};
     mw_fetch fetch = {NULL, logits, 3 * 4 * 16};
     mw_status st = mw_graph_new(&g);
-    if (st == MW_OK) st = gpt2_build(g, &c, 2, 4, NULL, &m);
+    if (st == MW_OK) st = gpt2_build(g, &c, &(gpt2_layout){.batch = 2, .seq = 4}, &m);
     fetch.output = m.logits;
     mw_infer_config ic = {.outputs = &m.logits, .noutputs = 1};
     if (st == MW_OK) st = mw_mesh_new("cpu:1", "X", &mesh);

@@ -391,7 +391,8 @@ static model make_model(uint64_t seed) {
     cr_assert_eq(mw_mesh_new("cpu:1", NULL, &md.mesh), MW_OK, "%s", mw_last_error());
     cr_assert_eq(mw_graph_new(&md.g), MW_OK);
     mw_graph_set_seed(md.g, seed);
-    cr_assert_eq(gpt2_build(md.g, &tiny, 2, 4, NULL, &md.m), MW_OK, "%s", mw_graph_error(md.g));
+    cr_assert_eq(gpt2_build(md.g, &tiny, &(gpt2_layout){.batch = 2, .seq = 4}, &md.m), MW_OK, "%s",
+                 mw_graph_error(md.g));
     mw_trainer_config cfg = {
         .optimizer = {.kind = MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f}};
     cr_assert_eq(mw_trainer_new(md.g, md.m.loss, md.mesh, &cfg, &md.tr), MW_OK, "%s",
@@ -502,7 +503,7 @@ Test(gpt2_io, save_load_round_trip_is_bitwise) {
     float *wa = param(a.tr, "h1.fcw", 256), *wb = param(b.tr, "h1.fcw", 256);
     cr_assert(memcmp(wa, wb, sizeof(float) * 256) != 0, "different seeds gave equal weights");
     free(wb);
-    cr_assert_eq(gpt2_load(b.tr, &tiny, p, err, sizeof err), MW_OK, "%s", err);
+    cr_assert_eq(gpt2_load(b.tr, &tiny, p, NULL, err, sizeof err), MW_OK, "%s", err);
     wb = param(b.tr, "h1.fcw", 256);
     cr_assert_arr_eq(wa, wb, sizeof(float) * 256);
     free(wa);
@@ -577,7 +578,7 @@ Test(gpt2_io, load_rejects_header_that_disagrees) {
         char name[32];
         snprintf(name, sizeof name, "field%d.bin", cases[i].index);
         const char *p = saved_with_header(&md, name, cases[i].index, cases[i].value);
-        mw_status st = gpt2_load(md.tr, &tiny, p, err, sizeof err);
+        mw_status st = gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err);
         cr_assert_eq(st, MW_ERR_FORMAT, "field %d: %s", cases[i].index, mw_status_name(st));
         cr_assert(strstr(err, cases[i].field) && strstr(err, p), "field %d: %s", cases[i].index,
                   err);
@@ -591,16 +592,16 @@ Test(gpt2_io, load_rejects_bad_magic_version_and_sizes) {
     model md = make_model(1);
     float *before = param(md.tr, "wte", 24 * 8);
     const char *p = saved_with_header(&md, "magic.bin", 0, 1234);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, p, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "magic 1234") && strstr(err, "20240326"), "%s", err);
 
     p = saved_with_header(&md, "bf16.bin", 1, 5);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, p, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "version 5") && strstr(err, "bf16") && strstr(err, "not supported"), "%s",
               err);
 
     p = saved_with_header(&md, "v2.bin", 1, 2);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, p, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "version 2"), "%s", err);
 
     p = saved_with_header(&md, "heads.bin", 5, 3); /* 8 channels do not split into 3 heads */
@@ -610,12 +611,12 @@ Test(gpt2_io, load_rejects_bad_magic_version_and_sizes) {
 
     p = path_of("token_shard.bin");
     write_shard(p, GPT2_SHARD_MAGIC, 1, 10, 10);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, p, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "token shard"), "%s", err);
 
     p = path_of("empty_model.bin");
     write_bytes(p, "", 0);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, p, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, p, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "1024 bytes") && strstr(err, "has 0"), "%s", err);
     expect_untouched(&md, before);
     free(before);
@@ -635,21 +636,21 @@ Test(gpt2_io, load_rejects_truncated_or_long_file) {
     const char *cut = path_of("cut.bin");
     write_bytes(cut, file, (size_t)size - 4);
     snprintf(found, sizeof found, "found %ld (truncated)", size - 4);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, cut, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, cut, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, want) && strstr(err, found), "%s", err);
     gpt2_config c;
     cr_assert_eq(gpt2_read_header(cut, &c, err, sizeof err), MW_ERR_FORMAT);
 
     const char *header_only = path_of("header_only.bin");
     write_bytes(header_only, file, 1024);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, header_only, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, header_only, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "found 1024"), "%s", err);
 
     unsigned char *longer = calloc(1, (size_t)size + 8);
     memcpy(longer, file, (size_t)size);
     const char *extra = path_of("extra.bin");
     write_bytes(extra, longer, (size_t)size + 8);
-    cr_assert_eq(gpt2_load(md.tr, &tiny, extra, err, sizeof err), MW_ERR_FORMAT);
+    cr_assert_eq(gpt2_load(md.tr, &tiny, extra, NULL, err, sizeof err), MW_ERR_FORMAT);
     cr_assert(strstr(err, "trailing"), "%s", err);
     expect_untouched(&md, before);
     free(longer);
@@ -664,7 +665,7 @@ Test(gpt2_io, sequence_longer_than_context_is_an_error) {
     cr_assert_eq(mw_graph_new(&g), MW_OK);
     /* The position table has max_seq rows: the model cannot be traced for longer sequences (the
      * gpt2 example checks --seq against the context before it builds, with its own message). */
-    mw_status st = gpt2_build(g, &tiny, 2, tiny.max_seq + 1, NULL, &m);
+    mw_status st = gpt2_build(g, &tiny, &(gpt2_layout){.batch = 2, .seq = tiny.max_seq + 1}, &m);
     cr_assert_eq(st, MW_ERR_SHAPE, "%s", mw_status_name(st));
     cr_assert(strstr(mw_graph_error(g), "Ctx"), "%s", mw_graph_error(g));
     mw_graph_free(g);

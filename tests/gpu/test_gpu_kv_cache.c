@@ -27,7 +27,7 @@ Test(gpu_trainer, kv_cache_decoding_equals_the_cpu_full_forward) {
     OK(mw_graph_new(&g));
     mw_graph_set_seed(g, 3);
     gpt2_graph m;
-    OK(gpt2_build(g, &cfg, B, T, NULL, &m));
+    OK(gpt2_build(g, &cfg, &(gpt2_layout){.batch = B, .seq = T}, &m));
     mw_mesh *cpu;
     OK(mw_mesh_new("cpu:1", "X", &cpu));
     mw_trainer_config tc = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &m.logits, .noutputs = 1};
@@ -46,8 +46,10 @@ Test(gpu_trainer, kv_cache_decoding_equals_the_cpu_full_forward) {
     for (int k = 0; k < (gpus > 1 ? 2 : 1); k++) {
         mw_graph *dg;
         OK(mw_graph_new(&dg));
-        gpt2_decode d;
-        OK(gpt2_build_decode(dg, &cfg, B, k ? "X" : NULL, NULL, &d));
+        gpt2_graph d;
+        OK(gpt2_build(dg, &cfg,
+                      &(gpt2_layout){.mode = GPT2_DECODE, .batch = B, .data_axis = k ? "X" : NULL},
+                      &d));
         mw_mesh *mesh;
         OK(mw_mesh_new(specs[k], "X", &mesh));
         mw_infer_config ic = {.outputs = &d.logits, .noutputs = 1};

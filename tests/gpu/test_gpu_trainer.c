@@ -112,8 +112,16 @@ static void open_model(model *m, const char *devices, const mw_trainer_config *e
     int sharded = strchr(devices, 'x') || strchr(devices, ',') || strcmp(devices, "cpu:2") == 0;
     const char *data = sharded && !model_axis ? "X" : NULL, *split = sharded ? model_axis : NULL;
     cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
-    mw_status st = fsdp && sharded ? gpt2_build_fsdp(m->g, &cfg, BATCH, SEQ, "X", NULL, "X", &m->gg)
-                                   : gpt2_build_mesh(m->g, &cfg, BATCH, SEQ, data, split, &m->gg);
+    mw_status st =
+        fsdp && sharded
+            ? gpt2_build(
+                  m->g, &cfg,
+                  &(gpt2_layout){.batch = BATCH, .seq = SEQ, .data_axis = "X", .fsdp_axis = "X"},
+                  &m->gg)
+            : gpt2_build(m->g, &cfg,
+                         &(gpt2_layout){
+                             .batch = BATCH, .seq = SEQ, .data_axis = data, .model_axis = split},
+                         &m->gg);
     cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
     cr_assert_eq(mw_mesh_new(devices, split ? split : "X", &m->mesh), MW_OK, "%s: %s", devices,
                  mw_last_error());

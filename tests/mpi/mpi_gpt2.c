@@ -107,7 +107,12 @@ static int train(mw_mesh *mesh, const char *axis, int shard_optimizer, run *out)
                                            .grad_clip = 1.0f},
                              .shard_optimizer = shard_optimizer};
     const char *split = mesh_split(mesh);
-    mw_status st = gst ? gst : gpt2_build_mesh(g, &config, BATCH, SEQ, axis, split, &m);
+    mw_status st =
+        gst ? gst
+            : gpt2_build(g, &config,
+                         &(gpt2_layout){
+                             .batch = BATCH, .seq = SEQ, .data_axis = axis, .model_axis = split},
+                         &m);
     if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &cfg, &tr);
     if (st == MW_OK && split && load_from) st = mw_trainer_load(tr, load_from, NULL, 0, NULL);
     int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];

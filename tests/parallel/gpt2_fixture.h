@@ -40,8 +40,13 @@ static void fixture_open(run *r, const gpt2_config *cfg, int batch, int seq, uin
     memset(r, 0, sizeof *r);
     cr_assert_eq(mw_graph_new(&r->g), MW_OK);
     mw_graph_set_seed(r->g, seed);
-    cr_assert_eq(gpt2_build_mesh(r->g, cfg, batch, seq, "X", model ? "Y" : NULL, &r->m), MW_OK,
-                 "%s", mw_graph_error(r->g));
+    cr_assert_eq(gpt2_build(r->g, cfg,
+                            &(gpt2_layout){.batch = batch,
+                                           .seq = seq,
+                                           .data_axis = "X",
+                                           .model_axis = model ? "Y" : NULL},
+                            &r->m),
+                 MW_OK, "%s", mw_graph_error(r->g));
     cr_assert_eq(mw_mesh_new(devices, axes, &r->mesh), MW_OK, "%s", mw_last_error());
     cr_assert_eq(mw_trainer_new(r->g, r->m.loss, r->mesh, &c, &r->tr), MW_OK, "%s",
                  mw_last_error());

@@ -486,7 +486,9 @@ static void reference_run(const autocast_ref *r, mw_precision p, float *losses) 
     mw_trainer *tr;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
     mw_graph_set_seed(g, 1);
-    cr_assert_eq(gpt2_build(g, &c, r->batch, r->seq, "X", &m), MW_OK);
+    cr_assert_eq(
+        gpt2_build(g, &c, &(gpt2_layout){.batch = r->batch, .seq = r->seq, .data_axis = "X"}, &m),
+        MW_OK);
     cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)r->lr,

@@ -22,7 +22,8 @@ static float *train(const char *devices, size_t bucket_bytes) {
     mw_trainer *tr;
     gpt2_graph m;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build(g, &config, B, T, "X", &m), MW_OK);
+    cr_assert_eq(gpt2_build(g, &config, &(gpt2_layout){.batch = B, .seq = T, .data_axis = "X"}, &m),
+                 MW_OK);
     cr_assert_eq(mw_mesh_new_local(devices, "X", &mesh), MW_OK);
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},

@@ -25,7 +25,8 @@ typedef struct run {
 static void run_make(run *r, const gpt2_config *c, const char *devices) {
     gpt2_graph m;
     cr_assert_eq(mw_graph_new(&r->g), MW_OK);
-    cr_assert_eq(gpt2_build(r->g, c, B, T, "X", &m), MW_OK, "%s", mw_graph_error(r->g));
+    cr_assert_eq(gpt2_build(r->g, c, &(gpt2_layout){.batch = B, .seq = T, .data_axis = "X"}, &m),
+                 MW_OK, "%s", mw_graph_error(r->g));
     cr_assert_eq(mw_mesh_new(devices, "X", &r->mesh), MW_OK);
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f,

@@ -268,8 +268,14 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
     mw_mesh *mesh;
     mw_trainer *tr;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build_fsdp(g, &gcfg, GB, GT, "X", o->model, o->fsdp ? "X" : NULL, &gg), MW_OK,
-                 "%s", mw_graph_error(g));
+    cr_assert_eq(gpt2_build(g, &gcfg,
+                            &(gpt2_layout){.batch = GB,
+                                           .seq = GT,
+                                           .data_axis = "X",
+                                           .model_axis = o->model,
+                                           .fsdp_axis = o->fsdp ? "X" : NULL},
+                            &gg),
+                 MW_OK, "%s", mw_graph_error(g));
     cr_assert_eq(mw_mesh_new(o->devices, o->axes, &mesh), MW_OK);
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                          .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.25f},
@@ -419,8 +425,12 @@ static void with_gpt2_trainer(const gpt2_config *model, int fsdp, const mw_train
     mw_mesh *mesh;
     mw_trainer *tr;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build_fsdp(g, model, GB, GT, "X", NULL, fsdp ? "X" : NULL, &gg), MW_OK, "%s",
-                 mw_graph_error(g));
+    cr_assert_eq(
+        gpt2_build(g, model,
+                   &(gpt2_layout){
+                       .batch = GB, .seq = GT, .data_axis = "X", .fsdp_axis = fsdp ? "X" : NULL},
+                   &gg),
+        MW_OK, "%s", mw_graph_error(g));
     cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, c, &tr), MW_OK, "%s", mw_last_error());
     fn(tr, arg);

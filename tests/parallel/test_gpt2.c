@@ -86,7 +86,8 @@ static void model_open(model *m, const gpt2_config *c, int batch, int seq, const
     m->batch = batch;
     m->seq = seq;
     cr_assert_eq(mw_graph_new(&m->g), MW_OK, "%s", mw_last_error());
-    mw_status st = gpt2_build(m->g, c, batch, seq, mesh_axis, &m->gg);
+    mw_status st = gpt2_build(
+        m->g, c, &(gpt2_layout){.batch = batch, .seq = seq, .data_axis = mesh_axis}, &m->gg);
     cr_assert_eq(st, MW_OK, "gpt2_build: %s", mw_graph_error(m->g));
     cr_assert_eq(mw_mesh_new(devices, "X", &m->mesh), MW_OK, "%s", mw_last_error());
     mw_trainer_config cfg = {.optimizer = opt ? *opt : (mw_optimizer){MW_SGD, .lr = 0.0f}};

@@ -67,8 +67,11 @@ static void model_open(model *m, const char *weights, const ref *r, const char *
     cr_assert_eq(gpt2_hf_read_config(weights, &m->c, err, sizeof err), MW_OK, "%s", err);
     cr_assert_eq(mw_graph_new(&m->g), MW_OK);
     int sharded = strcmp(devices, "cpu:1") != 0;
-    cr_assert_eq(gpt2_build(m->g, &m->c, r->B, r->T, sharded ? "X" : NULL, &m->gg), MW_OK, "%s",
-                 mw_graph_error(m->g));
+    cr_assert_eq(
+        gpt2_build(m->g, &m->c,
+                   &(gpt2_layout){.batch = r->B, .seq = r->T, .data_axis = sharded ? "X" : NULL},
+                   &m->gg),
+        MW_OK, "%s", mw_graph_error(m->g));
     cr_assert_eq(mw_mesh_new(devices, "X", &m->mesh), MW_OK);
     mw_trainer_config cfg = {
         .optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &m->gg.logits, .noutputs = 1};

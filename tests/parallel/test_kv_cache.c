@@ -1,4 +1,4 @@
-/* Key/value-cache decoding: a program of one position per run (gpt2_build_decode: states
+/* Key/value-cache decoding: a program of one position per run (gpt2_build's GPT2_DECODE: states
  * mw_state, mw_state_write, mw_attention_cached) gives, position after position, the logits of
  * the full forward pass at those positions, on one device, with the sequences sharded over two,
  * with the heads split over two, and both; the states keep between runs and a new sequence
@@ -33,8 +33,11 @@ static void full_open(full *f, const char *devices, const char *axes, const char
     memset(f, 0, sizeof *f);
     cr_assert_eq(mw_graph_new(&f->g), MW_OK);
     mw_graph_set_seed(f->g, 5);
-    cr_assert_eq(gpt2_build_mesh(f->g, &cfg, B, T, data, model, &f->m), MW_OK, "%s",
-                 mw_graph_error(f->g));
+    cr_assert_eq(
+        gpt2_build(f->g, &cfg,
+                   &(gpt2_layout){.batch = B, .seq = T, .data_axis = data, .model_axis = model},
+                   &f->m),
+        MW_OK, "%s", mw_graph_error(f->g));
     cr_assert_eq(mw_mesh_new(devices, axes, &f->mesh), MW_OK, "%s", mw_last_error());
     mw_trainer_config tc = {
         .optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &f->m.logits, .noutputs = 1};
@@ -63,14 +66,18 @@ static void full_logits(full *f, uint64_t seed, int32_t *tok, float *logits) {
 
 typedef struct decoder {
     mw_graph *g;
-    gpt2_decode d;
+    gpt2_graph d;
     mw_infer *inf;
 } decoder;
 
 static void decoder_open(decoder *dc, full *f, const char *data, const char *model) {
     cr_assert_eq(mw_graph_new(&dc->g), MW_OK);
-    cr_assert_eq(gpt2_build_decode(dc->g, &cfg, B, data, model, &dc->d), MW_OK, "%s",
-                 mw_graph_error(dc->g));
+    cr_assert_eq(
+        gpt2_build(
+            dc->g, &cfg,
+            &(gpt2_layout){.mode = GPT2_DECODE, .batch = B, .data_axis = data, .model_axis = model},
+            &dc->d),
+        MW_OK, "%s", mw_graph_error(dc->g));
     mw_infer_config ic = {.outputs = &dc->d.logits, .noutputs = 1};
     cr_assert_eq(mw_infer_from_trainer(f->tr, dc->g, &ic, &dc->inf), MW_OK, "%s", mw_last_error());
 }
@@ -186,8 +193,8 @@ Test(kv_cache, what_is_refused) {
     /* States have no gradient: a trainer refuses them. */
     mw_graph *g;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
-    gpt2_decode d;
-    cr_assert_eq(gpt2_build_decode(g, &cfg, B, NULL, NULL, &d), MW_OK);
+    gpt2_graph d;
+    cr_assert_eq(gpt2_build(g, &cfg, &(gpt2_layout){.mode = GPT2_DECODE, .batch = B}, &d), MW_OK);
     mw_tensor *loss = mw_sum(g, d.logits, NULL);
     mw_trainer *tr;
     cr_assert_eq(mw_trainer_new(g, loss, f.mesh, NULL, &tr), MW_ERR_UNSUPPORTED);

@@ -551,8 +551,13 @@ Test(optimizer, gpt2_decays_its_matrices_only) {
         mw_graph *g;
         cr_assert_eq(mw_graph_new(&g), MW_OK);
         gpt2_graph m;
-        cr_assert_eq(gpt2_build_mesh(g, &c, 2, 4, tp ? NULL : "X", tp ? "X" : NULL, &m), MW_OK,
-                     "%s", mw_graph_error(g));
+        cr_assert_eq(gpt2_build(g, &c,
+                                &(gpt2_layout){.batch = 2,
+                                               .seq = 4,
+                                               .data_axis = tp ? NULL : "X",
+                                               .model_axis = tp ? "X" : NULL},
+                                &m),
+                     MW_OK, "%s", mw_graph_error(g));
         mw_mesh *mesh;
         cr_assert_eq(mw_mesh_new("cpu:2", "X", &mesh), MW_OK);
         mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .beta1 = 0.9f, .beta2 = 0.999f,

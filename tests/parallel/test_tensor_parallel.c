@@ -581,8 +581,11 @@ static void gpt2_losses(const char *devices, const char *axes, const char *data,
     mw_mesh *mesh;
     mw_trainer *tr;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
-    cr_assert_eq(gpt2_build_mesh(g, &gcfg, GB, GT, data, model, &gg), MW_OK, "%s",
-                 mw_graph_error(g));
+    cr_assert_eq(
+        gpt2_build(g, &gcfg,
+                   &(gpt2_layout){.batch = GB, .seq = GT, .data_axis = data, .model_axis = model},
+                   &gg),
+        MW_OK, "%s", mw_graph_error(g));
     cr_assert_eq(mw_mesh_new(devices, axes, &mesh), MW_OK);
     mw_trainer_config c = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                          .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f},
