@@ -80,14 +80,19 @@ grep -q '^step 8:' "$dir/out" || die "--allow-change steps: not run to step 8"
     die "--start-over did not write a new run"
 
 # Every bad flag value: exit 2, before training, naming the flag.
-refused "--precision bogus: expected fp32 or bf16" "${args[@]}" --precision bogus
-refused "--recompute bogus: expected none, blocks or dots" "${args[@]}" --recompute bogus
-refused "bad value 'bogus' for --data-format" "${args[@]}" --data-format bogus
-refused "bad value 'bogus' for --schedule" "${args[@]}" --schedule bogus
-refused "bad value 'bogus' for --cpu-threads" "${args[@]}" --cpu-threads bogus
+refused "bad value 'bogus' for --precision \(expected fp32 or bf16\)" "${args[@]}" --precision bogus
+refused "bad value 'bogus' for --recompute \(expected none, blocks or dots\)" "${args[@]}" \
+    --recompute bogus
+refused "bad value 'bogus' for --data-format \(expected auto, text or tokens\)" "${args[@]}" \
+    --data-format bogus
+refused "bad value 'bogus' for --schedule \(expected cosine or constant\)" "${args[@]}" \
+    --schedule bogus
+refused "bad value 'bogus' for --cpu-threads \(expected auto, per-device or a number from 1" \
+    "${args[@]}" --cpu-threads bogus
 refused "bad value '0' for --batch" "${args[@]}" --batch 0
 refused "bad value '-1' for --temperature" "${args[@]}" --temperature -1
-refused "unknown preset 'bogus'" "${args[@]}" --preset bogus
+refused "bad value 'bogus' for --preset \(expected tiny, small or gpt2-124m\)" "${args[@]}" \
+    --preset bogus
 refused "--save: an empty file name" "${args[@]}" --save ""
 refused "--checkpoint: an empty file name" "${args[@]}" --checkpoint ""
 refused "--data: an empty file name" "${args[@]}" --data ""
