@@ -11,6 +11,7 @@
  *   classify examples/classify/wine.csv --devices cpu:2 */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,108 +20,86 @@
 #include "cli.h"
 #include "csv_table.h"
 #include "meshwit.h"
+#include "options.h"
 
 typedef struct options {
     const char *data, *label, *devices, *activation, *optimizer, *save, *load, *predictions;
     int header, hidden, layers, batch, steps, print_every;
     double lr, test_fraction;
+    int lr_given; /* else the optimizer's own */
     uint64_t seed;
 } options;
 
-static void usage(void) {
-    printf("usage: classify FILE.csv [options]\n"
-           "  --label NAME        the label column (default: the last one)\n"
-           "  --header yes|no|auto  whether the first row names the columns (default auto)\n"
-           "  --test-fraction F   rows held out for the test accuracy (default 0.2)\n"
-           "  --hidden N          units per hidden layer (default 32)\n"
-           "  --layers N          hidden layers (default 1; 0: a linear model)\n"
-           "  --activation A      relu (default), tanh, sigmoid, gelu (exact, as nn.GELU()) or\n"
-           "                      gelu_tanh (its tanh approximation)\n"
-           "  --optimizer O       adamw (default, lr 0.01) or sgd (momentum 0.9, lr 0.05)\n"
-           "  --lr X              learning rate\n"
-           "  --batch N           rows per step (default 32)\n"
-           "  --steps N           training steps (default 300; 0 with --load: only evaluate)\n"
-           "  --print-every N     loss every N steps (default 50)\n"
-           "  --devices SPEC      e.g. cpu:1 (default), cpu:2: the batch is sharded over them\n"
-           "  --seed N            split, initialisation and batches (default 1)\n"
-           "  --save FILE         write the weights and the standardisation (.safetensors)\n"
-           "  --load FILE         start from a file written by --save\n"
-           "  --predictions FILE  write the predicted label of every test row, one per line\n"
-           "                      (- for standard output)\n"
-           "Every file is checked before training: the CSV and --load are regular files, the\n"
-           "outputs no input and not each other, no FIFO, device or folder, in a folder that\n"
-           "takes a new file; each is written beside its name and renamed over it complete.\n"
-           "Exit status: 0 done, 1 a library call or an output failed once training started,\n"
-           "2 bad arguments, a bad CSV or a file that cannot be used.\n");
+#define F(field) offsetof(options, field)
+
+static const cli_option table[] = {
+    CLI_OPT("--label", CLI_STRING, F(label), NULL, "NAME",
+            "the label column (default: the last one)"),
+    CLI_OPT("--header", CLI_CHOICE, F(header), "auto", "yes|no|auto",
+            "whether the first row names the columns",
+            .choices = CLI_CHOICES({"yes", 1}, {"no", 0}, {"auto", -1})),
+    CLI_OPT("--test-fraction", CLI_DOUBLE, F(test_fraction), "0.2", "F",
+            "rows held out for the test accuracy", .min = 0, .max = 0.99),
+    CLI_OPT("--hidden", CLI_INT, F(hidden), "32", "N", "units per hidden layer", .min = 1,
+            .max = 1 << 16),
+    CLI_OPT("--layers", CLI_INT, F(layers), "1", "N", "hidden layers; 0: a linear model", .min = 0,
+            .max = 64),
+    CLI_OPT("--activation", CLI_NAME, F(activation), "relu", "A",
+            "relu, tanh, sigmoid, gelu (exact, as nn.GELU()) or gelu_tanh (its tanh "
+            "approximation)",
+            .choices = CLI_CHOICES({"relu", 0}, {"tanh", 0}, {"sigmoid", 0}, {"gelu", 0},
+                                   {"gelu_tanh", 0})),
+    CLI_OPT("--optimizer", CLI_NAME, F(optimizer), "adamw", "O",
+            "adamw (lr 0.01) or sgd (momentum 0.9, lr 0.05)",
+            .choices = CLI_CHOICES({"adamw", 0}, {"sgd", 0})),
+    CLI_OPT("--lr", CLI_DOUBLE, F(lr), NULL, "X", "learning rate (default: the optimizer's)",
+            .min = 0, .max = 100, .given = F(lr_given)),
+    CLI_OPT("--batch", CLI_INT, F(batch), "32", "N", "rows per step", .min = 1, .max = 1 << 24),
+    CLI_OPT("--steps", CLI_INT, F(steps), "300", "N",
+            "training steps; 0 with --load: only evaluate", .min = 0, .max = 1 << 30),
+    CLI_OPT("--print-every", CLI_INT, F(print_every), "50", "N", "loss every N steps", .min = 1,
+            .max = 1 << 30),
+    CLI_OPT("--devices", CLI_STRING, F(devices), "cpu:1", "SPEC",
+            "e.g. cpu:2: the batch is sharded over them"),
+    CLI_OPT("--seed", CLI_U64, F(seed), "1", "N", "split, initialisation and batches"),
+    CLI_OPT("--save", CLI_STRING, F(save), NULL, "FILE",
+            "write the weights and the standardisation (.safetensors)"),
+    CLI_OPT("--load", CLI_STRING, F(load), NULL, "FILE", "start from a file written by --save"),
+    CLI_OPT("--predictions", CLI_STRING, F(predictions), NULL, "FILE",
+            "write the predicted label of every test row, one per line (- for standard output)"),
+};
+
+/* The CSV file: the one argument that is no option. */
+static int data_file(void *opts, const char *arg) {
+    options *o = opts;
+    if (o->data || strcmp(arg, "-") == 0) return -1;
+    o->data = arg;
+    return 0;
 }
 
+static const cli_program program = {
+    "classify",
+    sizeof(options),
+    table,
+    CLI_COUNT(table),
+    "usage: classify FILE.csv [options]\n",
+    "Every file is checked before training: the CSV and --load are regular files, the\n"
+    "outputs no input and not each other, no FIFO, device or folder, in a folder that\n"
+    "takes a new file; each is written beside its name and renamed over it complete.\n"
+    "Exit status: 0 done, 1 a library call or an output failed once training started,\n"
+    "2 bad arguments, a bad CSV or a file that cannot be used.\n",
+    data_file,
+};
+
 static int parse(int argc, char **argv, options *o) {
-    *o = (options){.devices = "cpu:1",
-                   .activation = "relu",
-                   .optimizer = "adamw",
-                   .header = -1,
-                   .hidden = 32,
-                   .layers = 1,
-                   .batch = 32,
-                   .steps = 300,
-                   .print_every = 50,
-                   .lr = -1,
-                   .test_fraction = 0.2,
-                   .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int missing = 0, bad = 0, matched = 1;
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            usage();
-            return 1;
-        } else if (arg[0] != '-' && !o->data) {
-            o->data = arg;
-        } else if ((v = cli_option_value(argc, argv, &i, "--label", &missing))) {
-            o->label = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--header", &missing))) {
-            o->header = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? 0 : -1;
-            bad = o->header < 0 && strcmp(v, "auto") != 0;
-        } else if ((v = cli_option_value(argc, argv, &i, "--test-fraction", &missing))) {
-            bad = cli_parse_double(v, 0.0, 0.99, &o->test_fraction);
-        } else if ((v = cli_option_value(argc, argv, &i, "--hidden", &missing))) {
-            bad = cli_parse_int(v, 1, 1 << 16, &o->hidden);
-        } else if ((v = cli_option_value(argc, argv, &i, "--layers", &missing))) {
-            bad = cli_parse_int(v, 0, 64, &o->layers);
-        } else if ((v = cli_option_value(argc, argv, &i, "--activation", &missing))) {
-            o->activation = v;
-            bad = strcmp(v, "relu") && strcmp(v, "tanh") && strcmp(v, "sigmoid") &&
-                  strcmp(v, "gelu") && strcmp(v, "gelu_tanh");
-        } else if ((v = cli_option_value(argc, argv, &i, "--optimizer", &missing))) {
-            o->optimizer = v;
-            bad = strcmp(v, "adamw") && strcmp(v, "sgd");
-        } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
-            bad = cli_parse_double(v, 0.0, 100.0, &o->lr);
-        } else if ((v = cli_option_value(argc, argv, &i, "--batch", &missing))) {
-            bad = cli_parse_int(v, 1, 1 << 24, &o->batch);
-        } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
-            bad = cli_parse_int(v, 0, 1 << 30, &o->steps);
-        } else if ((v = cli_option_value(argc, argv, &i, "--print-every", &missing))) {
-            bad = cli_parse_int(v, 1, 1 << 30, &o->print_every);
-        } else if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
-            o->devices = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-            bad = cli_parse_u64(v, &o->seed);
-        } else if ((v = cli_option_value(argc, argv, &i, "--save", &missing))) {
-            o->save = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--load", &missing))) {
-            o->load = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--predictions", &missing))) {
-            o->predictions = v;
-        } else {
-            matched = 0;
-        }
-        if (cli_report("classify", arg, v, matched, missing, bad)) return -1;
-    }
+    int rc = cli_parse(&program, argc, argv, o);
+    if (rc > 0) cli_usage(&program, stdout);
+    if (rc != 0) return rc;
     if (!o->data) {
         fprintf(stderr, "classify: no CSV file given (classify FILE.csv; --help)\n");
         return -1;
     }
-    if (o->lr < 0) o->lr = !strcmp(o->optimizer, "sgd") ? 0.05 : 0.01;
+    if (!o->lr_given) o->lr = !strcmp(o->optimizer, "sgd") ? 0.05 : 0.01;
     return 0;
 }
 

@@ -20,12 +20,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/cli.h"
 #include "../common/linreg_model.h"
+#include "../common/options.h"
 
 /* Largest |sharded - single| accepted: float sums taken in another order differ by ulps. */
 #define TOLERANCE 1e-5
@@ -40,63 +42,49 @@ typedef struct options {
     uint64_t seed;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: linreg [options]     (or: mpirun -np P linreg [options])\n"
-        "Trains y = X.w + b by full-batch gradient descent on one device, then with the batch\n"
-        "sharded over a mesh, and checks that both give the same parameters.\n"
-        "\n"
-        "  --devices SPEC   devices of the sharded run (default cpu:2; e.g. cpu:4, cuda:0,1);\n"
-        "                   under mpirun, each process's own devices\n"
-        "  --rows N         rows of X (default 8192)\n"
-        "  --features N     columns of X (default 64)\n"
-        "  --steps N        training steps (default 200)\n"
-        "  --lr X           learning rate (default 0.05)\n"
-        "  --seed N         data seed (default 1)\n"
-        "  --load FILE      start both runs from FILE's \"weights\" and \"bias\" (default zeros)\n"
-        "  --save FILE      write the sharded run's parameters to FILE (safetensors; under\n"
-        "                   mpirun rank 0 writes it)\n"
-        "  --help           this text\n"
-        "\n"
-        "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
-        "Exit status: 0 results agree within %g, 1 they differ, 2 bad arguments or an error,\n"
-        "130/143 interrupted by SIGINT/SIGTERM.\n",
-        TOLERANCE);
-}
+#define F(field) offsetof(options, field)
+#define STR(x) #x
+#define XSTR(x) STR(x)
 
-/* 0 ok, 1 --help, -1 bad arguments (already reported). */
-static int parse_args(int argc, char **argv, options *o) {
-    *o = (options){
-        .devices = "cpu:2", .rows = 8192, .features = 64, .steps = 200, .lr = 0.05, .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int missing = 0, bad = 0, matched = 1;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        if ((v = cli_option_value(argc, argv, &i, "--devices", &missing))) {
-            o->devices = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--rows", &missing))) {
-            bad = cli_parse_i64(v, 1, INT64_C(1) << 40, &o->rows);
-        } else if ((v = cli_option_value(argc, argv, &i, "--features", &missing))) {
-            bad = cli_parse_i64(v, 1, INT64_C(1) << 30, &o->features);
-        } else if ((v = cli_option_value(argc, argv, &i, "--steps", &missing))) {
-            bad = cli_parse_i64(v, 1, 1000000000, &o->steps);
-        } else if ((v = cli_option_value(argc, argv, &i, "--lr", &missing))) {
-            /* a positive learning rate */
-            bad = cli_parse_double(v, 0.0, HUGE_VAL, &o->lr) || o->lr == 0.0;
-        } else if ((v = cli_option_value(argc, argv, &i, "--seed", &missing))) {
-            bad = cli_parse_u64(v, &o->seed);
-        } else if ((v = cli_option_value(argc, argv, &i, "--load", &missing))) {
-            o->load = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--save", &missing))) {
-            o->save = v;
-        } else {
-            matched = 0;
-        }
-        if (cli_report("linreg", arg, v, matched, missing, bad)) return -1;
-    }
-    return 0;
-}
+/* Every flag; under mpirun every process must be given the same, but for the CLI_LOCAL ones. */
+static const cli_option table[] = {
+    CLI_OPT("--devices", CLI_STRING, F(devices), "cpu:2", "SPEC",
+            "devices of the sharded run (e.g. cpu:4, cuda:0,1); under mpirun, each process's own "
+            "devices",
+            .flags = CLI_LOCAL),
+    CLI_OPT("--rows", CLI_I64, F(rows), "8192", "N", "rows of X", .min = 1,
+            .max = (double)(INT64_C(1) << 40)),
+    CLI_OPT("--features", CLI_I64, F(features), "64", "N", "columns of X", .min = 1,
+            .max = (double)(INT64_C(1) << 30)),
+    CLI_OPT("--steps", CLI_I64, F(steps), "200", "N", "training steps", .min = 1, .max = 1e9),
+    CLI_OPT("--lr", CLI_DOUBLE, F(lr), "0.05", "X", "learning rate, above 0", .min = 0,
+            .max = HUGE_VAL, .flags = CLI_ABOVE_MIN),
+    CLI_OPT("--seed", CLI_U64, F(seed), "1", "N", "data seed"),
+    CLI_OPT("--load", CLI_STRING, F(load), NULL, "FILE",
+            "start both runs from FILE's \"weights\" and \"bias\" (else from zeros)",
+            .flags = CLI_FILE),
+    CLI_OPT("--save", CLI_STRING, F(save), NULL, "FILE",
+            "write the sharded run's parameters to FILE (safetensors; under mpirun rank 0 writes "
+            "it)",
+            .flags = CLI_LOCAL),
+};
+
+static const cli_program program = {
+    "linreg",
+    sizeof(options),
+    table,
+    CLI_COUNT(table),
+    "usage: linreg [options]     (or: mpirun -np P linreg [options])\n"
+    "Trains y = X.w + b by full-batch gradient descent on one device, then with the batch\n"
+    "sharded over a mesh, and checks that both give the same parameters.\n"
+    "\n",
+    "\n"
+    "The single-device run uses cpu:1, or cuda:N for a spec starting with cuda:N.\n"
+    "Exit status: 0 results agree within " XSTR(
+        TOLERANCE) ", 1 they differ, 2 bad arguments or an\n"
+                   "error, 130/143 interrupted by SIGINT/SIGTERM.\n",
+    NULL,
+};
 
 /* Reports a failed library call; returns the exit status for it. */
 static int fail(mw_status st, const char *what, const char *subject) {
@@ -186,18 +174,15 @@ int main(int argc, char **argv) {
     /* Every process computes the same numbers; one report is enough. */
     if (mw_distributed_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2;
     options o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc > 0) usage(stdout);
+    int rc = cli_parse(&program, argc, argv, &o);
+    if (rc > 0) cli_usage(&program, stdout);
     if (rc != 0) {
         mw_distributed_finalize();
         return rc > 0 ? 0 : 2;
     }
 
-    char flags[256];
-    snprintf(flags, sizeof flags,
-             "--rows %" PRId64 "\n--features %" PRId64 "\n--steps %" PRId64
-             "\n--lr %.17g\n--seed %" PRIu64 "\n--load %s\n",
-             o.rows, o.features, o.steps, o.lr, o.seed, o.load ? "given" : "none");
+    char flags[256] = "";
+    cli_options_text(&program, &o, flags, sizeof flags);
     if ((st = mw_distributed_agree("linreg flags", flags, 0)) != MW_OK) {
         rc = fail(st, "the processes were started differently", NULL);
         mw_distributed_abort(rc);

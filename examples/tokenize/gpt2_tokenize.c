@@ -18,6 +18,7 @@
  * Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded, 2 bad
  * arguments (an output that is an input or the other output, an empty name among them). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #include "../common/cli.h"
 #include "../common/gpt2_data.h"
+#include "../common/options.h"
 #include "meshwit.h"
 
 #define PROGRAM "gpt2-tokenize"
@@ -34,86 +36,90 @@
 typedef struct options {
     const char *tokenizer, *out, *val_out, *decode, *eot;
     double val_fraction;
+    int have_fraction; /* --val-fraction given */
     int no_eot;
     const char **texts;
     int ntexts;
 } options;
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: " PROGRAM " --tokenizer PATH [--out SHARD] [--val-fraction F --val-out SHARD2]\n"
-        "                     [--eot TOKEN | --no-eot] TEXT...\n"
-        "       " PROGRAM " --tokenizer PATH --decode SHARD [--out FILE]\n"
-        "\n"
-        "Encodes each TEXT file (- for standard input) into GPT-2 token ids with a byte-level\n"
-        "BPE tokenizer, exactly as Hugging Face tokenizers encodes it, and writes them as an\n"
-        "llm.c token shard (or prints them); or decodes a shard back to its text.\n"
-        "\n"
-        "  --tokenizer PATH   a Hugging Face tokenizer.json, or a folder holding one, or a\n"
-        "                     folder holding GPT-2's vocab.json and merges.txt\n"
-        "  --out SHARD        write the tokens as an llm.c token shard: 256 int32 (20240520,\n"
-        "                     1, the count, zeros), then uint16 tokens, little-endian. Without\n"
-        "                     it the ids are printed, one line per TEXT\n"
-        "  --val-fraction F   the last F of the tokens (0 < F < 1) go to --val-out instead,\n"
-        "                     as the gpt2 example's --val-fraction splits a shard\n"
-        "  --val-out SHARD2   the validation shard (needs --val-fraction and --out)\n"
-        "  --eot TOKEN        the token put before each TEXT, to separate documents as\n"
-        "                     llm.c's data scripts do (default: <|endoftext|> when the\n"
-        "                     tokenizer has it, else none)\n"
-        "  --no-eot           no token between documents\n"
-        "  --decode SHARD     print the text of a token shard (to --out FILE if given); the\n"
-        "                     bytes exactly as the tokens spell them, even where they are not\n"
-        "                     UTF-8\n"
-        "  --help             this text\n"
-        "\n"
-        "A token shard holds uint16 ids: a tokenizer with more than %d ids cannot write\n"
-        "one (print the ids instead). decode(encode(text)) gives the text back byte for byte,\n"
-        "and a tokenizer lacking a token for some byte (which encoding would drop) is refused\n"
-        "for --out. --out - writes standard output. Every output is checked before any work\n"
-        "(not an input or the other output, not a FIFO, device or folder, in a folder that\n"
-        "takes a new file) and replaced only by the complete file.\n"
-        "Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded,\n"
-        "2 bad arguments (also an output that is an input or the other output).\n",
-        SHARD_MAX_VOCAB);
+#define F(field) offsetof(options, field)
+#define STR(x) #x
+#define XSTR(x) STR(x)
+
+static const cli_option table[] = {
+    CLI_OPT("--tokenizer", CLI_STRING, F(tokenizer), NULL, "PATH",
+            "a Hugging Face tokenizer.json, or a folder holding one, or a folder holding GPT-2's "
+            "vocab.json and merges.txt"),
+    CLI_OPT("--out", CLI_STRING, F(out), NULL, "SHARD",
+            "write the tokens as an llm.c token shard: 256 int32 (20240520, 1, the count, "
+            "zeros), then uint16 tokens, little-endian. Without it the ids are printed, one line "
+            "per TEXT"),
+    CLI_OPT("--val-fraction", CLI_DOUBLE, F(val_fraction), NULL, "F",
+            "the last F of the tokens (0 < F < 1) go to --val-out instead, as the gpt2 example's "
+            "--val-fraction splits a shard",
+            .min = 0, .max = 1, .flags = CLI_ABOVE_MIN | CLI_BELOW_MAX, .given = F(have_fraction)),
+    CLI_OPT("--val-out", CLI_STRING, F(val_out), NULL, "SHARD2",
+            "the validation shard (needs --val-fraction and --out)"),
+    CLI_OPT("--eot", CLI_STRING, F(eot), NULL, "TOKEN",
+            "the token put before each TEXT, to separate documents as llm.c's data scripts do "
+            "(default: <|endoftext|> when the tokenizer has it, else none)"),
+    CLI_OPT("--no-eot", CLI_FLAG, F(no_eot), NULL, NULL, "no token between documents"),
+    CLI_OPT("--decode", CLI_STRING, F(decode), NULL, "SHARD",
+            "print the text of a token shard (to --out FILE if given); the bytes exactly as the "
+            "tokens spell them, even where they are not UTF-8"),
+};
+
+/* A TEXT to encode: every argument that is no option ("-" included). 0, or 1 (out of memory,
+ * reported). */
+static int add_text(void *opts, const char *arg) {
+    options *o = opts;
+    const char **texts = realloc(o->texts, (size_t)(o->ntexts + 1) * sizeof *texts);
+    if (!texts) {
+        fprintf(stderr, PROGRAM ": out of memory\n");
+        return 1;
+    }
+    o->texts = texts;
+    o->texts[o->ntexts++] = arg;
+    return 0;
 }
 
-/* 0 ok, 1 --help, -1 bad arguments (reported). */
+static const cli_program program = {
+    PROGRAM,
+    sizeof(options),
+    table,
+    CLI_COUNT(table),
+    "usage: " PROGRAM " --tokenizer PATH [--out SHARD] [--val-fraction F --val-out SHARD2]\n"
+    "                     [--eot TOKEN | --no-eot] TEXT...\n"
+    "       " PROGRAM " --tokenizer PATH --decode SHARD [--out FILE]\n"
+    "\n"
+    "Encodes each TEXT file (- for standard input) into GPT-2 token ids with a byte-level\n"
+    "BPE tokenizer, exactly as Hugging Face tokenizers encodes it, and writes them as an\n"
+    "llm.c token shard (or prints them); or decodes a shard back to its text.\n"
+    "\n",
+    "\n"
+    "A token shard holds uint16 ids: a tokenizer with more than " XSTR(
+        SHARD_MAX_VOCAB) " ids cannot write\n"
+                         "one (print the ids instead). decode(encode(text)) gives the text back "
+                         "byte for byte,\n"
+                         "and a tokenizer lacking a token for some byte (which encoding would "
+                         "drop) is refused\n"
+                         "for --out. --out - writes standard output. Every output is checked "
+                         "before any work\n"
+                         "(not an input or the other output, not a FIFO, device or folder, in a "
+                         "folder that\n"
+                         "takes a new file) and replaced only by the complete file.\n"
+                         "Exit status: 0 done, 1 a file could not be read, written, tokenized or "
+                         "decoded,\n"
+                         "2 bad arguments (also an output that is an input or the other output).\n",
+    add_text,
+};
+
+/* 0 ok, 1 --help (the usage printed), -1 bad arguments (reported). */
 static int parse_args(int argc, char **argv, options *o) {
-    memset(o, 0, sizeof *o);
-    o->texts = calloc((size_t)argc, sizeof *o->texts);
-    if (!o->texts) {
-        fprintf(stderr, PROGRAM ": out of memory\n");
-        return -1;
-    }
-    int have_fraction = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        int missing = 0, bad = 0, matched = 1;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return 1;
-        if ((v = cli_option_value(argc, argv, &i, "--tokenizer", &missing))) {
-            o->tokenizer = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--out", &missing))) {
-            o->out = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--val-out", &missing))) {
-            o->val_out = v;
-        } else if ((v = cli_option_value(argc, argv, &i, "--val-fraction", &missing))) {
-            bad = cli_parse_double(v, 0.0, 1.0, &o->val_fraction) || o->val_fraction <= 0.0 ||
-                  o->val_fraction >= 1.0;
-            have_fraction = 1;
-        } else if ((v = cli_option_value(argc, argv, &i, "--eot", &missing))) {
-            o->eot = v;
-        } else if (strcmp(arg, "--no-eot") == 0) {
-            o->no_eot = 1;
-        } else if ((v = cli_option_value(argc, argv, &i, "--decode", &missing))) {
-            o->decode = v;
-        } else if (!missing && (arg[0] != '-' || strcmp(arg, "-") == 0)) {
-            o->texts[o->ntexts++] = arg;
-        } else {
-            matched = 0;
-        }
-        if (cli_report(PROGRAM, arg, v, matched, missing, bad)) return -1;
-    }
+    int rc = cli_parse(&program, argc, argv, o);
+    if (rc > 0) cli_usage(&program, stdout);
+    if (rc != 0) return rc;
+    const int have_fraction = o->have_fraction;
     const char *why = !o->tokenizer            ? "--tokenizer PATH is required"
                       : o->decode && o->ntexts ? "--decode takes no TEXT"
                       : o->decode && (have_fraction || o->val_out || o->eot || o->no_eot)
@@ -371,7 +377,6 @@ int main(int argc, char **argv) {
     options o;
     int r = parse_args(argc, argv, &o);
     if (r) {
-        if (r > 0) usage(stdout);
         free(o.texts);
         return r > 0 ? 0 : 2;
     }
