@@ -197,7 +197,7 @@ int64_t mw__type_numel(const mw__type *t) {
 static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype dtype, mw_axes axes,
                      mw__type *out) {
     if (!name || !*name) {
-        mw__graph_fail(g, MW_ERR_INVALID, "%s: the name is empty", what);
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: the name is %s", what, name ? "empty" : "NULL");
         return -1;
     }
     if (strlen(name) >= MW_MAX_NAME) {
@@ -217,8 +217,9 @@ static int leaf_type(mw_graph *g, const char *what, const char *name, mw_dtype d
         }
     }
     if (dtype != MW_F32 && dtype != MW_I32) {
-        mw__graph_fail(g, MW_ERR_UNSUPPORTED, "%s '%s': dtype %s is not supported yet", what, name,
-                       mw__dtype_name(dtype));
+        mw__graph_fail(g, MW_ERR_DTYPE,
+                       "%s '%s': dtype %s; an input is f32 or i32 (mw_cast an f32 input to bf16)",
+                       what, name, mw__dtype_name(dtype));
         return -1;
     }
     if (axes.rank < 0 || axes.rank > MW_MAX_RANK) {
@@ -364,8 +365,10 @@ mw_dtype mw_tensor_dtype(const mw_tensor *t) { return t ? t->type.dtype : MW_F32
 
 mw_status mw_tensor_axis(const mw_tensor *t, int i, const char **name, int64_t *size,
                          const char **mesh_axis) {
-    if (!t || i < 0 || i >= t->type.rank)
-        return mw__error(MW_ERR_INVALID, "mw_tensor_axis: index %d out of range", i);
+    if (!t) return mw__error(MW_ERR_INVALID, "mw_tensor_axis: the tensor is NULL");
+    if (i < 0 || i >= t->type.rank)
+        return mw__error(MW_ERR_INVALID, "mw_tensor_axis: index %d is not in [0, %d)", i,
+                         t->type.rank);
     const mw__axis *a = &t->type.ax[i];
     if (name) *name = t->g->names[a->name];
     if (size) *size = a->size;

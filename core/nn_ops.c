@@ -31,14 +31,18 @@ static int want_dtype(mw_graph *g, const char *op, const char *what, mw_tensor *
     return 0;
 }
 
-/* Index of the axis named `name` in x, or -1 with the graph error set. */
+/* Index of the axis named `name` in x, or -1 with the graph error set (MW_ERR_INVALID for a NULL
+ * name, MW_ERR_AXIS for one x lacks). */
 static int axis_of(mw_graph *g, const char *op, mw_tensor *x, const char *name) {
-    int id = name ? mw__graph_find_name(g, name) : -1;
+    if (!name) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: the axis name is NULL", op);
+        return -1;
+    }
+    int id = mw__graph_find_name(g, name);
     int i = id < 0 ? -1 : mw__type_find_name(&x->type, id);
     if (i < 0) {
         char dx[256];
-        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, name ? name : "(null)",
-                       DESC(x, dx));
+        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, name, DESC(x, dx));
     }
     return i;
 }
@@ -392,8 +396,10 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
                               "gathered; a computed one cannot be)",
                               op, g->names[table->type.ax[1].name], DESC(table, dt));
     if (v != 0 || table->type.rank != 2)
-        return mw__graph_fail(g, MW_ERR_SHAPE, "%s: table %s must be [%s, Dim]", op,
-                              DESC(table, dt), vocab_axis);
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: table %s must be [%s, Dim]: the vocabulary axis first, then "
+                              "one other",
+                              op, DESC(table, dt), vocab_axis);
     if (mw__type_find_name(&ids->type, table->type.ax[1].name) >= 0 ||
         ids->type.rank + 1 > MW_MAX_RANK)
         return mw__graph_fail(g, MW_ERR_SHAPE, "%s: ids %s already has the axis %s of table %s", op,

@@ -265,14 +265,14 @@ static mw_tensor *contract_checked(mw_graph *g, const char *op, mw_tensor *a, mw
 
 mw_tensor *mw_dot(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *axis) {
     if (check_operands(g, "mw_dot", a, b, 2)) return NULL;
+    if (!axis) return mw__graph_fail(g, MW_ERR_INVALID, "mw_dot: the axis name is NULL");
     char da[256], db[256];
-    int name = axis ? mw__graph_find_name(g, axis) : -1;
+    int name = mw__graph_find_name(g, axis);
     int ka = name < 0 ? -1 : mw__type_find_name(&a->type, name);
     int kb = name < 0 ? -1 : mw__type_find_name(&b->type, name);
     if (ka < 0 || kb < 0)
-        return mw__graph_fail(g, MW_ERR_AXIS, "mw_dot: no axis named '%s' in %s %s",
-                              axis ? axis : "(null)", ka < 0 ? "a" : "b",
-                              ka < 0 ? DESC(a, da) : DESC(b, db));
+        return mw__graph_fail(g, MW_ERR_AXIS, "mw_dot: no axis named '%s' in %s %s", axis,
+                              ka < 0 ? "a" : "b", ka < 0 ? DESC(a, da) : DESC(b, db));
     if (!(a = mw__gathered(g, a, b)) || !(b = mw__gathered(g, b, a))) return NULL;
     if (check_sharding(g, "mw_dot", a, "a", b, "b") || check_sizes(g, "mw_dot", a, b)) return NULL;
     mw__type out = {.dtype = MW_F32};
@@ -333,11 +333,14 @@ static int parse_names(mw_graph *g, const char *op, const char *list, const mw_t
 
 mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_axes) {
     if (check_operands(g, "mw_contract", a, b, 2)) return NULL;
+    if (!out_axes)
+        return mw__graph_fail(g, MW_ERR_INVALID,
+                              "mw_contract: out_axes is NULL (\"\" asks for a scalar)");
     if (!(a = mw__gathered(g, a, b)) || !(b = mw__gathered(g, b, a))) return NULL;
     if (check_sharding(g, "mw_contract", a, "a", b, "b") || check_sizes(g, "mw_contract", a, b))
         return NULL;
     int names[MW_MAX_RANK];
-    int n = parse_names(g, "mw_contract", out_axes ? out_axes : "", NULL, names);
+    int n = parse_names(g, "mw_contract", out_axes, NULL, names);
     if (n < 0) return NULL;
     mw__type out = {.dtype = MW_F32, .rank = n};
     for (int i = 0; i < n; i++) {

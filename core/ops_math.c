@@ -45,39 +45,68 @@ mw_tensor *mw_log(mw_graph *g, mw_tensor *x) { return map(g, "mw_log", x, MW__F_
 mw_tensor *mw_sqrt(mw_graph *g, mw_tensor *x) { return map(g, "mw_sqrt", x, MW__F_SQRT); }
 mw_tensor *mw_abs(mw_graph *g, mw_tensor *x) { return map(g, "mw_abs", x, MW__F_ABS); }
 
-mw_tensor *mw_compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
+/* The ops below are made of others: a failure among them names the op the caller called first
+ * ("mw_maximum: mw_sub: ..."). t is returned; `clean` says the graph had no error before. */
+static mw_tensor *named(mw_graph *g, int clean, const char *op, mw_tensor *t) {
+    if (!g || !clean || !g->status) return t;
+    char msg[sizeof g->error + MW_MAX_NAME];
+    snprintf(msg, sizeof msg, "%s: %s", op, g->error);
+    snprintf(g->error, sizeof g->error, "%.*s", (int)sizeof g->error - 1, msg);
+    mw__error_copy(g->status, g->error);
+    return t;
+}
+
+static mw_tensor *compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
     static const mw__mapfn fn[] = {MW__F_GT0, MW__F_GE0, MW__F_LT0,
                                    MW__F_LE0, MW__F_EQ0, MW__F_NE0};
-    if (g && !g->status && ((int)cmp < 0 || (int)cmp > (int)MW_NE))
-        return mw__graph_fail(g, MW_ERR_INVALID, "mw_compare: unknown comparison %d", (int)cmp);
     /* a - b has the sign of the comparison for every pair of finite floats (a difference of two
      * distinct floats is never rounded to 0), and mw_sub brings the broadcasting and sharding
      * rules. */
     return map(g, "mw_compare", mw_sub(g, a, b), fn[cmp]);
 }
 
-mw_tensor *mw_where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y) {
+static mw_tensor *where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y) {
     return mw_add(g, y, mw_mul(g, mask, mw_sub(g, x, y)));
 }
 
-/* PyTorch's convention: where a and b tie, each gets half the gradient. */
-static mw_tensor *extremum(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
-    mw_tensor *m =
-        mw_add(g, mw_compare(g, a, b, cmp), mw_scale(g, mw_compare(g, a, b, MW_EQ), 0.5f));
-    return mw_where(g, m, a, b);
+mw_tensor *mw_compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp) {
+    if (!g || g->status) return NULL;
+    if ((int)cmp < 0 || (int)cmp > (int)MW_NE)
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_compare: unknown comparison %d", (int)cmp);
+    return named(g, 1, "mw_compare", compare(g, a, b, cmp));
 }
 
-mw_tensor *mw_maximum(mw_graph *g, mw_tensor *a, mw_tensor *b) { return extremum(g, a, b, MW_GT); }
-mw_tensor *mw_minimum(mw_graph *g, mw_tensor *a, mw_tensor *b) { return extremum(g, a, b, MW_LT); }
+mw_tensor *mw_where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y) {
+    int clean = g && !g->status;
+    return named(g, clean, "mw_where", where(g, mask, x, y));
+}
+
+/* PyTorch's convention: where a and b tie, each gets half the gradient. */
+static mw_tensor *extremum(mw_graph *g, const char *op, mw_tensor *a, mw_tensor *b,
+                           mw_comparison cmp) {
+    int clean = g && !g->status;
+    mw_tensor *m = mw_add(g, compare(g, a, b, cmp), mw_scale(g, compare(g, a, b, MW_EQ), 0.5f));
+    return named(g, clean, op, where(g, m, a, b));
+}
+
+mw_tensor *mw_maximum(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    return extremum(g, "mw_maximum", a, b, MW_GT);
+}
+mw_tensor *mw_minimum(mw_graph *g, mw_tensor *a, mw_tensor *b) {
+    return extremum(g, "mw_minimum", a, b, MW_LT);
+}
 
 /* Index of x's unsharded axis named `axis`, or -1 with the graph error set. */
 static int whole_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis) {
-    int id = axis ? mw__graph_find_name(g, axis) : -1;
+    if (!axis) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: the axis name is NULL", op);
+        return -1;
+    }
+    int id = mw__graph_find_name(g, axis);
     int i = id < 0 ? -1 : mw__type_find_name(&x->type, id);
     char d[256];
     if (i < 0) {
-        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, axis ? axis : "(null)",
-                       DESC(x, d));
+        mw__graph_fail(g, MW_ERR_AXIS, "%s: no axis named '%s' in %s", op, axis, DESC(x, d));
         return -1;
     }
     if (x->type.ax[i].mesh >= 0) {

@@ -34,12 +34,15 @@ static int prefix_axes(const mw__type *a, int n, const mw__type *b) {
 }
 
 static int find_axis(mw_graph *g, const char *op, const mw_tensor *x, const char *axis) {
-    int id = axis ? mw__graph_find_name(g, axis) : -1;
+    if (!axis) {
+        mw__graph_fail(g, MW_ERR_INVALID, "%s: the axis name is NULL", op);
+        return -1;
+    }
+    int id = mw__graph_find_name(g, axis);
     int i = id < 0 ? -1 : mw__type_find_name(&x->type, id);
     if (i < 0) {
         char d[256];
-        mw__graph_fail(g, MW_ERR_AXIS, "%s: %s has no axis named '%s'", op, DESC(x, d),
-                       axis ? axis : "(null)");
+        mw__graph_fail(g, MW_ERR_AXIS, "%s: %s has no axis named '%s'", op, DESC(x, d), axis);
     }
     return i;
 }
@@ -48,7 +51,8 @@ mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const
                           mw_tensor *index) {
     const char *op = "mw_state_write";
     if (!mw__f32_operand(g, op, state) || !mw__f32_operand(g, op, value)) return NULL;
-    if (!index || index->g != g) return mw__graph_fail(g, MW_ERR_INVALID, "%s: index is NULL", op);
+    if (!index || index->g != g)
+        return mw__graph_fail(g, MW_ERR_INVALID, "%s: index is NULL or of another graph", op);
     char d[256], e[256];
     const mw_tensor *root = state;
     while (root->op == MW__OP_STATE_WRITE) root = root->in[0];
@@ -67,7 +71,9 @@ mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const
     if (state->type.ax[a].mesh >= 0)
         return mw__graph_fail(g, MW_ERR_SHARDING, "%s: the written axis %s of %s is sharded", op,
                               axis, DESC(state, d));
-    if (index->type.dtype != MW_I32 || !prefix_axes(&state->type, a, &index->type))
+    if (index->type.dtype != MW_I32)
+        return mw__graph_fail(g, MW_ERR_DTYPE, "%s: index %s must be i32", op, DESC(index, d));
+    if (!prefix_axes(&state->type, a, &index->type))
         return mw__graph_fail(g, MW_ERR_SHAPE,
                               "%s: index %s must be i32 with the axes of %s before %s, in order",
                               op, DESC(index, d), DESC(state, e), axis);
@@ -89,7 +95,8 @@ mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const c
                                float scale) {
     const char *op = "mw_attention_cached";
     if (!mw__f32_operand(g, op, q) || !mw__f32_operand(g, op, kv)) return NULL;
-    if (!pos || pos->g != g) return mw__graph_fail(g, MW_ERR_INVALID, "%s: pos is NULL", op);
+    if (!pos || pos->g != g)
+        return mw__graph_fail(g, MW_ERR_INVALID, "%s: pos is NULL or of another graph", op);
     char d[256], e[256];
     int s = find_axis(g, op, kv, seq_axis), p = s < 0 ? -1 : find_axis(g, op, kv, part_axis);
     int f = p < 0 ? -1 : find_axis(g, op, kv, feature_axis);
@@ -103,7 +110,9 @@ mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const c
         return mw__graph_fail(g, MW_ERR_SHARDING,
                               "%s: the %s, %s and %s axes of %s must not be sharded", op, seq_axis,
                               part_axis, feature_axis, DESC(kv, d));
-    if (pos->type.dtype != MW_I32 || !prefix_axes(&kv->type, s, &pos->type))
+    if (pos->type.dtype != MW_I32)
+        return mw__graph_fail(g, MW_ERR_DTYPE, "%s: pos %s must be i32", op, DESC(pos, d));
+    if (!prefix_axes(&kv->type, s, &pos->type))
         return mw__graph_fail(g, MW_ERR_SHAPE,
                               "%s: pos %s must be i32 with the axes of %s before %s, in order", op,
                               DESC(pos, d), DESC(kv, e), seq_axis);

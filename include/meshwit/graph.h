@@ -9,6 +9,12 @@
  * mw_last_error()), returns NULL, and every later op given a NULL tensor also returns NULL. So a
  * model can be written as plain nested calls and checked once with mw_graph_status().
  *
+ * Besides the errors its comment lists, every op fails (in a graph without an error yet) with
+ * MW_ERR_INVALID for a NULL tensor, a tensor of another graph, or a NULL string where a name or
+ * a list of names is required (mw_sum's and mw_mean's axes may be NULL), with MW_ERR_DTYPE for
+ * an operand of a dtype the op does not take (see mw_cast), and with MW_ERR_NOMEM. Given a NULL
+ * graph an op returns NULL and records nothing.
+ *
  * Thread-safety: a graph is not thread-safe; build it on one thread. Once a trainer is made from
  * it, the graph is read-only and may be shared by any number of trainers. */
 #ifndef MESHWIT_GRAPH_H
@@ -80,13 +86,15 @@ mw_status mw_graph_new(mw_graph **out);
  * freed first. */
 void mw_graph_free(mw_graph *g);
 
-/* MW_OK, or the status of the first op that failed while tracing. */
+/* MW_OK, or the status of the first op that failed while tracing (a later failure does not
+ * replace it); MW_ERR_INVALID for NULL. */
 mw_status mw_graph_status(const mw_graph *g);
 
-/* The message of the first op that failed while tracing, or "". Owned by the graph. */
+/* The message of the first op that failed while tracing, or "". Owned by the graph. For NULL, a
+ * static message saying so. */
 const char *mw_graph_error(const mw_graph *g);
 
-/* Seed of the random parameter initialisers (default 1337). */
+/* Seed of the random parameter initialisers (default 1337). NULL is a no-op. */
 void mw_graph_set_seed(mw_graph *g, uint64_t seed);
 
 /* --- recomputation regions ----------------------------------------------------------------- */
@@ -110,8 +118,12 @@ mw_status mw_region_end(mw_graph *g);
 
 /* --- leaves ------------------------------------------------------------------------------- */
 
-/* A value fed at every step under `name` (unique among inputs and parameters). Axis sizes are
- * global: a sharded input is still fed whole, and each device reads its own rows. */
+/* A value fed at every step under `name` (unique among inputs, parameters and states). Axis
+ * sizes are global: a sharded input is still fed whole, and each device reads its own rows.
+ * Errors: MW_ERR_INVALID (a NULL or empty name, one of MW_MAX_NAME characters or more, a name
+ * an input, parameter or state has already, an axis name that is empty or holds '@' or ','),
+ * MW_ERR_DTYPE (a dtype other than MW_F32 and MW_I32: a bf16 value is an mw_cast of an f32
+ * input), MW_ERR_SHAPE (a rank outside 0..MW_MAX_RANK, a size below 1, an axis named twice). */
 mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes);
 
 /* A constant: f32 of the given axes (MW_SCALAR for a scalar) with every element `value`, as
@@ -121,7 +133,7 @@ mw_tensor *mw_input(mw_graph *g, const char *name, mw_dtype dtype, mw_axes axes)
 mw_tensor *mw_full(mw_graph *g, mw_axes axes, float value);
 
 /* A trained parameter (f32), replicated on every device unless mw_shard splits one of its axes,
- * initialised by `init`. */
+ * initialised by `init`. Errors: as mw_input's; MW_ERR_INVALID (an unknown initialiser kind). */
 mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
 
 /* --- sharding ------------------------------------------------------------------------------ */
@@ -160,7 +172,8 @@ mw_tensor *mw_param(mw_graph *g, const char *name, mw_axes axes, mw_init init);
  * axes over the same mesh axis fails. The mesh axis is looked up when a trainer is made. Errors:
  * MW_ERR_AXIS (x has no such axis), MW_ERR_SHARDING (the axis is already sharded, x already
  * splits an axis over that mesh axis, x is computed rather than an input, a parameter or a
- * constant, or the parameter is already used). */
+ * constant, or the parameter is already used), MW_ERR_INVALID (a mesh-axis name that is empty,
+ * of MW_MAX_NAME characters or more or holds '@'; more than 16 mesh-axis names in one graph). */
 mw_tensor *mw_shard(mw_graph *g, mw_tensor *x, const char *axis, const char *mesh_axis);
 
 /* --- elementwise ---------------------------------------------------------------------------- */
@@ -195,12 +208,15 @@ mw_tensor *mw_cast(mw_graph *g, mw_tensor *x, mw_dtype dtype);
  * other axes that both share (batch axes) once, in a's order, then a's remaining axes, then
  * b's. Contracting over a sharded axis gives each device a partial sum; the SPMD rules all-reduce
  * it where the value is used, so the result is replicated. Errors: MW_ERR_AXIS (the axis is
- * missing from a or b), MW_ERR_SHAPE (sizes differ), MW_ERR_SHARDING. */
+ * missing from a or b), MW_ERR_SHAPE (sizes differ, a result of more than MW_MAX_RANK axes),
+ * MW_ERR_SHARDING, MW_ERR_DTYPE (one operand bf16 and the other not: see mw_cast). */
 mw_tensor *mw_dot(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *axis);
 
 /* General contraction (einsum over names): the result has exactly the axes named in `out_axes`
- * ("Batch,Out", comma-separated, in that order); every axis of a or b not named there must be in
- * both and is summed. */
+ * ("Batch,Out", comma-separated, in that order; "" for a scalar); every axis of a or b not named
+ * there must be in both and is summed. Errors: MW_ERR_AXIS (a result axis in neither operand or
+ * named twice, a malformed list, an axis of one operand in neither the result nor the other),
+ * MW_ERR_SHAPE (sizes differ), MW_ERR_SHARDING, MW_ERR_DTYPE (as mw_dot's). */
 mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_axes);
 
 /* --- reductions ------------------------------------------------------------------------------- */
@@ -208,14 +224,15 @@ mw_tensor *mw_contract(mw_graph *g, mw_tensor *a, mw_tensor *b, const char *out_
 /* Sum or mean of x over the axes named in `axes` ("Batch" or "Batch,Feature"), or over all axes
  * when axes is NULL. Name a sharded axis by its base name ("Batch" reduces "Batch@X"). Reducing a
  * sharded axis sums locally and all-reduces across the mesh axis; mean divides by the global
- * size. Errors: MW_ERR_AXIS. */
+ * size. Errors: MW_ERR_AXIS (an axis x lacks, one named twice, a malformed list). */
 mw_tensor *mw_sum(mw_graph *g, mw_tensor *x, const char *axes);
 mw_tensor *mw_mean(mw_graph *g, mw_tensor *x, const char *axes);
 
 /* --- reshaping (no data moves unless said) -------------------------------------------------- */
 
 /* x with axis `axis` called `new_name`. Errors: MW_ERR_AXIS (no such axis, or the new name is
- * taken), MW_ERR_SHARDING (renaming a sharded axis). */
+ * taken), MW_ERR_SHARDING (renaming a sharded axis), MW_ERR_INVALID (a new name that is empty or
+ * holds '@', ',' or '='). */
 mw_tensor *mw_rename(mw_graph *g, mw_tensor *x, const char *axis, const char *new_name);
 
 /* x with its axes in the order `order` names them ("Seq,Batch,Embed": every axis of x once, by
@@ -226,17 +243,27 @@ mw_tensor *mw_permute(mw_graph *g, mw_tensor *x, const char *order);
 
 /* Splits axis `axis` into consecutive axes "Head=12,HeadDim=64" (one size may be left out and is
  * inferred); the memory layout is unchanged. Errors: MW_ERR_SHAPE (sizes whose product is not
- * the axis size), MW_ERR_AXIS, MW_ERR_SHARDING (splitting a sharded axis). */
+ * the axis size), MW_ERR_AXIS (no such axis; a new name x has already, or one named twice),
+ * MW_ERR_SHARDING (splitting a sharded axis), MW_ERR_INVALID (no new axes, a malformed list or
+ * size, more than one size left out, a bad new name as mw_rename's). */
 mw_tensor *mw_split(mw_graph *g, mw_tensor *x, const char *axis, const char *new_axes);
 
-/* Merges the adjacent axes "Head,HeadDim" (in that order in x) into one axis `new_name`. */
+/* Merges the adjacent axes "Head,HeadDim" (in that order in x) into one axis `new_name`.
+ * Errors: MW_ERR_AXIS (an axis x lacks; a new name another axis of x has), MW_ERR_SHAPE (axes
+ * not adjacent and in that order), MW_ERR_SHARDING (a sharded axis), MW_ERR_INVALID (no axes, a
+ * malformed list, a bad new name as mw_rename's). */
 mw_tensor *mw_merge(mw_graph *g, mw_tensor *x, const char *axes, const char *new_name);
 
-/* Rows [start, start + len) of axis `axis` (a copy), named `new_name` (NULL keeps the name). */
+/* Rows [start, start + len) of axis `axis` (a copy), named `new_name` (NULL keeps the name). A
+ * parameter split along the axis is gathered whole first (FSDP, see mw_shard). Errors:
+ * MW_ERR_SHAPE (len < 1, rows outside the axis), MW_ERR_AXIS (no such axis, a new name x has
+ * already), MW_ERR_SHARDING (the axis of a computed tensor sharded), MW_ERR_INVALID (a bad new
+ * name as mw_rename's). */
 mw_tensor *mw_slice(mw_graph *g, mw_tensor *x, const char *axis, int64_t start, int64_t len,
                     const char *new_name);
 
-/* Row `index` of axis `axis`, which is dropped (a copy). */
+/* Row `index` of axis `axis`, which is dropped (a copy). Errors: MW_ERR_SHAPE (index outside
+ * the axis), MW_ERR_AXIS, MW_ERR_SHARDING (as mw_slice's). */
 mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index);
 
 /* --- neural-network ops ------------------------------------------------------------------------
@@ -254,7 +281,8 @@ mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x);
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps);
 
-/* softmax(scale * x) over axis `axis`, which must be x's last axis. */
+/* softmax(scale * x) over axis `axis`, which must be x's last axis. Errors: MW_ERR_AXIS,
+ * MW_ERR_SHAPE (not the last axis), MW_ERR_SHARDING (a sharded axis). */
 mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale);
 
 /* Fused multi-head self-attention, softmax(scale * q k^T) v per position, on a tensor that holds
@@ -266,13 +294,16 @@ mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale);
  * contract written out, but the kernel never holds a whole Seq x Seq score tensor (rows of scores
  * are made per block of queries, the masked half is never computed) and the backward pass
  * recomputes the scores instead of keeping them. The sequence and feature axes must not be
- * sharded; the batch axes may be. Errors: MW_ERR_AXIS (an axis missing), MW_ERR_SHAPE (part axis
- * not of size 3, feature axis not last, not f32), MW_ERR_SHARDING. */
+ * sharded; the batch axes may be. Errors: MW_ERR_AXIS (an axis missing, or two of the three the
+ * same axis), MW_ERR_SHAPE (part axis not of size 3, feature axis not last), MW_ERR_DTYPE (qkv
+ * neither f32 nor bf16), MW_ERR_SHARDING. */
 mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
                         const char *feature_axis, int causal, float scale);
 
 /* Causal softmax(scale * x) over `key_axis`, where x's last two axes are `query_axis` then
- * `key_axis`: query i attends to keys j <= i (+ the difference of the two sizes). */
+ * `key_axis`: query i attends to keys j <= i (+ the difference of the two sizes). Errors:
+ * MW_ERR_AXIS, MW_ERR_SHAPE (key_axis not last, query_axis not right before it),
+ * MW_ERR_SHARDING (either axis sharded). */
 mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
                              const char *key_axis, float scale);
 
@@ -286,7 +317,11 @@ mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const cha
 
 /* Softmax cross-entropy of `logits` (last axis `vocab_axis`) against i32 `targets` (logits' other
  * axes, same order): one loss per row, over the first `valid` classes (0: all; the rest are
- * padding). A target outside [0, valid) fails the step with MW_ERR_INVALID. */
+ * padding). A target outside [0, valid) fails the step with MW_ERR_INVALID. Errors:
+ * MW_ERR_DTYPE (logits not f32, targets not i32), MW_ERR_AXIS (no axis vocab_axis),
+ * MW_ERR_SHAPE (vocab_axis not last, valid outside [0, its size], targets without exactly the
+ * other axes of logits in their order), MW_ERR_SHARDING (vocab_axis sharded, logits and targets
+ * sharded differently). */
 mw_tensor *mw_cross_entropy(mw_graph *g, mw_tensor *logits, mw_tensor *targets,
                             const char *vocab_axis, int64_t valid);
 
@@ -305,15 +340,17 @@ mw_tensor *mw_abs(mw_graph *g, mw_tensor *x);
 typedef enum mw_comparison { MW_GT, MW_GE, MW_LT, MW_LE, MW_EQ, MW_NE } mw_comparison;
 
 /* 1.0 where `a cmp b` holds, else 0.0 (f32, with a and b broadcast and sharded as in mw_sub; it
- * compares a - b with 0, which is exact for finite values). A mask carries no gradient. */
+ * compares a - b with 0, which is exact for finite values). A mask carries no gradient. Errors:
+ * as mw_sub's; MW_ERR_INVALID (a comparison that is not an mw_comparison). */
 mw_tensor *mw_compare(mw_graph *g, mw_tensor *a, mw_tensor *b, mw_comparison cmp);
 
 /* x where mask is 1, y where it is 0: y + mask * (x - y), with gradients mask * g to x and
- * (1 - mask) * g to y. Both x and y must be finite (an Inf in the branch not taken gives NaN). */
+ * (1 - mask) * g to y. Both x and y must be finite (an Inf in the branch not taken gives NaN).
+ * Errors: as mw_sub's (x - y, then mask times it). */
 mw_tensor *mw_where(mw_graph *g, mw_tensor *mask, mw_tensor *x, mw_tensor *y);
 
 /* Elementwise maximum and minimum (broadcast as in mw_sub); where a and b tie each gets half the
- * gradient, as in PyTorch. */
+ * gradient, as in PyTorch. Errors: as mw_sub's. */
 mw_tensor *mw_maximum(mw_graph *g, mw_tensor *a, mw_tensor *b);
 mw_tensor *mw_minimum(mw_graph *g, mw_tensor *a, mw_tensor *b);
 
@@ -326,7 +363,7 @@ mw_tensor *mw_argmax(mw_graph *g, mw_tensor *x, const char *axis);
 
 /* The n tensors joined along axis `axis` (in order), which they all have unsharded; their other
  * axes must agree (in any order; the result has xs[0]'s). Errors: MW_ERR_AXIS, MW_ERR_SHAPE,
- * MW_ERR_SHARDING. */
+ * MW_ERR_SHARDING, MW_ERR_INVALID (n < 1, xs NULL). */
 mw_tensor *mw_concat(mw_graph *g, mw_tensor *const *xs, int n, const char *axis);
 
 /* Dropout: during a training step (mw_trainer_step, compute_grads, accumulate) each element is
@@ -352,8 +389,10 @@ mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes);
  * index[r] of axis `axis` for every row r of the axes before it: index is i32 with exactly the
  * state's axes before `axis`; value has the state's axes without `axis`, in order. Readers of the
  * result see the write; a state's writes form a chain (each must take the latest version). A
- * position outside the axis fails the run naming it. Errors: MW_ERR_INVALID (not a state, or not
- * its latest version), MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING (the written axis sharded). */
+ * position outside the axis fails the run with MW_ERR_INVALID naming it. Errors:
+ * MW_ERR_INVALID (not a state, or not its latest version), MW_ERR_AXIS, MW_ERR_SHAPE (index or
+ * value of other axes), MW_ERR_DTYPE (index not i32), MW_ERR_SHARDING (the written axis
+ * sharded). */
 mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const char *axis,
                           mw_tensor *index);
 
@@ -363,22 +402,27 @@ mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const
  * to positions 0..pos[r] of seq_axis, softmax(scale q . k) v, in f32 with a running maximum (the
  * decoding step of mw_attention with causal = 1, without a score tensor). The seq, part and
  * feature axes must not be sharded; batch and head axes may be. No gradient. Errors:
- * MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING; a position outside seq_axis fails the run. */
+ * MW_ERR_AXIS, MW_ERR_SHAPE (kv not laid out so, pos or q of other axes), MW_ERR_DTYPE (pos not
+ * i32), MW_ERR_SHARDING; a position outside seq_axis fails the run with MW_ERR_INVALID naming
+ * it. */
 mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const char *part_axis,
                                const char *seq_axis, const char *feature_axis, mw_tensor *pos,
                                float scale);
 
 /* --- inspection ------------------------------------------------------------------------------- */
 
+/* The number of axes (-1 for NULL) and the dtype (MW_F32 for NULL). */
 int mw_tensor_rank(const mw_tensor *t);
 mw_dtype mw_tensor_dtype(const mw_tensor *t);
-/* Axis i: its base name, global size and the mesh axis it is sharded over (NULL if none).
- * Strings are owned by the graph. Returns MW_ERR_INVALID for i out of range. */
+/* Axis i: its base name, global size and the mesh axis it is sharded over (NULL if none); each
+ * out-parameter may be NULL. Strings are owned by the graph. Errors: MW_ERR_INVALID (t NULL, i
+ * out of range). */
 mw_status mw_tensor_axis(const mw_tensor *t, int i, const char **name, int64_t *size,
                          const char **mesh_axis);
-/* Global number of elements. */
+/* Global number of elements (0 for NULL). */
 int64_t mw_tensor_numel(const mw_tensor *t);
-/* Writes "f32[Batch@X=8192, Feature=64]" into buf (always terminated); returns buf. */
+/* Writes "f32[Batch@X=8192, Feature=64]" ("(null)" for NULL) into buf, always terminated when
+ * size > 0 (size 0 writes nothing); returns buf. */
 char *mw_tensor_describe(const mw_tensor *t, char *buf, size_t size);
 
 #ifdef __cplusplus
