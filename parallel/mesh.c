@@ -164,7 +164,7 @@ static mw_status span_processes(mw_mesh *m, mw_status local_st) {
 static mw_status mesh_make(const char *devices, const char *axes, int local, mw_mesh **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_mesh_new: out is NULL");
     *out = NULL;
-    if (!devices) return mw__error(MW_ERR_DEVICE, "mw_mesh_new: device spec is NULL");
+    if (!devices) return mw__error(MW_ERR_INVALID, "mw_mesh_new: the device spec is NULL");
     mw_mesh *m = mw__calloc(1, sizeof *m);
     if (!m) return mw__error(MW_ERR_NOMEM, "mw_mesh_new: out of memory");
     mw_status st = parse_spec(m, devices);

@@ -41,28 +41,33 @@ typedef struct mw_mesh mw_mesh;
  * single name without a size takes all devices). Under mpirun the mesh spans all processes (see
  * above); MW_ERR_DEVICE then also reports a process whose spec failed or whose devices are of
  * another kind. *out is owned by the caller (mw_mesh_free).
- * Errors: MW_ERR_DEVICE (malformed spec, "cpu:0", a GPU that does not exist or a build without
- * CUDA), MW_ERR_INVALID (axis sizes whose product is not the device count, a bad axis name). */
+ * Errors: MW_ERR_DEVICE (malformed spec, "cpu:0", more than MW_MAX_DEVICES devices, a GPU that
+ * does not exist or a build without CUDA; the message names the spec), MW_ERR_UNSUPPORTED (a
+ * "cuda" spec whose module cannot be used: see above), MW_ERR_INVALID (devices or out NULL, axis
+ * sizes whose product is not the device count, a size that is not a positive integer, more than
+ * one axis without a size, a bad axis name, one named twice, more than MW_MAX_MESH_AXES axes),
+ * MW_ERR_NOMEM. */
 mw_status mw_mesh_new(const char *devices, const char *axes, mw_mesh **out);
 
 /* Like mw_mesh_new, but the mesh holds only this process's devices even under mpirun (e.g. a
- * single-device baseline that every process runs on its own). Never a collective call. */
+ * single-device baseline that every process runs on its own). Never a collective call. Errors:
+ * as mw_mesh_new's. */
 mw_status mw_mesh_new_local(const char *devices, const char *axes, mw_mesh **out);
 
 /* Number of processes the mesh spans (1 for a process-local mesh; 0 for NULL). */
 int mw_mesh_processes(const mw_mesh *mesh);
 
 /* Number of the mesh's devices that belong to this process; their global indices start at
- * *first (when first is not NULL). */
+ * *first (when first is not NULL). 0 (and *first 0) for NULL. */
 int mw_mesh_local_devices(const mw_mesh *mesh, int *first);
 
 /* NULL is a no-op. Trainers using the mesh must be freed first. */
 void mw_mesh_free(mw_mesh *mesh);
 
-/* Number of devices in the mesh. */
+/* Number of devices in the mesh (0 for NULL). */
 int mw_mesh_size(const mw_mesh *mesh);
 
-/* "Mesh(X -> 2) over cpu:0, cpu:1". Owned by the mesh. */
+/* "Mesh(X -> 2) over cpu:0, cpu:1". Owned by the mesh; "(null)" for NULL. */
 const char *mw_mesh_describe(const mw_mesh *mesh);
 
 /* Number of CUDA devices usable by this process: 0 in a build without CUDA, when the CUDA module
