@@ -208,7 +208,7 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
     mw_mesh *on = from ? from->prog->mesh : mesh;
     mw__program_config pc = mw__program_config_of_infer(config);
     if (from) pc.blas_threads = -1; /* the trainer's setting holds */
-    if (st == MW_OK) st = mw__program_check(&pc);
+    if (st == MW_OK) st = mw__program_check(&pc, from ? "mw_infer_from_trainer" : "mw_infer_new");
     if (st == MW_OK) st = mw__infer_agree(config, on, graph);
     if (st == MW_OK) st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, &inf->prog);
     mw__program *prog = inf->prog;

@@ -52,8 +52,8 @@ static int by_time(const void *a, const void *b) {
 mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count) {
     if (!tr || !count) return mw__error(MW_ERR_INVALID, "mw_trainer_profile: NULL argument");
     if (!tr->cfg.profile)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_profile: the trainer was made without "
-                                         "mw_trainer_config.profile set");
+        return mw__error(MW_ERR_STATE, "mw_trainer_profile: the trainer was made without "
+                                       "mw_trainer_config.profile set");
     mw_profile_row all[MW__PROF_CATS];
     int n = 0;
     for (int c = 0; c < MW__PROF_CATS; c++) {

@@ -25,17 +25,17 @@ static int local(const mw__program *prog, int d) {
     return d >= prog->first && d < prog->first + prog->nlocal;
 }
 
-mw_status mw__program_check(const mw__program_config *c) {
+mw_status mw__program_check(const mw__program_config *c, const char *caller) {
     if (c->precision != MW_PRECISION_FP32 && c->precision != MW_PRECISION_BF16)
         return mw__error(MW_ERR_INVALID,
-                         "mw_trainer_new: precision is %d (expected MW_PRECISION_FP32 or "
+                         "%s: precision is %d (expected MW_PRECISION_FP32 or "
                          "MW_PRECISION_BF16)",
-                         (int)c->precision);
+                         caller, (int)c->precision);
     if (c->cpu_threads < MW_CPU_THREADS_PER_DEVICE)
         return mw__error(MW_ERR_INVALID,
-                         "mw_trainer_new: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "
+                         "%s: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "
                          "MW_CPU_THREADS_PER_DEVICE or a thread count >= 1)",
-                         c->cpu_threads);
+                         caller, c->cpu_threads);
     return MW_OK;
 }
 
@@ -362,7 +362,8 @@ void mw__program_free(mw__program *prog) {
 static mw_status check_feeds(mw__program *prog, const mw_feed *feeds, int nfeeds) {
     mw_graph *g = prog->g;
     if (nfeeds < 0 || (nfeeds > 0 && !feeds))
-        return mw__error(MW_ERR_INVALID, "feeds: %d feeds given with a NULL array", nfeeds);
+        return mw__error(MW_ERR_INVALID, "feeds: %d feeds%s", nfeeds,
+                         nfeeds < 0 ? " (a negative count)" : " given with a NULL array");
     for (int i = 0; i < g->ninputs; i++) prog->feed_of[i] = NULL;
     for (int f = 0; f < nfeeds; f++) {
         const mw_feed *fd = &feeds[f];

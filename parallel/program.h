@@ -189,8 +189,8 @@ struct mw__program {
 
 /* ---- program.c ---- */
 
-/* MW_OK, or MW_ERR_INVALID naming the option of c that is out of range. */
-mw_status mw__program_check(const mw__program_config *c);
+/* MW_OK, or MW_ERR_INVALID naming `caller` and the option of c that is out of range. */
+mw_status mw__program_check(const mw__program_config *c, const char *caller);
 
 /* Makes a program over `mesh` from a copy of `graph` (the caller checked both); params_from: see
  * above. Then the layer above extends p->g, calls mw__program_outputs and mw__program_plan,

@@ -27,6 +27,10 @@ static mw_status run_command(mw_trainer *tr, mw__train t, cmd c, const mw_feed *
     for (int d = prog->first; d < prog->first + prog->nlocal; d++) tr->rep[d].update_ms = 0.0;
     st = mw__dispatch(prog, c);
     prog->stats.update_ms = tr->rep[prog->first].update_ms;
+    /* A step stopped for non-finite values stops after the all-reduce: its gradients can be read
+     * (to find the non-finite ones). */
+    if (c == CMD_BACKWARD && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
+        tr->grads_ready = 1;
     if (st) return st;
     prog->outputs_ready = 1;
     if (c == CMD_BACKWARD && t == TRAIN_STEP && (st = mw__trainer_after_step(tr))) return st;
@@ -106,6 +110,11 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
         return mw__error(MW_ERR_UNSUPPORTED,
                          "mw_trainer_read_grad: with shard_optimizer on a mesh spanning processes "
                          "the gradients of other processes' slices are not gathered");
+    if (!tr->grads_ready)
+        return mw__error(MW_ERR_STATE,
+                         "mw_trainer_read_grad: no step or compute_grads has run "
+                         "yet, so parameter '%s' has no gradient",
+                         name);
     mw__holding h = mw__held_grads(tr);
     return mw__param_transfer(tr->prog, p, &h, dst, 0);
 }
@@ -141,14 +150,26 @@ const char *mw_phase_name(mw_phase phase) {
     return "unknown phase";
 }
 
+/* The checks both fault-injection hooks make: MW_OK, or MW_ERR_INVALID naming what is wrong. */
+static mw_status injectable(const mw_trainer *tr, const char *hook, int device, mw_phase phase) {
+    if (!tr) return mw__error(MW_ERR_INVALID, "%s: trainer is NULL", hook);
+    if (device < 0 || device >= tr->prog->nworkers)
+        return mw__error(MW_ERR_INVALID, "%s: device %d is not in [0, %d)", hook, device,
+                         tr->prog->nworkers);
+    if (phase < MW_PHASE_FORWARD || phase > MW_PHASE_UPDATE)
+        return mw__error(MW_ERR_INVALID, "%s: phase %d is not an mw_phase", hook, (int)phase);
+    if (device < tr->prog->first || device >= tr->prog->first + tr->prog->nlocal)
+        return mw__error(MW_ERR_INVALID, "%s: device %d belongs to process %d", hook, device,
+                         tr->prog->mesh->proc_of[device]);
+    return MW_OK;
+}
+
 mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
                                   mw_status status) {
-    if (!tr || device < 0 || device >= tr->prog->nworkers || status == MW_OK ||
-        phase < MW_PHASE_FORWARD || phase > MW_PHASE_UPDATE)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_fault: bad device, phase or status");
-    if (device < tr->prog->first || device >= tr->prog->first + tr->prog->nlocal)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_fault: device %d belongs to process %d",
-                         device, tr->prog->mesh->proc_of[device]);
+    mw_status st = injectable(tr, "mw_trainer_inject_fault", device, phase);
+    if (st) return st;
+    if (status == MW_OK)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_fault: status MW_OK is no fault");
     worker *w = &tr->prog->w[device];
     w->fault_phase = phase;
     w->fault_step = step;
@@ -159,12 +180,10 @@ mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, in
 
 mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step,
                                   int ms) {
-    if (!tr || device < 0 || device >= tr->prog->nworkers || ms <= 0 || phase < MW_PHASE_FORWARD ||
-        phase > MW_PHASE_UPDATE)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_stall: bad device, phase or time");
-    if (device < tr->prog->first || device >= tr->prog->first + tr->prog->nlocal)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_stall: device %d belongs to process %d",
-                         device, tr->prog->mesh->proc_of[device]);
+    mw_status st = injectable(tr, "mw_trainer_inject_stall", device, phase);
+    if (st) return st;
+    if (ms <= 0)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_stall: ms is %d, not >= 1", ms);
     worker *w = &tr->prog->w[device];
     w->fault_phase = phase;
     w->fault_step = step;
@@ -206,7 +225,8 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
 }
 
 mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
-    if (!tr || !buf || !size) return mw__error(MW_ERR_INVALID, "mw_trainer_kernels: NULL argument");
+    if (!tr || !buf || !size)
+        return mw__error(MW_ERR_INVALID, "mw_trainer_kernels: NULL trainer or buffer, or size 0");
     const worker *w = &tr->prog->w[tr->prog->first];
     const mw__device_vtable *vt = w->dev.vt;
     /* Distinct (kind, dtype, implementation) in order of first appearance, with counts. */

@@ -309,7 +309,7 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_region_end after its last op)",
                        graph->region_name);
     mw__program_config pc = mw__program_config_of_trainer(&tr->cfg);
-    if (st == MW_OK) st = mw__program_check(&pc);
+    if (st == MW_OK) st = mw__program_check(&pc, "mw_trainer_new");
     if (st) {
         mw__free(tr);
         return st;

@@ -57,6 +57,7 @@ struct mw_trainer {
     unsigned char *decays; /* per parameter leaf: weight decay applies */
     float host_lr;         /* >= 0: set by mw_trainer_set_lr, in place of the schedule */
     int accumulated;       /* micro-batches in the accumulator since the last update */
+    int grads_ready;       /* a step or compute_grads has left all-reduced gradients */
     /* The flat parameters cut into one slice per device of the mesh (nworkers + 1 offsets,
      * mw__slice_lo): the gradient norm adds one partial per slice, and with ZeRO-1
      * (prog->zero1, on a mesh of several devices) device d keeps optimizer state and updates

@@ -54,19 +54,23 @@ typedef struct mw_infer_config {
 
 /* Compiles `graph` forward-only for config->outputs over `mesh`, with its own parameters
  * initialised as the graph says. The graph and mesh are borrowed and must outlive the program.
- * Errors: those of mw_trainer_new, MW_ERR_INVALID (no outputs, an output of another graph),
- * MW_ERR_AXIS (an input or output with the chunk axis elsewhere than first), MW_ERR_SHAPE (an
- * output that mixes rows of the chunk axis: a sum, mean, softmax or layer norm over it, a value
- * without it computed from it, or one computed from such a value; the message names the output
- * and how). */
+ * Errors: those of mw_trainer_new that concern the graph, the mesh and the options it shares
+ * (whatever the graph recorded, MW_ERR_SHARDING, MW_ERR_UNSUPPORTED, MW_ERR_NOMEM,
+ * MW_ERR_DEVICE; MW_ERR_INVALID for precision or cpu_threads out of range), MW_ERR_INVALID (out,
+ * graph, mesh or config NULL, no outputs, an output NULL or of another graph), MW_ERR_AXIS (an
+ * input or output with the chunk axis elsewhere than first), MW_ERR_SHAPE (an output that mixes
+ * rows of the chunk axis: a sum, mean, softmax or layer norm over it, a value without it
+ * computed from it, or one computed from such a value; the message names the output and how;
+ * inputs and outputs whose chunk axes differ in size). */
 mw_status mw_infer_new(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *config,
                        mw_infer **out);
 
 /* The same, reading the parameters of `trainer` in place (on its mesh): graph may be the
  * trainer's graph or another one with parameters of the same names and shapes (e.g. the model
  * traced for another batch size). The trainer must outlive the program. Errors: as
- * mw_infer_new, MW_ERR_NOT_FOUND (a parameter the trainer lacks), MW_ERR_SHAPE (one of another
- * shape). */
+ * mw_infer_new, MW_ERR_INVALID (a NULL trainer), MW_ERR_NOT_FOUND (a parameter the trainer
+ * lacks), MW_ERR_SHAPE (one of another shape), MW_ERR_SHARDING (one split otherwise than the
+ * trainer's: mw_shard it alike); each message names the parameter. */
 mw_status mw_infer_from_trainer(mw_trainer *trainer, mw_graph *graph, const mw_infer_config *config,
                                 mw_infer **out);
 
@@ -86,15 +90,17 @@ typedef struct mw_fetch {
 /* Computes the outputs for `rows` rows (any number >= 1). An input with the chunk axis is fed
  * rows x its elements per row; one without it, its whole size. fetches name where outputs go
  * (any subset of the configured outputs; i32 inputs pass through as they are, outputs are f32).
- * Errors: MW_ERR_INVALID (a missing, unknown or wrong-sized feed or fetch, rows < 1),
- * MW_ERR_NOT_FOUND (a fetch of a tensor that is not an output), any error of a device. */
+ * Errors: MW_ERR_INVALID (a NULL program; a missing, unknown, repeated or wrong-sized feed or
+ * fetch, or one with NULL data; rows < 1; rows other than the chunk's for a program with states,
+ * or with a fetch of an output without the chunk axis; rows > 1 when no input has the chunk
+ * axis), MW_ERR_NOT_FOUND (a fetch of a tensor that is not an output), any error of a device. */
 mw_status mw_infer_run(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t rows,
                        const mw_fetch *fetches, int nfetches);
 
 /* The program's own parameters: weights loaded from a safetensors file (as
  * mw_trainer_load_weights) and single parameters written or read (as mw_trainer_write_param /
  * read_param). Loading or writing into a program that shares a trainer's parameters changes the
- * trainer's. */
+ * trainer's. Errors: those of the trainer's functions, and MW_ERR_INVALID for a NULL program. */
 mw_status mw_infer_load_weights(mw_infer *inf, const char *path, const mw_weight_name *names,
                                 int nnames);
 mw_status mw_infer_write_param(mw_infer *inf, const char *name, const float *src, int64_t count);

@@ -86,7 +86,8 @@ typedef struct mw_optimizer {
     { .kind = MW_SGD, .lr = (lr_) }
 
 /* The optimizer of `kind` with lr 1e-3 and every other field as MW_ADAMW_INIT / MW_SGD_INIT set
- * them: a starting point to change fields of. */
+ * them: a starting point to change fields of. Another kind gets MW_SGD_INIT's fields with that
+ * kind, which mw_trainer_new refuses (MW_ERR_INVALID naming optimizer.kind). */
 mw_optimizer mw_optimizer_defaults(mw_optimizer_kind kind);
 
 /* What contractions and attention compute in (mw_trainer_config.precision). */
@@ -284,11 +285,15 @@ typedef struct mw_trainer mw_trainer;
  * processes hold, a collective call that every process makes in the same order, when some
  * process lacks some of its boxes. The
  * graph and mesh are borrowed and must outlive the trainer; config is copied (NULL: SGD with
- * lr 0.01). Errors: whatever the graph recorded while tracing; MW_ERR_SHAPE (loss not a scalar);
- * MW_ERR_SHARDING (a mesh axis named by mw_shard that the mesh lacks, a sharded axis with fewer
- * rows than devices); MW_ERR_UNSUPPORTED (shard_optimizer with split parameters whose gradients are
- * summed over different mesh axes; an op a device's backend lacks); MW_ERR_NOMEM; MW_ERR_DEVICE (a
- * device failed to start). */
+ * lr 0.01). Errors: MW_ERR_INVALID (out, graph, mesh or loss NULL; the loss or an output NULL or
+ * of another graph; a field of config or its optimizer outside the range its comment gives, the
+ * message naming the field; a region begun and not ended); whatever the graph recorded while
+ * tracing; MW_ERR_SHAPE (loss not an f32 scalar); MW_ERR_SHARDING (a mesh axis named by mw_shard
+ * that the mesh lacks, a sharded axis with fewer rows than devices); MW_ERR_UNSUPPORTED (a graph
+ * with states, mw_state: they belong to inference programs; shard_optimizer with split
+ * parameters whose gradients are summed over different mesh axes; an op a device's backend
+ * lacks; SGD with momentum or weight decay on devices without it); MW_ERR_NOMEM; MW_ERR_DEVICE
+ * (a device failed to start); across processes MW_ERR_INVALID and MW_ERR_TIMEOUT as above. */
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out);
 
@@ -298,8 +303,14 @@ void mw_trainer_free(mw_trainer *tr);
 /* One training step on the global batch in `feeds` (every input of the graph, once). Writes the
  * loss before the update to *loss when loss is not NULL. On error no parameter has changed
  * unless the failure happened during the update itself (the message says so); every worker is
- * released and the trainer can step again. Errors: MW_ERR_INVALID (a missing, unknown or
- * wrong-sized feed), any error a device or collective reports (the message names the device). */
+ * released and the trainer can step again. Errors: MW_ERR_INVALID (a NULL trainer; a missing,
+ * unknown, repeated or wrong-sized feed, one with NULL data, nfeeds < 0, feeds NULL with
+ * nfeeds > 0; an id or target outside its range, naming it and its global row), MW_ERR_INTERRUPTED
+ * (a stop was requested: see mw_request_stop), MW_ERR_NONFINITE (see
+ * mw_trainer_config.nonfinite), MW_ERR_STATE (replicas diverged, with check_replicas_every; an
+ * earlier step of a trainer spanning processes failed), MW_ERR_TIMEOUT (see
+ * collective_timeout_ms), any error a device or collective reports (the message names the
+ * device), the status of an injected fault. */
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Gradient accumulation: forward and backward on one micro-batch, whose gradients are added to
@@ -309,14 +320,17 @@ mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
  * float tolerance), with the activation memory of one micro-batch. Writes the micro-batch's loss
  * to *loss when not NULL. Needs mw_trainer_config.grad_accumulation (else MW_ERR_STATE); a failed
  * micro-batch leaves the accumulated gradients as they were. mw_trainer_save between the
- * micro-batches of one update does not save the accumulated gradients. */
+ * micro-batches of one update does not save the accumulated gradients. Errors: MW_ERR_STATE
+ * (a trainer made without grad_accumulation), and those of mw_trainer_compute_grads. */
 mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Forward and backward with the gradient all-reduce, but no update: afterwards
- * mw_trainer_read_grad returns the gradients of the loss for this batch. */
+ * mw_trainer_read_grad returns the gradients of the loss for this batch. Errors: those of
+ * mw_trainer_step but the ones that come with an update (MW_ERR_INTERRUPTED, MW_ERR_NONFINITE,
+ * the replica check): a stop request waits for the next step. */
 mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
-/* Forward only: the loss for this batch, nothing updated. */
+/* Forward only: the loss for this batch, nothing updated. Errors: as mw_trainer_compute_grads'. */
 mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Copies parameter `name` (count elements, row-major in its declared axis order) out of device 0
@@ -325,19 +339,26 @@ mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
  * On a mesh spanning processes, writing takes every process's src (pass the same values
  * everywhere); reading a parameter split over an axis that crosses processes gathers the other
  * processes' shards: a collective call (see mw_trainer_new), like read_grad of it.
- * Errors: MW_ERR_NOT_FOUND (no such parameter), MW_ERR_SHAPE (count differs from the parameter's
- * whole size). */
+ * Errors: MW_ERR_NOT_FOUND (no such parameter; the message names it), MW_ERR_SHAPE (count
+ * differs from the parameter's whole size), MW_ERR_INVALID (a NULL trainer or name, dst or src
+ * NULL with count > 0). */
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count);
 mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src, int64_t count);
 
-/* Copies the all-reduced gradient of parameter `name` from the last step or compute_grads. */
+/* Copies the all-reduced gradient of parameter `name` from the last step or compute_grads (a step
+ * stopped for non-finite values counts: its gradients are complete, to find the non-finite
+ * ones). Errors: as mw_trainer_read_param's; MW_ERR_STATE (no step or compute_grads has run yet:
+ * eval and accumulate leave no all-reduced gradient); MW_ERR_UNSUPPORTED (shard_optimizer on a
+ * mesh spanning processes: other processes hold the slices). */
 mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count);
 
-/* Copies the value of `output` (one of config->outputs) from the last step or eval into dst
- * (count = its global element count, row-major in its axis order), gathering the shards of a
- * sharded output from every device. Errors: MW_ERR_INVALID (not a configured output),
- * MW_ERR_SHAPE (wrong count), MW_ERR_UNSUPPORTED (a sharded output of a mesh spanning processes:
- * other processes hold some of its rows). */
+/* Copies the value of `output` (one of config->outputs) from the last step, accumulate, eval or
+ * compute_grads into dst (count = its global element count, row-major in its axis order),
+ * gathering the shards of a sharded output from every device. Errors: MW_ERR_INVALID (a NULL
+ * trainer or output, dst NULL with count > 0), MW_ERR_NOT_FOUND (not one of config->outputs),
+ * MW_ERR_STATE (none of those has run yet, so the output has no value), MW_ERR_SHAPE (wrong
+ * count), MW_ERR_UNSUPPORTED (a sharded output of a mesh spanning processes: other processes
+ * hold some of its rows). */
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count);
 
@@ -349,7 +370,9 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
  * ".tmp.<host>.<pid>.<n>", unique per writer, so concurrent writers never share one: the file at
  * `path` always loads and holds one writer's complete state. A successful save removes temporary
  * files of `path` that a writer of this host which no longer runs left behind (a process killed
- * while saving). Errors: MW_ERR_IO, MW_ERR_NOMEM. */
+ * while saving). Errors: MW_ERR_INVALID (a NULL trainer or path, user NULL with user_bytes > 0),
+ * MW_ERR_IO (the folder is missing or takes no file; path is a directory, a FIFO or a device,
+ * which is never replaced), MW_ERR_NOMEM, and MW_ERR_TIMEOUT when it is a collective call. */
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
 
 /* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
@@ -357,7 +380,8 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
  * *user_bytes when not NULL). Resuming reproduces the uninterrupted run bit for bit on the same
  * mesh. The file is checked completely before the trainer changes: MW_ERR_IO (cannot read),
  * MW_ERR_FORMAT (bad magic or version, truncated, checksum mismatch, another model or optimizer,
- * caller state larger than capacity, a step outside [0, 2^53]), MW_ERR_NOMEM. A path that is not
+ * caller state larger than capacity, a step outside [0, 2^53]), MW_ERR_NOMEM, MW_ERR_INVALID (a
+ * NULL trainer or path, user NULL with capacity > 0). A path that is not
  * a regular file (a directory, a FIFO, a device) is MW_ERR_IO, said so, before anything is read:
  * opening never blocks. */
 mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t capacity,
@@ -368,7 +392,8 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
  * not NULL, after the same checks of the file as mw_trainer_load (magic, version, size,
  * checksum, step) but none against a model. A program reads it before building anything: to
  * compare the run the checkpoint belongs to (kept in its own state) with the one it is asked
- * for, or to refuse to replace a checkpoint that holds a run. Errors: MW_ERR_INVALID, MW_ERR_IO
+ * for, or to refuse to replace a checkpoint that holds a run. Errors: MW_ERR_INVALID (path NULL,
+ * user NULL with capacity > 0), MW_ERR_IO
  * (cannot read; not a regular file, said without blocking), MW_ERR_FORMAT (not a checkpoint,
  * damaged, caller state larger than capacity), MW_ERR_NOMEM. */
 mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
@@ -386,6 +411,7 @@ typedef struct mw_step_stats {
     int threads;
 } mw_step_stats;
 
+/* Errors: MW_ERR_INVALID (a NULL argument). */
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out);
 
 /* Bytes one device of a trainer holds, by kind. */
@@ -432,10 +458,12 @@ typedef struct mw_profile_row {
 
 /* With mw_trainer_config.profile set: writes up to `capacity` rows, largest time first, and the
  * number of rows there are to *count (which may exceed capacity; rows may be NULL to ask only
- * that). Errors: MW_ERR_INVALID (NULL trainer or count, profiling not enabled). */
+ * that). Errors: MW_ERR_INVALID (NULL trainer or count), MW_ERR_STATE (the trainer was made
+ * without profiling). */
 mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count);
 
-/* Clears the profile (e.g. after warm-up steps). Not while a step runs. */
+/* Clears the profile (e.g. after warm-up steps). Not while a step runs. NULL, or a trainer
+ * without profiling, is a no-op. */
 void mw_trainer_profile_reset(mw_trainer *tr);
 
 /* The phases of a step, as named in error messages and by the fault-injection hook. */
@@ -447,31 +475,35 @@ typedef enum mw_phase {
     MW_PHASE_UPDATE       /* the optimizer */
 } mw_phase;
 
-/* "forward", "forward collective", "backward", "gradient reduction", "update". */
+/* "forward", "forward collective", "backward", "gradient reduction", "update"; "unknown phase"
+ * for another value. */
 const char *mw_phase_name(mw_phase phase);
 
 /* Testing hook: makes device `device` fail with `status` when it reaches `phase` of step `step`
  * (the value mw_trainer_steps has when that step starts), once. The step then returns `status`
  * with a message naming the device, the phase and "injected fault"; every worker is released.
  * On a mesh spanning processes, `device` must be one of this process's (mw_mesh_local_devices).
- * Errors: MW_ERR_INVALID for a device out of range or of another process, or status MW_OK. */
+ * Errors: MW_ERR_INVALID for a NULL trainer, a device out of range or of another process, a
+ * phase that is not an mw_phase, or status MW_OK. */
 mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
                                   mw_status status);
 
 /* Testing hook: makes device `device` stall for `ms` milliseconds when it reaches `phase` of step
  * `step`, once; with mw_trainer_config.collective_timeout_ms below `ms`, its peers give up
- * waiting and the step fails with MW_ERR_TIMEOUT. Errors: MW_ERR_INVALID. */
+ * waiting and the step fails with MW_ERR_TIMEOUT. Errors: MW_ERR_INVALID (as
+ * mw_trainer_inject_fault's, or ms < 1). */
 mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step, int ms);
 
-/* Number of completed update steps. */
+/* Number of completed update steps (0 for NULL). */
 int64_t mw_trainer_steps(const mw_trainer *tr);
 
-/* Number of steps skipped for non-finite values (MW_NONFINITE_SKIP). */
+/* Number of steps skipped for non-finite values (MW_NONFINITE_SKIP; 0 for NULL). */
 int64_t mw_trainer_skipped_steps(const mw_trainer *tr);
 
 /* Compares a checksum of every parameter across all replicas, as check_replicas_every does;
  * collective on a mesh spanning processes. Errors: MW_ERR_STATE (replicas differ: the message
- * names the first parameter, the devices or ranks and the step), MW_ERR_TIMEOUT, MW_ERR_NOMEM. */
+ * names the first parameter, the devices or ranks and the step; an earlier step of a trainer
+ * spanning processes failed), MW_ERR_TIMEOUT, MW_ERR_NOMEM, MW_ERR_INVALID (a NULL trainer). */
 mw_status mw_trainer_check_replicas(mw_trainer *tr);
 
 /* Stopping at a step boundary, e.g. from a SIGINT/SIGTERM handler. Both request functions are
@@ -482,14 +514,15 @@ mw_status mw_trainer_check_replicas(mw_trainer *tr);
  * stays set until mw_cancel_stop; mw_trainer_request_stop applies to one trainer and is
  * consumed by the step that reports it. On a mesh spanning processes every step boundary agrees
  * on it (one small all-reduce between the processes per step): a request in any process stops
- * every process at the same step. eval and compute_grads are not affected. */
+ * every process at the same step. accumulate, eval and compute_grads are not affected.
+ * mw_trainer_request_stop(NULL) is a no-op. */
 void mw_request_stop(void);
 void mw_trainer_request_stop(mw_trainer *tr);
 /* Non-zero while a process-wide stop is requested. */
 int mw_stop_requested(void);
 void mw_cancel_stop(void);
 
-/* The learning rate the schedule gives step `step` (0-based). */
+/* The learning rate the schedule gives step `step` (0-based); 0 for NULL. */
 float mw_trainer_lr(const mw_trainer *tr, int64_t step);
 
 /* Sets the learning rate of the following steps from the host, in place of the built-in
@@ -500,11 +533,13 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step);
 mw_status mw_trainer_set_lr(mw_trainer *tr, float lr);
 
 /* Global L2 norm of the (all-reduced) gradients of the last step, before clipping; 0 before the
- * first step or when nothing asks for it (SGD without clipping with MW_NONFINITE_IGNORE). */
+ * first step, when nothing asks for it (SGD without clipping with MW_NONFINITE_IGNORE), and for
+ * NULL. */
 float mw_trainer_grad_norm(const mw_trainer *tr);
 
-/* Number of devices the trainer runs on, and the number of rows of axis `axis` (base name) that
- * device `device` holds (its full size when the axis is not sharded); -1 when unknown. */
+/* Number of devices the trainer runs on (0 for NULL), and the number of rows of axis `axis` (base
+ * name) that device `device` holds (its full size when the axis is not sharded); -1 for an axis
+ * the graph lacks, a device out of range, a NULL trainer or axis. */
 int mw_trainer_devices(const mw_trainer *tr);
 int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis);
 
