@@ -60,8 +60,9 @@ extern "C" {
  * MPI lives in the module libmeshwit-mpi.so, loaded only in a process started by a launcher: a
  * program run on its own never loads libmpi. A program that initialised MPI itself may skip this
  * call. Errors: MW_ERR_DEVICE (MPI failed to initialise, or the module or libmpi cannot be
- * loaded: the message names the file), MW_ERR_UNSUPPORTED (the module was not found). Call from
- * the main thread before any other meshwit call. */
+ * loaded: the message names the file), MW_ERR_UNSUPPORTED (the module was not found),
+ * MW_ERR_STATE (MPI reports another world than the launcher started: a module built for another
+ * MPI; the message gives both). Call from the main thread before any other meshwit call. */
 mw_status mw_distributed_init(int *argc, char ***argv);
 
 /* Finalises MPI when mw_distributed_init initialised it; otherwise a no-op. Call after every
@@ -80,7 +81,8 @@ int mw_distributed_available(void);
  * MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS). Returns MW_OK when they agree (always with one process);
  * otherwise MW_ERR_INVALID on every process, with a message naming `what`, the first line that
  * differs and both ranks ("flags: rank 1: --seed 2; rank 0: --seed 1"), or MW_ERR_TIMEOUT when a
- * process does not arrive. */
+ * process does not arrive. MW_ERR_INVALID also, before anything is exchanged, for a NULL what or
+ * text or a negative timeout_ms. */
 mw_status mw_distributed_agree(const char *what, const char *text, int timeout_ms);
 
 /* Ends the whole job with exit status `code`: MPI_Abort on MPI_COMM_WORLD when MPI is in use,

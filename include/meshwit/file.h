@@ -84,7 +84,7 @@ mw_status mw_files_input(mw_files *files, const char *what, const char *path, un
  * has that many bytes free (the temporary file is complete before the old file goes). With
  * MW_FILE_STDIO, "-" is standard output: compared with the inputs when it is a regular file,
  * otherwise accepted as it is. Errors: MW_ERR_INVALID (an empty name, an input, another
- * output), MW_ERR_IO (not a regular file, the folder, no room), MW_ERR_NOMEM. */
+ * output, a path too long), MW_ERR_IO (not a regular file, the folder, no room), MW_ERR_NOMEM. */
 mw_status mw_files_output(mw_files *files, const char *what, const char *path, unsigned flags,
                           int64_t bytes);
 
@@ -103,7 +103,7 @@ mw_status mw_output_open(const char *path, const char *what, unsigned flags, mw_
  * later call, and by mw_output_commit. Errors: MW_ERR_INVALID (o NULL), MW_ERR_IO. */
 mw_status mw_output_write(mw_output *o, const void *data, size_t n);
 
-/* Appends printf-formatted text, as mw_output_write. */
+/* Appends printf-formatted text, as mw_output_write (MW_ERR_INVALID for a NULL format too). */
 mw_status mw_output_printf(mw_output *o, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))

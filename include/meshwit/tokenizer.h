@@ -77,8 +77,10 @@ typedef struct mw_tokenizer mw_tokenizer;
 
 /* Loads the tokenizer at `path` (a tokenizer.json, or a folder: see above) into *out, owned by
  * the caller (mw_tokenizer_free). *out is NULL on failure. Errors: MW_ERR_INVALID (NULL
- * argument), MW_ERR_IO (a file that cannot be opened or read; the message names it),
- * MW_ERR_FORMAT, MW_ERR_UNSUPPORTED, MW_ERR_NOMEM. */
+ * argument, a path too long), MW_ERR_IO (a file that cannot be opened or read, or that is a
+ * FIFO or a device, said without blocking; a folder with neither a tokenizer.json nor both
+ * vocab.json and merges.txt; the message names the file), MW_ERR_FORMAT, MW_ERR_UNSUPPORTED,
+ * MW_ERR_NOMEM. */
 mw_status mw_tokenizer_load(const char *path, mw_tokenizer **out);
 
 /* Frees the tokenizer. NULL is a no-op. */

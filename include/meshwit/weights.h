@@ -44,7 +44,8 @@ typedef struct mw_param_info {
 int mw_graph_param_count(const mw_graph *g);
 mw_status mw_graph_param_info(const mw_graph *g, int i, mw_param_info *out);
 
-/* The same for the graph a trainer was made from, with what its weight decay applies to. */
+/* The same for the graph a trainer was made from (0 parameters for NULL), with what its weight
+ * decay applies to. */
 int mw_trainer_param_count(const mw_trainer *tr);
 mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out);
 
@@ -71,21 +72,24 @@ typedef struct mw_stored_tensor {
  * MW_ERR_FORMAT, MW_ERR_NOMEM. */
 mw_status mw_safetensors_open(const char *path, mw_safetensors **out);
 
-/* The same on `size` bytes in memory (copied), with `label` naming them in messages. */
+/* The same on `size` bytes in memory (copied), with `label` naming them in messages. Errors: as
+ * mw_safetensors_open's, MW_ERR_INVALID for out NULL or data NULL with size > 0. */
 mw_status mw_safetensors_parse(const void *data, size_t size, const char *label,
                                mw_safetensors **out);
 
 /* Frees the file object. NULL is a no-op. */
 void mw_safetensors_close(mw_safetensors *f);
 
-/* Number of tensors (the metadata is not one), and tensor i in the header's order. */
+/* Number of tensors (the metadata is not one; 0 for NULL), and tensor i in the header's order.
+ * Errors: MW_ERR_INVALID (NULL argument, i out of range). */
 int mw_safetensors_count(const mw_safetensors *f);
 mw_status mw_safetensors_tensor(const mw_safetensors *f, int i, mw_stored_tensor *out);
 
 /* The tensor called `name`. Errors: MW_ERR_NOT_FOUND (no such tensor), MW_ERR_INVALID. */
 mw_status mw_safetensors_find(const mw_safetensors *f, const char *name, mw_stored_tensor *out);
 
-/* The value of metadata key `key`, or NULL; owned by the file object. */
+/* The value of metadata key `key`, or NULL (also for a NULL file or key); owned by the file
+ * object. */
 const char *mw_safetensors_metadata(const mw_safetensors *f, const char *key);
 
 /* Copies tensor `name` (count elements, row-major) into dst as f32, converting F16 and BF16
@@ -118,8 +122,9 @@ typedef struct mw_weight_name {
 
 /* Saves the trainer's parameters (weights only, no optimizer state) to a safetensors file, each
  * with its declared shape: every parameter under its own name when names is NULL, else only the
- * nnames listed, under their stored names. Errors: those of mw_safetensors_write,
- * MW_ERR_NOT_FOUND (a listed parameter that does not exist). */
+ * nnames listed, under their stored names. Errors: those of mw_safetensors_write (two listed
+ * under one stored name: MW_ERR_INVALID), MW_ERR_NOT_FOUND (a listed parameter that does not
+ * exist), MW_ERR_INVALID (a NULL trainer or path, nnames < 0). */
 mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames);
 
@@ -128,7 +133,8 @@ mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_wei
  * the file that are not asked for are ignored. Nothing changes unless every tensor asked for is
  * present with the parameter's exact shape. Errors: those of mw_safetensors_open,
  * MW_ERR_NOT_FOUND (a parameter or a stored tensor missing: the message names it and the file),
- * MW_ERR_SHAPE (shapes differ: both are named), MW_ERR_DTYPE. */
+ * MW_ERR_SHAPE (shapes differ: both are named), MW_ERR_DTYPE (a stored dtype other than F32, F16
+ * and BF16), MW_ERR_INVALID (a NULL trainer or path, nnames < 0). */
 mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames);
 
