@@ -2450,7 +2450,7 @@ static int declared(const char *path, char names[][64], int n, int cap) {
 Test(api_errors, every_public_function_has_a_row) {
     static char names[512][64];
     const char *file = __FILE__, *slash = strrchr(file, '/');
-    char dir[4096], path[4200];
+    char dir[4096], path[4096 + 512];
     snprintf(dir, sizeof dir, "%.*s/../../include", slash ? (int)(slash - file) : 1,
              slash ? file : ".");
     snprintf(path, sizeof path, "%s/meshwit.h", dir);
