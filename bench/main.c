@@ -254,27 +254,27 @@ static int write_records(const char *path, const char *what, const driver *d, in
  * no input, not each other, no FIFO, device or folder, in a folder that takes a new file.
  * 0, or -1 reported. */
 static int check_files(const bench_case *const *run, int nrun, const char *json, const char *csv) {
-    mw_files *fs;
+    mw_file_set *fs;
     mw_tokenizer *tok = NULL;
     const char *what = "";
-    mw_status st = mw_files_new(&fs);
+    mw_status st = mw_file_set_new(&fs);
     for (int i = 0; i < nrun && st == MW_OK; i++) {
         if (run[i]->run != mwb_case_tokenize) continue;
         const char *x = getenv("MESHWIT_BENCH_TEXT"), *t = getenv("MESHWIT_BENCH_TOKENIZER");
         char deflt[4096];
         snprintf(deflt, sizeof deflt, "%s/tests/data/tokenizer/tokenizer.json", MWB_SOURCE_DIR);
-        if (x && *x) st = mw_files_input(fs, "MESHWIT_BENCH_TEXT", x, 0);
+        if (x && *x) st = mw_file_set_add_input(fs, x, "MESHWIT_BENCH_TEXT", 0);
         if (st == MW_OK && (st = mw_tokenizer_load(t && *t ? t : deflt, &tok)) != MW_OK)
             what = "the tokenize case's tokenizer (MESHWIT_BENCH_TOKENIZER): ";
         for (int k = 0; st == MW_OK && mw_tokenizer_file(tok, k); k++)
-            st = mw_files_input(fs, "MESHWIT_BENCH_TOKENIZER", mw_tokenizer_file(tok, k), 0);
+            st = mw_file_set_add_input(fs, mw_tokenizer_file(tok, k), "MESHWIT_BENCH_TOKENIZER", 0);
         mw_tokenizer_free(tok);
         tok = NULL;
         break;
     }
-    if (st == MW_OK && json) st = mw_files_output(fs, "--json", json, MW_FILE_STDIO, 0);
-    if (st == MW_OK && csv) st = mw_files_output(fs, "--csv", csv, MW_FILE_STDIO, 0);
-    mw_files_free(fs);
+    if (st == MW_OK && json) st = mw_file_set_add_output(fs, json, "--json", MW_FILE_STDIO, 0);
+    if (st == MW_OK && csv) st = mw_file_set_add_output(fs, csv, "--csv", MW_FILE_STDIO, 0);
+    mw_file_set_free(fs);
     if (st == MW_OK) return 0;
     fprintf(stderr, "meshwit-bench: %s%s\n", what, mw_last_error());
     return -1;

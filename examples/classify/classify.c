@@ -269,14 +269,14 @@ int main(int argc, char **argv) {
     /* Every file is checked before anything is trained (meshwit/file.h): the inputs are regular
      * files, the outputs no input, not each other, no FIFO, device or folder, in a folder that
      * takes a new file. */
-    mw_files *fs;
-    mw_status fst = mw_files_new(&fs);
-    if (!fst) fst = mw_files_input(fs, "the CSV", o.data, 0);
-    if (!fst && o.load) fst = mw_files_input(fs, "--load", o.load, 0);
-    if (!fst && o.save) fst = mw_files_output(fs, "--save", o.save, 0, 0);
+    mw_file_set *fs;
+    mw_status fst = mw_file_set_new(&fs);
+    if (!fst) fst = mw_file_set_add_input(fs, o.data, "the CSV", 0);
+    if (!fst && o.load) fst = mw_file_set_add_input(fs, o.load, "--load", 0);
+    if (!fst && o.save) fst = mw_file_set_add_output(fs, o.save, "--save", 0, 0);
     if (!fst && o.predictions)
-        fst = mw_files_output(fs, "--predictions", o.predictions, MW_FILE_STDIO, 0);
-    mw_files_free(fs);
+        fst = mw_file_set_add_output(fs, o.predictions, "--predictions", MW_FILE_STDIO, 0);
+    mw_file_set_free(fs);
     if (fst) {
         fprintf(stderr, "classify: %s\n", mw_last_error());
         return 2;

@@ -179,27 +179,27 @@ int check_files(const run *r) {
     int save = o->save && mw_distributed_rank() == 0; /* rank 0 alone writes --save */
     int hf_save = save && gpt2_is_safetensors(o->save);
     char cfg[4200];
-    mw_files *fs;
-    mw_status st = mw_files_new(&fs);
-    if (!st && o->load) st = mw_files_input(fs, "--load", o->load, 0);
+    mw_file_set *fs;
+    mw_status st = mw_file_set_new(&fs);
+    if (!st && o->load) st = mw_file_set_add_input(fs, o->load, "--load", 0);
     /* A .safetensors --load is read with its config.json, an input too, unless a .safetensors
      * --save writes that config.json (it must then describe this very model: checked below). */
     if (!st && o->load && gpt2_is_safetensors(o->load) && !hf_save &&
         gpt2_hf_config_path(o->load, cfg, sizeof cfg) == 0)
-        st = mw_files_input(fs, "--load's config.json", cfg, 0);
-    if (!st && o->data) st = mw_files_input(fs, "--data", o->data, 0);
-    if (!st && o->val_data) st = mw_files_input(fs, "--val-data", o->val_data, 0);
+        st = mw_file_set_add_input(fs, cfg, "--load's config.json", 0);
+    if (!st && o->data) st = mw_file_set_add_input(fs, o->data, "--data", 0);
+    if (!st && o->val_data) st = mw_file_set_add_input(fs, o->val_data, "--val-data", 0);
     for (int i = 0; !st && mw_tokenizer_file(r->tok, i); i++)
-        st = mw_files_input(fs, "--tokenizer", mw_tokenizer_file(r->tok, i), 0);
-    if (!st && save) st = mw_files_output(fs, "--save", o->save, 0, params + 1024);
+        st = mw_file_set_add_input(fs, mw_tokenizer_file(r->tok, i), "--tokenizer", 0);
+    if (!st && save) st = mw_file_set_add_output(fs, o->save, "--save", 0, params + 1024);
     if (!st && hf_save && gpt2_hf_config_path(o->save, cfg, sizeof cfg) == 0)
-        st = mw_files_output(fs, "--save's config.json", cfg, 0, 0);
+        st = mw_file_set_add_output(fs, cfg, "--save's config.json", 0, 0);
     /* A resumed checkpoint is read, then replaced: an output only (read only by --eval-only). */
     if (!st && o->checkpoint && o->eval_only)
-        st = mw_files_input(fs, "--checkpoint", o->checkpoint, 0);
+        st = mw_file_set_add_input(fs, o->checkpoint, "--checkpoint", 0);
     else if (!st && o->checkpoint)
-        st = mw_files_output(fs, "--checkpoint", o->checkpoint, 0, 3 * params + (1 << 16));
-    mw_files_free(fs);
+        st = mw_file_set_add_output(fs, o->checkpoint, "--checkpoint", 0, 3 * params + (1 << 16));
+    mw_file_set_free(fs);
     if (st) {
         fprintf(stderr, "gpt2: %s\n", mw_last_error());
         return -1;

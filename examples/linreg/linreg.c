@@ -193,12 +193,12 @@ int main(int argc, char **argv) {
     }
     /* The files, checked before any training: --load a regular file, --save not it, no FIFO,
      * device or folder, in a folder that takes a new file, with room for the parameters. */
-    mw_files *fs;
-    st = mw_files_new(&fs);
-    if (!st && o.load) st = mw_files_input(fs, "--load", o.load, 0);
+    mw_file_set *fs;
+    st = mw_file_set_new(&fs);
+    if (!st && o.load) st = mw_file_set_add_input(fs, o.load, "--load", 0);
     if (!st && o.save && mw_distributed_rank() == 0)
-        st = mw_files_output(fs, "--save", o.save, 0, 4 * (o.features + 1) + 4096);
-    mw_files_free(fs);
+        st = mw_file_set_add_output(fs, o.save, "--save", 0, 4 * (o.features + 1) + 4096);
+    mw_file_set_free(fs);
     if (st != MW_OK) {
         fprintf(stderr, "linreg: %s\n", mw_last_error());
         if (nprocs > 1) mw_distributed_abort(2);

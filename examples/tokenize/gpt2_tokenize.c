@@ -145,16 +145,17 @@ static int fail(const char *what) {
  * read are inputs; --out and --val-out outputs. 0, or the exit status (reported): 2 for what the
  * arguments name wrongly, 1 for a file that cannot be read or written. */
 static int check_files(const options *o, const mw_tokenizer *tok) {
-    mw_files *fs;
-    mw_status st = mw_files_new(&fs);
+    mw_file_set *fs;
+    mw_status st = mw_file_set_new(&fs);
     for (int i = 0; !st && mw_tokenizer_file(tok, i); i++)
-        st = mw_files_input(fs, "--tokenizer", mw_tokenizer_file(tok, i), 0);
+        st = mw_file_set_add_input(fs, mw_tokenizer_file(tok, i), "--tokenizer", 0);
     for (int t = 0; !st && t < o->ntexts; t++)
-        st = mw_files_input(fs, "TEXT", o->texts[t], MW_FILE_STDIO);
-    if (!st && o->decode) st = mw_files_input(fs, "--decode", o->decode, 0);
-    if (!st && o->out) st = mw_files_output(fs, "--out", o->out, MW_FILE_STDIO, 0);
-    if (!st && o->val_out) st = mw_files_output(fs, "--val-out", o->val_out, MW_FILE_STDIO, 0);
-    mw_files_free(fs);
+        st = mw_file_set_add_input(fs, o->texts[t], "TEXT", MW_FILE_STDIO);
+    if (!st && o->decode) st = mw_file_set_add_input(fs, o->decode, "--decode", 0);
+    if (!st && o->out) st = mw_file_set_add_output(fs, o->out, "--out", MW_FILE_STDIO, 0);
+    if (!st && o->val_out)
+        st = mw_file_set_add_output(fs, o->val_out, "--val-out", MW_FILE_STDIO, 0);
+    mw_file_set_free(fs);
     if (!st) return 0;
     fprintf(stderr, PROGRAM ": %s\n", mw_last_error());
     return st == MW_ERR_IO ? 1 : 2;
@@ -184,7 +185,7 @@ static int read_text(const char *path, char **data, size_t *len) {
     }
     int bad = !buf || ferror(f);
     if (buf && ferror(f)) fprintf(stderr, PROGRAM ": cannot read %s: %s\n", path, strerror(errno));
-    if (f != stdin) fclose(f);
+    fclose(f);
     if (bad) {
         free(buf);
         return 1;

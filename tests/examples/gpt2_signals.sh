@@ -55,7 +55,7 @@ losses < "$dir/out" > "$dir/resumed"
 [[ $(wc -l < "$dir/resumed") == "$n" ]] || die "SIGINT: $n steps done but not all printed"
 "$gpt2" "${args[@]}" --checkpoint "$dir/state.mwc" --resume | losses >> "$dir/resumed"
 diff "$dir/whole" "$dir/resumed" || die "the run resumed after SIGINT differs from the whole run"
-ls "$dir" | grep -q '\.tmp' && die "a temporary checkpoint file was left behind"
+ls -A "$dir" | grep -q '\.tmp' && die "a temporary checkpoint file was left behind"
 
 interrupt --checkpoint "$dir/term.mwc" -- TERM
 [[ $rc == 143 ]] || { cat "$dir/out" >&2; die "SIGTERM: exit status $rc, expected 143"; }

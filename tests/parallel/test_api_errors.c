@@ -50,7 +50,7 @@ typedef struct fx {
     mw_infer *inf;
     mw_tokenizer *tok;
     mw_safetensors *st;
-    mw_files *files;
+    mw_file_set *files;
     mw_output *out;
     float xs[ROWS * FEAT];
     int32_t ys[ROWS];
@@ -234,7 +234,7 @@ static void fx_free(fx *f) {
     mw_graph_free(f->g2);
     mw_tokenizer_free(f->tok);
     mw_safetensors_close(f->st);
-    mw_files_free(f->files);
+    mw_file_set_free(f->files);
     mw_output_abandon(f->out);
     if (f->dir[0]) nftw(f->dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
@@ -1779,57 +1779,57 @@ static mw_status input_open_with(fx *f, const char *path) {
 static mw_status input_open_missing(fx *f) { return input_open_with(f, at(f, "none")); }
 static mw_status input_open_fifo(fx *f) { return input_open_with(f, fifo(f)); }
 static mw_status input_open_folder(fx *f) { return input_open_with(f, folder(f)); }
-static mw_status files_new_null(fx *f) { return mw_files_new(NULL); }
+static mw_status files_new_null(fx *f) { return mw_file_set_new(NULL); }
 static mw_status files_free_null(fx *f) {
-    mw_files_free(NULL);
+    mw_file_set_free(NULL);
     return holds(f, !*mw_last_error(), "a no-op");
 }
-static int files(fx *f) { return mw_files_new(&f->files) ? failed(f, "mw_files_new") : 0; }
+static int files(fx *f) { return mw_file_set_new(&f->files) ? failed(f, "mw_file_set_new") : 0; }
 static mw_status files_input_empty(fx *f) {
-    return FILED(mw_files_input(f->files, "--data", "", 0));
+    return FILED(mw_file_set_add_input(f->files, "", "--data", 0));
 }
-static mw_status files_input_null(fx *f) { return mw_files_input(NULL, "--data", "x", 0); }
+static mw_status files_input_null(fx *f) { return mw_file_set_add_input(NULL, "x", "--data", 0); }
 static mw_status files_input_missing(fx *f) {
-    return FILED(mw_files_input(f->files, "--data", at(f, "none"), 0));
+    return FILED(mw_file_set_add_input(f->files, at(f, "none"), "--data", 0));
 }
 static mw_status files_input_fifo(fx *f) {
-    return FILED(mw_files_input(f->files, "--data", fifo(f), 0));
+    return FILED(mw_file_set_add_input(f->files, fifo(f), "--data", 0));
 }
 static mw_status files_input_folder(fx *f) {
-    return FILED(mw_files_input(f->files, "--data", folder(f), 0));
+    return FILED(mw_file_set_add_input(f->files, folder(f), "--data", 0));
 }
 static mw_status files_input_an_output(fx *f) {
     NEED(files(f));
     const char *p = text_file(f, "d", "data");
-    NEED(mw_files_output(f->files, "--save", p, 0, 0));
-    return mw_files_input(f->files, "--data", p, 0);
+    NEED(mw_file_set_add_output(f->files, p, "--save", 0, 0));
+    return mw_file_set_add_input(f->files, p, "--data", 0);
 }
 static mw_status files_output_empty(fx *f) {
-    return FILED(mw_files_output(f->files, "--save", "", 0, 0));
+    return FILED(mw_file_set_add_output(f->files, "", "--save", 0, 0));
 }
 static mw_status files_output_an_input(fx *f) {
     NEED(files(f));
     const char *p = text_file(f, "d", "data");
-    NEED(mw_files_input(f->files, "--data", p, 0));
-    return mw_files_output(f->files, "--save", p, 0, 0);
+    NEED(mw_file_set_add_input(f->files, p, "--data", 0));
+    return mw_file_set_add_output(f->files, p, "--save", 0, 0);
 }
 static mw_status files_output_twice(fx *f) {
     NEED(files(f));
     const char *p = at(f, "out");
-    NEED(mw_files_output(f->files, "--save", p, 0, 0));
-    return mw_files_output(f->files, "--log", p, 0, 0);
+    NEED(mw_file_set_add_output(f->files, p, "--save", 0, 0));
+    return mw_file_set_add_output(f->files, p, "--log", 0, 0);
 }
 static mw_status files_output_fifo(fx *f) {
-    return FILED(mw_files_output(f->files, "--save", fifo(f), 0, 0));
+    return FILED(mw_file_set_add_output(f->files, fifo(f), "--save", 0, 0));
 }
 static mw_status files_output_folder(fx *f) {
-    return FILED(mw_files_output(f->files, "--save", folder(f), 0, 0));
+    return FILED(mw_file_set_add_output(f->files, folder(f), "--save", 0, 0));
 }
 static mw_status files_output_missing_folder(fx *f) {
-    return FILED(mw_files_output(f->files, "--save", at(f, "no/such"), 0, 0));
+    return FILED(mw_file_set_add_output(f->files, at(f, "no/such"), "--save", 0, 0));
 }
 static mw_status files_output_no_room(fx *f) {
-    return FILED(mw_files_output(f->files, "--save", at(f, "big"), 0, INT64_MAX / 2));
+    return FILED(mw_file_set_add_output(f->files, at(f, "big"), "--save", 0, INT64_MAX / 2));
 }
 static mw_status output_open_null(fx *f) { return mw_output_open(NULL, "--save", 0, NULL); }
 static mw_status output_open_empty(fx *f) { return mw_output_open("", "--save", 0, &f->out); }
@@ -2340,21 +2340,21 @@ static const row table[] = {
     R(mw_input_open, input_open_missing, MW_ERR_IO, "No such file or directory"),
     R(mw_input_open, input_open_fifo, MW_ERR_IO, "it is a FIFO, not a regular file"),
     R(mw_input_open, input_open_folder, MW_ERR_IO, "a directory"),
-    R(mw_files_new, files_new_null, MW_ERR_INVALID, NULL),
-    R(mw_files_free, files_free_null, MW_OK, NULL),
-    R(mw_files_input, files_input_empty, MW_ERR_INVALID, "--data"),
-    R(mw_files_input, files_input_null, MW_ERR_INVALID, NULL),
-    R(mw_files_input, files_input_missing, MW_ERR_IO, "--data"),
-    R(mw_files_input, files_input_fifo, MW_ERR_IO, "a FIFO"),
-    R(mw_files_input, files_input_folder, MW_ERR_IO, "a directory"),
-    R(mw_files_input, files_input_an_output, MW_ERR_INVALID, "--save"),
-    R(mw_files_output, files_output_empty, MW_ERR_INVALID, "--save"),
-    R(mw_files_output, files_output_an_input, MW_ERR_INVALID, "--data"),
-    R(mw_files_output, files_output_twice, MW_ERR_INVALID, "--save"),
-    R(mw_files_output, files_output_fifo, MW_ERR_IO, "a FIFO"),
-    R(mw_files_output, files_output_folder, MW_ERR_IO, "a directory"),
-    R(mw_files_output, files_output_missing_folder, MW_ERR_IO, "no/such"),
-    R(mw_files_output, files_output_no_room, MW_ERR_IO, "MB free"),
+    R(mw_file_set_new, files_new_null, MW_ERR_INVALID, NULL),
+    R(mw_file_set_free, files_free_null, MW_OK, NULL),
+    R(mw_file_set_add_input, files_input_empty, MW_ERR_INVALID, "--data"),
+    R(mw_file_set_add_input, files_input_null, MW_ERR_INVALID, NULL),
+    R(mw_file_set_add_input, files_input_missing, MW_ERR_IO, "--data"),
+    R(mw_file_set_add_input, files_input_fifo, MW_ERR_IO, "a FIFO"),
+    R(mw_file_set_add_input, files_input_folder, MW_ERR_IO, "a directory"),
+    R(mw_file_set_add_input, files_input_an_output, MW_ERR_INVALID, "--save"),
+    R(mw_file_set_add_output, files_output_empty, MW_ERR_INVALID, "--save"),
+    R(mw_file_set_add_output, files_output_an_input, MW_ERR_INVALID, "--data"),
+    R(mw_file_set_add_output, files_output_twice, MW_ERR_INVALID, "--save"),
+    R(mw_file_set_add_output, files_output_fifo, MW_ERR_IO, "a FIFO"),
+    R(mw_file_set_add_output, files_output_folder, MW_ERR_IO, "a directory"),
+    R(mw_file_set_add_output, files_output_missing_folder, MW_ERR_IO, "no/such"),
+    R(mw_file_set_add_output, files_output_no_room, MW_ERR_IO, "MB free"),
     R(mw_output_open, output_open_null, MW_ERR_INVALID, NULL),
     R(mw_output_open, output_open_empty, MW_ERR_INVALID, "--save"),
     R(mw_output_open, output_open_folder, MW_ERR_IO, "a directory"),

@@ -1,9 +1,12 @@
 /* Resumable checkpoints: a resumed run equals the uninterrupted one bit for bit, and a damaged,
  * truncated or mismatched file is refused with the trainer and the old file untouched. */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -181,27 +184,35 @@ Test(checkpoint, caller_state_larger_than_buffer_is_refused) {
     run_free(&r);
 }
 
+/* A save that fails (here beyond RLIMIT_FSIZE, as a full disk would) leaves the previous file as
+ * it was, loadable, and no temporary file beside it. */
 Test(checkpoint, failed_save_keeps_the_previous_file) {
     run r;
     run_make(&r, &config, "cpu:1");
     cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
     struct stat before, after;
     cr_assert_eq(stat(path, &before), 0);
-    /* A directory where the temporary file must go makes the save fail: the next saves of this
-     * process use "<path>.tmp.<host>.<pid>.<n>" with n counting up from 1 here. */
-    char tmp[512], host[256] = "";
-    gethostname(host, sizeof host);
-    host[sizeof host - 1] = '\0';
-    for (int n = 15; n >= 1; n--) {
-        snprintf(tmp, sizeof tmp, "%s.tmp.%s.%ld.%d", path, host, (long)getpid(), n);
-        cr_assert_eq(mkdir(tmp, 0700), 0);
-    }
     step(&r, 0);
-    cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_ERR_IO);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit saved, lim;
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &saved), 0);
+    lim = saved;
+    lim.rlim_cur = (rlim_t)before.st_size / 2; /* the soft limit alone: raised again below */
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    mw_status st = mw_trainer_save(r.tr, path, NULL, 0);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &saved), 0);
+    cr_assert_eq(st, MW_ERR_IO, "%s", mw_last_error());
+    cr_assert(strstr(mw_last_error(), "File too large"), "%s", mw_last_error());
     cr_assert_eq(stat(path, &after), 0);
     cr_assert_eq(before.st_size, after.st_size);
     cr_assert_eq(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
-    rmdir(tmp);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        cr_assert(!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                      !strcmp(e->d_name, strrchr(path, '/') + 1),
+                  "%s is left beside the checkpoint", e->d_name);
+    closedir(d);
     /* The old file still loads. */
     cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
     cr_assert_eq(mw_trainer_steps(r.tr), 0);
