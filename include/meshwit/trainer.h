@@ -366,13 +366,15 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
  * the learning-rate schedule's position), and `user_bytes` bytes of the caller's own state (its
  * RNG, its data position) copied from `user`. The file carries a magic, a version and a checksum,
  * and is written atomically (a temporary file, flushed and synced, then renamed over `path`): a
- * failed save leaves the previous checkpoint intact. The temporary file is `path` plus
- * ".tmp.<host>.<pid>.<n>", unique per writer, so concurrent writers never share one: the file at
- * `path` always loads and holds one writer's complete state. A successful save removes temporary
- * files of `path` that a writer of this host which no longer runs left behind (a process killed
- * while saving). Errors: MW_ERR_INVALID (a NULL trainer or path, user NULL with user_bytes > 0),
- * MW_ERR_IO (the folder is missing or takes no file; path is a directory, a FIFO or a device,
- * which is never replaced), MW_ERR_NOMEM, and MW_ERR_TIMEOUT when it is a collective call. */
+ * failed save leaves the previous checkpoint intact. The temporary file is a hidden one beside
+ * `path`, unique per writer (mw_output_open, meshwit/file.h), so concurrent writers never share
+ * one: the file at `path` always loads and holds one writer's complete state. The first save of
+ * a process into a folder removes the temporary files there that writers of this kernel boot
+ * and process namespace which no longer run left behind (a process killed while saving). A
+ * `path` that is not a regular file the process may replace (a directory, a FIFO, a device, a
+ * read-only file) is refused, not replaced. Errors: MW_ERR_INVALID (a NULL trainer or path,
+ * user NULL with user_bytes > 0), MW_ERR_IO (the folder is missing or takes no file; path is
+ * not replaceable), MW_ERR_NOMEM, and MW_ERR_TIMEOUT when it is a collective call. */
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes);
 
 /* Restores a state saved by mw_trainer_save into a trainer of the same model and optimizer (on
