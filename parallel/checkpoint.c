@@ -211,12 +211,8 @@ static mw_status slurp(const char *path, unsigned char **data, size_t *size) {
     return MW_OK;
 }
 
-/* Checks a file image on its own (magic, version, size, checksum, step); *h its header. */
-static mw_status validate_image(const char *path, const unsigned char *data, size_t size,
-                                header *h) {
-    if (size < sizeof *h + 8)
-        return mw__error(MW_ERR_FORMAT, "checkpoint %s is truncated: %zu bytes", path, size);
-    memcpy(h, data, sizeof *h);
+/* Checks a header against the size of its file: magic, version, limits, the size it implies. */
+static mw_status check_header(const char *path, const header *h, uint64_t size) {
     if (memcmp(h->magic, MAGIC, 8) != 0)
         return mw__error(MW_ERR_FORMAT, "%s is not a meshwit checkpoint (bad magic)", path);
     if (h->version != VERSION)
@@ -228,17 +224,36 @@ static mw_status validate_image(const char *path, const unsigned char *data, siz
     uint64_t expect = sizeof *h + (uint64_t)h->nparams * sizeof(entry) +
                       h->elems * (1 + h->moments) * 4 + h->user_bytes + 8;
     if (size != expect)
-        return mw__error(MW_ERR_FORMAT, "checkpoint %s is %s: expected %llu bytes, found %zu", path,
-                         size < expect ? "truncated" : "too long", (unsigned long long)expect,
-                         size);
-    uint64_t sum;
-    memcpy(&sum, data + size - 8, 8);
-    if (sum != fnv1a(0xCBF29CE484222325ull, data, size - 8))
-        return mw__error(MW_ERR_FORMAT, "checkpoint %s is damaged (checksum mismatch)", path);
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is %s: expected %llu bytes, found %llu",
+                         path, size < expect ? "truncated" : "too long", (unsigned long long)expect,
+                         (unsigned long long)size);
+    return MW_OK;
+}
+
+/* The step, once the checksum has vouched for the header. */
+static mw_status check_step(const char *path, const header *h) {
     if (h->step < 0 || h->step > MAX_STEP)
         return mw__error(MW_ERR_FORMAT, "checkpoint %s has step %lld, outside [0, 2^53]", path,
                          (long long)h->step);
     return MW_OK;
+}
+
+static mw_status checksum_mismatch(const char *path) {
+    return mw__error(MW_ERR_FORMAT, "checkpoint %s is damaged (checksum mismatch)", path);
+}
+
+/* Checks a file image on its own (magic, version, size, checksum, step); *h its header. */
+static mw_status validate_image(const char *path, const unsigned char *data, size_t size,
+                                header *h) {
+    if (size < sizeof *h + 8)
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is truncated: %zu bytes", path, size);
+    memcpy(h, data, sizeof *h);
+    mw_status st = check_header(path, h, size);
+    if (st) return st;
+    uint64_t sum;
+    memcpy(&sum, data + size - 8, 8);
+    if (sum != fnv1a(0xCBF29CE484222325ull, data, size - 8)) return checksum_mismatch(path);
+    return check_step(path, h);
 }
 
 /* Checks a file image against the trainer; on success *h is its header. */
@@ -310,24 +325,52 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
     return st;
 }
 
+#define INFO_CHUNK ((size_t)1 << 20) /* mw_checkpoint_info's read buffer */
+
+/* The checks of validate_image on an open file, read in pieces: the header, then the checksum
+ * over everything before it in chunks of INFO_CHUNK bytes (so memory does not grow with the
+ * file). *h its header. */
+static mw_status validate_file(const char *path, int fd, int64_t size, header *h) {
+    if (size < (int64_t)(sizeof *h + 8))
+        return mw__error(MW_ERR_FORMAT, "checkpoint %s is truncated: %lld bytes", path,
+                         (long long)size);
+    mw_status st = mw__file_read_at(fd, h, sizeof *h, 0, path);
+    if (!st) st = check_header(path, h, (uint64_t)size);
+    unsigned char *buf = st ? NULL : mw__malloc(INFO_CHUNK);
+    if (!st && !buf) st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
+    uint64_t sum = 0xCBF29CE484222325ull, stored = 0;
+    for (int64_t at = 0; !st && at < size - 8;) {
+        size_t n = (size_t)(size - 8 - at) < INFO_CHUNK ? (size_t)(size - 8 - at) : INFO_CHUNK;
+        if (!(st = mw__file_read_at(fd, buf, n, at, path))) sum = fnv1a(sum, buf, n);
+        at += (int64_t)n;
+    }
+    mw__free(buf);
+    if (!st) st = mw__file_read_at(fd, &stored, 8, size - 8, path);
+    if (!st && stored != sum) st = checksum_mismatch(path);
+    return st ? st : check_step(path, h);
+}
+
 mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
                              size_t *user_bytes) {
     if (!path || (capacity && !user))
         return mw__error(MW_ERR_INVALID, "mw_checkpoint_info: NULL argument");
-    unsigned char *data = NULL;
-    size_t size = 0;
+    int fd;
+    int64_t size;
     header h;
-    mw_status st = slurp(path, &data, &size);
-    if (st == MW_OK) st = validate_image(path, data, size, &h);
-    if (st == MW_OK && h.user_bytes > capacity)
+    mw_status st = mw__file_open_read(path, "checkpoint", &fd, &size);
+    if (st) return st;
+    st = validate_file(path, fd, size, &h);
+    if (st == MW_OK && user && h.user_bytes > capacity)
         st = mw__error(MW_ERR_FORMAT,
                        "checkpoint %s carries %llu bytes of caller state; the buffer holds %zu",
                        path, (unsigned long long)h.user_bytes, capacity);
+    if (st == MW_OK && user && h.user_bytes)
+        st = mw__file_read_at(fd, user, (size_t)h.user_bytes, size - 8 - (int64_t)h.user_bytes,
+                              path);
+    close(fd);
     if (st == MW_OK) {
         if (step) *step = h.step;
-        if (h.user_bytes) memcpy(user, data + size - 8 - h.user_bytes, (size_t)h.user_bytes);
         if (user_bytes) *user_bytes = (size_t)h.user_bytes;
     }
-    mw__free(data);
     return st;
 }

@@ -390,6 +390,7 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
                           size_t *user_bytes);
 
 /* What a checkpoint file written by mw_trainer_save holds, without a trainer: its step to *step
+<<<<<<< ours
  * and the caller's state into user (at most `capacity` bytes; its size to *user_bytes), each when
  * not NULL, after the same checks of the file as mw_trainer_load (magic, version, size,
  * checksum, step) but none against a model. A program reads it before building anything: to
@@ -398,6 +399,21 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
  * user NULL with capacity > 0), MW_ERR_IO
  * (cannot read; not a regular file, said without blocking), MW_ERR_FORMAT (not a checkpoint,
  * damaged, caller state larger than capacity), MW_ERR_NOMEM. */
+=======
+ * and the size of the caller's state to *user_bytes (each when not NULL); with user not NULL,
+ * the caller's state copied into user, which must hold it (capacity bytes: MW_ERR_FORMAT when
+ * it is larger). user NULL (capacity 0) asks for the size alone, whatever it is. The file is
+ * checked as mw_trainer_load checks it (magic, version, size, checksum, step), but against no
+ * model, and read in pieces: the header, the checksum streamed over the whole file through a
+ * buffer of 1 MiB, then the caller's state; memory does not grow with the checkpoint (the
+ * file is still read once, whole). A program reads it before building anything: to compare
+ * the run the checkpoint belongs to (kept in its own state) with the one it is asked for, or
+ * to refuse to replace a checkpoint that holds a run. On failure nothing is written to *step
+ * or *user_bytes (user may hold part of the state after a failed read). Errors:
+ * MW_ERR_INVALID (path NULL, capacity without user), MW_ERR_IO (cannot read; not a regular
+ * file, said without blocking), MW_ERR_FORMAT (not a checkpoint, damaged, caller state larger
+ * than capacity), MW_ERR_NOMEM. */
+>>>>>>> theirs
 mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
                              size_t *user_bytes);
 

@@ -252,8 +252,31 @@ Test(checkpoint, info_reads_the_step_and_state_without_a_trainer) {
     cr_assert_eq(at, 2);
     cr_assert_eq(n, sizeof state);
     cr_assert_str_eq(got, state);
-    cr_assert_eq(mw_checkpoint_info(path, NULL, NULL, 0, NULL), MW_ERR_FORMAT);
-    cr_assert(strstr(mw_last_error(), "carries 40 bytes of caller state"), "%s", mw_last_error());
+    /* The step or the state's size alone: no buffer needed, whatever the state's size. */
+    at = -1;
+    n = 0;
+    cr_assert_eq(mw_checkpoint_info(path, &at, NULL, 0, &n), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(at, 2);
+    cr_assert_eq(n, sizeof state);
+    cr_assert_eq(mw_checkpoint_info(path, NULL, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
+    /* A buffer too small for the state is refused, and nothing is reported. */
+    char small[8] = "";
+    at = -1;
+    n = 0;
+    cr_assert_eq(mw_checkpoint_info(path, &at, small, sizeof small, &n), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "carries 40 bytes of caller state; the buffer holds 8"), "%s",
+              mw_last_error());
+    cr_assert(at == -1 && n == 0);
+    /* Truncated by one byte: the size the header implies says so before the checksum. */
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_assert_eq(truncate(path, sb.st_size - 1), 0);
+    cr_assert_eq(mw_checkpoint_info(path, &at, NULL, 0, NULL), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "is truncated"), "%s", mw_last_error());
+    r.tr = NULL;
+    run_make(&r, &config, "cpu:1");
+    cr_assert_eq(mw_trainer_save(r.tr, path, state, sizeof state), MW_OK, "%s", mw_last_error());
+    run_free(&r);
     /* One byte changed: the checksum refuses it. */
     FILE *f = fopen(path, "r+b");
     cr_assert_not_null(f);
@@ -268,4 +291,38 @@ Test(checkpoint, info_reads_the_step_and_state_without_a_trainer) {
     cr_assert_eq(mw_checkpoint_info(fifo, &at, NULL, 0, NULL), MW_ERR_IO);
     cr_assert(strstr(mw_last_error(), "it is a FIFO"), "%s", mw_last_error());
     cr_assert_eq(mw_checkpoint_info(NULL, &at, NULL, 0, NULL), MW_ERR_INVALID);
+}
+
+/* Reading what a checkpoint holds needs no memory the size of the file: the header, the state
+ * and a streamed checksum (here with the address space limited to what the process has plus
+ * 16 MiB, for a checkpoint of 64 MiB). */
+Test(checkpoint, info_reads_a_large_checkpoint_in_bounded_memory) {
+#if defined(__SANITIZE_ADDRESS__)
+    cr_skip_test("AddressSanitizer reserves address space as it goes: no limit to test under");
+#endif
+    run r;
+    run_make(&r, &config, "cpu:1");
+    size_t big = (size_t)64 << 20;
+    unsigned char *state = malloc(big);
+    cr_assert_not_null(state);
+    for (size_t i = 0; i < big; i++) state[i] = (unsigned char)(i * 31 + 7);
+    cr_assert_eq(mw_trainer_save(r.tr, path, state, big), MW_OK, "%s", mw_last_error());
+    free(state);
+    run_free(&r);
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1) cr_skip_test("no /proc/self/statm to size the limit");
+    fclose(f);
+    struct rlimit saved, lim;
+    cr_assert_eq(getrlimit(RLIMIT_AS, &saved), 0);
+    lim = saved;
+    lim.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)16 << 20);
+    cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    int64_t at = -1;
+    size_t n = 0;
+    mw_status st = mw_checkpoint_info(path, &at, NULL, 0, &n);
+    cr_assert_eq(setrlimit(RLIMIT_AS, &saved), 0);
+    cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+    cr_assert_eq(at, 0);
+    cr_assert_eq(n, big);
 }
