@@ -453,7 +453,10 @@ const char *mw_tokenizer_file(const mw_tokenizer *tok, int index) {
 }
 
 int mw_tokenizer_missing_byte(const mw_tokenizer *tok) {
-    if (!tok) return -1;
+    if (!tok) {
+        mw__error(MW_ERR_INVALID, "mw_tokenizer_missing_byte: NULL argument");
+        return -2;
+    }
     for (int b = 0; b < 256; b++)
         for (int v = 0; v < 4; v++)
             if (tok->byte_id[v][b] == MW__NO_ID &&

@@ -99,9 +99,10 @@ const char *mw_tokenizer_file(const mw_tokenizer *tok, int index);
 
 /* The first byte (0-255) the vocabulary has no token for, in some position of a word (with a
  * continuing_subword_prefix or end_of_word_suffix, each byte has four spellings), and byte
- * fallback does not spell either; -1 when every byte has one (GPT-2's tokenizer), and for NULL.
- * Encoding drops such a byte (or writes the unknown token for it), as tokenizers does: the
- * round trip decode(encode(text)) == text holds for every text exactly when this is -1. */
+ * fallback does not spell either; -1 when every byte has one (GPT-2's tokenizer); -2 for NULL
+ * (no tokenizer: not an answer, with a message in mw_last_error()). Encoding drops such a byte
+ * (or writes the unknown token for it), as tokenizers does: the round trip
+ * decode(encode(text)) == text holds for every text exactly when this is -1. */
 int mw_tokenizer_missing_byte(const mw_tokenizer *tok);
 
 /* The id of the token whose text is the NUL-terminated `token` (an added token's content, or a
