@@ -46,14 +46,15 @@ double cli_mpirun_grace(void);
 
 /* A run's identity: one line "name value" per setting that changes what a training run
  * computes (sizes, data, batch, learning rate, ...), kept in a checkpoint so that a resume can
- * say what differs. Filled by cli_identity_add ("lr", "%.17g", lr); overflow is set when the
- * text did not fit (the line is left out). */
+ * say what differs. Filled by cli_identity_add ("lr", "%.17g", lr). */
 typedef struct cli_identity {
     char text[3072];
     size_t len;
-    int overflow;
 } cli_identity;
 
+/* Appends the line "name value". A line that does not fit is a bug of the program (its settings
+ * are a fixed list of short values): it aborts, saying so, rather than leave a setting out of
+ * every comparison. */
 void cli_identity_add(cli_identity *id, const char *name, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
