@@ -600,15 +600,10 @@ mw_status gpt2_hf_check_save(const char *path, const gpt2_config *c, char *err, 
         snprintf(err, errsize, "%s: path too long", path);
         return MW_ERR_INVALID;
     }
+    /* Its kind (a FIFO, a folder) is the file discipline's to refuse (mw_file_set_add_output,
+     * mw_output_open); reading one here refuses it too, without blocking. */
     struct stat sb;
     if (stat(cfg, &sb) != 0) return MW_OK; /* absent: written beside the weights */
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errsize,
-                 "cannot save %s: %s (its config.json) exists and is not a regular "
-                 "file",
-                 path, cfg);
-        return MW_ERR_IO;
-    }
     gpt2_config there;
     char why[512];
     if (read_config_file(cfg, path, &there, NULL, 0, why, sizeof why) != MW_OK) {
@@ -831,9 +826,9 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
             e[k].rank = rank;
             e[k].data = p;
         }
-    /* config.json is written to a temporary file first and renamed into place after the weights:
-     * a failure on the way leaves the folder as it was. An existing config.json of another
-     * model is never replaced. */
+    /* config.json is written and synced to a temporary file first and renamed into place after
+     * the weights: a failure on the way leaves the folder as it was. An existing config.json of
+     * another model is never replaced. */
     char cfg[4096];
     mw_output *cfg_out = NULL;
     if (st == MW_OK && !path) goto done; /* another process's part of a gathering save */
@@ -843,7 +838,13 @@ mw_status gpt2_hf_save(mw_trainer *tr, const gpt2_config *c, const char *path, c
     }
     if (st == MW_OK) st = gpt2_hf_check_save(path, c, err, errsize);
     if (st == MW_OK && (st = write_config(cfg, c, &cfg_out, err, errsize)) == MW_OK) {
-        if ((st = mw_safetensors_write(path, e, n)) != MW_OK) {
+        /* config.json is on the disk before the weights are written and renamed: a full disk
+         * shows before either is renamed, and after the weights only config.json's rename is
+         * left to do. */
+        if ((st = mw_output_sync(cfg_out)) != MW_OK) {
+            snprintf(err, errsize, "%s", mw_last_error());
+            mw_output_abandon(cfg_out);
+        } else if ((st = mw_safetensors_write(path, e, n)) != MW_OK) {
             snprintf(err, errsize, "%s", mw_last_error());
             mw_output_abandon(cfg_out);
         } else if ((st = mw_output_commit(cfg_out)) != MW_OK) {

@@ -5,10 +5,12 @@
  * and logits; saved again, it gives back transformers' own tensors bit for bit, and config.json
  * with transformers' sizes. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -471,4 +473,70 @@ Test(gpt2_hf, a_save_never_replaces_another_models_config) {
     free(before);
     model_close(&m);
     remove_dir(dir);
+}
+
+/* The weights and their config.json are both on the disk before either is renamed: on a file
+ * system with room for the weights alone (a tmpfs of their size), the save fails and leaves no
+ * weights without their config.json. Needs root, for the tmpfs. */
+Test(gpt2_hf, a_full_disk_leaves_no_weights_without_their_config) {
+    ref r;
+    read_ref(&r);
+    char src[4096], dir[256], full[300], dst[512], err[1024];
+    data_path(src, sizeof src, "model.safetensors");
+    scratch_dir(dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/sized.safetensors", dir);
+    model m;
+    model_open(&m, src, &r, "cpu:1");
+    cr_assert_eq(gpt2_hf_save(m.tr, &m.c, dst, err, sizeof err), MW_OK, "%s", err);
+    struct stat sb;
+    cr_assert_eq(stat(dst, &sb), 0);
+    long page = sysconf(_SC_PAGESIZE);
+    long long room = ((long long)sb.st_size + page - 1) / page * page; /* the weights' pages */
+    snprintf(full, sizeof full, "%s/full", dir);
+    cr_assert_eq(mkdir(full, 0700), 0);
+    char opts[64];
+    snprintf(opts, sizeof opts, "size=%lld", room);
+    if (mount("tmpfs", full, "tmpfs", 0, opts) != 0) {
+        model_close(&m);
+        remove_dir(dir);
+        cr_skip_test("cannot mount a tmpfs here (%s): needs root", strerror(errno));
+    }
+    snprintf(dst, sizeof dst, "%s/model.safetensors", full);
+    mw_status st = gpt2_hf_save(m.tr, &m.c, dst, err, sizeof err);
+    int weights = access(dst, F_OK) == 0;
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/config.json", full);
+    int config = access(cfg, F_OK) == 0;
+    umount2(full, MNT_DETACH);
+    model_close(&m);
+    remove_dir(dir);
+    cr_assert_neq(st, MW_OK, "a save that cannot fit succeeded");
+    cr_assert(strstr(err, "No space left on device"), "%s", err);
+    cr_assert(!weights, "the weights were renamed into place without their config.json (%s)", err);
+    cr_assert(!config, "config.json was written without the weights");
+}
+
+/* A config.json that is not a regular file (a FIFO) is refused by reading it, without blocking:
+ * the file discipline's kind check, not one of this file's own. */
+Test(gpt2_hf, a_config_that_is_a_fifo_is_refused_without_blocking, .timeout = 30) {
+    char dir[256], dst[512], cfg[512], err[1024];
+    scratch_dir(dir, sizeof dir);
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    cr_assert_eq(unlink(cfg), 0);
+    cr_assert_eq(mkfifo(cfg, 0600), 0);
+    ref r;
+    read_ref(&r);
+    char src[4096];
+    data_path(src, sizeof src, "model.safetensors");
+    model m;
+    model_open(&m, src, &r, "cpu:1");
+    mw_status st = gpt2_hf_check_save(dst, &m.c, err, sizeof err);
+    model_close(&m);
+    struct stat sb;
+    int fifo = stat(cfg, &sb) == 0 && S_ISFIFO(sb.st_mode);
+    remove_dir(dir);
+    cr_assert_eq(st, MW_ERR_IO, "%s", err);
+    cr_assert(strstr(err, "it is a FIFO, not a regular file"), "%s", err);
+    cr_assert(fifo, "the FIFO was replaced");
 }
