@@ -12,17 +12,23 @@
  * 65536 ids. Every file goes through the library's discipline (meshwit/file.h): the
  * tokenizer's files, the texts and the shard read are regular files (or "-"), opened without
  * blocking; each output is checked before any work (no input, not the other output, no FIFO,
- * device or folder, a folder that takes a new file) and written to a temporary file beside it,
- * renamed over it only once complete, so a failed run leaves every file as it was.
+ * device, folder or read-only file, a folder that takes a new file, room for the most the
+ * shards can take) and written to a temporary file beside it, renamed over it only once
+ * complete, so a failed run leaves every file as it was.
  *
- * Exit status: 0 done, 1 a file could not be read, written, tokenized or decoded, 2 bad
- * arguments (an output that is an input or the other output, an empty name among them). */
+ * Exit status: 0 done; 1 the work failed (a text that cannot be read or tokenized, a tokenizer
+ * that cannot write a shard: a byte without a token, more than 65536 ids; a shard that cannot be
+ * decoded, an output that cannot be written); 2 bad arguments: a bad flag, a tokenizer that
+ * cannot be loaded, a file refused before the work (an input that cannot be read, an output
+ * that is an input or the other output, not a regular file, read-only, in a folder that takes
+ * no file, without room for the shards, an empty name). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../common/cli.h"
 #include "../common/gpt2_data.h"
@@ -105,12 +111,17 @@ static const cli_program program = {
                          "drop) is refused\n"
                          "for --out. --out - writes standard output. Every output is checked "
                          "before any work\n"
-                         "(not an input or the other output, not a FIFO, device or folder, in a "
-                         "folder that\n"
-                         "takes a new file) and replaced only by the complete file.\n"
-                         "Exit status: 0 done, 1 a file could not be read, written, tokenized or "
-                         "decoded,\n"
-                         "2 bad arguments (also an output that is an input or the other output).\n",
+                         "(not an input or the other output, not a FIFO, device, folder or "
+                         "read-only file, in a\n"
+                         "folder that takes a new file, with room) and replaced only by the "
+                         "complete file.\n"
+                         "Exit status: 0 done, 1 the work failed (a text that cannot be read or "
+                         "tokenized, a\n"
+                         "tokenizer that cannot write a shard, a shard that cannot be decoded, an "
+                         "output that\n"
+                         "cannot be written), 2 bad arguments (also a tokenizer that cannot be "
+                         "loaded and every\n"
+                         "file refused before the work).\n",
     add_text,
 };
 
@@ -141,10 +152,30 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* The most bytes the shards can take: a header and two bytes per id, the ids of each text (and
+ * its end-of-text token) at most mw_tokenizer_max_ids of its size; split by --val-fraction as
+ * encode_all splits them (one id either way for the rounding). 0 for each when standard input
+ * is a text (its size is not known). */
+static void shard_bounds(const options *o, const mw_tokenizer *tok, int64_t *train, int64_t *val) {
+    *train = *val = 0;
+    double ids = 0;
+    for (int t = 0; t < o->ntexts; t++) {
+        struct stat sb;
+        if (strcmp(o->texts[t], "-") == 0 || stat(o->texts[t], &sb) != 0) return;
+        ids += (double)mw_tokenizer_max_ids(tok, (size_t)sb.st_size) + 1;
+    }
+    double f = o->val_out ? o->val_fraction : 0.0;
+    *train = (int64_t)(GPT2_HEADER_INTS * 4 + 2 * (ids * (1.0 - f) + 1));
+    *val = o->val_out ? (int64_t)(GPT2_HEADER_INTS * 4 + 2 * (ids * f + 1)) : 0;
+}
+
 /* Every file of the run, checked before any work: the tokenizer's files, the texts or the shard
- * read are inputs; --out and --val-out outputs. 0, or the exit status (reported): 2 for what the
- * arguments name wrongly, 1 for a file that cannot be read or written. */
+ * read are inputs; --out and --val-out outputs, with room for the most the shards can take (a
+ * decoded text's size is known only once decoded). 0, or 2 reported: a file refused before the
+ * work is a bad argument, whatever the refusal. */
 static int check_files(const options *o, const mw_tokenizer *tok) {
+    int64_t train = 0, val = 0;
+    if (!o->decode) shard_bounds(o, tok, &train, &val);
     mw_file_set *fs;
     mw_status st = mw_file_set_new(&fs);
     for (int i = 0; !st && mw_tokenizer_file(tok, i); i++)
@@ -152,13 +183,13 @@ static int check_files(const options *o, const mw_tokenizer *tok) {
     for (int t = 0; !st && t < o->ntexts; t++)
         st = mw_file_set_add_input(fs, o->texts[t], "TEXT", MW_FILE_STDIO);
     if (!st && o->decode) st = mw_file_set_add_input(fs, o->decode, "--decode", 0);
-    if (!st && o->out) st = mw_file_set_add_output(fs, o->out, "--out", MW_FILE_STDIO, 0);
+    if (!st && o->out) st = mw_file_set_add_output(fs, o->out, "--out", MW_FILE_STDIO, train);
     if (!st && o->val_out)
-        st = mw_file_set_add_output(fs, o->val_out, "--val-out", MW_FILE_STDIO, 0);
+        st = mw_file_set_add_output(fs, o->val_out, "--val-out", MW_FILE_STDIO, val);
     mw_file_set_free(fs);
     if (!st) return 0;
     fprintf(stderr, PROGRAM ": %s\n", mw_last_error());
-    return st == MW_ERR_IO ? 1 : 2;
+    return 2;
 }
 
 /* The whole of `path` ("-": standard input) into *data (*len bytes). 0, or 1 reported. */
@@ -384,7 +415,8 @@ int main(int argc, char **argv) {
     mw_tokenizer *tok;
     if (mw_tokenizer_load(o.tokenizer, &tok) != MW_OK) {
         free(o.texts);
-        return fail("cannot load the tokenizer");
+        fail("cannot load the tokenizer");
+        return 2;
     }
     int rc = check_files(&o, tok);
     if (rc == 0) rc = o.decode ? decode_shard(&o, tok) : encode_all(&o, tok);
