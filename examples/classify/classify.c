@@ -256,6 +256,38 @@ static int write_predictions(const char *path, const float *pred, int64_t n, con
     return -1;
 }
 
+/* The most bytes --save takes: the weights, feature_mean, feature_std and class_labels in F32,
+ * and a safetensors header of at most 256 bytes a tensor (names of a few bytes, rank 1 or 2). */
+static int64_t save_bytes(const options *o, int features, int classes) {
+    int64_t values = 2 * (int64_t)features + classes, in = features;
+    for (int l = 0; l <= o->layers; l++) {
+        int64_t out = l == o->layers ? classes : o->hidden;
+        values += in * out + out;
+        in = out;
+    }
+    return 64 + 256 * (2 * ((int64_t)o->layers + 1) + 3) + 4 * values;
+}
+
+#define PREDICTION_BYTES 12 /* a line of --predictions: "-2147483648\n" at most */
+
+/* Every file of the run (meshwit/file.h): the CSV and --load are inputs, --save and
+ * --predictions outputs (no input, not each other, no FIFO, device, folder or read-only file, in
+ * a folder that takes a new file), with room for save and pred bytes (0: not known yet). 0, or
+ * -1 reported. */
+static int check_files(const options *o, int64_t save, int64_t pred) {
+    mw_file_set *fs;
+    mw_status st = mw_file_set_new(&fs);
+    if (!st) st = mw_file_set_add_input(fs, o->data, "the CSV", 0);
+    if (!st && o->load) st = mw_file_set_add_input(fs, o->load, "--load", 0);
+    if (!st && o->save) st = mw_file_set_add_output(fs, o->save, "--save", 0, save);
+    if (!st && o->predictions)
+        st = mw_file_set_add_output(fs, o->predictions, "--predictions", MW_FILE_STDIO, pred);
+    mw_file_set_free(fs);
+    if (!st) return 0;
+    fprintf(stderr, "classify: %s\n", mw_last_error());
+    return -1;
+}
+
 static int fail(mw_status st, const char *what) {
     fprintf(stderr, "classify: %s: %s [%s]: %s\n", what, mw_strerror(st), mw_status_name(st),
             mw_last_error());
@@ -266,21 +298,9 @@ int main(int argc, char **argv) {
     options o;
     int rc = parse(argc, argv, &o);
     if (rc) return rc > 0 ? 0 : 2;
-    /* Every file is checked before anything is trained (meshwit/file.h): the inputs are regular
-     * files, the outputs no input, not each other, no FIFO, device or folder, in a folder that
-     * takes a new file. */
-    mw_file_set *fs;
-    mw_status fst = mw_file_set_new(&fs);
-    if (!fst) fst = mw_file_set_add_input(fs, o.data, "the CSV", 0);
-    if (!fst && o.load) fst = mw_file_set_add_input(fs, o.load, "--load", 0);
-    if (!fst && o.save) fst = mw_file_set_add_output(fs, o.save, "--save", 0, 0);
-    if (!fst && o.predictions)
-        fst = mw_file_set_add_output(fs, o.predictions, "--predictions", MW_FILE_STDIO, 0);
-    mw_file_set_free(fs);
-    if (fst) {
-        fprintf(stderr, "classify: %s\n", mw_last_error());
-        return 2;
-    }
+    /* Every file is checked before anything is read, and again with the outputs' sizes once
+     * the CSV gives them. */
+    if (check_files(&o, 0, 0)) return 2;
     /* A loaded model's classes are the labels it was trained on: the CSV's must be among them. */
     int32_t *known = NULL;
     int nknown = 0;
@@ -313,6 +333,7 @@ int main(int argc, char **argv) {
                 (long long)t.rows);
         return 2;
     }
+    if (check_files(&o, save_bytes(&o, t.features, t.nclasses), PREDICTION_BYTES * ntest)) return 2;
     printf("%s: %lld rows, %d features, %d classes (label '%s'); train %lld, test %lld\n", o.data,
            (long long)t.rows, t.features, t.nclasses, t.names[t.features], (long long)ntrain,
            (long long)ntest);

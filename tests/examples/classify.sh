@@ -74,8 +74,11 @@ if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64k tmpfs "$dir/full" 2>/dev/nul
     rc=0
     "$classify" "$wine" --predictions "$dir/full/p.txt" > "$dir/full.out" 2>&1 || rc=$?
     umount "$dir/full"
-    [ "$rc" != 0 ] || fail "--predictions on a full disk: rc 0"
-    grep -q "cannot write --predictions" "$dir/full.out" || fail "full disk: $(cat "$dir/full.out")"
+    # The predictions' size is known once the CSV is read: refused then, before training.
+    [ "$rc" = 2 ] || fail "--predictions on a full disk: rc $rc, expected 2"
+    grep -q '^step' "$dir/full.out" && fail "full disk: refused only after training"
+    grep -qE -- "--predictions .*p.txt needs [0-9]+ bytes, and .*full has [0-9]+ bytes free" \
+        "$dir/full.out" || fail "full disk: $(cat "$dir/full.out")"
 else
     echo "classify.sh: no tmpfs mount here (the full-disk case skipped)"
 fi
