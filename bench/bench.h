@@ -40,6 +40,13 @@ typedef struct mwb_ctx {
  * prints the error to stderr and returns non-zero. */
 typedef int (*mwb_case_fn)(mwb_ctx *ctx);
 
+/* A new folder of this process's own (mode 0700, under $TMPDIR or /tmp) into dir, for files a
+ * case writes and removes: a predictable name in /tmp could be a link another user planted.
+ * 0, or -1 reported on stderr. mwb_private_dir_remove removes the folder and the file names
+ * given (NULL-terminated), each relative to it. */
+int mwb_private_dir(char *dir, size_t size);
+void mwb_private_dir_remove(const char *dir, const char *const *names);
+
 int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);

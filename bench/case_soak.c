@@ -35,8 +35,9 @@ int mwb_case_soak(mwb_ctx *ctx) {
     mw_trainer *tr = NULL;
     gpt2_graph m;
     int32_t tok[8 * 16 + 1];
-    char ckpt[64];
-    snprintf(ckpt, sizeof ckpt, "/tmp/meshwit_soak_%d.mwc", (int)getpid());
+    char dir[4096], ckpt[4200];
+    if (mwb_private_dir(dir, sizeof dir) != 0) return 1;
+    snprintf(ckpt, sizeof ckpt, "%s/soak.mwc", dir);
     mw_trainer_config cfg = {.optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                            .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f}};
     int rc = 1, faults = 0;
@@ -93,7 +94,7 @@ int mwb_case_soak(mwb_ctx *ctx) {
     rc = 0;
 done:
     if (rc) fprintf(stderr, "soak: %s\n", mw_last_error());
-    remove(ckpt);
+    mwb_private_dir_remove(dir, (const char *const[]){"soak.mwc", NULL});
     mw_trainer_free(tr);
     mw_mesh_free(mesh);
     mw_graph_free(g);

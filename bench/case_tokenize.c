@@ -164,7 +164,7 @@ static unsigned long crc32_ids(const int32_t *ids, size_t n) {
 /* --- the case --------------------------------------------------------------------------------- */
 
 int mwb_case_tokenize(mwb_ctx *ctx) {
-    char tokenizer[4096], textpath[4096] = "";
+    char tokenizer[4096], textpath[4200] = "", dir[4096] = "";
     const char *t = getenv("MESHWIT_BENCH_TOKENIZER"), *x = getenv("MESHWIT_BENCH_TEXT");
     if (t && *t)
         snprintf(tokenizer, sizeof tokenizer, "%s", t);
@@ -181,7 +181,6 @@ int mwb_case_tokenize(mwb_ctx *ctx) {
     int generated = !(x && *x);
     if (generated) {
         text = generate_text(ctx->quick ? (256u << 10) : (4u << 20), &len);
-        snprintf(textpath, sizeof textpath, "/tmp/meshwit_bench_text_%d.txt", (int)getpid());
     } else {
         text = read_text(x, &len);
         snprintf(textpath, sizeof textpath, "%s", x);
@@ -218,6 +217,9 @@ int mwb_case_tokenize(mwb_ctx *ctx) {
     if (!python || !*python) python = "python3";
     peer_result peer = {0};
     int peers = !rc && !ctx->quick && have_tokenizers(python);
+    /* The peer reads the generated text from a file in a folder of this process's own. */
+    if (peers && generated && mwb_private_dir(dir, sizeof dir) != 0) peers = 0;
+    if (peers && generated) snprintf(textpath, sizeof textpath, "%s/text.txt", dir);
     if (peers && generated && write_text(textpath, text, len) != 0) peers = 0;
     if (peers) run_peer(python, tokenizer, textpath, 3, &peer);
     if (rc == 0) {
@@ -274,7 +276,7 @@ int mwb_case_tokenize(mwb_ctx *ctx) {
             ctx->emit(ctx, &p);
         }
     }
-    if (generated && *textpath) unlink(textpath);
+    if (generated) mwb_private_dir_remove(dir, (const char *const[]){"text.txt", NULL});
     free(ids);
     free(back);
     free(text);

@@ -1,4 +1,5 @@
 /* meshwit-bench: runs the benchmark cases, prints their tables and writes JSON/CSV records. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,27 @@ static void emit(mwb_ctx *ctx, const mwb_record *r) {
     d->records[d->count] = *r;
     if (ctx->condition) mwb_record_str(&d->records[d->count], "condition", ctx->condition);
     d->count++;
+}
+
+int mwb_private_dir(char *dir, size_t size) {
+    const char *t = getenv("TMPDIR");
+    if (!t || !*t) t = "/tmp";
+    int n = snprintf(dir, size, "%s/meshwit-bench-XXXXXX", t);
+    if (n < 0 || (size_t)n >= size || !mkdtemp(dir)) {
+        fprintf(stderr, "meshwit-bench: cannot make a folder in %s: %s\n", t,
+                n < 0 || (size_t)n >= size ? "the path is too long" : strerror(errno));
+        if (size) dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+void mwb_private_dir_remove(const char *dir, const char *const *names) {
+    char path[4200];
+    if (!dir || !*dir) return;
+    for (int i = 0; names && names[i]; i++)
+        if (snprintf(path, sizeof path, "%s/%s", dir, names[i]) < (int)sizeof path) unlink(path);
+    rmdir(dir);
 }
 
 /* --- output files ----------------------------------------------------------------------------- */
@@ -249,10 +271,15 @@ static int write_records(const char *path, const char *what, const driver *d, in
     return st == MW_OK ? 0 : -1;
 }
 
+/* The room asked for each of --json and --csv: an estimate, not a bound (how many records a case
+ * emits depends on its devices and sizes): a case's records take a few kB, and this is ample for
+ * every case of this program, yet small enough not to refuse a disk that would hold them. */
+#define RECORDS_ROOM_PER_CASE (INT64_C(64) << 10)
+
 /* Every file of the run, checked before the first case: the tokenize case's text and tokenizer
  * (its files, read now: a FIFO is refused without blocking), then --json and --csv (rank 0's):
- * no input, not each other, no FIFO, device or folder, in a folder that takes a new file.
- * 0, or -1 reported. */
+ * no input, not each other, no FIFO, device, folder or read-only file, in a folder that takes a
+ * new file, with room for RECORDS_ROOM_PER_CASE a case each. 0, or -1 reported. */
 static int check_files(const bench_case *const *run, int nrun, const char *json, const char *csv) {
     mw_file_set *fs;
     mw_tokenizer *tok = NULL;
@@ -272,8 +299,9 @@ static int check_files(const bench_case *const *run, int nrun, const char *json,
         tok = NULL;
         break;
     }
-    if (st == MW_OK && json) st = mw_file_set_add_output(fs, json, "--json", MW_FILE_STDIO, 0);
-    if (st == MW_OK && csv) st = mw_file_set_add_output(fs, csv, "--csv", MW_FILE_STDIO, 0);
+    int64_t room = RECORDS_ROOM_PER_CASE * nrun;
+    if (st == MW_OK && json) st = mw_file_set_add_output(fs, json, "--json", MW_FILE_STDIO, room);
+    if (st == MW_OK && csv) st = mw_file_set_add_output(fs, csv, "--csv", MW_FILE_STDIO, room);
     mw_file_set_free(fs);
     if (st == MW_OK) return 0;
     fprintf(stderr, "meshwit-bench: %s%s\n", what, mw_last_error());
@@ -309,8 +337,8 @@ static void usage(FILE *f) {
             "\n"
             "Each case prints a table; times are medians of repeats. Under mpirun with more than\n"
             "one process only the mpi case runs, and rank 0 alone prints and writes the files.\n"
-            "Exit status: 0 ok, 1 a case or an output file failed, 2 bad arguments or an unknown\n"
-            "case.\n");
+            "Exit status: 0 ok, 1 a case or an output file failed, 2 bad arguments, an unknown\n"
+            "case or a file refused before the first case.\n");
 }
 
 static void print_header(void) {
@@ -415,9 +443,11 @@ int main(int argc, char **argv) {
             goto done;
         }
 
-    /* The files first: a bad path should not cost a whole run. */
+    /* The files first: a bad path should not cost a whole run. Rank 0 alone writes them: under
+     * mpirun its refusal ends every process (the others would wait in the mpi case). */
     if (rank != 0) json_path = csv_path = NULL;
     if (check_files(run, nrun, json_path, csv_path) != 0) {
+        if (procs > 1) mw_distributed_abort(2);
         rc = 2;
         goto done;
     }

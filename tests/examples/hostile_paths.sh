@@ -303,6 +303,23 @@ for r in gpt2 gpt2-tokenize; do
     done
 done
 
+# --- the bench's scratch files ----------------------------------------------------------------
+# The soak case writes a checkpoint it removes again: in a folder of its own, never under a name
+# in /tmp that another user could have planted a link at ("/tmp/meshwit_soak_<pid>.mwc", the
+# link named before the bench starts under that very pid): the link's target stays as it was.
+if [[ -x $bin/meshwit-bench ]]; then
+    printf 'the victim\n' > "$work/victim"
+    planted=$(TMPDIR="$work" timeout 60 bash -c 'ln -s "$1" /tmp/meshwit_soak_$$.mwc &&
+        echo /tmp/meshwit_soak_$$.mwc && exec "$2" soak --quick > "$3" 2>&1' _ "$work/victim" \
+        "$bin/meshwit-bench" "$work/soak.out")
+    rc=$?
+    rm -f "$planted"
+    pairs=$((pairs + 1))
+    [[ $rc == 0 ]] || bad "meshwit-bench soak: exit status $rc: $(head -c 600 "$work/soak.out")"
+    [[ $(cat "$work/victim") == "the victim" ]] || bad "meshwit-bench soak wrote through a link planted in /tmp"
+    [[ -z $(find "$work" -maxdepth 1 -name 'meshwit-bench-*') ]] || bad "meshwit-bench soak left its folder in TMPDIR"
+fi
+
 for s in "${skipped[@]}"; do echo "hostile_paths: skipped: $s"; done
 ((fails == 0)) || die "$fails of $pairs (program x case) pairs failed"
 echo "hostile_paths: $pairs (program x case) pairs refused, nothing blocked, every file as it was"

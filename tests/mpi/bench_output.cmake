@@ -2,9 +2,22 @@
 # --csv CSV, and checks that the files are what one process alone would write: valid JSON, one
 # record per measured row (2 all-reduce sizes and 3 GPT-2 configurations in a quick run), each
 # all-reduce row with both meshwit's and MPI_Allreduce's time, and a CSV with one header and one
-# line per record. Every rank writing the same file used to interleave their output.
+# line per record. Every rank writing the same file used to interleave their output. First, a
+# --csv that rank 0 refuses (in a missing folder) ends the whole job at once with status 2 and
+# the message: the other ranks, which check no file, must not be left waiting in the mpi case.
 cmake_minimum_required(VERSION 3.19) # string(JSON)
 string(REPLACE "|" ";" CMD "${CMD}")
+get_filename_component(missing "${CSV}" DIRECTORY)
+set(missing "${missing}/mpi_bench_output_missing/x.csv")
+execute_process(COMMAND ${CMD} --csv "${missing}" RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE out TIMEOUT 60)
+message("${out}")
+if(NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "a refused --csv left the job running (${rc}): the other ranks wait")
+endif()
+if(rc STREQUAL "0" OR NOT out MATCHES "cannot create a file in .*mpi_bench_output_missing")
+    message(FATAL_ERROR "a refused --csv: status ${rc}, expected a failure naming the folder")
+endif()
 file(REMOVE "${JSON}" "${CSV}")
 execute_process(COMMAND ${CMD} --json "${JSON}" --csv "${CSV}" RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE out TIMEOUT 300)
