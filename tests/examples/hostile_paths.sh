@@ -2,24 +2,36 @@
 # Hostile paths given to every program: one table of cases, run against each program's inputs
 # and outputs. A program is covered by adding its row (below); a case by adding it to the list.
 #
-# Each case runs the program once (under a time limit: nothing may block) and asserts a
-# non-zero exit that is not the time limit's, a message naming what is wrong, that the program
-# refused before doing its work (except on a full disk, where the size is known only at the
-# end), and that every file of the case's folder (the inputs, an output that was there, the
-# FIFO, the device node, the folders) is as it was: the same kind and bytes, and no file added
-# (no temporary file left). A working run of each row checks the row itself.
+# Each refusal case runs the program once (under a time limit: nothing may block) and asserts
+# the exit status the README documents for it (every program exits 2 for a file refused before
+# the work, which is where every case below is refused, the full disk included, since every
+# program gives its outputs' sizes), a message naming what is wrong, that the program refused
+# before doing its work, and that every file of the case's folder (the inputs, an output that
+# was there, the FIFO, the device node, the folders) is as it was: the same kind, mode, owner
+# and bytes, and no file added (no temporary file left). A working run of each row checks the
+# row itself.
 #
 #   output cases, for each output flag:    = an input (by its path, by dir/./name, through a
 #                                           symbolic link, through a hard link; each input),
 #                                           = another output, a FIFO, a device node, a folder,
 #                                           in a missing folder, in a read-only folder, on a
-#                                           full tmpfs, an empty name
+#                                           full tmpfs, an empty name, a name longer than a
+#                                           file name may be, an existing read-only file; as
+#                                           another user (root's files, run as nobody): a file
+#                                           that user may not write, a file of root's in a
+#                                           sticky folder
 #   input cases, for each input:           a FIFO (no writer), /dev/zero
 # and, for the tokenizer folder (gpt2, gpt2-tokenize): a FIFO as vocab.json in it, and an
 # output naming its vocab.json.
 #
+# Working cases, which must exit 0, write their outputs and leave every input as it was: each
+# output beside an input named "<output>.tmp" (each input), beside another output named so (an
+# older temporary file name: a commit must not remove it), and under a name of 250 bytes (its
+# temporary file must fit the folder too).
+#
 # A read-only folder does not stop root: as root it is a tmpfs mounted read-only; the full disk
-# is a tmpfs filled up; either is skipped, saying so, where mounting is not allowed.
+# is a tmpfs filled up; either is skipped, saying so, where mounting is not allowed. The cases
+# as another user need root and setpriv; they are skipped, saying so, otherwise.
 # Usage: hostile_paths.sh BUILD_DIR SOURCE_DIR
 set -uo pipefail
 bin="$1"
@@ -33,6 +45,7 @@ cleanup() {
 trap cleanup EXIT
 fails=0
 pairs=0
+works=0
 skipped=()
 die() { echo "hostile_paths: $*" >&2; exit 1; }
 bad() { echo "hostile_paths: FAIL $*" >&2; fails=$((fails + 1)); }
@@ -78,6 +91,17 @@ row meshwit-bench '^== tokenize' -- "$bin/meshwit-bench" tokenize --quick -- \
 
 # --- the places a case needs ------------------------------------------------------------------
 
+as_user=""   # run_case runs the program as this user when set
+nobody=65534 # the other user of the cases as another user
+other_user=0
+if [[ $(id -u) == 0 ]] && command -v setpriv > /dev/null &&
+    setpriv --reuid=$nobody --regid=$nobody --clear-groups true 2> /dev/null; then
+    other_user=1
+    chmod 0711 "$work" # the cases' folders are reached, not listed, by nobody
+else
+    skipped+=("the cases as another user (they need root and setpriv)")
+fi
+
 root=0
 [[ $(id -u) == 0 ]] && root=1
 # A read-only folder: for root a tmpfs mounted read-only (permissions do not stop root).
@@ -109,10 +133,11 @@ devnode() { # DIR: prints the node's path
     if mknod "$1/null" c 1 3 2> /dev/null; then echo "$1/null"; else echo /dev/null; fi
 }
 
-# A listing of everything under DIR (and the device, when outside it): kind, size, content hash.
+# A listing of everything under DIR (and the device, when outside it): kind, mode, owner, size,
+# content hash.
 snapshot() {
     local d=$1 extra=${2:-}
-    (cd "$d" && find . -printf '%y %p\n' | sort)
+    (cd "$d" && find . -printf '%y %m %u %p\n' | sort)
     (cd "$d" && find . ! -type d -printf '%p %s %t\n' | sort)
     (cd "$d" && find . -type f -exec sha256sum {} + | sort)
     [[ -n $extra ]] && stat -L -c '%F %t %T %i' "$extra"
@@ -144,34 +169,60 @@ command_line() {
     done
 }
 
-# run_case ROW CASE REGEX [DEVICE [FULL]]: runs the row's command with the slot values in val,
-# in the folder $case_dir, and asserts the case's outcome (DEVICE: a node whose kind and numbers
-# must stay; FULL 1: the full disk's folder must stay too, and the work may have run).
+# run_case ROW CASE REGEX STATUS [DEVICE]: runs the row's command with the slot values in val,
+# in the folder $case_dir (as the user $as_user when set), and asserts the case's outcome: exit
+# status STATUS, the message, no work done, every file as it was (DEVICE: a node whose kind and
+# numbers must stay; the full disk's folder is compared too when the case uses it).
 run_case() {
-    local name=$1 case=$2 regex=$3 dev=${4:-} full=${5:-0}
+    local name=$1 case=$2 regex=$3 status=$4 dev=${5:-}
     command_line
-    local before after rc=0
-    before=$(snapshot "$case_dir" "$dev"; [[ $full == 1 ]] && snapshot "$fulldir")
-    (cd "$case_dir" && env "${env[@]}" timeout 20 "${cmd[@]}") > "$case_dir.out" 2>&1 || rc=$?
-    after=$(snapshot "$case_dir" "$dev"; [[ $full == 1 ]] && snapshot "$fulldir")
+    local before after rc=0 full=0 run=()
+    [[ -n $fulldir && " ${val[*]} " == *" $fulldir/"* ]] && full=1
+    [[ -n $as_user ]] && run=(setpriv --reuid="$as_user" --regid="$as_user" --clear-groups)
+    before=$(snapshot "$case_dir" "$dev"; ((full)) && snapshot "$fulldir")
+    (cd "$case_dir" && env "${env[@]}" timeout 20 "${run[@]}" "${cmd[@]}") > "$case_dir.out" 2>&1 || rc=$?
+    after=$(snapshot "$case_dir" "$dev"; ((full)) && snapshot "$fulldir")
     pairs=$((pairs + 1))
     local what="$name: $case"
-    if [[ $rc == 0 ]]; then
-        bad "$what: exit status 0"
-    elif [[ $rc == 124 || $rc == 137 ]]; then
+    if [[ $rc == 124 || $rc == 137 ]]; then
         bad "$what: it blocked (killed after 20 s)"
+    elif [[ $rc != "$status" ]]; then
+        bad "$what: exit status $rc, expected $status: $(head -c 600 "$case_dir.out")"
     fi
     grep -qE -- "$regex" "$case_dir.out" || bad "$what: no '$regex' in: $(head -c 600 "$case_dir.out")"
-    if [[ $full != 1 ]] && grep -qE -- "$row_work" "$case_dir.out"; then
+    if grep -qE -- "$row_work" "$case_dir.out"; then
         bad "$what: refused only after the work"
     fi
     [[ $before == "$after" ]] || bad "$what: files changed: $(diff <(echo "$before") <(echo "$after") | head -8)"
 }
 
+# run_works ROW CASE: the row's command with the slot values in val must work: exit 0, every
+# output written, every input (each slot's file) byte for byte as it was.
+run_works() {
+    local name=$1 case=$2 slot key rc=0 sums
+    command_line
+    sums=$(for slot in "${row_slots[@]}"; do
+        [[ $slot == in:* ]] && sha256sum "${val[$(key_of "$slot")]}"
+    done)
+    (cd "$case_dir" && env "${env[@]}" timeout 60 "${cmd[@]}") > "$case_dir.out" 2>&1 || rc=$?
+    works=$((works + 1))
+    local what="$name: $case"
+    [[ $rc == 0 ]] || { bad "$what: exit status $rc: $(head -c 600 "$case_dir.out")"; return; }
+    for slot in "${row_slots[@]}"; do
+        key=$(key_of "$slot")
+        [[ $slot == out:* && ! -s ${val[$key]} ]] && bad "$what: ${key#out:} not written"
+    done
+    [[ $sums == "$(for slot in "${row_slots[@]}"; do
+        [[ $slot == in:* ]] && sha256sum "${val[$(key_of "$slot")]}"
+    done)" ]] || bad "$what: an input changed or went"
+    ls -A "$case_dir" | grep -q -- '\.tmp-mw-' && bad "$what: a temporary file was left"
+    return 0
+}
+
 # A fresh folder for one case, holding a copy of every input the row reads; val maps each slot
 # to its file there (outputs to names not yet taken).
 fresh_case() {
-    case_dir="$work/case$pairs"
+    case_dir="$work/case$((pairs + works))"
     rm -rf "$case_dir" "$case_dir.out"
     mkdir "$case_dir"
     val=()
@@ -219,33 +270,42 @@ for r in "${rows[@]}"; do
                     symlink) ln -s "$target" "$case_dir/link"; val[$o]="$case_dir/link" ;;
                     hardlink) ln "$target" "$case_dir/hard"; val[$o]="$case_dir/hard" ;;
                 esac
-                run_case "$name" "$o = input $i ($how)" "is also .*: writing it would destroy an input"
+                run_case "$name" "$o = input $i ($how)" "is also .*: writing it would destroy an input" 2
             done
+            # An input named like an older temporary file of the output: it stays.
+            fresh_case
+            mv "${val[$i]}" "${val[$o]}.tmp"
+            val[$i]="${val[$o]}.tmp"
+            run_works "$name" "$i named $o.tmp"
         done
         for o2 in "${outs[@]}"; do
             [[ $o2 == "$o" ]] && continue
             fresh_case
             val[$o]=${val[$o2]}
-            run_case "$name" "$o = $o2" "name the same file"
+            run_case "$name" "$o = $o2" "name the same file" 2
+            # Another output named like an older temporary file of this one: both are written.
+            fresh_case
+            val[$o2]="${val[$o]}.tmp"
+            run_works "$name" "$o2 named $o.tmp"
         done
         fresh_case
         mkfifo "$case_dir/fifo"
         val[$o]="$case_dir/fifo"
-        run_case "$name" "$o = a FIFO" "is a FIFO, not a regular file"
+        run_case "$name" "$o = a FIFO" "is a FIFO, not a regular file" 2
         fresh_case
         val[$o]=$(devnode "$case_dir")
-        run_case "$name" "$o = a device node (${val[$o]})" "is a character device, not a regular file" "${val[$o]}"
+        run_case "$name" "$o = a device node (${val[$o]})" "is a character device, not a regular file" 2 "${val[$o]}"
         fresh_case
         mkdir "$case_dir/folder"
         val[$o]="$case_dir/folder"
-        run_case "$name" "$o = a folder" "is a directory, not a regular file"
+        run_case "$name" "$o = a folder" "is a directory, not a regular file" 2
         fresh_case
         val[$o]="$case_dir/missing/out"
-        run_case "$name" "$o in a missing folder" "cannot create a file in .*missing: No such file or directory"
+        run_case "$name" "$o in a missing folder" "cannot create a file in .*missing: No such file or directory" 2
         if [[ -n $rodir ]]; then
             fresh_case
             val[$o]="$rodir/out"
-            run_case "$name" "$o in a read-only folder" "cannot create a file in .*ro: (Read-only file system|Permission denied)"
+            run_case "$name" "$o in a read-only folder" "cannot create a file in .*ro: (Read-only file system|Permission denied)" 2
         fi
         if [[ -n $fulldir ]]; then
             fresh_case
@@ -253,21 +313,51 @@ for r in "${rows[@]}"; do
             printf 'the old output\n' > "$fulldir/out"
             head -c 1M /dev/zero > "$fulldir/filler" 2> /dev/null
             val[$o]="$fulldir/out"
-            run_case "$name" "$o on a full disk" "No space left on device|has .* free" "" 1
+            run_case "$name" "$o on a full disk" "needs .*, and .*full has 0 bytes free" 2
             [[ $(cat "$fulldir/out") == "the old output" ]] || bad "$name: $o on a full disk: the old output is gone"
         fi
         fresh_case
         val[$o]=""
-        run_case "$name" "$o = ''" "an empty file name"
+        run_case "$name" "$o = ''" "an empty file name" 2
+        fresh_case
+        val[$o]="$case_dir/$(printf 'n%.0s' {1..300})"
+        run_case "$name" "$o = a name of 300 bytes" "File name too long" 2
+        fresh_case
+        val[$o]="$case_dir/$(printf 'n%.0s' {1..250})"
+        run_works "$name" "$o = a name of 250 bytes"
+        fresh_case
+        printf 'precious\n' > "$case_dir/precious"
+        chmod 0444 "$case_dir/precious"
+        val[$o]="$case_dir/precious"
+        run_case "$name" "$o = a read-only file" "precious is read-only \(mode 0444\): not replaced" 2
+        if ((other_user)); then
+            # As nobody, in folders nobody may write: a file of root's it may not write, and one
+            # it may write but, in a sticky folder, not rename over.
+            fresh_case
+            chmod 1777 "$case_dir"
+            mkdir -m 0777 "$case_dir/open"
+            printf "root's\n" > "$case_dir/open/roots"
+            chmod 0644 "$case_dir/open/roots"
+            val[$o]="$case_dir/open/roots"
+            as_user=$nobody
+            run_case "$name" "$o = root's file, as nobody" "roots cannot be replaced: Permission denied" 2
+            fresh_case
+            chmod 1777 "$case_dir"
+            printf "root's\n" > "$case_dir/roots"
+            chmod 0666 "$case_dir/roots"
+            val[$o]="$case_dir/roots"
+            run_case "$name" "$o = root's file in a sticky folder, as nobody" "roots belongs to another user \(uid 0\) in the sticky folder" 2
+            as_user=""
+        fi
     done
     for i in "${ins[@]}"; do
         fresh_case
         mkfifo "$case_dir/fifo"
         val[$i]="$case_dir/fifo"
-        run_case "$name" "$i = a FIFO" "is a FIFO, not a regular file"
+        run_case "$name" "$i = a FIFO" "is a FIFO, not a regular file" 2
         fresh_case
         val[$i]=/dev/zero
-        run_case "$name" "$i = /dev/zero" "is a character device, not a regular file" /dev/zero
+        run_case "$name" "$i = /dev/zero" "is a character device, not a regular file" 2 /dev/zero
     done
     echo "hostile_paths: $name: ${#ins[@]} inputs, ${#outs[@]} outputs"
 done
@@ -299,7 +389,7 @@ for r in gpt2 gpt2-tokenize; do
         fi
         row_slots=(in:--tokenizer=tokdir)
         val=([in:--tokenizer]="$case_dir/tokdir")
-        run_case "$r" "--tokenizer folder: $c" "$regex"
+        run_case "$r" "--tokenizer folder: $c" "$regex" 2
     done
 done
 
@@ -314,12 +404,13 @@ if [[ -x $bin/meshwit-bench ]]; then
         "$bin/meshwit-bench" "$work/soak.out")
     rc=$?
     rm -f "$planted"
-    pairs=$((pairs + 1))
+    works=$((works + 1))
     [[ $rc == 0 ]] || bad "meshwit-bench soak: exit status $rc: $(head -c 600 "$work/soak.out")"
     [[ $(cat "$work/victim") == "the victim" ]] || bad "meshwit-bench soak wrote through a link planted in /tmp"
     [[ -z $(find "$work" -maxdepth 1 -name 'meshwit-bench-*') ]] || bad "meshwit-bench soak left its folder in TMPDIR"
 fi
 
 for s in "${skipped[@]}"; do echo "hostile_paths: skipped: $s"; done
-((fails == 0)) || die "$fails of $pairs (program x case) pairs failed"
-echo "hostile_paths: $pairs (program x case) pairs refused, nothing blocked, every file as it was"
+((fails == 0)) || die "$fails of $pairs refused and $works working (program x case) pairs failed"
+echo "hostile_paths: $pairs (program x case) pairs refused with the documented status, nothing" \
+    "blocked, every file as it was; $works working pairs wrote their outputs and left every input"
