@@ -189,7 +189,7 @@ mw_status mw__file_replaceable(const char *path, const char *what) {
         if (errno == ENOENT) return MW_OK; /* absent (or in a missing folder: said on creation) */
         return mw__error(MW_ERR_IO, "cannot write %s%s%s: %s", NAMED(what, path), strerror(errno));
     }
-    if (!S_ISREG(sb.st_mode))
+    if (!S_ISREG(sb.st_mode)) /* a FIFO, a device, a folder: never replaced */
         return mw__error(MW_ERR_IO,
                          "%s%s%s exists and is %s, not a regular file: not replaced (a rename "
                          "would put a regular file in its place); name a regular file",

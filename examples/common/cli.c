@@ -131,13 +131,14 @@ static void identity_full(const cli_identity *id, const char *name) {
 
 void cli_identity_add(cli_identity *id, const char *name, const char *fmt, ...) {
     size_t room = sizeof id->text - id->len;
-    int n = snprintf(id->text + id->len, room, "%s ", name);
-    if (n < 0 || (size_t)n >= room) identity_full(id, name);
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(id->text + id->len + (size_t)n, room - (size_t)n, fmt, ap);
-    va_end(ap);
-    if (m < 0 || (size_t)(n + m + 1) >= room) {
+    int n = snprintf(id->text + id->len, room, "%s ", name), m = -1;
+    if (n >= 0 && (size_t)n < room) {
+        va_list ap;
+        va_start(ap, fmt);
+        m = vsnprintf(id->text + id->len + (size_t)n, room - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    if (n < 0 || m < 0 || (size_t)(n + m + 1) >= room) {
         id->text[id->len] = '\0';
         identity_full(id, name);
     }
