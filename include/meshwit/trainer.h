@@ -390,16 +390,6 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
                           size_t *user_bytes);
 
 /* What a checkpoint file written by mw_trainer_save holds, without a trainer: its step to *step
-<<<<<<< ours
- * and the caller's state into user (at most `capacity` bytes; its size to *user_bytes), each when
- * not NULL, after the same checks of the file as mw_trainer_load (magic, version, size,
- * checksum, step) but none against a model. A program reads it before building anything: to
- * compare the run the checkpoint belongs to (kept in its own state) with the one it is asked
- * for, or to refuse to replace a checkpoint that holds a run. Errors: MW_ERR_INVALID (path NULL,
- * user NULL with capacity > 0), MW_ERR_IO
- * (cannot read; not a regular file, said without blocking), MW_ERR_FORMAT (not a checkpoint,
- * damaged, caller state larger than capacity), MW_ERR_NOMEM. */
-=======
  * and the size of the caller's state to *user_bytes (each when not NULL); with user not NULL,
  * the caller's state copied into user, which must hold it (capacity bytes: MW_ERR_FORMAT when
  * it is larger). user NULL (capacity 0) asks for the size alone, whatever it is. The file is
@@ -413,7 +403,6 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
  * MW_ERR_INVALID (path NULL, capacity without user), MW_ERR_IO (cannot read; not a regular
  * file, said without blocking), MW_ERR_FORMAT (not a checkpoint, damaged, caller state larger
  * than capacity), MW_ERR_NOMEM. */
->>>>>>> theirs
 mw_status mw_checkpoint_info(const char *path, int64_t *step, void *user, size_t capacity,
                              size_t *user_bytes);
 
