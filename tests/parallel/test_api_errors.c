@@ -1704,7 +1704,10 @@ static mw_status tokenizer_file_past_the_last(fx *f) {
                            "NULL past the last and for NULL"));
 }
 static mw_status tokenizer_missing_byte_null(fx *f) {
-    return holds(f, mw_tokenizer_missing_byte(NULL) == -1, "-1 for NULL");
+    return holds(f,
+                 mw_tokenizer_missing_byte(NULL) == -2 &&
+                     strstr(mw_last_error(), "mw_tokenizer_missing_byte"),
+                 "-2, with a message, for NULL");
 }
 static mw_status token_id_missing(fx *f) {
     int32_t id;
@@ -2354,7 +2357,7 @@ static const row table[] = {
     R(mw_file_set_add_output, files_output_fifo, MW_ERR_IO, "a FIFO"),
     R(mw_file_set_add_output, files_output_folder, MW_ERR_IO, "a directory"),
     R(mw_file_set_add_output, files_output_missing_folder, MW_ERR_IO, "no/such"),
-    R(mw_file_set_add_output, files_output_no_room, MW_ERR_IO, "MB free"),
+    R(mw_file_set_add_output, files_output_no_room, MW_ERR_IO, "B free"),
     R(mw_output_open, output_open_null, MW_ERR_INVALID, NULL),
     R(mw_output_open, output_open_empty, MW_ERR_INVALID, "--save"),
     R(mw_output_open, output_open_folder, MW_ERR_IO, "a directory"),
