@@ -399,8 +399,11 @@ static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf
     int i;
     mw_status st = enter(c, rank, &i);
     if (st) return st;
+    /* From here a failure leaves the peers (in other processes too) inside a collective this
+     * rank never joins: the communicators are out of step with theirs, so broken. */
     const char *bad = mw__nccl_bad_args(op, buf, n, bounds, c->nranks, with_parts, root);
     if (bad) {
+        atomic_store(&c->broken, 1);
         nm_abort((mw__comm *)c);
         return mw__error(MW_ERR_INVALID, "%s (nccl-mpi): rank %d passed %s (%zu floats)",
                          mw__nccl_call(op), rank, bad, n);
@@ -410,9 +413,11 @@ static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf
     cudaStream_t compute = (cudaStream_t)mw__cuda_services.stream(dev);
     cudaError_t e = cudaEventRecord(c->events[i], compute);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(c->streams[i], c->events[i], 0);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        atomic_store(&c->broken, 1);
         return mw__error(MW_ERR_DEVICE, "%s: ordering the collective after the compute: %s",
                          dev->name, cudaGetErrorString(e));
+    }
     c->started[i]++;
     ncclResult_t res =
         mw__nccl_enqueue(c->comms[i], c->streams[i], op, buf, n, bounds, c->nranks, root);

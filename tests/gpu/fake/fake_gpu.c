@@ -15,6 +15,7 @@
 
 #include "collectives/mpi/mpi_impl.h"
 #include "collectives/reducer.h"
+#include "devices/cuda/cuda.h" /* mw__find_shared_gpu (cuda_host_under_test.c) */
 #include "devices/module_abi.h"
 
 struct CUstream_st {
@@ -357,16 +358,6 @@ static mw_status gpu_identity(int ordinal, char out[MW__GPU_ID_SIZE]) {
     return MW_OK;
 }
 
-static int find_shared_gpu(const char (*ids)[MW__GPU_ID_SIZE], int n, int *first, int *second) {
-    for (int j = 1; j < n; j++)
-        for (int i = 0; i < j; i++)
-            if (ids[i][0] && strcmp(ids[i], ids[j]) == 0) {
-                *first = i, *second = j;
-                return 1;
-            }
-    return 0;
-}
-
 static mw_status sum_slices_on(struct mw__device *dev, struct CUstream_st *stream,
                                float *const *bufs, int nbufs, size_t lo, size_t hi) {
     (void)dev, (void)stream, (void)bufs, (void)nbufs, (void)lo, (void)hi;
@@ -381,6 +372,6 @@ static mw_status sum_slices(struct mw__device *dev, float *const *bufs, int nbuf
 const mw__cuda_api mw__cuda_services = {.device = &fake_cuda_device,
                                         .stream = compute_stream,
                                         .gpu_identity = gpu_identity,
-                                        .find_shared_gpu = find_shared_gpu,
+                                        .find_shared_gpu = mw__find_shared_gpu,
                                         .sum_slices = sum_slices,
                                         .sum_slices_on = sum_slices_on};

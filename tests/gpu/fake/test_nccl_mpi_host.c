@@ -176,6 +176,27 @@ Test(nccl_mpi_host, a_started_gather_times_out_and_breaks_the_communicators) { s
 
 Test(nccl_mpi_host, a_started_gather_aborted_breaks_the_communicators) { stalled_gather(1); }
 
+/* A rank that passes a bad argument never joins the collective its peers (in other processes
+ * too) entered: the call aborts, and the reset leaves the communicators broken, so the next
+ * collective cannot pair with the peers' stale one. */
+Test(nccl_mpi_host, a_bad_argument_breaks_the_communicators) {
+    mw__device devs[1];
+    mw__comm *c = open_comm(1, devs);
+    const fake_record *f = fake_gpu();
+    float buf[16];
+    size_t bounds[2] = {0, 20}; /* a part past the end of the buffer */
+    mw_status st = R->all_gather_start(c, 0, buf, 16, MW_F32, bounds);
+    cr_assert_eq(st, MW_ERR_INVALID, "%s: %s", mw_status_name(st), mw_last_error());
+    cr_assert(strstr(mw_last_error(), "parts"), "%s", mw_last_error());
+    int calls = f->ncalls;
+    R->reset(c);
+    cr_assert_eq(f->aborted, 1, "reset after a bad argument aborted %d communicators", f->aborted);
+    st = R->allreduce_start(c, 0, buf, 16, MW_F32);
+    cr_assert_eq(st, MW_ERR_STATE, "after the reset: %s: %s", mw_status_name(st), mw_last_error());
+    cr_assert_eq(f->ncalls, calls, "NCCL calls after the reset: %d", f->ncalls - calls);
+    R->comm_free(c);
+}
+
 Test(nccl_mpi_host, reset_after_finished_collectives_keeps_the_communicators) {
     mw__device devs[2];
     mw__comm *c = open_comm(2, devs);
