@@ -12,11 +12,16 @@ set -euo pipefail
 root=${1:?usage: check-gpu-suites.sh ROOT BUILD}
 build=${2:?usage: check-gpu-suites.sh ROOT BUILD}
 
-# The suites the sources define: the first argument of Test( and TestSuite( at a line's start.
+# The suites the sources define: the first argument of Test( and TestSuite(, the second of
+# ParameterizedTest( and Theory( (after a parameter or a parenthesised list of types), at a
+# line's start.
 suites_of() {
     local f
     for f in "$@"; do
-        [ -f "$f" ] && grep -hoE '^(Test|TestSuite)\([a-z_0-9]+' "$f" | sed 's/.*(//'
+        [ -f "$f" ] || continue
+        grep -hoE '^(Test|TestSuite)\([a-z_0-9]+' "$f" | sed 's/.*(//' || true
+        grep -hoE '^(ParameterizedTest\([^,]*|Theory\(\([^)]*\)), *[a-z_0-9]+' "$f" |
+            sed 's/.*, *//' || true
     done | sort -u
 }
 
@@ -45,6 +50,12 @@ breach() {
     echo "check-gpu-suites: $*" >&2
     fail=1
 }
+
+# The stages' limits fit the default budget: no stage is promised time the run does not have.
+read -r _ limits _ budget <<< "$(grep '^limits ' <<< "$listing")"
+[ -n "${limits:-}" ] && [ "$limits" -le "$budget" ] ||
+    breach "the stages' limits of scripts/gpu-check.sh add up to ${limits:-?} s, more than its" \
+        "default budget of ${budget:-?} s"
 
 for s in $need; do
     grep -qx "$s" <<< "$labelled_gpu" ||

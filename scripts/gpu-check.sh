@@ -50,8 +50,10 @@
 # Environment: GPU_ARCH (CMAKE_CUDA_ARCHITECTURES, default 90), JOBS (default: all cores),
 # GPU_PEAK_TFLOPS (FP32 peak for the MFU column, default 67: H100/H200 SXM without tensor cores),
 # GPU_PEAK_BF16_TFLOPS (dense bf16 tensor-core peak, default 989: H100/H200 SXM),
-# GPU_CHECK_BUDGET (seconds for the whole run, default 560), BUILD (default build-gpu; kept between
-# runs, so a second run only rebuilds what changed), GPU_CHECK_CLEAN=1 (build from scratch).
+# GPU_CHECK_BUDGET (seconds for the whole run, default 570: the sum of the stages' limits, inside
+# a device call's 600), BUILD (default build-gpu; a second run on a machine still warm from the
+# first rebuilds only what changed, a fresh machine builds it all), GPU_CHECK_CLEAN=1 (build
+# from scratch).
 set -uo pipefail
 
 # One brace group: bash reads all of it before running any, so editing this file while it runs
@@ -81,15 +83,22 @@ TRAINER_SUITES="gpu_trainer"
 
 # The stages after the build, in the order they run: name|time limit (s)|function|what it
 # compares (the summary's line).
+# The limits of the stages before (deps, configure, build) and after the build add up to the
+# default budget, so no stage's limit promises time the run does not have (--list says the sum,
+# scripts/check-gpu-suites.sh checks it).
+DEPS_LIMIT=30
+CONFIGURE_LIMIT=40
+BUILD_LIMIT=150
 STAGES=(
-    "gpu-kernels|150|do_gpu_kernels|CUDA kernels and attention vs the CPU backend"
-    "conformance|90|do_conformance|every op's layouts, splits and precisions on cuda vs float64"
-    "gpu-trainer|180|do_gpu_trainer|GPT-2 on cuda:0, cuda:0x2 vs cpu:1, f32 and bf16"
-    "nccl-mpi|100|do_nccl_mpi|2 processes on one GPU over NCCL vs cpu:1 in one process"
-    "bench-124m|120|do_bench_124m|GPT-2 124M ms/step and MFU vs the GPU's dense peaks"
-    "bench-gpt2|60|do_bench_gpt2|small GPT-2 ms/step on cuda:0, cuda:0x2 vs cpu:1"
-    "bench-linreg|40|do_bench_linreg|linreg ms/step on cuda:0, cuda:0x2 vs cpu:1"
+    "gpu-kernels|80|do_gpu_kernels|CUDA kernels and attention vs the CPU backend"
+    "conformance|50|do_conformance|every op's layouts, splits and precisions on cuda vs float64"
+    "gpu-trainer|90|do_gpu_trainer|GPT-2 on cuda:0, cuda:0x2 vs cpu:1, f32 and bf16"
+    "nccl-mpi|40|do_nccl_mpi|2 processes on one GPU over NCCL vs cpu:1 in one process"
+    "bench-124m|55|do_bench_124m|GPT-2 124M ms/step and MFU vs the GPU's dense peaks"
+    "bench-gpt2|20|do_bench_gpt2|small GPT-2 ms/step on cuda:0, cuda:0x2 vs cpu:1"
+    "bench-linreg|15|do_bench_linreg|linreg ms/step on cuda:0, cuda:0x2 vs cpu:1"
 )
+DEFAULT_BUDGET=570
 # What the build makes: the stages' programs (the CUDA, MPI and NCCL-over-MPI modules come with
 # libmeshwit); the MPI programs only when MPI was configured.
 BUILD_TARGETS="test_gpu conformance meshwit-bench"
@@ -136,11 +145,14 @@ prepare() {
 
 list() {
     local s name limit
-    echo "stages (seconds): deps 60, configure 90, build 240, then:"
+    local total=$((DEPS_LIMIT + CONFIGURE_LIMIT + BUILD_LIMIT))
+    echo "stages (seconds): deps $DEPS_LIMIT, configure $CONFIGURE_LIMIT, build $BUILD_LIMIT, then:"
     for s in "${STAGES[@]}"; do
         IFS='|' read -r name limit _ <<< "$s"
         echo "stage $name $limit"
+        total=$((total + limit))
     done
+    echo "limits $total budget $DEFAULT_BUDGET"
     for s in $KERNEL_SUITES; do echo "suite $s gpu-kernels"; done
     for s in $TRAINER_SUITES; do echo "suite $s gpu-trainer"; done
 }
@@ -177,7 +189,7 @@ PREFIX=$ROOT/build-gpu-deps
 LIBDIR=$PREFIX/usr/lib/$MULTIARCH
 JOBS=${JOBS:-$(nproc 2> /dev/null || echo 4)}
 GPU_ARCH=${GPU_ARCH:-90}
-BUDGET=${GPU_CHECK_BUDGET:-560}
+BUDGET=${GPU_CHECK_BUDGET:-$DEFAULT_BUDGET}
 DEADLINE=$((SECONDS + BUDGET))
 NO_MPI="" # why the build has no MPI, when it has none
 : > "$OUT/log.txt"
@@ -481,11 +493,11 @@ do_bench_linreg() {
 
 echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n), $JOBS jobs, sm_$GPU_ARCH," \
     "budget ${BUDGET}s, commit $(git -C "$ROOT" rev-parse --short HEAD 2> /dev/null || echo '?')"
-stage deps 60 do_deps "the prepared packages in a private prefix"
+stage deps "$DEPS_LIMIT" do_deps "the prepared packages in a private prefix"
 if [ "${RESULTS[0]}" = ok ]; then
-    stage configure 90 do_configure "CUDA sm_$GPU_ARCH, NCCL and MPI"
+    stage configure "$CONFIGURE_LIMIT" do_configure "CUDA sm_$GPU_ARCH, NCCL and MPI"
     # A configuration without MPI still builds the rest.
-    [ "$DRY" = 1 ] || [ -f "$BUILD/CMakeCache.txt" ] && stage build 240 do_build "$JOBS jobs"
+    [ "$DRY" = 1 ] || [ -f "$BUILD/CMakeCache.txt" ] && stage build "$BUILD_LIMIT" do_build "$JOBS jobs"
 fi
 if [ "$MODE" = run ] && [ "${#RESULTS[@]}" -eq 3 ] && [ "${RESULTS[2]}" = ok ]; then
     for s in "${STAGES[@]}"; do
