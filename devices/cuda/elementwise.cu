@@ -1,6 +1,9 @@
 /* Element-wise ops: binary arithmetic, copies (permute, broadcast, scale), fill, GELU and its
  * gradient, the maps of devices/math.h and their gradients, dropout (its mask the CPU's integer
- * hash). One IEEE operation per element: the CPU's bits. */
+ * hash). Arithmetic, copies and the mask: one IEEE operation per element, the CPU's bits. GELU
+ * and the maps evaluate devices/math.h's formulas with CUDA's expf, tanhf and erff and nvcc's
+ * multiply-add contractions: within a few ulp of the CPU's values, not its bits (the tests
+ * compare them with tolerances derived from the formulas). */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -80,10 +83,11 @@ __global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, 
 }
 
 /* colsum[j] = sum over rows, in row order, of gy * gelu'(x) at (r, j): the bias gradient of a
- * bf16 GELU gradient, from its f32 values, with the CPU kernel's terms and order
+ * bf16 GELU gradient, from its f32 values, in the CPU kernel's order and roundings
  * (devices/cpu/cpu_elementwise.c: each row's products added into the sums as they are
  * written): s = s + round(gy * g'), each addition rounded (__fadd_rn: nvcc would otherwise fuse
- * s + gy * g' into one FMA, other bits than the CPU's). The order leaves no parallelism within
+ * s + gy * g' into one FMA). The sums then differ from the CPU's only as far as the terms do,
+ * gelu' being within a few ulp of the CPU's (above). The order leaves no parallelism within
  * a column, so a block of COLSUM_THREADS takes COLSUM_COLS columns: all its threads compute the
  * products of COLSUM_ROWS rows into shared memory (the costly part, gelu' and the loads, spread
  * over 8 warps and ~cols / 32 blocks instead of one thread per column), then one thread per
