@@ -2,12 +2,10 @@
  * errors of their rules.
  *
  * Each case traces a small graph whose differentiable leaves are parameters (MW_INIT_NORMAL, so
- * deterministic), applies one op (or the few ops of one GPT-2 building block), and reduces the
- * result to L = sum(out * r), where r is a fed input of fixed random weights: every output
- * element reaches the loss with its own weight, so a gradient routed to the wrong element, or
- * summed over the wrong axis, changes L's gradient. The analytic gradient (mw_trainer_compute_grads
- * on "cpu:1", read with mw_trainer_read_grad) is compared element by element with
- * (L(p + h) - L(p - h)) / (2h), from two mw_trainer_eval calls, computed in double.
+ * deterministic), applies one op (or the few ops of one GPT-2 building block), and checks the
+ * analytic gradient of L = sum(out * r) (mw_trainer_compute_grads on "cpu:1") element by element
+ * against central differences in double (tests/common/fd_grad.h: the method and the tolerances,
+ * derived there; cases through a layer norm get twice them).
  *
  * Where an op only moves values (relabels, slices, lookups) the expected gradient is also known
  * exactly (r itself, zero outside a slice, a sum of rows of r), and is checked as such. */
@@ -15,230 +13,14 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/common/fd_grad.h"
+#include "tests/common/rng.h"
 
-/* Error of a central difference, and the tolerances below.
- *
- * Rounding: the forward pass runs in f32 (u = 2^-24 = 6e-8). Every loss here is a sum of at most
- * ~50 terms out_i * r_i with |r_i| < 1 and |out_i| of order one (a few for the larger ops), so
- * one evaluation of L is off by about sqrt(n) u sum|terms| <~ 7 * 6e-8 * 20 = 1e-5 at worst; the
- * central difference divides the difference of two evaluations by 2h, giving <~ 1e-5 / h = 1e-3
- * for h = 1e-2, and typically far less (the rounding of the two evaluations is the same except
- * near the perturbed element). Measured: at most 2.2e-5 for single ops, 3.6e-5 through a layer
- * norm, and 4.9e-4 on a gradient of about 3 in the residual block (layer norm, GELU, a linear
- * layer and the residual add).
- *
- * Truncation: h^2 / 6 * |d^3 L / dp^3|. Zero for ops linear in each parameter (relabels,
- * slices, the embedding lookup, a contraction: at most quadratic in a tied parameter); for
- * the smooth nonlinear ops the third derivative is of order one at our values (GELU:
- * |gelu'''| < 1; softmax and cross-entropy: bounded by a few times scale^3; layer norm: by
- * rstd^3 with rows whose standard deviation is near one), so h = 1e-2 costs ~2e-5.
- *
- * Hence |analytic - numeric| <= ATOL + RTOL * |numeric| with ATOL = RTOL = 1e-3, the worst-case
- * rounding estimate, while a wrong gradient (a missing term, a transposed or mis-broadcast one, a
- * missing factor of the scale) is off by O(0.1 - 1). Layer norm divides by a row's standard
- * deviation, whose derivative amplifies the rounding of the two evaluations: the cases through
- * one get twice the tolerance. Every measured error is below 6% of its bound. */
-#define STEP 1e-2
-#define ATOL 1e-3
-#define RTOL 1e-3
-
-#define MAX_LEAVES 6
-#define MAX_ELEMS 192
-
-typedef struct leaf {
-    char name[MW_MAX_NAME];
-    int64_t count;
-    int is_ids;
-    int has_values;         /* parameter: data is written into the trainer before checking */
-    float data[MAX_ELEMS];  /* f32 input: values fed at every step; parameter: see has_values */
-    int32_t ids[MAX_ELEMS]; /* i32 input: the ids fed at every step */
-    float grad[MAX_ELEMS];  /* parameter: the analytic gradient, after case_run */
-    float value[MAX_ELEMS]; /* parameter: its value, after case_run */
-} leaf;
-
-typedef struct grad_case {
-    mw_graph *g;
-    uint64_t rng;
-    double tol_scale; /* multiplies ATOL and RTOL */
-    int nparams, ninputs;
-    leaf param[MAX_LEAVES];
-    leaf input[MAX_LEAVES];
-} grad_case;
-
-/* splitmix64: uniform in [-1, 1). */
-static double uniform(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 - 1.0;
-}
-
-static void case_begin(grad_case *c) {
-    memset(c, 0, sizeof *c);
-    c->rng = 0x5EED0FA11;
-    c->tol_scale = 1.0;
-    cr_assert_eq(mw_graph_new(&c->g), MW_OK, "%s", mw_last_error());
-}
-
-static leaf *add_leaf(leaf *list, int *n, const char *name, int64_t count) {
-    cr_assert_lt(*n, MAX_LEAVES);
-    cr_assert_leq(count, MAX_ELEMS, "%s has %lld elements", name, (long long)count);
-    leaf *l = &list[(*n)++];
-    snprintf(l->name, sizeof l->name, "%s", name);
-    l->count = count;
-    return l;
-}
-
-static leaf *find_leaf(leaf *list, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(list[i].name, name) == 0) return &list[i];
-    cr_assert_fail("no leaf named %s", name);
-    return NULL;
-}
-
-/* A parameter drawn from N(0, std^2) by the graph's initialiser. */
-static mw_tensor *case_param(grad_case *c, const char *name, mw_axes axes, float std) {
-    mw_tensor *p = mw_param(c->g, name, axes, MW_INIT_NORMAL(std));
-    cr_assert_not_null(p, "mw_param(%s): %s", name, mw_graph_error(c->g));
-    add_leaf(c->param, &c->nparams, name, mw_tensor_numel(p));
-    return p;
-}
-
-/* A parameter that starts at the given values. */
-static mw_tensor *case_param_values(grad_case *c, const char *name, mw_axes axes,
-                                    const float *values) {
-    mw_tensor *p = case_param(c, name, axes, 1.0f);
-    leaf *l = &c->param[c->nparams - 1];
-    l->has_values = 1;
-    memcpy(l->data, values, sizeof(float) * (size_t)l->count);
-    return p;
-}
-
-/* An f32 input fed with uniform values in [-1, 1). */
-static mw_tensor *case_input(grad_case *c, const char *name, mw_axes axes) {
-    mw_tensor *x = mw_input(c->g, name, MW_F32, axes);
-    cr_assert_not_null(x, "mw_input(%s): %s", name, mw_graph_error(c->g));
-    leaf *l = add_leaf(c->input, &c->ninputs, name, mw_tensor_numel(x));
-    for (int64_t i = 0; i < l->count; i++) l->data[i] = (float)uniform(&c->rng);
-    return x;
-}
-
-/* An i32 input fed with `ids` (numel(axes) of them). */
-static mw_tensor *case_ids(grad_case *c, const char *name, mw_axes axes, const int32_t *ids) {
-    mw_tensor *x = mw_input(c->g, name, MW_I32, axes);
-    cr_assert_not_null(x, "mw_input(%s): %s", name, mw_graph_error(c->g));
-    leaf *l = add_leaf(c->input, &c->ninputs, name, mw_tensor_numel(x));
-    l->is_ids = 1;
-    memcpy(l->ids, ids, sizeof(int32_t) * (size_t)l->count);
-    return x;
-}
-
-/* The axes of t, to declare an input of the same shape. Names stay owned by the graph. */
-static mw_axes axes_of(const mw_tensor *t) {
-    mw_axes axes = {.rank = mw_tensor_rank(t)};
-    for (int i = 0; i < axes.rank; i++) {
-        const char *mesh_axis;
-        cr_assert_eq(mw_tensor_axis(t, i, &axes.axis[i].name, &axes.axis[i].size, &mesh_axis),
-                     MW_OK);
-        cr_assert_null(mesh_axis);
-    }
-    return axes;
-}
-
-static double eval_loss(mw_trainer *tr, const mw_feed *feeds, int nfeeds) {
-    float loss = NAN;
-    cr_assert_eq(mw_trainer_eval(tr, feeds, nfeeds, &loss), MW_OK, "%s", mw_last_error());
-    return loss;
-}
-
-/* Compares the analytic gradient of parameter p with central differences, then restores p. */
-static void check_param(grad_case *c, mw_trainer *tr, const mw_feed *feeds, int nfeeds, leaf *p) {
-    float probe[MAX_ELEMS];
-    int64_t n = p->count;
-    double atol = ATOL * c->tol_scale, rtol = RTOL * c->tol_scale;
-    memcpy(probe, p->value, sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        /* Divide by the perturbation actually stored in f32, not by the nominal 2h. */
-        probe[i] = (float)(p->value[i] + STEP);
-        double up = probe[i];
-        cr_assert_eq(mw_trainer_write_param(tr, p->name, probe, n), MW_OK, "%s", mw_last_error());
-        double loss_up = eval_loss(tr, feeds, nfeeds);
-        probe[i] = (float)(p->value[i] - STEP);
-        double down = probe[i];
-        cr_assert_eq(mw_trainer_write_param(tr, p->name, probe, n), MW_OK, "%s", mw_last_error());
-        double loss_down = eval_loss(tr, feeds, nfeeds);
-        probe[i] = p->value[i];
-
-        double numeric = (loss_up - loss_down) / (up - down);
-        double err = fabs((double)p->grad[i] - numeric), bound = atol + rtol * fabs(numeric);
-        cr_assert_leq(err, bound,
-                      "d loss / d %s[%lld]: analytic %.7g, central difference %.7g (error %.3g)",
-                      p->name, (long long)i, p->grad[i], numeric, err);
-    }
-    cr_assert_eq(mw_trainer_write_param(tr, p->name, p->value, n), MW_OK, "%s", mw_last_error());
-}
-
-/* Makes L = sum(out * r) (r is the input "r"), a trainer on one CPU device, computes the analytic
- * gradients into each parameter's leaf, and checks them against central differences when
- * `finite_differences` is set. Frees everything but the leaves; returns L. */
-static double case_run(grad_case *c, mw_tensor *out, int finite_differences) {
-    cr_assert_not_null(out, "tracing failed: %s", mw_graph_error(c->g));
-    mw_tensor *r = case_input(c, "r", axes_of(out));
-    mw_tensor *loss = mw_sum(c->g, mw_mul(c->g, out, r), NULL);
-    cr_assert_eq(mw_graph_status(c->g), MW_OK, "%s", mw_graph_error(c->g));
-
-    mw_mesh *mesh = NULL;
-    mw_trainer *tr = NULL;
-    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_new(c->g, loss, mesh, NULL, &tr), MW_OK, "%s", mw_last_error());
-    for (int j = 0; j < c->nparams; j++) {
-        leaf *p = &c->param[j];
-        if (p->has_values)
-            cr_assert_eq(mw_trainer_write_param(tr, p->name, p->data, p->count), MW_OK, "%s",
-                         mw_last_error());
-        cr_assert_eq(mw_trainer_read_param(tr, p->name, p->value, p->count), MW_OK, "%s",
-                     mw_last_error());
-    }
-
-    mw_feed feeds[MAX_LEAVES];
-    for (int j = 0; j < c->ninputs; j++)
-        feeds[j] = (mw_feed){c->input[j].name,
-                             c->input[j].is_ids ? (const void *)c->input[j].ids : c->input[j].data,
-                             c->input[j].count};
-    float value = NAN;
-    cr_assert_eq(mw_trainer_compute_grads(tr, feeds, c->ninputs, &value), MW_OK, "%s",
-                 mw_last_error());
-    cr_assert(isfinite(value));
-    for (int j = 0; j < c->nparams; j++)
-        cr_assert_eq(
-            mw_trainer_read_grad(tr, c->param[j].name, c->param[j].grad, c->param[j].count), MW_OK,
-            "%s", mw_last_error());
-    if (finite_differences)
-        for (int j = 0; j < c->nparams; j++) check_param(c, tr, feeds, c->ninputs, &c->param[j]);
-
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(c->g);
-    c->g = NULL;
-    return value;
-}
-
-static void case_check(grad_case *c, mw_tensor *out) { case_run(c, out, 1); }
-
-/* The gradient of an op that only relabels its input (the same elements in the same memory
- * order) is r itself, bit for bit. */
-static void expect_grad_is_r(grad_case *c, const char *param) {
-    leaf *p = find_leaf(c->param, c->nparams, param), *r = find_leaf(c->input, c->ninputs, "r");
-    cr_assert_eq(p->count, r->count);
-    for (int64_t i = 0; i < p->count; i++)
-        cr_assert_eq(p->grad[i], r->data[i], "d loss / d %s[%lld] = %.9g, expected r = %.9g", param,
-                     (long long)i, p->grad[i], r->data[i]);
-}
+/* The seed of every case's inputs. */
+#define SEED 0x5EED0FA11
 
 TestSuite(nn_grad, .description = "NN and reshaping ops: gradients against central differences",
           .timeout = 60);
@@ -248,14 +30,14 @@ TestSuite(nn_grad, .description = "NN and reshaping ops: gradients against centr
 /* ids [Batch=2, Seq=4]: row 1 is picked four times and row 4 twice (their gradients accumulate),
  * rows 2 and 3 never (zero gradient). d L / d table[v] = sum of r over the positions holding v. */
 Test(nn_grad, embedding_repeated_ids) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     static const int32_t ids[8] = {1, 4, 1, 1, 0, 4, 5, 1};
-    mw_tensor *table = case_param(&c, "table", MW_AXES({"Vocab", 6}, {"Dim", 3}), 1.0f);
-    mw_tensor *t = case_ids(&c, "ids", MW_AXES({"Batch", 2}, {"Seq", 4}), ids);
-    case_check(&c, mw_embedding(c.g, table, t, "Vocab"));
+    mw_tensor *table = fd_param(&c, "table", MW_AXES({"Vocab", 6}, {"Dim", 3}), 1.0f);
+    mw_tensor *t = fd_ids(&c, "ids", MW_AXES({"Batch", 2}, {"Seq", 4}), ids);
+    fd_check(&c, mw_embedding(c.g, table, t, "Vocab"));
 
-    leaf *p = find_leaf(c.param, c.nparams, "table"), *r = find_leaf(c.input, c.ninputs, "r");
+    fd_leaf *p = fd_find(c.param, c.nparams, "table"), *r = fd_find(c.input, c.ninputs, "r");
     for (int v = 0; v < 6; v++)
         for (int d = 0; d < 3; d++) {
             double want = 0.0;
@@ -274,54 +56,53 @@ Test(nn_grad, embedding_repeated_ids) {
  * deviations near one, so 1/std stays small; gain and bias are random so that each term of
  * d/dx (w * xhat) shows. */
 Test(nn_grad, layernorm) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     c.tol_scale = 2.0;
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 2}, {"Row", 2}, {"Dim", 6}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Dim", 6}), 1.0f);
-    mw_tensor *b = case_param(&c, "b", MW_AXES({"Dim", 6}), 1.0f);
-    case_check(&c, mw_layernorm(c.g, x, w, b, "Dim", 1e-5f));
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 2}, {"Row", 2}, {"Dim", 6}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Dim", 6}), 1.0f);
+    mw_tensor *b = fd_param(&c, "b", MW_AXES({"Dim", 6}), 1.0f);
+    fd_check(&c, mw_layernorm(c.g, x, w, b, "Dim", 1e-5f));
 }
 
 /* The gradient of a permutation is the inverse permutation; a constant adds nothing to it. */
 Test(nn_grad, permute_and_full) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}, {"C", 2}), 1.0f);
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}, {"C", 2}), 1.0f);
     mw_tensor *y = mw_permute(c.g, x, "C,A,B");
-    case_check(&c, mw_mul(c.g, mw_add(c.g, y, mw_full(c.g, MW_AXES({"B", 4}), 0.5f)), y));
+    fd_check(&c, mw_mul(c.g, mw_add(c.g, y, mw_full(c.g, MW_AXES({"B", 4}), 0.5f)), y));
 }
 
 /* Values with standard deviation 2 reach GELU's curved region and both tails. */
 Test(nn_grad, gelu) {
-    grad_case c;
-    case_begin(&c);
-    case_check(&c, mw_gelu(c.g, case_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
+    fd_case c;
+    fd_begin(&c, SEED);
+    fd_check(&c, mw_gelu(c.g, fd_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
 }
 
 Test(nn_grad, gelu_erf) {
-    grad_case c;
-    case_begin(&c);
-    case_check(&c, mw_gelu_erf(c.g, case_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
+    fd_case c;
+    fd_begin(&c, SEED);
+    fd_check(&c, mw_gelu_erf(c.g, fd_param(&c, "x", MW_AXES({"A", 3}, {"B", 8}), 2.0f)));
 }
 
 /* The scale multiplies the logits, so it multiplies the gradient too. */
 Test(nn_grad, softmax) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Row", 3}, {"Class", 5}), 1.0f);
-    case_check(&c, mw_softmax(c.g, x, "Class", 0.7f));
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Row", 3}, {"Class", 5}), 1.0f);
+    fd_check(&c, mw_softmax(c.g, x, "Class", 0.7f));
 }
 
 /* x [Head, Query, Key]: query i sees keys j <= i + (keys - queries); the hidden logits take no
  * part in the output, so their gradient is exactly zero. */
 static void check_causal_softmax(int64_t queries, int64_t keys) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x =
-        case_param(&c, "x", MW_AXES({"Head", 2}, {"Query", queries}, {"Key", keys}), 1.0f);
-    case_check(&c, mw_causal_softmax(c.g, x, "Query", "Key", 0.5f));
-    leaf *p = &c.param[0];
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Head", 2}, {"Query", queries}, {"Key", keys}), 1.0f);
+    fd_check(&c, mw_causal_softmax(c.g, x, "Query", "Key", 0.5f));
+    fd_leaf *p = &c.param[0];
     for (int64_t h = 0; h < 2; h++)
         for (int64_t i = 0; i < queries; i++)
             for (int64_t j = 0; j < keys; j++) {
@@ -344,14 +125,14 @@ Test(nn_grad, causal_softmax_longer_key) { check_causal_softmax(3, 5); }
 /* logits [Batch=2, Seq=3, Vocab=vocab] against targets; with valid < vocab the classes from
  * valid on are padding. Also checks the loss itself against the host's log-sum-exp. */
 static void check_cross_entropy(int64_t vocab, int64_t valid, const int32_t targets[6]) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     mw_tensor *logits =
-        case_param(&c, "logits", MW_AXES({"Batch", 2}, {"Seq", 3}, {"Vocab", vocab}), 2.0f);
-    mw_tensor *t = case_ids(&c, "targets", MW_AXES({"Batch", 2}, {"Seq", 3}), targets);
-    double loss = case_run(&c, mw_cross_entropy(c.g, logits, t, "Vocab", valid), 1);
+        fd_param(&c, "logits", MW_AXES({"Batch", 2}, {"Seq", 3}, {"Vocab", vocab}), 2.0f);
+    mw_tensor *t = fd_ids(&c, "targets", MW_AXES({"Batch", 2}, {"Seq", 3}), targets);
+    double loss = fd_run(&c, mw_cross_entropy(c.g, logits, t, "Vocab", valid), 1);
 
-    leaf *p = &c.param[0], *r = find_leaf(c.input, c.ninputs, "r");
+    fd_leaf *p = &c.param[0], *r = fd_find(c.input, c.ninputs, "r");
     int64_t classes = valid ? valid : vocab;
     double want = 0.0;
     for (int row = 0; row < 6; row++) {
@@ -377,46 +158,46 @@ Test(nn_grad, cross_entropy_padded_classes) {
 /* --- reshaping -------------------------------------------------------------------------------- */
 
 Test(nn_grad, split) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 2}, {"B", 6}, {"C", 2}), 1.0f);
-    case_check(&c, mw_split(c.g, x, "B", "P=2,Q"));
-    expect_grad_is_r(&c, "x");
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 2}, {"B", 6}, {"C", 2}), 1.0f);
+    fd_check(&c, mw_split(c.g, x, "B", "P=2,Q"));
+    fd_expect_grad_is_r(&c, "x");
 }
 
 Test(nn_grad, merge) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 2}, {"B", 3}, {"C", 2}), 1.0f);
-    case_check(&c, mw_merge(c.g, x, "B,C", "BC"));
-    expect_grad_is_r(&c, "x");
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 2}, {"B", 3}, {"C", 2}), 1.0f);
+    fd_check(&c, mw_merge(c.g, x, "B,C", "BC"));
+    fd_expect_grad_is_r(&c, "x");
 }
 
 Test(nn_grad, rename) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}), 1.0f);
-    case_check(&c, mw_rename(c.g, x, "B", "C"));
-    expect_grad_is_r(&c, "x");
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}), 1.0f);
+    fd_check(&c, mw_rename(c.g, x, "B", "C"));
+    fd_expect_grad_is_r(&c, "x");
 }
 
 /* A split and a merge back (GPT-2's heads) is the identity. */
 Test(nn_grad, split_then_merge) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Seq", 2}, {"Embed", 12}), 1.0f);
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Seq", 2}, {"Embed", 12}), 1.0f);
     mw_tensor *h = mw_split(c.g, x, "Embed", "Head=3,HeadDim=4");
-    case_check(&c, mw_merge(c.g, h, "Head,HeadDim", "Embed"));
-    expect_grad_is_r(&c, "x");
+    fd_check(&c, mw_merge(c.g, h, "Head,HeadDim", "Embed"));
+    fd_expect_grad_is_r(&c, "x");
 }
 
 /* x [A=3, Ctx=6], rows [1, 4) of Ctx as Seq: the gradient is r inside, exactly zero outside. */
 Test(nn_grad, slice) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 3}, {"Ctx", 6}), 1.0f);
-    case_check(&c, mw_slice(c.g, x, "Ctx", 1, 3, "Seq"));
-    leaf *p = &c.param[0], *r = find_leaf(c.input, c.ninputs, "r");
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 3}, {"Ctx", 6}), 1.0f);
+    fd_check(&c, mw_slice(c.g, x, "Ctx", 1, 3, "Seq"));
+    fd_leaf *p = &c.param[0], *r = fd_find(c.input, c.ninputs, "r");
     for (int a = 0; a < 3; a++)
         for (int j = 0; j < 6; j++) {
             float want = j >= 1 && j < 4 ? r->data[a * 3 + (j - 1)] : 0.0f;
@@ -427,11 +208,11 @@ Test(nn_grad, slice) {
 
 /* x [A=3, B=4, C=2], B = 2 selected (B dropped): r at B = 2, exactly zero elsewhere. */
 Test(nn_grad, select) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}, {"C", 2}), 1.0f);
-    case_check(&c, mw_select(c.g, x, "B", 2));
-    leaf *p = &c.param[0], *r = find_leaf(c.input, c.ninputs, "r");
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"A", 3}, {"B", 4}, {"C", 2}), 1.0f);
+    fd_check(&c, mw_select(c.g, x, "B", 2));
+    fd_leaf *p = &c.param[0], *r = fd_find(c.input, c.ninputs, "r");
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 4; b++)
             for (int k = 0; k < 2; k++) {
@@ -443,12 +224,12 @@ Test(nn_grad, select) {
 /* GPT-2's qkv: [Seq, QKV=18] split into Part=3 x Head=2 x HeadDim=3, the key part selected from
  * the middle, heads merged back: the gradient is zero in the q and v columns. */
 Test(nn_grad, select_part_of_split_axis) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Seq", 2}, {"QKV", 18}), 1.0f);
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Seq", 2}, {"QKV", 18}), 1.0f);
     mw_tensor *parts = mw_split(c.g, x, "QKV", "Part=3,Head=2,HeadDim=3");
-    case_check(&c, mw_merge(c.g, mw_select(c.g, parts, "Part", 1), "Head,HeadDim", "Embed"));
-    leaf *p = &c.param[0], *r = find_leaf(c.input, c.ninputs, "r");
+    fd_check(&c, mw_merge(c.g, mw_select(c.g, parts, "Part", 1), "Head,HeadDim", "Embed"));
+    fd_leaf *p = &c.param[0], *r = fd_find(c.input, c.ninputs, "r");
     for (int s = 0; s < 2; s++)
         for (int j = 0; j < 18; j++) {
             float want = j >= 6 && j < 12 ? r->data[s * 6 + (j - 6)] : 0.0f;
@@ -461,80 +242,80 @@ Test(nn_grad, select_part_of_split_axis) {
 /* Attention scores: q [Batch, Seq, Head, HeadDim] . k [Batch, Key, Head, HeadDim] over HeadDim,
  * with Batch and Head as batch axes, in the order GPT-2 asks for. */
 Test(nn_grad, contract_attention_scores) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     mw_tensor *q =
-        case_param(&c, "q", MW_AXES({"Batch", 2}, {"Seq", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
+        fd_param(&c, "q", MW_AXES({"Batch", 2}, {"Seq", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
     mw_tensor *k =
-        case_param(&c, "k", MW_AXES({"Batch", 2}, {"Key", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
-    case_check(&c, mw_contract(c.g, q, k, "Batch,Head,Seq,Key"));
+        fd_param(&c, "k", MW_AXES({"Batch", 2}, {"Key", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
+    fd_check(&c, mw_contract(c.g, q, k, "Batch,Head,Seq,Key"));
 }
 
 /* Attention output: p [Batch, Head, Seq, Key] . v [Batch, Key, Head, HeadDim] over Key. */
 Test(nn_grad, contract_attention_values) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     mw_tensor *p =
-        case_param(&c, "p", MW_AXES({"Batch", 2}, {"Head", 2}, {"Seq", 3}, {"Key", 3}), 1.0f);
+        fd_param(&c, "p", MW_AXES({"Batch", 2}, {"Head", 2}, {"Seq", 3}, {"Key", 3}), 1.0f);
     mw_tensor *v =
-        case_param(&c, "v", MW_AXES({"Batch", 2}, {"Key", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
-    case_check(&c, mw_contract(c.g, p, v, "Batch,Seq,Head,HeadDim"));
+        fd_param(&c, "v", MW_AXES({"Batch", 2}, {"Key", 3}, {"Head", 2}, {"HeadDim", 2}), 1.0f);
+    fd_check(&c, mw_contract(c.g, p, v, "Batch,Seq,Head,HeadDim"));
 }
 
 /* y = x . W^T + b over named axes: W [Out, In], b [Out] broadcast over Batch. */
 Test(nn_grad, linear_with_bias) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"In", 4}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 5}, {"In", 4}), 1.0f);
-    mw_tensor *b = case_param(&c, "b", MW_AXES({"Out", 5}), 1.0f);
-    case_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), b));
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 3}, {"In", 4}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Out", 5}, {"In", 4}), 1.0f);
+    mw_tensor *b = fd_param(&c, "b", MW_AXES({"Out", 5}), 1.0f);
+    fd_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), b));
 }
 
 /* A residual block's output as gpt2_model.c traces it: x + rename(h . W^T + b, Out -> Embed),
  * which the plan computes as one GEMM onto b + x. */
 Test(nn_grad, residual_linear_with_bias) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
-    mw_tensor *h = case_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
-    mw_tensor *b = case_param(&c, "b", MW_AXES({"Out", 4}), 1.0f);
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *h = fd_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
+    mw_tensor *b = fd_param(&c, "b", MW_AXES({"Out", 4}), 1.0f);
     mw_tensor *y = mw_add(c.g, mw_dot(c.g, h, w, "Hidden"), b);
-    case_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
+    fd_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
 }
 
 /* An addend the GEMM's epilogue cannot read (one value per row, not per column, nor laid out
  * like C): put into C first, then the product is added onto it (beta 1). */
 Test(nn_grad, linear_with_row_addend) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"In", 4}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 5}, {"In", 4}), 1.0f);
-    mw_tensor *a = case_param(&c, "a", MW_AXES({"Batch", 3}), 1.0f);
-    case_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), a));
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 3}, {"In", 4}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Out", 5}, {"In", 4}), 1.0f);
+    mw_tensor *a = fd_param(&c, "a", MW_AXES({"Batch", 3}), 1.0f);
+    fd_check(&c, mw_add(c.g, mw_dot(c.g, x, w, "In"), a));
 }
 
 /* An addend and a residual of the same kind (both laid out like C), which the GEMM's epilogue
  * takes one of at most: they are summed into C before the GEMM adds onto it. */
 Test(nn_grad, residual_with_full_addend) {
-    grad_case c;
-    case_begin(&c);
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
-    mw_tensor *h = case_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
-    mw_tensor *b = case_param(&c, "b", MW_AXES({"Batch", 3}, {"Out", 4}), 1.0f);
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *h = fd_param(&c, "h", MW_AXES({"Batch", 3}, {"Hidden", 5}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Out", 4}, {"Hidden", 5}), 1.0f);
+    mw_tensor *b = fd_param(&c, "b", MW_AXES({"Batch", 3}, {"Out", 4}), 1.0f);
     mw_tensor *y = mw_add(c.g, mw_dot(c.g, h, w, "Hidden"), b);
-    case_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
+    fd_check(&c, mw_add(c.g, x, mw_rename(c.g, y, "Out", "Embed")));
 }
 
 /* Causal multi-head self-attention as gpt2_model.c traces it, from qkv [Batch, Seq, QKV]:
  * split, select q, k, v, rename Seq to Key, scores, causal softmax, values, merge heads. */
 Test(nn_grad, causal_self_attention) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     mw_graph *g = c.g;
-    mw_tensor *qkv = case_param(&c, "qkv", MW_AXES({"Batch", 2}, {"Seq", 3}, {"QKV", 12}), 1.0f);
+    mw_tensor *qkv = fd_param(&c, "qkv", MW_AXES({"Batch", 2}, {"Seq", 3}, {"QKV", 12}), 1.0f);
     mw_tensor *parts = mw_split(g, qkv, "QKV", "Part=3,Head=2,HeadDim=2");
     mw_tensor *q = mw_select(g, parts, "Part", 0);
     mw_tensor *k = mw_rename(g, mw_select(g, parts, "Part", 1), "Seq", "Key");
@@ -542,18 +323,18 @@ Test(nn_grad, causal_self_attention) {
     mw_tensor *s = mw_contract(g, q, k, "Batch,Head,Seq,Key");
     mw_tensor *pr = mw_causal_softmax(g, s, "Seq", "Key", 1.0f / sqrtf(2.0f));
     mw_tensor *y = mw_contract(g, pr, v, "Batch,Seq,Head,HeadDim");
-    case_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
+    fd_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
 }
 
 /* The fused kernel on the same layout: qkv [Batch, Seq, Part, Head, HeadDim], causal or not. */
 static void check_fused_attention(int causal) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     mw_graph *g = c.g;
-    mw_tensor *qkv = case_param(&c, "qkv", MW_AXES({"Batch", 2}, {"Seq", 5}, {"QKV", 12}), 1.0f);
+    mw_tensor *qkv = fd_param(&c, "qkv", MW_AXES({"Batch", 2}, {"Seq", 5}, {"QKV", 12}), 1.0f);
     mw_tensor *parts = mw_split(g, qkv, "QKV", "Part=3,Head=2,HeadDim=2");
     mw_tensor *y = mw_attention(g, parts, "Part", "Seq", "HeadDim", causal, 1.0f / sqrtf(2.0f));
-    case_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
+    fd_check(&c, mw_merge(g, y, "Head,HeadDim", "Embed"));
 }
 
 Test(nn_grad, fused_attention_causal) { check_fused_attention(1); }
@@ -563,32 +344,32 @@ Test(nn_grad, fused_attention_full) { check_fused_attention(0); }
 /* A pre-LN residual block, x + gelu(ln(x) . W^T + b), renamed back to x's axes: x reaches the
  * output twice, once through the residual add. */
 Test(nn_grad, residual_block) {
-    grad_case c;
-    case_begin(&c);
+    fd_case c;
+    fd_begin(&c, SEED);
     c.tol_scale = 2.0; /* through a layer norm, as in the layernorm test */
     mw_graph *g = c.g;
-    mw_tensor *x = case_param(&c, "x", MW_AXES({"Seq", 3}, {"Embed", 4}), 1.0f);
-    mw_tensor *lw = case_param(&c, "lnw", MW_AXES({"Embed", 4}), 1.0f);
-    mw_tensor *lb = case_param(&c, "lnb", MW_AXES({"Embed", 4}), 1.0f);
-    mw_tensor *w = case_param(&c, "w", MW_AXES({"Out", 4}, {"Embed", 4}), 0.5f);
-    mw_tensor *b = case_param(&c, "b", MW_AXES({"Out", 4}), 0.5f);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Seq", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *lw = fd_param(&c, "lnw", MW_AXES({"Embed", 4}), 1.0f);
+    mw_tensor *lb = fd_param(&c, "lnb", MW_AXES({"Embed", 4}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Out", 4}, {"Embed", 4}), 0.5f);
+    mw_tensor *b = fd_param(&c, "b", MW_AXES({"Out", 4}), 0.5f);
     mw_tensor *h = mw_layernorm(g, x, lw, lb, "Embed", 1e-5f);
     h = mw_gelu(g, mw_add(g, mw_dot(g, h, w, "Embed"), b));
-    case_check(&c, mw_add(g, x, mw_rename(g, h, "Out", "Embed")));
+    fd_check(&c, mw_add(g, x, mw_rename(g, h, "Out", "Embed")));
 }
 
 /* GPT-2's tied head: one table is both the embedding and the output projection,
  * loss = sum(r * xent(embedding(ids) . table)). Its gradient must be the sum of the two uses',
  * which the same graph with two separate tables of the same values gives. */
-static mw_tensor *tied_model(grad_case *c, int separate, const float *values,
+static mw_tensor *tied_model(fd_case *c, int separate, const float *values,
                              const int32_t *targets) {
     static const int32_t ids[5] = {3, 1, 3, 0, 3};
     mw_graph *g = c->g;
-    mw_tensor *in = case_param_values(c, "wte", MW_AXES({"Vocab", 6}, {"Embed", 4}), values);
+    mw_tensor *in = fd_param_values(c, "wte", MW_AXES({"Vocab", 6}, {"Embed", 4}), values);
     mw_tensor *out =
-        separate ? case_param_values(c, "head", MW_AXES({"Vocab", 6}, {"Embed", 4}), values) : in;
-    mw_tensor *t = case_ids(c, "ids", MW_AXES({"Tok", 5}), ids);
-    mw_tensor *y = case_ids(c, "targets", MW_AXES({"Tok", 5}), targets);
+        separate ? fd_param_values(c, "head", MW_AXES({"Vocab", 6}, {"Embed", 4}), values) : in;
+    mw_tensor *t = fd_ids(c, "ids", MW_AXES({"Tok", 5}), ids);
+    mw_tensor *y = fd_ids(c, "targets", MW_AXES({"Tok", 5}), targets);
     mw_tensor *logits = mw_dot(g, mw_embedding(g, in, t, "Vocab"), out, "Embed");
     return mw_cross_entropy(g, logits, y, "Vocab", 5); /* row 5 is padding */
 }
@@ -597,16 +378,16 @@ Test(nn_grad, tied_parameter_used_twice) {
     static const int32_t targets[5] = {1, 3, 0, 4, 2};
     float values[24];
     uint64_t rng = 7;
-    for (int i = 0; i < 24; i++) values[i] = (float)uniform(&rng);
+    for (int i = 0; i < 24; i++) values[i] = (float)rng_uniform(&rng);
 
-    grad_case tied, split;
-    case_begin(&tied);
-    case_check(&tied, tied_model(&tied, 0, values, targets));
-    case_begin(&split);
-    case_run(&split, tied_model(&split, 1, values, targets), 0);
+    fd_case tied, split;
+    fd_begin(&tied, SEED);
+    fd_check(&tied, tied_model(&tied, 0, values, targets));
+    fd_begin(&split, SEED);
+    fd_run(&split, tied_model(&split, 1, values, targets), 0);
 
     /* Both graphs feed the same r (same generator, same order of draws). */
-    leaf *t = &tied.param[0], *in = &split.param[0], *out = &split.param[1];
+    fd_leaf *t = &tied.param[0], *in = &split.param[0], *out = &split.param[1];
     int both = 0;
     for (int i = 0; i < 24; i++) {
         double want = (double)in->grad[i] + out->grad[i];

@@ -2,13 +2,12 @@
  * finite differences, argmax, concatenation, and dropout's mask, which must not depend on how
  * the tensor is sharded.
  *
- * Gradient checks: L = sum(out * r) with r fixed random weights in [-1, 1); the analytic
- * gradient (mw_trainer_compute_grads) against (L(p + h) - L(p - h)) / (2h) with h = 1e-2, both
- * losses from compute_grads too (so dropout draws the same mask). Parameters are set away from
- * kinks (|x| >= 0.1 for relu and abs, x >= 0.5 for log and sqrt), so the difference never
- * straddles one. Tolerance: as in test_nn_grad.c, 1e-3 absolute plus 1e-3 relative bounds the
- * f32 rounding of L (~20 terms of order one) divided by 2h, plus the truncation h^2/6 |f'''|
- * (at most ~2e-4 here: |f'''| < 8 for these functions on these ranges); a wrong gradient is off
+ * Gradient checks: tests/common/fd_grad.h's, L = sum(out * r) with r fixed random weights in
+ * [-1, 1), within its FD_ATOL + FD_RTOL |numeric| = 1e-3 + 1e-3 |numeric| (derived there: the f32
+ * rounding of L divided by 2h, and the truncation h^2/6 |f'''|, at most ~2e-4 here: |f'''| < 8
+ * for these functions on these ranges), both losses of each difference from the training pass
+ * (so dropout draws the same mask). Parameters are set away from kinks (|x| >= 0.1 for relu and
+ * abs, x >= 0.5 for log and sqrt), so the difference never straddles one; a wrong gradient is off
  * by O(0.1). */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -19,93 +18,29 @@
 #include "devices/device.h"
 #include "devices/math.h"
 #include "meshwit.h"
+#include "tests/common/fd_grad.h"
+#include "tests/common/rng.h"
 
 #define N 12
-#define H 1e-2
-#define TOL 1e-3
-
-static double rnd(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
-}
 
 typedef mw_tensor *(*build_fn)(mw_graph *g, mw_tensor *a, mw_tensor *b);
 
-typedef struct run {
-    mw_graph *g;
-    mw_mesh *mesh;
-    mw_trainer *tr;
-    mw_tensor *out;
-    float r[4 * N];
-    int64_t nout;
-    mw_feed feed;
-} run;
-
-/* Parameters a and b ([Row=3, Col=4]) set to va, vb; out = f(a, b); L = sum(out * r). */
-static void run_open(run *u, build_fn f, const float *va, const float *vb) {
-    memset(u, 0, sizeof *u);
-    cr_assert_eq(mw_graph_new(&u->g), MW_OK);
-    mw_tensor *a = mw_param(u->g, "a", MW_AXES({"Row", 3}, {"Col", 4}), MW_INIT_ZEROS);
-    mw_tensor *b = mw_param(u->g, "b", MW_AXES({"Row", 3}, {"Col", 4}), MW_INIT_ZEROS);
-    u->out = f(u->g, a, b);
-    cr_assert_not_null(u->out, "%s", mw_graph_error(u->g));
-    u->nout = mw_tensor_numel(u->out);
-    mw_axes axes = {.rank = mw_tensor_rank(u->out)};
-    for (int i = 0; i < axes.rank; i++)
-        mw_tensor_axis(u->out, i, &axes.axis[i].name, &axes.axis[i].size, NULL);
-    mw_tensor *r = mw_input(u->g, "r", MW_F32, axes);
-    mw_tensor *loss = mw_sum(u->g, mw_mul(u->g, u->out, r), NULL);
-    cr_assert_eq(mw_graph_status(u->g), MW_OK, "%s", mw_graph_error(u->g));
-    uint64_t s = 99;
-    for (int64_t i = 0; i < u->nout; i++) u->r[i] = (float)(2 * rnd(&s) - 1);
-    u->feed = (mw_feed){"r", u->r, u->nout};
-    cr_assert_eq(mw_mesh_new("cpu:1", "X", &u->mesh), MW_OK);
-    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = &u->out, .noutputs = 1};
-    cr_assert_eq(mw_trainer_new(u->g, loss, u->mesh, &cfg, &u->tr), MW_OK, "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_write_param(u->tr, "a", va, N), MW_OK);
-    cr_assert_eq(mw_trainer_write_param(u->tr, "b", vb, N), MW_OK);
-}
-
-static void run_close(run *u) {
-    mw_trainer_free(u->tr);
-    mw_mesh_free(u->mesh);
-    mw_graph_free(u->g);
-}
-
-static double loss_of(run *u) {
-    float l;
-    cr_assert_eq(mw_trainer_compute_grads(u->tr, &u->feed, 1, &l), MW_OK, "%s", mw_last_error());
-    return l;
-}
-
-static void check_grads(run *u, const char *name, const float *v) {
-    float grad[N], probe[N];
-    loss_of(u);
-    cr_assert_eq(mw_trainer_read_grad(u->tr, name, grad, N), MW_OK);
-    memcpy(probe, v, sizeof probe);
-    for (int i = 0; i < N; i++) {
-        probe[i] = (float)(v[i] + H);
-        double up = probe[i];
-        mw_trainer_write_param(u->tr, name, probe, N);
-        double lu = loss_of(u);
-        probe[i] = (float)(v[i] - H);
-        double down = probe[i];
-        mw_trainer_write_param(u->tr, name, probe, N);
-        double ld = loss_of(u);
-        probe[i] = v[i];
-        mw_trainer_write_param(u->tr, name, probe, N);
-        double num = (lu - ld) / (up - down);
-        cr_assert(fabs(grad[i] - num) <= TOL + TOL * fabs(num),
-                  "d L / d %s[%d]: analytic %.7g, central difference %.7g", name, i, grad[i], num);
-    }
+/* Parameters a and b ([Row=3, Col=4]) at va, vb; out = f(a, b), its values read into c->out;
+ * with finite_differences, both parameters' gradients checked. r is drawn from seed 99. */
+static void run_case(fd_case *c, build_fn f, const float *va, const float *vb,
+                     int finite_differences) {
+    fd_begin(c, 99);
+    c->train_pass = 1;
+    c->read_out = 1;
+    mw_tensor *a = fd_param_values(c, "a", MW_AXES({"Row", 3}, {"Col", 4}), va);
+    mw_tensor *b = fd_param_values(c, "b", MW_AXES({"Row", 3}, {"Col", 4}), vb);
+    fd_run(c, f(c->g, a, b), finite_differences);
 }
 
 /* Values in [lo, hi), kept at least `gap` from 0. */
 static void values(float *v, double lo, double hi, double gap, uint64_t seed) {
     for (int i = 0; i < N; i++) {
-        double x = lo + (hi - lo) * rnd(&seed);
+        double x = rng_range(rng_splitmix64(&seed), lo, hi);
         if (fabs(x) < gap) x = x < 0 ? -gap : gap;
         v[i] = (float)x;
     }
@@ -146,21 +81,17 @@ static const unary_case unary[] = {
 
 Test(ops_math, activations_values_and_gradients) {
     for (size_t c = 0; c < sizeof unary / sizeof *unary; c++) {
-        float va[N], vb[N], out[N];
+        float va[N], vb[N];
         values(va, unary[c].lo, unary[c].hi, unary[c].gap, 7 + c);
         values(vb, -1, 1, 0, 70 + c);
-        run u;
-        run_open(&u, unary[c].f, va, vb);
-        loss_of(&u);
-        cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, N), MW_OK);
+        fd_case u;
+        run_case(&u, unary[c].f, va, vb, 1);
+        const float *out = u.out;
         for (int i = 0; i < N; i++) {
             double want = unary[c].ref(va[i]) * vb[i];
             cr_assert(fabs(out[i] - want) <= 4e-7 * (1 + fabs(want)), "%s(%g): %.9g vs %.9g",
                       unary[c].name, va[i], out[i], want);
         }
-        check_grads(&u, "a", va);
-        check_grads(&u, "b", vb);
-        run_close(&u);
     }
 }
 
@@ -171,17 +102,16 @@ static mw_tensor *f_where(mw_graph *g, mw_tensor *a, mw_tensor *b) {
 }
 
 Test(ops_math, maximum_minimum_where) {
-    float va[N], vb[N], out[N];
+    float va[N], vb[N];
     values(va, -1, 1, 0, 3);
     values(vb, -1, 1, 0, 4);
     for (int i = 0; i < N; i++) /* no tie within reach of h: FD would straddle it */
         if (fabs(va[i] - vb[i]) < 0.05) vb[i] = va[i] + 0.3f;
     build_fn fs[] = {f_max, f_min, f_where};
     for (int c = 0; c < 3; c++) {
-        run u;
-        run_open(&u, fs[c], va, vb);
-        loss_of(&u);
-        cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, N), MW_OK);
+        fd_case u;
+        run_case(&u, fs[c], va, vb, 1);
+        const float *out = u.out;
         for (int i = 0; i < N; i++) {
             double want = c == 0           ? fmax(va[i], vb[i])
                           : c == 1         ? fmin(va[i], vb[i])
@@ -190,21 +120,15 @@ Test(ops_math, maximum_minimum_where) {
             cr_assert(fabs(out[i] - want) <= 4e-7 * (1 + fabs(want)), "case %d [%d]: %g vs %g", c,
                       i, out[i], want);
         }
-        check_grads(&u, "a", va);
-        check_grads(&u, "b", vb);
-        run_close(&u);
     }
     /* A tie: each side gets half the gradient (PyTorch's rule). */
     float same[N];
     memcpy(same, va, sizeof same);
-    run u;
-    run_open(&u, f_max, va, same);
-    loss_of(&u);
-    float ga[N], gb[N];
-    cr_assert_eq(mw_trainer_read_grad(u.tr, "a", ga, N), MW_OK);
-    cr_assert_eq(mw_trainer_read_grad(u.tr, "b", gb, N), MW_OK);
-    for (int i = 0; i < N; i++) cr_assert(ga[i] == 0.5f * u.r[i] && gb[i] == ga[i]);
-    run_close(&u);
+    fd_case u;
+    run_case(&u, f_max, va, same, 0);
+    const float *ga = u.param[0].grad, *gb = u.param[1].grad;
+    const float *r = fd_find(u.input, u.ninputs, "r")->data;
+    for (int i = 0; i < N; i++) cr_assert(ga[i] == 0.5f * r[i] && gb[i] == ga[i]);
 }
 
 static mw_tensor *f_rmax(mw_graph *g, mw_tensor *a, mw_tensor *b) {
@@ -217,26 +141,21 @@ static mw_tensor *f_concat(mw_graph *g, mw_tensor *a, mw_tensor *b) {
 }
 
 Test(ops_math, reduce_max_and_concat) {
-    float va[N], vb[N], out[3 * 10];
+    float va[N], vb[N];
     values(va, -1, 1, 0, 11);
     values(vb, 0.5, 1.5, 0, 12);
-    run u;
-    run_open(&u, f_rmax, va, vb);
-    loss_of(&u);
-    cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, 3), MW_OK);
+    fd_case u;
+    run_case(&u, f_rmax, va, vb, 1);
+    const float *out = u.out;
+    cr_assert_eq(u.nout, 3);
     for (int r = 0; r < 3; r++) {
         double m = -INFINITY;
         for (int c = 0; c < 4; c++) m = fmax(m, (double)((float)(va[r * 4 + c] * vb[r * 4 + c])));
         cr_assert_eq(out[r], (float)m);
     }
-    check_grads(&u, "a", va);
-    check_grads(&u, "b", vb);
-    run_close(&u);
 
-    run_open(&u, f_concat, va, vb);
+    run_case(&u, f_concat, va, vb, 1);
     cr_assert_eq(u.nout, 3 * 10);
-    loss_of(&u);
-    cr_assert_eq(mw_trainer_read_output(u.tr, u.out, out, 30), MW_OK);
     for (int r = 0; r < 3; r++)
         for (int c = 0; c < 10; c++) {
             double want = c < 4   ? va[r * 4 + c]
@@ -244,9 +163,6 @@ Test(ops_math, reduce_max_and_concat) {
                                   : va[r * 4 + c - 8 + 1];
             cr_assert(fabs(out[r * 10 + c] - want) <= 4e-7 * (1 + fabs(want)), "[%d, %d]", r, c);
         }
-    check_grads(&u, "a", va);
-    check_grads(&u, "b", vb);
-    run_close(&u);
 }
 
 Test(ops_math, argmax_first_of_ties_and_no_gradient) {
@@ -453,9 +369,6 @@ Test(ops_math, dropout_gradient) {
     float va[N], vb[N];
     values(va, -1, 1, 0, 21);
     values(vb, -1, 1, 0, 22);
-    run u;
-    run_open(&u, f_dropout, va, vb);
-    check_grads(&u, "a", va);
-    check_grads(&u, "b", vb);
-    run_close(&u);
+    fd_case u;
+    run_case(&u, f_dropout, va, vb, 1);
 }

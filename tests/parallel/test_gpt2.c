@@ -12,6 +12,8 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "tests/common/fd_grad.h"
+#include "tests/common/rng.h"
 
 /* --- parameters in llm.c's order -------------------------------------------------------------- */
 
@@ -128,14 +130,6 @@ static void feeds_of(const model *m, const int32_t *stream, int32_t *inputs, int
     memcpy(targets, stream + 1, sizeof(int32_t) * (size_t)n);
     feeds[0] = (mw_feed){"tokens", inputs, n};
     feeds[1] = (mw_feed){"targets", targets, n};
-}
-
-static double uniform(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 - 1.0;
 }
 
 static void *xmalloc(size_t size) {
@@ -313,7 +307,7 @@ static void random_weights(const model *m, float *params, uint64_t seed) {
         else
             scale = 0.2;
         for (int64_t j = 0; j < t->count; j++)
-            params[t->offset + j] = (float)(centre + scale * uniform(&rng));
+            params[t->offset + j] = (float)(centre + scale * rng_uniform(&rng));
     }
 }
 
@@ -323,10 +317,9 @@ static void random_weights(const model *m, float *params, uint64_t seed) {
  * 1.5e-4 relative (the largest error, on a gradient of 1.01, drops from 1.5e-4 to 4e-5 with h
  * halved, as h^2 predicts). The bound FD_ATOL + FD_RTOL |numeric| = 1e-4 + 2e-3 |numeric| is
  * five times either; a wrong gradient term is off by far more (the sampled gradients are
- * 1e-3 to 1). */
-#define FD_STEP 1e-2
-#define FD_ATOL 1e-4
-#define FD_RTOL 2e-3
+ * 1e-3 to 1). The difference itself is tests/common/fd_grad.h's, with its h = FD_STEP = 1e-2. */
+#define MODEL_FD_ATOL 1e-4
+#define MODEL_FD_RTOL 2e-3
 #define FD_SAMPLES 4 /* random elements per tensor, besides its largest gradient */
 
 Test(gpt2, whole_model_finite_differences) {
@@ -344,7 +337,7 @@ Test(gpt2, whole_model_finite_differences) {
     uint64_t rng = 4242;
     int32_t stream[2 * 4 + 1], inputs[8], targets[8];
     for (int i = 0; i < batch * seq + 1; i++)
-        stream[i] = (int32_t)((uniform(&rng) + 1.0) * 0.5 * c.vocab);
+        stream[i] = (int32_t)((rng_uniform(&rng) + 1.0) * 0.5 * c.vocab);
     mw_feed feeds[2];
     feeds_of(&m, stream, inputs, targets, feeds);
     float loss = NAN;
@@ -360,25 +353,11 @@ Test(gpt2, whole_model_finite_differences) {
             if (fabsf(g[j]) > fabsf(g[largest])) largest = j;
         pick[0] = largest;
         for (int s = 1; s <= FD_SAMPLES; s++)
-            pick[s] = (int64_t)((uniform(&rng) + 1.0) * 0.5 * (double)t->count) % t->count;
+            pick[s] = (int64_t)((rng_uniform(&rng) + 1.0) * 0.5 * (double)t->count) % t->count;
         for (int s = 0; s <= FD_SAMPLES; s++) {
             int64_t j = pick[s];
-            float base = p[j];
-            float up = (float)(base + FD_STEP), down = (float)(base - FD_STEP);
-            float lu = NAN, ld = NAN;
-            p[j] = up;
-            cr_assert_eq(mw_trainer_write_param(m.tr, t->name, p, t->count), MW_OK);
-            cr_assert_eq(mw_trainer_eval(m.tr, feeds, 2, &lu), MW_OK, "%s", mw_last_error());
-            p[j] = down;
-            cr_assert_eq(mw_trainer_write_param(m.tr, t->name, p, t->count), MW_OK);
-            cr_assert_eq(mw_trainer_eval(m.tr, feeds, 2, &ld), MW_OK, "%s", mw_last_error());
-            p[j] = base;
-            cr_assert_eq(mw_trainer_write_param(m.tr, t->name, p, t->count), MW_OK);
-            double numeric = ((double)lu - ld) / ((double)up - down);
-            double err = fabs(g[j] - numeric);
-            cr_assert_leq(err, FD_ATOL + FD_RTOL * fabs(numeric),
-                          "d loss / d %s[%lld]: analytic %.7g, central difference %.7g", t->name,
-                          (long long)j, g[j], numeric);
+            double numeric = fd_difference(m.tr, feeds, 2, 0, t->name, p, t->count, j, FD_STEP);
+            fd_expect_close(t->name, j, g[j], numeric, MODEL_FD_ATOL, MODEL_FD_RTOL);
         }
     }
     free(params);
@@ -443,7 +422,7 @@ static trajectory train(const gpt2_config *c, const char *devices, const char *m
         targets[SHARD_BATCH * SHARD_SEQ];
     for (int s = 0; s < SHARD_STEPS; s++) {
         for (int i = 0; i < SHARD_BATCH * SHARD_SEQ + 1; i++)
-            stream[i] = (int32_t)((uniform(&rng) + 1.0) * 0.5 * c->vocab);
+            stream[i] = (int32_t)((rng_uniform(&rng) + 1.0) * 0.5 * c->vocab);
         mw_feed feeds[2];
         feeds_of(&m, stream, inputs, targets, feeds);
         mw_status st = mw_trainer_step(m.tr, feeds, 2, &tr.loss[s]);

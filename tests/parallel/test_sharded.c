@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #define FEATURES 16
 #define STEPS 20
@@ -65,14 +66,6 @@ typedef struct outcome {
     float grad_norm; /* mw_trainer_grad_norm after the last step */
 } outcome;
 
-static double uniform(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * 0x1p-52 - 1.0;
-}
-
 /* y = x . w_true + 0.5 + noise, x uniform in [-1, 1). */
 static dataset make_data(int64_t rows) {
     uint64_t rng = 0xC0FFEE + (uint64_t)rows;
@@ -80,11 +73,11 @@ static dataset make_data(int64_t rows) {
                  malloc(sizeof(float) * (size_t)rows)};
     cr_assert(d.x && d.y);
     float w_true[FEATURES];
-    for (int f = 0; f < FEATURES; f++) w_true[f] = (float)(1.5 * uniform(&rng));
+    for (int f = 0; f < FEATURES; f++) w_true[f] = (float)(1.5 * rng_uniform(&rng));
     for (int64_t i = 0; i < rows; i++) {
-        double t = 0.5 + 0.1 * uniform(&rng);
+        double t = 0.5 + 0.1 * rng_uniform(&rng);
         for (int f = 0; f < FEATURES; f++) {
-            d.x[i * FEATURES + f] = (float)uniform(&rng);
+            d.x[i * FEATURES + f] = (float)rng_uniform(&rng);
             t += (double)w_true[f] * d.x[i * FEATURES + f];
         }
         d.y[i] = (float)t;

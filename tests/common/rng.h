@@ -1,0 +1,58 @@
+/* The tests' pseudo-random numbers: two generators and the few ways the suites turn their bits
+ * into values, so that every suite draws the same streams from the same code. Header-only and
+ * free of Criterion (the stress and MPI programs include it too).
+ *
+ *   rng_splitmix64  SplitMix64 (Steele, Lea and Flood 2014): a counter through a 64-bit mixer;
+ *                   every seed, 0 included, gives a good stream.
+ *   rng_lcg64       the 64-bit linear congruential step of PCG and Knuth's MMIX
+ *                   (6364136223846793005, 1442695040888963407); use its high bits only, the low
+ *                   ones have short periods.
+ *
+ * A seed fixes a test's inputs; changing a generator or a mapping changes every test's inputs,
+ * so the mappings below are the ones the suites were written against, bit for bit. */
+#ifndef MW_TESTS_COMMON_RNG_H
+#define MW_TESTS_COMMON_RNG_H
+
+#include <stdint.h>
+
+/* The next output of the SplitMix64 stream whose state is *state. */
+static inline uint64_t rng_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The next state (and output) of the 64-bit linear congruential generator. */
+static inline uint64_t rng_lcg64(uint64_t *state) {
+    return *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+}
+
+/* The top 53 bits of x as a double in [0, 1): every value a multiple of 2^-53, exactly. */
+static inline double rng_unit53(uint64_t x) { return (double)(x >> 11) * 0x1p-53; }
+
+/* The top 24 bits of x as a value in [0, 1) that a float holds exactly. */
+static inline double rng_unit24(uint64_t x) { return (double)(x >> 40) * 0x1p-24; }
+
+/* lo + (hi - lo) u for u = rng_unit53(x): one rounding, in [lo, hi). */
+static inline double rng_range(uint64_t x, double lo, double hi) {
+    return lo + (hi - lo) * rng_unit53(x);
+}
+
+/* Uniform in [-1, 1) from the SplitMix64 stream *state. */
+static inline double rng_uniform(uint64_t *state) {
+    return rng_range(rng_splitmix64(state), -1, 1);
+}
+
+/* n floats uniform in [-1, 1) with 24 random bits each, from the linear congruential stream
+ * *state. */
+static inline void rng_fill(uint64_t *state, float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(rng_unit24(rng_lcg64(state)) * 2.0 - 1.0);
+}
+
+/* A value in [0, n) from the high bits of the linear congruential stream *state (token ids). */
+static inline int32_t rng_below(uint64_t *state, int64_t n) {
+    return (int32_t)((rng_lcg64(state) >> 33) % (uint64_t)n);
+}
+
+#endif
