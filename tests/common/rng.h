@@ -7,6 +7,9 @@
  *   rng_lcg64       the 64-bit linear congruential step of PCG and Knuth's MMIX
  *                   (6364136223846793005, 1442695040888963407); use its high bits only, the low
  *                   ones have short periods.
+ *   rng_lcg32       the 32-bit one of Numerical Recipes (1664525, 1013904223), for the streams
+ *                   written against it (token streams of the GPT-2 fixture, test_zero1.c's
+ *                   batches); high bits only, likewise.
  *
  * A seed fixes a test's inputs; changing a generator or a mapping changes every test's inputs,
  * so the mappings below are the ones the suites were written against, bit for bit. */
@@ -28,6 +31,11 @@ static inline uint64_t rng_lcg64(uint64_t *state) {
     return *state = *state * 6364136223846793005ull + 1442695040888963407ull;
 }
 
+/* The next state (and output) of the 32-bit linear congruential generator. */
+static inline uint32_t rng_lcg32(uint32_t *state) {
+    return *state = *state * 1664525u + 1013904223u;
+}
+
 /* The top 53 bits of x as a double in [0, 1): every value a multiple of 2^-53, exactly. */
 static inline double rng_unit53(uint64_t x) { return (double)(x >> 11) * 0x1p-53; }
 
@@ -44,11 +52,14 @@ static inline double rng_uniform(uint64_t *state) {
     return rng_range(rng_splitmix64(state), -1, 1);
 }
 
-/* n floats uniform in [-1, 1) with 24 random bits each, from the linear congruential stream
- * *state. */
-static inline void rng_fill(uint64_t *state, float *x, int64_t n) {
+/* n floats uniform in [-1, 1) with 24 random bits each: the next n values of the linear
+ * congruential stream *state. */
+static inline void rng_fill_stream(uint64_t *state, float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)(rng_unit24(rng_lcg64(state)) * 2.0 - 1.0);
 }
+
+/* The same from a stream started at seed. */
+static inline void rng_fill(float *x, int64_t n, uint64_t seed) { rng_fill_stream(&seed, x, n); }
 
 /* A value in [0, n) from the high bits of the linear congruential stream *state (token ids). */
 static inline int32_t rng_below(uint64_t *state, int64_t n) {

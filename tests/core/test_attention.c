@@ -9,14 +9,7 @@
 #include <string.h>
 
 #include "meshwit.h"
-
-/* Deterministic values in [-1, 1). */
-static void fill(float *x, int64_t n, uint64_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
+#include "tests/common/rng.h"
 
 typedef struct dims {
     int b, t, h, d;
@@ -155,8 +148,8 @@ static run run_meshwit(dims s, int causal, float scale, const float *qkv, const 
 static void check_case(dims s, int causal, int sharded, int head_first) {
     int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;
     float *qkv = malloc(sizeof(float) * (size_t)nq), *r = malloc(sizeof(float) * (size_t)no);
-    fill(qkv, nq, 11);
-    fill(r, no, 12);
+    rng_fill(qkv, nq, 11);
+    rng_fill(r, no, 12);
     double *out = malloc(sizeof(double) * (size_t)no), *dq = malloc(sizeof(double) * (size_t)nq);
     float scale = 1.0f / sqrtf((float)s.d);
     reference(s, causal, scale, qkv, r, out, dq);
@@ -207,8 +200,8 @@ Test(attention, repeatable_bit_for_bit) {
     dims s = {2, 100, 2, 16};
     int64_t nq = (int64_t)s.b * s.t * 3 * s.h * s.d, no = nq / 3;
     float *qkv = malloc(sizeof(float) * (size_t)nq), *r = malloc(sizeof(float) * (size_t)no);
-    fill(qkv, nq, 5);
-    fill(r, no, 6);
+    rng_fill(qkv, nq, 5);
+    rng_fill(r, no, 6);
     run a = run_meshwit(s, 1, 0.25f, qkv, r, 0, 0), b = run_meshwit(s, 1, 0.25f, qkv, r, 0, 0);
     cr_assert_eq(memcmp(a.out, b.out, sizeof(float) * (size_t)no), 0);
     cr_assert_eq(memcmp(a.grad, b.grad, sizeof(float) * (size_t)3 * s.h * s.d), 0);

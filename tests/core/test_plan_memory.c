@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/plan_impl.h"
+#include "tests/common/rng.h"
 
 #define MB (262144) /* units */
 
@@ -89,8 +90,7 @@ Test(plan_memory, packing_never_overlaps_live_buffers) {
         int nlive = 0;
         int64_t live_sum = 0, most = 0;
         for (int step = 0; step < 300; step++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            uint32_t r = (uint32_t)(s >> 33);
+            uint32_t r = (uint32_t)(rng_lcg64(&s) >> 33);
             if (nlive < 64 && (r % 3 != 0 || nlive == 0)) {
                 int64_t n = 1 + (int64_t)(r >> 4) % (r % 7 == 0 ? 4 * MB : 20000);
                 int64_t units = (n + 15) / 16 * 16;

@@ -7,14 +7,7 @@
 
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
-
-/* Deterministic values in [-1, 1). */
-static void fill(float *x, int64_t n, uint64_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
+#include "tests/common/rng.h"
 
 /* out[j] = alpha * sum over r of a[r * lda + j] through the reduce kernel, nd as the planner
  * gives a column sum: [rows, n] with out's stride 0 along the rows. */
@@ -36,7 +29,7 @@ Test(cpu_kernels, column_sums_in_row_order) {
         int64_t rows = shapes[s][0], n = shapes[s][1], lda = shapes[s][2];
         float *a = malloc(sizeof(float) * (size_t)(rows * lda));
         float *got = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
-        fill(a, rows * lda, 3 + s);
+        rng_fill(a, rows * lda, 3 + s);
         for (int i = 0; i < 2; i++) {
             float alpha = i ? 0.5f : 1.0f;
             for (int64_t j = 0; j < n; j++) {
@@ -99,8 +92,8 @@ Test(cpu_kernels, attention_kept_probabilities_same_bits) {
         cr_assert_eq(per, causal ? 64 * 64 + 64 * 128 + 22 * 150 : 150 * 150);
         float *qkv = malloc(sizeof(float) * (size_t)nq), *gy = malloc(sizeof(float) * (size_t)no);
         float *out[2], *dqkv[2], *probs = malloc(sizeof(float) * (size_t)(c.b * c.h * per));
-        fill(qkv, nq, 11);
-        fill(gy, no, 12);
+        rng_fill(qkv, nq, 11);
+        rng_fill(gy, no, 12);
         for (int keep = 0; keep < 2; keep++) {
             mw__k_attention f = attn_kernel(c, 0, NULL), g = attn_kernel(c, 1, NULL);
             float *sf = malloc(sizeof(float) * (size_t)f.scratch_elems);
@@ -160,9 +153,9 @@ Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
         float *x = malloc(sizeof(float) * (size_t)len), *gy = malloc(sizeof(float) * (size_t)len);
         float *w = malloc(sizeof(float) * (size_t)n), *f[6];
         for (int i = 0; i < 6; i++) f[i] = malloc(sizeof(float) * (size_t)(i < 2 ? len : n));
-        fill(x, len, 21 + s);
-        fill(gy, len, 22 + s);
-        fill(w, n, 23 + s);
+        rng_fill(x, len, 21 + s);
+        rng_fill(gy, len, 22 + s);
+        rng_fill(w, n, 23 + s);
         mw__k_layernorm_grad d = {
             .rows = rows, .n = n, .eps = 1e-5f, .out = f[0], .gy = gy, .x = x, .w = w};
         cr_assert_eq(mw__cpu_device.layernorm_dx(NULL, &d), MW_OK);
@@ -183,7 +176,7 @@ Test(cpu_kernels, layernorm_gradients_in_one_pass_same_bits) {
         /* With an addend (a residual gradient folded in): addend + dx, rounded as the ADD. */
         float *ad = malloc(sizeof(float) * (size_t)len),
               *want = malloc(sizeof(float) * (size_t)len);
-        fill(ad, len, 24 + s);
+        rng_fill(ad, len, 24 + s);
         for (int64_t i = 0; i < len; i++) want[i] = ad[i] + f[0][i];
         for (int fused = 0; fused < 2; fused++) {
             d.dw = fused ? f[4] : NULL;
@@ -212,8 +205,8 @@ Test(cpu_kernels, gelu_gradient_with_column_sums_same_bits) {
         int64_t rows = shapes[s][0], cols = shapes[s][1], len = rows * cols;
         float *x = malloc(sizeof(float) * (size_t)len), *gy = malloc(sizeof(float) * (size_t)len);
         float *out[2], *sums[2];
-        fill(x, len, 31 + s);
-        fill(gy, len, 32 + s);
+        rng_fill(x, len, 31 + s);
+        rng_fill(gy, len, 32 + s);
         for (int i = 0; i < 2; i++) {
             out[i] = malloc(sizeof(float) * (size_t)len);
             sums[i] = malloc(sizeof(float) * (size_t)cols);

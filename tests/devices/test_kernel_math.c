@@ -11,6 +11,7 @@
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
 #include "devices/math.h"
+#include "tests/common/rng.h"
 
 static double gelu_ref(double x) {
     double k = sqrt(2.0 / 3.14159265358979323846);
@@ -155,10 +156,7 @@ Test(kernel_math, adamw_matches_hand_computed_steps) {
 }
 
 static uint64_t rng_state = 0x243f6a8885a308d3u;
-static double uniform(double lo, double hi) {
-    rng_state = rng_state * 6364136223846793005u + 1442695040888963407u;
-    return lo + (hi - lo) * (double)(rng_state >> 11) / 9007199254740992.0;
-}
+static double uniform(double lo, double hi) { return rng_range(rng_lcg64(&rng_state), lo, hi); }
 
 Test(kernel_math, adamw_tracks_double_reference_over_steps) {
     /* Ten steps on random parameters and gradients, the float state carried across steps as a

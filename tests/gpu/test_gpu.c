@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "devices/cpu/cpu.h"
 #include "devices/device.h"
+#include "tests/common/rng.h"
 
 #ifndef MESHWIT_HAVE_CUDA
 
@@ -81,14 +82,7 @@ TestSuite(gpu, .fini = finish);
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
 
-static double uniform(double lo, double hi) {
-    rng += 0x9e3779b97f4a7c15u;
-    uint64_t z = rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
-}
+static double uniform(double lo, double hi) { return rng_range(rng_splitmix64(&rng), lo, hi); }
 
 static void *host_alloc(size_t bytes) {
     void *p = calloc(bytes ? bytes : 1, 1);

@@ -31,6 +31,7 @@
 #include "devices/device.h"
 #include "devices/math.h"
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #ifdef MESHWIT_HAVE_CUDA
 
@@ -39,13 +40,6 @@
 #include "gpu_test.h"
 
 TestSuite(gpu_attention, .description = "CUDA attention vs the CPU backend", .timeout = 240);
-
-static void fill(float *x, int64_t n, uint64_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
-}
 
 /* --- small shapes: the gradient of a shared weight ---------------------------------------------
  */
@@ -93,8 +87,8 @@ static void compare(int causal) {
     float *oc = malloc(sizeof(float) * NO), *og = malloc(sizeof(float) * NO);
     float gc[NW], gg[NW], og2_grad[NW];
     float *og2 = malloc(sizeof(float) * NO);
-    fill(qkv, NQ, 21);
-    fill(r, NO, 22);
+    rng_fill(qkv, NQ, 21);
+    rng_fill(r, NO, 22);
     run("cpu:1", causal, qkv, r, oc, gc);
     run("cuda:0", causal, qkv, r, og, gg);
     for (int64_t i = 0; i < NO; i++)
@@ -218,8 +212,8 @@ static void compare_large(int causal) {
     float *x = malloc(LNX * sizeof *x), *r = malloc(LNY * sizeof *r);
     float *yc = malloc(LNY * sizeof *yc), *yg = malloc(LNY * sizeof *yg);
     float *dc = malloc(LNX * sizeof *dc), *dg = malloc(LNX * sizeof *dg);
-    fill(x, LNX, 31 + (uint64_t)causal);
-    fill(r, LNY, 32);
+    rng_fill(x, LNX, 31 + (uint64_t)causal);
+    rng_fill(r, LNY, 32);
     mags m = magnitudes(x, r, causal);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         mw_precision precision = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
@@ -304,8 +298,8 @@ static void compare_cached(int bf16) {
     int64_t nq = (int64_t)OUTER * LH * LD, nkv = (int64_t)OUTER * N * 2 * LH * LD;
     float *q = malloc(nq * sizeof *q), *kv = malloc(nkv * sizeof *kv);
     float *oc = malloc(nq * sizeof *oc), *og = malloc(nq * sizeof *og);
-    fill(q, nq, 41);
-    fill(kv, nkv, 42);
+    rng_fill(q, nq, 41);
+    rng_fill(kv, nkv, 42);
     if (bf16) {
         for (int64_t i = 0; i < nq; i++) q[i] = mw__bf16_to_f32(mw__bf16_from_f32(q[i]));
         for (int64_t i = 0; i < nkv; i++) kv[i] = mw__bf16_to_f32(mw__bf16_from_f32(kv[i]));

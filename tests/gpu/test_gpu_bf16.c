@@ -13,6 +13,7 @@
 
 #include "devices/device.h"
 #include "devices/math.h"
+#include "tests/common/rng.h"
 
 #ifdef MESHWIT_HAVE_CUDA
 
@@ -56,10 +57,8 @@ static void down(void *host, const void *d, size_t bytes) {
 static uint64_t seed = 12345;
 static float *randoms(int64_t n, float scale) {
     float *x = malloc((size_t)(n ? n : 1) * sizeof *x);
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = scale * (float)((double)(seed >> 40) / (double)(1ull << 24) * 2.0 - 1.0);
-    }
+    rng_fill_stream(&seed, x, n);
+    for (int64_t i = 0; i < n; i++) x[i] *= scale;
     return x;
 }
 

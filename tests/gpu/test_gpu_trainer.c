@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #ifdef MESHWIT_HAVE_CUDA
 #include "devices/cuda/cuda.h"
@@ -82,10 +83,7 @@ static int list_tensors(tensor *t) {
 
 /* Token stream of a fixed seed: ids in [0, vocab). */
 static void tokens(int32_t *out, int64_t n, uint64_t seed) {
-    for (int64_t i = 0; i < n; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        out[i] = (int32_t)((seed >> 33) % (uint64_t)cfg.vocab);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = rng_below(&seed, cfg.vocab);
 }
 
 typedef struct run {
@@ -474,8 +472,8 @@ Test(gpu_trainer, dropout_draws_the_cpus_mask) {
     static float dc[DROP_STEPS * DROP_COLS], dg[DROP_STEPS * DROP_COLS];
     uint64_t seed = 5;
     for (int i = 0; i < N; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        x[i] = (float)((double)(seed >> 40) / (double)(1ull << 24)) + 0.5f; /* never 0 */
+        rng_lcg64(&seed);
+        x[i] = (float)rng_unit24(seed) + 0.5f; /* never 0 */
         r[i] = (float)((double)(seed >> 16 & 0xffffff) / (double)(1ull << 24) - 0.5);
     }
     dropout_run("cpu:1", x, r, hc, dc);

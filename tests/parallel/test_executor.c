@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #define ROWS 1024
 #define FEATURES 8
@@ -27,10 +28,7 @@ typedef struct model {
 
 static void fill(data *d, uint64_t seed) {
     uint64_t s = seed;
-    for (int i = 0; i < ROWS * FEATURES; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        d->x[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
-    }
+    for (int i = 0; i < ROWS * FEATURES; i++) d->x[i] = (float)rng_range(rng_lcg64(&s), -1, 1);
     for (int r = 0; r < ROWS; r++) {
         double t = 0.25;
         for (int f = 0; f < FEATURES; f++) t += (f - 3.5) * 0.5 * d->x[r * FEATURES + f];

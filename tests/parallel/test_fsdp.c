@@ -19,6 +19,7 @@
 #include "meshwit.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
+#include "tests/common/rng.h"
 
 #define BATCH 12
 #define IN 6
@@ -37,10 +38,7 @@ static float data_x[BATCH * IN], data_y[BATCH * OUT];
 
 static void make_data(int step) {
     uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 3);
-    for (int i = 0; i < BATCH * IN; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        data_x[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
-    }
+    for (int i = 0; i < BATCH * IN; i++) data_x[i] = (float)rng_range(rng_lcg64(&s), -1, 1);
     for (int r = 0; r < BATCH; r++)
         for (int o = 0; o < OUT; o++) {
             double v = 0.1 * o;
@@ -292,8 +290,7 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
         for (int micro = 0; micro <= o->accumulate; micro++) {
             uint64_t r = 91 + (uint64_t)s * 3 + (uint64_t)micro;
             for (int i = 0; i < GB * GT; i++) {
-                r = r * 6364136223846793005ull + 1442695040888963407ull;
-                in[i] = (int32_t)((r >> 33) % (uint64_t)gcfg.vocab);
+                in[i] = rng_below(&r, gcfg.vocab);
                 tg[i] = (int32_t)((uint32_t)in[i] * 5u % (uint32_t)gcfg.vocab);
             }
             mw_feed f[2] = {{"tokens", in, GB * GT}, {"targets", tg, GB * GT}};

@@ -12,6 +12,7 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #define B 2
 #define T 11
@@ -54,10 +55,7 @@ static void full_close(full *f) {
 /* The full pass's logits of a batch of token sequences drawn from seed. */
 static void full_logits(full *f, uint64_t seed, int32_t *tok, float *logits) {
     int32_t next[B * T];
-    for (int i = 0; i < B * T; i++) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        tok[i] = (int32_t)((seed >> 33) % (uint64_t)cfg.vocab);
-    }
+    for (int i = 0; i < B * T; i++) tok[i] = rng_below(&seed, cfg.vocab);
     for (int i = 0; i < B * T; i++) next[i] = tok[(i + 1) % (B * T)];
     mw_feed feeds[2] = {{"tokens", tok, B * T}, {"targets", next, B * T}};
     cr_assert_eq(mw_trainer_eval(f->tr, feeds, 2, NULL), MW_OK, "%s", mw_last_error());

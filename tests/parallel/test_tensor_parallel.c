@@ -22,6 +22,7 @@
 #include "gpt2_model.h"
 #include "meshwit.h"
 #include "parallel/trainer_impl.h"
+#include "tests/common/rng.h"
 
 #define BATCH 24
 #define IN 12
@@ -59,10 +60,7 @@ static float data_x[BATCH * IN], data_y[BATCH * OUT];
 
 static void make_data(int step) {
     uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1);
-    for (int i = 0; i < BATCH * IN; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        data_x[i] = (float)((double)(s >> 11) * 0x1p-53 * 2.0 - 1.0);
-    }
+    for (int i = 0; i < BATCH * IN; i++) data_x[i] = (float)rng_range(rng_lcg64(&s), -1, 1);
     for (int r = 0; r < BATCH; r++)
         for (int o = 0; o < OUT; o++) {
             double v = 0.25 * o;
@@ -596,8 +594,7 @@ static void gpt2_losses(const char *devices, const char *axes, const char *data,
     for (int s = 0; s < GSTEPS; s++) {
         uint64_t r = 77 + (uint64_t)(s % 2);
         for (int i = 0; i < GB * GT; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            in[i] = (int32_t)((r >> 33) % (uint64_t)gcfg.vocab);
+            in[i] = rng_below(&r, gcfg.vocab);
             tg[i] = (int32_t)((uint32_t)in[i] * 7u % (uint32_t)gcfg.vocab); /* learnable */
         }
         mw_feed f[2] = {{"tokens", in, GB * GT}, {"targets", tg, GB * GT}};

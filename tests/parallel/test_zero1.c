@@ -16,6 +16,7 @@
 #include "collectives/reducer.h"
 #include "meshwit.h"
 #include "parallel/trainer_impl.h"
+#include "tests/common/rng.h"
 
 #define BATCH 12
 #define IN 5
@@ -70,14 +71,10 @@ static void model_close(model *m) {
 /* The batch of step k: the same for every model. */
 static void batch(int k, float *x, float *y) {
     uint32_t s = 12345u + (uint32_t)k * 7919u;
-    for (int i = 0; i < BATCH * IN; i++) {
-        s = s * 1664525u + 1013904223u;
-        x[i] = (float)(s >> 8) / 16777216.0f * 4.0f - 2.0f;
-    }
-    for (int i = 0; i < BATCH * OUT; i++) {
-        s = s * 1664525u + 1013904223u;
-        y[i] = (float)(s >> 8) / 16777216.0f * 2.0f - 1.0f;
-    }
+    for (int i = 0; i < BATCH * IN; i++)
+        x[i] = (float)(rng_lcg32(&s) >> 8) / 16777216.0f * 4.0f - 2.0f;
+    for (int i = 0; i < BATCH * OUT; i++)
+        y[i] = (float)(rng_lcg32(&s) >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
 
 typedef enum { STEP, ACCUMULATE, GRADS, NAN_STEP } kind;

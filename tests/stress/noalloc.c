@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define NOALLOC_SANITIZED 1
@@ -101,10 +102,7 @@ static int check(mw_status st, const char *what) {
 
 static void make_data(void) {
     uint64_t s = 42;
-    for (size_t i = 0; i < ROWS * FEATURES; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        xs[i] = (float)((double)(s >> 11) * 0x1p-53 - 0.5);
-    }
+    for (size_t i = 0; i < ROWS * FEATURES; i++) xs[i] = (float)rng_range(rng_lcg64(&s), -0.5, 0.5);
     for (size_t r = 0; r < ROWS; r++) {
         float t = 0.25f;
         for (size_t f = 0; f < FEATURES; f++)

@@ -11,15 +11,13 @@
 
 #include "linreg_model.h"
 #include "meshwit.h"
+#include "tests/common/rng.h"
 
 #define ROWS 61
 #define FEATURES 20 /* 21 parameters: two slices of the flat buffer */
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static int below(int n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
+static int below(int n) { return (int)(rng_splitmix64(&rng) % (uint64_t)n); }
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
