@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "devices/math.h"
-#include "gpt2_fixture.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "tests/common/gpt2_fixture.h"
 
 /* --- the type rules ------------------------------------------------------------------------- */
 
@@ -214,7 +214,7 @@ static mw_trainer_config config(mw_precision p, int zero1) {
 
 /* GPT-2 on `devices` (the batch sharded over X, or over X with the heads and MLP units split over
  * Y when model is set), from the graph's seed: every run starts from the same parameters. */
-static void open_run(run *r, const char *devices, const char *axes, int model,
+static void open_run(fixture_run *r, const char *devices, const char *axes, int model,
                      mw_trainer_config cfg) {
     fixture_open(r, &CFG, BATCH, SEQ, 11, devices, axes, model, cfg);
 }
@@ -224,7 +224,7 @@ static void tokens(int k, int32_t *tok, int32_t *tgt) {
     fixture_tokens(CFG.vocab, BATCH * SEQ, 977u, 131u, k, tok, tgt);
 }
 
-static float step(run *r, int k) {
+static float step(fixture_run *r, int k) {
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
     tokens(k, tok, tgt);
     mw_feed f[2] = {{"tokens", tok, BATCH * SEQ}, {"targets", tgt, BATCH * SEQ}};
@@ -233,7 +233,7 @@ static float step(run *r, int k) {
     return loss;
 }
 
-static float eval(run *r, int k) {
+static float eval(fixture_run *r, int k) {
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
     tokens(k, tok, tgt);
     mw_feed f[2] = {{"tokens", tok, BATCH * SEQ}, {"targets", tgt, BATCH * SEQ}};
@@ -242,7 +242,7 @@ static float eval(run *r, int k) {
     return loss;
 }
 
-static void read_wte(run *r, float *out) {
+static void read_wte(fixture_run *r, float *out) {
     int64_t n = (int64_t)CFG.padded_vocab * CFG.channels;
     cr_assert_eq(mw_trainer_read_param(r->tr, "wte", out, n), MW_OK, "%s", mw_last_error());
 }
@@ -252,11 +252,11 @@ static void read_wte(run *r, float *out) {
 /* Losses of STEPS steps, and wte after them. */
 static void trajectory(const char *devices, const char *axes, int model, mw_trainer_config cfg,
                        float *losses, float *wte) {
-    run r;
+    fixture_run r;
     open_run(&r, devices, axes, model, cfg);
     for (int k = 0; k < STEPS; k++) losses[k] = step(&r, k);
     read_wte(&r, wte);
-    close_run(&r);
+    fixture_close(&r);
 }
 
 /* Sharded runs sum the same products in another order, so an activation near a bf16 rounding
@@ -312,19 +312,19 @@ Test(bf16_training, the_f32_fallback_equals_the_bf16_instructions) {
     static float wa[WTE], wb[WTE];
     trajectory("cpu:2", "X", 0, config(MW_PRECISION_BF16, 0), a, wa);
     setenv("MESHWIT_CPU_ISA", "avx512", 1);
-    run r;
+    fixture_run r;
     open_run(&r, "cpu:1", "X", 0, config(MW_PRECISION_BF16, 0));
     char k[512];
     cr_assert_eq(mw_trainer_kernels(r.tr, k, sizeof k), MW_OK);
     cr_assert(strstr(k, "gemm bf16: bf16 widened to f32"), "%s", k);
-    close_run(&r);
+    fixture_close(&r);
     trajectory("cpu:2", "X", 0, config(MW_PRECISION_BF16, 0), b, wb);
     unsetenv("MESHWIT_CPU_ISA");
     close_losses(b, a, "widened vs bf16 instructions");
 }
 
 Test(bf16_training, the_bf16_copy_follows_every_write) {
-    run r, s;
+    fixture_run r, s;
     open_run(&r, "cpu:2", "X", 0, config(MW_PRECISION_BF16, 0));
     for (int k = 0; k < 2; k++) step(&r, k);
     static float wte[WTE];
@@ -352,18 +352,18 @@ Test(bf16_training, the_bf16_copy_follows_every_write) {
     close(fd);
     cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK, "%s", mw_last_error());
     float lr2 = step(&r, 2), lr3 = step(&r, 3);
-    close_run(&s);
+    fixture_close(&s);
     open_run(&s, "cpu:2", "X", 0, config(MW_PRECISION_BF16, 0));
     cr_assert_eq(mw_trainer_load(s.tr, path, NULL, 0, NULL), MW_OK, "%s", mw_last_error());
     cr_assert_eq(step(&s, 2), lr2);
     cr_assert_eq(step(&s, 3), lr3);
     unlink(path);
-    close_run(&s);
-    close_run(&r);
+    fixture_close(&s);
+    fixture_close(&r);
 }
 
 Test(bf16_training, an_inference_program_sees_the_trainers_updates) {
-    run r;
+    fixture_run r;
     open_run(&r, "cpu:1", "X", 0, config(MW_PRECISION_BF16, 0));
     mw_infer *inf;
     mw_infer_config ic = {.outputs = &r.m.logits, .noutputs = 1, .precision = MW_PRECISION_BF16};
@@ -382,11 +382,11 @@ Test(bf16_training, an_inference_program_sees_the_trainers_updates) {
     cr_assert_eq(memcmp(b, c, (size_t)n * 4), 0, "two runs of one program differ");
     mw_infer_free(inf);
     free(a), free(b), free(c);
-    close_run(&r);
+    fixture_close(&r);
 }
 
 Test(bf16_training, memory_and_kernels) {
-    run a, b;
+    fixture_run a, b;
     open_run(&a, "cpu:1", "X", 0, config(MW_PRECISION_FP32, 0));
     open_run(&b, "cpu:1", "X", 0, config(MW_PRECISION_BF16, 0));
     mw_device_memory ma, mb;
@@ -405,14 +405,14 @@ Test(bf16_training, memory_and_kernels) {
     cr_assert(strstr(k, "gemm bf16: ") && strstr(k, "attention bf16: "), "%s", k);
     cr_assert_eq(mw_trainer_kernels(a.tr, k, sizeof k), MW_OK);
     cr_assert(strstr(k, "gemm f32: ") && !strstr(k, "bf16"), "%s", k);
-    close_run(&a);
-    close_run(&b);
+    fixture_close(&a);
+    fixture_close(&b);
 }
 
 Test(bf16_training, a_nonfinite_step_is_skipped) {
     mw_trainer_config cfg = config(MW_PRECISION_BF16, 0);
     cfg.nonfinite = MW_NONFINITE_SKIP;
-    run r;
+    fixture_run r;
     open_run(&r, "cpu:2", "X", 0, cfg);
     step(&r, 0);
     static float wte[WTE], after[WTE];
@@ -428,7 +428,7 @@ Test(bf16_training, a_nonfinite_step_is_skipped) {
     cr_assert_eq(mw_trainer_write_param(r.tr, "wte", wte, WTE), MW_OK);
     cr_assert(isfinite(step(&r, 2)));
     cr_assert_eq(mw_trainer_skipped_steps(r.tr), 1);
-    close_run(&r);
+    fixture_close(&r);
 }
 
 /* --- against PyTorch's autocast ------------------------------------------------------------- */

@@ -14,11 +14,11 @@
 #include <string.h>
 
 #include "core/graph_impl.h"
-#include "gpt2_fixture.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
+#include "tests/common/gpt2_fixture.h"
 
 #define BATCH 4
 #define SEQ 16
@@ -36,12 +36,12 @@ static mw_trainer_config config(mw_precision p, mw_recompute rc) {
 
 /* GPT-2 (every block a region) on `devices`, the batch over X and, with `model`, the heads and
  * MLP units over Y; every run starts from the same parameters (the graph's seed). */
-static void open_run(run *r, const char *devices, const char *axes, int model,
+static void open_run(fixture_run *r, const char *devices, const char *axes, int model,
                      mw_trainer_config cfg) {
     fixture_open(r, &CFG, BATCH, SEQ, 5, devices, axes, model, cfg);
 }
 
-static float step(run *r, int k) {
+static float step(fixture_run *r, int k) {
     int32_t tok[BATCH * SEQ], tgt[BATCH * SEQ];
     fixture_tokens(CFG.vocab, BATCH * SEQ, 4099u, 257u, k, tok, tgt);
     mw_feed f[2] = {{"tokens", tok, BATCH * SEQ}, {"targets", tgt, BATCH * SEQ}};
@@ -60,7 +60,7 @@ typedef struct outcome {
 
 static void trajectory(const char *devices, const char *axes, int model, mw_trainer_config cfg,
                        outcome *o) {
-    run r;
+    fixture_run r;
     open_run(&r, devices, axes, model, cfg);
     cr_assert_eq(mw_trainer_memory(r.tr, 0, &o->mem), MW_OK, "%s", mw_last_error());
     for (int k = 0; k < STEPS; k++) o->loss[k] = step(&r, k);
@@ -80,7 +80,7 @@ static void trajectory(const char *devices, const char *axes, int model, mw_trai
                      mw_last_error());
         at += (int)pi.count;
     }
-    close_run(&r);
+    fixture_close(&r);
 }
 
 static void same_bits(const outcome *a, const outcome *b, const char *what) {
@@ -163,7 +163,7 @@ static int count_op(const mw_graph *g, mw__op op, int from) {
 }
 
 /* Kernels of an op per step, from the profile. */
-static int64_t kernels(run *r, const char *op) {
+static int64_t kernels(fixture_run *r, const char *op) {
     mw_profile_row rows[256];
     int n = 0;
     cr_assert_eq(mw_trainer_profile(r->tr, rows, 256, &n), MW_OK, "%s", mw_last_error());
@@ -188,7 +188,7 @@ Test(recompute_training, recomputes_what_the_policy_says, .timeout = 60) {
                  {MW_RECOMPUTE_DOTS, 2 * LAYERS, 0, LAYERS}};
     int64_t adds[3];
     for (int p = 0; p < 3; p++) {
-        run r;
+        fixture_run r;
         mw_trainer_config cfg = config(MW_PRECISION_FP32, want[p].policy);
         cfg.profile = 1;
         open_run(&r, "cpu:1", "X", 0, cfg);
@@ -207,7 +207,7 @@ Test(recompute_training, recomputes_what_the_policy_says, .timeout = 60) {
          * more add kernels than without recomputation. */
         adds[p] = kernels(&r, "add");
         cr_assert_eq(kernels(&r, "layernorm"), fwd_ln + want[p].ln);
-        close_run(&r);
+        fixture_close(&r);
     }
     cr_assert_eq(adds[1], adds[0], "recomputed blocks ran %lld add kernels, kept ones %lld",
                  (long long)adds[1], (long long)adds[0]);
@@ -223,11 +223,11 @@ Test(recompute_training, bf16_casts_of_kept_values_are_kept, .timeout = 60) {
     const int per_block[3] = {0, 5, 3};
     int casts[3];
     for (int p = 0; p < 3; p++) {
-        run r;
+        fixture_run r;
         open_run(&r, "cpu:1", "X", 0, config(MW_PRECISION_BF16, (mw_recompute)p));
         casts[p] = count_op(r.tr->prog->g, MW__OP_CAST, r.tr->loss->id);
         if (p) step(&r, 0);
-        close_run(&r);
+        fixture_close(&r);
     }
     for (int p = 1; p < 3; p++)
         cr_assert_eq(casts[p] - casts[0], per_block[p] * LAYERS,
@@ -236,7 +236,7 @@ Test(recompute_training, bf16_casts_of_kept_values_are_kept, .timeout = 60) {
 }
 
 /* A two-layer MLP traced without regions. */
-static void mlp_trainer(mw_recompute policy, run *r) {
+static void mlp_trainer(mw_recompute policy, fixture_run *r) {
     memset(r, 0, sizeof *r);
     cr_assert_eq(mw_graph_new(&r->g), MW_OK);
     mw_graph *g = r->g;
@@ -254,7 +254,7 @@ static void mlp_trainer(mw_recompute policy, run *r) {
 }
 
 Test(recompute_training, a_graph_without_regions_is_unchanged) {
-    run a, b, c;
+    fixture_run a, b, c;
     mlp_trainer(MW_RECOMPUTE_NONE, &a);
     mlp_trainer(MW_RECOMPUTE_BLOCKS, &b);
     mlp_trainer(MW_RECOMPUTE_DOTS, &c);
@@ -271,9 +271,9 @@ Test(recompute_training, a_graph_without_regions_is_unchanged) {
     cr_assert_eq(mw_trainer_memory(a.tr, 0, &ma), MW_OK);
     cr_assert_eq(mw_trainer_memory(b.tr, 0, &mb), MW_OK);
     cr_assert_eq(mb.activations, ma.activations);
-    close_run(&a);
-    close_run(&b);
-    close_run(&c);
+    fixture_close(&a);
+    fixture_close(&b);
+    fixture_close(&c);
 }
 
 /* A region whose recomputed values include a dropout's output (read by the backward of the mul

@@ -1,9 +1,9 @@
-/* A GPT-2 trainer for the parallel suites that train one model in many configurations (bf16,
- * recomputation): made on a mesh from a graph seed, so every run of a suite starts from the same
- * parameters, fed token streams that depend only on the step. Header-only: each suite includes it
- * once. */
-#ifndef MW_TESTS_GPT2_FIXTURE_H
-#define MW_TESTS_GPT2_FIXTURE_H
+/* A GPT-2 trainer for the suites that train one model in many configurations (bf16,
+ * recomputation in tests/parallel): made on a mesh from a graph seed, so every run of a suite
+ * starts from the same parameters, fed token streams that depend only on the step. Header-only
+ * (Criterion's asserts, examples/common's gpt2_model.h): each suite includes it once. */
+#ifndef MW_TESTS_COMMON_GPT2_FIXTURE_H
+#define MW_TESTS_COMMON_GPT2_FIXTURE_H
 
 #include <criterion/criterion.h>
 
@@ -12,13 +12,14 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "rng.h"
 
-typedef struct run {
+typedef struct fixture_run {
     mw_graph *g;
     gpt2_graph m;
     mw_mesh *mesh;
     mw_trainer *tr;
-} run;
+} fixture_run;
 
 /* The suites' AdamW (lr 3e-3, betas 0.9 and 0.95, weight decay 0.1, clipping at 1) in precision
  * p; the rest of the configuration at its defaults. */
@@ -35,7 +36,7 @@ static mw_trainer_config fixture_config(mw_precision p) {
 
 /* GPT-2 of cfg (batch x seq tokens) on `devices`, the batch over X and, with model, the heads and
  * MLP units over Y, its parameters drawn from graph seed `seed`. */
-static void fixture_open(run *r, const gpt2_config *cfg, int batch, int seq, uint64_t seed,
+static void fixture_open(fixture_run *r, const gpt2_config *cfg, int batch, int seq, uint64_t seed,
                          const char *devices, const char *axes, int model, mw_trainer_config c) {
     memset(r, 0, sizeof *r);
     cr_assert_eq(mw_graph_new(&r->g), MW_OK);
@@ -52,7 +53,7 @@ static void fixture_open(run *r, const gpt2_config *cfg, int batch, int seq, uin
                  mw_last_error());
 }
 
-static void close_run(run *r) {
+static void fixture_close(fixture_run *r) {
     mw_trainer_free(r->tr);
     mw_mesh_free(r->mesh);
     mw_graph_free(r->g);
@@ -64,8 +65,7 @@ static void fixture_tokens(int vocab, int n, uint32_t s0, uint32_t stride, int k
                            int32_t *tgt) {
     uint32_t s = s0 + stride * (uint32_t)k;
     for (int i = 0; i < n + 1; i++) {
-        s = s * 1664525u + 1013904223u;
-        int32_t t = (int32_t)((s >> 9) % (uint32_t)vocab);
+        int32_t t = (int32_t)((rng_lcg32(&s) >> 9) % (uint32_t)vocab);
         if (i < n) tok[i] = t;
         if (i > 0) tgt[i - 1] = t;
     }
