@@ -51,8 +51,14 @@ Test(gpu_host, reducer_selection_without_cuda) {
 #define MAX_BUFS 256
 
 static mw__device cpu, gpu;
-static void *gpu_bufs[MAX_BUFS];
-static int ngpu_bufs;
+
+/* The device buffers a test made, each with the host buffer it stands for in the GPU's runs of
+ * a kernel (NULL: none; see twin). */
+static struct {
+    void *dev;
+    const void *host;
+} bufs[MAX_BUFS];
+static int nbufs;
 
 static mw__device make_device(const mw__device_vtable *vt, const char *name, int index,
                               int ordinal) {
@@ -73,8 +79,8 @@ static void start(void) {
 }
 
 static void finish(void) {
-    for (int i = 0; i < ngpu_bufs; i++) gpu.vt->free(&gpu, gpu_bufs[i]);
-    ngpu_bufs = 0;
+    for (int i = 0; i < nbufs; i++) gpu.vt->free(&gpu, bufs[i].dev);
+    nbufs = 0;
     if (gpu.impl) gpu.vt->shutdown(&gpu);
 }
 
@@ -98,16 +104,21 @@ static float *rand_floats(int64_t n, double lo, double hi) {
 
 static float *zeros(int64_t n) { return host_alloc((size_t)n * sizeof(float)); }
 
-/* A device copy of n bytes of host memory (at least one byte is allocated). */
-static void *put(const void *host, size_t bytes) {
-    cr_assert_lt(ngpu_bufs, MAX_BUFS);
+/* A device buffer of `bytes` (at least one byte is allocated) that stands for `host` in the GPU's
+ * runs, holding a copy of the bytes at init (nothing is copied when init is NULL). */
+static void *put_for(const void *host, const void *init, size_t bytes) {
+    cr_assert_lt(nbufs, MAX_BUFS);
     void *d = NULL;
     OK(gpu.vt->alloc(&gpu, bytes ? bytes : 4, &d));
     cr_assert_not_null(d);
-    gpu_bufs[ngpu_bufs++] = d;
-    if (bytes) OK(gpu.vt->upload(&gpu, d, host, bytes));
+    bufs[nbufs].dev = d;
+    bufs[nbufs++].host = host;
+    if (bytes && init) OK(gpu.vt->upload(&gpu, d, init, bytes));
     return d;
 }
+
+/* A device copy of `bytes` of host memory; with host NULL, an uninitialised buffer. */
+static void *put(const void *host, size_t bytes) { return put_for(host, host, bytes); }
 
 static float *putf(const float *host, int64_t n) { return put(host, (size_t)n * sizeof(float)); }
 
@@ -121,6 +132,80 @@ static float *getf(const float *dev, int64_t n) {
     get(h, dev, (size_t)n * sizeof(float));
     return h;
 }
+
+/* --- one kernel on both devices ---------------------------------------------------------------
+ * A test fills a kernel's parameters once, with host buffers: both_<kernel> runs them on the CPU,
+ * then on the GPU with every buffer replaced by its twin, the device buffer last put for it
+ * (on_both, on_both_as); the GPU's result is then read from the output's twin (gpu_result) and
+ * compared with the CPU's, left in the host buffer. */
+
+/* The device buffer that stands for host: the last one put for it. NULL for NULL. */
+static void *twin(const void *host) {
+    if (!host) return NULL;
+    for (int i = nbufs - 1; i >= 0; i--)
+        if (bufs[i].host == host) return bufs[i].dev;
+    cr_assert_fail("host buffer %p has no device copy", host);
+    return NULL;
+}
+
+/* host's n floats, with a device copy for the GPU's runs; returns host. */
+static float *on_both(float *host, int64_t n) {
+    putf(host, n);
+    return host;
+}
+
+/* host's n floats, with a device buffer for the GPU's runs that starts as the n floats of init
+ * (garbage a kernel must overwrite; NULL: uninitialised); returns host. */
+static float *on_both_as(float *host, const float *init, int64_t n) {
+    put_for(host, init, (size_t)n * sizeof(float));
+    return host;
+}
+
+/* n ids, with a device copy for the GPU's runs; returns ids. */
+static const int32_t *ids_on_both(const int32_t *ids, int64_t n) {
+    put(ids, (size_t)n * sizeof *ids);
+    return ids;
+}
+
+/* What the GPU's run left in the n floats of host's twin. */
+static float *gpu_result(const float *host, int64_t n) { return getf(twin(host), n); }
+
+/* The kernels run on both devices, each with its parameters' type and every buffer field. */
+#define PAIRED_KERNELS(X)                                                                          \
+    X(binary, mw__k_binary, TWIN(out) TWIN(a) TWIN(b))                                             \
+    X(copy, mw__k_copy, TWIN(out) TWIN(a))                                                         \
+    X(fill, mw__k_fill, TWIN(out))                                                                 \
+    X(sgd, mw__k_sgd, TWIN(p) TWIN(g) TWIN(p16))                                                   \
+    X(unary, mw__k_unary, TWIN(out) TWIN(a))                                                       \
+    X(unary_grad, mw__k_unary_grad, TWIN(out) TWIN(gy) TWIN(x) TWIN(colsum))                       \
+    X(adamw, mw__k_adamw, TWIN(p) TWIN(m) TWIN(v) TWIN(g) TWIN(p16))                               \
+    X(reduce, mw__k_reduce, TWIN(out) TWIN(a))                                                     \
+    X(sumsq, mw__k_sumsq, TWIN(out) TWIN(a))                                                       \
+    X(gemm, mw__k_gemm, TWIN(c) TWIN(a) TWIN(b) TWIN(bias) TWIN(addend))                           \
+    X(layernorm, mw__k_layernorm, TWIN(out) TWIN(x) TWIN(w) TWIN(b))                               \
+    X(layernorm_dx, mw__k_layernorm_grad,                                                          \
+      TWIN(out) TWIN(gy) TWIN(x) TWIN(w) TWIN(dw) TWIN(db) TWIN(addend))                           \
+    X(layernorm_dw, mw__k_layernorm_grad,                                                          \
+      TWIN(out) TWIN(gy) TWIN(x) TWIN(w) TWIN(dw) TWIN(db) TWIN(addend))                           \
+    X(softmax, mw__k_softmax, TWIN(out) TWIN(a))                                                   \
+    X(softmax_grad, mw__k_softmax_grad, TWIN(out) TWIN(gy) TWIN(p))                                \
+    X(embed, mw__k_embed, TWIN(out) TWIN(ids) TWIN(table))                                         \
+    X(embed_grad, mw__k_embed_grad, TWIN(out) TWIN(ids) TWIN(gy))                                  \
+    X(xent, mw__k_xent, TWIN(out) TWIN(logits) TWIN(targets))                                      \
+    X(xent_grad, mw__k_xent_grad, TWIN(out) TWIN(gy) TWIN(logits) TWIN(targets))
+
+/* on_gpu_<kernel>(k): k on the GPU, its buffers replaced by their twins; both_<kernel>(k): k on
+ * the CPU, then on the GPU. */
+#define TWIN(field) k.field = twin(k.field);
+#define PAIRED_RUNS(name, type, twins)                                                             \
+    static inline void on_gpu_##name(type k) { twins OK(gpu.vt->name(&gpu, &k)); }                 \
+    static inline void both_##name(type k) {                                                       \
+        OK(cpu.vt->name(&cpu, &k));                                                                \
+        on_gpu_##name(k);                                                                          \
+    }
+PAIRED_KERNELS(PAIRED_RUNS)
+#undef PAIRED_RUNS
+#undef TWIN
 
 static void expect_equal(const char *what, const float *got, const float *ref, int64_t n) {
     for (int64_t i = 0; i < n; i++)
@@ -237,19 +322,13 @@ Test(gpu_host, reducer_selection) {
 
 static void binary_case(const char *what, mw__nd nd, int64_t na, int64_t nb, int64_t nout) {
     static const mw__binop ops[] = {MW__BIN_ADD, MW__BIN_SUB, MW__BIN_MUL, MW__BIN_DIV};
-    float *a = rand_floats(na, -3, 3), *b = rand_floats(nb, 0.5, 3);
-    float *ga = putf(a, na), *gb = putf(b, nb), *gout = putf(zeros(nout), nout);
+    float *a = on_both(rand_floats(na, -3, 3), na), *b = on_both(rand_floats(nb, 0.5, 3), nb);
+    float *ref = on_both(zeros(nout), nout);
     for (int o = 0; o < 4; o++) {
-        float *ref = zeros(nout);
-        mw__k_binary k = {.op = ops[o], .nd = nd, .out = ref, .a = a, .b = b};
-        OK(cpu.vt->binary(&cpu, &k));
-        k.out = gout;
-        k.a = ga;
-        k.b = gb;
-        OK(gpu.vt->binary(&gpu, &k));
+        both_binary((mw__k_binary){.op = ops[o], .nd = nd, .out = ref, .a = a, .b = b});
         char label[96];
         snprintf(label, sizeof label, "binary %s, op %d", what, (int)ops[o]);
-        expect_equal(label, getf(gout, nout), ref, nout);
+        expect_equal(label, gpu_result(ref, nout), ref, nout);
     }
 }
 
@@ -267,14 +346,9 @@ Test(gpu, binary_matches_cpu_exactly) {
 }
 
 static void copy_case(const char *what, mw__nd nd, float alpha, int64_t na, int64_t nout) {
-    float *a = rand_floats(na, -3, 3), *ref = zeros(nout);
-    float *ga = putf(a, na), *gout = putf(ref, nout);
-    mw__k_copy k = {.alpha = alpha, .nd = nd, .out = ref, .a = a};
-    OK(cpu.vt->copy(&cpu, &k));
-    k.out = gout;
-    k.a = ga;
-    OK(gpu.vt->copy(&gpu, &k));
-    expect_equal(what, getf(gout, nout), ref, nout);
+    float *a = on_both(rand_floats(na, -3, 3), na), *ref = on_both(zeros(nout), nout);
+    both_copy((mw__k_copy){.alpha = alpha, .nd = nd, .out = ref, .a = a});
+    expect_equal(what, gpu_result(ref, nout), ref, nout);
 }
 
 Test(gpu, copy_matches_cpu_exactly) {
@@ -302,13 +376,11 @@ static void copy_i32_case(const char *what, mw__nd nd, int64_t na, int64_t nout)
         a[i] = i < 10 ? special[i] : (int32_t)(uint32_t)(uniform(0, 4294967296.0));
     int64_t n = nd_count(&nd);
     for (int64_t i = 0; i < n; i++) want[nd_offset(&nd, 0, i)] = a[nd_offset(&nd, 1, i)];
-    mw__k_copy k = {.alpha = 1.0f, .out_dtype = MW_I32, .a_dtype = MW_I32, .nd = nd};
-    k.out = ref, k.a = a;
-    OK(cpu.vt->copy(&cpu, &k));
-    void *ga = put(a, (size_t)na * 4), *gout = put(NULL, (size_t)nout * 4);
-    k.out = gout, k.a = ga;
-    OK(gpu.vt->copy(&gpu, &k));
-    get(got, gout, (size_t)nout * 4);
+    put(a, (size_t)na * 4);
+    put_for(ref, NULL, (size_t)nout * 4);
+    both_copy((mw__k_copy){
+        .alpha = 1.0f, .out_dtype = MW_I32, .a_dtype = MW_I32, .nd = nd, .out = ref, .a = a});
+    get(got, twin(ref), (size_t)nout * 4);
     for (int64_t i = 0; i < nout; i++) {
         cr_assert_eq(ref[i], want[i], "%s: the CPU's element %lld is %d, not %d", what,
                      (long long)i, ref[i], want[i]);
@@ -343,15 +415,11 @@ Test(gpu, copy_moves_i32_bits) {
 Test(gpu, fill_and_sgd) {
     NEED_GPU();
     int64_t n = 100003;
-    float *gout = putf(zeros(n), n);
+    float *ref = on_both(zeros(n), n);
     float values[] = {1.5f, 0.0f, -0.0f};
     for (int v = 0; v < 3; v++) {
-        float *ref = zeros(n);
-        mw__k_fill k = {.value = values[v], .count = n, .out = ref};
-        OK(cpu.vt->fill(&cpu, &k));
-        k.out = gout;
-        OK(gpu.vt->fill(&gpu, &k));
-        float *got = getf(gout, n);
+        both_fill((mw__k_fill){.value = values[v], .count = n, .out = ref});
+        float *got = gpu_result(ref, n);
         expect_equal("fill", got, ref, n);
         for (int64_t i = 0; i < n; i += 997)
             cr_assert_eq(signbit(got[i]), signbit(ref[i]), "fill: sign of element %lld",
@@ -359,52 +427,38 @@ Test(gpu, fill_and_sgd) {
     }
     /* p - lr g: the GPU may fuse it into one rounding, the CPU rounds twice: they differ by at
      * most one rounding of each, 2 ulp of |p| + |lr g|. */
-    float *p = rand_floats(n, -1, 1), *g = rand_floats(n, -10, 10);
-    float *gp = putf(p, n), *gg = putf(g, n);
-    mw__k_sgd k = {.lr = 0.01f, .count = n, .p = p, .g = g};
-    OK(cpu.vt->sgd(&cpu, &k));
-    float *p0 = getf(gp, n);
-    k.p = gp;
-    k.g = gg;
-    OK(gpu.vt->sgd(&gpu, &k));
+    float *p = on_both(rand_floats(n, -1, 1), n), *g = on_both(rand_floats(n, -10, 10), n);
+    float *p0 = gpu_result(p, n);
+    both_sgd((mw__k_sgd){.lr = 0.01f, .count = n, .p = p, .g = g});
     double *tol = host_alloc((size_t)n * sizeof *tol);
     for (int64_t i = 0; i < n; i++) tol[i] = 2.0 * FLT_EPSILON * (fabs(p0[i]) + fabs(0.01 * g[i]));
-    expect_close("sgd", getf(gp, n), p, n, tol, 0, 0);
+    expect_close("sgd", gpu_result(p, n), p, n, tol, 0, 0);
 }
 
 Test(gpu, gelu_and_its_gradient) {
     NEED_GPU();
     int64_t n = 100003;
-    float *x = rand_floats(n, -6, 6), *gy = rand_floats(n, -2, 2);
-    float *gx = putf(x, n), *ggy = putf(gy, n), *gout = putf(zeros(n), n);
+    float *x = on_both(rand_floats(n, -6, 6), n), *gy = on_both(rand_floats(n, -2, 2), n);
+    float *ref = on_both(zeros(n), n);
     /* Same formula on both; the GPU fuses multiply-adds inside mw__expf's polynomial and the
      * GELU expression, the CPU does not: a few ulps of the result, plus the tanh's ~1e-7
      * absolute error times |x| / 2 on each side, hence 4e-7 (1 + |x|) + 4 ulp. */
-    float *ref = zeros(n);
-    mw__k_unary u = {.op = MW__UN_GELU, .count = n, .out = ref, .a = x};
-    OK(cpu.vt->unary(&cpu, &u));
-    u.out = gout;
-    u.a = gx;
-    OK(gpu.vt->unary(&gpu, &u));
+    both_unary((mw__k_unary){.op = MW__UN_GELU, .count = n, .out = ref, .a = x});
     double *tol = host_alloc((size_t)n * sizeof *tol);
     for (int64_t i = 0; i < n; i++)
         tol[i] = 4e-7 * (1.0 + fabs(x[i])) + 4.0 * FLT_EPSILON * fabs(ref[i]);
-    expect_close("gelu", getf(gout, n), ref, n, tol, 0, 0);
+    expect_close("gelu", gpu_result(ref, n), ref, n, tol, 0, 0);
     /* The derivative: where tanh saturates, 1 + t and 1 - t^2 keep only ulp(1) = 6e-8, times
      * 0.5 |x| du/dx (see tests/devices/test_kernel_math.c); both sides may err so, hence twice
      * that bound, times |gy|, and an ulp of the product each side. */
-    mw__k_unary_grad ug = {.op = MW__UN_GELU, .count = n, .out = ref, .gy = gy, .x = x};
-    OK(cpu.vt->unary_grad(&cpu, &ug));
-    ug.out = gout;
-    ug.gy = ggy;
-    ug.x = gx;
-    OK(gpu.vt->unary_grad(&gpu, &ug));
+    both_unary_grad(
+        (mw__k_unary_grad){.op = MW__UN_GELU, .count = n, .out = ref, .gy = gy, .x = x});
     for (int64_t i = 0; i < n; i++) {
         double du = 0.7978845608 * (1.0 + 3.0 * 0.044715 * x[i] * x[i]);
         tol[i] = fabs(gy[i]) * 2.0 * 2.4e-7 * (1.0 + 0.5 * fabs(x[i]) * du) +
                  2.0 * FLT_EPSILON * fabs(ref[i]) + 1e-30;
     }
-    expect_close("gelu gradient", getf(gout, n), ref, n, tol, 0, 0);
+    expect_close("gelu gradient", gpu_result(ref, n), ref, n, tol, 0, 0);
 }
 
 Test(gpu, exact_gelu_against_float64) {
@@ -439,29 +493,22 @@ Test(gpu, exact_gelu_against_float64) {
 Test(gpu, adamw) {
     NEED_GPU();
     int64_t n = 100003;
-    float *p = rand_floats(n, -1, 1), *m = rand_floats(n, -0.1, 0.1), *v = rand_floats(n, 0, 0.01);
-    float *g = rand_floats(n, -1, 1);
-    float *gp = putf(p, n), *gm = putf(m, n), *gv = putf(v, n), *gg = putf(g, n);
-    mw__k_adamw k = {.count = n,
-                     .lr = 1e-3f,
-                     .beta1 = 0.9f,
-                     .beta2 = 0.95f,
-                     .eps = 1e-8f,
-                     .weight_decay = 0.1f,
-                     .bias1 = 0.271f,
-                     .bias2 = 0.142625f,
-                     .grad_scale = 0.5f,
-                     .p = p,
-                     .m = m,
-                     .v = v,
-                     .g = g};
-    OK(cpu.vt->adamw(&cpu, &k));
-    k.p = gp;
-    k.m = gm;
-    k.v = gv;
-    k.g = gg;
-    float *p0 = getf(gp, n), *m0 = getf(gm, n), *v0 = getf(gv, n);
-    OK(gpu.vt->adamw(&gpu, &k));
+    float *p = on_both(rand_floats(n, -1, 1), n), *m = on_both(rand_floats(n, -0.1, 0.1), n);
+    float *v = on_both(rand_floats(n, 0, 0.01), n), *g = on_both(rand_floats(n, -1, 1), n);
+    float *p0 = gpu_result(p, n), *m0 = gpu_result(m, n), *v0 = gpu_result(v, n);
+    both_adamw((mw__k_adamw){.count = n,
+                             .lr = 1e-3f,
+                             .beta1 = 0.9f,
+                             .beta2 = 0.95f,
+                             .eps = 1e-8f,
+                             .weight_decay = 0.1f,
+                             .bias1 = 0.271f,
+                             .bias2 = 0.142625f,
+                             .grad_scale = 0.5f,
+                             .p = p,
+                             .m = m,
+                             .v = v,
+                             .g = g});
     /* Same formula; fused multiply-adds round some sums of products once instead of twice: m and
      * v differ by an ulp or two of their two terms; p by a few ulps of |p| and of the update
      * lr |mhat / (sqrt(vhat) + eps) + wd p|, whose ratio inherits the ulps of m and v. */
@@ -476,21 +523,18 @@ Test(gpu, adamw) {
         double upd = 1e-3 * fabs(mh / (sqrt(vh) + 1e-8) + 0.1 * p0[i]);
         tp[i] = 8.0 * FLT_EPSILON * (fabs(p0[i]) + upd);
     }
-    expect_close("adamw m", getf(gm, n), m, n, tm, 0, 0);
-    expect_close("adamw v", getf(gv, n), v, n, tv, 0, 0);
-    expect_close("adamw p", getf(gp, n), p, n, tp, 0, 0);
+    expect_close("adamw m", gpu_result(m, n), m, n, tm, 0, 0);
+    expect_close("adamw v", gpu_result(v, n), v, n, tv, 0, 0);
+    expect_close("adamw p", gpu_result(p, n), p, n, tp, 0, 0);
 }
 
 /* --- reductions ------------------------------------------------------------------------------- */
 
 static void reduce_case(const char *what, mw__nd nd, float alpha, int64_t na, int64_t nout) {
-    float *a = rand_floats(na, -1, 1), *ref = zeros(nout);
-    float *ga = putf(a, na), *gout = putf(rand_floats(nout, 5, 6), nout); /* garbage first */
+    float *a = on_both(rand_floats(na, -1, 1), na);
+    float *ref = on_both_as(zeros(nout), rand_floats(nout, 5, 6), nout); /* garbage first */
     mw__k_reduce k = {.alpha = alpha, .nd = nd, .out_count = nout, .out = ref, .a = a};
-    OK(cpu.vt->reduce(&cpu, &k));
-    k.out = gout;
-    k.a = ga;
-    OK(gpu.vt->reduce(&gpu, &k));
+    both_reduce(k);
     /* Per output: terms n and sum |term|, for the summation bound. */
     double *abs_sum = host_alloc((size_t)nout * sizeof *abs_sum);
     int64_t *terms = host_alloc((size_t)nout * sizeof *terms);
@@ -501,43 +545,38 @@ static void reduce_case(const char *what, mw__nd nd, float alpha, int64_t na, in
     }
     double *tol = host_alloc((size_t)nout * sizeof *tol);
     for (int64_t o = 0; o < nout; o++) tol[o] = (double)(terms[o] + 1) * FLT_EPSILON * abs_sum[o];
-    expect_close(what, getf(gout, nout), ref, nout, tol, 0, 0);
+    expect_close(what, gpu_result(ref, nout), ref, nout, tol, 0, 0);
     /* Deterministic: a second run gives the same bits. */
-    float *first = getf(gout, nout);
-    OK(gpu.vt->reduce(&gpu, &k));
-    expect_equal("reduce rerun", getf(gout, nout), first, nout);
+    float *first = gpu_result(ref, nout);
+    on_gpu_reduce(k);
+    expect_equal("reduce rerun", gpu_result(ref, nout), first, nout);
 }
 
 Test(gpu, reduce_matches_cpu) {
     NEED_GPU();
-    { /* Column sums of [1000, 37]. */
-        int64_t d[] = {1000, 37}, so[] = {0, 1}, sa[] = {37, 1};
-        reduce_case("column sums", nd_of(2, d, so, sa, NULL), 0.25f, 37000, 37);
-    }
-    { /* Row sums of [300, 1000]. */
-        int64_t d[] = {300, 1000}, so[] = {1, 0}, sa[] = {1000, 1};
-        reduce_case("row sums", nd_of(2, d, so, sa, NULL), 1.0f, 300000, 300);
-    }
-    { /* Everything into one scalar. */
-        int64_t d[] = {1000003}, so[] = {0}, sa[] = {1};
-        reduce_case("full sum", nd_of(1, d, so, sa, NULL), 1.0f / 1000003, 1000003, 1);
-    }
-    { /* The middle dim of [7, 500, 9]. */
-        int64_t d[] = {7, 500, 9}, so[] = {9, 0, 1}, sa[] = {4500, 9, 1};
-        reduce_case("middle dim", nd_of(3, d, so, sa, NULL), 1.0f, 31500, 63);
-    }
-    { /* Dims 0 and 2 of [20, 30, 40]: two reduced dims. */
-        int64_t d[] = {20, 30, 40}, so[] = {0, 1, 0}, sa[] = {1200, 40, 1};
-        reduce_case("outer and inner dims", nd_of(3, d, so, sa, NULL), 2.0f, 24000, 30);
-    }
-    { /* A transposed walk: a stored [37, 1000], summed over its rows. */
-        int64_t d[] = {1000, 37}, so[] = {0, 1}, sa[] = {1, 1000};
-        reduce_case("transposed", nd_of(2, d, so, sa, NULL), 1.0f, 37000, 37);
-    }
-    { /* Nothing reduced: a scaled copy. */
-        int64_t d[] = {5, 7}, so[] = {7, 1}, sa[] = {7, 1};
-        reduce_case("no reduced dim", nd_of(2, d, so, sa, NULL), 3.0f, 35, 35);
-    }
+    /* dims, out's strides (0 along a reduced dim) and a's; alpha; a's and out's elements. */
+    static const struct {
+        const char *what;
+        int rank;
+        int64_t dims[3], out_stride[3], a_stride[3];
+        float alpha;
+        int64_t na, nout;
+    } cases[] = {
+        {"column sums", 2, {1000, 37}, {0, 1}, {37, 1}, 0.25f, 37000, 37},  /* of [1000, 37] */
+        {"row sums", 2, {300, 1000}, {1, 0}, {1000, 1}, 1.0f, 300000, 300}, /* of [300, 1000] */
+        {"full sum", 1, {1000003}, {0}, {1}, 1.0f / 1000003, 1000003, 1},   /* into one scalar */
+        {"middle dim", 3, {7, 500, 9}, {9, 0, 1}, {4500, 9, 1}, 1.0f, 31500, 63},
+        /* dims 0 and 2 of [20, 30, 40]: two reduced dims */
+        {"outer and inner dims", 3, {20, 30, 40}, {0, 1, 0}, {1200, 40, 1}, 2.0f, 24000, 30},
+        /* a transposed walk: a stored [37, 1000], summed over its rows */
+        {"transposed", 2, {1000, 37}, {0, 1}, {1, 1000}, 1.0f, 37000, 37},
+        {"no reduced dim", 2, {5, 7}, {7, 1}, {7, 1}, 3.0f, 35, 35}, /* a scaled copy */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+        reduce_case(
+            cases[c].what,
+            nd_of(cases[c].rank, cases[c].dims, cases[c].out_stride, cases[c].a_stride, NULL),
+            cases[c].alpha, cases[c].na, cases[c].nout);
 }
 
 /* The exact sum of squares: the GPU's bins, filled by blocks and threads in any order with
@@ -548,24 +587,17 @@ Test(gpu, sumsq_matches_cpu) {
     static const int64_t counts[] = {0, 5, 65536, 65537, 1000003};
     mw__sqacc ref, got;
     memset(&ref, 0, sizeof ref);
-    mw__sqacc *gacc = put(&ref, sizeof ref);
+    put(&ref, sizeof ref);
     for (int c = 0; c < 5; c++) {
         int64_t n = counts[c];
         float *a = rand_floats(n, -2, 2);
         for (int64_t i = 0; i < n; i += 3) a[i] = ldexpf(a[i], (int)(i % 280) - 150);
         if (c == 4) a[77] = INFINITY, a[999999] = NAN;
-        float *ga = putf(a, n);
-        mw__k_sumsq k = {.count = n, .out = &ref, .a = a, .zero = 1};
-        OK(cpu.vt->sumsq(&cpu, &k));
-        k.count = n / 3; /* again, into the same bins: a third, then the rest */
-        k.zero = 0;
-        OK(cpu.vt->sumsq(&cpu, &k));
-        k = (mw__k_sumsq){.count = n, .out = gacc, .a = ga, .zero = 1};
-        OK(gpu.vt->sumsq(&gpu, &k));
-        k.count = n / 3;
-        k.zero = 0;
-        OK(gpu.vt->sumsq(&gpu, &k));
-        get(&got, gacc, sizeof got);
+        on_both(a, n);
+        both_sumsq((mw__k_sumsq){.count = n, .out = &ref, .a = a, .zero = 1});
+        /* again, into the same bins: a third, then the rest */
+        both_sumsq((mw__k_sumsq){.count = n / 3, .out = &ref, .a = a, .zero = 0});
+        get(&got, twin(&ref), sizeof got);
         cr_assert(memcmp(&ref, &got, sizeof ref) == 0, "n = %lld: the GPU's bins differ",
                   (long long)n);
         if (c == 4) cr_assert(isnan(mw__sqacc_value(&got)));
@@ -578,30 +610,25 @@ static void gemm_case(int64_t batch, int64_t m, int64_t n, int64_t kk, int ta, i
     int64_t ra = ta ? kk : m, ca = ta ? m : kk, rb = tb ? n : kk, cb = tb ? kk : n;
     int64_t lda = ca + pad, ldb = cb + pad, ldc = n + pad;
     int64_t sa = ra * lda + 5, sb = rb * ldb + 3, sc = m * ldc + 7;
-    float *a = rand_floats(batch * sa, -1, 1), *b = rand_floats(batch * sb, -1, 1);
-    float *ref = zeros(batch * sc), *ga = putf(a, batch * sa), *gb = putf(b, batch * sb);
-    float *gc = putf(ref, batch * sc);
-    mw__k_gemm k = {.batch = batch,
-                    .m = m,
-                    .n = n,
-                    .k = kk,
-                    .trans_a = ta,
-                    .trans_b = tb,
-                    .lda = lda,
-                    .ldb = ldb,
-                    .ldc = ldc,
-                    .stride_a = sa,
-                    .stride_b = sb,
-                    .stride_c = sc,
-                    .c = ref,
-                    .a = a,
-                    .b = b};
-    OK(cpu.vt->gemm(&cpu, &k));
-    k.c = gc;
-    k.a = ga;
-    k.b = gb;
-    OK(gpu.vt->gemm(&gpu, &k));
-    float *got = getf(gc, batch * sc);
+    float *a = on_both(rand_floats(batch * sa, -1, 1), batch * sa);
+    float *b = on_both(rand_floats(batch * sb, -1, 1), batch * sb);
+    float *ref = on_both(zeros(batch * sc), batch * sc);
+    both_gemm((mw__k_gemm){.batch = batch,
+                           .m = m,
+                           .n = n,
+                           .k = kk,
+                           .trans_a = ta,
+                           .trans_b = tb,
+                           .lda = lda,
+                           .ldb = ldb,
+                           .ldc = ldc,
+                           .stride_a = sa,
+                           .stride_b = sb,
+                           .stride_c = sc,
+                           .c = ref,
+                           .a = a,
+                           .b = b});
+    float *got = gpu_result(ref, batch * sc);
     /* Dot products of length K in any order (and with fused multiply-adds): the difference is
      * at most (K + 1) FLT_EPSILON sum |a_il b_lj|. Padding elements must stay 0. */
     for (int64_t bi = 0; bi < batch; bi++)
@@ -668,17 +695,12 @@ Test(gpu, layernorm_forward_and_input_gradient) {
     for (int s = 0; s < 3; s++) {
         int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
         float eps = 1e-5f;
-        float *x = ln_input(rows, n), *w = rand_floats(n, 0.5, 1.5), *b = rand_floats(n, -0.5, 0.5);
-        float *gy = rand_floats(len, -1, 1), *ref = zeros(len);
-        float *gx = putf(x, len), *gw = putf(w, n), *gb = putf(b, n), *ggy = putf(gy, len);
-        float *gout = putf(ref, len);
-        mw__k_layernorm k = {.rows = rows, .n = n, .eps = eps, .out = ref, .x = x, .w = w, .b = b};
-        OK(cpu.vt->layernorm(&cpu, &k));
-        k.out = gout;
-        k.x = gx;
-        k.w = gw;
-        k.b = gb;
-        OK(gpu.vt->layernorm(&gpu, &k));
+        float *x = on_both(ln_input(rows, n), len), *w = on_both(rand_floats(n, 0.5, 1.5), n);
+        float *b = on_both(rand_floats(n, -0.5, 0.5), n),
+              *gy = on_both(rand_floats(len, -1, 1), len);
+        float *ref = on_both(zeros(len), len);
+        both_layernorm((mw__k_layernorm){
+            .rows = rows, .n = n, .eps = eps, .out = ref, .x = x, .w = w, .b = b});
         /* Mean and rstd are summed in double on both sides and rounded to float: they agree to
          * an ulp; the row formula has 3 roundings (2 when fused). So 8 ulp of the terms:
          * |xhat w| + |b| + ulp(mean) rstd |w|. */
@@ -693,16 +715,10 @@ Test(gpu, layernorm_forward_and_input_gradient) {
                     (fabs(xhat * w[j]) + fabs(b[j]) + (fabs(mean) + 1.0) * rstd * w[j]);
             }
         }
-        expect_close("layernorm", getf(gout, len), ref, len, tol, 0, 0);
+        expect_close("layernorm", gpu_result(ref, len), ref, len, tol, 0, 0);
 
-        mw__k_layernorm_grad d = {
-            .rows = rows, .n = n, .eps = eps, .out = ref, .gy = gy, .x = x, .w = w};
-        OK(cpu.vt->layernorm_dx(&cpu, &d));
-        d.out = gout;
-        d.gy = ggy;
-        d.x = gx;
-        d.w = gw;
-        OK(gpu.vt->layernorm_dx(&gpu, &d));
+        both_layernorm_dx((mw__k_layernorm_grad){
+            .rows = rows, .n = n, .eps = eps, .out = ref, .gy = gy, .x = x, .w = w});
         /* dx = rstd (dy - c1 - xhat c2): c1, c2 are double means rounded to float (an ulp each,
          * ulp of |dy| and |xhat c2| after cancellation); 8 ulp of rstd (|dy| + |c1| + |xhat c2|)
          * plus the mean/rstd ulps as above. */
@@ -723,7 +739,7 @@ Test(gpu, layernorm_forward_and_input_gradient) {
                     (fabs(dy) + fabs(c1) + fabs(xhat * c2) + (fabs(mean) + 1.0) * rstd * fabs(c2));
             }
         }
-        expect_close("layernorm dx", getf(gout, len), ref, len, tol, 0, 0);
+        expect_close("layernorm dx", gpu_result(ref, len), ref, len, tol, 0, 0);
     }
 }
 
@@ -734,15 +750,11 @@ Test(gpu, layernorm_weight_gradient) {
     for (int s = 0; s < 3; s++) {
         int64_t rows = shapes[s][0], n = shapes[s][1], len = rows * n;
         float eps = 1e-5f;
-        float *x = ln_input(rows, n), *gy = rand_floats(len, -1, 1), *ref = zeros(n);
-        float *gx = putf(x, len), *ggy = putf(gy, len), *gout = putf(rand_floats(n, 1, 2), n);
+        float *x = on_both(ln_input(rows, n), len), *gy = on_both(rand_floats(len, -1, 1), len);
+        float *ref = on_both_as(zeros(n), rand_floats(n, 1, 2), n);
         mw__k_layernorm_grad d = {
             .rows = rows, .n = n, .eps = eps, .out = ref, .gy = gy, .x = x, .w = NULL};
-        OK(cpu.vt->layernorm_dw(&cpu, &d));
-        d.out = gout;
-        d.gy = ggy;
-        d.x = gx;
-        OK(gpu.vt->layernorm_dw(&gpu, &d));
+        both_layernorm_dw(d);
         /* Each term gy (x - mean) rstd agrees to ~4 ulp of |gy| (|x| + |mean|) rstd (the float
          * mean and rstd may differ by an ulp); the sums over rows by the summation bound. */
         double *tol = host_alloc((size_t)n * sizeof *tol);
@@ -753,10 +765,10 @@ Test(gpu, layernorm_weight_gradient) {
                 tol[j] += fabs(gy[r * n + j]) * (fabs(x[r * n + j]) + fabs(mean)) * rstd;
         }
         for (int64_t j = 0; j < n; j++) tol[j] *= (double)(rows + 8) * FLT_EPSILON;
-        expect_close("layernorm dw", getf(gout, n), ref, n, tol, 0, 0);
-        float *first = getf(gout, n);
-        OK(gpu.vt->layernorm_dw(&gpu, &d));
-        expect_equal("layernorm dw rerun", getf(gout, n), first, n);
+        expect_close("layernorm dw", gpu_result(ref, n), ref, n, tol, 0, 0);
+        float *first = gpu_result(ref, n);
+        on_gpu_layernorm_dw(d);
+        expect_equal("layernorm dw rerun", gpu_result(ref, n), first, n);
     }
 }
 
@@ -851,40 +863,34 @@ Test(gpu, softmax_and_its_gradient) {
     for (int c = 0; c < 4; c++) {
         int64_t outer = cases[c][0], s = cases[c][1], k = cases[c][2], len = outer * s * k;
         int causal = (int)cases[c][3];
-        float *a = rand_floats(len, -4, 4), *ref = zeros(len);
-        float *ga = putf(a, len), *gout = putf(rand_floats(len, 1, 2), len);
-        mw__k_softmax f = {.outer = outer,
-                           .s = s,
-                           .k = k,
-                           .causal = causal,
-                           .scale = scales[c],
-                           .out = ref,
-                           .a = a};
-        OK(cpu.vt->softmax(&cpu, &f));
-        f.out = gout;
-        f.a = ga;
-        OK(gpu.vt->softmax(&gpu, &f));
+        float *a = on_both(rand_floats(len, -4, 4), len);
+        float *ref = on_both_as(zeros(len), rand_floats(len, 1, 2), len);
+        both_softmax((mw__k_softmax){.outer = outer,
+                                     .s = s,
+                                     .k = k,
+                                     .causal = causal,
+                                     .scale = scales[c],
+                                     .out = ref,
+                                     .a = a});
         /* out = expf(scale a - max) * (float)(1 / double sum): the GPU may fuse the argument
          * (half an ulp of |scale a| <= 4, so 2.4e-7 relative after exp), expf is within 2 ulp on
          * the GPU and 1 on the host, the reciprocal within an ulp, one product each side: under
          * 9 ulp relative; 16 ulp. Masked columns: exactly 0 on both. */
-        expect_close("softmax", getf(gout, len), ref, len, NULL, 0, 16.0 * FLT_EPSILON);
+        expect_close("softmax", gpu_result(ref, len), ref, len, NULL, 0, 16.0 * FLT_EPSILON);
 
-        float *gy = rand_floats(len, -1, 1), *gref = zeros(len);
-        float *gp = putf(ref, len), *ggy = putf(gy, len);
-        mw__k_softmax_grad b = {.outer = outer,
-                                .s = s,
-                                .k = k,
-                                .causal = causal,
-                                .scale = scales[c],
-                                .out = gref,
-                                .gy = gy,
-                                .p = ref};
-        OK(cpu.vt->softmax_grad(&cpu, &b));
-        b.out = gout;
-        b.gy = ggy;
-        b.p = gp;
-        OK(gpu.vt->softmax_grad(&gpu, &b));
+        /* Both gradients from the CPU's probabilities (ref, uploaded again), the GPU's into the
+         * values its softmax wrote. */
+        float *gy = on_both(rand_floats(len, -1, 1), len);
+        float *gref = on_both_as(zeros(len), gpu_result(ref, len), len);
+        on_both(ref, len);
+        both_softmax_grad((mw__k_softmax_grad){.outer = outer,
+                                               .s = s,
+                                               .k = k,
+                                               .causal = causal,
+                                               .scale = scales[c],
+                                               .out = gref,
+                                               .gy = gy,
+                                               .p = ref});
         /* scale p (gy - dot), dot summed in double and rounded: (gy - dot) is good to an ulp of
          * |gy| + |dot| each side, then two products: 4 ulp of scale p (|gy| + |dot|). */
         double *tol = host_alloc((size_t)len * sizeof *tol);
@@ -895,7 +901,7 @@ Test(gpu, softmax_and_its_gradient) {
                 tol[r * k + j] = 4.0 * FLT_EPSILON * scales[c] * ref[r * k + j] *
                                  (fabs(gy[r * k + j]) + fabs(dot));
         }
-        expect_close("softmax gradient", getf(gout, len), gref, len, tol, 0, 0);
+        expect_close("softmax gradient", gpu_result(gref, len), gref, len, tol, 0, 0);
     }
 }
 
@@ -911,31 +917,21 @@ static int32_t *rand_ids(int64_t n, int32_t hi) {
  * rows in order of position on both sides; rows no id names are zero). */
 static void embed_case(const char *what, int64_t vocab, int64_t dim, int64_t n_ids,
                        const int32_t *ids) {
-    float *table = rand_floats(vocab * dim, -1, 1), *ref = zeros(n_ids * dim);
-    int32_t *gids = put(ids, (size_t)n_ids * sizeof *ids);
-    float *gtable = putf(table, vocab * dim), *gout = putf(ref, n_ids * dim);
-    mw__k_embed e = {
-        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table};
-    OK(cpu.vt->embed(&cpu, &e));
-    e.out = gout;
-    e.ids = gids;
-    e.table = gtable;
-    OK(gpu.vt->embed(&gpu, &e));
+    float *table = on_both(rand_floats(vocab * dim, -1, 1), vocab * dim);
+    float *ref = on_both(zeros(n_ids * dim), n_ids * dim);
+    ids_on_both(ids, n_ids);
+    both_embed((mw__k_embed){
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = ref, .ids = ids, .table = table});
     char label[96];
     snprintf(label, sizeof label, "embed, %s", what);
-    expect_equal(label, getf(gout, n_ids * dim), ref, n_ids * dim);
+    expect_equal(label, gpu_result(ref, n_ids * dim), ref, n_ids * dim);
 
-    float *gy = rand_floats(n_ids * dim, -1, 1), *gref = zeros(vocab * dim);
-    float *ggy = putf(gy, n_ids * dim), *gg = putf(rand_floats(vocab * dim, 1, 2), vocab * dim);
-    mw__k_embed_grad g = {
-        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy};
-    OK(cpu.vt->embed_grad(&cpu, &g));
-    g.out = gg;
-    g.ids = gids;
-    g.gy = ggy;
-    OK(gpu.vt->embed_grad(&gpu, &g));
+    float *gy = on_both(rand_floats(n_ids * dim, -1, 1), n_ids * dim);
+    float *gref = on_both_as(zeros(vocab * dim), rand_floats(vocab * dim, 1, 2), vocab * dim);
+    both_embed_grad((mw__k_embed_grad){
+        .n_ids = n_ids, .vocab = vocab, .dim = dim, .out = gref, .ids = ids, .gy = gy});
     snprintf(label, sizeof label, "embed gradient, %s", what);
-    expect_equal(label, getf(gg, vocab * dim), gref, vocab * dim);
+    expect_equal(label, gpu_result(gref, vocab * dim), gref, vocab * dim);
 }
 
 Test(gpu, embedding_and_its_gradient_exactly) {
@@ -993,36 +989,25 @@ Test(gpu, cross_entropy_and_its_gradient) {
     static const int64_t cases[][3] = {{20, 1000, 997}, {7, 50304, 50257}, {3, 5, 5}};
     for (int c = 0; c < 3; c++) {
         int64_t rows = cases[c][0], v = cases[c][1], valid = cases[c][2];
-        float *logits = rand_floats(rows * v, -5, 5), ref[32];
-        int32_t *t = rand_ids(rows, (int32_t)valid);
-        float *gl = putf(logits, rows * v), *gout = putf(zeros(rows), rows);
-        int32_t *gt = put(t, (size_t)rows * sizeof *t);
-        mw__k_xent x = {
-            .rows = rows, .v = v, .valid = valid, .out = ref, .logits = logits, .targets = t};
-        OK(cpu.vt->xent(&cpu, &x));
-        x.out = gout;
-        x.logits = gl;
-        x.targets = gt;
-        OK(gpu.vt->xent(&gpu, &x));
+        float *logits = on_both(rand_floats(rows * v, -5, 5), rows * v);
+        const int32_t *t = ids_on_both(rand_ids(rows, (int32_t)valid), rows);
+        float *ref = on_both(zeros(rows), rows);
+        both_xent((mw__k_xent){
+            .rows = rows, .v = v, .valid = valid, .out = ref, .logits = logits, .targets = t});
         /* lse - l[t] with lse in double on both sides (the GPU sums float expf, within 2 ulp
          * each): lse agrees to ~3 ulp(1) absolute; one rounding of the result. */
-        expect_close("cross-entropy", getf(gout, rows), ref, rows, NULL, 4e-7, 2.0 * FLT_EPSILON);
+        expect_close("cross-entropy", gpu_result(ref, rows), ref, rows, NULL, 4e-7,
+                     2.0 * FLT_EPSILON);
 
-        float *gy = rand_floats(rows, -2, 2), *gref = zeros(rows * v);
-        float *ggy = putf(gy, rows), *gg = putf(rand_floats(rows * v, 1, 2), rows * v);
-        mw__k_xent_grad xg = {.rows = rows,
-                              .v = v,
-                              .valid = valid,
-                              .out = gref,
-                              .gy = gy,
-                              .logits = logits,
-                              .targets = t};
-        OK(cpu.vt->xent_grad(&cpu, &xg));
-        xg.out = gg;
-        xg.gy = ggy;
-        xg.logits = gl;
-        xg.targets = gt;
-        OK(gpu.vt->xent_grad(&gpu, &xg));
+        float *gy = on_both(rand_floats(rows, -2, 2), rows);
+        float *gref = on_both_as(zeros(rows * v), rand_floats(rows * v, 1, 2), rows * v);
+        both_xent_grad((mw__k_xent_grad){.rows = rows,
+                                         .v = v,
+                                         .valid = valid,
+                                         .out = gref,
+                                         .gy = gy,
+                                         .logits = logits,
+                                         .targets = t});
         /* softmax_j = e^(l_j - lse): both form the exponent in double; the GPU rounds it to
          * float (half an ulp of a value below 32: |l| <= 5, lse <= 5 + log v < 16, so < 1e-6
          * absolute, 1e-6 relative after the exponential) and calls expf (2 ulp), the host rounds
@@ -1035,7 +1020,8 @@ Test(gpu, cross_entropy_and_its_gradient) {
                 tol[r * v + j] =
                     fabs(gy[r]) * (4e-6 * fabs(p) + (j == t[r] ? 2.0 * FLT_EPSILON : 0)) + 1e-30;
             }
-        expect_close("cross-entropy gradient", getf(gg, rows * v), gref, rows * v, tol, 0, 0);
+        expect_close("cross-entropy gradient", gpu_result(gref, rows * v), gref, rows * v, tol, 0,
+                     0);
     }
 }
 
@@ -1093,39 +1079,24 @@ Test(gpu, gemm_with_empty_k_writes_zeros) {
 Test(gpu, rows_past_the_grid_limit) {
     NEED_GPU();
     int64_t rows = 70001, n = 8;
-    float *x = ln_input(rows, n), *w = rand_floats(n, 0.5, 1.5), *b = rand_floats(n, -1, 1);
-    float *gx = putf(x, rows * n), *gw = putf(w, n), *gb = putf(b, n);
-    float *ref = zeros(rows * n), *gout = putf(ref, rows * n);
-    mw__k_layernorm ln = {.rows = rows, .n = n, .eps = 1e-5f, .out = ref, .x = x, .w = w, .b = b};
-    OK(cpu.vt->layernorm(&cpu, &ln));
-    ln.out = gout;
-    ln.x = gx;
-    ln.w = gw;
-    ln.b = gb;
-    OK(gpu.vt->layernorm(&gpu, &ln));
+    float *x = on_both(ln_input(rows, n), rows * n), *w = on_both(rand_floats(n, 0.5, 1.5), n);
+    float *b = on_both(rand_floats(n, -1, 1), n), *ref = on_both(zeros(rows * n), rows * n);
+    both_layernorm(
+        (mw__k_layernorm){.rows = rows, .n = n, .eps = 1e-5f, .out = ref, .x = x, .w = w, .b = b});
     /* Same double-precision statistics: a few ulps of the output, plus 1e-6 absolute. */
-    expect_close("layernorm past 65,535 rows", getf(gout, rows * n), ref, rows * n, NULL, 1e-6,
+    expect_close("layernorm past 65,535 rows", gpu_result(ref, rows * n), ref, rows * n, NULL, 1e-6,
                  8 * FLT_EPSILON);
 
-    mw__k_softmax sm = {
-        .outer = 1, .s = rows, .k = n, .causal = 0, .scale = 1.0f, .out = ref, .a = x};
-    OK(cpu.vt->softmax(&cpu, &sm));
-    sm.out = gout;
-    sm.a = gx;
-    OK(gpu.vt->softmax(&gpu, &sm));
-    expect_close("softmax past the grid", getf(gout, rows * n), ref, rows * n, NULL, 0,
+    both_softmax((mw__k_softmax){
+        .outer = 1, .s = rows, .k = n, .causal = 0, .scale = 1.0f, .out = ref, .a = x});
+    expect_close("softmax past the grid", gpu_result(ref, rows * n), ref, rows * n, NULL, 0,
                  16 * FLT_EPSILON);
 
-    int32_t *t = rand_ids(rows, (int32_t)n);
-    int32_t *gt = put(t, (size_t)rows * sizeof *t);
-    float *xref = zeros(rows), *gxout = putf(xref, rows);
-    mw__k_xent xe = {.rows = rows, .v = n, .valid = n, .out = xref, .logits = x, .targets = t};
-    OK(cpu.vt->xent(&cpu, &xe));
-    xe.out = gxout;
-    xe.logits = gx;
-    xe.targets = gt;
-    OK(gpu.vt->xent(&gpu, &xe));
-    expect_close("cross-entropy past the grid", getf(gxout, rows), xref, rows, NULL, 4e-7,
+    const int32_t *t = ids_on_both(rand_ids(rows, (int32_t)n), rows);
+    float *xref = on_both(zeros(rows), rows);
+    both_xent(
+        (mw__k_xent){.rows = rows, .v = n, .valid = n, .out = xref, .logits = x, .targets = t});
+    expect_close("cross-entropy past the grid", gpu_result(xref, rows), xref, rows, NULL, 4e-7,
                  2.0 * FLT_EPSILON);
 
     /* Embedding and its gradient over 70,001 ids of a vocabulary of 100: long runs of each id. */
