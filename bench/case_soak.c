@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "meshwit/testing.h"
 #include "gpt2_model.h"
 
 /* A field of /proc/self/status in kB (VmRSS, VmHWM), or -1 where it is not available. */
@@ -58,8 +59,8 @@ int mwb_case_soak(mwb_ctx *ctx) {
     for (int s = 0; s < steps; s++) {
         for (int i = 0; i < B * T + 1; i++) tok[i] = (int32_t)((i * 5 + s * 3 + i / 7) % 64);
         if (s % 97 == 50) { /* a device fails now and then; the run goes on */
-            mw_trainer_inject_fault(tr, s % mw_mesh_size(mesh), (mw_phase)(s % 5),
-                                    mw_trainer_steps(tr), MW_ERR_DEVICE);
+            mw_test_control(MW_TEST_FAULT, tr, s % mw_mesh_size(mesh), (mw_phase)(s % 5),
+                            (int64_t)(mw_trainer_steps(tr)), MW_ERR_DEVICE);
             if (mw_trainer_step(tr, feeds, 2, NULL) != MW_ERR_DEVICE) goto done;
             faults++;
         }

@@ -5,18 +5,16 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "meshwit/testing.h"
-
 /* Allocations left before the injected failure; negative: none armed. */
 static _Atomic int64_t countdown = -1;
 static _Atomic int64_t counted = 0;
 
-void mw_test_fail_allocation(int64_t n) {
+void mw__alloc_fail_at(int64_t n) {
     atomic_store(&counted, 0);
     atomic_store(&countdown, n > 0 ? n : -1);
 }
 
-int64_t mw_test_allocations(void) { return atomic_load(&counted); }
+int64_t mw__alloc_count(void) { return atomic_load(&counted); }
 
 /* True when this allocation is the one that must fail. */
 static int should_fail(void) {

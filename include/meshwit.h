@@ -20,7 +20,6 @@
 #include "meshwit/infer.h"
 #include "meshwit/mesh.h"
 #include "meshwit/status.h"
-#include "meshwit/testing.h"
 #include "meshwit/tokenizer.h"
 #include "meshwit/trainer.h"
 #include "meshwit/weights.h"

@@ -252,6 +252,17 @@ static mw_phase phase_of(const worker *w, int i) {
 }
 
 /* Enters a phase; fires the injected fault when it is the armed one. */
+const char *mw_phase_name(mw_phase phase) {
+    switch (phase) {
+    case MW_PHASE_FORWARD: return "forward";
+    case MW_PHASE_FORWARD_COLLECTIVE: return "forward collective";
+    case MW_PHASE_BACKWARD: return "backward";
+    case MW_PHASE_GRAD_REDUCE: return "gradient reduction";
+    case MW_PHASE_UPDATE: return "update";
+    }
+    return "unknown phase";
+}
+
 mw_status mw__enter(worker *w, mw_phase phase) {
     w->phase = phase;
     if (w->fault_armed && w->fault_phase == phase && w->fault_step == w->prog->steps) {

@@ -24,6 +24,7 @@
 #include "core/graph_impl.h"
 #include "core/plan.h"
 #include "meshwit.h"
+#include "meshwit/testing.h" /* mw_phase: where a step is, for messages and faults */
 #include "parallel/config.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/sched.h"

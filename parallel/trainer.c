@@ -139,60 +139,6 @@ mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float 
     return mw__program_read_output(tr->prog, output, dst, count);
 }
 
-const char *mw_phase_name(mw_phase phase) {
-    switch (phase) {
-    case MW_PHASE_FORWARD: return "forward";
-    case MW_PHASE_FORWARD_COLLECTIVE: return "forward collective";
-    case MW_PHASE_BACKWARD: return "backward";
-    case MW_PHASE_GRAD_REDUCE: return "gradient reduction";
-    case MW_PHASE_UPDATE: return "update";
-    }
-    return "unknown phase";
-}
-
-/* The checks both fault-injection hooks make: MW_OK, or MW_ERR_INVALID naming what is wrong. */
-static mw_status injectable(const mw_trainer *tr, const char *hook, int device, mw_phase phase) {
-    if (!tr) return mw__error(MW_ERR_INVALID, "%s: trainer is NULL", hook);
-    if (device < 0 || device >= tr->prog->nworkers)
-        return mw__error(MW_ERR_INVALID, "%s: device %d is not in [0, %d)", hook, device,
-                         tr->prog->nworkers);
-    if (phase < MW_PHASE_FORWARD || phase > MW_PHASE_UPDATE)
-        return mw__error(MW_ERR_INVALID, "%s: phase %d is not an mw_phase", hook, (int)phase);
-    if (device < tr->prog->first || device >= tr->prog->first + tr->prog->nlocal)
-        return mw__error(MW_ERR_INVALID, "%s: device %d belongs to process %d", hook, device,
-                         tr->prog->mesh->proc_of[device]);
-    return MW_OK;
-}
-
-mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
-                                  mw_status status) {
-    mw_status st = injectable(tr, "mw_trainer_inject_fault", device, phase);
-    if (st) return st;
-    if (status == MW_OK)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_fault: status MW_OK is no fault");
-    worker *w = &tr->prog->w[device];
-    w->fault_phase = phase;
-    w->fault_step = step;
-    w->fault_status = status;
-    w->fault_armed = 1;
-    return MW_OK;
-}
-
-mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step,
-                                  int ms) {
-    mw_status st = injectable(tr, "mw_trainer_inject_stall", device, phase);
-    if (st) return st;
-    if (ms <= 0)
-        return mw__error(MW_ERR_INVALID, "mw_trainer_inject_stall: ms is %d, not >= 1", ms);
-    worker *w = &tr->prog->w[device];
-    w->fault_phase = phase;
-    w->fault_step = step;
-    w->fault_status = MW_OK;
-    w->fault_ms = ms;
-    w->fault_armed = 1;
-    return MW_OK;
-}
-
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
     if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_stats: NULL argument");
     *out = tr->prog->stats;

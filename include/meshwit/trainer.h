@@ -473,34 +473,6 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
  * without profiling, is a no-op. */
 void mw_trainer_profile_reset(mw_trainer *tr);
 
-/* The phases of a step, as named in error messages and by the fault-injection hook. */
-typedef enum mw_phase {
-    MW_PHASE_FORWARD = 0,
-    MW_PHASE_FORWARD_COLLECTIVE, /* an all-reduce the SPMD rules put in the forward pass */
-    MW_PHASE_BACKWARD,
-    MW_PHASE_GRAD_REDUCE, /* the bucketed gradient all-reduce */
-    MW_PHASE_UPDATE       /* the optimizer */
-} mw_phase;
-
-/* "forward", "forward collective", "backward", "gradient reduction", "update"; "unknown phase"
- * for another value. */
-const char *mw_phase_name(mw_phase phase);
-
-/* Testing hook: makes device `device` fail with `status` when it reaches `phase` of step `step`
- * (the value mw_trainer_steps has when that step starts), once. The step then returns `status`
- * with a message naming the device, the phase and "injected fault"; every worker is released.
- * On a mesh spanning processes, `device` must be one of this process's (mw_mesh_local_devices).
- * Errors: MW_ERR_INVALID for a NULL trainer, a device out of range or of another process, a
- * phase that is not an mw_phase, or status MW_OK. */
-mw_status mw_trainer_inject_fault(mw_trainer *tr, int device, mw_phase phase, int64_t step,
-                                  mw_status status);
-
-/* Testing hook: makes device `device` stall for `ms` milliseconds when it reaches `phase` of step
- * `step`, once; with mw_trainer_config.collective_timeout_ms below `ms`, its peers give up
- * waiting and the step fails with MW_ERR_TIMEOUT. Errors: MW_ERR_INVALID (as
- * mw_trainer_inject_fault's, or ms < 1). */
-mw_status mw_trainer_inject_stall(mw_trainer *tr, int device, mw_phase phase, int64_t step, int ms);
-
 /* Number of completed update steps (0 for NULL). */
 int64_t mw_trainer_steps(const mw_trainer *tr);
 

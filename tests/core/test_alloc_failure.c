@@ -7,6 +7,7 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 /* One scenario: trace a small GPT-2, compile it for `devices`, run a step. Returns the first
  * error (checking it is an out-of-memory one) or MW_OK. */
@@ -40,16 +41,16 @@ static mw_status scenario(const char *devices) {
 }
 
 static void every_allocation(const char *devices) {
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(scenario(devices), MW_OK, "%s", mw_last_error());
-    int64_t total = mw_test_allocations();
+    int64_t total = mw_test_control(MW_TEST_ALLOCATIONS);
     cr_assert_gt(total, 10);
     int failed = 0;
     for (int64_t n = 1; n <= total; n++) {
-        mw_test_fail_allocation(n);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(n));
         failed += scenario(devices) != MW_OK;
     }
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     /* Every allocation matters to some call, so every injected failure must surface. */
     cr_assert_eq(failed, total, "%d of %lld injected failures surfaced", failed, (long long)total);
     cr_assert_eq(scenario(devices), MW_OK, "the library does not recover after failures");

@@ -9,6 +9,7 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 static mw_status scenario(const char *path) {
     gpt2_config c = {
@@ -52,15 +53,15 @@ static mw_status scenario(const char *path) {
 Test(alloc_failure, weights_and_inference, .timeout = 120) {
     char path[64];
     snprintf(path, sizeof path, "/tmp/mw_alloc_%d.safetensors", (int)getpid());
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(scenario(path), MW_OK, "%s", mw_last_error());
-    int64_t total = mw_test_allocations();
+    int64_t total = mw_test_control(MW_TEST_ALLOCATIONS);
     int failed = 0;
     for (int64_t n = 1; n <= total; n++) {
-        mw_test_fail_allocation(n);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(n));
         failed += scenario(path) != MW_OK;
     }
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(failed, total, "%d of %lld injected failures surfaced", failed, (long long)total);
     cr_assert_eq(scenario(path), MW_OK, "the library does not recover after failures");
     remove(path);

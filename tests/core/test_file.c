@@ -693,7 +693,7 @@ Test(file, dash_writes_standard_output_in_place) {
 Test(file, out_of_memory_anywhere) {
     write_text(path_of("in.txt"), "input");
     for (int64_t n = 1;; n++) {
-        mw_test_fail_allocation(n);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(n));
         mw_file_set *fs = NULL;
         mw_status st = mw_file_set_new(&fs);
         if (st == MW_OK) st = mw_file_set_add_input(fs, path_of("in.txt"), "--data", 0);
@@ -708,8 +708,8 @@ Test(file, out_of_memory_anywhere) {
             mw_output_abandon(o);
         }
         mw_file_set_free(fs);
-        int64_t made = mw_test_allocations();
-        mw_test_fail_allocation(0);
+        int64_t made = mw_test_control(MW_TEST_ALLOCATIONS);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
         if (st == MW_OK) {
             cr_assert_lt(made, n, "allocation %lld was asked to fail, yet all succeeded",
                          (long long)n);

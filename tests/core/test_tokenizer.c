@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 /* --- the reference files ---------------------------------------------------------------------- */
 
@@ -903,16 +904,16 @@ static mw_status alloc_scenario(void) {
 }
 
 Test(tokenizer_nomem, every_allocation, .timeout = 120) {
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(alloc_scenario(), MW_OK, "%s", mw_last_error());
-    int64_t total = mw_test_allocations();
+    int64_t total = mw_test_control(MW_TEST_ALLOCATIONS);
     cr_assert_gt(total, 20);
     int failed = 0;
     for (int64_t k = 1; k <= total; k++) {
-        mw_test_fail_allocation(k);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(k));
         failed += alloc_scenario() != MW_OK;
     }
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(failed, total, "%d of %lld injected failures surfaced", failed, (long long)total);
     cr_assert_eq(alloc_scenario(), MW_OK, "the library does not recover after failures");
 }

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 #include "tests/common/rng.h"
 
 #ifdef MESHWIT_HAVE_CUDA
@@ -386,12 +387,15 @@ Test(gpu_trainer, failed_and_abandoned_collectives_are_survived) {
     feed(0, in, tg, f);
     cr_assert_eq(mw_trainer_step(m.tr, f, 2, &loss), MW_OK, "%s", mw_last_error());
     /* Fault: device 1 fails as it enters the gradient reduction of step 1. */
-    cr_assert_eq(mw_trainer_inject_fault(m.tr, 1, MW_PHASE_GRAD_REDUCE, 1, MW_ERR_DEVICE), MW_OK);
+    cr_assert_eq(
+        mw_test_control(MW_TEST_FAULT, m.tr, 1, MW_PHASE_GRAD_REDUCE, (int64_t)(1), MW_ERR_DEVICE),
+        MW_OK);
     mw_status st = mw_trainer_step(m.tr, f, 2, &loss);
     cr_assert_eq(st, MW_ERR_DEVICE, "got %s: %s", mw_status_name(st), mw_last_error());
     cr_assert(strstr(mw_last_error(), "injected fault"), "%s", mw_last_error());
     /* Stall: device 0 sleeps 3 s in backward; device 1 times out in a collective. */
-    cr_assert_eq(mw_trainer_inject_stall(m.tr, 0, MW_PHASE_BACKWARD, 1, 3000), MW_OK);
+    cr_assert_eq(mw_test_control(MW_TEST_STALL, m.tr, 0, MW_PHASE_BACKWARD, (int64_t)(1), 3000),
+                 MW_OK);
     st = mw_trainer_step(m.tr, f, 2, &loss);
     cr_assert(st == MW_ERR_TIMEOUT || st == MW_ERR_ABORTED, "got %s: %s", mw_status_name(st),
               mw_last_error());

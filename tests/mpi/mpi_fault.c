@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "linreg_model.h"
+#include "meshwit/testing.h"
 
 int main(int argc, char **argv) {
     if (mw_distributed_init(&argc, &argv) != MW_OK || argc != 2) {
@@ -39,9 +40,11 @@ int main(int argc, char **argv) {
     if (st == MW_OK) mw_mesh_local_devices(mesh, &first);
     if (st == MW_OK && rank == 1) {
         if (strcmp(mode, "fault") == 0)
-            st = mw_trainer_inject_fault(tr, first, MW_PHASE_BACKWARD, 3, MW_ERR_DEVICE);
+            st = mw_test_control(MW_TEST_FAULT, tr, first, MW_PHASE_BACKWARD, (int64_t)(3),
+                                 MW_ERR_DEVICE);
         else if (strcmp(mode, "stall") == 0)
-            st = mw_trainer_inject_stall(tr, first, MW_PHASE_GRAD_REDUCE, 3, 30000);
+            st = mw_test_control(MW_TEST_STALL, tr, first, MW_PHASE_GRAD_REDUCE, (int64_t)(3),
+                                 30000);
     }
     mw_feed feeds[2];
     linreg_feeds(&data, feeds);

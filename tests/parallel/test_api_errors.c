@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
@@ -225,7 +226,7 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 }
 
 static void fx_free(fx *f) {
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     mw_cancel_stop();
     mw_infer_free(f->inf);
     mw_trainer_free(f->tr);
@@ -286,14 +287,14 @@ static mw_status last_error_per_thread(fx *f) {
     return holds(f, empty && *mw_last_error(), "\"\" on a thread where nothing failed");
 }
 static mw_status allocation_fails(fx *f) {
-    mw_test_fail_allocation(1);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(1));
     mw_status st = mw_graph_new(&f->g);
     return st == MW_OK || f->g == NULL ? st : broken(f, "a graph despite the failure");
 }
 static mw_status allocations_counted(fx *f) {
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     mw_graph_new(&f->g);
-    return holds(f, mw_test_allocations() >= 1, "the graph's allocation counted");
+    return holds(f, mw_test_control(MW_TEST_ALLOCATIONS) >= 1, "the graph's allocation counted");
 }
 
 /* === mesh.h =================================================================================== */
@@ -990,7 +991,7 @@ static mw_status trainer_new_output_of_another_graph(fx *f) {
 static mw_status trainer_new_out_of_memory(fx *f) {
     NEED(model(f));
     NEED(mw_mesh_new("cpu:1", "X", &f->mesh));
-    mw_test_fail_allocation(1);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(1));
     return mw_trainer_new(f->g, f->loss, f->mesh, NULL, &f->tr);
 }
 static mw_status trainer_free_null(fx *f) {
@@ -1241,31 +1242,37 @@ static mw_status phase_name_unknown(fx *f) {
 /* testing hooks */
 static mw_status inject_fault_fails_the_step(fx *f) {
     NEED(trainer(f));
-    NEED(mw_trainer_inject_fault(f->tr, 0, MW_PHASE_BACKWARD, 0, MW_ERR_DEVICE));
+    NEED(mw_test_control(MW_TEST_FAULT, f->tr, 0, MW_PHASE_BACKWARD, (int64_t)(0), MW_ERR_DEVICE));
     return step(f);
 }
 static mw_status inject_fault_device(fx *f) {
-    return TRAINED(mw_trainer_inject_fault(f->tr, 1, MW_PHASE_FORWARD, 0, MW_ERR_DEVICE));
+    return TRAINED(
+        mw_test_control(MW_TEST_FAULT, f->tr, 1, MW_PHASE_FORWARD, (int64_t)(0), MW_ERR_DEVICE));
 }
 static mw_status inject_fault_ok(fx *f) {
-    return TRAINED(mw_trainer_inject_fault(f->tr, 0, MW_PHASE_FORWARD, 0, MW_OK));
+    return TRAINED(mw_test_control(MW_TEST_FAULT, f->tr, 0, MW_PHASE_FORWARD, (int64_t)(0), MW_OK));
 }
 static mw_status inject_fault_phase(fx *f) {
-    return TRAINED(mw_trainer_inject_fault(f->tr, 0, (mw_phase)9, 0, MW_ERR_DEVICE));
+    return TRAINED(
+        mw_test_control(MW_TEST_FAULT, f->tr, 0, (mw_phase)9, (int64_t)(0), MW_ERR_DEVICE));
 }
 static mw_status inject_stall_times_out(fx *f) {
     mw_trainer_config c = sgd();
     c.collective_timeout_ms = 50;
     c.cpu_threads = MW_CPU_THREADS_PER_DEVICE;
     NEED(trainer_on(f, "cpu:2", c));
-    NEED(mw_trainer_inject_stall(f->tr, 1, MW_PHASE_GRAD_REDUCE, 0, 400));
+    NEED(mw_test_control(MW_TEST_STALL, f->tr, 1, MW_PHASE_GRAD_REDUCE, (int64_t)(0), 400));
     return step(f);
 }
 static mw_status inject_stall_time(fx *f) {
-    return TRAINED(mw_trainer_inject_stall(f->tr, 0, MW_PHASE_FORWARD, 0, 0));
+    return TRAINED(mw_test_control(MW_TEST_STALL, f->tr, 0, MW_PHASE_FORWARD, (int64_t)(0), 0));
+}
+static mw_status test_control_unknown_op(fx *f) {
+    (void)f;
+    return (mw_status)mw_test_control((mw_test_op)99);
 }
 static mw_status inject_stall_device(fx *f) {
-    return TRAINED(mw_trainer_inject_stall(f->tr, -1, MW_PHASE_FORWARD, 0, 10));
+    return TRAINED(mw_test_control(MW_TEST_STALL, f->tr, -1, MW_PHASE_FORWARD, (int64_t)(0), 10));
 }
 static mw_status steps_null(fx *f) { return holds(f, mw_trainer_steps(NULL) == 0, "0 for NULL"); }
 static mw_status skipped_steps_null(fx *f) {
@@ -1891,8 +1898,8 @@ static const row table[] = {
     R(mw_strerror, strerror_unknown, MW_OK, NULL),
     R(mw_status_name, status_name_never_null, MW_OK, NULL),
     R(mw_last_error, last_error_per_thread, MW_OK, NULL),
-    R(mw_test_fail_allocation, allocation_fails, MW_ERR_NOMEM, "out of memory"),
-    R(mw_test_allocations, allocations_counted, MW_OK, NULL),
+    R(mw_test_control, allocation_fails, MW_ERR_NOMEM, "out of memory"),
+    R(mw_test_control, allocations_counted, MW_OK, NULL),
     /* mesh.h */
     R(mw_mesh_new, mesh_out_null, MW_ERR_INVALID, "out"),
     R(mw_mesh_new, mesh_spec_null, MW_ERR_INVALID, "device spec"),
@@ -2200,13 +2207,14 @@ static const row table[] = {
     R(mw_trainer_profile, profile_null_count, MW_ERR_INVALID, NULL),
     R(mw_trainer_profile_reset, profile_reset_null, MW_OK, NULL),
     R(mw_phase_name, phase_name_unknown, MW_OK, NULL),
-    R(mw_trainer_inject_fault, inject_fault_fails_the_step, MW_ERR_DEVICE, "injected fault"),
-    R(mw_trainer_inject_fault, inject_fault_device, MW_ERR_INVALID, "device 1 is not in [0, 1)"),
-    R(mw_trainer_inject_fault, inject_fault_ok, MW_ERR_INVALID, "MW_OK"),
-    R(mw_trainer_inject_fault, inject_fault_phase, MW_ERR_INVALID, "phase 9"),
-    R(mw_trainer_inject_stall, inject_stall_times_out, MW_ERR_TIMEOUT, "timed out after 50 ms"),
-    R(mw_trainer_inject_stall, inject_stall_time, MW_ERR_INVALID, "ms is 0"),
-    R(mw_trainer_inject_stall, inject_stall_device, MW_ERR_INVALID, "device -1"),
+    R(mw_test_control, inject_fault_fails_the_step, MW_ERR_DEVICE, "injected fault"),
+    R(mw_test_control, inject_fault_device, MW_ERR_INVALID, "device 1 is not in [0, 1)"),
+    R(mw_test_control, inject_fault_ok, MW_ERR_INVALID, "MW_OK"),
+    R(mw_test_control, inject_fault_phase, MW_ERR_INVALID, "phase 9"),
+    R(mw_test_control, inject_stall_times_out, MW_ERR_TIMEOUT, "timed out after 50 ms"),
+    R(mw_test_control, inject_stall_time, MW_ERR_INVALID, "ms is 0"),
+    R(mw_test_control, inject_stall_device, MW_ERR_INVALID, "device -1"),
+    R(mw_test_control, test_control_unknown_op, MW_ERR_INVALID, "op 99 is not an mw_test_op"),
     R(mw_trainer_steps, steps_null, MW_OK, NULL),
     R(mw_trainer_skipped_steps, skipped_steps_null, MW_OK, NULL),
     R(mw_trainer_check_replicas, check_replicas_differ, MW_ERR_STATE, "'w'"),

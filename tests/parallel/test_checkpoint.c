@@ -12,6 +12,7 @@
 
 #include "gpt2_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 #define B 4
 #define T 8
@@ -223,14 +224,14 @@ Test(checkpoint, out_of_memory_while_loading) {
     run r;
     run_make(&r, &config, "cpu:2");
     cr_assert_eq(mw_trainer_save(r.tr, path, NULL, 0), MW_OK);
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_OK);
-    int64_t total = mw_test_allocations();
+    int64_t total = mw_test_control(MW_TEST_ALLOCATIONS);
     for (int64_t n = 1; n <= total; n++) {
-        mw_test_fail_allocation(n);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(n));
         cr_assert_eq(mw_trainer_load(r.tr, path, NULL, 0, NULL), MW_ERR_NOMEM);
     }
-    mw_test_fail_allocation(0);
+    mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     run_free(&r);
 }
 

@@ -9,6 +9,7 @@
 
 #include "linreg_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 #define ROWS 257
 #define FEATURES 8
@@ -64,7 +65,8 @@ static void check_fault_threads(const char *devices, int device, mw_phase phase,
     }
     float w0[FEATURES], b0, w1[FEATURES], b1;
     read_weights(&r, w0, &b0);
-    cr_assert_eq(mw_trainer_inject_fault(r.tr, device, phase, 2, MW_ERR_DEVICE), MW_OK);
+    cr_assert_eq(mw_test_control(MW_TEST_FAULT, r.tr, device, phase, (int64_t)(2), MW_ERR_DEVICE),
+                 MW_OK);
     mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
     cr_assert_eq(st, MW_ERR_DEVICE, "phase %s gave %s", mw_phase_name(phase), mw_status_name(st));
     const char *msg = mw_last_error();
@@ -121,9 +123,11 @@ Test(faults, single_device) {
 Test(faults, bad_hook_arguments) {
     rig r;
     rig_make(&r, "cpu:2", 0);
-    cr_assert_eq(mw_trainer_inject_fault(r.tr, 2, MW_PHASE_FORWARD, 0, MW_ERR_DEVICE),
+    cr_assert_eq(
+        mw_test_control(MW_TEST_FAULT, r.tr, 2, MW_PHASE_FORWARD, (int64_t)(0), MW_ERR_DEVICE),
+        MW_ERR_INVALID);
+    cr_assert_eq(mw_test_control(MW_TEST_FAULT, r.tr, 0, MW_PHASE_FORWARD, (int64_t)(0), MW_OK),
                  MW_ERR_INVALID);
-    cr_assert_eq(mw_trainer_inject_fault(r.tr, 0, MW_PHASE_FORWARD, 0, MW_OK), MW_ERR_INVALID);
     rig_free(&r);
 }
 
@@ -139,7 +143,8 @@ Test(faults, stalled_peer_times_out, .timeout = 30) {
     rig r;
     rig_make(&r, "cpu:2", 200);
     cr_assert_eq(mw_trainer_step(r.tr, r.feeds, 2, NULL), MW_OK);
-    cr_assert_eq(mw_trainer_inject_stall(r.tr, 1, MW_PHASE_GRAD_REDUCE, 1, 1500), MW_OK);
+    cr_assert_eq(mw_test_control(MW_TEST_STALL, r.tr, 1, MW_PHASE_GRAD_REDUCE, (int64_t)(1), 1500),
+                 MW_OK);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
@@ -164,7 +169,8 @@ Test(faults, stalled_peer_times_out_across_gangs, .timeout = 30) {
     mw_step_stats stats;
     cr_assert_eq(mw_trainer_stats(r.tr, &stats), MW_OK);
     cr_assert_eq(stats.threads, 2);
-    cr_assert_eq(mw_trainer_inject_stall(r.tr, 2, MW_PHASE_GRAD_REDUCE, 1, 1500), MW_OK);
+    cr_assert_eq(mw_test_control(MW_TEST_STALL, r.tr, 2, MW_PHASE_GRAD_REDUCE, (int64_t)(1), 1500),
+                 MW_OK);
     mw_status st = mw_trainer_step(r.tr, r.feeds, 2, NULL);
     cr_assert_eq(st, MW_ERR_TIMEOUT, "got %s: %s", mw_status_name(st), mw_last_error());
     cr_assert(strstr(mw_last_error(), "cpu:0") || strstr(mw_last_error(), "cpu:1"), "%s",

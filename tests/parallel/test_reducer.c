@@ -479,10 +479,10 @@ Test(reducer, out_of_memory_in_comm_new, .timeout = 60) {
     int failures = 0;
     for (int64_t k = 1; k < 20; k++) {
         mw__comm *comm = (mw__comm *)&failures; /* must be overwritten with NULL */
-        mw_test_fail_allocation(k);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(k));
         mw_status st = R->comm_new(4, NULL, NULL, &comm);
-        int64_t made = mw_test_allocations();
-        mw_test_fail_allocation(0);
+        int64_t made = mw_test_control(MW_TEST_ALLOCATIONS);
+        mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
         if (st == MW_OK) {
             cr_assert_lt(made, k, "allocation %lld was to fail but comm_new succeeded",
                          (long long)k);

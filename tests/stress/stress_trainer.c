@@ -11,6 +11,7 @@
 
 #include "linreg_model.h"
 #include "meshwit.h"
+#include "meshwit/testing.h"
 #include "tests/common/rng.h"
 
 #define ROWS 61
@@ -70,8 +71,8 @@ int main(void) {
             if (below(4) == 0) {
                 int dev = below(mw_trainer_devices(r.tr));
                 mw_phase ph = (mw_phase)below(5);
-                CHECK(mw_trainer_inject_fault(r.tr, dev, ph, mw_trainer_steps(r.tr),
-                                              MW_ERR_DEVICE) == MW_OK,
+                CHECK(mw_test_control(MW_TEST_FAULT, r.tr, dev, ph,
+                                      (int64_t)(mw_trainer_steps(r.tr)), MW_ERR_DEVICE) == MW_OK,
                       "inject");
                 CHECK(mw_trainer_step(r.tr, feeds, 2, NULL) == MW_ERR_DEVICE,
                       "an injected fault on %s device %d did not fail the step", spec, dev);
