@@ -31,7 +31,7 @@ typedef struct config {
     int zero1;
     mw_recompute recompute;
     int fsdp;
-    int serial; /* FSDP: mw_trainer_config.serial_gathers (no gather started ahead) */
+    int serial; /* FSDP: mw_trainer_config.gathers = MW_GATHERS_AT_USE (no gather started ahead) */
 } config;
 
 static const config configs[] = {

@@ -143,7 +143,7 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     tc.shard_optimizer = s->shard_optimizer;
     tc.precision = s->precision;
     tc.recompute = s->recompute;
-    tc.serial_gathers = s->serial_gathers;
+    tc.gathers = s->serial_gathers ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD;
     const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
     if (mwb_gpt2_make_fsdp(mesh, &s->model, s->batch, s->seq, data, s->model_axis,
                            s->shard_params ? data : NULL, &tc, &m, r->error, sizeof r->error) ||

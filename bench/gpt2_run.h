@@ -24,7 +24,7 @@ typedef struct mwb_gpt2_setup {
     int shard_params;       /* FSDP over the data axis (gpt2_layout.fsdp_axis) */
     mw_precision precision; /* mw_trainer_config.precision */
     mw_recompute recompute; /* mw_trainer_config.recompute */
-    int serial_gathers;     /* mw_trainer_config.serial_gathers */
+    int serial_gathers;     /* mw_trainer_config.gathers = MW_GATHERS_AT_USE */
 } mwb_gpt2_setup;
 
 /* What the child sends back. */

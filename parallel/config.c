@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "core/graph_impl.h"
 
 /* --- the lists against the structs -------------------------------------------------------------
@@ -14,8 +15,8 @@
  * A mirror of each public struct made from its lists, in their order, must have its size and
  * every field at its offset: a field added to either and not the other, or moved, fails here. */
 
-#define MEMBER_(type, name, kind, share, note) type name;
-#define SAME_PLACE_(type, name, kind, share, note)                                                 \
+#define MEMBER_(type, name, kind, share, range, note) type name;
+#define SAME_PLACE_(type, name, kind, share, range, note)                                          \
     _Static_assert(offsetof(MIRROR, name) == offsetof(PUBLIC, name),                               \
                    "field " #name " is not where its list puts it (parallel/config.h)");
 
@@ -61,7 +62,7 @@ _Static_assert(sizeof(struct infer_mirror) == sizeof(mw_infer_config),
 
 /* --- copies ----------------------------------------------------------------------------------- */
 
-#define COPY_(type, name, kind, share, note) p.name = c->name;
+#define COPY_(type, name, kind, share, range, note) p.name = c->name;
 
 mw__program_config mw__program_config_of_trainer(const mw_trainer_config *c) {
     mw__program_config p;
@@ -76,6 +77,35 @@ mw__program_config mw__program_config_of_infer(const mw_infer_config *c) {
     memset(&p, 0, sizeof p);
     MW__RUNTIME_FIELDS(COPY_)
     return p;
+}
+
+/* --- validation ------------------------------------------------------------------------------ */
+
+#define CHECK_RANGE_(name, lo, hi, expected)                                                       \
+    if ((lo) <= (hi) && ((long long)(int)c->name < (lo) || (long long)(int)c->name > (hi)))        \
+        return mw__error(MW_ERR_INVALID, "%s: " #name " is %d (expected %s)", caller,              \
+                         (int)c->name, expected);
+#define CHECK_RANGE_OF_(name, range) CHECK_RANGE_ID_(name, MW__UNPACK_ range)
+#define CHECK_RANGE_ID_(...) CHECK_RANGE_(__VA_ARGS__)
+#define MW__UNPACK_(lo, hi, expected) lo, hi, expected
+#define CHECK_I_(name, range) CHECK_RANGE_OF_(name, range)
+#define CHECK_Z_(name, range)
+#define CHECK_F_(name, range)
+#define CHECK_S_(name, range)
+#define CHECK_P_(name, range)
+#define CHECK_(type, name, kind, share, range, note) CHECK_##kind##_(name, range)
+
+mw_status mw__check_trainer_config(const mw_trainer_config *c, const char *caller) {
+    MW__RUNTIME_FIELDS(CHECK_)
+    MW__TRAINING_RUNTIME_FIELDS(CHECK_)
+    MW__TRAINER_FIELDS(CHECK_)
+    return MW_OK;
+}
+
+mw_status mw__check_infer_config(const mw_infer_config *c, const char *caller) {
+    MW__INFER_FIELDS(CHECK_)
+    MW__RUNTIME_FIELDS(CHECK_)
+    return MW_OK;
 }
 
 /* --- fingerprints ------------------------------------------------------------------------------
@@ -110,7 +140,7 @@ static void put(out *o, const char *prefix, const char *name, const char *fmt, .
 #define PRINT_F(name) put(o, prefix, #name, "%.9g", (double)c->name)
 #define PRINT_S(name) put(o, prefix, #name, "%s", c->name ? c->name : "(default)")
 #define PRINT_P(name) (void)0
-#define DESCRIBE_(type, name, kind, share, note)                                                   \
+#define DESCRIBE_(type, name, kind, share, range, note)                                            \
     if (share) PRINT_##kind(name);
 
 static void describe_optimizer(out *o, const mw_optimizer *c) {

@@ -22,8 +22,9 @@ typedef struct slot {
 
 struct mw_infer {
     mw__program *prog;
-    mw_graph *graph; /* the user's */
-    int64_t chunk;   /* rows each run of the compiled program takes */
+    const char *caller; /* the call that made it, prefixing its making's errors */
+    mw_graph *graph;    /* the user's */
+    int64_t chunk;      /* rows each run of the compiled program takes */
     slot *in, *out;
     int nin, nout;
     mw_feed *feeds;        /* one per graph input, in leaf order */
@@ -91,7 +92,7 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
     const char **why = mw__calloc((size_t)g->nnodes + 1, sizeof *why);
     if (!dep || !mix || !why) {
         mw__free(dep), mw__free(mix), mw__free(why);
-        return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", inf->caller);
     }
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
@@ -120,10 +121,11 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
         if (!mix[t->id]) continue;
         char d[256];
         st = mw__error(MW_ERR_SHAPE,
-                       "inference: output %d, %s, mixes rows of the chunk axis '%s' (%s), so a "
+                       "%s: output %d, %s, mixes rows of the chunk axis '%s' (%s), so a "
                        "run chunk by chunk would change it; compute it with mw_trainer_eval, or "
                        "choose another chunk_axis",
-                       o, mw__type_describe(g, &t->type, d, sizeof d), axis, why[t->id]);
+                       inf->caller, o, mw__type_describe(g, &t->type, d, sizeof d), axis,
+                       why[t->id]);
     }
     mw__free(dep), mw__free(mix), mw__free(why);
     return st;
@@ -138,7 +140,7 @@ static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *out
     inf->feeds = mw__calloc((size_t)inf->nin + 1, sizeof *inf->feeds);
     inf->given = mw__calloc((size_t)inf->nin + 1, sizeof *inf->given);
     if (!inf->in || !inf->out || !inf->feeds || !inf->given)
-        return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", inf->caller);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < (pass ? inf->nout : g->nnodes); i++) {
             const mw_tensor *t = pass ? outputs[i] : g->nodes[i];
@@ -149,9 +151,9 @@ static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *out
             char d[256];
             if (at > 0)
                 return mw__error(MW_ERR_AXIS,
-                                 "inference: %s %s has the chunk axis '%s' but not first; put it "
+                                 "%s: %s %s has the chunk axis '%s' but not first; put it "
                                  "first (or choose another chunk_axis)",
-                                 pass ? "output" : "input",
+                                 inf->caller, pass ? "output" : "input",
                                  mw__type_describe(g, &t->type, d, sizeof d), axis);
             s->has_chunk = at == 0;
             int64_t n = mw__type_numel(&t->type);
@@ -159,9 +161,9 @@ static mw_status describe(mw_infer *inf, const char *axis, mw_tensor *const *out
             if (!s->has_chunk) continue;
             if (inf->chunk && inf->chunk != t->type.ax[0].size)
                 return mw__error(MW_ERR_SHAPE,
-                                 "inference: the chunk axis '%s' has %lld rows in %s but %lld "
+                                 "%s: the chunk axis '%s' has %lld rows in %s but %lld "
                                  "elsewhere",
-                                 axis, (long long)t->type.ax[0].size,
+                                 inf->caller, axis, (long long)t->type.ax[0].size,
                                  mw__type_describe(g, &t->type, d, sizeof d),
                                  (long long)inf->chunk);
             inf->chunk = t->type.ax[0].size;
@@ -182,35 +184,37 @@ static mw_status prepare(mw_infer *inf) {
     }
     inf->pad = mw__calloc(pad, 1);
     inf->outbuf = mw__malloc(out * sizeof *inf->outbuf);
-    if (!inf->pad || !inf->outbuf)
-        return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
+    if (!inf->pad || !inf->outbuf) return mw__error(MW_ERR_NOMEM, "%s: out of memory", inf->caller);
     return MW_OK;
 }
 
 static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *config,
                       mw_trainer *from, mw_infer **out) {
-    if (!out) return mw__error(MW_ERR_INVALID, "inference: out is NULL");
+    const char *caller = from ? "mw_infer_from_trainer" : "mw_infer_new";
+    if (!out) return mw__error(MW_ERR_INVALID, "%s: out is NULL", caller);
     *out = NULL;
     if (!graph || !mesh || !config || config->noutputs < 1 || !config->outputs)
-        return mw__error(MW_ERR_INVALID, "inference: a graph, a mesh and at least one output are "
-                                         "needed");
+        return mw__error(MW_ERR_INVALID, "%s: a graph, a mesh and at least one output are needed",
+                         caller);
     if (graph->status) return mw__error_copy(graph->status, graph->error);
     for (int o = 0; o < config->noutputs; o++)
         if (!config->outputs[o] || config->outputs[o]->g != graph)
-            return mw__error(MW_ERR_INVALID, "inference: output %d is NULL or from another graph",
+            return mw__error(MW_ERR_INVALID, "%s: output %d is NULL or from another graph", caller,
                              o);
+    mw_status st = mw__check_infer_config(config, caller);
+    if (st) return st;
     mw_infer *inf = mw__calloc(1, sizeof *inf);
-    if (!inf) return mw__error(MW_ERR_NOMEM, "out of memory making the inference program");
+    if (!inf) return mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
+    inf->caller = caller;
     inf->graph = graph;
     inf->nout = config->noutputs;
-    mw_status st =
-        describe(inf, config->chunk_axis ? config->chunk_axis : "Batch", config->outputs);
+    st = describe(inf, config->chunk_axis ? config->chunk_axis : "Batch", config->outputs);
     mw_mesh *on = from ? from->prog->mesh : mesh;
     mw__program_config pc = mw__program_config_of_infer(config);
-    if (from) pc.blas_threads = -1; /* the trainer's setting holds */
-    if (st == MW_OK) st = mw__program_check(&pc, from ? "mw_infer_from_trainer" : "mw_infer_new");
+    if (from) pc.blas_threads = MW_BLAS_THREADS_KEEP; /* the trainer's setting holds */
     if (st == MW_OK) st = mw__infer_agree(config, on, graph);
-    if (st == MW_OK) st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, &inf->prog);
+    if (st == MW_OK)
+        st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, caller, &inf->prog);
     mw__program *prog = inf->prog;
     if (st == MW_OK) st = mw__program_outputs(prog, config->outputs, config->noutputs);
     if (st == MW_OK) st = mw__program_plan(prog, prog->outputs[0], NULL);
@@ -354,9 +358,9 @@ mw_status mw_infer_run(mw_infer *inf, const mw_feed *feeds, int nfeeds, int64_t 
             int64_t all = s->has_chunk ? chunk * s->per_row : s->per_row;
             if (!s->has_chunk || n == chunk) {
                 float *dst = fe->data + (s->has_chunk ? done * s->per_row : 0);
-                st = mw__program_read_output(inf->prog, s->t, dst, all);
+                st = mw__program_read_output(inf->prog, "mw_infer_run", s->t, dst, all);
             } else {
-                st = mw__program_read_output(inf->prog, s->t, inf->outbuf, all);
+                st = mw__program_read_output(inf->prog, "mw_infer_run", s->t, inf->outbuf, all);
                 if (st == MW_OK)
                     memcpy(fe->data + done * s->per_row, inf->outbuf,
                            (size_t)(n * s->per_row) * sizeof(float));

@@ -25,39 +25,24 @@ static int local(const mw__program *prog, int d) {
     return d >= prog->first && d < prog->first + prog->nlocal;
 }
 
-mw_status mw__program_check(const mw__program_config *c, const char *caller) {
-    if (c->precision != MW_PRECISION_FP32 && c->precision != MW_PRECISION_BF16)
-        return mw__error(MW_ERR_INVALID,
-                         "%s: precision is %d (expected MW_PRECISION_FP32 or "
-                         "MW_PRECISION_BF16)",
-                         caller, (int)c->precision);
-    if (c->cpu_threads < MW_CPU_THREADS_PER_DEVICE)
-        return mw__error(MW_ERR_INVALID,
-                         "%s: cpu_threads is %d (expected MW_CPU_THREADS_AUTO, "
-                         "MW_CPU_THREADS_PER_DEVICE or a thread count >= 1)",
-                         caller, c->cpu_threads);
-    return MW_OK;
-}
-
 mw_status mw__program_new(const mw_graph *graph, mw_mesh *mesh, const mw__program_config *cfg,
-                          mw__program *params_from, mw__program **out) {
+                          mw__program *params_from, const char *caller, mw__program **out) {
     *out = NULL;
     const mw__reducer_vtable *reducer =
         mw__reducer_for_procs(mesh->vt->kind, mesh->ndevices, mesh->ordinal, mesh->nprocs);
-    if (!reducer)
-        return mw__error(MW_ERR_UNSUPPORTED, "mw_trainer_new: no reducer for %s", mesh->desc);
+    if (!reducer) return mw__error(MW_ERR_UNSUPPORTED, "%s: no reducer for %s", caller, mesh->desc);
     mw__program *prog = mw__calloc(1, sizeof *prog);
-    if (!prog) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
+    if (!prog) return mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
     prog->mesh = mesh;
     prog->cfg = *cfg;
+    prog->caller = caller;
     prog->params_from = params_from;
     prog->reducer = reducer;
     prog->all_reducer = mw__reducer_host(mesh->nprocs); /* host-memory barriers */
     mw_status st = mw__graph_clone(graph, &prog->g);
     if (st == MW_OK)
         prog->feed_of = mw__calloc((size_t)prog->g->ninputs + 1, sizeof *prog->feed_of);
-    if (st == MW_OK && !prog->feed_of)
-        st = mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    if (st == MW_OK && !prog->feed_of) st = mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
     if (st) {
         mw__program_free(prog);
         return st;
@@ -72,7 +57,7 @@ mw_status mw__program_outputs(mw__program *prog, mw_tensor *const *outputs, int 
     prog->outputs = mw__calloc((size_t)n + 1, sizeof *prog->outputs);
     prog->user_outputs = mw__calloc((size_t)n + 1, sizeof *prog->user_outputs);
     if (!prog->outputs || !prog->user_outputs)
-        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", prog->caller);
     for (int o = 0; o < n; o++) {
         prog->user_outputs[o] = outputs[o];
         prog->outputs[o] = mw__replicated(g, g->nodes[outputs[o]->id]);
@@ -260,7 +245,7 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
     if (!prog->w) return mw__error(MW_ERR_NOMEM, "out of memory making workers");
     size_t bucket = prog->cfg.bucket_bytes ? prog->cfg.bucket_bytes : (size_t)1 << 20;
     /* Across processes, the launcher binds processes to cores (mpirun --bind-to). */
-    int cores_ok = prog->cfg.pin_threads > 0 && mesh->nprocs == 1;
+    int cores_ok = prog->cfg.pin_threads == MW_PIN_CORES && mesh->nprocs == 1;
     for (int d = 0; d < prog->nworkers; d++) {
         worker *w = &prog->w[d];
         w->prog = prog;
@@ -273,12 +258,12 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
         snprintf(w->dev.name, sizeof w->dev.name, "%s", mesh->device_name[d]);
         mw__placement pl;
         mw__program_placement(prog, d, &pl);
-        mw__plan_target target = {.host_memory = mesh->vt->host_memory,
-                                  .bucket_elems = (int64_t)(bucket / 4),
-                                  .bf16_out = mw__backend_bf16_writers(mesh->backend),
-                                  .prefetch_gathers =
-                                      prog->reducer && prog->reducer->all_gather_start &&
-                                      prog->reducer->finish && !prog->cfg.serial_gathers};
+        mw__plan_target target = {
+            .host_memory = mesh->vt->host_memory,
+            .bucket_elems = (int64_t)(bucket / 4),
+            .bf16_out = mw__backend_bf16_writers(mesh->backend),
+            .prefetch_gathers = prog->reducer && prog->reducer->all_gather_start &&
+                                prog->reducer->finish && prog->cfg.gathers != MW_GATHERS_AT_USE};
         if ((st = mw__plan_build(g, prog->loss, grads, prog->outputs, prog->noutputs, &pl, &target,
                                  &w->plan)))
             return st;
@@ -308,7 +293,8 @@ mw_status mw__program_plan(mw__program *prog, mw_tensor *loss, mw_tensor **grads
 mw_status mw__program_start(mw__program *prog, const mw__program_hooks *hooks) {
     if (hooks) prog->hooks = *hooks;
     mw_mesh *mesh = prog->mesh;
-    if ((prog->set_threads = mesh->backend->set_threads) && prog->cfg.blas_threads >= 0)
+    if ((prog->set_threads = mesh->backend->set_threads) &&
+        prog->cfg.blas_threads != MW_BLAS_THREADS_KEEP)
         prog->blas_prev = prog->set_threads(prog->cfg.blas_threads ? prog->cfg.blas_threads : 1);
     mw_status st;
     if ((st = mw__start_workers(prog)) || (st = mw__dispatch(prog, CMD_INIT)) ||

@@ -132,6 +132,12 @@ struct mw__program {
     int outputs_ready; /* a command has run: the outputs hold values */
     mw_mesh *mesh;
     mw__program_config cfg;
+    /* The public call that made the program ("mw_trainer_new", "mw_infer_new", ...): the
+     * prefix of the errors its making reports. */
+    const char *caller;
+    /* What makes the outputs hold values, for the error of reading them first ("a step, eval or
+     * compute_grads"); set by the layer above. */
+    const char *commands;
     /* Non-NULL: this program's parameters are those of params_from's devices (same mesh), read
      * in place through its plans' rebased parameter references (mw__share_params). */
     mw__program *params_from;
@@ -190,14 +196,11 @@ struct mw__program {
 
 /* ---- program.c ---- */
 
-/* MW_OK, or MW_ERR_INVALID naming `caller` and the option of c that is out of range. */
-mw_status mw__program_check(const mw__program_config *c, const char *caller);
-
 /* Makes a program over `mesh` from a copy of `graph` (the caller checked both); params_from: see
  * above. Then the layer above extends p->g, calls mw__program_outputs and mw__program_plan,
  * sets what it runs on the workers up and calls mw__program_start. */
 mw_status mw__program_new(const mw_graph *graph, mw_mesh *mesh, const mw__program_config *cfg,
-                          mw__program *params_from, mw__program **out);
+                          mw__program *params_from, const char *caller, mw__program **out);
 /* The values the host reads (n of the caller's tensors of the graph the program copied,
  * checked), then the precision policy applied to the graph. */
 mw_status mw__program_outputs(mw__program *p, mw_tensor *const *outputs, int n);
@@ -281,9 +284,10 @@ mw_status mw__program_find_param(const mw__program *p, const char *name, int64_t
 /* Reads (write 0) or writes parameter `name` as a whole host array of count elements. */
 mw_status mw__program_param(mw__program *p, const char *name, float *data, int64_t count,
                             int write);
-/* Copies output `output` (one of the caller's) of the last command into dst (count elements). */
-mw_status mw__program_read_output(mw__program *p, const mw_tensor *output, float *dst,
-                                  int64_t count);
+/* Copies output `output` (one of the caller's) of the last command into dst (count elements);
+ * errors are prefixed with `caller`, the public call reading it. */
+mw_status mw__program_read_output(mw__program *p, const char *caller, const mw_tensor *output,
+                                  float *dst, int64_t count);
 /* Rebases the parameter references of w's plan onto params_from's layout. */
 mw_status mw__share_params(mw__program *p, worker *w);
 /* Makes w's bf16 copy of the parameters current (a conversion of every parameter that has one,

@@ -136,7 +136,7 @@ mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: NULL argument");
-    return mw__program_read_output(tr->prog, output, dst, count);
+    return mw__program_read_output(tr->prog, "mw_trainer_read_output", output, dst, count);
 }
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {

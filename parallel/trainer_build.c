@@ -232,9 +232,10 @@ void mw_trainer_free(mw_trainer *tr) {
 static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss, mw_mesh *mesh) {
     const mw_trainer_config *c = &tr->cfg;
     mw__program_config pc = mw__program_config_of_trainer(c);
-    mw_status st = mw__program_new(graph, mesh, &pc, NULL, &tr->prog);
+    mw_status st = mw__program_new(graph, mesh, &pc, NULL, "mw_trainer_new", &tr->prog);
     if (st) return st;
     mw__program *prog = tr->prog;
+    prog->commands = "step, eval or compute_grads";
     mw_graph *g = prog->g;
     if ((st = mw__optimizer_decays(tr))) return st;
     tr->loss = mw__replicated(g, g->nodes[loss->id]);
@@ -293,23 +294,12 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                        "mw_trainer_new: SGD with momentum or weight decay is not implemented on "
                        "%s devices",
                        mesh->vt->kind);
-    if (st == MW_OK && (unsigned)tr->cfg.nonfinite > (unsigned)MW_NONFINITE_IGNORE)
-        st = mw__error(MW_ERR_INVALID,
-                       "mw_trainer_new: nonfinite is %d (expected MW_NONFINITE_STOP, "
-                       "MW_NONFINITE_SKIP or MW_NONFINITE_IGNORE)",
-                       (int)tr->cfg.nonfinite);
-    if (st == MW_OK && (unsigned)tr->cfg.recompute > (unsigned)MW_RECOMPUTE_DOTS)
-        st = mw__error(MW_ERR_INVALID,
-                       "mw_trainer_new: recompute is %d (expected MW_RECOMPUTE_NONE, "
-                       "MW_RECOMPUTE_BLOCKS or MW_RECOMPUTE_DOTS)",
-                       (int)tr->cfg.recompute);
+    if (st == MW_OK) st = mw__check_trainer_config(&tr->cfg, "mw_trainer_new");
     if (st == MW_OK && graph->region_open)
         st = mw__error(MW_ERR_INVALID,
                        "mw_trainer_new: region \"%s\" was begun but never ended (call "
                        "mw_region_end after its last op)",
                        graph->region_name);
-    mw__program_config pc = mw__program_config_of_trainer(&tr->cfg);
-    if (st == MW_OK) st = mw__program_check(&pc, "mw_trainer_new");
     if (st) {
         mw__free(tr);
         return st;

@@ -241,7 +241,8 @@ mw_status mw__param_init_boxes(const mw__program *prog, float *const *dst) {
         if (!whole) return mw__error(MW_ERR_NOMEM, "out of memory initialising '%s'", t->name);
         mw__param_init(prog->g, t, whole);
         char what[MW_MAX_NAME + 64];
-        snprintf(what, sizeof what, "mw_trainer_new: broadcasting rank 0's initial '%s'", t->name);
+        snprintf(what, sizeof what, "%s: broadcasting rank 0's initial '%s'", prog->caller,
+                 t->name);
         mw_status st =
             prog->mesh->nprocs > 1
                 ? mw__dist_bcast_bytes(whole, (size_t)n * 4, prog->cfg.collective_timeout_ms, what)
@@ -288,32 +289,28 @@ mw_status mw__program_param(mw__program *prog, const char *name, float *data, in
     return mw__param_transfer(prog, p, &mw__held_params, data, write);
 }
 
-mw_status mw__program_read_output(mw__program *prog, const mw_tensor *output, float *dst,
-                                  int64_t count) {
+mw_status mw__program_read_output(mw__program *prog, const char *caller, const mw_tensor *output,
+                                  float *dst, int64_t count) {
     if (!prog || !output || (count && !dst))
-        return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: NULL argument");
+        return mw__error(MW_ERR_INVALID, "%s: NULL argument", caller);
     int o = 0;
     while (o < prog->noutputs && prog->user_outputs[o] != output) o++;
     if (o == prog->noutputs)
-        return mw__error(MW_ERR_NOT_FOUND, "mw_trainer_read_output: not an output of the trainer "
-                                           "(list it in mw_trainer_config.outputs)");
+        return mw__error(MW_ERR_NOT_FOUND, "%s: not one of the outputs its config lists", caller);
     if (!prog->outputs_ready)
-        return mw__error(MW_ERR_STATE, "mw_trainer_read_output: no step, eval or compute_grads "
-                                       "has run yet, so the output has no value");
+        return mw__error(MW_ERR_STATE, "%s: no %s has run yet, so the output has no value", caller,
+                         prog->commands ? prog->commands : "command");
     const mw__type *t = &prog->outputs[o]->type;
     if (count != mw__type_numel(t))
-        return mw__error(MW_ERR_SHAPE,
-                         "mw_trainer_read_output: the output has %lld elements, "
-                         "not %lld",
+        return mw__error(MW_ERR_SHAPE, "%s: the output has %lld elements, not %lld", caller,
                          (long long)mw__type_numel(t), (long long)count);
     int sharded_output = 0;
     for (int i = 0; i < t->rank; i++) sharded_output |= t->ax[i].mesh >= 0;
     if (sharded_output && prog->mesh->nprocs > 1)
         return mw__error(MW_ERR_UNSUPPORTED,
-                         "mw_trainer_read_output: a sharded output of a trainer that spans %d "
-                         "processes has rows in other processes; reduce it to a replicated "
-                         "tensor in the graph",
-                         prog->mesh->nprocs);
+                         "%s: a sharded output of a program that spans %d processes has rows "
+                         "in other processes; reduce it to a replicated tensor in the graph",
+                         caller, prog->mesh->nprocs);
     /* Each device holds a box of the global array; copy every box's rows into place. */
     float *tmp = NULL;
     int64_t cap = 0;
@@ -331,7 +328,7 @@ mw_status mw__program_read_output(mw__program *prog, const mw_tensor *output, fl
             mw__free(tmp);
             cap = local;
             if (!(tmp = mw__malloc((size_t)cap * sizeof *tmp)))
-                return mw__error(MW_ERR_NOMEM, "mw_trainer_read_output: out of memory");
+                return mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
         }
         st = w->dev.vt->download(&w->dev, tmp, mw__ptr(w, w->plan.outputs[o]), (size_t)local * 4);
         if (st == MW_OK) mw__box_copy(&box, 0, local, tmp, dst, 1);

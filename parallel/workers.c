@@ -271,7 +271,7 @@ mw_status mw__gangs_init(mw__program *prog) {
     prog->gang_args = mw__malloc((size_t)d * sizeof *prog->gang_args);
     prog->gangs = mw__calloc((size_t)most, sizeof *prog->gangs);
     if (!prog->gang_args || !prog->gangs)
-        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", prog->caller);
     prog->ngangs = most;
     for (int i = 0; i < d; i++) prog->gang_args[i] = &prog->w[prog->first + i];
     for (int k = 0; k < most; k++) {

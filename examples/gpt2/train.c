@@ -37,7 +37,7 @@ mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw
                              .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
                              .recompute = (mw_recompute)o->recompute,
                              .keep_gathered = o->keep_gathered,
-                             .serial_gathers = o->serial_gathers};
+                             .gathers = o->serial_gathers ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 

@@ -47,7 +47,7 @@ typedef struct mw_infer_config {
      * fingerprint (as mw_trainer_new's) compares the graph, the outputs, chunk_axis and
      * precision. */
     int cpu_threads;
-    int pin_threads;
+    mw_pinning pin_threads;
     int blas_threads;
     int collective_timeout_ms;
 } mw_infer_config;
@@ -56,12 +56,12 @@ typedef struct mw_infer_config {
  * initialised as the graph says. The graph and mesh are borrowed and must outlive the program.
  * Errors: those of mw_trainer_new that concern the graph, the mesh and the options it shares
  * (whatever the graph recorded, MW_ERR_SHARDING, MW_ERR_UNSUPPORTED, MW_ERR_NOMEM,
- * MW_ERR_DEVICE; MW_ERR_INVALID for precision or cpu_threads out of range), MW_ERR_INVALID (out,
- * graph, mesh or config NULL, no outputs, an output NULL or of another graph), MW_ERR_AXIS (an
- * input or output with the chunk axis elsewhere than first), MW_ERR_SHAPE (an output that mixes
- * rows of the chunk axis: a sum, mean, softmax or layer norm over it, a value without it
- * computed from it, or one computed from such a value; the message names the output and how;
- * inputs and outputs whose chunk axes differ in size). */
+ * MW_ERR_DEVICE; MW_ERR_INVALID for a field of config outside its range, as mw_trainer_new),
+ * MW_ERR_INVALID (out, graph, mesh or config NULL, no outputs, an output NULL or of another graph),
+ * MW_ERR_AXIS (an input or output with the chunk axis elsewhere than first), MW_ERR_SHAPE (an
+ * output that mixes rows of the chunk axis: a sum, mean, softmax or layer norm over it, a value
+ * without it computed from it, or one computed from such a value; the message names the output and
+ * how; inputs and outputs whose chunk axes differ in size). */
 mw_status mw_infer_new(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *config,
                        mw_infer **out);
 

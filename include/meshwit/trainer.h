@@ -105,6 +105,18 @@ typedef enum mw_recompute {
                                 checkpoint_dots) */
 } mw_recompute;
 
+/* Where a process's CPU workers run (mw_trainer_config.pin_threads). */
+typedef enum mw_pinning {
+    MW_PIN_NONE = 0, /* never pinned: the scheduler moves them (the default) */
+    MW_PIN_CORES = 1 /* each worker on its own core, where the process may use enough cores */
+} mw_pinning;
+
+/* When FSDP gathers a sharded parameter (mw_trainer_config.gathers). */
+typedef enum mw_gathers {
+    MW_GATHERS_AHEAD = 0, /* started one parameter ahead, waited for where it is used */
+    MW_GATHERS_AT_USE = 1 /* run where the parameter is used, nothing in flight */
+} mw_gathers;
+
 /* What a step with a non-finite loss or gradient does (mw_trainer_config.nonfinite). */
 typedef enum mw_nonfinite {
     /* The step fails with MW_ERR_NONFINITE, naming the step and the loss or the first parameter
@@ -156,30 +168,34 @@ typedef struct mw_trainer_config {
      * stalled inside one holds up the others of its thread, and their collective_timeout_ms
      * counts from when they started waiting, checked whenever the thread is free. */
     int cpu_threads;
-    /* Pinning of CPU workers to cores: 1 pins each worker to its own core when the process may
-     * use at least as many cores as there are devices; 0 (default) and -1 never pin, so that when
+    /* Pinning of CPU workers to cores. MW_PIN_NONE (0, the default): never, so that when
      * another process keeps a core busy the scheduler can move that core's worker to a core
      * where a worker waiting in a collective went to sleep (pinned, it would queue behind the
-     * other process while its peers wait). */
-    int pin_threads;
-    /* OpenBLAS threads per CPU device. OpenBLAS's thread count is process-wide: a trainer on CPU
-     * devices sets it when it is made (0, the default, means 1 thread, so that devices do not
-     * compete for cores) and restores the previous value when it is freed; -1 leaves it alone. */
+     * other process while its peers wait). MW_PIN_CORES: each worker on its own core when the
+     * process may use at least as many cores as there are devices (else none is pinned). Other
+     * values: MW_ERR_INVALID. */
+    mw_pinning pin_threads;
+    /* OpenBLAS threads per CPU device. OpenBLAS's thread count is process-wide: a program on CPU
+     * devices sets it when it is made and restores the previous value when it is freed.
+     * MW_BLAS_THREADS_ONE (0, the default): 1 thread, so that devices do not compete for cores.
+     * MW_BLAS_THREADS_KEEP (-1): left as it is. n >= 1: n threads. Below -1: MW_ERR_INVALID. */
     int blas_threads;
     /* A collective whose peers do not all arrive within this many milliseconds fails the step
      * with MW_ERR_TIMEOUT instead of waiting forever (0: wait forever; on a mesh spanning
-     * processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS for the waits between processes). */
+     * processes, 0 means MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS for the waits between processes).
+     * Negative: MW_ERR_INVALID. */
     int collective_timeout_ms;
     /* --- a training program's --- */
     /* Gradient all-reduce bucket size in bytes; 0 picks the default (1 MiB). */
     size_t bucket_bytes;
-    /* FSDP's prefetch. By default (0), where the mesh's reducer can start an all-gather and
-     * complete it later (every reducer of meshwit: shared memory, MPI, NCCL, devices sharing
-     * one GPU), each parameter's all-gather is started where the one before it completes and waited
-     * for where the parameter is used, so the next layer's parameters arrive while this layer
-     * computes; its copy is alive one layer longer. Non-zero: each all-gather runs where its
-     * parameter is used. Either way the same bits. */
-    int serial_gathers;
+    /* FSDP's prefetch. MW_GATHERS_AHEAD (0, the default): where the mesh's reducer can start an
+     * all-gather and complete it later (every reducer of meshwit: shared memory, MPI, NCCL,
+     * devices sharing one GPU), each parameter's all-gather is started where the one before it
+     * completes and waited for where the parameter is used, so the next layer's parameters
+     * arrive while this layer computes; its copy is alive one layer longer. MW_GATHERS_AT_USE:
+     * each all-gather runs where its parameter is used. Either way the same bits. Other values:
+     * MW_ERR_INVALID. */
+    mw_gathers gathers;
     /* Non-zero: time every kernel and collective of every step by op (see mw_trainer_profile).
      * Costs a clock read per kernel on CPU devices and a stream synchronisation per kernel on
      * GPUs (so GPU steps get slower while profiling). */
@@ -252,6 +268,9 @@ typedef struct mw_trainer_config {
 
 /* Values of mw_trainer_config.cpu_threads besides a thread count. */
 enum { MW_CPU_THREADS_AUTO = 0, MW_CPU_THREADS_PER_DEVICE = -1, MW_CPU_THREADS_ONE = 1 };
+
+/* Values of mw_trainer_config.blas_threads besides a thread count. */
+enum { MW_BLAS_THREADS_ONE = 0, MW_BLAS_THREADS_KEEP = -1 };
 
 /* A host array fed to an input by name. Its element count must be the input's global element
  * count; data must hold that many elements of the input's dtype and stay valid during the call. */

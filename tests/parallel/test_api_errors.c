@@ -967,6 +967,31 @@ static mw_status trainer_new_cpu_threads(fx *f) {
     c.cpu_threads = -2;
     return trainer_new_with(f, c);
 }
+static mw_status trainer_new_pin_threads(fx *f) {
+    mw_trainer_config c = sgd();
+    c.pin_threads = (mw_pinning)-1;
+    return trainer_new_with(f, c);
+}
+static mw_status trainer_new_blas_threads(fx *f) {
+    mw_trainer_config c = sgd();
+    c.blas_threads = -2;
+    return trainer_new_with(f, c);
+}
+static mw_status trainer_new_timeout(fx *f) {
+    mw_trainer_config c = sgd();
+    c.collective_timeout_ms = -1;
+    return trainer_new_with(f, c);
+}
+static mw_status trainer_new_gathers(fx *f) {
+    mw_trainer_config c = sgd();
+    c.gathers = (mw_gathers)2;
+    return trainer_new_with(f, c);
+}
+static mw_status trainer_new_check_replicas(fx *f) {
+    mw_trainer_config c = sgd();
+    c.check_replicas_every = -1;
+    return trainer_new_with(f, c);
+}
 static mw_status trainer_new_region_open(fx *f) {
     NEED(model(f));
     NEED(mw_mesh_new("cpu:1", "X", &f->mesh));
@@ -1358,6 +1383,12 @@ static mw_status infer_new_out_null(fx *f) {
 static mw_status infer_new_with(fx *f, mw_tensor *output, const char *axes, mw_precision prec) {
     NEED(mw_mesh_new("cpu:1", axes, &f->mesh));
     mw_infer_config c = {.outputs = &output, .noutputs = output ? 1 : 0, .precision = prec};
+    return mw_infer_new(f->g, f->mesh, &c, &f->inf);
+}
+static mw_status infer_new_blas_threads(fx *f) {
+    NEED(model(f));
+    NEED(mw_mesh_new("cpu:1", "X", &f->mesh));
+    mw_infer_config c = {.outputs = &f->logits, .noutputs = 1, .blas_threads = -3};
     return mw_infer_new(f->g, f->mesh, &c, &f->inf);
 }
 static mw_status infer_new_no_outputs(fx *f) { return MODELLED(infer_new_with(f, NULL, "X", 0)); }
@@ -2141,6 +2172,11 @@ static const row table[] = {
     R(mw_trainer_new, trainer_new_recompute, MW_ERR_INVALID, "recompute"),
     R(mw_trainer_new, trainer_new_precision, MW_ERR_INVALID, "precision"),
     R(mw_trainer_new, trainer_new_cpu_threads, MW_ERR_INVALID, "cpu_threads"),
+    R(mw_trainer_new, trainer_new_pin_threads, MW_ERR_INVALID, "pin_threads is -1"),
+    R(mw_trainer_new, trainer_new_blas_threads, MW_ERR_INVALID, "blas_threads is -2"),
+    R(mw_trainer_new, trainer_new_timeout, MW_ERR_INVALID, "collective_timeout_ms is -1"),
+    R(mw_trainer_new, trainer_new_gathers, MW_ERR_INVALID, "gathers is 2"),
+    R(mw_trainer_new, trainer_new_check_replicas, MW_ERR_INVALID, "check_replicas_every is -1"),
     R(mw_trainer_new, trainer_new_region_open, MW_ERR_INVALID, "\"block\""),
     R(mw_trainer_new, trainer_new_null_output, MW_ERR_INVALID, "output 0"),
     R(mw_trainer_new, trainer_new_output_of_another_graph, MW_ERR_INVALID, "output 0"),
@@ -2241,6 +2277,7 @@ static const row table[] = {
     R(mw_infer_new, infer_new_mixes_rows, MW_ERR_SHAPE, "output 0"),
     R(mw_infer_new, infer_new_mesh_axis_missing, MW_ERR_SHARDING, "'X'"),
     R(mw_infer_new, infer_new_precision, MW_ERR_INVALID, "precision"),
+    R(mw_infer_new, infer_new_blas_threads, MW_ERR_INVALID, "mw_infer_new: blas_threads is -3"),
     R(mw_infer_new, infer_new_tracing_error, MW_ERR_AXIS, "'Nope'"),
     R(mw_infer_from_trainer, from_trainer_null, MW_ERR_INVALID, "trainer"),
     R(mw_infer_from_trainer, from_trainer_unknown_param, MW_ERR_NOT_FOUND, "'v'"),

@@ -281,7 +281,7 @@ static void gpt2_run(const gpt2_opts *o, float *loss, float *saved, mw_device_me
                            .grad_accumulation = o->accumulate,
                            .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
                            .keep_gathered = o->keep,
-                           .serial_gathers = o->serial,
+                           .gathers = o->serial ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD,
                            .recompute = o->recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
     cr_assert_eq(mw_trainer_new(g, gg.loss, mesh, &c, &tr), MW_OK, "%s: %s", o->devices,
                  mw_last_error());
@@ -455,7 +455,7 @@ static void tied_memory(int fsdp, int serial, mw_device_memory *mem) {
     mw_trainer_config c = {
         .optimizer = {MW_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f},
         .recompute = MW_RECOMPUTE_BLOCKS,
-        .serial_gathers = serial};
+        .gathers = serial ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD};
     with_gpt2_trainer(&big, fsdp, &c, read_memory, mem);
 }
 
@@ -517,9 +517,9 @@ Test(fsdp, each_gather_is_started_where_the_one_before_completes) {
         gather_counts serial = {0}, ahead = {0};
         mw_trainer_config c = {.optimizer = {MW_SGD, .lr = 0.1f},
                                .recompute = recompute ? MW_RECOMPUTE_BLOCKS : MW_RECOMPUTE_NONE};
-        c.serial_gathers = 1;
+        c.gathers = MW_GATHERS_AT_USE;
         with_gpt2_trainer(&gcfg, 1, &c, count_gathers, &serial);
-        c.serial_gathers = 0;
+        c.gathers = MW_GATHERS_AHEAD;
         with_gpt2_trainer(&gcfg, 1, &c, count_gathers, &ahead);
         cr_assert_eq(serial.started, 0);
         cr_assert_gt(serial.whole, 0);

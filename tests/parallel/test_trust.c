@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -471,8 +472,8 @@ Test(fingerprint, every_shared_field_is_described_and_no_local_one) {
     snprintf(line, sizeof line, "\n%s", a);                                                        \
     cr_assert_eq(strstr(line, want) != NULL, share, "'%s' %s in:\n%s", want + 1,                   \
                  share ? "missing" : "present (a local field)", a);
-#define OPT_(type, name, kind, share, note) LINE_("optimizer.", name, share)
-#define CFG_(type, name, kind, share, note) LINE_("", name, share &&kind != P)
+#define OPT_(type, name, kind, share, range, note) LINE_("optimizer.", name, share)
+#define CFG_(type, name, kind, share, range, note) LINE_("", name, share &&kind != P)
 #define SHARED 1
 #define LOCAL 0
 #define P 0
@@ -506,3 +507,56 @@ Test(fingerprint, every_shared_field_is_described_and_no_local_one) {
 #undef Z
 #undef F
 #undef S
+
+/* --- the ranges of the configuration lists -------------------------------------------------- */
+
+/* Every field with a range in the lists is refused one past either end, by a message naming it,
+ * and accepted at both ends: the checks mw_trainer_new and mw_infer_new run are the lists'. */
+#define RANGE_LO_(lo, hi, expected) (lo)
+#define RANGE_HI_(lo, hi, expected) (hi)
+#define TRY_(check, cfg, type, name, value, ok)                                                    \
+    do {                                                                                           \
+        cfg = zero;                                                                                \
+        cfg.name = (type)(value);                                                                  \
+        mw_status st = check(&cfg, "test");                                                        \
+        if (ok)                                                                                    \
+            cr_assert_eq(st, MW_OK, "%s = %lld refused: %s", #name, (long long)(value),            \
+                         mw_last_error());                                                         \
+        else                                                                                       \
+            cr_assert(st == MW_ERR_INVALID && strstr(mw_last_error(), "test: " #name " is "),      \
+                      "%s = %lld: status %d, '%s'", #name, (long long)(value), st,                 \
+                      mw_last_error());                                                            \
+        checked++;                                                                                 \
+    } while (0)
+#define ENDS_(check, cfg, type, name, range)                                                       \
+    if (RANGE_LO_ range <= RANGE_HI_ range) {                                                      \
+        long long lo = RANGE_LO_ range, hi = RANGE_HI_ range;                                      \
+        TRY_(check, cfg, type, name, lo, 1);                                                       \
+        TRY_(check, cfg, type, name, hi, 1);                                                       \
+        if (lo > INT_MIN) TRY_(check, cfg, type, name, lo - 1, 0);                                 \
+        if (hi < INT_MAX) TRY_(check, cfg, type, name, hi + 1, 0);                                 \
+    }
+#define TRAINER_ENDS_(type, name, kind, share, range, note)                                        \
+    ENDS_(mw__check_trainer_config, tc, type, name, range)
+#define INFER_ENDS_(type, name, kind, share, range, note)                                          \
+    ENDS_(mw__check_infer_config, ic, type, name, range)
+
+Test(config, every_range_of_the_lists_is_enforced_at_its_ends) {
+    int checked = 0;
+    {
+        const mw_trainer_config zero = {0};
+        mw_trainer_config tc;
+        MW__RUNTIME_FIELDS(TRAINER_ENDS_)
+        MW__TRAINING_RUNTIME_FIELDS(TRAINER_ENDS_)
+        MW__TRAINER_FIELDS(TRAINER_ENDS_)
+    }
+    {
+        const mw_infer_config zero = {0};
+        mw_infer_config ic;
+        MW__INFER_FIELDS(INFER_ENDS_)
+        MW__RUNTIME_FIELDS(INFER_ENDS_)
+    }
+    /* precision, cpu_threads, pin_threads, blas_threads, collective_timeout_ms twice; gathers,
+     * nonfinite, recompute, check_replicas_every, noutputs once: 15 fields. */
+    cr_assert_geq(checked, 15 * 3, "only %d values checked", checked);
+}
