@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
 
@@ -177,3 +178,19 @@ size_t mw__describe_infer_config(const mw_infer_config *c, char *buf, size_t siz
     describe_outputs(o, c->outputs, c->noutputs);
     return finish(o);
 }
+
+static char *text_of(const mw_trainer_config *tc, const mw_infer_config *ic) {
+    size_t n =
+        tc ? mw__describe_trainer_config(tc, NULL, 0) : mw__describe_infer_config(ic, NULL, 0);
+    char *s = mw__malloc(n + 1);
+    if (!s) return NULL;
+    if (tc)
+        mw__describe_trainer_config(tc, s, n + 1);
+    else
+        mw__describe_infer_config(ic, s, n + 1);
+    return s;
+}
+
+char *mw__trainer_config_text(const mw_trainer_config *c) { return text_of(c, NULL); }
+
+char *mw__infer_config_text(const mw_infer_config *c) { return text_of(NULL, c); }

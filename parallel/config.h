@@ -119,5 +119,8 @@ mw_status mw__check_infer_config(const mw_infer_config *c, const char *caller);
  * node ids they are. Returns the length it needed (as snprintf). */
 size_t mw__describe_trainer_config(const mw_trainer_config *c, char *buf, size_t size);
 size_t mw__describe_infer_config(const mw_infer_config *c, char *buf, size_t size);
+/* The same, in memory the caller frees (mw__free); NULL when it ran out. */
+char *mw__trainer_config_text(const mw_trainer_config *c);
+char *mw__infer_config_text(const mw_infer_config *c);
 
 #endif

@@ -1,4 +1,4 @@
-/* Internal: trust between replicas and processes (parallel/consistency.c), over the collectives
+/* Internal: trust between a trainer's replicas and processes (parallel/consistency.c), over the collectives
  * with a deadline between processes (collectives/dist.h). */
 #ifndef MW__CONSISTENCY_H
 #define MW__CONSISTENCY_H
@@ -11,19 +11,15 @@
 
 struct mw_trainer;
 struct mw_trainer_config;
-struct mw_infer_config;
 struct mw_graph;
 struct mw_mesh;
 struct mw_tensor;
 
-/* Before a trainer (or an inference program) on `mesh` is built: compares the fingerprint of the
- * caller's graph, loss and configuration (every SHARED field of its lists, parallel/config.h,
- * and for a trainer which parameters decay) with every process the mesh spans (no-op for one
- * process). */
+/* Before a trainer on `mesh` is built: compares the fingerprint of the caller's graph, loss and
+ * configuration (every SHARED field of its lists, parallel/config.h, and which parameters
+ * decay) with every process the mesh spans (no-op for one process; parallel/agree.h). */
 mw_status mw__trainer_agree(const struct mw_trainer_config *cfg, const struct mw_mesh *mesh,
                             const struct mw_graph *graph, const struct mw_tensor *loss);
-mw_status mw__infer_agree(const struct mw_infer_config *cfg, const struct mw_mesh *mesh,
-                          const struct mw_graph *graph);
 /* After planning, before the workers start: makes the replica check's scratch when it is
  * configured, and overwrites the program's init_values with rank 0's (across processes). */
 mw_status mw__trainer_prepare(struct mw_trainer *tr);

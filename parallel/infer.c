@@ -8,7 +8,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit/infer.h"
-#include "parallel/consistency.h"
+#include "parallel/agree.h"
 #include "parallel/infer_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
@@ -188,6 +188,17 @@ static mw_status prepare(mw_infer *inf) {
     return MW_OK;
 }
 
+/* Across processes: every process's graph and configuration agree (parallel/agree.h). */
+static mw_status agree(const char *caller, const mw_infer_config *cfg, const mw_mesh *mesh,
+                       const mw_graph *graph) {
+    if (mesh->nprocs <= 1) return MW_OK;
+    char *config = mw__infer_config_text(cfg);
+    if (!config) return mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
+    mw_status st = mw__program_agree(caller, graph, NULL, config, NULL, cfg->collective_timeout_ms);
+    mw__free(config);
+    return st;
+}
+
 static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *config,
                       mw_trainer *from, mw_infer **out) {
     const char *caller = from ? "mw_infer_from_trainer" : "mw_infer_new";
@@ -212,7 +223,7 @@ static mw_status make(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *con
     mw_mesh *on = from ? from->prog->mesh : mesh;
     mw__program_config pc = mw__program_config_of_infer(config);
     if (from) pc.blas_threads = MW_BLAS_THREADS_KEEP; /* the trainer's setting holds */
-    if (st == MW_OK) st = mw__infer_agree(config, on, graph);
+    if (st == MW_OK) st = agree(caller, config, on, graph);
     if (st == MW_OK)
         st = mw__program_new(graph, on, &pc, from ? from->prog : NULL, caller, &inf->prog);
     mw__program *prog = inf->prog;

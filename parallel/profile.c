@@ -1,13 +1,14 @@
-/* Per-op profiling of a trainer's steps: every instruction of a worker's plan belongs to one
+/* Per-op profiling of a program's commands: every instruction of a worker's plan belongs to one
  * category (the graph op it implements, whether it is that op's rearranging copy, the phase);
  * the executor adds each instruction's time to its category (executor.c), and
- * mw_trainer_profile sums the categories over this process's devices into rows. */
+ * mw__program_profile sums the categories over this process's devices into rows (the trainer's
+ * mw_trainer_profile). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
-#include "parallel/trainer_impl.h"
+#include "parallel/program.h"
 
 static const char *const phase_names[3] = {"forward", "backward", "update"};
 
@@ -49,19 +50,15 @@ static int by_time(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count) {
-    if (!tr || !count) return mw__error(MW_ERR_INVALID, "mw_trainer_profile: NULL argument");
-    if (!tr->cfg.profile)
-        return mw__error(MW_ERR_STATE, "mw_trainer_profile: the trainer was made without "
-                                       "mw_trainer_config.profile set");
+void mw__program_profile(const mw__program *prog, mw_profile_row *rows, int capacity, int *count) {
     mw_profile_row all[MW__PROF_CATS];
     int n = 0;
     for (int c = 0; c < MW__PROF_CATS; c++) {
         double ms = 0;
         int64_t calls = 0;
-        for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
-            ms += tr->prog->w[d].prof_ms[c];
-            calls += tr->prog->w[d].prof_calls[c];
+        for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
+            ms += prog->w[d].prof_ms[c];
+            calls += prog->w[d].prof_calls[c];
         }
         if (!calls) continue;
         mw_profile_row *r = &all[n++];
@@ -73,20 +70,18 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
         else
             snprintf(r->op, sizeof r->op, "%s%s", mw__op_name(k / 2), k % 2 ? ":copy" : "");
         r->phase = phase_names[phase];
-        r->ms = ms / tr->prog->nlocal;
-        r->calls = calls / tr->prog->nlocal;
+        r->ms = ms / prog->nlocal;
+        r->calls = calls / prog->nlocal;
     }
     qsort(all, (size_t)n, sizeof *all, by_time);
     if (rows)
         for (int i = 0; i < n && i < capacity; i++) rows[i] = all[i];
     *count = n;
-    return MW_OK;
 }
 
-void mw_trainer_profile_reset(mw_trainer *tr) {
-    if (!tr || !tr->cfg.profile) return;
-    for (int d = tr->prog->first; d < tr->prog->first + tr->prog->nlocal; d++) {
-        memset(tr->prog->w[d].prof_ms, 0, MW__PROF_CATS * sizeof *tr->prog->w[d].prof_ms);
-        memset(tr->prog->w[d].prof_calls, 0, MW__PROF_CATS * sizeof *tr->prog->w[d].prof_calls);
+void mw__program_profile_reset(mw__program *prog) {
+    for (int d = prog->first; d < prog->first + prog->nlocal; d++) {
+        memset(prog->w[d].prof_ms, 0, MW__PROF_CATS * sizeof *prog->w[d].prof_ms);
+        memset(prog->w[d].prof_calls, 0, MW__PROF_CATS * sizeof *prog->w[d].prof_calls);
     }
 }

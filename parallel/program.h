@@ -284,6 +284,12 @@ mw_status mw__program_find_param(const mw__program *p, const char *name, int64_t
 /* Reads (write 0) or writes parameter `name` as a whole host array of count elements. */
 mw_status mw__program_param(mw__program *p, const char *name, float *data, int64_t count,
                             int write);
+/* The profile of this process's devices since the last reset, one row per category that ran,
+ * slowest first (profile.c; mw_trainer_profile's rows and count); the reset zeroes it. Only for a
+ * program made with cfg.profile. */
+void mw__program_profile(const mw__program *p, mw_profile_row *rows, int capacity, int *count);
+void mw__program_profile_reset(mw__program *p);
+
 /* Copies output `output` (one of the caller's) of the last command into dst (count elements);
  * errors are prefixed with `caller`, the public call reading it. */
 mw_status mw__program_read_output(mw__program *p, const char *caller, const mw_tensor *output,

@@ -247,3 +247,16 @@ int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis
     }
     return found;
 }
+
+mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count) {
+    if (!tr || !count) return mw__error(MW_ERR_INVALID, "mw_trainer_profile: NULL argument");
+    if (!tr->cfg.profile)
+        return mw__error(MW_ERR_STATE, "mw_trainer_profile: the trainer was made without "
+                                       "mw_trainer_config.profile set");
+    mw__program_profile(tr->prog, rows, capacity, count);
+    return MW_OK;
+}
+
+void mw_trainer_profile_reset(mw_trainer *tr) {
+    if (tr && tr->cfg.profile) mw__program_profile_reset(tr->prog);
+}
