@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "meshwit.h"
+#include "meshwit/testing.h"
 
 static char dir[64];
 
