@@ -286,7 +286,7 @@ static void finish_slice(const mw__k_attention *k, int64_t s, const slice *v) {
 
 mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) {
 #ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return mw__cpu_attention_dnnl(dev, k, 0);
+    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 0);
 #endif
     (void)dev;
     int64_t ns = k->slices, blk = k->block, t = k->t, d = k->d;
@@ -350,7 +350,7 @@ static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_
 
 mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention *k) {
 #ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return mw__cpu_attention_dnnl(dev, k, 1);
+    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 1);
 #endif
     (void)dev;
     if (k->out_dtype != MW_F32)
@@ -401,7 +401,7 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
 /* Per row and head, the query against keys 0..pos in key order with a running maximum (the
  * output row holds the weighted sum of values as it grows), f32 throughout. */
 mw_status MW__CPU(mw__cpu_attention_cached)(mw__device *dev, const mw__k_attention_cached *k) {
-    mw_status st = mw__cpu_positions_ok(dev, k->pos, k->outer, k->n, "cached attention");
+    mw_status st = MW__CPU(mw__cpu_positions_ok)(dev, k->pos, k->outer, k->n, "cached attention");
     if (st) return st;
     const int64_t H = k->heads, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
     for (int64_t o = 0; o < k->outer; o++)
@@ -436,7 +436,7 @@ const char *MW__CPU(mw__cpu_attention_impl)(const mw__k_attention *k) {
         {"f32 tiles (avx512) of bf16 widened", "f32 tiles (avx2) of bf16 widened",
          "f32 tiles (sse2) of bf16 widened"}};
 #ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return mw__cpu_attention_dnnl_name(k);
+    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl_name)(k);
 #endif
     const char *isa = mw__cpu_vector_isa();
     int v = !strcmp(isa, "avx512") ? 0 : !strcmp(isa, "avx2") ? 1 : 2;

@@ -171,8 +171,8 @@ mw_status MW__CPU(mw__cpu_copy)(mw__device *dev, const mw__k_copy *k) {
                     copy_row(k->alpha, n, (float *)k->out + o0, so, (const float *)k->a + o1, sa));
     } else if (k->a_dtype == MW_F32) {
         MW__ND_ROWS(nd, 2,
-                    mw__cpu_narrow_row(k->alpha, n, (uint16_t *)k->out + o0, so,
-                                       (const float *)k->a + o1, sa));
+                    MW__CPU(mw__cpu_narrow_row)(k->alpha, n, (uint16_t *)k->out + o0, so,
+                                                (const float *)k->a + o1, sa));
     } else {
         int to16 = k->out_dtype == MW_BF16;
         MW__ND_ROWS(nd, 2,

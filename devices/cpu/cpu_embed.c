@@ -30,7 +30,8 @@ mw_status MW__CPU(mw__cpu_embed)(mw__device *dev, const mw__k_embed *k) {
     (void)dev;
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab) return mw__cpu_out_of_range("embedding id", id, i, k->vocab);
+        if (id < 0 || id >= k->vocab)
+            return MW__CPU(mw__cpu_out_of_range)("embedding id", id, i, k->vocab);
         memcpy(k->out + i * k->dim, k->table + (int64_t)id * k->dim, (size_t)k->dim * 4);
     }
     return MW_OK;
@@ -41,7 +42,8 @@ mw_status MW__CPU(mw__cpu_embed_grad)(mw__device *dev, const mw__k_embed_grad *k
     memset(k->out, 0, (size_t)(k->vocab * k->dim) * sizeof *k->out);
     for (int64_t i = 0; i < k->n_ids; i++) {
         int32_t id = k->ids[i];
-        if (id < 0 || id >= k->vocab) return mw__cpu_out_of_range("embedding id", id, i, k->vocab);
+        if (id < 0 || id >= k->vocab)
+            return MW__CPU(mw__cpu_out_of_range)("embedding id", id, i, k->vocab);
         float *dst = k->out + (int64_t)id * k->dim;
         const float *src = k->gy + i * k->dim;
         for (int64_t j = 0; j < k->dim; j++) dst[j] += src[j];
@@ -50,7 +52,7 @@ mw_status MW__CPU(mw__cpu_embed_grad)(mw__device *dev, const mw__k_embed_grad *k
 }
 
 mw_status MW__CPU(mw__cpu_state_write)(mw__device *dev, const mw__k_state_write *k) {
-    mw_status st = mw__cpu_positions_ok(dev, k->ids, k->outer, k->n, "state write");
+    mw_status st = MW__CPU(mw__cpu_positions_ok)(dev, k->ids, k->outer, k->n, "state write");
     if (st) return st;
     for (int64_t o = 0; o < k->outer; o++)
         memcpy(k->out + (o * k->n + k->ids[o]) * k->inner, k->value + o * k->inner,

@@ -21,7 +21,9 @@
 #include "devices/device.h"
 
 /* In a file compiled per level (MW__CPU_LEVEL is _v1, _v3 or _v4): the level's symbol of an
- * entry. */
+ * entry. Such a file calls another entry of its level by this name too, never through the
+ * dispatcher (which would call back into the levels: a call circle scripts/check-layers.sh
+ * refuses). */
 #define MW__CPU_CAT2_(a, b) a##b
 #define MW__CPU_CAT_(a, b) MW__CPU_CAT2_(a, b)
 #ifdef MW__CPU_LEVEL

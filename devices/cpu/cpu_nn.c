@@ -199,7 +199,7 @@ mw_status MW__CPU(mw__cpu_xent)(mw__device *dev, const mw__k_xent *k) {
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return mw__cpu_out_of_range("target", t, r, k->valid);
+        if (t < 0 || t >= k->valid) return MW__CPU(mw__cpu_out_of_range)("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float mx;
         double sum = row_expsum(x, k->valid, &mx);
@@ -212,7 +212,7 @@ mw_status MW__CPU(mw__cpu_xent_grad)(mw__device *dev, const mw__k_xent_grad *k) 
     (void)dev;
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t t = k->targets[r];
-        if (t < 0 || t >= k->valid) return mw__cpu_out_of_range("target", t, r, k->valid);
+        if (t < 0 || t >= k->valid) return MW__CPU(mw__cpu_out_of_range)("target", t, r, k->valid);
         const float *x = k->logits + r * k->v;
         float *dx = k->out + r * k->v;
         float mx;

@@ -11,7 +11,7 @@ mw_status MW__CPU(mw__cpu_sgd)(mw__device *dev, const mw__k_sgd *k) {
     float *restrict p = k->p;
     const float *restrict g = k->g;
     for (int64_t i = 0; i < k->count; i++) p[i] -= k->lr * g[i];
-    if (k->p16) mw__cpu_narrow_row(1.0f, k->count, k->p16, 1, p, 1);
+    if (k->p16) MW__CPU(mw__cpu_narrow_row)(1.0f, k->count, k->p16, 1, p, 1);
     return MW_OK;
 }
 
