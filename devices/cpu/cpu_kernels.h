@@ -1,7 +1,8 @@
 /* Internal: the CPU backend's kernels, the entries of its device vtable (cpu_device.c fills the
  * table by name), by op family, each in the file of its family, as the CUDA backend's
  * (devices/cuda/cuda_kernels.h): the device's lifetime, memory and copies in cpu_device.c, its
- * state in cpu_state.c, the instruction levels in cpu_isa.c; cpu_elementwise.c, cpu_reduce.c,
+ * state in cpu_state.c, what each kernel runs in cpu_describe.c, the instruction levels in
+ * cpu_isa.c; cpu_elementwise.c, cpu_reduce.c,
  * cpu_gemm.c, cpu_nn.c, cpu_embed.c, cpu_attention.c (with
  * cpu_attention_dnnl.c), cpu_optim.c. A new op: its kernel in the file of its family, a row of
  * MW__CPU_LEVEL_ENTRIES when that file is one of the per-level ones, a line here, its slot in

@@ -113,17 +113,3 @@ size_t mw__cpu_workspace(const mw__device *dev) {
     const mw__cpu_state *s = dev ? dev->impl : NULL;
     return s ? s->work_bytes : 0;
 }
-
-const char *mw__cpu_describe(const mw__device *dev, int kind, const void *k) {
-    (void)dev;
-    if (kind < 0) { /* every other kernel: the vector loops of the process's level */
-        const char *isa = mw__cpu_vector_isa();
-        return !strcmp(isa, "avx512") ? "vector loops (avx512)"
-               : !strcmp(isa, "avx2") ? "vector loops (avx2)"
-               : !strcmp(isa, "sse2") ? "vector loops (sse2)"
-                                      : "vector loops";
-    }
-    if (kind == MW__I_GEMM) return mw__cpu_gemm_impl(k);
-    if (kind == MW__I_ATTENTION || kind == MW__I_ATTENTION_GRAD) return mw__cpu_attention_impl(k);
-    return "";
-}

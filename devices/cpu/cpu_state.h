@@ -51,7 +51,7 @@ mw_status mw__cpu_own(mw__device *dev, void *p, void (*free_fn)(void *p));
  * and environment. */
 int mw__cpu_bf16_native(const mw__device *dev);
 
-/* The vtable's describe and workspace (devices/device.h). */
+/* The vtable's describe (cpu_describe.c) and workspace (devices/device.h). */
 const char *mw__cpu_describe(const mw__device *dev, int kind, const void *k);
 size_t mw__cpu_workspace(const mw__device *dev);
 
