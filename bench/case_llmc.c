@@ -159,8 +159,8 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         printf("peers: %s\n", ctx->quick ? "skipped in --quick"
                                          : "skipped: MESHWIT_PEER_PYTHON (default python3) "
                                            "cannot import torch");
-    printf("BLAS core: %s%s%s\n", mw_blas_core(), *mw_blas_warning() ? "; " : "",
-           mw_blas_warning());
+    printf("cpu: %s%s%s\n", mw_backend_describe("cpu"), *mw_backend_warning("cpu") ? "; " : "",
+           mw_backend_warning("cpu"));
     double sgemm = ctx->quick ? 0.0 : mwb_sgemm_gflops(1024);
     char impl32[96] = "", impl16[96] = "";
     double gemm32 = ctx->quick ? 0.0 : mwb_gemm_gflops(1024, MW_F32, impl32, sizeof impl32);

@@ -359,8 +359,8 @@ static void print_header(void) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     printf("meshwit-bench %s\n", mw_version());
     printf("machine: %ld cores online, %s\n", cores, model);
-    printf("BLAS core: %s\n", mw_blas_core());
-    const char *warning = mw_blas_warning();
+    printf("cpu: %s\n", mw_backend_describe("cpu"));
+    const char *warning = mw_backend_warning("cpu");
     if (warning && *warning) printf("warning: %s\n", warning);
     printf("\n");
     fflush(stdout);

@@ -57,6 +57,10 @@ typedef struct mw__backend {
     int (*set_threads)(int n);
     /* Optional: the number of devices present (GPUs); 0 on any failure. */
     int (*device_count)(void);
+    /* Optional (mw_backend_describe, mw_backend_warning): what the backend's math runs on, in
+     * one line, and a warning about a setup that costs speed, else "". Never NULL. */
+    const char *(*describe)(void);
+    const char *(*warning)(void);
 } mw__backend;
 
 /* The CPU backend (always built in). */

@@ -31,12 +31,6 @@ extern "C" {
 /* "0.1.0" */
 const char *mw_version(void);
 
-/* The BLAS core the CPU backend runs on (OpenBLAS's openblas_get_corename(), e.g. "Prescott";
- * "unknown" when it names none), and a warning string when a generic core runs on a CPU with
- * wider vector units, else "". Never NULL. */
-const char *mw_blas_core(void);
-const char *mw_blas_warning(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -213,6 +213,16 @@ int mw_mesh_size(const mw_mesh *mesh) { return mesh ? mesh->ndevices : 0; }
 
 const char *mw_mesh_describe(const mw_mesh *mesh) { return mesh ? mesh->desc : "(null)"; }
 
+const char *mw_backend_describe(const char *backend) {
+    const mw__backend *b = backend ? mw__backend_named(backend) : NULL;
+    return b && b->describe ? b->describe() : "";
+}
+
+const char *mw_backend_warning(const char *backend) {
+    const mw__backend *b = backend ? mw__backend_named(backend) : NULL;
+    return b && b->warning ? b->warning() : "";
+}
+
 int mw__mesh_axis(const mw_mesh *m, const char *name) {
     for (int a = 0; a < m->naxes; a++)
         if (strcmp(m->axis_name[a], name) == 0) return a;

@@ -11,4 +11,8 @@ extern const mw__device_vtable mw__cpu_device;
 /* Sets OpenBLAS's (process-wide) thread count; returns the previous one. */
 int mw__cpu_set_blas_threads(int n);
 
+/* The backend's describe and warning (mw_backend_describe, mw_backend_warning: mesh.h). */
+const char *mw__cpu_backend_describe(void);
+const char *mw__cpu_backend_warning(void);
+
 #endif

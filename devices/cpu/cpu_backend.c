@@ -41,4 +41,6 @@ const mw__backend mw__cpu_backend = {
     .supports = mw__supports_bf16_kernels,
     .reducers = MW__REDUCERS_HOST,
     .set_threads = mw__cpu_set_blas_threads,
+    .describe = mw__cpu_backend_describe,
+    .warning = mw__cpu_backend_warning,
 };

@@ -101,14 +101,27 @@ int mw__cpu_set_blas_threads(int n) {
     return prev;
 }
 
-const char *mw_blas_core(void) {
+/* OpenBLAS's core name ("Haswell"), "unknown" when it names none. */
+static const char *blas_core(void) {
     const char *core = openblas_get_corename();
     return core ? core : "unknown";
 }
 
-const char *mw_blas_warning(void) {
+const char *mw__cpu_backend_describe(void) {
+    static char text[160];
+    snprintf(text, sizeof text, "OpenBLAS core %s, %s, vector loops (%s)", blas_core(),
+#ifdef MESHWIT_HAVE_DNNL
+             "oneDNN built in",
+#else
+             "no oneDNN",
+#endif
+             mw__cpu_vector_isa());
+    return text;
+}
+
+const char *mw__cpu_backend_warning(void) {
     static char msg[256];
-    const char *core = mw_blas_core();
+    const char *core = blas_core();
     static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids", "Zen"};
     for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
         if (strstr(core, wide[i])) return "";

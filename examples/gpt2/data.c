@@ -140,8 +140,8 @@ int prepare_prompt(run *r) {
 void print_setup(const run *r) {
     const options *o = &r->o;
     const gpt2_config *c = &o->model;
-    printf("meshwit %s, BLAS core %s\n", mw_version(), mw_blas_core());
-    if (*mw_blas_warning()) printf("warning: %s\n", mw_blas_warning());
+    printf("meshwit %s, cpu: %s\n", mw_version(), mw_backend_describe("cpu"));
+    if (*mw_backend_warning("cpu")) printf("warning: %s\n", mw_backend_warning("cpu"));
     printf("%s\n", mw_mesh_describe(r->mesh));
     printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (padded %d): %lld "
            "parameters\n",

@@ -70,6 +70,19 @@ int mw_mesh_size(const mw_mesh *mesh);
 /* "Mesh(X -> 2) over cpu:0, cpu:1". Owned by the mesh; "(null)" for NULL. */
 const char *mw_mesh_describe(const mw_mesh *mesh);
 
+/* What the math of the backend called `backend` ("cpu", "cuda": a device spec's prefix) runs on,
+ * in one line, for logs and bench records: for "cpu" the BLAS library and its core (OpenBLAS's
+ * core name, "Haswell"), whether oneDNN is built in and the level of the vector loops
+ * ("OpenBLAS core Zen, oneDNN built in, vector loops (avx2)"). "" for NULL, a backend that is
+ * not there (its module missing) or one that says nothing. Loads the backend's module when it
+ * is one. Never NULL; valid until the next call. */
+const char *mw_backend_describe(const char *backend);
+
+/* A warning about the backend's setup that costs speed, else "": for "cpu", OpenBLAS running its
+ * generic kernels on a CPU with AVX-512 where OpenBLAS does the contractions (the fix named).
+ * "" for NULL or a backend that is not there. Never NULL. */
+const char *mw_backend_warning(const char *backend);
+
 /* Number of CUDA devices usable by this process: 0 in a build without CUDA, when the CUDA module
  * cannot be loaded, or on a machine without a GPU driver (never an error). Loads the CUDA
  * module (and so the CUDA runtime) when this build has it. */

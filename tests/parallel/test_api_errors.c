@@ -260,12 +260,6 @@ static mw_status version_is_the_macros(fx *f) {
              MESHWIT_VERSION_PATCH);
     return holds(f, strcmp(mw_version(), v) == 0, "mw_version() is MAJOR.MINOR.PATCH");
 }
-static mw_status blas_core_named(fx *f) {
-    return holds(f, mw_blas_core() && *mw_blas_core(), "a core name");
-}
-static mw_status blas_warning_a_string(fx *f) {
-    return holds(f, mw_blas_warning() != NULL, "a warning or \"\"");
-}
 static mw_status strerror_unknown(fx *f) {
     return holds(f, !strcmp(mw_strerror((mw_status)-99), "unknown error"), "\"unknown error\"");
 }
@@ -298,6 +292,22 @@ static mw_status allocations_counted(fx *f) {
 }
 
 /* === mesh.h =================================================================================== */
+static mw_status backend_describe_cpu(fx *f) {
+    const char *d = mw_backend_describe("cpu");
+    return holds(f, strstr(d, "OpenBLAS core ") && strstr(d, "vector loops ("),
+                 "the BLAS core and the vector level");
+}
+static mw_status backend_describe_unknown(fx *f) {
+    return holds(f,
+                 !strcmp(mw_backend_describe("tpu"), "") && !strcmp(mw_backend_describe(NULL), ""),
+                 "\"\" for NULL and a backend that is not there");
+}
+static mw_status backend_warning_a_string(fx *f) {
+    return holds(f,
+                 mw_backend_warning("cpu") != NULL && !strcmp(mw_backend_warning("tpu"), "") &&
+                     !strcmp(mw_backend_warning(NULL), ""),
+                 "a warning or \"\"; \"\" for NULL and a backend that is not there");
+}
 
 static mw_status mesh_out_null(fx *f) { return mw_mesh_new("cpu:1", "X", NULL); }
 static mw_status mesh_spec_null(fx *f) { return mw_mesh_new(NULL, "X", &f->mesh); }
@@ -1924,8 +1934,6 @@ typedef struct row {
 static const row table[] = {
     /* meshwit.h, status.h, testing.h */
     R(mw_version, version_is_the_macros, MW_OK, NULL),
-    R(mw_blas_core, blas_core_named, MW_OK, NULL),
-    R(mw_blas_warning, blas_warning_a_string, MW_OK, NULL),
     R(mw_strerror, strerror_unknown, MW_OK, NULL),
     R(mw_status_name, status_name_never_null, MW_OK, NULL),
     R(mw_last_error, last_error_per_thread, MW_OK, NULL),
@@ -1949,6 +1957,9 @@ static const row table[] = {
     R(mw_mesh_free, mesh_free_null, MW_OK, NULL),
     R(mw_mesh_size, mesh_size_null, MW_OK, NULL),
     R(mw_mesh_describe, mesh_describe_null, MW_OK, NULL),
+    R(mw_backend_describe, backend_describe_cpu, MW_OK, NULL),
+    R(mw_backend_describe, backend_describe_unknown, MW_OK, NULL),
+    R(mw_backend_warning, backend_warning_a_string, MW_OK, NULL),
     R(mw_cuda_device_count, cuda_count_never_negative, MW_OK, NULL),
     /* graph.h */
     R(mw_graph_new, graph_new_out_null, MW_ERR_INVALID, "out"),
