@@ -5,12 +5,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define MWB_MAX_FIELDS 24
+#define MWB_MAX_FIELDS 28
 
 enum { MWB_FP32 = 1, MWB_BF16 = 2 }; /* mwb_ctx.precision */
 
 /* One measured configuration: an ordered list of fields, written as one JSON object and one
- * CSV row. Every record has at least "case", "devices" and, for step benchmarks, "ms_per_step". */
+ * CSV row. Every record has at least "case", "devices" and, for step benchmarks, "ms_per_step";
+ * the driver adds "cpu" (the CPU's model name) and "cpu_kernels" (what the CPU backend runs on,
+ * mw_backend_describe) to each, so no figure leaves the machine without them. */
 typedef struct mwb_record {
     int nfields;
     struct {

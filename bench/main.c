@@ -101,6 +101,9 @@ void mwb_record_num(mwb_record *r, const char *key, double value) {
     r->f[i].str[0] = '\0';
 }
 
+/* The CPU's model name (/proc/cpuinfo), read once by print_header. */
+static char cpu_model[96] = "unknown CPU";
+
 static void emit(mwb_ctx *ctx, const mwb_record *r) {
     driver *d = ctx->driver;
     if (d->count == d->capacity) {
@@ -115,6 +118,8 @@ static void emit(mwb_ctx *ctx, const mwb_record *r) {
     }
     d->records[d->count] = *r;
     if (ctx->condition) mwb_record_str(&d->records[d->count], "condition", ctx->condition);
+    mwb_record_str(&d->records[d->count], "cpu", cpu_model);
+    mwb_record_str(&d->records[d->count], "cpu_kernels", mw_backend_describe("cpu"));
     d->count++;
 }
 
@@ -342,7 +347,7 @@ static void usage(FILE *f) {
 }
 
 static void print_header(void) {
-    char model[256] = "unknown CPU";
+    char *model = cpu_model;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
         char line[512];
@@ -351,7 +356,7 @@ static void print_header(void) {
             if (strncmp(line, "model name", 10) != 0 || !colon) continue;
             colon += 1 + strspn(colon + 1, " \t");
             colon[strcspn(colon, "\n")] = '\0';
-            snprintf(model, sizeof model, "%s", colon);
+            snprintf(model, sizeof cpu_model, "%s", colon);
             break;
         }
         fclose(f);
