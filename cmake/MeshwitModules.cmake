@@ -10,8 +10,8 @@ set(_mw_src "${PROJECT_SOURCE_DIR}")
 # What every module compiles besides its own sources: the core's functions over the table, and
 # its own copy of the shared-memory reducer (CUDA and MPI reducers run it among local ranks).
 set(_mw_module_common "${_mw_src}/devices/module/imports.c"
-                      "${_mw_src}/collectives/reducer_shm.c" "${_mw_src}/collectives/wait.c"
-                      "${_mw_src}/collectives/fiber.c")
+                      "${_mw_src}/collectives/reducer_shm.c" "${_mw_src}/collectives/reducer_shm_sync.c"
+                      "${_mw_src}/collectives/wait.c" "${_mw_src}/collectives/fiber.c")
 
 # meshwit_module_defaults(<target>): meshwit's flags, and only the entry point visible.
 function(meshwit_module_defaults target)

@@ -43,7 +43,7 @@
  *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
  * the same bits on every rank, on every run and whichever path ran. */
-#include "collectives/reducer.h"
+#include "collectives/reducer_shm_impl.h"
 
 #include <sched.h>
 #include <stdalign.h>
@@ -59,59 +59,6 @@
 #include "collectives/wait.h"
 #include "core/alloc.h"
 #include "core/error.h"
-
-#define LINE 128 /* padding: two 64-byte lines, since adjacent-line prefetch pairs them */
-#define MAX_RANKS 4096
-/* Largest message (in floats) on the small path: 2 KiB. Measured on a 2-core Zen 3 host with 2
- * ranks: the one-step small path only wins while the step's latency dominates; from 4 KiB on,
- * halving each rank's work on the large path is worth its second step (4 KiB: ~1.0 against
- * ~2.3 us; 8 KiB: ~1.5 against ~4.5 us). */
-#define SMALL_MAX_FLOATS 512
-/* Floats per chunk of the large path: 8 KiB stays in L1 while the peers' chunks are added. */
-#define CHUNK_FLOATS 2048
-/* A sleeping waiter wakes at least this often to check its deadline. */
-#define SLEEP_SLICE_NS 100000000L
-#define ABORT_BIT (UINT64_C(1) << 63)
-#define COUNT_MASK (ABORT_BIT - 1)
-
-enum op {
-    OP_ALLREDUCE = 1,
-    OP_BARRIER = 2,
-    OP_REDUCE_SCATTER = 3,
-    OP_ALL_GATHER = 4,
-    OP_BROADCAST = 5
-};
-enum cause { CAUSE_ABORT = 1, CAUSE_TIMEOUT = 2, CAUSE_INVALID = 3 };
-
-/* What a rank passes into one collective; peers read it after the step that publishes it. */
-typedef struct desc {
-    void *buf;
-    size_t n;
-    int op;
-    mw_dtype dtype;
-    const size_t *bounds; /* reduce-scatter and all-gather: the parts */
-    int root;             /* broadcast: the rank whose buffer is copied */
-} desc;
-
-typedef struct rank_state {
-    alignas(LINE) desc pub[2]; /* indexed by step parity */
-    uint64_t step;             /* steps this rank has taken; only its own thread touches it */
-    _Atomic uint64_t arrived;  /* the last step it arrived at: read only to name a missing rank */
-    float *slot[2];            /* small-path scratch, indexed by step parity */
-    int pending;               /* an all_gather_start's gather waits for finish */
-} rank_state;
-
-struct mw__comm {
-    alignas(LINE) _Atomic uint64_t sync; /* arrivals since reset | ABORT_BIT */
-    alignas(LINE) _Atomic uint64_t why;  /* the first abort's cause, packed; 0 while none */
-    alignas(LINE) mw__event ev;          /* notified after every arrival and abort */
-    mw__event *wake;                     /* the same, for gangs waiting on other threads; or NULL */
-    int nranks;
-    int timeout_ms;
-    int64_t spin_ns;
-    float *scratch;
-    rank_state *ranks;
-};
 
 /* ---- kernels. The inner loops run a fixed 16 iterations so GCC's -O2 cost model vectorises
  * them (it will not add a scalar epilogue); restrict drops the run-time aliasing checks. An AVX2
@@ -232,237 +179,6 @@ static void reduce_slice_bf16(mw__comm *c, int parity, size_t lo, size_t hi) {
 
 static size_t esize(mw_dtype d) { return d == MW_BF16 ? 2 : 4; }
 
-/* ---- waiting ---- */
-
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
-static uint64_t pack_why(int cause, int rank, int peer, int ms) {
-    return (uint64_t)cause | (uint64_t)(rank + 1) << 4 | (uint64_t)(peer + 1) << 17 |
-           (uint64_t)(uint32_t)ms << 30;
-}
-
-/* Records the cause (the first one wins) and sets the abort bit; returns the word before. */
-static uint64_t set_abort(mw__comm *c, uint64_t why) {
-    uint64_t none = 0;
-    atomic_compare_exchange_strong_explicit(&c->why, &none, why, memory_order_relaxed,
-                                            memory_order_relaxed);
-    uint64_t old = atomic_fetch_or_explicit(&c->sync, ABORT_BIT, memory_order_seq_cst);
-    mw__event_notify(&c->ev);
-    if (c->wake) mw__event_notify(c->wake);
-    return old;
-}
-
-static void describe_why(mw__comm *c, char *out, size_t size) {
-    uint64_t w = atomic_load_explicit(&c->why, memory_order_relaxed);
-    int cause = (int)(w & 15), rank = (int)(w >> 4 & 0x1fff) - 1;
-    int peer = (int)(w >> 17 & 0x1fff) - 1, ms = (int)(uint32_t)(w >> 30);
-    switch (cause) {
-    case CAUSE_TIMEOUT:
-        if (peer >= 0)
-            snprintf(out, size, "rank %d timed out after %d ms waiting for rank %d", rank, ms,
-                     peer);
-        else
-            snprintf(out, size, "rank %d timed out after %d ms", rank, ms);
-        break;
-    case CAUSE_INVALID:
-        if (rank >= 0)
-            snprintf(out, size, "rank %d passed an invalid argument", rank);
-        else
-            snprintf(out, size, "a caller passed an out-of-range rank");
-        break;
-    default: snprintf(out, size, "a peer failed and aborted the communicator"); break;
-    }
-}
-
-/* A rank that has not yet arrived at step `step`, or -1 (only for messages). */
-static int missing_rank(mw__comm *c, int self, uint64_t step) {
-    for (int q = 0; q < c->nranks; q++)
-        if (q != self && atomic_load_explicit(&c->ranks[q].arrived, memory_order_relaxed) < step)
-            return q;
-    return -1;
-}
-
-static const char *op_name(int op) {
-    switch (op) {
-    case OP_BARRIER: return "barrier";
-    case OP_REDUCE_SCATTER: return "reduce-scatter";
-    case OP_ALL_GATHER: return "all-gather";
-    case OP_BROADCAST: return "broadcast";
-    default: return "all-reduce";
-    }
-}
-
-static mw_status aborted_error(mw__comm *c, int rank, int op, uint64_t step, int entering) {
-    char why[160];
-    describe_why(c, why, sizeof why);
-    if (entering)
-        return mw__error(MW_ERR_ABORTED,
-                         "%s aborted: rank %d entered after the communicator was aborted (%s); "
-                         "reset it first",
-                         op_name(op), rank, why);
-    int peer = missing_rank(c, rank, step);
-    if (peer < 0)
-        return mw__error(MW_ERR_ABORTED, "%s aborted: rank %d was waiting for its peers (%s)",
-                         op_name(op), rank, why);
-    return mw__error(MW_ERR_ABORTED, "%s aborted: rank %d was waiting for rank %d (%s)",
-                     op_name(op), rank, peer, why);
-}
-
-/* What a rank parked in a gang waits for: its step complete, or (refusable) an abort, or its
- * deadline (0: none) passed. */
-typedef struct step_wait {
-    mw__comm *c;
-    uint64_t target;
-    int refusable;
-    int64_t deadline;
-} step_wait;
-
-static int step_ready(void *arg) {
-    const step_wait *w = arg;
-    uint64_t v = atomic_load_explicit(&w->c->sync, memory_order_seq_cst);
-    return (v & COUNT_MASK) >= w->target || (w->refusable && (v & ABORT_BIT)) ||
-           (w->deadline > 0 && now_ns() > w->deadline);
-}
-
-/* The first half of a step: this rank arrives (refused once the communicator was aborted) and
- * goes on without waiting for its peers. */
-static mw_status arrive(mw__comm *c, int rank, int op, int refusable) {
-    rank_state *me = &c->ranks[rank];
-    uint64_t step = me->step + 1;
-    atomic_store_explicit(&me->arrived, step, memory_order_relaxed);
-    if (refusable) {
-        uint64_t v = atomic_load_explicit(&c->sync, memory_order_relaxed);
-        do {
-            if (v & ABORT_BIT) return aborted_error(c, rank, op, step, 1);
-        } while (!atomic_compare_exchange_weak_explicit(&c->sync, &v, v + 1, memory_order_acq_rel,
-                                                        memory_order_relaxed));
-    } else {
-        atomic_fetch_add_explicit(&c->sync, 1, memory_order_acq_rel);
-    }
-    me->step = step;
-    mw__event_notify(&c->ev);
-    if (c->wake) mw__event_notify(c->wake);
-    return MW_OK;
-}
-
-/* The second half: waits until every rank has arrived at this rank's last step. */
-static mw_status await_step(mw__comm *c, int rank, int op, int refusable) {
-    uint64_t step = c->ranks[rank].step;
-    uint64_t target = step * (uint64_t)c->nranks;
-    uint64_t v;
-    /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
-     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
-     * run as a gang's task (collectives/fiber.h) parks instead, until the same test passes, and its
-     * gang runs the other ranks of its thread meanwhile. */
-    int64_t start = 0, deadline = 0;
-    step_wait sw = {c, target, refusable, 0};
-    for (unsigned spins = 0;; spins++) {
-        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
-        if ((v & COUNT_MASK) >= target) return MW_OK;
-        if (refusable && (v & ABORT_BIT)) return aborted_error(c, rank, op, step, 0);
-        if (spins % 64 != 63 && spins > 0) {
-            mw__cpu_relax();
-            continue;
-        }
-        int64_t now = now_ns();
-        if (!start) {
-            start = now;
-            if (refusable && c->timeout_ms > 0) deadline = now + (int64_t)c->timeout_ms * 1000000;
-            sw.deadline = deadline;
-        }
-        if (deadline > 0 && now > deadline) {
-            int peer = missing_rank(c, rank, step);
-            uint64_t old = set_abort(c, pack_why(CAUSE_TIMEOUT, rank, peer, c->timeout_ms));
-            if ((old & COUNT_MASK) >= target) return MW_OK; /* everyone arrived just in time */
-            if (peer < 0)
-                return mw__error(MW_ERR_TIMEOUT,
-                                 "%s timed out after %d ms: rank %d waited for its peers",
-                                 op_name(op), c->timeout_ms, rank);
-            return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
-                             op_name(op), c->timeout_ms, rank, peer);
-        }
-        if (mw__gang_wait(step_ready, &sw)) {
-            spins = 62; /* ready: the next pass reads the clock for the deadline */
-            continue;
-        }
-        if (now - start < c->spin_ns) continue;
-        uint32_t seen = mw__event_prepare(&c->ev);
-        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
-        if ((v & COUNT_MASK) >= target || (refusable && (v & ABORT_BIT))) {
-            mw__event_cancel(&c->ev);
-            continue;
-        }
-        int64_t slice = SLEEP_SLICE_NS;
-        if (deadline > 0 && deadline - now < slice) slice = deadline - now + 1000;
-        mw__event_sleep(&c->ev, seen, slice);
-    }
-}
-
-/* Takes this rank's next step: arrives, then waits for its peers. A refusable step gives up
- * (abort or timeout) unless the step completed; a committed step always completes, since its
- * peers are past the last refusable step and wait for nobody. Returns MW_OK when every rank has
- * arrived. */
-static mw_status take_step(mw__comm *c, int rank, int op, int refusable) {
-    mw_status st = arrive(c, rank, op, refusable);
-    return st ? st : await_step(c, rank, op, refusable);
-}
-
-/* Checks that every rank made the same call as published for step parity `parity` (a mismatch
- * would otherwise write past a buffer). All ranks see the same descriptors, so they all fail or
- * all go on. */
-static mw_status same_calls(mw__comm *c, int op, int parity) {
-    const desc *d0 = &c->ranks[0].pub[parity];
-    for (int q = 1; q < c->nranks; q++) {
-        const desc *d = &c->ranks[q].pub[parity];
-        if (d->op != d0->op)
-            return mw__error(MW_ERR_INVALID, "%s: rank 0 called %s but rank %d called %s",
-                             op_name(op), op_name(d0->op), q, op_name(d->op));
-        if (d->n != d0->n)
-            return mw__error(MW_ERR_INVALID,
-                             "%s: ranks disagree on the length: rank 0 has %zu elements, "
-                             "rank %d has %zu",
-                             op_name(op), d0->n, q, d->n);
-        if (d->dtype != d0->dtype)
-            return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the element type",
-                             op_name(op), q);
-        if (d0->bounds &&
-            memcmp(d->bounds, d0->bounds, (size_t)(c->nranks + 1) * sizeof *d->bounds) != 0)
-            return mw__error(MW_ERR_INVALID, "%s: ranks 0 and %d disagree on the parts",
-                             op_name(op), q);
-        if (d->root != d0->root)
-            return mw__error(MW_ERR_INVALID,
-                             "%s: ranks disagree on the root: rank 0 names rank %d, rank %d "
-                             "names rank %d",
-                             op_name(op), d0->root, q, d->root);
-    }
-    return MW_OK;
-}
-
-/* Publishes this rank's call and arrives at its refusable first step, without waiting. */
-static mw_status announce(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
-                          const size_t *bounds, int root) {
-    rank_state *me = &c->ranks[rank];
-    me->pub[(me->step + 1) & 1] = (desc){buf, n, op, dtype, bounds, root};
-    return arrive(c, rank, op, 1);
-}
-
-/* Publishes this rank's call, takes a refusable step and checks the calls. */
-static mw_status enter_root(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
-                            const size_t *bounds, int root) {
-    mw_status st = announce(c, rank, op, buf, n, dtype, bounds, root);
-    if (st == MW_OK) st = await_step(c, rank, op, 1);
-    return st ? st : same_calls(c, op, (int)(c->ranks[rank].step & 1));
-}
-
-static mw_status enter(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
-                       const size_t *bounds) {
-    return enter_root(c, rank, op, buf, n, dtype, bounds, 0);
-}
-
 /* ---- vtable ---- */
 
 static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
@@ -523,17 +239,17 @@ static mw_status finish_gather(mw__comm *c, int rank);
 static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
     if (!c) return mw__error(MW_ERR_INVALID, "%s: communicator is NULL", what);
     if (dtype != MW_F32 && dtype != MW_BF16) {
-        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_UNSUPPORTED, "%s: elements of dtype %d (f32 and bf16 only)", what,
                          (int)dtype);
     }
     if (rank < 0 || rank >= c->nranks) {
-        set_abort(c, pack_why(CAUSE_INVALID, -1, -1, 0));
+        mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, -1, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d out of range 0..%d", what, rank,
                          c->nranks - 1);
     }
     if (bad_buf) {
-        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d passed a NULL buffer", what, rank);
     }
     return c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
@@ -546,24 +262,24 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, 
     int p = c->nranks;
     if (p == 1) {
         if (atomic_load_explicit(&c->sync, memory_order_acquire) & ABORT_BIT)
-            return aborted_error(c, rank, OP_ALLREDUCE, c->ranks[rank].step + 1, 1);
+            return mw__shm_aborted_error(c, rank, OP_ALLREDUCE, c->ranks[rank].step + 1, 1);
         return MW_OK;
     }
     /* Nothing to add, but still one step: skipping it would let ranks disagree on which
      * collective an abort stopped, and would hide a peer that passed a different length. */
-    if (n == 0) return enter(c, rank, OP_ALLREDUCE, buf, 0, dtype, NULL);
+    if (n == 0) return mw__shm_enter(c, rank, OP_ALLREDUCE, buf, 0, dtype, NULL);
     rank_state *me = &c->ranks[rank];
     if (n <= SMALL_MAX_FLOATS && dtype == MW_F32) {
         int parity = (int)((me->step + 1) & 1);
         memcpy(me->slot[parity], buf, n * sizeof(float));
-        st = enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
+        st = mw__shm_enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
         if (st != MW_OK) return st;
         add_two(buf, c->ranks[0].slot[parity], c->ranks[1].slot[parity], n);
         for (int q = 2; q < p; q++) add_into(buf, c->ranks[q].slot[parity], n);
         return MW_OK;
     }
     int parity = (int)((me->step + 1) & 1);
-    st = enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
+    st = mw__shm_enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
     if (st != MW_OK) return st;
     /* Slices in whole 64-byte lines, so no two ranks write the same line. */
     size_t per = 64 / esize(dtype), lines = (n + per - 1) / per;
@@ -572,7 +288,7 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, 
     if (hi > n) hi = n;
     if (lo < hi && dtype == MW_F32) reduce_slice(c, parity, lo, hi);
     if (lo < hi && dtype == MW_BF16) reduce_slice_bf16(c, parity, lo, hi);
-    return take_step(c, rank, OP_ALLREDUCE, 0);
+    return mw__shm_take_step(c, rank, OP_ALLREDUCE, 0);
 }
 
 /* One pass like the all-reduce's large path, but every rank writes its sum only into its own
@@ -585,14 +301,14 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t
     mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (mw__bad_bounds(bounds, c->nranks, n)) {
-        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "reduce-scatter: rank %d passed parts outside 0..%zu",
                          rank, n);
     }
     int p = c->nranks;
     if (p == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
     int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter(c, rank, OP_REDUCE_SCATTER, buf, n, dtype, bounds)) != MW_OK) return st;
+    if ((st = mw__shm_enter(c, rank, OP_REDUCE_SCATTER, buf, n, dtype, bounds)) != MW_OK) return st;
     float acc[CHUNK_FLOATS];
     for (size_t at = bounds[rank]; at < bounds[rank + 1]; at += CHUNK_FLOATS) {
         size_t left = bounds[rank + 1] - at, len = left < CHUNK_FLOATS ? left : CHUNK_FLOATS;
@@ -605,7 +321,7 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t
         for (int q = 2; q < p; q++) add_into(acc, fbuf(c, q, parity) + at, len);
         memcpy((float *)buf + at, acc, len * sizeof(float));
     }
-    return take_step(c, rank, OP_REDUCE_SCATTER, 0);
+    return mw__shm_take_step(c, rank, OP_REDUCE_SCATTER, 0);
 }
 
 /* An all-gather's checks; a bad call aborts the communicator. */
@@ -614,7 +330,7 @@ static mw_status gather_args(mw__comm *c, int rank, void *buf, size_t n, mw_dtyp
     mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (!mw__bad_bounds(bounds, c->nranks, n)) return MW_OK;
-    set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+    mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
     return mw__error(MW_ERR_INVALID, "all-gather: rank %d passed parts outside 0..%zu", rank, n);
 }
 
@@ -624,7 +340,7 @@ static mw_status gather_args(mw__comm *c, int rank, void *buf, size_t n, mw_dtyp
 static mw_status gather_rest(mw__comm *c, int rank) {
     int parity = (int)(c->ranks[rank].step & 1);
     const desc *d = &c->ranks[rank].pub[parity];
-    mw_status st = same_calls(c, OP_ALL_GATHER, parity);
+    mw_status st = mw__shm_same_calls(c, OP_ALL_GATHER, parity);
     if (st != MW_OK) return st;
     size_t es = esize(d->dtype);
     for (int q = 0; q < c->nranks; q++)
@@ -632,7 +348,7 @@ static mw_status gather_rest(mw__comm *c, int rank) {
             memcpy((char *)d->buf + d->bounds[q] * es,
                    (const char *)c->ranks[q].pub[parity].buf + d->bounds[q] * es,
                    (d->bounds[q + 1] - d->bounds[q]) * es);
-    return take_step(c, rank, OP_ALL_GATHER, 0);
+    return mw__shm_take_step(c, rank, OP_ALL_GATHER, 0);
 }
 
 static mw_status shm_all_gather(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
@@ -640,7 +356,7 @@ static mw_status shm_all_gather(mw__comm *c, int rank, void *buf, size_t n, mw_d
     mw_status st = gather_args(c, rank, buf, n, dtype, bounds);
     if (st != MW_OK) return st;
     if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
-    if ((st = enter(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds)) != MW_OK) return st;
+    if ((st = mw__shm_enter(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds)) != MW_OK) return st;
     return gather_rest(c, rank);
 }
 
@@ -652,14 +368,15 @@ static mw_status shm_all_gather_start(mw__comm *c, int rank, void *buf, size_t n
     mw_status st = gather_args(c, rank, buf, n, dtype, bounds);
     if (st != MW_OK) return st;
     if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
-    if ((st = announce(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds, 0)) != MW_OK) return st;
+    if ((st = mw__shm_announce(c, rank, OP_ALL_GATHER, buf, n, dtype, bounds, 0)) != MW_OK)
+        return st;
     c->ranks[rank].pending = 1;
     return MW_OK;
 }
 
 static mw_status finish_gather(mw__comm *c, int rank) {
     c->ranks[rank].pending = 0;
-    mw_status st = await_step(c, rank, OP_ALL_GATHER, 1);
+    mw_status st = mw__shm_await_step(c, rank, OP_ALL_GATHER, 1);
     return st ? st : gather_rest(c, rank);
 }
 
@@ -676,16 +393,17 @@ static mw_status shm_broadcast(mw__comm *c, int rank, void *buf, size_t n, mw_dt
     mw_status st = check_args(c, rank, "broadcast", !buf && n > 0, dtype);
     if (st != MW_OK) return st;
     if (root < 0 || root >= c->nranks) {
-        set_abort(c, pack_why(CAUSE_INVALID, rank, -1, 0));
+        mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "broadcast: rank %d named root %d (expected 0..%d)", rank,
                          root, c->nranks - 1);
     }
     if (c->nranks == 1) return shm_allreduce_sum(c, rank, buf, n, dtype);
     int parity = (int)((c->ranks[rank].step + 1) & 1);
-    if ((st = enter_root(c, rank, OP_BROADCAST, buf, n, dtype, NULL, root)) != MW_OK) return st;
+    if ((st = mw__shm_enter_root(c, rank, OP_BROADCAST, buf, n, dtype, NULL, root)) != MW_OK)
+        return st;
     const void *from = c->ranks[root].pub[parity].buf;
     if (rank != root && n > 0 && from != buf) memcpy(buf, from, n * esize(dtype));
-    return take_step(c, rank, OP_BROADCAST, 0);
+    return mw__shm_take_step(c, rank, OP_BROADCAST, 0);
 }
 
 static mw_status shm_barrier(mw__comm *c, int rank) {
@@ -693,14 +411,14 @@ static mw_status shm_barrier(mw__comm *c, int rank) {
     if (st != MW_OK) return st;
     if (c->nranks == 1) {
         if (atomic_load_explicit(&c->sync, memory_order_acquire) & ABORT_BIT)
-            return aborted_error(c, rank, OP_BARRIER, c->ranks[rank].step + 1, 1);
+            return mw__shm_aborted_error(c, rank, OP_BARRIER, c->ranks[rank].step + 1, 1);
         return MW_OK;
     }
-    return enter(c, rank, OP_BARRIER, NULL, 0, MW_F32, NULL);
+    return mw__shm_enter(c, rank, OP_BARRIER, NULL, 0, MW_F32, NULL);
 }
 
 static void shm_abort(mw__comm *c) {
-    if (c) set_abort(c, pack_why(CAUSE_ABORT, -1, -1, 0));
+    if (c) mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_ABORT, -1, -1, 0));
 }
 
 static void shm_reset(mw__comm *c) {

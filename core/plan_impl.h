@@ -223,9 +223,23 @@ mw__ins *mw__plan_emit(builder *b, mw__ins_kind kind, int node);
 /* plan_lower.c: emits node n's kernels into b->p, its operands at b->node[].ref: 0, -1 when memory
  * ran out, -2 when no kernel takes the node in this form (the message set). */
 int mw__plan_lower_node(builder *b, const mw_tensor *n);
-/* plan_lower.c: the first half of GATHER node n ahead of its turn: its rows into place and the
- * all-gather started (in scratch, or in its output, then assigned); mw__plan_lower_node then
- * emits the rest. 0, or -1 when memory ran out. */
+/* plan_lower_kernels.c: the first half of GATHER node n ahead of its turn: its rows into place
+ * and the all-gather started (in scratch, or in its output, then assigned); mw__plan_lower_node
+ * then emits the rest. 0, or -1 when memory ran out. */
 int mw__plan_start_gather(builder *b, const mw_tensor *n);
+
+/* plan_lower_kernels.c: the lowering of the nodes that are one kernel each, for
+ * mw__plan_lower_node, each into out (b->node[n->id].ref) with mw__plan_lower_node's results;
+ * lo is n's local type. */
+int mw__plan_lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out);
+int mw__plan_lower_attention(builder *b, const mw_tensor *n, mw__ref out);
+int mw__plan_lower_indexed(builder *b, const mw_tensor *n, mw__ref out);
+/* Which part of a GATHER (or SCATTER) node to emit: the whole node; a prefetched gather's first
+ * half (the rows into place and GATHER_START, its scratch kept in node[].tmp) ahead of the node;
+ * its second (GATHER_WAIT and the rest) at the node. */
+enum { MW__GATHER_WHOLE, MW__GATHER_BEGIN, MW__GATHER_END };
+int mw__plan_lower_gather(builder *b, const mw_tensor *n, mw__ref out, int part);
+/* A node no kernel takes in this form: -2, with the message (-1 is out of memory). */
+int mw__plan_cannot_lower(const mw_tensor *n);
 
 #endif
