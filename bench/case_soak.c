@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "meshwit/testing.h"
 #include "gpt2_model.h"
+#include "meshwit/testing.h"
 
 /* A field of /proc/self/status in kB (VmRSS, VmHWM), or -1 where it is not available. */
 static long status_kb(const char *field) {

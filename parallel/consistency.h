@@ -1,5 +1,5 @@
-/* Internal: trust between a trainer's replicas and processes (parallel/consistency.c), over the collectives
- * with a deadline between processes (collectives/dist.h). */
+/* Internal: trust between a trainer's replicas and processes (parallel/consistency.c), over the
+ * collectives with a deadline between processes (collectives/dist.h). */
 #ifndef MW__CONSISTENCY_H
 #define MW__CONSISTENCY_H
 
