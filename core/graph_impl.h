@@ -54,8 +54,10 @@ enum {
  *   bf16    the instruction (mw__ins_kind, devices/device.h: MW__I_<bf16>) of its kernel when
  *           that kernel can write its result in bf16, so that a value only read as bf16 is
  *           written so; NONE otherwise
- * A new op: its row here, its constructor (graph.h, core/), its gradient (autodiff.c), its
- * lowering (plan_lower.c) to kernels of MW__KERNELS, and a row of the conformance table. */
+ * A new op: its row here (and its parameters' member of mw__op_params, described in graph.c),
+ * its constructor (graph.h, core/), its gradient (autodiff.c), its lowering (plan_lower.c's
+ * dispatch, plan_lower_kernels.c) to kernels of MW__KERNELS with a kernel per backend, and a
+ * row of the conformance table: README's "Adding an op" lists the places and what catches each. */
 #define MW__OPS(XX)                                                                                \
     XX(INPUT, "input", none, 0, NONE)           /* fed by the host every step */                   \
     XX(PARAM, "param", none, 0, NONE)           /* trained; replicated unless split by mw_shard */ \

@@ -166,7 +166,7 @@ typedef struct mw__plan_target {
     /* Bit k set: the device's kernel of instruction kind k (mw__ins_kind) writes a bf16 output,
      * so a value that is only read as bf16 is written as bf16 by the kernel that makes it,
      * rather than in f32 and converted. */
-    uint32_t bf16_out;
+    uint64_t bf16_out;
     /* FSDP: the device's reducer can start an all-gather and complete it later
      * (all_gather_start), so each gather of a parameter is started where the one before it
      * completes (one ahead: the next layer's parameters arrive while this layer computes) and

@@ -247,7 +247,7 @@ static int owner_of(const builder *b, int i) {
  * device's does: target bf16_out); -1 otherwise. */
 static int bf16_writer(const builder *b, const mw_tensor *t) {
     int kind = mw__op_bf16_kernel(t->op); /* its row of MW__OPS */
-    if (kind < 0 || !(b->bf16_out & (1u << kind))) return -1;
+    if (kind < 0 || !(b->bf16_out & (UINT64_C(1) << kind))) return -1;
     if (kind == MW__I_GEMM) { /* a bf16 C of bf16 operands only (mw__k_gemm) */
         contraction c;
         mw__plan_contraction(b, t, &c);

@@ -155,7 +155,7 @@ typedef struct builder {
     node_info *node; /* per node */
     fusion *fuse;    /* per node */
     int host_memory;
-    uint32_t bf16_out; /* mw__plan_target's */
+    uint64_t bf16_out; /* mw__plan_target's */
     int prefetch;      /* mw__plan_target's prefetch_gathers */
 } builder;
 

@@ -120,11 +120,11 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
     return (dtype == MW_F32 || (dtype == MW_I32 && op == MW__I_COPY)) && has_slot(b->vt, op);
 }
 
-uint32_t mw__backend_bf16_writers(const mw__backend *b) {
-    uint32_t mask = 0;
+uint64_t mw__backend_bf16_writers(const mw__backend *b) {
+    uint64_t mask = 0;
     for (int k = 0; k < MW__I_COUNT; k++)
         if ((mw__kernel_dtypes(k) & MW__DT_BF16_OUT) && mw__backend_supports(b, k, MW_BF16))
-            mask |= 1u << k;
+            mask |= UINT64_C(1) << k;
     return mask;
 }
 

@@ -116,7 +116,7 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);
 /* The instruction kinds (bit k: mw__ins_kind k) whose kernels b runs with a bf16 output (their
  * row has MW__DT_BF16_OUT): those the plan may have write a value that is only read as bf16 in
  * bf16 directly. */
-uint32_t mw__backend_bf16_writers(const mw__backend *b);
+uint64_t mw__backend_bf16_writers(const mw__backend *b);
 
 /* MW_OK when b runs every instruction of plan: its kind, on the dtypes of its operands (a bf16
  * input where the row has MW__DT_BF16, a bf16 output where it has MW__DT_BF16_OUT); otherwise

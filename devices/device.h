@@ -465,8 +465,8 @@ typedef enum mw__ins_kind {
 #define MW__STATIC_ASSERT _Static_assert
 #endif
 
-/* Kinds are bits of a 32-bit mask (mw__plan_target.bf16_out). */
-MW__STATIC_ASSERT(MW__I_COUNT <= 32, "instruction kinds no longer fit a 32-bit mask");
+/* Kinds are bits of a 64-bit mask (mw__plan_target.bf16_out). */
+MW__STATIC_ASSERT(MW__I_COUNT <= 64, "instruction kinds no longer fit a 64-bit mask");
 
 /* The most operands of any kernel (a row's ROLES). */
 #define MW__MAX_ROLES 7

@@ -4,9 +4,9 @@
  * state in cpu_state.c, what each kernel runs in cpu_describe.c, the instruction levels in
  * cpu_isa.c; cpu_elementwise.c, cpu_reduce.c,
  * cpu_gemm.c, cpu_nn.c, cpu_embed.c, cpu_attention.c (with
- * cpu_attention_dnnl.c), cpu_optim.c. A new op: its kernel in the file of its family, a row of
- * MW__CPU_LEVEL_ENTRIES when that file is one of the per-level ones, a line here, its slot in
- * cpu_device.c's table.
+ * cpu_attention_dnnl.c), cpu_optim.c. A new kernel: its row of MW__KERNELS (devices/device.h),
+ * from which its prototype here, its vtable slot and its per-level dispatch are made, and its
+ * MW__CPU(mw__cpu_<name>) in the file of its family; nothing else in this folder.
  *
  * Vector levels. The files of MW__CPU_LEVEL_SOURCES (CMakeLists.txt) hold the hot loops and are
  * compiled once per x86-64 level (sse2, avx2 = x86-64-v3, avx512 = x86-64-v4: plain C that the

@@ -27,12 +27,9 @@ mw_status mw__cuda_host_alloc(mw__device *dev, size_t bytes, void **out);
 void mw__cuda_host_free(mw__device *dev, void *p);
 mw_status mw__cuda_upload_async(mw__device *dev, void *dst, const void *src, size_t bytes);
 
-/* Every kernel of the instruction table (devices/device.h's MW__KERNELS) is mw__cuda_<name>, in
- * the file of its family (elementwise.cu: binary, copy, fill, unary, unary_grad, map, map_grad,
- * dropout; reduce.cu: reduce, argmax, reduce_max; gemm.cu: gemm; nn.cu: layernorm, layernorm_dx,
- * layernorm_dw, softmax, softmax_grad, xent, xent_grad; embed.cu: embed, embed_grad,
- * state_write; attention.cu: attention, attention_grad, attention_cached), and cuda_vtable.c's
- * vtable is made from the table, so a kernel the CUDA backend lacks fails the build. */
+/* Every kernel of the instruction table (devices/device.h's MW__KERNELS) is mw__cuda_<name>,
+ * declared here from the table, defined in the .cu file of its family, and cuda_vtable.c's
+ * vtable is made from the table, so a kernel the CUDA backend lacks fails the module's link. */
 #define MW__CUDA_KERNEL_DECL_(KIND, name, type, dtypes, ROLES)                                     \
     mw_status mw__cuda_##name(mw__device *dev, const type *k);
 MW__KERNELS(MW__CUDA_KERNEL_DECL_)
