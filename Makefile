@@ -3,7 +3,7 @@ JOBS ?= 2
 BUILD ?= build
 CMAKE_ARGS ?=
 
-SOURCE_DIRS := $(wildcard core devices collectives parallel include examples bench tests)
+SOURCE_DIRS := $(wildcard core formats devices collectives parallel include examples bench tests)
 SOURCES = $(shell find $(SOURCE_DIRS) -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \))
 
 .PHONY: help build test test-quick demo bench format gpu-check clean mutants

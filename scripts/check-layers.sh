@@ -2,7 +2,9 @@
 # The floors of meshwit and what each may include ("..." includes of our own headers), lowest
 # first; a file may always include its own floor and the public headers (meshwit.h, meshwit/):
 #   core/         the graph, autodiff, planning; of devices/ only the kernel interface
-#                 (devices/device.h, devices/math.h), which names no backend
+#                 (devices/device.h, devices/math.h), which names no backend; nothing of formats/
+#   formats/      the file formats beneath the runtime (JSON, UTF-8, safetensors): core/ and the
+#                 public headers only, nothing of devices/, collectives/, parallel/ or text/
 #   devices/      the device vtable, the backends and their registry; nothing above them
 #                 (collectives/, parallel/): a backend names its reducers' family, no reducer
 #   collectives/  the reducers, the MPI world, the waits they share; no backend's own headers
@@ -49,6 +51,9 @@ inc='^[[:space:]]*#[[:space:]]*include[[:space:]]*"'
 breach core "$inc"'(parallel|collectives|text)/' "core/ includes nothing above devices/"
 breach core "$inc"'devices/(backend|module|cpu/|cuda/)' \
     "core/ includes of devices/ only the kernel interface (device.h, math.h)"
+breach core "$inc"'formats/' "core/ includes nothing from formats/, the floor above it"
+breach formats "$inc"'(devices|collectives|parallel|text)/' \
+    "formats/ includes only core/ and the public headers"
 breach devices/device.h '^[[:space:]]*extern[[:space:]]+const[[:space:]]+mw__device_vtable' \
     "the kernel interface declares no backend"
 breach devices "$inc"'(parallel|collectives)/' "devices/ includes nothing from collectives/ or parallel/"
@@ -162,8 +167,8 @@ if [ "$fail" -ne 0 ]; then
     exit 1
 fi
 if [ -n "$build" ]; then
-    echo "check-layers: core, devices, collectives and parallel keep to their floors, in" \
+    echo "check-layers: core, formats, devices, collectives and parallel keep to their floors, in" \
         "includes and in calls (from $build)"
 else
-    echo "check-layers: core, devices, collectives and parallel keep to their floors"
+    echo "check-layers: core, formats, devices, collectives and parallel keep to their floors"
 fi

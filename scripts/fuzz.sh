@@ -36,7 +36,7 @@ export -f compile
 export cc out level_files blas_cflags
 export flags_text="${flags[*]}"
 jobs=$(nproc 2>/dev/null || echo 2)
-printf '%s\0' core/*.c collectives/*.c parallel/*.c devices/*.c devices/cpu/*.c text/*.c \
+printf '%s\0' core/*.c formats/*.c collectives/*.c parallel/*.c devices/*.c devices/cpu/*.c text/*.c \
     examples/common/*.c |
     xargs -0 -n 1 -P "$jobs" bash -c 'read -ra flags <<<"$flags_text"; compile "$0"'
 objects=("$out"/obj/*.o)

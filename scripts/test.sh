@@ -74,7 +74,7 @@ skip() {
 
 source_files() {
     local dirs=() d
-    for d in core devices collectives parallel include examples bench tests fuzz text; do
+    for d in core formats devices collectives parallel include examples bench tests fuzz text; do
         [ -d "$d" ] && dirs+=("$d")
     done
     [ "${#dirs[@]}" -gt 0 ] || return 0

@@ -11,7 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "text/json.h"
+#include "formats/json.h"
 #include "text/tokenizer_read.h"
 #include "text/unicode.h"
 

@@ -32,29 +32,6 @@ int mw__char_byte(uint32_t cp) {
     return n == 67 ? 0xAD : -1;
 }
 
-size_t mw__utf8_encode(uint32_t cp, uint8_t *o) {
-    if (cp < 0x80) {
-        o[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (uint8_t)(0xC0 | cp >> 6);
-        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | cp >> 12);
-        o[1] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | cp >> 18);
-    o[1] = (uint8_t)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (uint8_t)(0x80 | (cp >> 6 & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* --- the arena ---------------------------------------------------------------------------------
  */
 

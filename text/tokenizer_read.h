@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/json.h"
+#include "formats/json.h"
 #include "text/tokenizer_model.h"
 
 typedef struct mw__loader {

@@ -4,8 +4,8 @@
  *
  * A document is a tree of nodes in one array; strings are decoded (escapes resolved, may hold
  * U+0000) into a buffer of the document. Everything is owned by the document. */
-#ifndef MW__TEXT_JSON_H
-#define MW__TEXT_JSON_H
+#ifndef MW__FORMATS_JSON_H
+#define MW__FORMATS_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* A strict JSON reader that remembers where each value starts (json.h). Recursive descent over
  * the borrowed text; strings decoded into one buffer as long as the text, which no decoding can
  * outgrow. */
-#include "text/json.h"
+#include "formats/json.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "text/unicode.h"
+#include "formats/utf8.h"
 
 #define MAX_DEPTH 128
 #define MAX_SIZE ((size_t)UINT32_MAX - 1) /* offsets are 32-bit */
