@@ -1,10 +1,13 @@
 /* A strict JSON reader that remembers where each value starts (json.h). Recursive descent over
  * the borrowed text; strings decoded into one buffer as long as the text, which no decoding can
- * outgrow. */
+ * outgrow: a string's decoded bytes and the NUL after them take no more room than its quotes and
+ * the text between them. */
 #include "formats/json.h"
 
+#include <locale.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -18,7 +21,8 @@ typedef struct parser {
     mw__json *doc;
     const unsigned char *s;
     size_t n, pos;
-    int depth;
+    int depth, max_depth;
+    const char *part; /* mw__json_options.part */
 } parser;
 
 const char *mw__json_type_name(mw__json_type t) {
@@ -61,6 +65,10 @@ static mw_status syntax(parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (p->part)
+        return mw__error(MW_ERR_FORMAT, "%s: JSON syntax: %s (%s byte %zu%s%s%s)", p->doc->label,
+                         msg, p->part, p->pos, p->pos >= p->n ? ", where the " : "",
+                         p->pos >= p->n ? p->part : "", p->pos >= p->n ? " ends" : "");
     mw__json_where(p->doc, p->pos, where, sizeof where);
     return mw__error(MW_ERR_FORMAT, "%s:%s: JSON syntax: %s%s", p->doc->label, where, msg,
                      p->pos >= p->n ? " (the file ends here: truncated?)" : "");
@@ -128,7 +136,7 @@ static mw_status string(parser *p, uint32_t *str, uint32_t *len) {
     size_t k = 0;
     p->pos++; /* the opening quote */
     for (;;) {
-        if (p->pos >= p->n) return syntax(p, "a string is not closed");
+        if (p->pos >= p->n) return syntax(p, "unterminated string");
         unsigned char c = p->s[p->pos];
         if (c == '"') break;
         if (c < 0x20) return syntax(p, "control character 0x%02x in a string (escape it)", c);
@@ -143,7 +151,7 @@ static mw_status string(parser *p, uint32_t *str, uint32_t *len) {
         }
         if (p->pos + 1 >= p->n) {
             p->pos++;
-            return syntax(p, "a string is not closed");
+            return syntax(p, "unterminated string");
         }
         unsigned char e = p->s[p->pos + 1];
         static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
@@ -154,7 +162,8 @@ static mw_status string(parser *p, uint32_t *str, uint32_t *len) {
             continue;
         }
         uint32_t cp, lo;
-        if (e != 'u') return syntax(p, "unknown escape '\\%c' in a string", e >= 0x20 ? e : '?');
+        if (e != 'u')
+            return syntax(p, "bad escape '\\%c' in a string", e >= 0x20 && e < 0x7F ? e : '?');
         if (p->pos + 6 > p->n || hex4(p->s + p->pos + 2, &cp))
             return syntax(p, "\\u must be followed by four hexadecimal digits");
         if (cp >= 0xDC00 && cp <= 0xDFFF) return syntax(p, "lone trailing surrogate \\u%04x", cp);
@@ -169,9 +178,10 @@ static mw_status string(parser *p, uint32_t *str, uint32_t *len) {
         k += mw__utf8_encode(cp, o + k);
     }
     p->pos++; /* the closing quote */
+    o[k] = '\0';
     *str = (uint32_t)d->nstrings;
     *len = (uint32_t)k;
-    d->nstrings += k;
+    d->nstrings += k + 1;
     return MW_OK;
 }
 
@@ -184,7 +194,8 @@ static mw_status number(parser *p, mw__json_node *node) {
     }
     if (p->pos >= p->n || p->s[p->pos] < '0' || p->s[p->pos] > '9')
         return syntax(p, "expected a digit, found %s", found(p));
-    uint64_t v = 0;
+    /* The magnitude, up to 2^63 for a negative number (INT64_MIN) and 2^63 - 1 otherwise. */
+    uint64_t v = 0, limit = (uint64_t)INT64_MAX + (uint64_t)neg;
     int fits = 1;
     if (p->s[p->pos] == '0') {
         p->pos++;
@@ -193,10 +204,10 @@ static mw_status number(parser *p, mw__json_node *node) {
     } else {
         while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
             unsigned dgt = p->s[p->pos++] - '0';
-            if (v > ((uint64_t)INT64_MAX - dgt) / 10)
-                fits = 0;
-            else
+            if (fits && v <= (limit - dgt) / 10)
                 v = v * 10 + dgt;
+            else
+                fits = 0;
         }
     }
     int integer = 1;
@@ -218,7 +229,10 @@ static mw_status number(parser *p, mw__json_node *node) {
     node->str = (uint32_t)start;
     node->len = (uint32_t)(p->pos - start);
     node->is_integer = integer && fits;
-    node->ival = neg ? -(int64_t)v : (int64_t)v;
+    node->ival = !node->is_integer         ? 0
+                 : !neg                    ? (int64_t)v
+                 : v > (uint64_t)INT64_MAX ? INT64_MIN
+                                           : -(int64_t)v;
     return MW_OK;
 }
 
@@ -235,8 +249,10 @@ static mw_status value(parser *p, uint32_t *out);
 /* The children of an array or object whose opening bracket is at the current position. */
 static mw_status container(parser *p, uint32_t self, int object) {
     char close = object ? '}' : ']';
+    if (++p->depth > p->max_depth) /* placed at the bracket that opens one level too many */
+        return syntax(p, "more than %d level%s of nesting", p->max_depth,
+                      p->max_depth == 1 ? "" : "s");
     p->pos++;
-    if (++p->depth > MAX_DEPTH) return syntax(p, "more than %d levels of nesting", MAX_DEPTH);
     skip_ws(p);
     uint32_t last = MW__JSON_NONE, count = 0;
     if (p->pos < p->n && p->s[p->pos] == close) {
@@ -325,7 +341,10 @@ void mw__json_free(mw__json *doc) {
     mw__free(doc);
 }
 
-mw_status mw__json_parse(const char *text, size_t size, const char *label, mw__json **out) {
+mw_status mw__json_parse_with(const char *text, size_t size, const char *label,
+                              const mw__json_options *opt, mw__json **out) {
+    static const mw__json_options defaults = {0};
+    if (!opt) opt = &defaults;
     *out = NULL;
     if (size > MAX_SIZE)
         return mw__error(MW_ERR_FORMAT, "%s: %zu bytes is more than the %zu a JSON file may have",
@@ -340,19 +359,30 @@ mw_status mw__json_parse(const char *text, size_t size, const char *label, mw__j
         mw__json_free(doc);
         return mw__error(MW_ERR_NOMEM, "out of memory reading %s", label);
     }
-    parser p = {.doc = doc, .s = (const unsigned char *)text, .n = size};
+    parser p = {.doc = doc,
+                .s = (const unsigned char *)text,
+                .n = size,
+                .max_depth =
+                    opt->max_depth > 0 && opt->max_depth < MAX_DEPTH ? opt->max_depth : MAX_DEPTH,
+                .part = opt->part};
     uint32_t root;
     mw_status st = value(&p, &root);
     if (st == MW_OK) {
         skip_ws(&p);
-        if (p.pos < p.n) st = syntax(&p, "%s after the end of the top-level value", found(&p));
+        if (p.pos < p.n && !opt->prefix)
+            st = syntax(&p, "%s after the end of the top-level value", found(&p));
     }
     if (st) {
         mw__json_free(doc);
         return st;
     }
+    doc->end = p.pos;
     *out = doc;
     return MW_OK;
+}
+
+mw_status mw__json_parse(const char *text, size_t size, const char *label, mw__json **out) {
+    return mw__json_parse_with(text, size, label, NULL, out);
 }
 
 const mw__json_node *mw__json_get(const mw__json *doc, const mw__json_node *obj, const char *key) {
@@ -375,4 +405,43 @@ const mw__json_node *mw__json_duplicate(const mw__json *doc, const mw__json_node
             if (c->klen == n && memcmp(mw__json_key(doc, c), *k, n) == 0) return c;
     }
     return NULL;
+}
+
+const mw__json_node *mw__json_repeated(const mw__json *doc, const mw__json_node *obj) {
+    if (!obj || obj->type != MW__JSON_OBJECT) return NULL;
+    for (const mw__json_node *c = mw__json_node_at(doc, obj->first); c;
+         c = mw__json_node_at(doc, c->next))
+        for (const mw__json_node *e = mw__json_node_at(doc, obj->first); e != c;
+             e = mw__json_node_at(doc, e->next))
+            if (e->klen == c->klen &&
+                memcmp(mw__json_key(doc, e), mw__json_key(doc, c), c->klen) == 0)
+                return c;
+    return NULL;
+}
+
+mw_status mw__json_double(const mw__json *doc, const mw__json_node *n, double *out) {
+    if (!n || n->type != MW__JSON_NUMBER)
+        return mw__error(MW_ERR_INVALID, "%s: mw__json_double: not a number", doc->label);
+    /* strtod reads the locale's decimal point: the text's '.' becomes it. */
+    const char *point = localeconv()->decimal_point;
+    size_t plen = point && *point ? strlen(point) : 1;
+    if (!point || !*point) point = ".";
+    char small[128], *buf = small;
+    size_t need = (size_t)n->len + plen + 1;
+    if (need > sizeof small && !(buf = mw__malloc(need)))
+        return mw__error(MW_ERR_NOMEM, "out of memory reading a number of %s", doc->label);
+    size_t k = 0;
+    for (uint32_t i = 0; i < n->len; i++) {
+        char c = doc->text[n->str + i];
+        if (c == '.') {
+            memcpy(buf + k, point, plen);
+            k += plen;
+        } else {
+            buf[k++] = c;
+        }
+    }
+    buf[k] = '\0';
+    *out = strtod(buf, NULL);
+    if (buf != small) mw__free(buf);
+    return MW_OK;
 }
