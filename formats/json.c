@@ -23,6 +23,9 @@ typedef struct parser {
     size_t n, pos;
     int depth, max_depth;
     const char *part; /* mw__json_options.part */
+    void (*member)(const char *key, size_t klen, char *buf, size_t size); /* and .member */
+    int in_member;                    /* inside the value of a member of the top-level object, */
+    uint32_t member_key, member_klen; /* whose key this is */
 } parser;
 
 const char *mw__json_type_name(mw__json_type t) {
@@ -65,12 +68,15 @@ static mw_status syntax(parser *p, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    char in[160] = "";
+    if (p->member && p->in_member)
+        p->member(p->doc->strings + p->member_key, p->member_klen, in, sizeof in);
     if (p->part)
-        return mw__error(MW_ERR_FORMAT, "%s: JSON syntax: %s (%s byte %zu%s%s%s)", p->doc->label,
-                         msg, p->part, p->pos, p->pos >= p->n ? ", where the " : "",
+        return mw__error(MW_ERR_FORMAT, "%s: %sJSON syntax: %s (%s byte %zu%s%s%s)", p->doc->label,
+                         in, msg, p->part, p->pos, p->pos >= p->n ? ", where the " : "",
                          p->pos >= p->n ? p->part : "", p->pos >= p->n ? " ends" : "");
     mw__json_where(p->doc, p->pos, where, sizeof where);
-    return mw__error(MW_ERR_FORMAT, "%s:%s: JSON syntax: %s%s", p->doc->label, where, msg,
+    return mw__error(MW_ERR_FORMAT, "%s:%s: %sJSON syntax: %s%s", p->doc->label, where, in, msg,
                      p->pos >= p->n ? " (the file ends here: truncated?)" : "");
 }
 
@@ -84,7 +90,11 @@ static void skip_ws(parser *p) {
 
 /* What is at the current position, for messages. */
 static const char *found(parser *p) {
-    static _Thread_local char buf[32];
+    static _Thread_local char buf[64];
+    if (p->pos >= p->n && p->part) {
+        snprintf(buf, sizeof buf, "the end of the %.40s", p->part);
+        return buf;
+    }
     if (p->pos >= p->n) return "the end of the file";
     unsigned char c = p->s[p->pos];
     if (c >= 0x20 && c < 0x7F)
@@ -273,7 +283,14 @@ static mw_status container(parser *p, uint32_t self, int object) {
                 return syntax(p, "expected ':' after a member name, found %s", found(p));
             p->pos++;
         }
+        int top = object && p->depth == 1;
+        if (top) {
+            p->in_member = 1;
+            p->member_key = key;
+            p->member_klen = klen;
+        }
         if ((st = value(p, &child))) return st;
+        if (top) p->in_member = 0;
         mw__json_node *c = &p->doc->nodes[child];
         c->key = key;
         c->klen = klen;
@@ -364,7 +381,8 @@ mw_status mw__json_parse_with(const char *text, size_t size, const char *label,
                 .n = size,
                 .max_depth =
                     opt->max_depth > 0 && opt->max_depth < MAX_DEPTH ? opt->max_depth : MAX_DEPTH,
-                .part = opt->part};
+                .part = opt->part,
+                .member = opt->member};
     uint32_t root;
     mw_status st = value(&p, &root);
     if (st == MW_OK) {

@@ -60,6 +60,10 @@ typedef struct mw__json_options {
     const char *part; /* NULL: the text is a whole file, and a syntax error names its place as
                          "label:line:column:"; else it is the part of a file so named ("header"),
                          and the place is "(<part> byte N)" after the message */
+    /* Names the member of the top-level object that a syntax error lies in (the value of; its
+     * decoded key is key[0, klen)): writes what to say before the message ("tensor 'a': ") into
+     * buf. NULL: nothing is said. */
+    void (*member)(const char *key, size_t klen, char *buf, size_t size);
 } mw__json_options;
 
 /* Parses text[0, size) (a file's contents, borrowed for the document's lifetime) into *out.
@@ -68,7 +72,7 @@ typedef struct mw__json_options {
 mw_status mw__json_parse(const char *text, size_t size, const char *label, mw__json **out);
 
 /* mw__json_parse as `opt` says (NULL: the defaults). With opt->part, a syntax error reads
- * "label: JSON syntax: ... (<part> byte N)", N counted from text. */
+ * "label: [member: ]JSON syntax: ... (<part> byte N)", N counted from text. */
 mw_status mw__json_parse_with(const char *text, size_t size, const char *label,
                               const mw__json_options *opt, mw__json **out);
 

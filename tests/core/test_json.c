@@ -5,6 +5,7 @@
 #include <locale.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "formats/json.h"
@@ -130,6 +131,10 @@ Test(json, nesting_is_limited_as_asked) {
     cr_assert(strstr(refused(deep, strlen(deep), NULL), "more than 128 levels of nesting"));
 }
 
+static void name_member(const char *key, size_t klen, char *buf, size_t size) {
+    snprintf(buf, size, "member '%.*s': ", (int)klen, key);
+}
+
 Test(json, a_part_of_a_file_is_placed_by_byte) {
     mw__json_options header = {.part = "header"};
     cr_assert(strstr(refused("{\"a\" 1}", 7, &header),
@@ -137,6 +142,16 @@ Test(json, a_part_of_a_file_is_placed_by_byte) {
                      "(header byte 5)"),
               "%s", mw_last_error());
     cr_assert(strstr(refused("{\"a\":", 5, &header), "(header byte 5, where the header ends)"),
+              "%s", mw_last_error());
+    /* A syntax error inside a member of the top-level object can name the member. */
+    mw__json_options named = {.part = "header", .member = name_member};
+    const char *in_b = "{\"a\": 1, \"b\": [1 2]}", *after_a = "{\"a\": 1 \"b\": 2}";
+    cr_assert(strstr(refused(in_b, strlen(in_b), &named),
+                     "t.json: member 'b': JSON syntax: expected ',' or ']' in an array, found '2' "
+                     "(header byte 17)"),
+              "%s", mw_last_error());
+    cr_assert(strstr(refused(after_a, strlen(after_a), &named),
+                     "t.json: JSON syntax: expected ',' or '}'"),
               "%s", mw_last_error());
     /* Line and column count characters, not bytes. */
     const char *accented = "{\n \"\xc3\xa9\": x}";
