@@ -1,6 +1,6 @@
-/* Writing safetensors files (the reader, and the layout, are in safetensors.c): every tensor in
- * F32, the header padded so that the data starts 8-byte aligned, written to a temporary file
- * that is synced and then renamed over the path. */
+/* Writing safetensors files (the layout: safetensors_impl.h; the reader: safetensors.c): every
+ * tensor in F32, the header padded so that the data starts 8-byte aligned, written to a temporary
+ * file that is synced and then renamed over the path. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
