@@ -121,10 +121,10 @@ mw_status gpt2_save(mw_trainer *tr, const gpt2_config *c, const char *path, char
  * layout: an FSDP trainer's into a program that holds them whole). */
 mw_status gpt2_copy_params(mw_trainer *tr, mw_infer *inf, const gpt2_config *c);
 
-/* Hugging Face GPT-2 weights (gpt2_hf.c): a safetensors file in the layout
- * GPT2LMHeadModel.save_pretrained writes (tensor names with or without the "transformer."
- * prefix; Conv1D weights stored [In, Out]; no lm_head.weight, the head being tied to wte) and
- * the config.json beside it.
+/* Hugging Face GPT-2 weights (gpt2_hf.c; config.json: gpt2_hf_config.c): a safetensors file in
+ * the layout GPT2LMHeadModel.save_pretrained writes (tensor names with or without the
+ * "transformer." prefix; Conv1D weights stored [In, Out]; no lm_head.weight, the head being tied
+ * to wte) and the config.json beside it.
  * gpt2_hf_read_config fills *c from the config.json in path's folder (padded_vocab = vocab), a
  * strict JSON object whose every field is honoured or refused by name: the sizes, the
  * activation ("gelu_new"/"gelu_pytorch_tanh"/"gelu_fast": tanh, "gelu": exact), the
@@ -160,5 +160,11 @@ int gpt2_is_safetensors(const char *path);
 
 /* The config.json beside path (in path's folder) into cfg; -1 when it does not fit. */
 int gpt2_hf_config_path(const char *path, char *cfg, size_t n);
+
+/* Starts writing config.json for c at cfg: *out is open (beside its final name) with the text
+ * written, for the caller to sync and commit once the weights are written, or abandon. The
+ * message goes to err. */
+mw_status gpt2_hf_write_config(const char *cfg, const gpt2_config *c, mw_output **out, char *err,
+                               size_t errsize);
 
 #endif

@@ -344,6 +344,10 @@ Test(gpt2_hf, config_fields_are_honoured_or_refused_by_name, .timeout = 30) {
         {"\"n_layer\": 2 \"x\": 1", MW_ERR_FORMAT, "expected ',' or '}'"},
         {"\"n_layer\": tru", MW_ERR_FORMAT, "expected a value"},
         {"\"a\\q\": 1", MW_ERR_FORMAT, "bad escape"},
+        /* U+0000 ends no key or value early: "n_layer\0x" is not n_layer, "gelu\0new" not gelu */
+        {"\"n_layer\\u0000x\": 9", MW_ERR_UNSUPPORTED, "unknown field \"n_layer\\u0000...\""},
+        {"\"activation_function\": \"gelu\\u0000new\"", MW_ERR_UNSUPPORTED,
+         "\"activation_function\" is gelu\\u0000...;"},
     };
     char err[1024];
     gpt2_config c;
@@ -364,6 +368,12 @@ Test(gpt2_hf, config_fields_are_honoured_or_refused_by_name, .timeout = 30) {
     config_with(dir, "\"n_layer\": 3, \"n_layer\": 1");
     cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_OK, "%s", err);
     cr_assert_eq(c.layers, 1);
+    /* A number of any length is read (here 3e-5 in 117 characters; the last value counts). */
+    char digits[160] = "\"layer_norm_epsilon\": 0.00003";
+    for (int i = 0; i < 110; i++) strcat(digits, "0");
+    config_with(dir, digits);
+    cr_assert_eq(gpt2_hf_read_config(weights, &c, err, sizeof err), MW_OK, "%s", err);
+    cr_assert(c.ln_eps == 3e-5f, "%.9g", (double)c.ln_eps);
     /* Truncated. */
     char cfg[512];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
