@@ -20,6 +20,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 #define OUT_BUFFER (1u << 16)
 #define TEMP_KEEP 32         /* bytes of the final name kept in a temporary file's name */
@@ -223,7 +224,7 @@ mw_status mw__file_replaceable(const char *path, const char *what) {
 static char writer[17];
 
 static void writer_init(void) {
-    uint64_t h = 0xCBF29CE484222325ull;
+    uint64_t h = MW__FNV_BASIS;
     char buf[256];
     ssize_t n = 0;
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -231,12 +232,10 @@ static void writer_init(void) {
         n = read(fd, buf, sizeof buf);
         close(fd);
     }
-    for (ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)buf[i]) * 0x100000001B3ull;
+    if (n > 0) h = mw__fnv1a(h, buf, (size_t)n);
     n = readlink("/proc/self/ns/pid", buf, sizeof buf);
-    for (ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)buf[i]) * 0x100000001B3ull;
-    if (gethostname(buf, sizeof buf) == 0)
-        for (size_t i = 0; i < sizeof buf && buf[i]; i++)
-            h = (h ^ (unsigned char)buf[i]) * 0x100000001B3ull;
+    if (n > 0) h = mw__fnv1a(h, buf, (size_t)n);
+    if (gethostname(buf, sizeof buf) == 0) h = mw__fnv1a(h, buf, strnlen(buf, sizeof buf));
     snprintf(writer, sizeof writer, "%016llx", (unsigned long long)h);
 }
 

@@ -2,6 +2,9 @@
 #include "core/init.h"
 
 #include <math.h>
+#include <string.h>
+
+#include "core/hash.h"
 
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -18,7 +21,7 @@ static double uniform01(uint64_t *s) {
 void mw__param_init(const mw_graph *g, const mw_tensor *p, float *dst) {
     int64_t n = mw__type_numel(&p->type);
     uint64_t s = g->seed;
-    for (const char *c = p->name; *c; c++) s = (s ^ (uint8_t)*c) * 0x100000001B3ull; /* FNV-1a */
+    s = mw__fnv1a(s, p->name, strlen(p->name));
     const float v = p->init.value;
     switch (p->init.kind) {
     case MW_INIT_KIND_ZEROS:

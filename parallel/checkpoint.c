@@ -19,6 +19,7 @@
 
 #include "core/alloc.h"
 #include "core/file.h"
+#include "core/hash.h"
 #include "parallel/consistency.h"
 #include "parallel/optimizer.h"
 #include "parallel/trainer_impl.h"
@@ -42,12 +43,6 @@ typedef struct entry {
 
 /* Values start 8-byte aligned in a file image (see mw_trainer_load). */
 _Static_assert(sizeof(header) % 8 == 0 && sizeof(entry) % 8 == 0, "checkpoint layout");
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
-    return h;
-}
 
 /* The parameters in declaration order, with their slots on device 0. */
 static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
@@ -161,16 +156,16 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
                     .elems = (uint64_t)elems,
                     .user_bytes = user_bytes};
         memcpy(h.magic, MAGIC, 8);
-        uint64_t sum = fnv1a(0xCBF29CE484222325ull, &h, sizeof h);
+        uint64_t sum = mw__fnv1a(MW__FNV_BASIS, &h, sizeof h);
         st = mw_output_write(out, &h, sizeof h);
         for (int p = 0; st == MW_OK && p < nparams; p++) {
             entry e = {.count = mw__type_numel(&params[p]->type)};
             snprintf(e.name, sizeof e.name, "%s", params[p]->name);
-            sum = fnv1a(sum, &e, sizeof e);
+            sum = mw__fnv1a(sum, &e, sizeof e);
             st = mw_output_write(out, &e, sizeof e);
         }
         size_t data = (size_t)(elems * (1 + moments)) * sizeof *image;
-        sum = fnv1a(fnv1a(sum, image, data), user, user_bytes);
+        sum = mw__fnv1a(mw__fnv1a(sum, image, data), user, user_bytes);
         if (st == MW_OK) st = mw_output_write(out, image, data);
         if (st == MW_OK && user_bytes) st = mw_output_write(out, user, user_bytes);
         if (st == MW_OK) st = mw_output_write(out, &sum, sizeof sum);
@@ -252,7 +247,7 @@ static mw_status validate_image(const char *path, const unsigned char *data, siz
     if (st) return st;
     uint64_t sum;
     memcpy(&sum, data + size - 8, 8);
-    if (sum != fnv1a(0xCBF29CE484222325ull, data, size - 8)) return checksum_mismatch(path);
+    if (sum != mw__fnv1a(MW__FNV_BASIS, data, size - 8)) return checksum_mismatch(path);
     return check_step(path, h);
 }
 
@@ -338,10 +333,10 @@ static mw_status validate_file(const char *path, int fd, int64_t size, header *h
     if (!st) st = check_header(path, h, (uint64_t)size);
     unsigned char *buf = st ? NULL : mw__malloc(INFO_CHUNK);
     if (!st && !buf) st = mw__error(MW_ERR_NOMEM, "out of memory reading %s", path);
-    uint64_t sum = 0xCBF29CE484222325ull, stored = 0;
+    uint64_t sum = MW__FNV_BASIS, stored = 0;
     for (int64_t at = 0; !st && at < size - 8;) {
         size_t n = (size_t)(size - 8 - at) < INFO_CHUNK ? (size_t)(size - 8 - at) : INFO_CHUNK;
-        if (!(st = mw__file_read_at(fd, buf, n, at, path))) sum = fnv1a(sum, buf, n);
+        if (!(st = mw__file_read_at(fd, buf, n, at, path))) sum = mw__fnv1a(sum, buf, n);
         at += (int64_t)n;
     }
     mw__free(buf);
