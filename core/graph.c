@@ -429,6 +429,67 @@ static const unsigned op_traits[MW__OP_COUNT] = {
 
 unsigned mw__op_traits(int op) { return op >= 0 && op < MW__OP_COUNT ? op_traits[op] : 0u; }
 
+int mw__node_mixes(const mw_tensor *t, int chunk_name, int from_rows, int xat, int at) {
+    const mw_tensor *x = t->nin ? t->in[0] : NULL;
+    switch (mw__op_traits(t->op) & MW__T_MIX) {
+    case MW__T_MIX_LAST: return xat >= 0 && xat == x->type.rank - 1;
+    case MW__T_MIX_RESHAPE:
+        return from_rows && xat >= 0 && x->type.ax[xat].size != t->type.ax[at].size;
+    case MW__T_MIX_SLICE: {
+        const mw_tensor *big = t->op == MW__OP_PAD ? t : x;
+        int a = t->p.slice.axis;
+        return a >= 0 && a < big->type.rank && big->type.ax[a].name == chunk_name;
+    }
+    case MW__T_MIX_ALONG: return xat >= 0 && xat == t->p.along.axis;
+    case MW__T_MIX_ATTENTION:
+        return xat >= 0 && (xat == t->p.attention.part || xat == t->p.attention.seq ||
+                            xat == t->p.attention.feature);
+    case MW__T_MIX_CACHED: {
+        const mw_tensor *kv = t->in[1];
+        int k = mw__type_find_name(&kv->type, chunk_name);
+        return k >= 0 && (k == t->p.cached.seq || k == t->p.cached.part || k == kv->type.rank - 1);
+    }
+    default: return 0;
+    }
+}
+
+const char *mw__node_mixes_what(const mw_tensor *t) {
+    switch (mw__op_traits(t->op) & MW__T_MIX) {
+    case MW__T_MIX_RESHAPE: return "a split or merge of the chunk axis";
+    case MW__T_MIX_SLICE: return "a slice of the chunk axis";
+    case MW__T_MIX_ATTENTION: return "attention along the chunk axis";
+    case MW__T_MIX_CACHED: return "cached attention along the chunk axis";
+    case MW__T_MIX_ALONG: return "a write along the chunk axis";
+    default:
+        return t->op == MW__OP_SOFTMAX     ? "a softmax over the chunk axis"
+               : t->op == MW__OP_LAYERNORM ? "a layer norm over the chunk axis"
+                                           : "a normalisation over the chunk axis";
+    }
+}
+
+void mw__graph_mixing(const mw_graph *g, int name, char *dep, char *mix, const char **why) {
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *t = g->nodes[i];
+        int at = name >= 0 ? mw__type_find_name(&t->type, name) : -1;
+        int from_rows = 0; /* an input that depends on the positions and has the axis */
+        for (int k = 0; k < t->nin; k++) {
+            int j = t->in[k]->id;
+            dep[i] |= dep[j];
+            if (mix[j] && !mix[i]) mix[i] = 1, why[i] = why[j];
+            from_rows |= dep[j] && mw__type_find_name(&t->in[k]->type, name) >= 0;
+        }
+        if (!dep[i] || mix[i]) continue;
+        const mw_tensor *x = t->nin ? t->in[0] : NULL;
+        int xat = x ? mw__type_find_name(&x->type, name) : -1;
+        const char *w = NULL;
+        if (at < 0)
+            w = "a value without the chunk axis computed from it";
+        else if (mw__node_mixes(t, name, from_rows, xat, at))
+            w = mw__node_mixes_what(t);
+        if (w) mix[i] = 1, why[i] = w;
+    }
+}
+
 static const int op_bf16_kernels[MW__OP_COUNT] = {
 #define BF16(KIND, name, params, traits, bf16) [MW__OP_##KIND] = MW__I_##bf16,
     MW__OPS(BF16)

@@ -242,6 +242,23 @@ char *mw__type_describe(const mw_graph *g, const mw__type *t, char *buf, size_t 
 int mw__type_find(const mw__type *t, const mw__axis *a);
 /* Index of the axis whose base name is `name` in t (sharded or not), or -1. */
 int mw__type_find_name(const mw__type *t, int name);
+
+/* Whether node t's value at one position of the axis named `name` (interned) depends on its
+ * inputs at other positions along it, by its op's MW__T_MIX_* trait: xat is the axis's place in
+ * t's first input (-1: absent), at its place in t; from_rows, whether an input holding the axis
+ * depends on it (a reshape mixes only then). An inference program refuses to chunk along an
+ * axis an output mixes (parallel/infer.c); the conformance table checks each op's answer
+ * against its float64 reference. mw__node_mixes_what: what such a node does, for messages. */
+int mw__node_mixes(const mw_tensor *t, int name, int from_rows, int xat, int at);
+const char *mw__node_mixes_what(const mw_tensor *t);
+
+/* Which nodes of g depend on the positions of the axis named `name` and which mix them, every
+ * node in order: dep[i] (g->nnodes flags) is set on entry for the sources (the nodes whose values
+ * differ by position along the axis: an inference program's inputs holding it) and propagated;
+ * mix[i] is set, why[i] saying how (mw__node_mixes_what), where node i's value at one position
+ * depends on other positions, or where it lacks the axis and depends on it. mix and why start
+ * zero. */
+void mw__graph_mixing(const mw_graph *g, int name, char *dep, char *mix, const char **why);
 int64_t mw__type_numel(const mw__type *t);
 
 /* Appends a node (takes ownership of nothing; copies *proto). NULL on OOM (graph error set). */

@@ -40,47 +40,6 @@ static int axis_pos(const mw_graph *g, const mw__type *t, const char *name) {
     return -1;
 }
 
-/* Whether node t mixes positions along the chunk axis (named chunk_name; at x's place xat, at
- * t's at), by its op's MW__T_MIX_* trait (core/graph_impl.h). */
-static int mixes(const mw_tensor *t, int chunk_name, int from_rows, int xat, int at) {
-    const mw_tensor *x = t->nin ? t->in[0] : NULL;
-    switch (mw__op_traits(t->op) & MW__T_MIX) {
-    case MW__T_MIX_LAST: return xat >= 0 && xat == x->type.rank - 1;
-    case MW__T_MIX_RESHAPE:
-        return from_rows && xat >= 0 && x->type.ax[xat].size != t->type.ax[at].size;
-    case MW__T_MIX_SLICE: {
-        const mw_tensor *big = t->op == MW__OP_PAD ? t : x;
-        int a = t->p.slice.axis;
-        return a >= 0 && a < big->type.rank && big->type.ax[a].name == chunk_name;
-    }
-    case MW__T_MIX_ALONG: return xat >= 0 && xat == t->p.along.axis;
-    case MW__T_MIX_ATTENTION:
-        return xat >= 0 && (xat == t->p.attention.part || xat == t->p.attention.seq ||
-                            xat == t->p.attention.feature);
-    case MW__T_MIX_CACHED: {
-        const mw_tensor *kv = t->in[1];
-        int k = mw__type_find_name(&kv->type, chunk_name);
-        return k >= 0 && (k == t->p.cached.seq || k == t->p.cached.part || k == kv->type.rank - 1);
-    }
-    default: return 0;
-    }
-}
-
-/* What such a node does, for the message. */
-static const char *mixes_what(const mw_tensor *t) {
-    switch (mw__op_traits(t->op) & MW__T_MIX) {
-    case MW__T_MIX_RESHAPE: return "a split or merge of the chunk axis";
-    case MW__T_MIX_SLICE: return "a slice of the chunk axis";
-    case MW__T_MIX_ATTENTION: return "attention along the chunk axis";
-    case MW__T_MIX_CACHED: return "cached attention along the chunk axis";
-    case MW__T_MIX_ALONG: return "a write along the chunk axis";
-    default:
-        return t->op == MW__OP_SOFTMAX     ? "a softmax over the chunk axis"
-               : t->op == MW__OP_LAYERNORM ? "a layer norm over the chunk axis"
-                                           : "a normalisation over the chunk axis";
-    }
-}
-
 /* Which nodes depend on the chunked rows and which mix them (a value of one row computed from
  * others: a sum, contraction, softmax, layer norm, slice or reshape along the chunk axis, or a
  * value without the axis that depends on it): an output that mixes rows would change with the
@@ -96,25 +55,10 @@ static mw_status check_rows(mw_infer *inf, int chunk_name, const char *axis,
     }
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
-        int at = chunk_name >= 0 ? mw__type_find_name(&t->type, chunk_name) : -1;
-        if (t->op == MW__OP_INPUT || t->op == MW__OP_STATE) dep[i] = at >= 0;
-        int from_rows = 0; /* an input that depends on the rows and has the chunk axis */
-        for (int k = 0; k < t->nin; k++) {
-            int j = t->in[k]->id;
-            dep[i] |= dep[j];
-            if (mix[j] && !mix[i]) mix[i] = 1, why[i] = why[j];
-            from_rows |= dep[j] && mw__type_find_name(&t->in[k]->type, chunk_name) >= 0;
-        }
-        if (!dep[i] || mix[i]) continue;
-        const mw_tensor *x = t->nin ? t->in[0] : NULL;
-        int xat = x ? mw__type_find_name(&x->type, chunk_name) : -1;
-        const char *w = NULL;
-        if (at < 0)
-            w = "a value without the chunk axis computed from it";
-        else if (mixes(t, chunk_name, from_rows, xat, at))
-            w = mixes_what(t);
-        if (w) mix[i] = 1, why[i] = w;
+        if (t->op == MW__OP_INPUT || t->op == MW__OP_STATE)
+            dep[i] = chunk_name >= 0 && mw__type_find_name(&t->type, chunk_name) >= 0;
     }
+    mw__graph_mixing(g, chunk_name, dep, mix, why);
     mw_status st = MW_OK;
     for (int o = 0; o < inf->nout && st == MW_OK; o++) {
         const mw_tensor *t = outputs[o];

@@ -1078,12 +1078,110 @@ static void describe_layout(const setup *s, int k, char *buf, size_t size) {
     }
 }
 
+/* Position of element e along axis a of ax (row-major, the last axis fastest). */
+static int64_t coord_of(const rg_axes *ax, int64_t e, int a) {
+    int64_t stride = 1;
+    for (int b = ax->rank - 1; b > a; b--) stride *= ax->size[b];
+    return (e / stride) % ax->size[a];
+}
+
+/* The row's mixing as its float64 reference computes it, against what the library decides from
+ * the ops' traits (mw__graph_mixing, which an inference program's chunk check runs): for each
+ * axis of the output that an f32 operand holds, the operands' values at position 0 of it are
+ * changed and the reference's output read at every other position. Values that move there mean
+ * the row mixes positions along that axis; a library that says it does not would let inference
+ * chunk along it and change the values, silently: a failure (a new op's missing MW__T_MIX_*
+ * trait). Saying it mixes where the values do not move (a slice shifts rows) is only cautious.
+ * Inference and random rows are skipped. */
+static void check_mixing(setup *s, tally *t) {
+    const cf_row *row = s->row;
+    if (row->flags & (CF_INFER | CF_DROPOUT)) return;
+    config c = {.devices = use_cuda ? "cuda:0" : "cpu:1", .mesh = "X"};
+    built b;
+    if (build_case(s, 0, &c, &b) != MW_OK || !b.out) {
+        free_built(&b);
+        return;
+    }
+    const mw_graph *g = b.g;
+    const mw_tensor *node = b.out;
+    char *dep = xcalloc((size_t)g->nnodes, 1), *mix = xcalloc((size_t)g->nnodes, 1);
+    const char **why = xcalloc((size_t)g->nnodes, sizeof *why);
+    rg_graph *r0 = rg_new();
+    int leaf[CF_MAX_OPS];
+    int out0 = build_ref(s, 0, r0, leaf, -1, NULL);
+    const rg_axes *oax = rg_axes_of(r0, out0);
+    const double *base = rg_value(r0, out0);
+    int64_t nout = rg_numel(r0, out0);
+    for (int a = 0; a < oax->rank; a++) {
+        int at = -1;
+        for (int i = 0; i < node->type.rank; i++)
+            if (!strcmp(g->names[node->type.ax[i].name], oax->name[a])) at = i;
+        if (oax->size[a] < 2 || at < 0) continue;
+        int name = node->type.ax[at].name, holders = 0;
+        double *vals[CF_MAX_OPS] = {0};
+        memset(dep, 0, (size_t)g->nnodes);
+        memset(mix, 0, (size_t)g->nnodes);
+        for (int i = 0; i < row->nops; i++) {
+            int ia = rg_find(&s->ax[i], oax->name[a]);
+            if (row->op[i].kind == CF_IDS || ia < 0) continue;
+            int64_t n = rg_axes_numel(&s->ax[i]);
+            vals[i] = xcalloc((size_t)n, sizeof(double));
+            memcpy(vals[i], operand_value(s, 0, i), (size_t)n * sizeof(double));
+            for (int64_t e = 0; e < n; e++)
+                if (coord_of(&s->ax[i], e, ia) == 0) vals[i][e] += 0.25 + 0.5 * fabs(vals[i][e]);
+            holders++;
+            for (int j = 0; j < g->nnodes; j++) {
+                const mw_tensor *x = g->nodes[j];
+                if ((x->op == MW__OP_PARAM || x->op == MW__OP_INPUT) &&
+                    !strcmp(x->name, row->op[i].name))
+                    dep[j] = 1;
+            }
+        }
+        if (holders) {
+            rg_graph *r1 = rg_new();
+            int leaf1[CF_MAX_OPS];
+            for (int i = 0; i < row->nops; i++) {
+                if (row->op[i].kind == CF_IDS)
+                    leaf1[i] = rg_ids(r1, &s->ax[i], s->ids[i]);
+                else
+                    leaf1[i] = rg_leaf(r1, &s->ax[i], vals[i] ? vals[i] : operand_value(s, 0, i));
+            }
+            int out1 = row->ref(r1, leaf1, s->var);
+            const double *moved = rg_value(r1, out1);
+            int mixed = 0;
+            for (int64_t e = 0; e < nout && !mixed; e++)
+                mixed = coord_of(oax, e, a) != 0 &&
+                        fabs(moved[e] - base[e]) > 1e-9 * (1.0 + fabs(base[e]));
+            rg_free(r1);
+            mw__graph_mixing(g, name, dep, mix, why);
+            int says = mix[node->id];
+            if (mixed && !says)
+                fail(t,
+                     "%s [%s]: the output mixes positions along %s (its reference's values at "
+                     "other positions move with those at position 0), but the ops' traits "
+                     "(MW__T_MIX_*, core/graph_impl.h) do not say so: an inference program "
+                     "would chunk along %s and change the values",
+                     row->name, s->var->sizes, oax->name[a], oax->name[a]);
+            else if (verbose)
+                printf("  mixing %s [%s] along %s: reference %s, traits %s%s%s\n", row->name,
+                       s->var->sizes, oax->name[a], mixed ? "mixes" : "does not mix",
+                       says ? "mix: " : "do not mix", says ? why[node->id] : "", "");
+        }
+        for (int i = 0; i < row->nops; i++) free(vals[i]);
+    }
+    rg_free(r0);
+    free(dep), free(mix), free(why);
+    free_built(&b);
+}
+
 static int run_row(const cf_row *row, tally *t) {
     memset(row_seen_op, 0, sizeof row_seen_op);
     int nvar = quick && row->nvar > 2 ? 2 : row->nvar;
     for (int v = 0; v < nvar; v++) {
         setup s = {.row = row, .var = &row->var[v]};
         make_values(&s);
+        if (make_ref(&s, 0)) t->failed++;
+        check_mixing(&s, t);
         config cfg[10];
         int ncfg = make_configs(&s, cfg, 10);
         int nl = nlayouts(&s);
@@ -1272,6 +1370,15 @@ int main(int argc, char **argv) {
             use_cuda = !strcmp(argv[++i], "cuda");
         else if (!strcmp(argv[i], "--row") && i + 1 < argc)
             only_row = argv[++i];
+        else if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
+            /* As a Criterion program takes it (scripts/mutants.sh): "ROW" or "ROW/..." (a glob),
+             * the quick subset of that row. */
+            static char row[64];
+            snprintf(row, sizeof row, "%s", argv[++i]);
+            row[strcspn(row, "/")] = '\0';
+            only_row = row, quick = 1;
+        } else if (!strcmp(argv[i], "--jobs") && i + 1 < argc)
+            i++; /* Criterion's; the sweep runs its children one at a time */
         else if (!strcmp(argv[i], "--list")) {
             for (int r = 0; r < cf_nrows; r++)
                 printf("%-22s %s\n", cf_rows[r].name, cf_rows[r].covers);
@@ -1279,7 +1386,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr,
                     "usage: conformance [--quick] [--devices cpu|cuda] [--row NAME] [--verbose] "
-                    "[--list]\n");
+                    "[--list] [--filter ROW[/*]] [--jobs N]\n");
             return 2;
         }
     }
