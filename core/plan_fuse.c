@@ -88,9 +88,9 @@ static int row_sum_of(const builder *b, int after, const mw_tensor *src) {
 
 /* Gradients written by the kernel that reads their input anyway, their own nodes then emitting
  * nothing (absorbed):
- * - a normalisation's three gradients in one pass over gy and x: a node of MW__T_NORM_DX whose gy
- *   and x also feed a later MW__T_NORM_DW node of the same parameters giving a parameter's whole
- *   gradient, and whose gy the bias gradient sums (row_sum_of);
+ * - a normalisation's gradients in one pass over gy and x: a node of MW__T_NORM_DX whose gy and
+ *   x also feed a later MW__T_NORM_DW node of the same parameters giving a parameter's whole
+ *   gradient, and, for a layer norm, whose gy the bias gradient sums (row_sum_of);
  * - a bias gradient summed from the output of a node of MW__T_COLSUM as its kernel writes it. */
 static void find_fused_grads(builder *b) {
     const mw_graph *g = b->g;
@@ -107,7 +107,10 @@ static void find_fused_grads(builder *b) {
         }
         if (!(traits & MW__T_NORM_DX)) continue;
         const mw_tensor *gy = n->in[0], *x = n->in[1];
-        int dw = -1, db = row_sum_of(b, i, gy);
+        /* Layer norm's kernel writes dw and db together; RMS norm has no bias, and its kernel
+         * writes dw alone. */
+        int has_bias = n->op == MW__OP_LN_DX;
+        int dw = -1, db = has_bias ? row_sum_of(b, i, gy) : -1;
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
             if (b->node[j].live && b->node[j].grad_of >= 0 &&
@@ -115,10 +118,12 @@ static void find_fused_grads(builder *b) {
                 !memcmp(&t->p, &n->p, sizeof t->p))
                 dw = j;
         }
-        if (dw < 0 || db < 0) continue;
+        if (dw < 0 || (has_bias && db < 0)) continue;
         b->fuse[i].ln_dw = dw;
+        b->fuse[dw].absorbed = 1;
+        if (!has_bias) continue;
         b->fuse[i].col_sum = db;
-        b->fuse[dw].absorbed = b->fuse[db].absorbed = 1;
+        b->fuse[db].absorbed = 1;
     }
 }
 
