@@ -174,6 +174,17 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* sums over rows */
         return 0;
     }
+    case MW__OP_RMSNORM: {
+        mw_tensor *x = (na || nb) ? V(a) : a, *vw = V(b);
+        if (!x || !vw) return -1;
+        if (na &&
+            accumulate(g, grads, a, mw__backward_op(g, MW__OP_RMSNORM_DX, &a->type, gy, x, vw, n)))
+            return -1;
+        if (nb && accumulate(g, grads, b,
+                             mw__backward_op(g, MW__OP_RMSNORM_DW, &b->type, gy, x, NULL, n)))
+            return -1;
+        return 0;
+    }
     case MW__OP_SOFTMAX:
         return na ? accumulate(
                         g, grads, a,
@@ -225,6 +236,8 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_GELU_GRAD:
     case MW__OP_LN_DX:
     case MW__OP_LN_DW:
+    case MW__OP_RMSNORM_DX:
+    case MW__OP_RMSNORM_DW:
     case MW__OP_SOFTMAX_GRAD:
     case MW__OP_EMBED_GRAD:
     case MW__OP_XENT_GRAD:

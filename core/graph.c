@@ -524,6 +524,9 @@ static void describe_gelu(const params *p, char *buf, size_t size) {
 static void describe_layernorm(const params *p, char *buf, size_t size) {
     snprintf(buf, size, "eps %.9g", (double)p->layernorm.eps);
 }
+static void describe_rmsnorm(const params *p, char *buf, size_t size) {
+    snprintf(buf, size, "eps %.9g", (double)p->rmsnorm.eps);
+}
 static void describe_softmax(const params *p, char *buf, size_t size) {
     snprintf(buf, size, "scale %.9g, causal %d", (double)p->softmax.scale, p->softmax.causal);
 }

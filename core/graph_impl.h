@@ -20,7 +20,8 @@
  *   MW__T_DOT      a contraction: MW_RECOMPUTE_DOTS keeps its output
  *   MW__T_NORM_DX  the input gradient of a normalisation: its kernel can add a residual gradient
  *                  and write the weight and bias gradients (a later MW__T_NORM_DW node of the same
- *                  gy, x and parameters, and the column sums of gy) in its one pass
+ *                  gy, x and parameters, and, for a normalisation with a bias (layer norm), the
+ *                  column sums of gy) in its one pass
  *   MW__T_NORM_DW  the weight gradient such a kernel writes
  *   MW__T_COLSUM   its kernel can sum its output's columns as it writes them (a bias gradient)
  *   MW__T_MIX_*    along which axis of its inputs it mixes positions (an inference program's
@@ -83,6 +84,9 @@ enum {
     XX(LAYERNORM, "layernorm", layernorm, MW__T_MIX_LAST, LAYERNORM) /* (x, w, b), last axis */    \
     XX(LN_DX, "layernorm_dx", layernorm, MW__T_NORM_DX, NONE)        /* (gy, x, w) */              \
     XX(LN_DW, "layernorm_dw", layernorm, MW__T_NORM_DW, NONE)        /* (gy, x) */                 \
+    XX(RMSNORM, "rmsnorm", rmsnorm, MW__T_MIX_LAST, RMSNORM)         /* (x, w), last axis */       \
+    XX(RMSNORM_DX, "rmsnorm_dx", rmsnorm, MW__T_NORM_DX, NONE)       /* (gy, x, w) */              \
+    XX(RMSNORM_DW, "rmsnorm_dw", rmsnorm, MW__T_NORM_DW, NONE)       /* (gy, x) */                 \
     /* over the last axis (causal: over the last two) */                                           \
     XX(SOFTMAX, "softmax", softmax, MW__T_MIX_LAST, NONE)                                          \
     XX(SOFTMAX_GRAD, "softmax_grad", softmax, 0, NONE) /* (gy, y) */                               \
@@ -142,6 +146,9 @@ typedef union mw__op_params {
     struct {
         float eps;
     } layernorm;
+    struct {
+        float eps;
+    } rmsnorm;
     struct {
         float scale;
         int causal;

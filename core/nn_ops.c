@@ -308,6 +308,37 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
     return mw__node_new(g, &proto);
 }
 
+mw_tensor *mw_rmsnorm(mw_graph *g, mw_tensor *x, mw_tensor *w, const char *axis, float eps) {
+    mw_tensor *xs[2] = {x, w};
+    if (!usable(g, "mw_rmsnorm", xs, 2)) return NULL;
+    if (!want_dtype(g, "mw_rmsnorm", "x", x, MW_F32) ||
+        !want_dtype(g, "mw_rmsnorm", "w", w, MW_F32))
+        return NULL;
+    int i = last_axis(g, "mw_rmsnorm", x, axis);
+    if (i < 0 || !(w = mw__gathered(g, w, NULL))) return NULL;
+    const mw__type *t = &w->type;
+    if (t->rank == 1 && t->ax[0].mesh >= 0) {
+        char dw[256];
+        return mw__graph_fail(g, MW_ERR_SHARDING,
+                              "mw_rmsnorm: w %s is split over mesh axis %s; RMS norm needs the "
+                              "whole axis %s on every device",
+                              DESC(w, dw), g->mesh_names[t->ax[0].mesh], axis);
+    }
+    if (t->rank != 1 || t->ax[0].name != x->type.ax[i].name ||
+        t->ax[0].size != x->type.ax[i].size) {
+        char dx[256], dw[256];
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "mw_rmsnorm: w %s must have exactly the axis %s of x %s", DESC(w, dw),
+                              axis, DESC(x, dx));
+    }
+    x = mw__replicated(g, x);
+    w = mw__replicated(g, w);
+    if (!x || !w) return NULL;
+    mw_tensor proto = {
+        .op = MW__OP_RMSNORM, .nin = 2, .in = {x, w}, .type = x->type, .p.rmsnorm.eps = eps};
+    return mw__node_new(g, &proto);
+}
+
 static mw_tensor *softmax(mw_graph *g, const char *op, mw_tensor *x, float scale, int causal) {
     x = mw__replicated(g, x);
     mw_tensor proto = {.op = MW__OP_SOFTMAX,

@@ -134,10 +134,12 @@ typedef struct fusion {
      * beta = 1 after copying it into c's buffer), and a second ADD whose other operand (a
      * residual) goes into the same buffer with it (x + (A B + b)). */
     int addend, addend2;
-    /* ADD a: the CONTRACT (or LN_DX) whose buffer it takes over; it then emits nothing. */
+    /* ADD a: the CONTRACT (or normalisation's dx) whose buffer it takes over; it then emits
+     * nothing. */
     int fused;
-    /* LN_DX: the node its kernel adds to dx (a residual stream's gradient), the LN_DW node it
-     * writes too; LN_DX and GELU_GRAD: the SUM (a bias gradient) it writes too. */
+    /* LN_DX, RMSNORM_DX: the node its kernel adds to dx (a residual stream's gradient), the
+     * LN_DW / RMSNORM_DW node it writes too; LN_DX and GELU_GRAD: the SUM (a bias gradient) it
+     * writes too. */
     int ln_addend, ln_dw, col_sum;
     char absorbed; /* another node's kernel writes it: it emits nothing */
     char cast;     /* a CAST to bf16: CAST_CONVERT, CAST_PARAM or CAST_FUSED */

@@ -277,6 +277,9 @@ int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_LAYERNORM:
     case MW__OP_LN_DX:
     case MW__OP_LN_DW:
+    case MW__OP_RMSNORM:
+    case MW__OP_RMSNORM_DX:
+    case MW__OP_RMSNORM_DW:
     case MW__OP_SOFTMAX:
     case MW__OP_SOFTMAX_GRAD:
     case MW__OP_EMBED:

@@ -1,4 +1,4 @@
-/* Lowering of the nodes that are one kernel each (GELU, layer norm, softmax, embedding,
+/* Lowering of the nodes that are one kernel each (GELU, layer and RMS norm, softmax, embedding,
  * cross-entropy and their gradients; attention; the indexed ops: maps, dropout, argmax, the
  * maximum, state writes, cached attention) and of the all-gathers and their adjoints, for
  * mw__plan_lower_node (plan_lower.c), which lowers contractions, slices, copies, element-wise
@@ -72,6 +72,31 @@ int mw__plan_lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref o
                 in->ref.layernorm_dx.dw = grad_ref(b, b->fuse[n->id].ln_dw);
                 in->ref.layernorm_dx.db = grad_ref(b, b->fuse[n->id].col_sum);
             }
+        }
+        return 0;
+    }
+    case MW__OP_RMSNORM:
+    case MW__OP_RMSNORM_DX:
+    case MW__OP_RMSNORM_DW: {
+        /* Rows of the normalised (last) axis of x: input 0 for RMSNORM, input 1 otherwise. */
+        const ltype lx = local_type(&n->in[n->op == MW__OP_RMSNORM ? 0 : 1]->type, b->pl);
+        int64_t len = lx.size[lx.rank - 1], rows = lx.numel / len;
+        float eps = n->p.rmsnorm.eps;
+        mw__ins_kind kind = n->op == MW__OP_RMSNORM      ? MW__I_RMSNORM
+                            : n->op == MW__OP_RMSNORM_DX ? MW__I_RMSNORM_DX
+                                                         : MW__I_RMSNORM_DW;
+        if (!(in = emit_io(b, kind, n, out))) return -1;
+        mw__k_rmsnorm_grad grad = {.rows = rows, .n = len, .eps = eps};
+        if (kind == MW__I_RMSNORM)
+            in->k.rmsnorm =
+                (mw__k_rmsnorm){.rows = rows, .n = len, .eps = eps, .out_dtype = out.dtype};
+        else if (kind == MW__I_RMSNORM_DW)
+            in->k.rmsnorm_dw = grad;
+        else {
+            in->k.rmsnorm_dx = grad;
+            const fusion *fu = &b->fuse[n->id];
+            if (fu->ln_addend >= 0) in->ref.rmsnorm_dx.addend = b->node[fu->ln_addend].ref;
+            if (fu->ln_dw >= 0) in->ref.rmsnorm_dx.dw = grad_ref(b, fu->ln_dw);
         }
         return 0;
     }

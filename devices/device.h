@@ -169,6 +169,31 @@ typedef struct mw__k_layernorm_grad {
     const float *addend;
 } mw__k_layernorm_grad;
 
+/* RMS norm over contiguous rows of n: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); out is
+ * f32 or bf16 (rounded once). */
+typedef struct mw__k_rmsnorm {
+    int64_t rows, n;
+    float eps;
+    mw_dtype out_dtype;
+    void *out;
+    const float *x, *w;
+} mw__k_rmsnorm;
+
+/* RMS norm backward. dx: the input gradient (w given); dw: sum over rows of gy * x * rstd (w
+ * NULL, out has n elements). rstd is recomputed from x. The dx kernel also writes, when it is not
+ * NULL, dw (as the dw kernel would, in its order): the plan gives it when the weight's gradient
+ * comes straight from the same gy and x. */
+typedef struct mw__k_rmsnorm_grad {
+    int64_t rows, n;
+    float eps;
+    float *out;
+    const float *gy, *x, *w;
+    float *dw; /* dx only: NULL, or n floats */
+    /* dx only: NULL, or what to add to dx (the same rows): out = addend + dx (a residual
+     * stream's gradient the plan folded in). */
+    const float *addend;
+} mw__k_rmsnorm_grad;
+
 /* Softmax over contiguous rows of k, of `outer` blocks of s rows: out = softmax(scale * a). When
  * causal, row i of a block sees only columns j <= i + (k - s); the rest are 0. */
 typedef struct mw__k_softmax {
@@ -394,6 +419,9 @@ typedef struct mw__k_attention_cached {
 #define MW__ROLES_LAYERNORM_DX(R, X)                                                               \
     R(X, out) R(X, gy) R(X, x) R(X, w) R(X, dw) R(X, db) R(X, addend)
 #define MW__ROLES_LAYERNORM_DW(R, X) R(X, out) R(X, gy) R(X, x)
+#define MW__ROLES_RMSNORM(R, X) R(X, out) R(X, x) R(X, w)
+#define MW__ROLES_RMSNORM_DX(R, X) R(X, out) R(X, gy) R(X, x) R(X, w) R(X, dw) R(X, addend)
+#define MW__ROLES_RMSNORM_DW(R, X) R(X, out) R(X, gy) R(X, x)
 #define MW__ROLES_SOFTMAX(R, X) R(X, out) R(X, a)
 #define MW__ROLES_SOFTMAX_GRAD(R, X) R(X, out) R(X, gy) R(X, p)
 #define MW__ROLES_EMBED(R, X) R(X, out) R(X, table) R(X, ids)
@@ -421,6 +449,9 @@ typedef struct mw__k_attention_cached {
     XX(LAYERNORM, layernorm, mw__k_layernorm, MW__DT_BF16_OUT, MW__ROLES_LAYERNORM)                \
     XX(LAYERNORM_DX, layernorm_dx, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DX)                \
     XX(LAYERNORM_DW, layernorm_dw, mw__k_layernorm_grad, 0, MW__ROLES_LAYERNORM_DW)                \
+    XX(RMSNORM, rmsnorm, mw__k_rmsnorm, MW__DT_BF16_OUT, MW__ROLES_RMSNORM)                        \
+    XX(RMSNORM_DX, rmsnorm_dx, mw__k_rmsnorm_grad, 0, MW__ROLES_RMSNORM_DX)                        \
+    XX(RMSNORM_DW, rmsnorm_dw, mw__k_rmsnorm_grad, 0, MW__ROLES_RMSNORM_DW)                        \
     XX(SOFTMAX, softmax, mw__k_softmax, 0, MW__ROLES_SOFTMAX)                                      \
     XX(SOFTMAX_GRAD, softmax_grad, mw__k_softmax_grad, 0, MW__ROLES_SOFTMAX_GRAD)                  \
     XX(EMBED, embed, mw__k_embed, 0, MW__ROLES_EMBED)                                              \

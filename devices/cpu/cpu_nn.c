@@ -1,6 +1,6 @@
-/* CPU kernels of the neural-network row ops: layer norm and its gradients, softmax and its
- * gradient, cross-entropy and its gradient. Straight loops over contiguous rows, in a fixed order
- * (so results are repeatable), with the per-element math of devices/math.h. */
+/* CPU kernels of the neural-network row ops: layer norm and RMS norm and their gradients, softmax
+ * and its gradient, cross-entropy and its gradient. Straight loops over contiguous rows, in a fixed
+ * order (so results are repeatable), with the per-element math of devices/math.h. */
 #include <math.h>
 #include <string.h>
 
@@ -144,6 +144,111 @@ mw_status MW__CPU(mw__cpu_layernorm_dw)(mw__device *dev, const mw__k_layernorm_g
         float mean, rstd;
         row_stats(x, k->n, k->eps, &mean, &rstd);
         for (int64_t j = 0; j < k->n; j++) k->out[j] += gy[j] * (x[j] - mean) * rstd;
+    }
+    return MW_OK;
+}
+
+/* 1/sqrt(mean(x^2) + eps) of one row: the squares summed in f32 over eight interleaved lanes. */
+MW__CPU_INLINE float row_rstd(const float *restrict x, int64_t n, float eps) {
+    mw__v8 acc = {0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        mw__v8 v;
+        memcpy(&v, x + j, sizeof v);
+        acc += v * v;
+    }
+    float a[8];
+    memcpy(a, &acc, sizeof a);
+    for (int l = 0; j < n; j++, l++) a[l] += x[j] * x[j];
+    return 1.0f / sqrtf(MW__SUM8(a) / (float)n + eps);
+}
+
+mw_status MW__CPU(mw__cpu_rmsnorm)(mw__device *dev, const mw__k_rmsnorm *k) {
+    (void)dev;
+    int bf16 = k->out_dtype == MW_BF16;
+    const float *restrict w = k->w;
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n;
+        float rstd = row_rstd(x, k->n, k->eps);
+        if (!bf16) {
+            float *y = (float *)k->out + r * k->n;
+            for (int64_t j = 0; j < k->n; j++) y[j] = x[j] * rstd * w[j];
+            continue;
+        }
+        uint16_t *y = (uint16_t *)k->out + r * k->n;
+        int64_t j = 0;
+        for (; j + 8 <= k->n; j += 8) {
+            mw__v8 xv, wv;
+            memcpy(&xv, x + j, sizeof xv);
+            memcpy(&wv, w + j, sizeof wv);
+            xv = xv * rstd * wv;
+            mw__bf16_store8(y + j, &xv);
+        }
+        for (; j < k->n; j++) y[j] = mw__bf16_from_f32(x[j] * rstd * w[j]);
+    }
+    return MW_OK;
+}
+
+mw_status MW__CPU(mw__cpu_rmsnorm_dx)(mw__device *dev, const mw__k_rmsnorm_grad *k) {
+    (void)dev;
+    float *restrict dw = k->dw;
+    const float *restrict w = k->w;
+    if (dw) memset(dw, 0, (size_t)k->n * sizeof *dw);
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
+        float *dx = k->out + r * k->n, rstd = row_rstd(x, k->n, k->eps);
+        /* dx = rstd (d - xhat mean(d xhat)), d = gy w, xhat = x rstd */
+        mw__v8 acc = {0};
+        int64_t j = 0;
+        for (; j + 8 <= k->n; j += 8) {
+            mw__v8 g, xv, wv;
+            memcpy(&g, gy + j, sizeof g);
+            memcpy(&xv, x + j, sizeof xv);
+            memcpy(&wv, w + j, sizeof wv);
+            acc += g * wv * (xv * rstd);
+        }
+        float a[8];
+        memcpy(a, &acc, sizeof a);
+        for (int l = 0; j < k->n; j++, l++) a[l] += gy[j] * w[j] * (x[j] * rstd);
+        float c = MW__SUM8(a) / (float)k->n;
+        /* dx, and with dw the dw kernel's terms in its order, row after row */
+        int64_t i = 0;
+        for (; i + 8 <= k->n; i += 8) {
+            mw__v8 g, xv, wv, y;
+            memcpy(&g, gy + i, sizeof g);
+            memcpy(&xv, x + i, sizeof xv);
+            memcpy(&wv, w + i, sizeof wv);
+            mw__v8 xh = xv * rstd;
+            y = rstd * (g * wv - xh * c);
+            memcpy(dx + i, &y, sizeof y);
+            if (dw) {
+                mw__v8 sw;
+                memcpy(&sw, dw + i, sizeof sw);
+                sw += g * xh;
+                memcpy(dw + i, &sw, sizeof sw);
+            }
+        }
+        for (; i < k->n; i++) {
+            float xh = x[i] * rstd;
+            dx[i] = rstd * (gy[i] * w[i] - xh * c);
+            if (dw) dw[i] += gy[i] * xh;
+        }
+        if (k->addend) { /* the row is in the L1 cache: a second pass costs next to nothing */
+            const float *restrict ad = k->addend + r * k->n;
+            float *restrict o = dx;
+            for (int64_t j2 = 0; j2 < k->n; j2++) o[j2] = ad[j2] + o[j2];
+        }
+    }
+    return MW_OK;
+}
+
+mw_status MW__CPU(mw__cpu_rmsnorm_dw)(mw__device *dev, const mw__k_rmsnorm_grad *k) {
+    (void)dev;
+    memset(k->out, 0, (size_t)k->n * sizeof *k->out);
+    for (int64_t r = 0; r < k->rows; r++) {
+        const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
+        float rstd = row_rstd(x, k->n, k->eps);
+        for (int64_t j = 0; j < k->n; j++) k->out[j] += gy[j] * (x[j] * rstd);
     }
     return MW_OK;
 }

@@ -1,5 +1,5 @@
-/* Row ops of neural networks: layer norm and its gradients, softmax and its gradient,
- * cross-entropy and its gradient. One block (or warp) per row, statistics in double. */
+/* Row ops of neural networks: layer norm and RMS norm and their gradients, softmax and its
+ * gradient, cross-entropy and its gradient. One block (or warp) per row, statistics in double. */
 
 #include "devices/cuda/cuda_impl.cuh"
 
@@ -91,6 +91,66 @@ __global__ void k_sum_rows(int64_t n, int64_t nparts, float *out, const float *p
         for (int64_t p = 0; p < nparts; p++) s += partial[p * n + j];
         out[j] = s;
     }
+}
+
+/* --- RMS norm --------------------------------------------------------------------------------- */
+
+/* 1/sqrt(mean(x^2) + eps) of a row of n, the squares accumulated in double; every thread gets it.
+ */
+template <int BS>
+__device__ __forceinline__ float row_rstd(const float *x, int64_t n, float eps, double *sh) {
+    double q = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += BS) q += (double)x[j] * x[j];
+    return (float)(1.0 / sqrt(block_sum_d<BS>(q, sh) / (double)n + eps));
+}
+
+template <int BS, typename O>
+__global__ void k_rmsnorm(int64_t rows, int64_t n, float eps, O *out, const float *x,
+                          const float *w) {
+    __shared__ double sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n;
+        O *o = out + r * n;
+        float rstd = row_rstd<BS>(xr, n, eps, sh);
+        for (int64_t j = threadIdx.x; j < n; j += BS) mw__put(o, j, xr[j] * rstd * w[j]);
+    }
+}
+
+/* dx = rstd * (dy - xhat * mean(dy * xhat)), dy = gy * w, xhat = x * rstd; the mean in double. */
+template <int BS>
+__global__ void k_rmsnorm_dx(int64_t rows, int64_t n, float eps, float *out, const float *gy,
+                             const float *x, const float *w) {
+    __shared__ double sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * n, *gr = gy + r * n;
+        float *o = out + r * n;
+        float rstd = row_rstd<BS>(xr, n, eps, sh);
+        double s = 0.0;
+        for (int64_t j = threadIdx.x; j < n; j += BS) s += gr[j] * w[j] * (xr[j] * rstd);
+        float c = (float)(block_sum_d<BS>(s, sh) / (double)n);
+        for (int64_t j = threadIdx.x; j < n; j += BS)
+            o[j] = rstd * (gr[j] * w[j] - xr[j] * rstd * c);
+    }
+}
+
+/* dw partials, as k_layernorm_dw_parts: block p sums gy * xhat over its chunk of rows. */
+template <int BS>
+__global__ void k_rmsnorm_dw_parts(int64_t rows, int64_t n, float eps, int64_t chunk,
+                                   int use_shared, float *partial, const float *gy,
+                                   const float *x) {
+    extern __shared__ float acc_sh[];
+    __shared__ double sh[32];
+    int64_t p = blockIdx.x;
+    int64_t r0 = p * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float *acc = use_shared ? acc_sh : partial + p * n;
+    for (int64_t j = threadIdx.x; j < n; j += BS) acc[j] = 0.0f; /* each thread owns its j */
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + r * n, *gr = gy + r * n;
+        float rstd = row_rstd<BS>(xr, n, eps, sh);
+        for (int64_t j = threadIdx.x; j < n; j += BS) acc[j] += gr[j] * (xr[j] * rstd);
+    }
+    if (use_shared)
+        for (int64_t j = threadIdx.x; j < n; j += BS) partial[p * n + j] = acc[j];
 }
 
 /* --- softmax: one warp per row ---------------------------------------------------------------- */
@@ -274,6 +334,69 @@ mw_status mw__cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) 
            k->eps, chunk, use_shared, partial, k->gy, k->x);
     LAUNCH(k_sum_rows, blocks_for(k->n, THREADS), THREADS, 0, k->n, parts, k->out, partial);
     return mw__cuda_launched(dev, "layernorm dw kernel");
+}
+
+mw_status mw__cuda_rmsnorm(mw__device *dev, const mw__k_rmsnorm *k) {
+    ENTER(dev);
+    if (k->rows <= 0 || k->n <= 0) return MW_OK;
+    if (k->out_dtype == MW_BF16)
+        LAUNCH((k_rmsnorm<ROW_THREADS, uint16_t>), row_blocks(k->rows), ROW_THREADS, 0, k->rows,
+               k->n, k->eps, (uint16_t *)k->out, k->x, k->w);
+    else
+        LAUNCH((k_rmsnorm<ROW_THREADS, float>), row_blocks(k->rows), ROW_THREADS, 0, k->rows, k->n,
+               k->eps, (float *)k->out, k->x, k->w);
+    return mw__cuda_launched(dev, "rmsnorm kernel");
+}
+
+/* As mw__cuda_layernorm_dx: the binary kernel adds the addend, and with dw given the dw kernel
+ * follows on the stream. */
+mw_status mw__cuda_rmsnorm_dx(mw__device *dev, const mw__k_rmsnorm_grad *k) {
+    ENTER(dev);
+    if (k->rows > 0 && k->n > 0) {
+        LAUNCH(k_rmsnorm_dx<ROW_THREADS>, row_blocks(k->rows), ROW_THREADS, 0, k->rows, k->n,
+               k->eps, k->out, k->gy, k->x, k->w);
+        mw_status st = mw__cuda_launched(dev, "rmsnorm dx kernel");
+        if (st) return st;
+        if (k->addend) { /* out = addend + dx, by the binary kernel (the ADD the plan folded in) */
+            mw__k_binary ka = {MW__BIN_ADD, {}, k->out, k->addend, k->out};
+            ka.nd.rank = 1;
+            ka.nd.dims[0] = k->rows * k->n;
+            ka.nd.stride[0][0] = ka.nd.stride[1][0] = ka.nd.stride[2][0] = 1;
+            st = mw__cuda_binary(dev, &ka);
+            if (st) return st;
+        }
+    }
+    if (!k->dw) return MW_OK;
+    mw__k_rmsnorm_grad kw = *k;
+    kw.out = k->dw;
+    kw.w = NULL;
+    kw.dw = NULL;
+    kw.addend = NULL;
+    return mw__cuda_rmsnorm_dw(dev, &kw);
+}
+
+mw_status mw__cuda_rmsnorm_dw(mw__device *dev, const mw__k_rmsnorm_grad *k) {
+    ENTER(dev);
+    if (k->n <= 0) return MW_OK;
+    if (k->rows <= 0) {
+        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)k->n * sizeof(float), im->stream);
+        return mw__cuda_launched(dev, "rmsnorm dw");
+    }
+    int64_t room = (int64_t)(SCRATCH_BYTES / sizeof(float)) / k->n;
+    if (room < 1)
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: rmsnorm rows of %lld exceed the scratch memory",
+                         dev->name, (long long)k->n);
+    int64_t parts = k->rows < LN_MAX_PARTS ? k->rows : LN_MAX_PARTS;
+    if (parts > room) parts = room;
+    int64_t chunk = (k->rows + parts - 1) / parts;
+    parts = (k->rows + chunk - 1) / chunk;
+    int use_shared = k->n <= LN_SHARED_MAX_FLOATS;
+    size_t smem = use_shared ? (size_t)k->n * sizeof(float) : 0;
+    float *partial = (float *)im->scratch;
+    LAUNCH(k_rmsnorm_dw_parts<ROW_THREADS>, (unsigned)parts, ROW_THREADS, smem, k->rows, k->n,
+           k->eps, chunk, use_shared, partial, k->gy, k->x);
+    LAUNCH(k_sum_rows, blocks_for(k->n, THREADS), THREADS, 0, k->n, parts, k->out, partial);
+    return mw__cuda_launched(dev, "rmsnorm dw kernel");
 }
 
 /* Warp-per-row kernels: THREADS / 32 rows per block. */

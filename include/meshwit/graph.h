@@ -281,6 +281,15 @@ mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x);
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps);
 
+/* RMS norm over axis `axis` (which must be x's last axis): x / sqrt(mean(x^2 over axis) + eps)
+ * * w, where w has exactly that one axis (Llama's normalisation: no mean is subtracted and there
+ * is no bias). Each row's mean square is summed in f32 or wider; the output is f32 (or bf16
+ * where the precision policy reads it as bf16 only). A parameter w split over a mesh axis is
+ * gathered whole first (FSDP, see mw_shard). Errors: MW_ERR_DTYPE (x or w not f32), MW_ERR_AXIS (no
+ * axis `axis` in x), MW_ERR_SHAPE (axis not x's last, w not of exactly that axis), MW_ERR_SHARDING
+ * (axis sharded in x, or w of a computed tensor split). */
+mw_tensor *mw_rmsnorm(mw_graph *g, mw_tensor *x, mw_tensor *w, const char *axis, float eps);
+
 /* softmax(scale * x) over axis `axis`, which must be x's last axis. Errors: MW_ERR_AXIS,
  * MW_ERR_SHAPE (not the last axis), MW_ERR_SHARDING (a sharded axis). */
 mw_tensor *mw_softmax(mw_graph *g, mw_tensor *x, const char *axis, float scale);
