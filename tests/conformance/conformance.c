@@ -179,6 +179,9 @@ static mw_axes mw_axes_of(const rg_axes *ax) {
     X(LN_BF16_OUT, "layer norm writing bf16")                                                      \
     X(LN_DX_DWDB, "layer norm dx with fused dw and db")                                            \
     X(LN_DX_ADDEND, "layer norm dx with a fused addend")                                           \
+    X(RMS_BF16_OUT, "RMS norm writing bf16")                                                       \
+    X(RMS_DX_DW, "RMS norm dx with a fused dw")                                                    \
+    X(RMS_DX_ADDEND, "RMS norm dx with a fused addend")                                            \
     X(ATTN_BF16, "attention of bf16 q, k, v")                                                      \
     X(ATTN_KEPT, "attention keeping its probabilities")                                            \
     X(SOFTMAX_CAUSAL, "causal softmax")                                                            \
@@ -257,6 +260,13 @@ static void note_program(const mw__program *prog) {
             case MW__I_LAYERNORM_DX:
                 seen_variant[V_LN_DX_DWDB] |= in->ref.layernorm_dx.dw.off >= 0;
                 seen_variant[V_LN_DX_ADDEND] |= in->ref.layernorm_dx.addend.off >= 0;
+                break;
+            case MW__I_RMSNORM:
+                seen_variant[V_RMS_BF16_OUT] |= k->rmsnorm.out_dtype == MW_BF16;
+                break;
+            case MW__I_RMSNORM_DX:
+                seen_variant[V_RMS_DX_DW] |= in->ref.rmsnorm_dx.dw.off >= 0;
+                seen_variant[V_RMS_DX_ADDEND] |= in->ref.rmsnorm_dx.addend.off >= 0;
                 break;
             case MW__I_ATTENTION:
                 seen_variant[V_ATTN_BF16] |= k->attention.qkv_dtype == MW_BF16;

@@ -303,6 +303,45 @@ static int r_prenorm(rg_graph *r, const int *x, const cf_variant *v) {
     return rg_add(r, x[0], renamed(r, rg_contract(r, h, x[3], out, n), "Out", "Feat"));
 }
 
+static mw_tensor *b_rmsnorm(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_rmsnorm(g, x[0], x[1], "Feat", (float)v->f[0]);
+}
+
+/* x / sqrt(sum(x^2 over Feat) / n + eps) * w, written out from the reference's primitives. */
+static int rmsnorm_of(rg_graph *r, int x, int w, double eps) {
+    /* Copies: a new node may move the reference's node array. */
+    const rg_axes ax = *rg_axes_of(r, x);
+    const char *keep[RG_MAX_RANK];
+    int nkeep = 0;
+    for (int i = 0; i < ax.rank; i++)
+        if (strcmp(ax.name[i], "Feat")) keep[nkeep++] = ax.name[i];
+    double n = (double)ax.size[rg_find(&ax, "Feat")];
+    int ms = rg_scale(r, rg_sum_to(r, rg_mul(r, x, x), keep, nkeep), 1.0 / n);
+    const rg_axes ma = *rg_axes_of(r, ms);
+    int den = rg_map(r, rg_add(r, ms, rg_const(r, &ma, eps)), RG_SQRT);
+    return rg_mul(r, rg_div(r, x, den), w);
+}
+static int r_rmsnorm(rg_graph *r, const int *x, const cf_variant *v) {
+    return rmsnorm_of(r, x[0], x[1], (double)(float)v->f[0]);
+}
+
+/* x + rmsnorm(x) . w, as b_prenorm: the output read by a contraction (bf16 where the policy asks),
+ * the weight's gradient fused into the dx kernel, the residual's gradient added by it. */
+static mw_tensor *b_rms_prenorm(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *h = mw_rmsnorm(g, x[0], x[1], "Feat", (float)v->f[0]);
+    return mw_add(g, x[0], mw_rename(g, mw_dot(g, h, x[2], "Feat"), "Out", "Feat"));
+}
+static int r_rms_prenorm(rg_graph *r, const int *x, const cf_variant *v) {
+    int h = rmsnorm_of(r, x[0], x[1], (double)(float)v->f[0]);
+    const rg_axes ax = *rg_axes_of(r, h);
+    const char *out[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < ax.rank; i++)
+        if (strcmp(ax.name[i], "Feat")) out[n++] = ax.name[i];
+    out[n++] = "Out";
+    return rg_add(r, x[0], renamed(r, rg_contract(r, h, x[2], out, n), "Out", "Feat"));
+}
+
 static mw_tensor *b_softmax(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
     return v->i[0] ? mw_causal_softmax(g, x[0], "Q", "K", (float)v->f[0])
                    : mw_softmax(g, x[0], "K", (float)v->f[0]);
@@ -845,6 +884,33 @@ const cf_row cf_rows[] = {
      .amp = 8,
      .build = b_prenorm,
      .ref = r_prenorm},
+    {.name = "rmsnorm",
+     .covers = "rmsnorm,rmsnorm_dx,rmsnorm_dw",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", .f = {1e-5}},
+             {"Batch=1,Seq=2,Feat=1031", .f = {1e-5}},
+             {"Batch=2,Seq=1,Feat=33", .f = {0.1}}},
+     .nvar = 3,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Feat",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_rmsnorm,
+     .ref = r_rmsnorm},
+    {.name = "rms_prenorm",
+     .covers = "rmsnorm,rmsnorm_dx,rmsnorm_dw,contract,alias",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY),
+            P("wo", "Out,Feat", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=5,Feat=7,Out=7", .f = {1e-5}},
+             {"Batch=2,Seq=3,Feat=33,Out=33", .f = {1e-5}}},
+     .nvar = 2,
+     .split = "Batch,Seq",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_rms_prenorm,
+     .ref = r_rms_prenorm},
     {.name = "softmax",
      .covers = "softmax,softmax_grad",
      .op = {P("x", "Batch,Q,K", -2, 2, CF_LAST, "K")},

@@ -65,6 +65,31 @@ Test(nn_grad, layernorm) {
     fd_check(&c, mw_layernorm(c.g, x, w, b, "Dim", 1e-5f));
 }
 
+/* RMS norm, x [Batch=2, Row=2, Dim=6] as the layer norm's: rows of N(0, 1) values have a root
+ * mean square near one, so 1/rms stays small; a random gain shows each term of d/dx (w * x/rms).
+ * Alone, and as a pre-norm residual block (x + rmsnorm(x) . wo), where the planner folds the
+ * weight's gradient and the residual's into the dx kernel. */
+Test(nn_grad, rmsnorm) {
+    fd_case c;
+    fd_begin(&c, SEED);
+    c.tol_scale = 2.0;
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 2}, {"Row", 2}, {"Dim", 6}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Dim", 6}), 1.0f);
+    fd_check(&c, mw_rmsnorm(c.g, x, w, "Dim", 1e-5f));
+}
+
+Test(nn_grad, rmsnorm_prenorm) {
+    fd_case c;
+    fd_begin(&c, SEED);
+    c.tol_scale = 2.0;
+    mw_graph *g = c.g;
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Seq", 3}, {"Embed", 4}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Embed", 4}), 1.0f);
+    mw_tensor *wo = fd_param(&c, "wo", MW_AXES({"Out", 4}, {"Embed", 4}), 0.5f);
+    mw_tensor *h = mw_dot(g, mw_rmsnorm(g, x, w, "Embed", 1e-5f), wo, "Embed");
+    fd_check(&c, mw_add(g, x, mw_rename(g, h, "Out", "Embed")));
+}
+
 /* The gradient of a permutation is the inverse permutation; a constant adds nothing to it. */
 Test(nn_grad, permute_and_full) {
     fd_case c;
@@ -423,13 +448,19 @@ static mw_graph *new_graph(void) {
     return g;
 }
 
-/* Layer norm, softmax and cross-entropy normalise over the last axis only. */
+/* Layer norm, RMS norm, softmax and cross-entropy normalise over the last axis only. */
 Test(nn_errors, normalising_over_a_non_last_axis) {
     mw_graph *g = new_graph();
     mw_tensor *x = mw_param(g, "x", MW_AXES({"Row", 3}, {"Dim", 4}), MW_INIT_ZEROS);
     mw_tensor *w = mw_param(g, "w", MW_AXES({"Row", 3}), MW_INIT_ZEROS);
     mw_tensor *b = mw_param(g, "b", MW_AXES({"Row", 3}), MW_INIT_ZEROS);
     expect_trace_error(g, mw_layernorm(g, x, w, b, "Row", 1e-5f), MW_ERR_SHAPE, "mw_layernorm",
+                       "last axis");
+
+    g = new_graph();
+    x = mw_param(g, "x", MW_AXES({"Row", 3}, {"Dim", 4}), MW_INIT_ZEROS);
+    w = mw_param(g, "w", MW_AXES({"Row", 3}), MW_INIT_ZEROS);
+    expect_trace_error(g, mw_rmsnorm(g, x, w, "Row", 1e-5f), MW_ERR_SHAPE, "mw_rmsnorm",
                        "last axis");
 
     g = new_graph();
@@ -459,6 +490,19 @@ Test(nn_errors, layernorm_gain_with_other_axes) {
                        "Dim");
 }
 
+/* RMS norm's gain likewise; and it takes f32 only. */
+Test(nn_errors, rmsnorm_gain_with_other_axes) {
+    mw_graph *g = new_graph();
+    mw_tensor *x = mw_param(g, "x", MW_AXES({"Row", 3}, {"Dim", 4}), MW_INIT_ZEROS);
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Dim", 5}), MW_INIT_ZEROS);
+    expect_trace_error(g, mw_rmsnorm(g, x, w, "Dim", 1e-5f), MW_ERR_SHAPE, "mw_rmsnorm", "Dim");
+
+    g = new_graph();
+    x = mw_input(g, "x", MW_I32, MW_AXES({"Row", 3}, {"Dim", 4}));
+    w = mw_param(g, "w", MW_AXES({"Dim", 4}), MW_INIT_ZEROS);
+    expect_trace_error(g, mw_rmsnorm(g, x, w, "Dim", 1e-5f), MW_ERR_DTYPE, "mw_rmsnorm", "f32");
+}
+
 /* An input [Row=4, Batch=6] with Batch sharded over X: every op that needs Batch whole on one
  * device refuses it (one fresh graph per op: tracing errors are sticky). */
 static mw_graph *sharded_graph(mw_tensor **x) {
@@ -473,6 +517,10 @@ Test(nn_errors, sharded_axis_where_the_op_needs_it_whole) {
     mw_graph *g = sharded_graph(&x);
     mw_tensor *w = mw_param(g, "w", MW_AXES({"Batch", 6}), MW_INIT_ZEROS);
     expect_trace_error(g, mw_layernorm(g, x, w, w, "Batch", 1e-5f), MW_ERR_SHARDING, "mw_layernorm",
+                       "sharded");
+    g = sharded_graph(&x);
+    w = mw_param(g, "w", MW_AXES({"Batch", 6}), MW_INIT_ZEROS);
+    expect_trace_error(g, mw_rmsnorm(g, x, w, "Batch", 1e-5f), MW_ERR_SHARDING, "mw_rmsnorm",
                        "sharded");
 
     g = sharded_graph(&x);

@@ -586,6 +586,28 @@ static mw_status layernorm_dtype(fx *f) {
 static mw_status layernorm_null(fx *f) {
     return OP(mw_layernorm(f->g, f->a, NULL, NULL, "Feature", 1e-5f));
 }
+static mw_status rmsnorm_no_axis(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->a, vec(f, "v", "Feature", 3), "Nope", 1e-5f));
+}
+static mw_status rmsnorm_not_last(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->a, vec(f, "v", "Batch", 4), "Batch", 1e-5f));
+}
+static mw_status rmsnorm_weight_axes(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->a, vec(f, "v", "Feature", 2), "Feature", 1e-5f));
+}
+static mw_status rmsnorm_sharded(fx *f) {
+    NEED(graph(f));
+    mw_tensor *v = vec(f, "v", "Batch", 4);
+    return traced(f, mw_rmsnorm(f->g, mw_permute(f->g, f->as, "Feature,Batch"), v, "Batch", 1e-5f));
+}
+static mw_status rmsnorm_dtype(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->ab, vec(f, "v", "Feature", 3), "Feature", 1e-5f));
+}
+static mw_status rmsnorm_null(fx *f) { return OP(mw_rmsnorm(f->g, f->a, NULL, "Feature", 1e-5f)); }
 static mw_status softmax_no_axis(fx *f) { return OP(mw_softmax(f->g, f->a, "Nope", 1.0f)); }
 static mw_status softmax_not_last(fx *f) { return OP(mw_softmax(f->g, f->a, "Batch", 1.0f)); }
 static mw_status softmax_sharded(fx *f) { return OP(mw_softmax(f->g, f->as, "Batch", 1.0f)); }
@@ -2077,6 +2099,12 @@ static const row table[] = {
     R(mw_layernorm, layernorm_sharded, MW_ERR_SHARDING, "Batch"),
     R(mw_layernorm, layernorm_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_layernorm, layernorm_null, MW_ERR_INVALID, "mw_layernorm"),
+    R(mw_rmsnorm, rmsnorm_no_axis, MW_ERR_AXIS, "'Nope'"),
+    R(mw_rmsnorm, rmsnorm_not_last, MW_ERR_SHAPE, "last axis"),
+    R(mw_rmsnorm, rmsnorm_weight_axes, MW_ERR_SHAPE, "Feature=2"),
+    R(mw_rmsnorm, rmsnorm_sharded, MW_ERR_SHARDING, "Batch"),
+    R(mw_rmsnorm, rmsnorm_dtype, MW_ERR_DTYPE, "bf16"),
+    R(mw_rmsnorm, rmsnorm_null, MW_ERR_INVALID, "mw_rmsnorm"),
     R(mw_softmax, softmax_no_axis, MW_ERR_AXIS, "'Nope'"),
     R(mw_softmax, softmax_not_last, MW_ERR_SHAPE, "last axis"),
     R(mw_softmax, softmax_sharded, MW_ERR_SHARDING, "Batch"),
