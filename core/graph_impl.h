@@ -19,9 +19,11 @@
  *                  that parameter (the weight-decay rule's biases)
  *   MW__T_DOT      a contraction: MW_RECOMPUTE_DOTS keeps its output
  *   MW__T_NORM_DX  the input gradient of a normalisation: its kernel can add a residual gradient
- *                  and write the weight and bias gradients (a later MW__T_NORM_DW node of the same
- *                  gy, x and parameters, and, for a normalisation with a bias (layer norm), the
- *                  column sums of gy) in its one pass
+ *                  and write the weight gradient (a later MW__T_NORM_DW node of the same gy, x and
+ *                  parameters) in its one pass
+ *   MW__T_NORM_DB  with MW__T_NORM_DX: its kernel writes the bias gradient too (the column sums
+ *                  of gy), and fuses the weight gradient only with it (layer norm's; RMS norm has
+ *                  no bias)
  *   MW__T_NORM_DW  the weight gradient such a kernel writes
  *   MW__T_COLSUM   its kernel can sum its output's columns as it writes them (a bias gradient)
  *   MW__T_MIX_*    along which axis of its inputs it mixes positions (an inference program's
@@ -37,6 +39,7 @@ enum {
     MW__T_NORM_DX = 1 << 3,
     MW__T_NORM_DW = 1 << 4,
     MW__T_COLSUM = 1 << 5,
+    MW__T_NORM_DB = 1 << 6,
     MW__T_MIX_LAST = 1 << 8,
     MW__T_MIX_ALONG = 2 << 8,
     MW__T_MIX_SLICE = 3 << 8,
@@ -82,11 +85,11 @@ enum {
     XX(GELU, "gelu", gelu, 0, UNARY)                                                               \
     XX(GELU_GRAD, "gelu_grad", gelu, MW__T_COLSUM, UNARY_GRAD)       /* (gy, x) */                 \
     XX(LAYERNORM, "layernorm", layernorm, MW__T_MIX_LAST, LAYERNORM) /* (x, w, b), last axis */    \
-    XX(LN_DX, "layernorm_dx", layernorm, MW__T_NORM_DX, NONE)        /* (gy, x, w) */              \
-    XX(LN_DW, "layernorm_dw", layernorm, MW__T_NORM_DW, NONE)        /* (gy, x) */                 \
-    XX(RMSNORM, "rmsnorm", rmsnorm, MW__T_MIX_LAST, RMSNORM)         /* (x, w), last axis */       \
-    XX(RMSNORM_DX, "rmsnorm_dx", rmsnorm, MW__T_NORM_DX, NONE)       /* (gy, x, w) */              \
-    XX(RMSNORM_DW, "rmsnorm_dw", rmsnorm, MW__T_NORM_DW, NONE)       /* (gy, x) */                 \
+    XX(LN_DX, "layernorm_dx", layernorm, MW__T_NORM_DX | MW__T_NORM_DB, NONE) /* (gy, x, w) */     \
+    XX(LN_DW, "layernorm_dw", layernorm, MW__T_NORM_DW, NONE)                 /* (gy, x) */        \
+    XX(RMSNORM, "rmsnorm", rmsnorm, MW__T_MIX_LAST, RMSNORM)   /* (x, w), last axis */             \
+    XX(RMSNORM_DX, "rmsnorm_dx", rmsnorm, MW__T_NORM_DX, NONE) /* (gy, x, w) */                    \
+    XX(RMSNORM_DW, "rmsnorm_dw", rmsnorm, MW__T_NORM_DW, NONE) /* (gy, x) */                       \
     /* over the last axis (causal: over the last two) */                                           \
     XX(SOFTMAX, "softmax", softmax, MW__T_MIX_LAST, NONE)                                          \
     XX(SOFTMAX_GRAD, "softmax_grad", softmax, 0, NONE) /* (gy, y) */                               \

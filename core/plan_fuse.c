@@ -90,7 +90,7 @@ static int row_sum_of(const builder *b, int after, const mw_tensor *src) {
  * nothing (absorbed):
  * - a normalisation's gradients in one pass over gy and x: a node of MW__T_NORM_DX whose gy and
  *   x also feed a later MW__T_NORM_DW node of the same parameters giving a parameter's whole
- *   gradient, and, for a layer norm, whose gy the bias gradient sums (row_sum_of);
+ *   gradient, and, for a kernel of MW__T_NORM_DB, whose gy the bias gradient sums (row_sum_of);
  * - a bias gradient summed from the output of a node of MW__T_COLSUM as its kernel writes it. */
 static void find_fused_grads(builder *b) {
     const mw_graph *g = b->g;
@@ -107,9 +107,9 @@ static void find_fused_grads(builder *b) {
         }
         if (!(traits & MW__T_NORM_DX)) continue;
         const mw_tensor *gy = n->in[0], *x = n->in[1];
-        /* Layer norm's kernel writes dw and db together; RMS norm has no bias, and its kernel
-         * writes dw alone. */
-        int has_bias = n->op == MW__OP_LN_DX;
+        /* A kernel that writes the bias gradient (MW__T_NORM_DB: layer norm's) fuses dw only
+         * with db; one without (RMS norm's) writes dw alone. */
+        int has_bias = (traits & MW__T_NORM_DB) != 0;
         int dw = -1, db = has_bias ? row_sum_of(b, i, gy) : -1;
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
