@@ -47,8 +47,10 @@ typedef struct rnode {
     int64_t start, len, valid;
 } rnode;
 
+/* Nodes are allocated one by one, so a pointer to a node (its axes, its values) stays valid
+ * while later nodes are added. */
 struct rg_graph {
-    rnode *n;
+    rnode **n;
     int count, cap;
 };
 
@@ -73,9 +75,10 @@ rg_graph *rg_new(void) { return alloc(sizeof(rg_graph)); }
 void rg_free(rg_graph *r) {
     if (!r) return;
     for (int i = 0; i < r->count; i++) {
-        free(r->n[i].v);
-        free(r->n[i].g);
-        free(r->n[i].ids);
+        free(r->n[i]->v);
+        free(r->n[i]->g);
+        free(r->n[i]->ids);
+        free(r->n[i]);
     }
     free(r->n);
     free(r);
@@ -137,8 +140,8 @@ static int add_node(rg_graph *r, int op, const rg_axes *ax) {
         r->n = realloc(r->n, (size_t)r->cap * sizeof *r->n);
         if (!r->n) die("out of memory");
     }
-    rnode *n = &r->n[r->count];
-    memset(n, 0, sizeof *n);
+    rnode *n = r->n[r->count] = calloc(1, sizeof *n);
+    if (!n) die("out of memory");
     n->op = op;
     n->ax = *ax;
     n->n = rg_axes_numel(ax);
@@ -149,14 +152,14 @@ static int add_node(rg_graph *r, int op, const rg_axes *ax) {
 
 static rnode *node(rg_graph *r, int i) {
     if (i < 0 || i >= r->count) die("bad node %d", i);
-    return &r->n[i];
+    return r->n[i];
 }
 
-const rg_axes *rg_axes_of(const rg_graph *r, int n) { return &r->n[n].ax; }
-int64_t rg_numel(const rg_graph *r, int n) { return r->n[n].n; }
+const rg_axes *rg_axes_of(const rg_graph *r, int n) { return &r->n[n]->ax; }
+int64_t rg_numel(const rg_graph *r, int n) { return r->n[n]->n; }
 double *rg_value(rg_graph *r, int n) { return node(r, n)->v; }
 double *rg_grad(rg_graph *r, int n) { return node(r, n)->g; }
-const int32_t *rg_idvalue(const rg_graph *r, int n) { return r->n[n].ids; }
+const int32_t *rg_idvalue(const rg_graph *r, int n) { return r->n[n]->ids; }
 
 /* --- walking index spaces by name ---------------------------------------------------------- */
 
@@ -229,13 +232,13 @@ static int subset(const rg_axes *x, const rg_axes *y) {
 
 int rg_leaf(rg_graph *r, const rg_axes *ax, const double *values) {
     int i = add_node(r, OP_LEAF, ax);
-    memcpy(r->n[i].v, values, (size_t)r->n[i].n * sizeof(double));
+    memcpy(r->n[i]->v, values, (size_t)r->n[i]->n * sizeof(double));
     return i;
 }
 
 int rg_ids(rg_graph *r, const rg_axes *ax, const int32_t *values) {
     int i = add_node(r, OP_IDS, ax);
-    rnode *n = &r->n[i];
+    rnode *n = r->n[i];
     n->ids = alloc((size_t)n->n * sizeof(int32_t));
     memcpy(n->ids, values, (size_t)n->n * sizeof(int32_t));
     for (int64_t e = 0; e < n->n; e++) n->v[e] = values[e];
@@ -244,7 +247,7 @@ int rg_ids(rg_graph *r, const rg_axes *ax, const int32_t *values) {
 
 int rg_const(rg_graph *r, const rg_axes *ax, double value) {
     int i = add_node(r, OP_CONST, ax);
-    for (int64_t e = 0; e < r->n[i].n; e++) r->n[i].v[e] = value;
+    for (int64_t e = 0; e < r->n[i]->n; e++) r->n[i]->v[e] = value;
     return i;
 }
 
@@ -253,7 +256,7 @@ static int binary(rg_graph *r, int op, int a, int b) {
     if (!subset(ab, aa) && !subset(aa, ab)) die("binary op: neither operand's axes a subset");
     rg_axes out = subset(ab, aa) ? *aa : *ab;
     int i = add_node(r, op, &out);
-    rnode *n = &r->n[i], *x = &r->n[a], *y = &r->n[b];
+    rnode *n = r->n[i], *x = r->n[a], *y = r->n[b];
     n->in[0] = a, n->in[1] = b, n->nin = 2;
     walk w;
     walk_init(&w, &n->ax, 2, &x->ax, &y->ax, NULL);
@@ -271,9 +274,9 @@ int rg_div(rg_graph *r, int a, int b) { return binary(r, OP_DIV, a, b); }
 
 int rg_scale(rg_graph *r, int x, double f) {
     int i = add_node(r, OP_SCALE, &node(r, x)->ax);
-    rnode *n = &r->n[i];
+    rnode *n = r->n[i];
     n->in[0] = x, n->nin = 1, n->f = f;
-    for (int64_t e = 0; e < n->n; e++) n->v[e] = f * r->n[x].v[e];
+    for (int64_t e = 0; e < n->n; e++) n->v[e] = f * r->n[x]->v[e];
     return i;
 }
 
@@ -327,9 +330,9 @@ static double map_slope(rg_fn fn, double x) {
 
 int rg_map(rg_graph *r, int x, rg_fn fn) {
     int i = add_node(r, OP_MAP, &node(r, x)->ax);
-    rnode *n = &r->n[i];
+    rnode *n = r->n[i];
     n->in[0] = x, n->nin = 1, n->fn = (int)fn;
-    for (int64_t e = 0; e < n->n; e++) n->v[e] = map_value(fn, r->n[x].v[e]);
+    for (int64_t e = 0; e < n->n; e++) n->v[e] = map_value(fn, r->n[x]->v[e]);
     return i;
 }
 
@@ -351,7 +354,7 @@ static rg_axes contract_space(const rg_axes *out, const rg_axes *a, const rg_axe
 }
 
 static void contract_values(rg_graph *r, int i) {
-    rnode *n = &r->n[i], *a = &r->n[n->in[0]], *b = &r->n[n->in[1]];
+    rnode *n = r->n[i], *a = r->n[n->in[0]], *b = r->n[n->in[1]];
     rg_axes space = contract_space(&n->ax, &a->ax, &b->ax);
     walk w;
     walk_init(&w, &space, 3, &n->ax, &a->ax, &b->ax);
@@ -371,7 +374,7 @@ int rg_contract(rg_graph *r, int a, int b, const char *const *out, int nout) {
         ax.size[ax.rank++] = src->size[j];
     }
     int i = add_node(r, OP_CONTRACT, &ax);
-    r->n[i].in[0] = a, r->n[i].in[1] = b, r->n[i].nin = 2;
+    r->n[i]->in[0] = a, r->n[i]->in[1] = b, r->n[i]->nin = 2;
     contract_values(r, i);
     return i;
 }
@@ -386,7 +389,7 @@ int rg_sum_to(rg_graph *r, int x, const char *const *keep, int nkeep) {
         ax.size[ax.rank++] = xa->size[j];
     }
     int i = add_node(r, OP_SUM, &ax);
-    rnode *n = &r->n[i], *s = &r->n[x];
+    rnode *n = r->n[i], *s = r->n[x];
     n->in[0] = x, n->nin = 1;
     walk w;
     walk_init(&w, &s->ax, 2, &n->ax, &s->ax, NULL);
@@ -428,7 +431,7 @@ static int64_t visible(const rnode *n, const rows *rw) {
 
 int rg_softmax(rg_graph *r, int x, const char *axis, double scale, const char *query) {
     int i = add_node(r, OP_SOFTMAX, &node(r, x)->ax);
-    rnode *n = &r->n[i], *s = &r->n[x];
+    rnode *n = r->n[i], *s = r->n[x];
     n->in[0] = x, n->nin = 1, n->f = scale;
     snprintf(n->a1, RG_NAME, "%s", axis);
     snprintf(n->a2, RG_NAME, "%s", query ? query : "");
@@ -448,7 +451,7 @@ int rg_softmax(rg_graph *r, int x, const char *axis, double scale, const char *q
 
 int rg_layernorm(rg_graph *r, int x, int w, int b, const char *axis, double eps) {
     int i = add_node(r, OP_LAYERNORM, &node(r, x)->ax);
-    rnode *n = &r->n[i], *s = &r->n[x], *wt = &r->n[w], *bs = &r->n[b];
+    rnode *n = r->n[i], *s = r->n[x], *wt = r->n[w], *bs = r->n[b];
     n->in[0] = x, n->in[1] = w, n->in[2] = b, n->nin = 3, n->f = eps;
     snprintf(n->a1, RG_NAME, "%s", axis);
     rows rw;
@@ -478,7 +481,7 @@ int rg_embedding(rg_graph *r, int table, int ids, const char *vocab) {
     strcpy(out.name[out.rank], ta->name[1 - v]);
     out.size[out.rank++] = ta->size[1 - v];
     int i = add_node(r, OP_EMBED, &out);
-    rnode *n = &r->n[i], *t = &r->n[table], *d = &r->n[ids];
+    rnode *n = r->n[i], *t = r->n[table], *d = r->n[ids];
     n->in[0] = table, n->in[1] = ids, n->nin = 2;
     snprintf(n->a1, RG_NAME, "%s", vocab);
     int64_t dim = t->ax.size[1 - v], sv = stride_of(&t->ax, v), sd = stride_of(&t->ax, 1 - v);
@@ -492,7 +495,7 @@ int rg_xent(rg_graph *r, int logits, int targets, const char *vocab, int64_t val
     int v = axis_index(la, vocab, "cross-entropy");
     rg_axes out = drop_axis(la, v);
     int i = add_node(r, OP_XENT, &out);
-    rnode *n = &r->n[i], *l = &r->n[logits], *t = &r->n[targets];
+    rnode *n = r->n[i], *l = r->n[logits], *t = r->n[targets];
     n->in[0] = logits, n->in[1] = targets, n->nin = 2, n->valid = valid;
     snprintf(n->a1, RG_NAME, "%s", vocab);
     rows rw;
@@ -514,7 +517,7 @@ static int extremum(rg_graph *r, int x, const char *axis, int op) {
     int a = axis_index(xa, axis, "max");
     rg_axes out = drop_axis(xa, a);
     int i = add_node(r, op, &out);
-    rnode *n = &r->n[i], *s = &r->n[x];
+    rnode *n = r->n[i], *s = r->n[x];
     n->in[0] = x, n->nin = op == OP_MAX;
     snprintf(n->a1, RG_NAME, "%s", axis);
     rows rw;
@@ -545,7 +548,7 @@ static int slice_like(rg_graph *r, int op, int x, const char *axis, int64_t star
         if (name) snprintf(out.name[a], RG_NAME, "%s", name);
     }
     int i = add_node(r, op, &out);
-    rnode *n = &r->n[i], *s = &r->n[x];
+    rnode *n = r->n[i], *s = r->n[x];
     n->in[0] = x, n->nin = 1, n->start = start, n->len = op == OP_SLICE ? len : s->ax.size[a];
     n->fn = a; /* the axis's place in both tensors (a dropped axis: in the input) */
     /* Walk the larger tensor's rows of the region: the sliced input or the padded result. */
@@ -576,8 +579,8 @@ int rg_pad(rg_graph *r, int x, const char *axis, int64_t start, int64_t size, co
 int rg_reshape(rg_graph *r, int x, const rg_axes *to) {
     if (rg_axes_numel(to) != node(r, x)->n) die("reshape: sizes differ");
     int i = add_node(r, OP_RESHAPE, to);
-    r->n[i].in[0] = x, r->n[i].nin = 1;
-    memcpy(r->n[i].v, r->n[x].v, (size_t)r->n[i].n * sizeof(double));
+    r->n[i]->in[0] = x, r->n[i]->nin = 1;
+    memcpy(r->n[i]->v, r->n[x]->v, (size_t)r->n[i]->n * sizeof(double));
     return i;
 }
 
@@ -592,7 +595,7 @@ int rg_permute(rg_graph *r, int x, const char *const *order, int nord) {
     }
     out.rank = nord;
     int i = add_node(r, OP_PERMUTE, &out);
-    rnode *n = &r->n[i], *s = &r->n[x];
+    rnode *n = r->n[i], *s = r->n[x];
     n->in[0] = x, n->nin = 1;
     walk w;
     walk_init(&w, &n->ax, 1, &s->ax, NULL, NULL);
@@ -603,7 +606,7 @@ int rg_permute(rg_graph *r, int x, const char *const *order, int nord) {
 /* --- adjoints --------------------------------------------------------------------------------- */
 
 static void backward_node(rg_graph *r, int i) {
-    rnode *n = &r->n[i];
+    rnode *n = r->n[i];
     double *gy = n->g;
     switch (n->op) {
     case OP_LEAF:
@@ -614,7 +617,7 @@ static void backward_node(rg_graph *r, int i) {
     case OP_SUB:
     case OP_MUL:
     case OP_DIV: {
-        rnode *a = &r->n[n->in[0]], *b = &r->n[n->in[1]];
+        rnode *a = r->n[n->in[0]], *b = r->n[n->in[1]];
         walk w;
         walk_init(&w, &n->ax, 2, &a->ax, &b->ax, NULL);
         for (int64_t e = 0; e < n->n; e++, walk_next(&w)) {
@@ -630,17 +633,17 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_SCALE: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         for (int64_t e = 0; e < n->n; e++) x->g[e] += n->f * gy[e];
         return;
     }
     case OP_MAP: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         for (int64_t e = 0; e < n->n; e++) x->g[e] += gy[e] * map_slope((rg_fn)n->fn, x->v[e]);
         return;
     }
     case OP_CONTRACT: {
-        rnode *a = &r->n[n->in[0]], *b = &r->n[n->in[1]];
+        rnode *a = r->n[n->in[0]], *b = r->n[n->in[1]];
         rg_axes space = contract_space(&n->ax, &a->ax, &b->ax);
         walk w;
         walk_init(&w, &space, 3, &n->ax, &a->ax, &b->ax);
@@ -653,14 +656,14 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_SUM: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         walk w;
         walk_init(&w, &x->ax, 1, &n->ax, NULL, NULL);
         for (int64_t e = 0; e < x->n; e++, walk_next(&w)) x->g[e] += gy[w.off[0]];
         return;
     }
     case OP_SOFTMAX: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         rows rw;
         rows_init(&rw, &x->ax, rg_find(&x->ax, n->a1));
         for (int64_t o = 0; o < rw.count; o++, walk_next(&rw.w)) {
@@ -676,7 +679,7 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_LAYERNORM: {
-        rnode *x = &r->n[n->in[0]], *w = &r->n[n->in[1]], *b = &r->n[n->in[2]];
+        rnode *x = r->n[n->in[0]], *w = r->n[n->in[1]], *b = r->n[n->in[2]];
         rows rw;
         rows_init(&rw, &x->ax, rg_find(&x->ax, n->a1));
         double *xh = alloc((size_t)rw.n * sizeof(double));
@@ -710,7 +713,7 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_EMBED: {
-        rnode *t = &r->n[n->in[0]], *d = &r->n[n->in[1]];
+        rnode *t = r->n[n->in[0]], *d = r->n[n->in[1]];
         int v = rg_find(&t->ax, n->a1);
         int64_t dim = t->ax.size[1 - v], sv = stride_of(&t->ax, v), sd = stride_of(&t->ax, 1 - v);
         for (int64_t e = 0; e < d->n; e++)
@@ -718,7 +721,7 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_XENT: {
-        rnode *l = &r->n[n->in[0]], *t = &r->n[n->in[1]];
+        rnode *l = r->n[n->in[0]], *t = r->n[n->in[1]];
         rows rw;
         rows_init(&rw, &l->ax, rg_find(&l->ax, n->a1));
         walk tw;
@@ -737,7 +740,7 @@ static void backward_node(rg_graph *r, int i) {
     }
     case OP_SLICE:
     case OP_PAD: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         const rnode *big = n->op == OP_SLICE ? x : n;
         int a = n->fn;
         int64_t outer = 1, rows_in = n->op == OP_SLICE ? (n->len ? n->len : 1) : n->len;
@@ -755,7 +758,7 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_MAX: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         rows rw;
         rows_init(&rw, &x->ax, rg_find(&x->ax, n->a1));
         for (int64_t o = 0; o < rw.count; o++, walk_next(&rw.w)) {
@@ -768,12 +771,12 @@ static void backward_node(rg_graph *r, int i) {
         return;
     }
     case OP_RESHAPE: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         for (int64_t e = 0; e < n->n; e++) x->g[e] += gy[e];
         return;
     }
     case OP_PERMUTE: {
-        rnode *x = &r->n[n->in[0]];
+        rnode *x = r->n[n->in[0]];
         walk w;
         walk_init(&w, &n->ax, 1, &x->ax, NULL, NULL);
         for (int64_t e = 0; e < n->n; e++, walk_next(&w)) x->g[w.off[0]] += gy[e];
@@ -784,7 +787,7 @@ static void backward_node(rg_graph *r, int i) {
 }
 
 void rg_backward(rg_graph *r, int seed, const double *dy) {
-    for (int i = 0; i < r->count; i++) memset(r->n[i].g, 0, (size_t)r->n[i].n * sizeof(double));
-    memcpy(node(r, seed)->g, dy, (size_t)r->n[seed].n * sizeof(double));
+    for (int i = 0; i < r->count; i++) memset(r->n[i]->g, 0, (size_t)r->n[i]->n * sizeof(double));
+    memcpy(node(r, seed)->g, dy, (size_t)r->n[seed]->n * sizeof(double));
     for (int i = seed; i >= 0; i--) backward_node(r, i);
 }
