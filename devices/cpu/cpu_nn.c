@@ -61,6 +61,12 @@ mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) 
     return MW_OK;
 }
 
+/* dx += the residual gradient the plan folded into a normalisation's dx (its row is in the L1
+ * cache: a second pass costs next to nothing). */
+static void add_addend(float *restrict dx, const float *restrict addend, int64_t n) {
+    for (int64_t j = 0; j < n; j++) dx[j] = addend[j] + dx[j];
+}
+
 mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     float *restrict dw = k->dw, *restrict db = k->db;
@@ -127,11 +133,7 @@ mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_g
                 db[i] += gy[i];
             }
         }
-        if (k->addend) { /* the row is in the L1 cache: a second pass costs next to nothing */
-            const float *restrict ad = k->addend + r * k->n;
-            float *restrict o = dx;
-            for (int64_t j = 0; j < k->n; j++) o[j] = ad[j] + o[j];
-        }
+        if (k->addend) add_addend(dx, k->addend + r * k->n, k->n);
     }
     return MW_OK;
 }
@@ -233,11 +235,7 @@ mw_status MW__CPU(mw__cpu_rmsnorm_dx)(mw__device *dev, const mw__k_rmsnorm_grad 
             dx[i] = rstd * (gy[i] * w[i] - xh * c);
             if (dw) dw[i] += gy[i] * xh;
         }
-        if (k->addend) { /* the row is in the L1 cache: a second pass costs next to nothing */
-            const float *restrict ad = k->addend + r * k->n;
-            float *restrict o = dx;
-            for (int64_t j2 = 0; j2 < k->n; j2++) o[j2] = ad[j2] + o[j2];
-        }
+        if (k->addend) add_addend(dx, k->addend + r * k->n, k->n);
     }
     return MW_OK;
 }

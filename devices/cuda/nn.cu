@@ -277,6 +277,16 @@ mw_status mw__cuda_layernorm(mw__device *dev, const mw__k_layernorm *k) {
     return mw__cuda_launched(dev, "layernorm kernel");
 }
 
+/* out = addend + out, by the binary kernel: the residual gradient the plan folded into a
+ * normalisation's dx (the ADD it absorbed). */
+static mw_status add_addend(mw__device *dev, float *out, const float *addend, int64_t count) {
+    mw__k_binary ka = {MW__BIN_ADD, {}, out, addend, out};
+    ka.nd.rank = 1;
+    ka.nd.dims[0] = count;
+    ka.nd.stride[0][0] = ka.nd.stride[1][0] = ka.nd.stride[2][0] = 1;
+    return mw__cuda_binary(dev, &ka);
+}
+
 /* With an addend, the binary kernel adds it to dx. With dw and db given (the plan's layer-norm
  * gradients in one instruction), the dw kernel and a column sum of gy follow the dx kernel on the
  * stream: the GPU reads gy and x from its own memory at a rate where one pass more costs little,
@@ -288,14 +298,7 @@ mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) 
                k->eps, k->out, k->gy, k->x, k->w);
         mw_status st = mw__cuda_launched(dev, "layernorm dx kernel");
         if (st) return st;
-        if (k->addend) { /* out = addend + dx, by the binary kernel (the ADD the plan folded in) */
-            mw__k_binary ka = {MW__BIN_ADD, {}, k->out, k->addend, k->out};
-            ka.nd.rank = 1;
-            ka.nd.dims[0] = k->rows * k->n;
-            ka.nd.stride[0][0] = ka.nd.stride[1][0] = ka.nd.stride[2][0] = 1;
-            st = mw__cuda_binary(dev, &ka);
-            if (st) return st;
-        }
+        if (k->addend && (st = add_addend(dev, k->out, k->addend, k->rows * k->n))) return st;
     }
     if (!k->dw) return MW_OK;
     mw__k_layernorm_grad kw = *k;
@@ -357,14 +360,7 @@ mw_status mw__cuda_rmsnorm_dx(mw__device *dev, const mw__k_rmsnorm_grad *k) {
                k->eps, k->out, k->gy, k->x, k->w);
         mw_status st = mw__cuda_launched(dev, "rmsnorm dx kernel");
         if (st) return st;
-        if (k->addend) { /* out = addend + dx, by the binary kernel (the ADD the plan folded in) */
-            mw__k_binary ka = {MW__BIN_ADD, {}, k->out, k->addend, k->out};
-            ka.nd.rank = 1;
-            ka.nd.dims[0] = k->rows * k->n;
-            ka.nd.stride[0][0] = ka.nd.stride[1][0] = ka.nd.stride[2][0] = 1;
-            st = mw__cuda_binary(dev, &ka);
-            if (st) return st;
-        }
+        if (k->addend && (st = add_addend(dev, k->out, k->addend, k->rows * k->n))) return st;
     }
     if (!k->dw) return MW_OK;
     mw__k_rmsnorm_grad kw = *k;
