@@ -315,28 +315,43 @@ mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) 
 
 #define LN_SHARED_MAX_FLOATS 8192 /* 32 KiB, well inside the 48 KiB a block gets by default */
 
-mw_status mw__cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
+/* A normalisation's weight gradient, column sums over the rows of a per-element term: up to
+ * LN_MAX_PARTS blocks of parts_kernel (layer norm's term or RMS norm's) each sum a chunk of rows
+ * into their row of scratch, then k_sum_rows adds the parts in order. `what` names the op. */
+typedef void (*norm_dw_parts)(int64_t rows, int64_t n, float eps, int64_t chunk, int use_shared,
+                              float *partial, const float *gy, const float *x);
+static mw_status norm_dw(mw__device *dev, norm_dw_parts parts_kernel, const char *what,
+                         int64_t rows, int64_t n, float eps, float *out, const float *gy,
+                         const float *x) {
     ENTER(dev);
-    if (k->n <= 0) return MW_OK;
-    if (k->rows <= 0) {
-        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)k->n * sizeof(float), im->stream);
-        return mw__cuda_launched(dev, "layernorm dw");
+    char done[48];
+    if (n <= 0) return MW_OK;
+    if (rows <= 0) {
+        CU(dev, cudaMemsetAsync, out, 0, (size_t)n * sizeof(float), im->stream);
+        snprintf(done, sizeof done, "%s dw", what);
+        return mw__cuda_launched(dev, done);
     }
-    int64_t room = (int64_t)(SCRATCH_BYTES / sizeof(float)) / k->n;
+    int64_t room = (int64_t)(SCRATCH_BYTES / sizeof(float)) / n;
     if (room < 1)
-        return mw__error(MW_ERR_UNSUPPORTED, "%s: layernorm rows of %lld exceed the scratch memory",
-                         dev->name, (long long)k->n);
-    int64_t parts = k->rows < LN_MAX_PARTS ? k->rows : LN_MAX_PARTS;
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: %s rows of %lld exceed the scratch memory",
+                         dev->name, what, (long long)n);
+    int64_t parts = rows < LN_MAX_PARTS ? rows : LN_MAX_PARTS;
     if (parts > room) parts = room;
-    int64_t chunk = (k->rows + parts - 1) / parts;
-    parts = (k->rows + chunk - 1) / chunk;
-    int use_shared = k->n <= LN_SHARED_MAX_FLOATS;
-    size_t smem = use_shared ? (size_t)k->n * sizeof(float) : 0;
+    int64_t chunk = (rows + parts - 1) / parts;
+    parts = (rows + chunk - 1) / chunk;
+    int use_shared = n <= LN_SHARED_MAX_FLOATS;
+    size_t smem = use_shared ? (size_t)n * sizeof(float) : 0;
     float *partial = (float *)im->scratch;
-    LAUNCH(k_layernorm_dw_parts<ROW_THREADS>, (unsigned)parts, ROW_THREADS, smem, k->rows, k->n,
-           k->eps, chunk, use_shared, partial, k->gy, k->x);
-    LAUNCH(k_sum_rows, blocks_for(k->n, THREADS), THREADS, 0, k->n, parts, k->out, partial);
-    return mw__cuda_launched(dev, "layernorm dw kernel");
+    LAUNCH(parts_kernel, (unsigned)parts, ROW_THREADS, smem, rows, n, eps, chunk, use_shared,
+           partial, gy, x);
+    LAUNCH(k_sum_rows, blocks_for(n, THREADS), THREADS, 0, n, parts, out, partial);
+    snprintf(done, sizeof done, "%s dw kernel", what);
+    return mw__cuda_launched(dev, done);
+}
+
+mw_status mw__cuda_layernorm_dw(mw__device *dev, const mw__k_layernorm_grad *k) {
+    return norm_dw(dev, k_layernorm_dw_parts<ROW_THREADS>, "layernorm", k->rows, k->n, k->eps,
+                   k->out, k->gy, k->x);
 }
 
 mw_status mw__cuda_rmsnorm(mw__device *dev, const mw__k_rmsnorm *k) {
@@ -372,27 +387,8 @@ mw_status mw__cuda_rmsnorm_dx(mw__device *dev, const mw__k_rmsnorm_grad *k) {
 }
 
 mw_status mw__cuda_rmsnorm_dw(mw__device *dev, const mw__k_rmsnorm_grad *k) {
-    ENTER(dev);
-    if (k->n <= 0) return MW_OK;
-    if (k->rows <= 0) {
-        CU(dev, cudaMemsetAsync, k->out, 0, (size_t)k->n * sizeof(float), im->stream);
-        return mw__cuda_launched(dev, "rmsnorm dw");
-    }
-    int64_t room = (int64_t)(SCRATCH_BYTES / sizeof(float)) / k->n;
-    if (room < 1)
-        return mw__error(MW_ERR_UNSUPPORTED, "%s: rmsnorm rows of %lld exceed the scratch memory",
-                         dev->name, (long long)k->n);
-    int64_t parts = k->rows < LN_MAX_PARTS ? k->rows : LN_MAX_PARTS;
-    if (parts > room) parts = room;
-    int64_t chunk = (k->rows + parts - 1) / parts;
-    parts = (k->rows + chunk - 1) / chunk;
-    int use_shared = k->n <= LN_SHARED_MAX_FLOATS;
-    size_t smem = use_shared ? (size_t)k->n * sizeof(float) : 0;
-    float *partial = (float *)im->scratch;
-    LAUNCH(k_rmsnorm_dw_parts<ROW_THREADS>, (unsigned)parts, ROW_THREADS, smem, k->rows, k->n,
-           k->eps, chunk, use_shared, partial, k->gy, k->x);
-    LAUNCH(k_sum_rows, blocks_for(k->n, THREADS), THREADS, 0, k->n, parts, k->out, partial);
-    return mw__cuda_launched(dev, "rmsnorm dw kernel");
+    return norm_dw(dev, k_rmsnorm_dw_parts<ROW_THREADS>, "rmsnorm", k->rows, k->n, k->eps, k->out,
+                   k->gy, k->x);
 }
 
 /* Warp-per-row kernels: THREADS / 32 rows per block. */
