@@ -470,14 +470,14 @@ static const double *operand_value(const setup *s, int src, int i) {
     return layout_src(s, k, i) == SRC_GEMM ? s->gemm_val[i] : s->val[i];
 }
 
-/* Builds the reference with the operands' values (vals[i] replaced by `over` where given). */
-static int build_ref(const setup *s, int src, rg_graph *r, int *leaf, int i_over,
-                     const double *over) {
+/* Builds the reference with the operands' values (operand i's replaced by over[i] where over is
+ * given and over[i] is not NULL). */
+static int build_ref(const setup *s, int src, rg_graph *r, int *leaf, const double *const *over) {
     for (int i = 0; i < s->row->nops; i++) {
         if (s->row->op[i].kind == CF_IDS)
             leaf[i] = rg_ids(r, &s->ax[i], s->ids[i]);
         else
-            leaf[i] = rg_leaf(r, &s->ax[i], i == i_over ? over : operand_value(s, src, i));
+            leaf[i] = rg_leaf(r, &s->ax[i], over && over[i] ? over[i] : operand_value(s, src, i));
     }
     return s->row->ref(r, leaf, s->var);
 }
@@ -495,7 +495,7 @@ static int make_ref(setup *s, int src) {
     const cf_row *row = s->row;
     rg_graph *r = rg_new();
     int leaf[CF_MAX_OPS];
-    int out = build_ref(s, src, r, leaf, -1, NULL);
+    int out = build_ref(s, src, r, leaf, NULL);
     if (!s->r) {
         s->out_ax = *rg_axes_of(r, out);
         int64_t n = rg_axes_numel(&s->out_ax);
@@ -530,7 +530,9 @@ static int make_ref(setup *s, int src) {
                 x[e] = x0 + (sgn ? -h : h);
                 rg_graph *q = rg_new();
                 int lq[CF_MAX_OPS];
-                l[sgn] = loss_of(q, build_ref(s, src, q, lq, i, x), s);
+                const double *over[CF_MAX_OPS] = {0};
+                over[i] = x;
+                l[sgn] = loss_of(q, build_ref(s, src, q, lq, over), s);
                 rg_free(q);
             }
             x[e] = x0;
@@ -1116,12 +1118,10 @@ static void check_mixing(setup *s, tally *t) {
     const mw_tensor *node = b.out;
     char *dep = xcalloc((size_t)g->nnodes, 1), *mix = xcalloc((size_t)g->nnodes, 1);
     const char **why = xcalloc((size_t)g->nnodes, sizeof *why);
-    rg_graph *r0 = rg_new();
-    int leaf[CF_MAX_OPS];
-    int out0 = build_ref(s, 0, r0, leaf, -1, NULL);
-    const rg_axes *oax = rg_axes_of(r0, out0);
-    const double *base = rg_value(r0, out0);
-    int64_t nout = rg_numel(r0, out0);
+    /* The reference's output as make_ref computed it for these producers. */
+    const rg_axes *oax = &s->out_ax;
+    const double *base = s->ref_out[0];
+    int64_t nout = rg_axes_numel(oax);
     for (int a = 0; a < oax->rank; a++) {
         int at = -1;
         for (int i = 0; i < node->type.rank; i++)
@@ -1150,14 +1150,8 @@ static void check_mixing(setup *s, tally *t) {
         if (holders) {
             rg_graph *r1 = rg_new();
             int leaf1[CF_MAX_OPS];
-            for (int i = 0; i < row->nops; i++) {
-                if (row->op[i].kind == CF_IDS)
-                    leaf1[i] = rg_ids(r1, &s->ax[i], s->ids[i]);
-                else
-                    leaf1[i] = rg_leaf(r1, &s->ax[i], vals[i] ? vals[i] : operand_value(s, 0, i));
-            }
-            int out1 = row->ref(r1, leaf1, s->var);
-            const double *moved = rg_value(r1, out1);
+            const double *moved =
+                rg_value(r1, build_ref(s, 0, r1, leaf1, (const double *const *)vals));
             int mixed = 0;
             for (int64_t e = 0; e < nout && !mixed; e++)
                 mixed = coord_of(oax, e, a) != 0 &&
@@ -1179,7 +1173,6 @@ static void check_mixing(setup *s, tally *t) {
         }
         for (int i = 0; i < row->nops; i++) free(vals[i]);
     }
-    rg_free(r0);
     free(dep), free(mix), free(why);
     free_built(&b);
 }
