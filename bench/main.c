@@ -38,6 +38,8 @@ static const bench_case cases[] = {
     {"mpi", mwb_case_mpi, "under mpirun: all-reduce vs MPI_Allreduce, GPT-2 processes vs threads"},
     {"sample", mwb_case_sample,
      "llm.c's GPT-2 sampling 256 tokens: key/value cache vs recomputing, tokens/s"},
+    {"rowops", mwb_case_rowops,
+     "RMS norm, rotary embeddings and SwiGLU kernels beside a copy of the same bytes, GB/s"},
     {"tokenize", mwb_case_tokenize,
      "GPT-2's BPE tokenizer: encode MB/s vs Hugging Face tokenizers"},
 };

@@ -163,7 +163,7 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
                              : NULL)
                   : 0;
     case MW__OP_LAYERNORM: {
-        mw_tensor *w = n->in[1], *bias = n->in[2];
+        mw_tensor *w = n->in[1], *bias = n->nin > 2 ? n->in[2] : NULL; /* b may be absent */
         mw_tensor *x = (na || nb) ? V(a) : a, *vw = V(w);
         if (!x || !vw) return -1;
         if (na && accumulate(g, grads, a, mw__backward_op(g, MW__OP_LN_DX, &a->type, gy, x, vw, n)))
@@ -171,7 +171,7 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
         if (nb &&
             accumulate(g, grads, w, mw__backward_op(g, MW__OP_LN_DW, &w->type, gy, x, NULL, n)))
             return -1;
-        if (needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* sums over rows */
+        if (bias && needs[bias->id] && accumulate(g, grads, bias, gy)) return -1; /* row sums */
         return 0;
     }
     case MW__OP_RMSNORM: {
@@ -184,6 +184,30 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
                              mw__backward_op(g, MW__OP_RMSNORM_DW, &b->type, gy, x, NULL, n)))
             return -1;
         return 0;
+    }
+    case MW__OP_SILU:
+        return na ? accumulate(
+                        g, grads, a,
+                        V(a) ? mw__backward_op(g, MW__OP_SILU_GRAD, &a->type, gy, V(a), NULL, n)
+                             : NULL)
+                  : 0;
+    case MW__OP_SWIGLU: {
+        if (!na) return 0;
+        mw_tensor *x = V(a);
+        if (!x) return -1;
+        return accumulate(g, grads, a,
+                          mw__backward_op(g, MW__OP_SWIGLU_GRAD, &a->type,
+                                          mw__to_type(g, gy, &n->type), x, NULL, n));
+    }
+    case MW__OP_ROPE: {
+        /* The adjoint of a rotation is the rotation back: the same kernel, the angle negated. */
+        if (!na) return 0;
+        mw_tensor *t = mw__to_type(g, gy, &n->type), *pos = n->nin > 1 ? n->in[1] : NULL;
+        if (!t || !(t = mw__replicated(g, t))) return -1;
+        mw_tensor proto = {
+            .op = MW__OP_ROPE_GRAD, .nin = n->nin, .in = {t, pos}, .type = a->type, .p = n->p};
+        proto.type.partial = 0;
+        return accumulate(g, grads, a, mw__node_new(g, &proto));
     }
     case MW__OP_SOFTMAX:
         return na ? accumulate(
@@ -238,6 +262,9 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
     case MW__OP_LN_DW:
     case MW__OP_RMSNORM_DX:
     case MW__OP_RMSNORM_DW:
+    case MW__OP_SILU_GRAD:
+    case MW__OP_SWIGLU_GRAD:
+    case MW__OP_ROPE_GRAD:
     case MW__OP_SOFTMAX_GRAD:
     case MW__OP_EMBED_GRAD:
     case MW__OP_XENT_GRAD:

@@ -90,6 +90,14 @@ enum {
     XX(RMSNORM, "rmsnorm", rmsnorm, MW__T_MIX_LAST, RMSNORM)   /* (x, w), last axis */             \
     XX(RMSNORM_DX, "rmsnorm_dx", rmsnorm, MW__T_NORM_DX, NONE) /* (gy, x, w) */                    \
     XX(RMSNORM_DW, "rmsnorm_dw", rmsnorm, MW__T_NORM_DW, NONE) /* (gy, x) */                       \
+    XX(SILU, "silu", none, 0, UNARY)                                                               \
+    XX(SILU_GRAD, "silu_grad", none, MW__T_COLSUM, UNARY_GRAD) /* (gy, x) */                       \
+    /* silu(x[0]) * x[1] along p.along.axis (of size 2), which the output lacks */                 \
+    XX(SWIGLU, "swiglu", along, 0, SWIGLU)                                                         \
+    XX(SWIGLU_GRAD, "swiglu_grad", along, 0, SWIGLU_GRAD) /* (gy, x): both halves' gradients */    \
+    /* rotary embeddings over the last axis (x[, pos]); ROPE_GRAD rotates gy back */               \
+    XX(ROPE, "rope", rope, MW__T_MIX_LAST, ROPE)                                                   \
+    XX(ROPE_GRAD, "rope_grad", rope, 0, NONE) /* (gy[, pos]) */                                    \
     /* over the last axis (causal: over the last two) */                                           \
     XX(SOFTMAX, "softmax", softmax, MW__T_MIX_LAST, NONE)                                          \
     XX(SOFTMAX_GRAD, "softmax_grad", softmax, 0, NONE) /* (gy, y) */                               \
@@ -152,6 +160,14 @@ typedef union mw__op_params {
     struct {
         float eps;
     } rmsnorm;
+    struct {
+        int seq;     /* x's axis of positions, -1: none */
+        int style;   /* mw_rope_style */
+        int dims;    /* features rotated */
+        int scaling; /* mw_rope_scaling */
+        int64_t offset, original;
+        float theta, factor, low, high;
+    } rope;
     struct {
         float scale;
         int causal;

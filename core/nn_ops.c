@@ -1,4 +1,5 @@
 /* Reshaping and neural-network ops: their rules (by axis name) and the internal backward ops. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,33 @@ mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x) { return gelu(g, "mw_gelu", x, 0);
 
 mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x) { return gelu(g, "mw_gelu_erf", x, 1); }
 
+mw_tensor *mw_silu(mw_graph *g, mw_tensor *x) {
+    if (!usable(g, "mw_silu", &x, 1) || !want_dtype(g, "mw_silu", "x", x, MW_F32)) return NULL;
+    if (!(x = mw__replicated(g, x))) return NULL;
+    mw_tensor proto = {.op = MW__OP_SILU, .nin = 1, .in = {x}, .type = x->type};
+    return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_swiglu(mw_graph *g, mw_tensor *x, const char *part_axis) {
+    const char *op = "mw_swiglu";
+    if (!usable(g, op, &x, 1) || !want_dtype(g, op, "x", x, MW_F32)) return NULL;
+    int i = axis_of(g, op, x, part_axis);
+    if (i < 0 || !unsharded(g, op, x, i)) return NULL;
+    if (x->type.ax[i].size != 2) {
+        char dx[256];
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: axis %s of %s must have size 2 (the gate, then the up "
+                              "projection)",
+                              op, part_axis, DESC(x, dx));
+    }
+    if (!(x = mw__replicated(g, x))) return NULL;
+    mw__type t = x->type;
+    for (int j = i + 1; j < t.rank; j++) t.ax[j - 1] = t.ax[j];
+    t.rank--;
+    mw_tensor proto = {.op = MW__OP_SWIGLU, .nin = 1, .in = {x}, .type = t, .p.along.axis = i};
+    return mw__node_new(g, &proto);
+}
+
 /* The last axis of x must be `axis`, unsharded. */
 static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis) {
     int i = axis_of(g, op, x, axis);
@@ -271,16 +299,17 @@ static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps) {
     mw_tensor *xs[3] = {x, w, b};
-    if (!usable(g, "mw_layernorm", xs, 3)) return NULL;
+    int nin = b ? 3 : 2; /* without b: no bias (Llama-style models, torch's bias=False) */
+    if (!usable(g, "mw_layernorm", xs, nin)) return NULL;
     if (!want_dtype(g, "mw_layernorm", "x", x, MW_F32) ||
         !want_dtype(g, "mw_layernorm", "w", w, MW_F32) ||
-        !want_dtype(g, "mw_layernorm", "b", b, MW_F32))
+        (b && !want_dtype(g, "mw_layernorm", "b", b, MW_F32)))
         return NULL;
     int i = last_axis(g, "mw_layernorm", x, axis);
     if (i < 0) return NULL;
-    if (!(w = xs[1] = mw__gathered(g, w, NULL)) || !(b = xs[2] = mw__gathered(g, b, NULL)))
-        return NULL;
-    for (int k = 1; k < 3; k++) {
+    for (int k = 1; k < nin; k++)
+        if (!(xs[k] = mw__gathered(g, xs[k], NULL))) return NULL;
+    for (int k = 1; k < nin; k++) {
         const mw__type *t = &xs[k]->type;
         if (t->rank == 1 && t->ax[0].mesh >= 0) {
             char dw[256];
@@ -299,12 +328,12 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
                                   k == 1 ? "w" : "b", DESC(xs[k], dw), axis, DESC(x, dx));
         }
     }
-    x = mw__replicated(g, x);
-    w = mw__replicated(g, w);
-    b = mw__replicated(g, b);
-    if (!x || !w || !b) return NULL;
-    mw_tensor proto = {
-        .op = MW__OP_LAYERNORM, .nin = 3, .in = {x, w, b}, .type = x->type, .p.layernorm.eps = eps};
+    mw_tensor proto = {.op = MW__OP_LAYERNORM, .nin = nin, .type = x->type};
+    proto.p.layernorm.eps = eps;
+    xs[0] = x;
+    for (int k = 0; k < nin; k++)
+        if (!(proto.in[k] = mw__replicated(g, xs[k]))) return NULL;
+    proto.type = proto.in[0]->type;
     return mw__node_new(g, &proto);
 }
 
@@ -336,6 +365,83 @@ mw_tensor *mw_rmsnorm(mw_graph *g, mw_tensor *x, mw_tensor *w, const char *axis,
     if (!x || !w) return NULL;
     mw_tensor proto = {
         .op = MW__OP_RMSNORM, .nin = 2, .in = {x, w}, .type = x->type, .p.rmsnorm.eps = eps};
+    return mw__node_new(g, &proto);
+}
+
+#define MW__ROPE_MAX_DIMS 8192 /* the kernels keep a row's frequencies on the stack */
+
+static int rope_config_ok(mw_graph *g, const char *op, const mw_rope_config *c) {
+    const char *bad = NULL;
+    if (!(isfinite(c->theta) && c->theta > 1.0f))
+        bad = "theta must be finite and above 1";
+    else if (c->style != MW_ROPE_HALF && c->style != MW_ROPE_INTERLEAVED)
+        bad = "style must be MW_ROPE_HALF or MW_ROPE_INTERLEAVED";
+    else if (c->offset < 0)
+        bad = "the position offset must not be negative";
+    else if (c->scaling != MW_ROPE_SCALING_NONE && c->scaling != MW_ROPE_SCALING_LLAMA3)
+        bad = "scaling must be MW_ROPE_SCALING_NONE or MW_ROPE_SCALING_LLAMA3";
+    else if (c->scaling == MW_ROPE_SCALING_LLAMA3 &&
+             !(isfinite(c->factor) && c->factor > 0 && isfinite(c->low_freq_factor) &&
+               c->low_freq_factor > 0 && isfinite(c->high_freq_factor) &&
+               c->high_freq_factor > c->low_freq_factor && c->original_max_positions > 0))
+        bad = "llama3 scaling needs a finite factor > 0, 0 < low_freq_factor < "
+              "high_freq_factor and original_max_positions > 0";
+    if (!bad) return 1;
+    mw__graph_fail(g, MW_ERR_INVALID, "%s: %s (theta %g, style %d, offset %lld, scaling %d)", op,
+                   bad, (double)c->theta, (int)c->style, (long long)c->offset, (int)c->scaling);
+    return 0;
+}
+
+mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *feature_axis,
+                   mw_tensor *pos, const mw_rope_config *cfg) {
+    const char *op = "mw_rope";
+    mw_tensor *xs[2] = {x, pos};
+    if (!usable(g, op, xs, pos ? 2 : 1) || !want_dtype(g, op, "x", x, MW_F32)) return NULL;
+    mw_rope_config c = cfg ? *cfg : (mw_rope_config){.theta = 10000.0f};
+    if (!rope_config_ok(g, op, &c)) return NULL;
+    int f = last_axis(g, op, x, feature_axis), s = -1;
+    if (f < 0) return NULL;
+    if (seq_axis) {
+        if ((s = axis_of(g, op, x, seq_axis)) < 0 || !unsharded(g, op, x, s)) return NULL;
+        if (s == f)
+            return mw__graph_fail(g, MW_ERR_AXIS, "%s: the sequence and feature axes are both %s",
+                                  op, seq_axis);
+    }
+    char dx[256], dp[256];
+    int64_t n = x->type.ax[f].size, dims = c.dims ? c.dims : n;
+    if (dims < 2 || dims % 2 || dims > n || dims > MW__ROPE_MAX_DIMS)
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: %lld rotated features of %s: they must be even, at most the "
+                              "axis %s and at most %d",
+                              op, (long long)dims, DESC(x, dx), feature_axis, MW__ROPE_MAX_DIMS);
+    if (pos) {
+        int limit = s >= 0 ? s : f, ok = pos->type.dtype == MW_I32 && pos->type.rank <= limit;
+        if (pos->type.dtype != MW_I32)
+            return mw__graph_fail(g, MW_ERR_DTYPE, "%s: pos %s must be i32", op, DESC(pos, dp));
+        for (int k = 0; ok && k < pos->type.rank; k++)
+            ok = pos->type.ax[k].name == x->type.ax[k].name &&
+                 pos->type.ax[k].size == x->type.ax[k].size &&
+                 pos->type.ax[k].mesh == x->type.ax[k].mesh;
+        if (!ok)
+            return mw__graph_fail(g, MW_ERR_SHAPE,
+                                  "%s: pos %s must have leading axes of x %s, in order, before "
+                                  "%s",
+                                  op, DESC(pos, dp), DESC(x, dx), s >= 0 ? seq_axis : feature_axis);
+    }
+    if (!(x = mw__replicated(g, x))) return NULL;
+    mw_tensor proto = {.op = MW__OP_ROPE, .nin = pos ? 2 : 1, .in = {x, pos}, .type = x->type};
+    proto.p.rope.seq = s;
+    proto.p.rope.style = (int)c.style;
+    proto.p.rope.dims = (int)dims;
+    proto.p.rope.scaling = (int)c.scaling;
+    proto.p.rope.offset = c.offset;
+    proto.p.rope.theta = c.theta;
+    if (c.scaling == MW_ROPE_SCALING_LLAMA3) {
+        proto.p.rope.factor = c.factor;
+        proto.p.rope.low = c.low_freq_factor;
+        proto.p.rope.high = c.high_freq_factor;
+        proto.p.rope.original = c.original_max_positions;
+    }
     return mw__node_new(g, &proto);
 }
 

@@ -107,8 +107,9 @@ static void find_fused_grads(builder *b) {
         }
         if (!(traits & MW__T_NORM_DX)) continue;
         const mw_tensor *gy = n->in[0], *x = n->in[1];
-        /* A kernel that writes the bias gradient (MW__T_NORM_DB: layer norm's) fuses dw only
-         * with db; one without (RMS norm's) writes dw alone. */
+        /* A kernel that can write the bias gradient (MW__T_NORM_DB: layer norm's) writes it
+         * when the graph sums gy over rows (a layer norm with a bias, whose gradient is
+         * wanted); without (RMS norm's, or a layer norm without bias) it writes dw alone. */
         int has_bias = (traits & MW__T_NORM_DB) != 0;
         int dw = -1, db = has_bias ? row_sum_of(b, i, gy) : -1;
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
@@ -118,10 +119,10 @@ static void find_fused_grads(builder *b) {
                 !memcmp(&t->p, &n->p, sizeof t->p))
                 dw = j;
         }
-        if (dw < 0 || (has_bias && db < 0)) continue;
+        if (dw < 0) continue;
         b->fuse[i].ln_dw = dw;
         b->fuse[dw].absorbed = 1;
-        if (!has_bias) continue;
+        if (db < 0) continue;
         b->fuse[i].col_sum = db;
         b->fuse[db].absorbed = 1;
     }

@@ -280,6 +280,12 @@ int mw__plan_lower_node(builder *b, const mw_tensor *n) {
     case MW__OP_RMSNORM:
     case MW__OP_RMSNORM_DX:
     case MW__OP_RMSNORM_DW:
+    case MW__OP_SILU:
+    case MW__OP_SILU_GRAD:
+    case MW__OP_SWIGLU:
+    case MW__OP_SWIGLU_GRAD:
+    case MW__OP_ROPE:
+    case MW__OP_ROPE_GRAD:
     case MW__OP_SOFTMAX:
     case MW__OP_SOFTMAX_GRAD:
     case MW__OP_EMBED:

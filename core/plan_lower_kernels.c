@@ -27,21 +27,58 @@ int mw__plan_cannot_lower(const mw_tensor *n) {
     return -2;
 }
 
+/* The unary kernel's function of a GELU or SiLU node (or their gradients'). */
+static mw__unop unop_of(const mw_tensor *n) {
+    if (n->op == MW__OP_SILU || n->op == MW__OP_SILU_GRAD) return MW__UN_SILU;
+    return n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU;
+}
+
+/* Rotary embeddings (or their gradient) over the rows of n's last axis: where each row's
+ * position comes from (its index along the sequence axis, the entry of pos its leading axes
+ * pick). */
+static int lower_rope(builder *b, const mw_tensor *n, mw__ref out) {
+    const ltype lx = local_type(&n->in[0]->type, b->pl);
+    int64_t feat = lx.size[lx.rank - 1], rows = feat ? lx.numel / feat : 0;
+    int s = n->p.rope.seq;
+    mw__ins *in = emit_io(b, MW__I_ROPE, n, out);
+    if (!in) return -1;
+    mw__k_rope k = {.rows = rows,
+                    .n = feat,
+                    .inner = s >= 0 && feat ? lx.stride[s] / feat : 1,
+                    .seq = s >= 0 ? lx.size[s] : 1,
+                    .prefix = rows,
+                    .offset = n->p.rope.offset,
+                    .dims = n->p.rope.dims,
+                    .style = n->p.rope.style,
+                    .inverse = n->op == MW__OP_ROPE_GRAD,
+                    .freqs = {.theta = n->p.rope.theta,
+                              .factor = n->p.rope.factor,
+                              .low = n->p.rope.low,
+                              .high = n->p.rope.high,
+                              .original = n->p.rope.original,
+                              .dims = n->p.rope.dims,
+                              .llama3 = n->p.rope.scaling == MW_ROPE_SCALING_LLAMA3},
+                    .out_dtype = out.dtype};
+    int lead = n->nin > 1 ? n->in[1]->type.rank : 0;
+    if (lead > 0 && feat) k.prefix = lx.stride[lead - 1] / feat;
+    in->k.rope = k;
+    return 0;
+}
+
 int mw__plan_lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref out) {
     const ltype la = local_type(&n->in[0]->type, b->pl);
     mw__ins *in;
     switch (n->op) {
     case MW__OP_GELU:
+    case MW__OP_SILU:
         if (!(in = emit_io(b, MW__I_UNARY, n, out))) return -1;
-        in->k.unary = (mw__k_unary){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
-                                    .out_dtype = out.dtype,
-                                    .count = lo->numel};
+        in->k.unary = (mw__k_unary){.op = unop_of(n), .out_dtype = out.dtype, .count = lo->numel};
         return 0;
     case MW__OP_GELU_GRAD:
+    case MW__OP_SILU_GRAD:
         if (!(in = emit_io(b, MW__I_UNARY_GRAD, n, out))) return -1;
-        in->k.unary_grad = (mw__k_unary_grad){.op = n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU,
-                                              .out_dtype = out.dtype,
-                                              .count = lo->numel};
+        in->k.unary_grad =
+            (mw__k_unary_grad){.op = unop_of(n), .out_dtype = out.dtype, .count = lo->numel};
         if (b->fuse[n->id].col_sum >= 0) {
             in->ref.unary_grad.colsum = grad_ref(b, b->fuse[n->id].col_sum);
             in->k.unary_grad.cols = lo->size[lo->rank - 1];
@@ -70,7 +107,8 @@ int mw__plan_lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref o
                 in->ref.layernorm_dx.addend = b->node[b->fuse[n->id].ln_addend].ref;
             if (b->fuse[n->id].ln_dw >= 0) {
                 in->ref.layernorm_dx.dw = grad_ref(b, b->fuse[n->id].ln_dw);
-                in->ref.layernorm_dx.db = grad_ref(b, b->fuse[n->id].col_sum);
+                if (b->fuse[n->id].col_sum >= 0) /* none: no bias, or its gradient unwanted */
+                    in->ref.layernorm_dx.db = grad_ref(b, b->fuse[n->id].col_sum);
             }
         }
         return 0;
@@ -100,6 +138,23 @@ int mw__plan_lower_nn(builder *b, const mw_tensor *n, const ltype *lo, mw__ref o
         }
         return 0;
     }
+    case MW__OP_SWIGLU:
+    case MW__OP_SWIGLU_GRAD: {
+        /* x: blocks of a gate row and an up row, each the part axis's stride long */
+        const ltype lx = local_type(&n->in[n->op == MW__OP_SWIGLU ? 0 : 1]->type, b->pl);
+        int64_t inner = lx.stride[n->p.along.axis];
+        int grad = n->op == MW__OP_SWIGLU_GRAD;
+        if (!(in = emit_io(b, grad ? MW__I_SWIGLU_GRAD : MW__I_SWIGLU, n, out))) return -1;
+        mw__k_swiglu k = {
+            .outer = inner ? lx.numel / (2 * inner) : 0, .inner = inner, .out_dtype = out.dtype};
+        if (grad)
+            in->k.swiglu_grad = k;
+        else
+            in->k.swiglu = k;
+        return 0;
+    }
+    case MW__OP_ROPE:
+    case MW__OP_ROPE_GRAD: return lower_rope(b, n, out);
     case MW__OP_SOFTMAX:
     case MW__OP_SOFTMAX_GRAD: {
         int causal = n->p.softmax.causal;

@@ -118,8 +118,9 @@ typedef struct mw__k_sgd {
 } mw__k_sgd;
 
 /* Elementwise unary ops and their gradients (math in devices/math.h). */
-/* GELU in its tanh form (mw_gelu) or exact, through erf (mw_gelu_erf). */
-typedef enum mw__unop { MW__UN_GELU, MW__UN_GELU_ERF } mw__unop;
+/* GELU in its tanh form (mw_gelu) or exact, through erf (mw_gelu_erf); SiLU: x / (1 + e^-x)
+ * (mw_silu). */
+typedef enum mw__unop { MW__UN_GELU, MW__UN_GELU_ERF, MW__UN_SILU } mw__unop;
 
 /* out[i] = f(a[i]); out is f32 or bf16 (rounded once). */
 typedef struct mw__k_unary {
@@ -144,7 +145,7 @@ typedef struct mw__k_unary_grad {
 } mw__k_unary_grad;
 
 /* Layer norm over contiguous rows of n: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var+eps)
- * with the biased variance; out is f32 or bf16 (rounded once). */
+ * with the biased variance (b NULL: no bias); out is f32 or bf16 (rounded once). */
 typedef struct mw__k_layernorm {
     int64_t rows, n;
     float eps;
@@ -156,14 +157,14 @@ typedef struct mw__k_layernorm {
 /* Layer norm backward. dx: the input gradient (w given); dw: sum over rows of gy * xhat (w NULL,
  * out has n elements). Statistics are recomputed from x. The dx kernel also writes, when they are
  * not NULL, dw (as the dw kernel would) and db = the sum over rows of gy, row after row: the plan
- * gives them when the layer norm's weight and bias gradients come straight from the same gy, so
+ * gives them when the layer norm's weight (and bias) gradients come straight from the same gy, so
  * one pass over gy and x serves all three. */
 typedef struct mw__k_layernorm_grad {
     int64_t rows, n;
     float eps;
     float *out;
     const float *gy, *x, *w;
-    float *dw, *db; /* dx only: NULL, or n floats each */
+    float *dw, *db; /* dx only: each NULL, or n floats (db only with dw) */
     /* dx only: NULL, or what to add to dx (the same rows): out = addend + dx, a gradient the plan
      * folded in (a residual stream's). */
     const float *addend;
@@ -193,6 +194,32 @@ typedef struct mw__k_rmsnorm_grad {
      * stream's gradient the plan folded in). */
     const float *addend;
 } mw__k_rmsnorm_grad;
+
+/* SwiGLU over `outer` blocks of x, each a gate row of `inner` then an up row of `inner`:
+ * out[o * inner + i] = silu(gate[i]) * up[i]; out is f32 or bf16 (rounded once). The gradient
+ * (mw__k_swiglu with gy given) writes both halves of dx in x's layout: gy * up * silu'(gate),
+ * then gy * silu(gate). */
+typedef struct mw__k_swiglu {
+    int64_t outer, inner;
+    mw_dtype out_dtype;
+    void *out;
+    const float *x, *gy; /* gy: the gradient only */
+} mw__k_swiglu;
+
+/* Rotary embeddings over rows of n features: row r at position offset + (r / inner) % seq (+
+ * pos[r / prefix] when pos is given) has features j < dims rotated with their pair (style: j and
+ * j + dims/2, or 2j and 2j + 1) by the angle position * f_j (devices/math.h, mw__rope_freq; the
+ * opposite angle when inverse: the gradient); features from dims on are copied. out is f32 or
+ * bf16 (rounded once). */
+typedef struct mw__k_rope {
+    int64_t rows, n, inner, seq, prefix, offset;
+    int dims, style, inverse;
+    mw__rope_freqs freqs;
+    mw_dtype out_dtype;
+    void *out;
+    const float *x;
+    const int32_t *pos;
+} mw__k_rope;
 
 /* Softmax over contiguous rows of k, of `outer` blocks of s rows: out = softmax(scale * a). When
  * causal, row i of a block sees only columns j <= i + (k - s); the rest are 0. */
@@ -422,6 +449,9 @@ typedef struct mw__k_attention_cached {
 #define MW__ROLES_RMSNORM(R, X) R(X, out) R(X, x) R(X, w)
 #define MW__ROLES_RMSNORM_DX(R, X) R(X, out) R(X, gy) R(X, x) R(X, w) R(X, dw) R(X, addend)
 #define MW__ROLES_RMSNORM_DW(R, X) R(X, out) R(X, gy) R(X, x)
+#define MW__ROLES_SWIGLU(R, X) R(X, out) R(X, x)
+#define MW__ROLES_SWIGLU_GRAD(R, X) R(X, out) R(X, gy) R(X, x)
+#define MW__ROLES_ROPE(R, X) R(X, out) R(X, x) R(X, pos)
 #define MW__ROLES_SOFTMAX(R, X) R(X, out) R(X, a)
 #define MW__ROLES_SOFTMAX_GRAD(R, X) R(X, out) R(X, gy) R(X, p)
 #define MW__ROLES_EMBED(R, X) R(X, out) R(X, table) R(X, ids)
@@ -452,6 +482,9 @@ typedef struct mw__k_attention_cached {
     XX(RMSNORM, rmsnorm, mw__k_rmsnorm, MW__DT_BF16_OUT, MW__ROLES_RMSNORM)                        \
     XX(RMSNORM_DX, rmsnorm_dx, mw__k_rmsnorm_grad, 0, MW__ROLES_RMSNORM_DX)                        \
     XX(RMSNORM_DW, rmsnorm_dw, mw__k_rmsnorm_grad, 0, MW__ROLES_RMSNORM_DW)                        \
+    XX(SWIGLU, swiglu, mw__k_swiglu, MW__DT_BF16_OUT, MW__ROLES_SWIGLU)                            \
+    XX(SWIGLU_GRAD, swiglu_grad, mw__k_swiglu, 0, MW__ROLES_SWIGLU_GRAD)                           \
+    XX(ROPE, rope, mw__k_rope, MW__DT_BF16_OUT, MW__ROLES_ROPE)                                    \
     XX(SOFTMAX, softmax, mw__k_softmax, 0, MW__ROLES_SOFTMAX)                                      \
     XX(SOFTMAX_GRAD, softmax_grad, mw__k_softmax_grad, 0, MW__ROLES_SOFTMAX_GRAD)                  \
     XX(EMBED, embed, mw__k_embed, 0, MW__ROLES_EMBED)                                              \

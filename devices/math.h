@@ -79,6 +79,36 @@ MW__HD float mw__gelu_erf_grad(float x) {
            x * 0.39894228040143268f * mw__expf(-0.5f * x * x);
 }
 
+/* SiLU, x / (1 + e^-x), and its derivative s (1 + x (1 - s)) with s = 1 / (1 + e^-x), where
+ * 1 - s = e^-x s keeps its precision as s nears 1. A NaN stays NaN. */
+MW__HD float mw__silu(float x) { return x / (1.0f + mw__expf(-x)); }
+MW__HD float mw__silu_grad(float x) {
+    float e = mw__expf(-x), s = 1.0f / (1.0f + e);
+    return s * (1.0f + x * (e * s));
+}
+
+/* The frequencies of rotary embeddings, f_j = 1 / theta^(2j / dims) for j < dims / 2, in f32 as
+ * transformers computes them, with Llama 3's scaling when llama3 is set (transformers'
+ * _compute_llama3_parameters): wavelengths 2 pi / f_j shorter than original / high are kept,
+ * those longer than original / low divided by factor, and those between interpolated. */
+typedef struct mw__rope_freqs {
+    float theta, factor, low, high;
+    int64_t original;
+    int dims, llama3;
+} mw__rope_freqs;
+
+MW__HD float mw__rope_freq(const mw__rope_freqs *f, int j) {
+    float inv = 1.0f / powf(f->theta, (float)(2 * j) / (float)f->dims);
+    if (!f->llama3) return inv;
+    float wl = 6.28318548f / inv, old = (float)f->original;
+    float low_wl = (float)((double)f->original / (double)f->low);
+    float high_wl = (float)((double)f->original / (double)f->high);
+    if (wl < high_wl) return inv;
+    if (wl > low_wl) return inv / f->factor;
+    float smooth = (old / wl - f->low) / (f->high - f->low);
+    return (1.0f - smooth) * inv / f->factor + smooth * inv;
+}
+
 MW__HD float mw__binop_apply(int op, float a, float b) {
     return op == 0 ? a + b : op == 1 ? a - b : op == 2 ? a * b : a / b;
 }

@@ -204,6 +204,20 @@ MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
     *y = s * (1.0f + 2.0f * x * du * (e * s));
 }
 
+/* SiLU and its derivative on eight lanes: mw__silu and mw__silu_grad with mw__exp8. */
+MW__CPU_INLINE void silu8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, e, v = -x;
+    mw__exp8(&e, &v);
+    *y = x / (1.0f + e);
+}
+
+MW__CPU_INLINE void silu_grad8(mw__v8 *y, const mw__v8 *xp) {
+    mw__v8 x = *xp, e, v = -x;
+    mw__exp8(&e, &v);
+    mw__v8 s = 1.0f / (1.0f + e);
+    *y = s * (1.0f + x * (e * s));
+}
+
 /* Stores the first n (at most 8) lanes of y at out + i, as f32 or bf16. */
 MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const mw__v8 *y) {
     if (bf16) {
@@ -215,19 +229,26 @@ MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const
     }
 }
 
-/* GELU of a[0, n) into out as f32 or bf16 (a constant after inlining: one loop each). */
-MW__CPU_INLINE void gelu_run(int64_t n, const float *a, void *out, int bf16) {
+/* GELU (or SiLU, silu set) of a[0, n) into out as f32 or bf16 (constants after inlining: one
+ * loop each). */
+MW__CPU_INLINE void gelu_run(int64_t n, const float *a, void *out, int bf16, int silu) {
     mw__v8 x, y;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         memcpy(&x, a + i, sizeof x);
-        gelu8(&y, &x);
+        if (silu)
+            silu8(&y, &x);
+        else
+            gelu8(&y, &x);
         store_lanes(out, bf16, i, 8, &y);
     }
     if (i < n) { /* the last elements in lanes 0.., zeros after them */
         x = (mw__v8){0};
         memcpy(&x, a + i, (size_t)(n - i) * sizeof(float));
-        gelu8(&y, &x);
+        if (silu)
+            silu8(&y, &x);
+        else
+            gelu8(&y, &x);
         store_lanes(out, bf16, i, n - i, &y);
     }
 }
@@ -257,12 +278,13 @@ static void gelu_erf_grad_run(int64_t n, const float *xs, const float *gy, void 
 
 mw_status MW__CPU(mw__cpu_unary)(mw__device *dev, const mw__k_unary *k) {
     (void)dev;
+    int bf16 = k->out_dtype == MW_BF16;
     if (k->op == MW__UN_GELU_ERF)
-        gelu_erf_run(k->count, k->a, k->out, k->out_dtype == MW_BF16);
-    else if (k->out_dtype == MW_BF16)
-        gelu_run(k->count, k->a, k->out, 1);
+        gelu_erf_run(k->count, k->a, k->out, bf16);
+    else if (k->op == MW__UN_SILU)
+        bf16 ? gelu_run(k->count, k->a, k->out, 1, 1) : gelu_run(k->count, k->a, k->out, 0, 1);
     else
-        gelu_run(k->count, k->a, k->out, 0);
+        bf16 ? gelu_run(k->count, k->a, k->out, 1, 0) : gelu_run(k->count, k->a, k->out, 0, 0);
     return MW_OK;
 }
 
@@ -270,13 +292,16 @@ mw_status MW__CPU(mw__cpu_unary)(mw__device *dev, const mw__k_unary *k) {
  * or bf16 (at element offset o of out), and when sum is not NULL, sum[i] += out[i] (the f32
  * value). */
 MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, void *out, int bf16,
-                                  int64_t o, float *sum) {
+                                  int64_t o, float *sum, int silu) {
     mw__v8 x, g, y, s;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) { /* constant sizes: the copies are vector loads and stores */
         memcpy(&x, xs + i, sizeof x);
         memcpy(&g, gy + i, sizeof g);
-        gelu_grad8(&y, &x);
+        if (silu)
+            silu_grad8(&y, &x);
+        else
+            gelu_grad8(&y, &x);
         y *= g;
         store_lanes(out, bf16, o + i, 8, &y);
         if (sum) {
@@ -290,7 +315,10 @@ MW__CPU_INLINE void gelu_grad_run(int64_t n, const float *xs, const float *gy, v
     x = g = s = (mw__v8){0};
     memcpy(&x, xs + i, b);
     memcpy(&g, gy + i, b);
-    gelu_grad8(&y, &x);
+    if (silu)
+        silu_grad8(&y, &x);
+    else
+        gelu_grad8(&y, &x);
     y *= g;
     store_lanes(out, bf16, o + i, n - i, &y);
     if (sum) {
@@ -313,11 +341,14 @@ mw_status MW__CPU(mw__cpu_unary_grad)(mw__device *dev, const mw__k_unary_grad *k
             gelu_erf_grad_run(k->cols, k->x + o, k->gy + o, k->out, bf16, o, k->colsum);
         return MW_OK;
     }
+    int silu = k->op == MW__UN_SILU;
     if (!k->colsum) {
         if (bf16)
-            gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL);
+            silu ? gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL, 1)
+                 : gelu_grad_run(k->count, k->x, k->gy, k->out, 1, 0, NULL, 0);
         else
-            gelu_grad_run(k->count, k->x, k->gy, k->out, 0, 0, NULL);
+            silu ? gelu_grad_run(k->count, k->x, k->gy, k->out, 0, 0, NULL, 1)
+                 : gelu_grad_run(k->count, k->x, k->gy, k->out, 0, 0, NULL, 0);
         return MW_OK;
     }
     /* Row after row, each row's values added into the column sums as they are written. */
@@ -325,9 +356,11 @@ mw_status MW__CPU(mw__cpu_unary_grad)(mw__device *dev, const mw__k_unary_grad *k
     memset(k->colsum, 0, (size_t)cols * sizeof *k->colsum);
     for (int64_t o = 0; o < k->count; o += cols)
         if (bf16)
-            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 1, o, k->colsum);
+            silu ? gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 1, o, k->colsum, 1)
+                 : gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 1, o, k->colsum, 0);
         else
-            gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 0, o, k->colsum);
+            silu ? gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 0, o, k->colsum, 1)
+                 : gelu_grad_run(cols, k->x + o, k->gy + o, k->out, 0, o, k->colsum, 0);
     return MW_OK;
 }
 
@@ -390,5 +423,70 @@ mw_status MW__CPU(mw__cpu_dropout)(mw__device *dev, const mw__k_dropout *k) {
         dropout(k);
     else if (k->out != k->a)
         memcpy(k->out, k->a, (size_t)k->count * sizeof *k->out);
+    return MW_OK;
+}
+
+/* SwiGLU forward: out = silu(gate) * up, eight at a time, f32 or bf16. */
+MW__CPU_INLINE void swiglu_run(int64_t n, const float *gate, const float *up, void *out, int64_t o,
+                               int bf16) {
+    mw__v8 x, u, y;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&x, gate + i, sizeof x);
+        memcpy(&u, up + i, sizeof u);
+        silu8(&y, &x);
+        y *= u;
+        store_lanes(out, bf16, o + i, 8, &y);
+    }
+    if (i == n) return;
+    size_t b = (size_t)(n - i) * sizeof(float);
+    x = u = (mw__v8){0};
+    memcpy(&x, gate + i, b);
+    memcpy(&u, up + i, b);
+    silu8(&y, &x);
+    y *= u;
+    store_lanes(out, bf16, o + i, n - i, &y);
+}
+
+mw_status MW__CPU(mw__cpu_swiglu)(mw__device *dev, const mw__k_swiglu *k) {
+    (void)dev;
+    for (int64_t o = 0; o < k->outer; o++) {
+        const float *gate = k->x + 2 * o * k->inner, *up = gate + k->inner;
+        if (k->out_dtype == MW_BF16)
+            swiglu_run(k->inner, gate, up, k->out, o * k->inner, 1);
+        else
+            swiglu_run(k->inner, gate, up, k->out, o * k->inner, 0);
+    }
+    return MW_OK;
+}
+
+/* SwiGLU backward over n elements: dgate = gy * up * silu'(gate), dup = gy * silu(gate). */
+MW__CPU_INLINE void swiglu_grad8(const float *gate, const float *up, const float *gy, float *dg,
+                                 float *du, int64_t n) {
+    mw__v8 x, u, g, e, v, s;
+    x = u = g = (mw__v8){0};
+    size_t b = (size_t)n * sizeof(float);
+    memcpy(&x, gate, b);
+    memcpy(&u, up, b);
+    memcpy(&g, gy, b);
+    v = -x;
+    mw__exp8(&e, &v);
+    s = 1.0f / (1.0f + e);
+    mw__v8 a = g * u * (s * (1.0f + x * (e * s))), c = g * (x * s);
+    memcpy(dg, &a, b);
+    memcpy(du, &c, b);
+}
+
+mw_status MW__CPU(mw__cpu_swiglu_grad)(mw__device *dev, const mw__k_swiglu *k) {
+    (void)dev;
+    float *dx = k->out;
+    for (int64_t o = 0; o < k->outer; o++) {
+        const float *gate = k->x + 2 * o * k->inner, *up = gate + k->inner;
+        const float *gy = k->gy + o * k->inner;
+        float *dg = dx + 2 * o * k->inner, *du = dg + k->inner;
+        int64_t i = 0;
+        for (; i + 8 <= k->inner; i += 8) swiglu_grad8(gate + i, up + i, gy + i, dg + i, du + i, 8);
+        if (i < k->inner) swiglu_grad8(gate + i, up + i, gy + i, dg + i, du + i, k->inner - i);
+    }
     return MW_OK;
 }

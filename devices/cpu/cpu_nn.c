@@ -1,11 +1,13 @@
-/* CPU kernels of the neural-network row ops: layer norm and RMS norm and their gradients, softmax
- * and its gradient, cross-entropy and its gradient. Straight loops over contiguous rows, in a fixed
- * order (so results are repeatable), with the per-element math of devices/math.h. */
+/* CPU kernels of the neural-network row ops: layer norm and RMS norm and their gradients, rotary
+ * embeddings, softmax and its gradient, cross-entropy and its gradient. Straight loops over
+ * contiguous rows, in a fixed order (so results are repeatable), with the per-element math of
+ * devices/math.h. */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "devices/cpu/cpu_kernels.h"
+#include "devices/cpu/cpu_state.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -41,22 +43,27 @@ mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) 
         const float *x = k->x + r * k->n;
         float mean, rstd;
         row_stats(x, k->n, k->eps, &mean, &rstd);
+        const float *restrict bias = k->b; /* NULL: no bias */
         if (!bf16) {
             float *y = (float *)k->out + r * k->n;
-            for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j] + k->b[j];
+            if (bias)
+                for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j] + bias[j];
+            else
+                for (int64_t j = 0; j < k->n; j++) y[j] = (x[j] - mean) * rstd * k->w[j];
             continue;
         }
         uint16_t *y = (uint16_t *)k->out + r * k->n;
         int64_t j = 0;
         for (; j + 8 <= k->n; j += 8) {
-            mw__v8 xv, w, b;
+            mw__v8 xv, w, b = {0};
             memcpy(&xv, x + j, sizeof xv);
             memcpy(&w, k->w + j, sizeof w);
-            memcpy(&b, k->b + j, sizeof b);
+            if (bias) memcpy(&b, bias + j, sizeof b);
             xv = (xv - mean) * rstd * w + b;
             mw__bf16_store8(y + j, &xv);
         }
-        for (; j < k->n; j++) y[j] = mw__bf16_from_f32((x[j] - mean) * rstd * k->w[j] + k->b[j]);
+        for (; j < k->n; j++)
+            y[j] = mw__bf16_from_f32((x[j] - mean) * rstd * k->w[j] + (bias ? bias[j] : 0.0f));
     }
     return MW_OK;
 }
@@ -70,10 +77,8 @@ static void add_addend(float *restrict dx, const float *restrict addend, int64_t
 mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     float *restrict dw = k->dw, *restrict db = k->db;
-    if (dw) {
-        memset(dw, 0, (size_t)k->n * sizeof *dw);
-        memset(db, 0, (size_t)k->n * sizeof *db);
-    }
+    if (dw) memset(dw, 0, (size_t)k->n * sizeof *dw);
+    if (db) memset(db, 0, (size_t)k->n * sizeof *db);
     for (int64_t r = 0; r < k->rows; r++) {
         const float *x = k->x + r * k->n, *gy = k->gy + r * k->n;
         float *dx = k->out + r * k->n, mean, rstd;
@@ -116,22 +121,23 @@ mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_g
             y = rstd * (d - a - xh * c);
             memcpy(dx + i, &y, sizeof y);
             if (dw) {
-                mw__v8 sw, sb;
+                mw__v8 sw;
                 memcpy(&sw, dw + i, sizeof sw);
-                memcpy(&sb, db + i, sizeof sb);
                 sw += g * (xv - mean) * rstd;
-                sb += g;
                 memcpy(dw + i, &sw, sizeof sw);
+            }
+            if (db) {
+                mw__v8 sb;
+                memcpy(&sb, db + i, sizeof sb);
+                sb += g;
                 memcpy(db + i, &sb, sizeof sb);
             }
         }
         for (; i < k->n; i++) {
             float d = gy[i] * w[i], xh = (x[i] - mean) * rstd;
             dx[i] = rstd * (d - a - xh * c);
-            if (dw) {
-                dw[i] += gy[i] * (x[i] - mean) * rstd;
-                db[i] += gy[i];
-            }
+            if (dw) dw[i] += gy[i] * (x[i] - mean) * rstd;
+            if (db) db[i] += gy[i];
         }
         if (k->addend) add_addend(dx, k->addend + r * k->n, k->n);
     }
@@ -324,6 +330,87 @@ mw_status MW__CPU(mw__cpu_xent_grad)(mw__device *dev, const mw__k_xent_grad *k) 
         for (int64_t j = 0; j < k->valid; j++) dx[j] = scale * mw__expf(x[j] - mx);
         dx[t] -= gy;
         for (int64_t j = k->valid; j < k->v; j++) dx[j] = 0.0f;
+    }
+    return MW_OK;
+}
+
+/* --- rotary embeddings ------------------------------------------------------------------------ */
+
+#define ROPE_MAX_HALF 4096 /* dims / 2 (graph.h: at most 8192 features rotated) */
+
+/* cos and sin of position p times each frequency, as transformers makes them: the angle an f32
+ * product, its cos and sin in f32; the sine negated for the inverse rotation. */
+static void rope_angles(const mw__k_rope *k, const float *freq, int64_t p, float *c, float *s) {
+    int half = k->dims / 2;
+    float sign = k->inverse ? -1.0f : 1.0f;
+    for (int j = 0; j < half; j++) {
+        float a = (float)p * freq[j];
+        c[j] = cosf(a);
+        s[j] = sign * sinf(a);
+    }
+}
+
+/* One row: x rotated by (c, s) into out (f32, or bf16 when bf16 is set; a constant after
+ * inlining), the features past dims copied. */
+MW__CPU_INLINE void rope_row(const mw__k_rope *k, const float *restrict x, void *out, int64_t o,
+                             const float *restrict c, const float *restrict s, int bf16) {
+    int half = k->dims / 2;
+    float *y = (float *)out + o;
+    uint16_t *h = (uint16_t *)out + o;
+#define PUT(j, v) (bf16 ? (void)(h[j] = mw__bf16_from_f32(v)) : (void)(y[j] = (v)))
+    if (k->style == MW_ROPE_INTERLEAVED) {
+        for (int j = 0; j < half; j++) {
+            float a = x[2 * j], b = x[2 * j + 1];
+            PUT(2 * j, a * c[j] - b * s[j]);
+            PUT(2 * j + 1, b * c[j] + a * s[j]);
+        }
+    } else {
+        const float *restrict x2 = x + half;
+        for (int j = 0; j < half; j++) PUT(j, x[j] * c[j] - x2[j] * s[j]);
+        for (int j = 0; j < half; j++) PUT(half + j, x2[j] * c[j] + x[j] * s[j]);
+    }
+    for (int64_t j = k->dims; j < k->n; j++) PUT(j, x[j]);
+#undef PUT
+}
+
+/* Positions come from the row's index along the sequence (a table of seq rows of cos and sin in
+ * the device's work buffer, made once per call), or with pos from pos's entry (made per row, or
+ * kept while consecutive rows share the position, as the heads of one token do). */
+mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
+    int half = k->dims / 2, bf16 = k->out_dtype == MW_BF16;
+    if (k->rows <= 0 || half <= 0) return MW_OK;
+    if (half > ROPE_MAX_HALF)
+        return mw__error(MW_ERR_UNSUPPORTED, "%s: rotary embeddings over %d features (at most %d)",
+                         dev->name, k->dims, 2 * ROPE_MAX_HALF);
+    float freq[ROPE_MAX_HALF];
+    for (int j = 0; j < half; j++) freq[j] = mw__rope_freq(&k->freqs, j);
+    float *table = NULL, rc[ROPE_MAX_HALF], rs[ROPE_MAX_HALF];
+    if (!k->pos) {
+        size_t bytes = (size_t)k->seq * (size_t)half * 2 * sizeof(float);
+        mw_status st = mw__cpu_work_reserve(dev, bytes);
+        if (st) return st;
+        table = mw__cpu_work(dev);
+        for (int64_t i = 0; i < k->seq; i++)
+            rope_angles(k, freq, k->offset + i, table + 2 * i * half, table + (2 * i + 1) * half);
+    }
+    int64_t last = -1;
+    int have = 0;
+    for (int64_t r = 0; r < k->rows; r++) {
+        int64_t i = (r / k->inner) % k->seq;
+        const float *c, *s;
+        if (table) {
+            c = table + 2 * i * half;
+            s = c + half;
+        } else {
+            int64_t p = k->offset + i + k->pos[r / k->prefix];
+            if (!have || p != last) rope_angles(k, freq, p, rc, rs);
+            last = p, have = 1;
+            c = rc, s = rs;
+        }
+        if (bf16)
+            rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 1);
+        else
+            rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 0);
     }
     return MW_OK;
 }

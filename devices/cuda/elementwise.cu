@@ -59,27 +59,29 @@ __global__ void k_move_nd(mw__nd nd, I total, uint32_t *out, const uint32_t *a) 
 
 __global__ void k_fill(int64_t n, float value, float *out) { GRID_LOOP(i, n) out[i] = value; }
 
-/* exact: mw_gelu_erf's form, else the tanh one. */
-__device__ __forceinline__ float gelu_of(int exact, float x) {
-    return exact ? mw__gelu_erf(x) : mw__gelu(x);
+/* fn, an mw__unop: GELU's tanh form, its exact (erf) form, or SiLU. */
+__device__ __forceinline__ float gelu_of(int fn, float x) {
+    return fn == MW__UN_GELU_ERF ? mw__gelu_erf(x) : fn == MW__UN_SILU ? mw__silu(x) : mw__gelu(x);
 }
-__device__ __forceinline__ float gelu_grad_of(int exact, float x) {
-    return exact ? mw__gelu_erf_grad(x) : mw__gelu_grad(x);
+__device__ __forceinline__ float gelu_grad_of(int fn, float x) {
+    return fn == MW__UN_GELU_ERF ? mw__gelu_erf_grad(x)
+           : fn == MW__UN_SILU   ? mw__silu_grad(x)
+                                 : mw__gelu_grad(x);
 }
 
-template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a, int exact) {
-    GRID_LOOP(i, n) mw__put(out, i, gelu_of(exact, a[i]));
+template <typename O> __global__ void k_gelu(int64_t n, O *out, const float *a, int fn) {
+    GRID_LOOP(i, n) mw__put(out, i, gelu_of(fn, a[i]));
 }
 
 /* One element of the GELU gradient, gy * gelu'(x), rounded as a product of its own (never fused
  * into a following addition): the f32 value both the gradient and its column sums use. */
-__device__ __forceinline__ float gelu_grad_term(int exact, float gy, float x) {
-    return __fmul_rn(gy, gelu_grad_of(exact, x));
+__device__ __forceinline__ float gelu_grad_term(int fn, float gy, float x) {
+    return __fmul_rn(gy, gelu_grad_of(fn, x));
 }
 
 template <typename O>
-__global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, int exact) {
-    GRID_LOOP(i, n) mw__put(out, i, gelu_grad_term(exact, gy[i], x[i]));
+__global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, int fn) {
+    GRID_LOOP(i, n) mw__put(out, i, gelu_grad_term(fn, gy[i], x[i]));
 }
 
 /* colsum[j] = sum over rows, in row order, of gy * gelu'(x) at (r, j): the bias gradient of a
@@ -96,7 +98,7 @@ __global__ void k_gelu_grad(int64_t n, O *out, const float *gy, const float *x, 
 #define COLSUM_ROWS 64
 #define COLSUM_THREADS 256
 __global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, const float *gy,
-                                   const float *x, int exact) {
+                                   const float *x, int fn) {
     __shared__ float tile[COLSUM_ROWS][COLSUM_COLS + 1];
     int lane = threadIdx.x % COLSUM_COLS, row0 = threadIdx.x / COLSUM_COLS;
     for (int64_t c0 = (int64_t)blockIdx.x * COLSUM_COLS; c0 < cols;
@@ -108,7 +110,7 @@ __global__ void k_gelu_grad_colsum(int64_t rows, int64_t cols, float *colsum, co
             for (int r = row0; r < m; r += COLSUM_THREADS / COLSUM_COLS)
                 if (j < cols) {
                     int64_t at = (r0 + r) * cols + j;
-                    tile[r][lane] = gelu_grad_term(exact, gy[at], x[at]);
+                    tile[r][lane] = gelu_grad_term(fn, gy[at], x[at]);
                 }
             __syncthreads();
             if (threadIdx.x < COLSUM_COLS && j < cols)
@@ -252,32 +254,32 @@ mw_status mw__cuda_fill(mw__device *dev, const mw__k_fill *k) {
 
 mw_status mw__cuda_unary(mw__device *dev, const mw__k_unary *k) {
     ENTER(dev);
-    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF)
+    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF && k->op != MW__UN_SILU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
     if (k->count <= 0) return MW_OK;
-    int exact = k->op == MW__UN_GELU_ERF;
+    int fn = (int)k->op; /* as gelu_of reads it */
     if (k->out_dtype == MW_BF16)
         LAUNCH(k_gelu<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-               (uint16_t *)k->out, k->a, exact);
+               (uint16_t *)k->out, k->a, fn);
     else
         LAUNCH(k_gelu<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count, (float *)k->out,
-               k->a, exact);
-    return mw__cuda_launched(dev, "gelu kernel");
+               k->a, fn);
+    return mw__cuda_launched(dev, "unary kernel");
 }
 
 mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
     ENTER(dev);
-    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF)
+    if (k->op != MW__UN_GELU && k->op != MW__UN_GELU_ERF && k->op != MW__UN_SILU)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: unknown unary op %d", dev->name, (int)k->op);
-    int bf16 = k->out_dtype == MW_BF16, exact = k->op == MW__UN_GELU_ERF;
+    int bf16 = k->out_dtype == MW_BF16, fn = (int)k->op; /* as gelu_of reads it */
     if (k->count > 0) {
         if (bf16)
             LAUNCH(k_gelu_grad<uint16_t>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-                   (uint16_t *)k->out, k->gy, k->x, exact);
+                   (uint16_t *)k->out, k->gy, k->x, fn);
         else
             LAUNCH(k_gelu_grad<float>, blocks_for(k->count, THREADS), THREADS, 0, k->count,
-                   (float *)k->out, k->gy, k->x, exact);
-        mw_status st = mw__cuda_launched(dev, "gelu gradient kernel");
+                   (float *)k->out, k->gy, k->x, fn);
+        mw_status st = mw__cuda_launched(dev, "unary gradient kernel");
         if (st) return st;
     }
     if (!k->colsum) return MW_OK;
@@ -286,8 +288,8 @@ mw_status mw__cuda_unary_grad(mw__device *dev, const mw__k_unary_grad *k) {
         int64_t rows = k->count / k->cols;
         int64_t groups = (k->cols + COLSUM_COLS - 1) / COLSUM_COLS;
         LAUNCH(k_gelu_grad_colsum, (unsigned)(groups < 65535 ? groups : 65535), COLSUM_THREADS, 0,
-               rows, k->cols, k->colsum, k->gy, k->x, exact);
-        return mw__cuda_launched(dev, "gelu gradient column sums");
+               rows, k->cols, k->colsum, k->gy, k->x, fn);
+        return mw__cuda_launched(dev, "unary gradient column sums");
     }
     /* The bias gradient the plan folded in: the column sums of out, by the reduce kernel. */
     mw__k_reduce kb = mw__column_sums(k->cols ? k->count / k->cols : 0, k->cols, k->cols, 1.0f,
@@ -326,4 +328,47 @@ extern "C" mw_status mw__cuda_dropout(mw__device *dev, const mw__k_dropout *k) {
     k_dropout<<<wide_blocks(k->count), THREADS, 0, s>>>(*k, mw__dropout_key(k->seed, k->step),
                                                         mw__dropout_threshold(k->p));
     return launch_error(dev, "dropout kernel");
+}
+
+/* SwiGLU: out[o, i] = silu(gate) * up, gate and up the two rows of inner of block o of x. */
+template <typename O>
+__global__ void k_swiglu(int64_t outer, int64_t inner, O *out, const float *x) {
+    GRID_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        const float *gate = x + 2 * o * inner;
+        mw__put(out, t, mw__silu(gate[i]) * gate[inner + i]);
+    }
+}
+
+/* Its gradient into x's layout: gy * up * silu'(gate), then gy * silu(gate). */
+__global__ void k_swiglu_grad(int64_t outer, int64_t inner, float *dx, const float *gy,
+                              const float *x) {
+    GRID_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner, at = 2 * o * inner + i;
+        float g = gy[t], a = x[at], u = x[at + inner];
+        dx[at] = g * u * mw__silu_grad(a);
+        dx[at + inner] = g * mw__silu(a);
+    }
+}
+
+extern "C" mw_status mw__cuda_swiglu(mw__device *dev, const mw__k_swiglu *k) {
+    ENTER(dev);
+    int64_t n = k->outer * k->inner;
+    if (n <= 0) return MW_OK;
+    if (k->out_dtype == MW_BF16)
+        LAUNCH(k_swiglu<uint16_t>, blocks_for(n, THREADS), THREADS, 0, k->outer, k->inner,
+               (uint16_t *)k->out, k->x);
+    else
+        LAUNCH(k_swiglu<float>, blocks_for(n, THREADS), THREADS, 0, k->outer, k->inner,
+               (float *)k->out, k->x);
+    return mw__cuda_launched(dev, "swiglu kernel");
+}
+
+extern "C" mw_status mw__cuda_swiglu_grad(mw__device *dev, const mw__k_swiglu *k) {
+    ENTER(dev);
+    int64_t n = k->outer * k->inner;
+    if (n <= 0) return MW_OK;
+    LAUNCH(k_swiglu_grad, blocks_for(n, THREADS), THREADS, 0, k->outer, k->inner, (float *)k->out,
+           k->gy, k->x);
+    return mw__cuda_launched(dev, "swiglu gradient kernel");
 }

@@ -33,7 +33,7 @@ __global__ void k_layernorm(int64_t rows, int64_t n, float eps, O *out, const fl
         float mean, rstd;
         row_stats<BS>(xr, n, eps, sh, &mean, &rstd);
         for (int64_t j = threadIdx.x; j < n; j += BS)
-            mw__put(o, j, (xr[j] - mean) * rstd * w[j] + b[j]);
+            mw__put(o, j, (xr[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f));
     }
 }
 
@@ -287,8 +287,8 @@ static mw_status add_addend(mw__device *dev, float *out, const float *addend, in
     return mw__cuda_binary(dev, &ka);
 }
 
-/* With an addend, the binary kernel adds it to dx. With dw and db given (the plan's layer-norm
- * gradients in one instruction), the dw kernel and a column sum of gy follow the dx kernel on the
+/* With an addend, the binary kernel adds it to dx. With dw (and db) given (the plan's layer-norm
+ * gradients in one instruction), the dw kernel (and a column sum of gy) follow the dx kernel on the
  * stream: the GPU reads gy and x from its own memory at a rate where one pass more costs little,
  * so they stay the kernels they were. */
 mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) {
@@ -306,7 +306,7 @@ mw_status mw__cuda_layernorm_dx(mw__device *dev, const mw__k_layernorm_grad *k) 
     kw.w = NULL;
     kw.dw = kw.db = NULL;
     mw_status st = mw__cuda_layernorm_dw(dev, &kw);
-    if (st) return st;
+    if (st || !k->db) return st;
     mw__k_reduce kb = mw__column_sums(k->rows, k->n, k->n, 1.0f, k->db, k->gy);
     return mw__cuda_reduce(dev, &kb);
 }
@@ -426,4 +426,41 @@ mw_status mw__cuda_xent_grad(mw__device *dev, const mw__k_xent_grad *k) {
     LAUNCH(k_xent_grad<ROW_THREADS>, row_blocks(k->rows), ROW_THREADS, 0, k->rows, k->v, k->valid,
            k->out, k->gy, k->logits, k->targets, im->err, im->flag_dev);
     return mw__cuda_launched(dev, "cross-entropy gradient kernel");
+}
+
+/* Rotary embeddings, a thread per pair of features: the row's position, the pair's frequency
+ * (mw__rope_freq, as the CPU's), the angle an f32 product, its cos and sin (sincosf, full
+ * precision), the sine negated for the inverse rotation; then the features past dims copied. */
+template <typename O> __global__ void k_rope(mw__k_rope k, O *out) {
+    int64_t half = k.dims / 2;
+    GRID_LOOP(t, k.rows * half) {
+        int64_t r = t / half, j = t - r * half;
+        int64_t p = k.offset + (r / k.inner) % k.seq + (k.pos ? k.pos[r / k.prefix] : 0);
+        float s, c;
+        sincosf((float)p * mw__rope_freq(&k.freqs, (int)j), &s, &c);
+        if (k.inverse) s = -s;
+        const float *x = k.x + r * k.n;
+        O *y = out + r * k.n;
+        int64_t i0 = k.style == MW_ROPE_INTERLEAVED ? 2 * j : j;
+        int64_t i1 = k.style == MW_ROPE_INTERLEAVED ? 2 * j + 1 : j + half;
+        float a = x[i0], b = x[i1];
+        mw__put(y, i0, a * c - b * s);
+        mw__put(y, i1, b * c + a * s);
+    }
+    int64_t rest = k.n - k.dims;
+    GRID_LOOP(t, k.rows * rest) {
+        int64_t r = t / rest, j = k.dims + (t - r * rest);
+        mw__put(out + r * k.n, j, k.x[r * k.n + j]);
+    }
+}
+
+mw_status mw__cuda_rope(mw__device *dev, const mw__k_rope *k) {
+    ENTER(dev);
+    int64_t n = k->rows * (k->dims / 2 > k->n - k->dims ? k->dims / 2 : k->n - k->dims);
+    if (n <= 0) return MW_OK;
+    if (k->out_dtype == MW_BF16)
+        LAUNCH(k_rope<uint16_t>, blocks_for(n, THREADS), THREADS, 0, *k, (uint16_t *)k->out);
+    else
+        LAUNCH(k_rope<float>, blocks_for(n, THREADS), THREADS, 0, *k, (float *)k->out);
+    return mw__cuda_launched(dev, "rope kernel");
 }

@@ -276,8 +276,65 @@ mw_tensor *mw_select(mw_graph *g, mw_tensor *x, const char *axis, int64_t index)
 mw_tensor *mw_gelu(mw_graph *g, mw_tensor *x);
 mw_tensor *mw_gelu_erf(mw_graph *g, mw_tensor *x);
 
+/* SiLU (swish), elementwise: x sigmoid(x) = x / (1 + e^-x) (torch.nn.SiLU, Hugging Face's
+ * "silu"). Its output is f32, or bf16 where the precision policy reads it as bf16 only. Errors:
+ * MW_ERR_DTYPE (x not f32). */
+mw_tensor *mw_silu(mw_graph *g, mw_tensor *x);
+
+/* SwiGLU, the gated unit of Llama's MLP: silu(gate) * up, where x holds gate and up side by side
+ * along `part_axis` of size 2 (gate at index 0, up at 1: one contraction makes both, as a fused
+ * gate/up projection does); the result has x's axes without `part_axis`, in order. One kernel
+ * forward and one backward (which writes the gradient of both halves). Written in bf16 where the
+ * precision policy reads it so. The part axis must not be sharded (the others may: tensor
+ * parallelism splits the hidden units). Errors: MW_ERR_DTYPE (x not f32), MW_ERR_AXIS (no axis
+ * `part_axis`), MW_ERR_SHAPE (its size is not 2), MW_ERR_SHARDING (the part axis sharded). */
+mw_tensor *mw_swiglu(mw_graph *g, mw_tensor *x, const char *part_axis);
+
+/* Rotary position embeddings. Rotate-half (MW_ROPE_HALF) pairs feature j with j + dims/2, as
+ * Llama, Mistral and Qwen2 in transformers do; interleaved (MW_ROPE_INTERLEAVED) pairs 2j with
+ * 2j + 1, as Meta's Llama code and GPT-J do. */
+typedef enum mw_rope_style { MW_ROPE_HALF = 0, MW_ROPE_INTERLEAVED = 1 } mw_rope_style;
+
+/* The frequency scalings of rope_scaling in a Hugging Face config: none (the default), or
+ * Llama 3.x's ("rope_type": "llama3", with factor, low_freq_factor, high_freq_factor and
+ * original_max_position_embeddings). */
+typedef enum mw_rope_scaling {
+    MW_ROPE_SCALING_NONE = 0,
+    MW_ROPE_SCALING_LLAMA3 = 1
+} mw_rope_scaling;
+
+typedef struct mw_rope_config {
+    float theta;         /* base of the frequencies (rope_theta): 10000, 500000, 1e6, ... */
+    mw_rope_style style; /* which features pair up */
+    int dims;            /* features rotated (the first dims of the axis, even); 0: all */
+    int64_t offset;      /* position of the first row (a prompt's continuation) */
+    mw_rope_scaling scaling;
+    float factor, low_freq_factor, high_freq_factor; /* llama3 scaling only */
+    int64_t original_max_positions;                  /* llama3 scaling only */
+} mw_rope_config;
+
+/* Rotary embeddings over x's last axis `feature_axis` (a head's features): features j and its
+ * pair (see mw_rope_style) at position p are rotated by the angle p * f_j, f_j = theta^(-2j /
+ * dims) (adjusted as cfg->scaling says), for j < dims / 2; features past dims pass unchanged.
+ * Computed as transformers does, in f32: f_j = 1 / theta^(2j / dims), the angle p * f_j, its cos
+ * and sin. The position of a row is cfg->offset, plus its index along `seq_axis` (NULL: none,
+ * e.g. one decoding step), plus pos[r] when pos is given: pos is i32 with exactly x's leading
+ * axes before seq_axis (before the feature axis if seq_axis is NULL), each row's start (cached
+ * decoding, where every sequence of a batch has got to a position of its own). The output is f32,
+ * or bf16 where the precision policy reads it as bf16 only (the queries and keys of a bf16
+ * attention). cfg NULL: theta 10000, rotate-half, every feature, offset 0. The feature and
+ * sequence axes must not be sharded; the others may (heads under tensor parallelism). Errors:
+ * MW_ERR_DTYPE (x not f32, pos not i32), MW_ERR_AXIS, MW_ERR_SHAPE (feature axis not last, dims
+ * odd or beyond the axis or above 8192, pos of other axes), MW_ERR_INVALID (theta not finite and
+ * > 1, an unknown style or scaling, llama3 factors not finite and positive, high_freq_factor not
+ * above low_freq_factor, negative offset), MW_ERR_SHARDING. */
+mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *feature_axis,
+                   mw_tensor *pos, const mw_rope_config *cfg);
+
 /* Layer norm over axis `axis` (which must be x's last axis), then * w + b, where w and b have
- * exactly that one axis. Errors: MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING (a sharded axis). */
+ * exactly that one axis; b NULL: no bias (torch's LayerNorm(bias=False), as OLMo and others use),
+ * with no bias operand and no bias gradient. Errors: MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING
+ * (a sharded axis), MW_ERR_DTYPE (x, w or b not f32). */
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps);
 

@@ -4,6 +4,7 @@
  * builds it and as the float64 reference computes it. Composite ops (attention, cached attention)
  * are written out in the reference from contractions and softmaxes, never fused. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,12 +92,13 @@ static mw_tensor *b_map(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
     case 5: return mw_log(g, x[0]);
     case 6: return mw_sqrt(g, x[0]);
     case 7: return mw_gelu(g, x[0]);
-    default: return mw_gelu_erf(g, x[0]);
+    case 8: return mw_gelu_erf(g, x[0]);
+    default: return mw_silu(g, x[0]);
     }
 }
 static int r_map(rg_graph *r, const int *x, const cf_variant *v) {
-    static const rg_fn fn[] = {RG_RELU, RG_ABS,  RG_TANH,      RG_SIGMOID, RG_EXP,
-                               RG_LOG,  RG_SQRT, RG_GELU_TANH, RG_GELU_ERF};
+    static const rg_fn fn[] = {RG_RELU, RG_ABS,  RG_TANH,      RG_SIGMOID,  RG_EXP,
+                               RG_LOG,  RG_SQRT, RG_GELU_TANH, RG_GELU_ERF, RG_SILU};
     return rg_map(r, x[0], fn[v->i[0]]);
 }
 
@@ -228,12 +230,38 @@ static int r_contract(rg_graph *r, const int *x, const cf_variant *v) {
  * GELU gradient's kernel; i[0] selects the exact GELU. */
 static mw_tensor *b_linear(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
     mw_tensor *h = mw_add(g, mw_dot(g, x[0], x[1], "In"), x[2]);
-    return v->i[0] ? mw_gelu_erf(g, h) : mw_gelu(g, h);
+    return v->i[0] == 2 ? mw_silu(g, h) : v->i[0] ? mw_gelu_erf(g, h) : mw_gelu(g, h);
 }
 static int r_linear(rg_graph *r, const int *x, const cf_variant *v) {
     const char *out[] = {"Batch", "Seq", "Out"};
     int h = rg_add(r, rg_contract(r, x[0], x[1], out, 3), x[2]);
-    return rg_map(r, h, v->i[0] ? RG_GELU_ERF : RG_GELU_TANH);
+    return rg_map(r, h, v->i[0] == 2 ? RG_SILU : v->i[0] ? RG_GELU_ERF : RG_GELU_TANH);
+}
+
+/* silu(x[Part=0]) * x[Part=1]. */
+static int swiglu_of(rg_graph *r, int x) {
+    int gate = rg_slice(r, x, "Part", 0, 0, NULL), up = rg_slice(r, x, "Part", 1, 0, NULL);
+    return rg_mul(r, rg_map(r, gate, RG_SILU), up);
+}
+static mw_tensor *b_swiglu(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_swiglu(g, x[0], "Part");
+}
+static int r_swiglu(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    return swiglu_of(r, x[0]);
+}
+
+/* Llama's MLP: swiglu(x . w_gate_up) . w_down, the gate and up projections one contraction, the
+ * SwiGLU's output read by the down projection (bf16 where the policy asks). */
+static mw_tensor *b_swiglu_mlp(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    (void)v;
+    return mw_dot(g, mw_swiglu(g, mw_dot(g, x[0], x[1], "Embed"), "Part"), x[2], "Hid");
+}
+static int r_swiglu_mlp(rg_graph *r, const int *x, const cf_variant *v) {
+    (void)v;
+    const char *o1[] = {"Batch", "Part", "Hid"}, *o2[] = {"Batch", "Out"};
+    return rg_contract(r, swiglu_of(r, rg_contract(r, x[0], x[1], o1, 3)), x[2], o2, 2);
 }
 
 /* (gelu(x . w1 + b1)) . w2 + b2: the GELU's output read by a contraction (bf16 where the policy
@@ -301,6 +329,35 @@ static int r_prenorm(rg_graph *r, const int *x, const cf_variant *v) {
         if (strcmp(ax->name[i], "Feat")) out[n++] = ax->name[i];
     out[n++] = "Out";
     return rg_add(r, x[0], renamed(r, rg_contract(r, h, x[3], out, n), "Out", "Feat"));
+}
+
+/* Layer norm without a bias (b NULL: no bias operand, no bias gradient); the reference's
+ * bias is a constant 0 over w's axis. */
+static int zero_bias(rg_graph *r, int w) {
+    const rg_axes ax = *rg_axes_of(r, w);
+    return rg_const(r, &ax, 0.0);
+}
+static mw_tensor *b_layernorm_nobias(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_layernorm(g, x[0], x[1], NULL, "Feat", (float)v->f[0]);
+}
+static int r_layernorm_nobias(rg_graph *r, const int *x, const cf_variant *v) {
+    return rg_layernorm(r, x[0], x[1], zero_bias(r, x[1]), "Feat", (double)(float)v->f[0]);
+}
+
+/* x + ln(x) . w without a bias: the weight gradient fused into the dx kernel alone. */
+static mw_tensor *b_prenorm_nobias(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_tensor *h = mw_layernorm(g, x[0], x[1], NULL, "Feat", (float)v->f[0]);
+    return mw_add(g, x[0], mw_rename(g, mw_dot(g, h, x[2], "Feat"), "Out", "Feat"));
+}
+static int r_prenorm_nobias(rg_graph *r, const int *x, const cf_variant *v) {
+    int h = rg_layernorm(r, x[0], x[1], zero_bias(r, x[1]), "Feat", (double)(float)v->f[0]);
+    const rg_axes ax = *rg_axes_of(r, h);
+    const char *out[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < ax.rank; i++)
+        if (strcmp(ax.name[i], "Feat")) out[n++] = ax.name[i];
+    out[n++] = "Out";
+    return rg_add(r, x[0], renamed(r, rg_contract(r, h, x[2], out, n), "Out", "Feat"));
 }
 
 static mw_tensor *b_rmsnorm(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
@@ -550,6 +607,122 @@ static int r_cached(rg_graph *r, const int *x, const cf_variant *v) {
     /* scale s, then the mask: softmax(x, scale 1) */
     int p = rg_softmax(r, rg_add(r, rg_scale(r, s, (double)(float)v->f[0]), m), "Seq", 1.0, NULL);
     return rg_contract(r, p, vv, oo, 3);
+}
+
+/* --- rotary embeddings ----------------------------------------------------------------------- */
+
+/* A row's rotary parameters: i[0] the style, i[1] the offset, i[2] the rotated features (0: all),
+ * i[3] llama3 scaling (factor 8, low 1, high 4, original 64: with 16 features and theta 1e4 the
+ * wavelengths fall in all three bands); f[0] theta. */
+static mw_rope_config rope_cfg(const cf_variant *v) {
+    mw_rope_config c = {.theta = (float)v->f[0],
+                        .style = (mw_rope_style)v->i[0],
+                        .offset = v->i[1],
+                        .dims = v->i[2]};
+    if (v->i[3])
+        c.scaling = MW_ROPE_SCALING_LLAMA3, c.factor = 8, c.low_freq_factor = 1,
+        c.high_freq_factor = 4, c.original_max_positions = 64;
+    return c;
+}
+
+/* The definition in float64: f_j = theta^(-2j/dims) (llama3: scaled by wavelength band), a row
+ * at position p rotated by p f_j, built from slices, products and pads against tables of cos and
+ * sin over the position's axes (pos's, then Seq) and F2 (the pairs). */
+static int rope_ref(rg_graph *r, int x, int pos, const char *seq, const cf_variant *v) {
+    const mw_rope_config c = rope_cfg(v);
+    const rg_axes ax = *rg_axes_of(r, x);
+    int64_t n = ax.size[rg_find(&ax, "Feat")], dims = c.dims ? c.dims : n, h = dims / 2;
+    double inv[64];
+    for (int64_t j = 0; j < h; j++) {
+        double f = pow((double)c.theta, -2.0 * (double)j / (double)dims);
+        if (c.scaling) {
+            double wl = 6.283185307179586 / f, old = (double)c.original_max_positions;
+            double lo = old / c.low_freq_factor, hi = old / c.high_freq_factor;
+            if (wl > lo)
+                f /= c.factor;
+            else if (wl >= hi) {
+                double sm =
+                    (old / wl - c.low_freq_factor) / (c.high_freq_factor - c.low_freq_factor);
+                f = (1 - sm) * f / c.factor + sm * f;
+            }
+        }
+        inv[j] = f;
+    }
+    rg_axes t = {0};
+    int64_t npos = 1, nseq = 1;
+    if (pos >= 0) {
+        t = *rg_axes_of(r, pos);
+        npos = rg_axes_numel(&t);
+    }
+    if (seq) {
+        nseq = ax.size[rg_find(&ax, seq)];
+        snprintf(t.name[t.rank], RG_NAME, "%s", seq);
+        t.size[t.rank++] = nseq;
+    }
+    snprintf(t.name[t.rank], RG_NAME, "F2");
+    t.size[t.rank++] = h;
+    double *cv = malloc((size_t)(npos * nseq * h) * sizeof *cv);
+    double *sv = malloc((size_t)(npos * nseq * h) * sizeof *sv);
+    const int32_t *pv = pos >= 0 ? rg_idvalue(r, pos) : NULL;
+    for (int64_t e = 0; e < npos; e++)
+        for (int64_t i = 0; i < nseq; i++)
+            for (int64_t j = 0; j < h; j++) {
+                double p = (double)(c.offset + i + (pv ? pv[e] : 0));
+                cv[(e * nseq + i) * h + j] = cos(p * inv[j]);
+                sv[(e * nseq + i) * h + j] = sin(p * inv[j]);
+            }
+    int cs = rg_leaf(r, &t, cv), sn = rg_leaf(r, &t, sv);
+    free(cv);
+    free(sv);
+    int xr = rg_slice(r, x, "Feat", 0, dims, "FD"), yr;
+    if (c.style == MW_ROPE_HALF) {
+        int x1 = rg_slice(r, xr, "FD", 0, h, "F2"), x2 = rg_slice(r, xr, "FD", h, h, "F2");
+        int y1 = rg_sub(r, rg_mul(r, x1, cs), rg_mul(r, x2, sn));
+        int y2 = rg_add(r, rg_mul(r, x2, cs), rg_mul(r, x1, sn));
+        yr = rg_add(r, rg_pad(r, y1, "F2", 0, dims, "FD"), rg_pad(r, y2, "F2", h, dims, "FD"));
+    } else {
+        rg_axes pa = *rg_axes_of(r, xr); /* FD (last) as F2 x Pair */
+        pa.size[pa.rank - 1] = h;
+        snprintf(pa.name[pa.rank - 1], RG_NAME, "F2");
+        snprintf(pa.name[pa.rank], RG_NAME, "Pair");
+        pa.size[pa.rank++] = 2;
+        const rg_axes fa = *rg_axes_of(r, xr);
+        int xp = rg_reshape(r, xr, &pa);
+        int x0 = rg_slice(r, xp, "Pair", 0, 1, NULL), x1 = rg_slice(r, xp, "Pair", 1, 1, NULL);
+        int y0 = rg_sub(r, rg_mul(r, x0, cs), rg_mul(r, x1, sn));
+        int y1 = rg_add(r, rg_mul(r, x1, cs), rg_mul(r, x0, sn));
+        int yp = rg_add(r, rg_pad(r, y0, "Pair", 0, 2, NULL), rg_pad(r, y1, "Pair", 1, 2, NULL));
+        yr = rg_reshape(r, yp, &fa);
+    }
+    int y = rg_pad(r, yr, "FD", 0, n, "Feat");
+    if (dims < n)
+        y = rg_add(r, y,
+                   rg_pad(r, rg_slice(r, x, "Feat", dims, n - dims, "FR"), "FR", dims, n, "Feat"));
+    return y;
+}
+
+static mw_tensor *b_rope(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    const mw_rope_config c = rope_cfg(v);
+    return mw_rope(g, x[0], "Seq", "Feat", NULL, &c);
+}
+static int r_rope(rg_graph *r, const int *x, const cf_variant *v) {
+    return rope_ref(r, x[0], -1, "Seq", v);
+}
+/* One decoding step: no sequence axis, each batch row at its own position pos[Batch]. */
+static mw_tensor *b_rope_pos(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    const mw_rope_config c = rope_cfg(v);
+    return mw_rope(g, x[0], NULL, "Feat", x[1], &c);
+}
+static int r_rope_pos(rg_graph *r, const int *x, const cf_variant *v) {
+    return rope_ref(r, x[0], x[1], NULL, v);
+}
+/* A continued prompt per batch row: Seq positions from each row's start pos[Batch]. */
+static mw_tensor *b_rope_seq_pos(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    const mw_rope_config c = rope_cfg(v);
+    return mw_rope(g, x[0], "Seq", "Feat", x[1], &c);
+}
+static int r_rope_seq_pos(rg_graph *r, const int *x, const cf_variant *v) {
+    return rope_ref(r, x[0], x[1], "Seq", v);
 }
 
 /* --- the table ---------------------------------------------------------------------------------
@@ -808,6 +981,88 @@ const cf_row cf_rows[] = {
      .reduce = "K,L",
      .build = b_contract,
      .ref = r_contract},
+    {.name = "silu",
+     .covers = "silu,silu_grad",
+     .op = {P("x", "Batch,Seq,Feat", -6, 6, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Seq=5,Feat=7", {9}}, {"Batch=2,Seq=3,Feat=1031", {9}}},
+     .nvar = 2,
+     .split = "Batch,Feat",
+     .build = b_map,
+     .ref = r_map},
+    {.name = "linear_silu",
+     .covers = "contract,add,silu,silu_grad",
+     .op = {P("x", "Batch,Seq,In", -1, 1, ANY), P("w", "Out,In", -0.5, 0.5, ANY),
+            P("bias", "Out", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=2,Seq=3,In=17,Out=33", {2}}, {"Batch=3,Seq=5,In=9,Out=7", {2}}},
+     .nvar = 2,
+     .split = "Batch,Out,In",
+     .reduce = "In",
+     .build = b_linear,
+     .ref = r_linear},
+    {.name = "swiglu",
+     .covers = "swiglu,swiglu_grad",
+     .op = {P("x", "Batch,Part,Hid", -4, 4, ANY)},
+     .nops = 1,
+     .var = {{"Batch=3,Part=2,Hid=7"}, {"Batch=2,Part=2,Hid=1031"}, {"Batch=5,Part=2,Hid=1"}},
+     .nvar = 3,
+     .split = "Batch,Part,Hid",
+     .refuse = "Part",
+     .build = b_swiglu,
+     .ref = r_swiglu},
+    {.name = "swiglu_mlp",
+     .covers = "contract,swiglu,swiglu_grad",
+     .op = {P("x", "Batch,Embed", -1, 1, ANY), P("wgu", "Part,Hid,Embed", -0.5, 0.5, ANY),
+            P("wd", "Out,Hid", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=4,Embed=9,Part=2,Hid=12,Out=9"}, {"Batch=3,Embed=17,Part=2,Hid=33,Out=5"}},
+     .nvar = 2,
+     .split = "Batch,Hid",
+     .reduce = "Embed,Hid",
+     .build = b_swiglu_mlp,
+     .ref = r_swiglu_mlp},
+    {.name = "rope",
+     .covers = "rope,rope_grad",
+     .op = {P("x", "Batch,Seq,Head,Feat", -2, 2, CF_LAST, "Feat")},
+     .nops = 1,
+     .var = {{"Batch=2,Seq=5,Head=3,Feat=8", {0, 0, 0, 0}, {10000}},
+             {"Batch=1,Seq=7,Head=2,Feat=16", {1, 3, 0, 0}, {500000}},
+             {"Batch=2,Seq=4,Head=1,Feat=12", {0, 0, 8, 0}, {10000}},
+             {"Batch=1,Seq=9,Head=2,Feat=16", {0, 100, 0, 1}, {10000}},
+             {"Batch=1,Seq=3,Head=2,Feat=10", {1, 0, 6, 1}, {1000000}}},
+     .nvar = 5,
+     .split = "Batch,Seq,Head,Feat",
+     .refuse = "Seq,Feat",
+     .amp = 2,
+     .build = b_rope,
+     .ref = r_rope},
+    {.name = "rope_pos",
+     .covers = "rope,rope_grad",
+     .op = {P("x", "Batch,Head,Feat", -2, 2, CF_FIXED, NULL),
+            I("pos", "Batch", 0, 40, CF_FIXED, NULL)},
+     .nops = 2,
+     .var = {{"Batch=3,Head=2,Feat=8", {0, 0, 0, 0}, {10000}},
+             {"Batch=2,Head=4,Feat=16", {1, 5, 0, 1}, {10000}}},
+     .nvar = 2,
+     .split = "Batch,Head,Feat",
+     .refuse = "Feat",
+     .amp = 2,
+     .build = b_rope_pos,
+     .ref = r_rope_pos},
+    {.name = "rope_seq_pos",
+     .covers = "rope,rope_grad",
+     .op = {P("x", "Batch,Seq,Head,Feat", -2, 2, CF_FIXED, NULL),
+            I("pos", "Batch", 0, 40, CF_FIXED, NULL)},
+     .nops = 2,
+     .var = {{"Batch=2,Seq=3,Head=2,Feat=8", {0, 0, 0, 0}, {10000}},
+             {"Batch=3,Seq=2,Head=1,Feat=12", {1, 7, 0, 0}, {500000}}},
+     .nvar = 2,
+     .split = "Batch,Seq,Head",
+     .refuse = "Seq",
+     .amp = 2,
+     .build = b_rope_seq_pos,
+     .ref = r_rope_seq_pos},
     {.name = "linear_gelu",
      .covers = "contract,add,gelu,gelu_grad",
      .op = {P("x", "Batch,Seq,In", -1, 1, ANY), P("w", "Out,In", -0.5, 0.5, ANY),
@@ -884,6 +1139,31 @@ const cf_row cf_rows[] = {
      .amp = 8,
      .build = b_prenorm,
      .ref = r_prenorm},
+    {.name = "layernorm_nobias",
+     .covers = "layernorm,layernorm_dx,layernorm_dw",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY)},
+     .nops = 2,
+     .var = {{"Batch=3,Seq=5,Feat=7", .f = {1e-5}}, {"Batch=1,Seq=2,Feat=1031", .f = {1e-5}}},
+     .nvar = 2,
+     .split = "Batch,Seq,Feat",
+     .refuse = "Feat",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_layernorm_nobias,
+     .ref = r_layernorm_nobias},
+    {.name = "prenorm_nobias",
+     .covers = "layernorm,layernorm_dx,layernorm_dw,contract,alias",
+     .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY),
+            P("wo", "Out,Feat", -0.5, 0.5, ANY)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=5,Feat=7,Out=7", .f = {1e-5}},
+             {"Batch=2,Seq=3,Feat=33,Out=33", .f = {1e-5}}},
+     .nvar = 2,
+     .split = "Batch,Seq",
+     .reduce = "Feat",
+     .amp = 8,
+     .build = b_prenorm_nobias,
+     .ref = r_prenorm_nobias},
     {.name = "rmsnorm",
      .covers = "rmsnorm,rmsnorm_dx,rmsnorm_dw",
      .op = {P("x", "Batch,Seq,Feat", -2, 2, CF_LAST, "Feat"), P("w", "Feat", 0.5, 1.5, ANY)},

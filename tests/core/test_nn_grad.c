@@ -65,6 +65,55 @@ Test(nn_grad, layernorm) {
     fd_check(&c, mw_layernorm(c.g, x, w, b, "Dim", 1e-5f));
 }
 
+/* Layer norm without a bias (b NULL), as the layernorm test. */
+Test(nn_grad, layernorm_without_bias) {
+    fd_case c;
+    fd_begin(&c, SEED);
+    c.tol_scale = 2.0;
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 2}, {"Row", 2}, {"Dim", 6}), 1.0f);
+    mw_tensor *w = fd_param(&c, "w", MW_AXES({"Dim", 6}), 1.0f);
+    fd_check(&c, mw_layernorm(c.g, x, w, NULL, "Dim", 1e-5f));
+}
+
+/* SiLU over values on both sides of 0; SwiGLU with the part axis first, in the middle and last
+ * (its stride the whole row, a row's part, one element). */
+Test(nn_grad, silu) {
+    fd_case c;
+    fd_begin(&c, SEED);
+    mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 3}, {"Dim", 5}), 2.0f);
+    fd_check(&c, mw_silu(c.g, x));
+}
+
+Test(nn_grad, swiglu) {
+    static const char *orders[] = {"Part,Batch,Hid", "Batch,Part,Hid", "Batch,Hid,Part"};
+    for (int o = 0; o < 3; o++) {
+        fd_case c;
+        fd_begin(&c, SEED + (uint64_t)o);
+        mw_tensor *x = fd_param(&c, "x", MW_AXES({"Batch", 2}, {"Part", 2}, {"Hid", 5}), 2.0f);
+        fd_check(&c, mw_swiglu(c.g, mw_permute(c.g, x, orders[o]), "Part"));
+    }
+}
+
+/* Rotary embeddings in both pairings, with an offset, a partial rotation, llama3 scaling and
+ * positions fed per batch row: the gradient is the rotation back. */
+Test(nn_grad, rope) {
+    for (int v = 0; v < 4; v++) {
+        fd_case c;
+        fd_begin(&c, SEED + (uint64_t)v);
+        mw_graph *g = c.g;
+        mw_tensor *x =
+            fd_param(&c, "x", MW_AXES({"Batch", 2}, {"Seq", 3}, {"Head", 2}, {"Dim", 8}), 1.0f);
+        mw_rope_config cfg = {.theta = 10000.0f, .style = (mw_rope_style)(v & 1), .offset = 2 * v};
+        if (v == 2) cfg.dims = 4;
+        if (v == 3)
+            cfg.scaling = MW_ROPE_SCALING_LLAMA3, cfg.factor = 8.0f, cfg.low_freq_factor = 1.0f,
+            cfg.high_freq_factor = 4.0f, cfg.original_max_positions = 16;
+        static const int32_t at[] = {5, 11};
+        mw_tensor *pos = v == 1 ? fd_ids(&c, "pos", MW_AXES({"Batch", 2}), at) : NULL;
+        fd_check(&c, mw_rope(g, x, "Seq", "Dim", pos, &cfg));
+    }
+}
+
 /* RMS norm, x [Batch=2, Row=2, Dim=6] as the layer norm's: rows of N(0, 1) values have a root
  * mean square near one, so 1/rms stays small; a random gain shows each term of d/dx (w * x/rms).
  * Alone, and as a pre-norm residual block (x + rmsnorm(x) . wo), where the planner folds the

@@ -608,6 +608,81 @@ static mw_status rmsnorm_dtype(fx *f) {
     return traced(f, mw_rmsnorm(f->g, f->ab, vec(f, "v", "Feature", 3), "Feature", 1e-5f));
 }
 static mw_status rmsnorm_null(fx *f) { return OP(mw_rmsnorm(f->g, f->a, NULL, "Feature", 1e-5f)); }
+static mw_status layernorm_bias_dtype(fx *f) {
+    NEED(graph(f));
+    mw_tensor *v = vec(f, "v", "Feature", 3);
+    return traced(f, mw_layernorm(f->g, f->a, v, mw_cast(f->g, v, MW_BF16), "Feature", 1e-5f));
+}
+static mw_status silu_dtype(fx *f) { return OP(mw_silu(f->g, f->ids)); }
+static mw_status silu_null(fx *f) { return OP(mw_silu(f->g, NULL)); }
+/* a viewed as [Batch=4, Part=?]: Feature has size 3, not 2 */
+static mw_status swiglu_size(fx *f) { return OP(mw_swiglu(f->g, f->a, "Feature")); }
+static mw_status swiglu_no_axis(fx *f) { return OP(mw_swiglu(f->g, f->a, "Nope")); }
+static mw_status swiglu_dtype(fx *f) { return OP(mw_swiglu(f->g, f->ab, "Feature")); }
+static mw_status swiglu_sharded(fx *f) {
+    NEED(graph(f));
+    mw_tensor *x = in(f, "x", MW_AXES({"Batch", 4}, {"Part", 2}));
+    return traced(f, mw_swiglu(f->g, mw_shard(f->g, x, "Part", "X"), "Part"));
+}
+/* x f32[Batch=4, Seq=4, Feature=4] */
+static mw_tensor *rope_x(fx *f) {
+    return in(f, "rx", MW_AXES({"Batch", 4}, {"Seq", 4}, {"Feature", 4}));
+}
+static mw_status rope_no_axis(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rope(f->g, rope_x(f), "Nope", "Feature", NULL, NULL));
+}
+static mw_status rope_not_last(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rope(f->g, rope_x(f), NULL, "Seq", NULL, NULL));
+}
+static mw_status rope_odd(fx *f) { return OP(mw_rope(f->g, f->a, NULL, "Feature", NULL, NULL)); }
+static mw_status rope_dims(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .dims = 6};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_theta(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 0.5f};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_style(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .style = (mw_rope_style)7};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_scaling(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .scaling = MW_ROPE_SCALING_LLAMA3, .factor = 8.0f};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_offset(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .offset = -1};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_pos_dtype(fx *f) {
+    NEED(graph(f));
+    mw_tensor *pos = in(f, "pos", MW_AXES({"Batch", 4}));
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", pos, NULL));
+}
+static mw_status rope_pos_axes(fx *f) {
+    NEED(graph(f));
+    mw_tensor *pos = mw_input(f->g, "pos", MW_I32, MW_AXES({"Seq", 4}));
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", pos, NULL));
+}
+static mw_status rope_sharded(fx *f) {
+    NEED(graph(f));
+    return traced(
+        f, mw_rope(f->g, mw_shard(f->g, rope_x(f), "Seq", "X"), "Seq", "Feature", NULL, NULL));
+}
+static mw_status rope_dtype(fx *f) {
+    NEED(graph(f));
+    return traced(f,
+                  mw_rope(f->g, mw_cast(f->g, rope_x(f), MW_BF16), "Seq", "Feature", NULL, NULL));
+}
+static mw_status rope_null(fx *f) { return OP(mw_rope(f->g, NULL, NULL, "Feature", NULL, NULL)); }
 static mw_status softmax_no_axis(fx *f) { return OP(mw_softmax(f->g, f->a, "Nope", 1.0f)); }
 static mw_status softmax_not_last(fx *f) { return OP(mw_softmax(f->g, f->a, "Batch", 1.0f)); }
 static mw_status softmax_sharded(fx *f) { return OP(mw_softmax(f->g, f->as, "Batch", 1.0f)); }
@@ -2099,6 +2174,26 @@ static const row table[] = {
     R(mw_layernorm, layernorm_sharded, MW_ERR_SHARDING, "Batch"),
     R(mw_layernorm, layernorm_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_layernorm, layernorm_null, MW_ERR_INVALID, "mw_layernorm"),
+    R(mw_layernorm, layernorm_bias_dtype, MW_ERR_DTYPE, "b"),
+    R(mw_silu, silu_dtype, MW_ERR_DTYPE, "mw_silu"),
+    R(mw_silu, silu_null, MW_ERR_INVALID, "mw_silu"),
+    R(mw_swiglu, swiglu_size, MW_ERR_SHAPE, "size 2"),
+    R(mw_swiglu, swiglu_no_axis, MW_ERR_AXIS, "'Nope'"),
+    R(mw_swiglu, swiglu_dtype, MW_ERR_DTYPE, "bf16"),
+    R(mw_swiglu, swiglu_sharded, MW_ERR_SHARDING, "Part"),
+    R(mw_rope, rope_no_axis, MW_ERR_AXIS, "'Nope'"),
+    R(mw_rope, rope_not_last, MW_ERR_SHAPE, "last axis"),
+    R(mw_rope, rope_odd, MW_ERR_SHAPE, "even"),
+    R(mw_rope, rope_dims, MW_ERR_SHAPE, "6 rotated"),
+    R(mw_rope, rope_theta, MW_ERR_INVALID, "theta"),
+    R(mw_rope, rope_style, MW_ERR_INVALID, "style"),
+    R(mw_rope, rope_scaling, MW_ERR_INVALID, "llama3"),
+    R(mw_rope, rope_offset, MW_ERR_INVALID, "offset"),
+    R(mw_rope, rope_pos_dtype, MW_ERR_DTYPE, "i32"),
+    R(mw_rope, rope_pos_axes, MW_ERR_SHAPE, "leading axes"),
+    R(mw_rope, rope_sharded, MW_ERR_SHARDING, "Seq"),
+    R(mw_rope, rope_dtype, MW_ERR_DTYPE, "bf16"),
+    R(mw_rope, rope_null, MW_ERR_INVALID, "mw_rope"),
     R(mw_rmsnorm, rmsnorm_no_axis, MW_ERR_AXIS, "'Nope'"),
     R(mw_rmsnorm, rmsnorm_not_last, MW_ERR_SHAPE, "last axis"),
     R(mw_rmsnorm, rmsnorm_weight_axes, MW_ERR_SHAPE, "Feature=2"),
