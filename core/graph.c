@@ -541,8 +541,9 @@ static void describe_xent(const params *p, char *buf, size_t size) {
     snprintf(buf, size, "valid %lld", (long long)p->xent.valid);
 }
 static void describe_attention(const params *p, char *buf, size_t size) {
-    snprintf(buf, size, "axes %d/%d/%d, scale %.9g, causal %d", p->attention.part, p->attention.seq,
-             p->attention.feature, (double)p->attention.scale, p->attention.causal);
+    snprintf(buf, size, "axes %d/%d/%d, scale %.9g, causal %d, group %d%s", p->attention.part,
+             p->attention.seq, p->attention.feature, (double)p->attention.scale,
+             p->attention.causal, p->attention.group, p->attention.keep ? " kept" : "");
 }
 static void describe_map(const params *p, char *buf, size_t size) {
     snprintf(buf, size, "function %d", p->map.fn);

@@ -179,6 +179,8 @@ typedef union mw__op_params {
         int part, seq, feature; /* axes of qkv */
         float scale;
         int causal;
+        int group; /* queries per key/value head: the part axis holds them, then k, then v */
+        int keep;  /* the output keeps the part axis (as the group axis, of size group) */
     } attention;
     struct {
         int fn; /* an mw__mapfn */

@@ -479,21 +479,34 @@ mw_tensor *mw_causal_softmax(mw_graph *g, mw_tensor *x, const char *query_axis,
     return softmax(g, op, x, scale, 1);
 }
 
-mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
-                        const char *feature_axis, int causal, float scale) {
-    const char *op = "mw_attention";
+/* mw_attention (group_axis NULL: part of size 3, dropped from the output) and
+ * mw_attention_grouped (part of size G + 2, the output's group axis of size G in its place). */
+static mw_tensor *attention(mw_graph *g, const char *op, mw_tensor *qkv, const char *part_axis,
+                            const char *group_axis, const char *seq_axis, const char *feature_axis,
+                            int causal, float scale) {
     if (!usable(g, op, &qkv, 1)) return NULL;
     if (qkv->type.dtype != MW_BF16 && !want_dtype(g, op, "qkv", qkv, MW_F32)) return NULL;
     int p = axis_of(g, op, qkv, part_axis);
     int s = p < 0 ? -1 : axis_of(g, op, qkv, seq_axis);
     int f = s < 0 ? -1 : axis_of(g, op, qkv, feature_axis);
-    if (f < 0 || !unsharded(g, op, qkv, p) || !unsharded(g, op, qkv, s) ||
-        !unsharded(g, op, qkv, f))
-        return NULL;
     char dx[256];
-    if (qkv->type.ax[p].size != 3)
+    if (f >= 0 && qkv->type.ax[p].mesh >= 0)
+        return mw__graph_fail(g, MW_ERR_SHARDING,
+                              "%s: axis %s of %s is split over mesh axis %s; the queries, key and "
+                              "value of a head must be on one device: split the %s axis instead "
+                              "(tensor parallelism over heads, each with its whole group)",
+                              op, part_axis, DESC(qkv, dx), g->mesh_names[qkv->type.ax[p].mesh],
+                              group_axis ? "key/value head" : "head");
+    if (f < 0 || !unsharded(g, op, qkv, s) || !unsharded(g, op, qkv, f)) return NULL;
+    int64_t parts = qkv->type.ax[p].size;
+    if (!group_axis && parts != 3)
         return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s of %s must have size 3 (q, k, v)", op,
                               part_axis, DESC(qkv, dx));
+    if (group_axis && parts < 3)
+        return mw__graph_fail(g, MW_ERR_SHAPE,
+                              "%s: axis %s of %s must have size G + 2 >= 3 (G queries, then the "
+                              "key, then the value of each key/value head)",
+                              op, part_axis, DESC(qkv, dx));
     if (f != qkv->type.rank - 1)
         return mw__graph_fail(g, MW_ERR_SHAPE, "%s: axis %s must be the last axis of %s", op,
                               feature_axis, DESC(qkv, dx));
@@ -502,18 +515,47 @@ mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, cons
                               "%s: the part, sequence and feature axes must be three different "
                               "axes of %s; got '%s', '%s' and '%s'",
                               op, DESC(qkv, dx), part_axis, seq_axis, feature_axis);
+    mw__type t = qkv->type;
+    if (group_axis) {
+        int id = fresh_name(g, op, &t, group_axis, p, p);
+        if (id < 0) return NULL;
+        t.ax[p].name = id;
+        t.ax[p].size = parts - 2;
+    } else {
+        t.rank--;
+        for (int i = p; i < t.rank; i++) t.ax[i] = qkv->type.ax[i + 1];
+    }
+    t.dtype = MW_F32; /* of bf16 q, k, v too: the products are summed in f32 */
     qkv = mw__replicated(g, qkv);
     if (!qkv) return NULL;
-    mw_tensor proto = {
-        .op = MW__OP_ATTENTION,
-        .nin = 1,
-        .in = {qkv},
-        .type = qkv->type,
-        .p.attention = {.part = p, .seq = s, .feature = f, .scale = scale, .causal = causal != 0}};
-    proto.type.dtype = MW_F32; /* of bf16 q, k, v too: the products are summed in f32 */
-    proto.type.rank--;
-    for (int i = p; i < proto.type.rank; i++) proto.type.ax[i] = qkv->type.ax[i + 1];
+    t.partial = qkv->type.partial;
+    mw_tensor proto = {.op = MW__OP_ATTENTION,
+                       .nin = 1,
+                       .in = {qkv},
+                       .type = t,
+                       .p.attention = {.part = p,
+                                       .seq = s,
+                                       .feature = f,
+                                       .scale = scale,
+                                       .causal = causal != 0,
+                                       .group = (int)(parts - 2),
+                                       .keep = group_axis != NULL}};
     return mw__node_new(g, &proto);
+}
+
+mw_tensor *mw_attention(mw_graph *g, mw_tensor *qkv, const char *part_axis, const char *seq_axis,
+                        const char *feature_axis, int causal, float scale) {
+    return attention(g, "mw_attention", qkv, part_axis, NULL, seq_axis, feature_axis, causal,
+                     scale);
+}
+
+mw_tensor *mw_attention_grouped(mw_graph *g, mw_tensor *qkv, const char *part_axis,
+                                const char *group_axis, const char *seq_axis,
+                                const char *feature_axis, int causal, float scale) {
+    if (g && !g->status && !group_axis)
+        return mw__graph_fail(g, MW_ERR_INVALID, "mw_attention_grouped: group_axis is NULL");
+    return attention(g, "mw_attention_grouped", qkv, part_axis, group_axis, seq_axis, feature_axis,
+                     causal, scale);
 }
 
 mw_tensor *mw_embedding(mw_graph *g, mw_tensor *table, mw_tensor *ids, const char *vocab_axis) {

@@ -117,10 +117,21 @@ mw_tensor *mw_attention_cached(mw_graph *g, mw_tensor *q, mw_tensor *kv, const c
                               "%s: pos %s must be i32 with the axes of %s before %s, in order", op,
                               DESC(pos, d), DESC(kv, e), seq_axis);
     if (!(q = mw__replicated(g, q)) || !(kv = mw__replicated(g, kv))) return NULL;
-    if (!same_axes_but(&kv->type, s, p, &q->type))
+    /* Grouped queries: one more axis in q, right before the feature axis (the queries of a
+     * key/value head, as mw_attention_grouped's output has them). */
+    mw__type qt = q->type;
+    int64_t group = 1;
+    if (qt.rank == kv->type.rank - 1 && qt.rank >= 2) {
+        group = qt.ax[qt.rank - 2].size;
+        qt.ax[qt.rank - 2] = qt.ax[qt.rank - 1];
+        qt.rank--;
+    }
+    if (!same_axes_but(&kv->type, s, p, &qt) ||
+        (group > 1 && q->type.ax[q->type.rank - 2].mesh >= 0))
         return mw__graph_fail(g, MW_ERR_SHAPE,
-                              "%s: q %s must have the axes of kv %s without %s and %s, in order",
-                              op, DESC(q, d), DESC(kv, e), seq_axis, part_axis);
+                              "%s: q %s must have the axes of kv %s without %s and %s, in order "
+                              "(grouped queries: and an unsplit group axis before %s)",
+                              op, DESC(q, d), DESC(kv, e), seq_axis, part_axis, feature_axis);
     mw_tensor proto = {.op = MW__OP_ATTENTION_CACHED,
                        .nin = 3,
                        .in = {q, kv, pos},

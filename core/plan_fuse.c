@@ -140,7 +140,8 @@ static int64_t attn_probs(const builder *b, const mw_tensor *fwd) {
     const int seq = fwd->p.attention.seq, feature = fwd->p.attention.feature;
     int64_t t = lq.size[seq], blk = t < MW__ATTN_BLOCK ? t : MW__ATTN_BLOCK;
     int64_t slices = lq.numel / (t * lq.size[feature] * lq.size[fwd->p.attention.part]);
-    int64_t n = slices * mw__attn_probs_per_slice(t, blk, fwd->p.attention.causal);
+    int64_t group = fwd->p.attention.group > 0 ? fwd->p.attention.group : 1;
+    int64_t n = slices * group * mw__attn_probs_per_slice(t, blk, fwd->p.attention.causal);
     return n <= lq.numel ? n : 0;
 }
 

@@ -220,14 +220,17 @@ int mw__plan_lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
                          .d = lq.size[f],
                          .seq_qkv = lq.stride[s],
                          .part = lq.stride[p]};
-    /* The output's axes are qkv's without the part axis, in the same order. */
-    int os = s - (s > p), of = f - (f > p);
+    /* The output's axes are qkv's without the part axis (grouped: with the group axis in its
+     * place), in the same order. */
+    int keep = n->p.attention.keep, os = keep ? s : s - (s > p), of = keep ? f : f - (f > p);
     k.seq_out = lo.stride[os];
+    k.group = n->p.attention.group > 0 ? n->p.attention.group : 1;
+    k.out_group = keep ? lo.stride[p] : 0;
     if (lq.stride[f] != 1 || lo.stride[of] != 1) return mw__plan_cannot_lower(n);
     k.walk.rank = 0;
     for (int i = 0; i < qkv->type.rank; i++) {
         if (i == p || i == s || i == f) continue;
-        int oi = i - (i > p);
+        int oi = keep ? i : i - (i > p);
         k.walk.dims[k.walk.rank] = lq.size[i];
         k.walk.stride[0][k.walk.rank] = lo.stride[oi];
         k.walk.stride[1][k.walk.rank] = lq.stride[i];
@@ -242,11 +245,11 @@ int mw__plan_lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     k.qkv_dtype = b->node[qkv->id].ref.dtype;
     k.out_dtype = out.dtype;
     /* CPU: a slice of bf16 q, k, v (and a bf16 output) staged in f32 (mw__k_attention). */
-    int64_t stage = (k.qkv_dtype == MW_BF16 ? 3 * k.d * k.t : 0) +
+    int64_t stage = (k.qkv_dtype == MW_BF16 ? (k.group + 2) * k.d * k.t : 0) +
                     (!grad && k.out_dtype == MW_BF16 ? k.d * k.t : 0);
-    k.scratch_elems =
-        grad ? 2 * k.block * k.t + 2 * k.slices * k.t + stage + 3 * k.d * k.t + 2 * k.block * k.d
-             : k.block * k.t + stage + 2 * k.d * k.t;
+    k.scratch_elems = grad ? 2 * k.block * k.t + 2 * k.slices * k.group * k.t + stage +
+                                 3 * k.d * k.t + 2 * k.block * k.d
+                           : k.block * k.t + stage + 2 * k.d * k.t;
     int64_t soff = mw__arena_alloc(&b->ar, k.scratch_elems); /* floats */
     mw__ins *in = mw__plan_emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
     if (!in) return -1;
@@ -341,13 +344,16 @@ int mw__plan_lower_indexed(builder *b, const mw_tensor *n, mw__ref out) {
         if (!(in = emit_io(b, MW__I_ATTENTION_CACHED, n, out))) return -1;
         ltype lkv = local_type(&n->in[1]->type, pl);
         mw__k_attention_cached *k = &in->k.attention_cached;
-        *k = (mw__k_attention_cached){.outer = 1, .heads = 1, .scale = n->p.cached.scale};
+        *k = (mw__k_attention_cached){
+            .outer = 1, .heads = 1, .group = 1, .scale = n->p.cached.scale};
         for (int i = 0; i < lkv.rank; i++) {
             if (i < n->p.cached.seq) k->outer *= lkv.size[i];
             if (i == n->p.cached.seq) k->n = lkv.size[i];
             if (i > n->p.cached.part && i < lkv.rank - 1) k->heads *= lkv.size[i];
             if (i == lkv.rank - 1) k->dim = lkv.size[i];
         }
+        const mw_tensor *q = n->in[0]; /* grouped: an axis more than kv's without seq and part */
+        if (q->type.rank == n->in[1]->type.rank - 1) k->group = q->type.ax[q->type.rank - 2].size;
         return 0;
     }
     default: break;

@@ -316,8 +316,12 @@ typedef struct mw__k_attention {
     float scale;
     int64_t t, d;
     int64_t seq_qkv, seq_out, part;
+    /* Queries per key/value head (mw_attention_grouped; 1 otherwise): a slice's qkv holds the
+     * group's queries `part` apart, then its key and its value; their outputs (backward: gy) lie
+     * out_group apart. The backward sums the group's dK and dV in group order. */
+    int64_t group, out_group;
     mw__nd walk;    /* the batch axes: operand 0 = out (forward) or gy (backward), 1 = qkv */
-    int64_t slices; /* walk's index count: the (batch, head) slices */
+    int64_t slices; /* walk's index count: the (batch, key/value head) slices */
     int64_t block;  /* query rows per block: min(t, MW__ATTN_BLOCK) */
     int64_t scratch_elems;
     void *out;
@@ -331,6 +335,11 @@ typedef struct mw__k_attention {
     float *probs;
     void *impl; /* what the backend's attention_prepare made, or NULL */
 } mw__k_attention;
+
+/* Queries per key/value head of an attention descriptor (0, a descriptor made without it: 1). */
+static inline int64_t mw__attn_group(const mw__k_attention *k) {
+    return k->group > 0 ? k->group : 1;
+}
 
 /* Floats of one slice's kept probabilities (mw__k_attention.probs). */
 static inline int64_t mw__attn_probs_per_slice(int64_t t, int64_t block, int causal) {
@@ -408,6 +417,7 @@ typedef struct mw__k_state_write {
  * order); pos[o] outside [0, n) fails naming it. */
 typedef struct mw__k_attention_cached {
     int64_t outer, n, heads, dim;
+    int64_t group; /* queries per key/value head: q and out hold heads x group rows per outer */
     float scale;
     float *out;
     const float *q, *kv;

@@ -182,16 +182,26 @@ static void slice_offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) 
     }
 }
 
-/* One (batch, head) slice in f32: q (k and v `part` floats after it), positions `seq` apart; the
- * output positions (out or, backward, gy) `seq_out` apart. Where the kernel's q, k, v or output
- * are bf16, these point at f32 copies of the slice in the scratch (stage_slice). */
+/* One (batch, key/value head) slice in f32: the group's first query q (query g, then the key and
+ * the value `part` floats apart each: query g at q + g part, the key at q + G part, the value at
+ * q + (G + 1) part), positions `seq` apart; the output positions (out or, backward, gy) `seq_out`
+ * apart, query g's `out_group` after query 0's. Where the kernel's q, k, v or output are bf16,
+ * these point at f32 copies of the slice in the scratch (stage_slice). */
 typedef struct slice {
     const float *q;
     int64_t seq, part;
     float *out;
     const float *gy;
-    int64_t seq_out;
+    int64_t seq_out, out_group;
 } slice;
+
+/* The slice's key and value (G = mw__attn_group(k) queries before them). */
+static const float *slice_key(const mw__k_attention *k, const slice *v) {
+    return v->q + mw__attn_group(k) * v->part;
+}
+static const float *slice_value(const mw__k_attention *k, const slice *v) {
+    return v->q + (mw__attn_group(k) + 1) * v->part;
+}
 
 /* Keys the queries of the block [i0, i0 + m) may see. */
 static int64_t block_keys(const mw__k_attention *k, int64_t i0, int64_t m) {
@@ -232,9 +242,12 @@ static float *packed(const mw__k_attention *k, int grad) {
     return k->scratch + k->scratch_elems - n;
 }
 
-/* Where slice s keeps its probabilities (k->probs), or NULL; the blocks follow in order. */
-static float *kept(const mw__k_attention *k, int64_t s) {
-    return k->probs ? k->probs + s * mw__attn_probs_per_slice(k->t, k->block, k->causal) : NULL;
+/* Where query g of slice s keeps its probabilities (k->probs), or NULL; the blocks follow in
+ * order. */
+static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
+    return k->probs ? k->probs + (s * mw__attn_group(k) + g) *
+                                     mw__attn_probs_per_slice(k->t, k->block, k->causal)
+                    : NULL;
 }
 
 /* rows x n bf16 (rows `from_stride` apart) widened into f32 rows `to_stride` apart. */
@@ -251,37 +264,40 @@ static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from
         mw__bf16_narrow(n, from + r * from_stride, to + r * to_stride);
 }
 
-/* Slice s as f32: in place where the kernel's operands are f32, else q, k and v widened into the
- * scratch at stage (3 x t x d: q, then k, then v; positions d apart) and, forward, the output
- * made there (after them, t x d) and rounded into out by finish_slice. */
+/* Slice s as f32: in place where the kernel's operands are f32, else the group's queries, k and
+ * v widened into the scratch at stage ((G + 2) x t x d: the queries, then k, then v; positions d
+ * apart) and, forward, the output of one query made there (after them, t x d) and rounded into
+ * out by finish_query. */
 static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *stage, slice *v) {
     int64_t oo, oq, t = k->t, d = k->d;
     slice_offsets(&k->walk, s, &oo, &oq);
     if (k->qkv_dtype == MW_BF16) {
         const uint16_t *q = (const uint16_t *)k->qkv + oq;
-        for (int p = 0; p < 3; p++)
+        for (int64_t p = 0; p < mw__attn_group(k) + 2; p++)
             widen_rows(t, d, q + p * k->part, k->seq_qkv, stage + p * t * d, d);
         v->q = stage, v->seq = d, v->part = t * d;
-        stage += 3 * t * d;
+        stage += (mw__attn_group(k) + 2) * t * d;
     } else {
         v->q = (const float *)k->qkv + oq, v->seq = k->seq_qkv, v->part = k->part;
     }
     v->seq_out = k->seq_out;
+    v->out_group = k->out_group;
     v->gy = grad ? k->gy + oo : NULL;
     if (grad) /* d(qkv): f32, laid out like qkv */
         v->out = (float *)k->out + oq;
     else if (k->out_dtype == MW_BF16)
-        v->out = stage, v->seq_out = d;
+        v->out = stage, v->seq_out = d, v->out_group = 0; /* one query's at a time */
     else
         v->out = (float *)k->out + oo;
 }
 
-/* Forward: the output of slice s from its staged f32 copy, rounded to bf16. */
-static void finish_slice(const mw__k_attention *k, int64_t s, const slice *v) {
+/* Forward: the output of query g of slice s from its staged f32 copy, rounded to bf16. */
+static void finish_query(const mw__k_attention *k, int64_t s, int64_t g, const slice *v) {
     if (k->out_dtype != MW_BF16) return;
     int64_t oo, oq;
     slice_offsets(&k->walk, s, &oo, &oq);
-    narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo, k->seq_out);
+    narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo + g * k->out_group,
+                k->seq_out);
 }
 
 mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) {
@@ -294,26 +310,32 @@ mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) 
     for (int64_t s = 0; s < ns; s++) {
         slice v;
         stage_slice(k, s, 0, k->scratch + blk * t, &v);
-        float *keep = kept(k, s);
-        pack(v.q + v.part, 1, v.seq, d, t, kt);
-        pack(v.q + 2 * v.part, v.seq, 1, t, d, vp);
-        for (int64_t i0 = 0; i0 < t; i0 += blk) {
-            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
-            float *p = keep ? keep : k->scratch;
-            if (keep) keep += m * kend;
-            block_probs(k, &v, kt, i0, m, kend, p);
-            /* O = P V */
-            prod o = {.a = p,
-                      .sar = kend,
-                      .sak = 1,
-                      .b = vp,
-                      .rows = t,
-                      .c = v.out + i0 * v.seq_out,
-                      .ldc = v.seq_out,
-                      .alpha = 1.0f};
-            product(&o, m, d, kend, -ALL, keys_hi(k, i0), ALL);
+        /* k and v packed once for the group's queries */
+        pack(slice_key(k, &v), 1, v.seq, d, t, kt);
+        pack(slice_value(k, &v), v.seq, 1, t, d, vp);
+        for (int64_t g = 0; g < mw__attn_group(k); g++) {
+            slice w = v;
+            w.q = v.q + g * v.part;
+            w.out = v.out + g * v.out_group;
+            float *keep = kept(k, s, g);
+            for (int64_t i0 = 0; i0 < t; i0 += blk) {
+                int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
+                float *p = keep ? keep : k->scratch;
+                if (keep) keep += m * kend;
+                block_probs(k, &w, kt, i0, m, kend, p);
+                /* O = P V */
+                prod o = {.a = p,
+                          .sar = kend,
+                          .sak = 1,
+                          .b = vp,
+                          .rows = t,
+                          .c = w.out + i0 * w.seq_out,
+                          .ldc = w.seq_out,
+                          .alpha = 1.0f};
+                product(&o, m, d, kend, -ALL, keys_hi(k, i0), ALL);
+            }
+            finish_query(k, s, g, &w);
         }
-        finish_slice(k, s, &v);
     }
     return MW_OK;
 }
@@ -335,8 +357,10 @@ static void block_dscores(const mw__k_attention *k, const float *p, float *dp, i
  * [0, fresh) of C hold earlier blocks' sums and rows [fresh, kend) are met for the first time and
  * are written instead (so that C needs no zeroing first). Tiles that start at fresh rather than
  * at a multiple of TILE_M only add terms that are exactly 0 (masked scores): the same sums. */
-static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend) {
-    int64_t fresh = k->causal ? i0 : i0 == 0 ? 0 : kend;
+static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend,
+                     int later) {
+    /* later: a group's later query adds to what its first ones wrote (every row is met) */
+    int64_t fresh = later ? kend : k->causal ? i0 : i0 == 0 ? 0 : kend;
     for (int part = 0; part < 2; part++) {
         int64_t r0 = part ? fresh : 0, r1 = part ? kend : fresh;
         if (r1 <= r0) continue;
@@ -358,41 +382,48 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
     int64_t ns = k->slices, blk = k->block, d = k->d, t = k->t;
     float *scores = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
           *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
-    float *stage = k->scratch + 2 * blk * t + 2 * ns * t;
+    float *stage = k->scratch + 2 * blk * t + 2 * ns * mw__attn_group(k) * t;
     for (int64_t s = 0; s < ns; s++) {
         slice v;
         stage_slice(k, s, 1, stage, &v);
         int64_t seq = v.seq, seq_out = v.seq_out;
-        const float *q = v.q, *kk = q + v.part, *vv = q + 2 * v.part, *gy = v.gy;
-        float *dq = v.out, *dk = dq + k->part, *dv = dq + 2 * k->part;
-        const float *keep = kept(k, s);
-        if (!keep) pack(kk, 1, seq, d, t, kt);
+        const float *kk = slice_key(k, &v), *vv = slice_value(k, &v);
+        float *dk = v.out + mw__attn_group(k) * k->part,
+              *dv = v.out + (mw__attn_group(k) + 1) * k->part;
+        if (!k->probs) pack(kk, 1, seq, d, t, kt);
         pack(vv, 1, seq, d, t, vt);
         pack(kk, seq, 1, t, d, kp);
-        for (int64_t i0 = 0; i0 < t; i0 += blk) {
-            int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
-            const float *p = keep ? keep : scores;
-            if (keep)
-                keep += m * kend;
-            else
-                block_probs(k, &v, kt, i0, m, kend, scores);
-            /* dP = dO V^T */
-            prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
-            x.c = dp, x.ldc = kend, x.alpha = 1.0f;
-            product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
-            block_dscores(k, p, dp, i0, m, kend);
-            /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO (written where first met) */
-            x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
-            x.c = dq + i0 * k->seq_qkv, x.ldc = k->seq_qkv, x.alpha = k->scale;
-            product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
-            pack(q + i0 * seq, seq, 1, m, d, qb);
-            x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
-            x.c = dk, x.ldc = k->seq_qkv, x.alpha = k->scale;
-            key_grad(&x, k, i0, m, kend);
-            pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
-            x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
-            x.c = dv, x.ldc = k->seq_qkv, x.alpha = 1.0f;
-            key_grad(&x, k, i0, m, kend);
+        for (int64_t g = 0; g < mw__attn_group(k); g++) {
+            const float *q = v.q + g * v.part, *gy = v.gy + g * v.out_group;
+            float *dq = v.out + g * k->part;
+            const float *keep = kept(k, s, g);
+            slice w = v;
+            w.q = q;
+            for (int64_t i0 = 0; i0 < t; i0 += blk) {
+                int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
+                const float *p = keep ? keep : scores;
+                if (keep)
+                    keep += m * kend;
+                else
+                    block_probs(k, &w, kt, i0, m, kend, scores);
+                /* dP = dO V^T */
+                prod x = {.a = gy + i0 * seq_out, .sar = seq_out, .sak = 1, .b = vt, .rows = d};
+                x.c = dp, x.ldc = kend, x.alpha = 1.0f;
+                product(&x, m, kend, d, -ALL, ALL, k->causal ? i0 : ALL);
+                block_dscores(k, p, dp, i0, m, kend);
+                /* dQ = scale dS K; dK += scale dS^T Q; dV += P^T dO (written where first met) */
+                x = (prod){.a = dp, .sar = kend, .sak = 1, .b = kp, .rows = t};
+                x.c = dq + i0 * k->seq_qkv, x.ldc = k->seq_qkv, x.alpha = k->scale;
+                product(&x, m, d, kend, -ALL, keys_hi(k, i0), ALL);
+                pack(q + i0 * seq, seq, 1, m, d, qb);
+                x = (prod){.a = dp, .sar = 1, .sak = kend, .b = qb, .rows = m};
+                x.c = dk, x.ldc = k->seq_qkv, x.alpha = k->scale;
+                key_grad(&x, k, i0, m, kend, g > 0);
+                pack(gy + i0 * seq_out, seq_out, 1, m, d, gb);
+                x = (prod){.a = p, .sar = 1, .sak = kend, .b = gb, .rows = m};
+                x.c = dv, x.ldc = k->seq_qkv, x.alpha = 1.0f;
+                key_grad(&x, k, i0, m, kend, g > 0);
+            }
         }
     }
     return MW_OK;
@@ -404,10 +435,12 @@ mw_status MW__CPU(mw__cpu_attention_cached)(mw__device *dev, const mw__k_attenti
     mw_status st = MW__CPU(mw__cpu_positions_ok)(dev, k->pos, k->outer, k->n, "cached attention");
     if (st) return st;
     const int64_t H = k->heads, D = k->dim, row = 2 * H * D; /* one key position: keys, values */
+    const int64_t G = k->group > 0 ? k->group : 1;           /* queries per key/value head */
     for (int64_t o = 0; o < k->outer; o++)
-        for (int64_t h = 0; h < H; h++) {
-            const float *q = k->q + (o * H + h) * D, *kv = k->kv + o * k->n * row + h * D;
-            float *acc = k->out + (o * H + h) * D, m = -INFINITY, l = 0.0f;
+        for (int64_t hq = 0; hq < H * G; hq++) {
+            int64_t h = hq / G;
+            const float *q = k->q + (o * H * G + hq) * D, *kv = k->kv + o * k->n * row + h * D;
+            float *acc = k->out + (o * H * G + hq) * D, m = -INFINITY, l = 0.0f;
             memset(acc, 0, (size_t)D * sizeof *acc);
             for (int64_t j = 0; j <= k->pos[o]; j++) {
                 const float *key = kv + j * row, *val = key + H * D;

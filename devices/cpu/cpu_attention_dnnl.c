@@ -82,7 +82,8 @@ static mw__k_gemm gemm(int64_t m, int64_t n, int64_t kk, int ta, int64_t lda, in
 mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
     mw__dnnl *d = mw__cpu_dnnl(dev);
     k->impl = NULL;
-    if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
+    /* Grouped queries (k->group > 1) run on the tile kernels (cpu_attention.c). */
+    if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev) || k->group > 1) return MW_OK;
     dnnl_attention *a = mw__calloc(1, sizeof *a);
     int nb = (int)((k->t + k->block - 1) / k->block);
     if (a) {

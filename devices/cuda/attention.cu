@@ -88,15 +88,18 @@ __device__ static float row_probs(const mw__k_attention &k, const Q *q, const Q 
     return mx + logf(sum);
 }
 
+/* Block y of the grid: query g = y % G of slice s = y / G (k.group = G queries per key/value
+ * head, then the key and the value, k.part apart). */
 template <typename Q, typename O> __global__ static void k_attention(mw__k_attention k) {
     extern __shared__ float smem[];
     float *red = smem, *p = smem + ATT_WARPS;
-    int64_t i = blockIdx.x, s = blockIdx.y;
+    int64_t i = blockIdx.x, s = blockIdx.y / k.group, g = blockIdx.y % k.group;
     slice_off off = offsets(k.walk, s);
-    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
+    const Q *base = (const Q *)k.qkv + off.o1, *q = base + g * k.part;
+    const Q *kk = base + k.group * k.part, *v = kk + k.part;
     int64_t n = k.causal ? i + 1 : k.t;
     row_probs(k, q, kk, i, n, p, red);
-    O *out = (O *)k.out + off.o0 + i * k.seq_out;
+    O *out = (O *)k.out + off.o0 + g * k.out_group + i * k.seq_out;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
         for (int64_t j = 0; j < n; j++) acc += p[j] * get(v, j * k.seq_qkv + e);
@@ -109,11 +112,12 @@ template <typename Q>
 __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum) {
     extern __shared__ float smem[];
     float *red = smem, *p = smem + ATT_WARPS, *dp = p + k.t;
-    int64_t i = blockIdx.x, s = blockIdx.y;
+    int64_t i = blockIdx.x, y = blockIdx.y, s = y / k.group, g = y % k.group;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
-    const float *gy = k.gy + off.o0 + i * k.seq_out;
+    const Q *base = (const Q *)k.qkv + off.o1, *q = base + g * k.part;
+    const Q *kk = base + k.group * k.part, *v = kk + k.part;
+    const float *gy = k.gy + off.o0 + g * k.out_group + i * k.seq_out;
     int64_t n = k.causal ? i + 1 : k.t;
     float l = row_probs(k, q, kk, i, n, p, red);
     for (int64_t j = warp; j < n; j += ATT_WARPS) {
@@ -126,53 +130,57 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
     float D = block_reduce(part, 1, red);
     for (int64_t j = threadIdx.x; j < n; j += ATT_THREADS) dp[j] = p[j] * (dp[j] - D);
     __syncthreads();
-    float *dq = (float *)k.out + off.o1 + i * k.seq_qkv;
+    float *dq = (float *)k.out + off.o1 + g * k.part + i * k.seq_qkv;
     for (int64_t e = threadIdx.x; e < k.d; e += ATT_THREADS) {
         float acc = 0.0f;
         for (int64_t j = 0; j < n; j++) acc += dp[j] * get(kk, j * k.seq_qkv + e);
         dq[e] = k.scale * acc;
     }
     if (threadIdx.x == 0) {
-        lse[s * k.t + i] = l;
-        dsum[s * k.t + i] = D;
+        lse[y * k.t + i] = l;
+        dsum[y * k.t + i] = D;
     }
 }
 
 /* Per key row j: dK_j = scale sum_i dS_ij q_i and dV_j = sum_i P_ij dO_i over the queries that
- * see j, in query order, KV_CHUNK queries at a time. */
+ * see j, query after query of the group, each in query order, KV_CHUNK queries at a time. */
 template <typename Q>
 __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, const float *dsum) {
     __shared__ float ps[KV_CHUNK], ds[KV_CHUNK];
     int64_t j = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     slice_off off = offsets(k.walk, s);
-    const Q *q = (const Q *)k.qkv + off.o1, *kk = q + k.part, *v = q + 2 * k.part;
-    const float *gy = k.gy + off.o0;
-    float *dk = (float *)k.out + off.o1 + k.part + j * k.seq_qkv, *dv = dk + k.part;
+    const Q *base = (const Q *)k.qkv + off.o1, *kk = base + k.group * k.part, *v = kk + k.part;
+    float *dk = (float *)k.out + off.o1 + k.group * k.part + j * k.seq_qkv, *dv = dk + k.part;
     /* Each thread owns features e = threadIdx.x, + ATT_THREADS, ...; at most 4 per thread. */
     float ak[4] = {0, 0, 0, 0}, av[4] = {0, 0, 0, 0};
-    for (int64_t i0 = k.causal ? j : 0; i0 < k.t; i0 += KV_CHUNK) {
-        int64_t m = k.t - i0 < KV_CHUNK ? k.t - i0 : KV_CHUNK;
-        for (int64_t c = warp; c < m; c += ATT_WARPS) {
-            int64_t i = i0 + c;
-            float sc = k.scale * warp_dot(q + i * k.seq_qkv, kk + j * k.seq_qkv, k.d);
-            float dpv = warp_dot(gy + i * k.seq_out, v + j * k.seq_qkv, k.d);
-            if (lane == 0) {
-                float pv = mw__expf(sc - lse[s * k.t + i]);
-                ps[c] = pv;
-                ds[c] = pv * (dpv - dsum[s * k.t + i]);
+    for (int64_t g = 0; g < k.group; g++) {
+        const Q *q = base + g * k.part;
+        const float *gy = k.gy + off.o0 + g * k.out_group;
+        const float *lr = lse + (s * k.group + g) * k.t, *dr = dsum + (s * k.group + g) * k.t;
+        for (int64_t i0 = k.causal ? j : 0; i0 < k.t; i0 += KV_CHUNK) {
+            int64_t m = k.t - i0 < KV_CHUNK ? k.t - i0 : KV_CHUNK;
+            for (int64_t c = warp; c < m; c += ATT_WARPS) {
+                int64_t i = i0 + c;
+                float sc = k.scale * warp_dot(q + i * k.seq_qkv, kk + j * k.seq_qkv, k.d);
+                float dpv = warp_dot(gy + i * k.seq_out, v + j * k.seq_qkv, k.d);
+                if (lane == 0) {
+                    float pv = mw__expf(sc - lr[i]);
+                    ps[c] = pv;
+                    ds[c] = pv * (dpv - dr[i]);
+                }
             }
-        }
-        __syncthreads();
-        for (int r = 0; r < 4; r++) {
-            int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
-            if (e >= k.d) break;
-            for (int64_t c = 0; c < m; c++) {
-                ak[r] += ds[c] * get(q, (i0 + c) * k.seq_qkv + e);
-                av[r] += ps[c] * gy[(i0 + c) * k.seq_out + e];
+            __syncthreads();
+            for (int r = 0; r < 4; r++) {
+                int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
+                if (e >= k.d) break;
+                for (int64_t c = 0; c < m; c++) {
+                    ak[r] += ds[c] * get(q, (i0 + c) * k.seq_qkv + e);
+                    av[r] += ps[c] * gy[(i0 + c) * k.seq_out + e];
+                }
             }
+            __syncthreads();
         }
-        __syncthreads();
     }
     for (int r = 0; r < 4; r++) {
         int64_t e = threadIdx.x + (int64_t)r * ATT_THREADS;
@@ -208,17 +216,19 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, MW__I_ATTENTION, k);
     if (st) return st;
-    dim3 grid((unsigned)k->t, (unsigned)k->slices);
+    mw__k_attention kk = *k;
+    kk.group = mw__attn_group(k);
+    dim3 grid((unsigned)k->t, (unsigned)(k->slices * kk.group));
     cudaStream_t stream = im->stream;
     int q16 = k->qkv_dtype == MW_BF16, o16 = k->out_dtype == MW_BF16;
     if (q16 && o16)
-        k_attention<uint16_t, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k);
+        k_attention<uint16_t, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(kk);
     else if (q16)
-        k_attention<uint16_t, float><<<grid, ATT_THREADS, smem, stream>>>(*k);
+        k_attention<uint16_t, float><<<grid, ATT_THREADS, smem, stream>>>(kk);
     else if (o16)
-        k_attention<float, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k);
+        k_attention<float, uint16_t><<<grid, ATT_THREADS, smem, stream>>>(kk);
     else
-        k_attention<float, float><<<grid, ATT_THREADS, smem, stream>>>(*k);
+        k_attention<float, float><<<grid, ATT_THREADS, smem, stream>>>(kk);
     return check(dev, k, "attention kernel");
 }
 
@@ -232,18 +242,20 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
     mw_status st = shape_ok(dev, MW__I_ATTENTION_GRAD, k);
     if (st) return st;
     int64_t ns = k->slices, blk = k->block;
-    float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * k->t;
-    dim3 grid((unsigned)k->t, (unsigned)ns);
+    mw__k_attention kk = *k;
+    kk.group = mw__attn_group(k);
+    float *lse = k->scratch + 2 * blk * k->t, *dsum = lse + ns * kk.group * k->t;
+    dim3 grid((unsigned)k->t, (unsigned)(ns * kk.group)), keys((unsigned)k->t, (unsigned)ns);
     cudaStream_t stream = im->stream;
     if (k->qkv_dtype == MW_BF16)
-        k_attention_dq<uint16_t><<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
+        k_attention_dq<uint16_t><<<grid, ATT_THREADS, smem, stream>>>(kk, lse, dsum);
     else
-        k_attention_dq<float><<<grid, ATT_THREADS, smem, stream>>>(*k, lse, dsum);
+        k_attention_dq<float><<<grid, ATT_THREADS, smem, stream>>>(kk, lse, dsum);
     if ((st = check(dev, k, "attention gradient kernel (queries)"))) return st;
     if (k->qkv_dtype == MW_BF16)
-        k_attention_dkv<uint16_t><<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
+        k_attention_dkv<uint16_t><<<keys, ATT_THREADS, 0, stream>>>(kk, lse, dsum);
     else
-        k_attention_dkv<float><<<grid, ATT_THREADS, 0, stream>>>(*k, lse, dsum);
+        k_attention_dkv<float><<<keys, ATT_THREADS, 0, stream>>>(kk, lse, dsum);
     return check(dev, k, "attention gradient kernel (keys and values)");
 }
 
@@ -256,14 +268,15 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
 __global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *flag) {
     int64_t pair = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    if (pair >= k.outer * k.heads) return;
-    int64_t o = pair / k.heads, h = pair % k.heads, H = k.heads, D = k.dim, row = 2 * H * D;
+    int64_t G = k.group > 0 ? k.group : 1, HG = k.heads * G; /* query heads per outer row */
+    if (pair >= k.outer * HG) return;
+    int64_t o = pair / HG, hq = pair % HG, h = hq / G, H = k.heads, D = k.dim, row = 2 * H * D;
     int32_t pos = k.pos[o];
     if (pos < 0 || pos >= k.n) {
-        if (lane == 0 && h == 0) record_bad(&err[ERR_POSITION], flag, o, pos, k.n);
+        if (lane == 0 && hq == 0) record_bad(&err[ERR_POSITION], flag, o, pos, k.n);
         return;
     }
-    const float *q = k.q + (o * H + h) * D, *kv = k.kv + o * k.n * row + h * D;
+    const float *q = k.q + (o * HG + hq) * D, *kv = k.kv + o * k.n * row + h * D;
     float acc[CACHED_MAX_DIM / 32], qv[CACHED_MAX_DIM / 32];
     int per = (int)((D + 31) / 32);
     for (int r = 0; r < per; r++) {
@@ -297,7 +310,7 @@ __global__ void k_attention_cached(mw__k_attention_cached k, err_rec *err, int *
     float inv = 1.0f / l;
     for (int r = 0; r < per; r++) {
         int64_t d = lane + 32 * r;
-        if (d < D) k.out[(o * H + h) * D + d] = acc[r] * inv;
+        if (d < D) k.out[(o * HG + hq) * D + d] = acc[r] * inv;
     }
 }
 
@@ -310,7 +323,7 @@ extern "C" mw_status mw__cuda_attention_cached(mw__device *dev, const mw__k_atte
         return mw__error(MW_ERR_UNSUPPORTED,
                          "%s: cached attention supports head sizes up to %d, not %lld", dev->name,
                          CACHED_MAX_DIM, (long long)k->dim);
-    int64_t pairs = k->outer * k->heads, per_block = THREADS / 32;
+    int64_t pairs = k->outer * k->heads * (k->group > 0 ? k->group : 1), per_block = THREADS / 32;
     unsigned blocks = (unsigned)((pairs + per_block - 1) / per_block);
     k_attention_cached<<<blocks, THREADS, 0, im->stream>>>(*k, im->err, im->flag_dev);
     return launch_error(dev, "cached attention kernel");

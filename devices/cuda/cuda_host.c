@@ -91,11 +91,11 @@ mw_status mw__cuda_check(int kind, const void *k) {
                 "write the attention out with mw_contract and mw_causal_softmax",
                 (long long)((MW__CUDA_SHARED_BYTES / sizeof(float) - MW__CUDA_ATT_WARPS) / 2),
                 (long long)a->t);
-        if (a->slices > MW__CUDA_MAX_GRID_Y || a->t > INT32_MAX)
+        if (a->slices * mw__attn_group(a) > MW__CUDA_MAX_GRID_Y || a->t > INT32_MAX)
             return mw__error(MW_ERR_UNSUPPORTED,
                              "fused attention on a GPU takes up to %d (batch x head) slices, not "
                              "%lld; shard the batch over more devices or feed smaller batches",
-                             MW__CUDA_MAX_GRID_Y, (long long)a->slices);
+                             MW__CUDA_MAX_GRID_Y, (long long)(a->slices * mw__attn_group(a)));
         return MW_OK;
     }
     case MW__I_ATTENTION_CACHED: {

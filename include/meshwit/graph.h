@@ -462,9 +462,27 @@ mw_tensor *mw_state(mw_graph *g, const char *name, mw_axes axes);
 mw_tensor *mw_state_write(mw_graph *g, mw_tensor *state, mw_tensor *value, const char *axis,
                           mw_tensor *index);
 
+/* Grouped-query attention (Llama 2/3, Mistral, Qwen2: fewer key/value heads than query heads),
+ * as mw_attention but with each key/value head's G queries beside its key and value: qkv's axis
+ * `part_axis` has size G + 2, holding the G queries of the group, then the key, then the value
+ * (G = 1 is multi-head attention; G = heads is multi-query attention). One contraction makes it
+ * (weights [KvHead, Part = G + 2, HeadDim, Embed]); the key/value head axis is one of the batch
+ * axes. The result has qkv's axes with `part_axis` replaced by `group_axis` (a new name) of size
+ * G, in its place: query head h of transformers' numbering is (kv head h / G, group h % G). Keys
+ * and values are read once per group and never expanded in memory; their gradients sum over the
+ * group's queries in a fixed order. Tensor parallelism splits the key/value head axis, so every
+ * device holds whole groups; the part axis cannot be split. Errors: as mw_attention's, and
+ * MW_ERR_SHAPE (part axis of size below 3), MW_ERR_INVALID (group_axis NULL or a bad name),
+ * MW_ERR_AXIS (group_axis already an axis of qkv). */
+mw_tensor *mw_attention_grouped(mw_graph *g, mw_tensor *qkv, const char *part_axis,
+                                const char *group_axis, const char *seq_axis,
+                                const char *feature_axis, int causal, float scale);
+
 /* One query per row attending to cached keys and values: kv holds [batch axes..., seq_axis,
  * part_axis = 2 (keys, then values), head axes..., feature_axis]; q has kv's axes without
- * seq_axis and part_axis; pos (i32, the batch axes) says how far each row has got: row r attends
+ * seq_axis and part_axis (grouped-query attention: and one axis more, the G queries of each
+ * key/value head, right before feature_axis, as mw_attention_grouped's output has them); pos
+ * (i32, the batch axes) says how far each row has got: row r attends
  * to positions 0..pos[r] of seq_axis, softmax(scale q . k) v, in f32 with a running maximum (the
  * decoding step of mw_attention with causal = 1, without a score tensor). The seq, part and
  * feature axes must not be sharded; batch and head axes may be. No gradient. Errors:

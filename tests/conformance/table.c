@@ -447,6 +447,29 @@ static int dot_of(rg_graph *r, int a, int b, const char *axis) {
     return rg_contract(r, a, b, out, n);
 }
 
+/* Grouped-query attention: qkv's Part holds G queries, then the key, then the value; the
+ * reference slices the queries as a Group axis and broadcasts the key and value over it. */
+static mw_tensor *b_attention_grouped(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_attention_grouped(g, x[0], "Part", "Group", "Seq", "HeadDim", v->i[0],
+                                (float)v->f[0]);
+}
+static int r_attention_grouped(rg_graph *r, const int *x, const cf_variant *v) {
+    const rg_axes *qa0 = rg_axes_of(r, x[0]);
+    int64_t G = qa0->size[rg_find(qa0, "Part")] - 2;
+    int q = rg_slice(r, x[0], "Part", 0, G, "Group");
+    int k = renamed(r, rg_slice(r, x[0], "Part", G, 0, NULL), "Seq", "Key");
+    int vv = renamed(r, rg_slice(r, x[0], "Part", G + 1, 0, NULL), "Seq", "Key");
+    const rg_axes qa = *rg_axes_of(r, q);
+    const char *so[RG_MAX_RANK], *oo[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < qa.rank; i++)
+        if (strcmp(qa.name[i], "HeadDim")) so[n++] = qa.name[i];
+    so[n++] = "Key";
+    int sc = rg_contract(r, q, k, so, n);
+    int p = rg_softmax(r, sc, "Key", (double)(float)v->f[0], v->i[0] ? "Seq" : NULL);
+    return rg_contract(r, p, vv, names(&qa, oo), qa.rank);
+}
+
 /* attention(x . wqkv): qkv laid out as the contraction leaves it (the issue of a bf16 d(qkv)). */
 static mw_tensor *b_attention_of_dot(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
     return mw_attention(g, mw_dot(g, x[0], x[1], "Embed"), "Part", "Seq", "HeadDim", v->i[0],
@@ -607,6 +630,30 @@ static int r_cached(rg_graph *r, const int *x, const cf_variant *v) {
     /* scale s, then the mask: softmax(x, scale 1) */
     int p = rg_softmax(r, rg_add(r, rg_scale(r, s, (double)(float)v->f[0]), m), "Seq", 1.0, NULL);
     return rg_contract(r, p, vv, oo, 3);
+}
+
+/* q [Batch, Head, Group, Feat] (each key/value head's G queries) against kv [Batch, Seq, Part=2,
+ * Head, Feat] up to pos [Batch]. */
+static mw_tensor *b_cached_grouped(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return mw_attention_cached(g, x[0], x[1], "Part", "Seq", "Feat", x[2], (float)v->f[0]);
+}
+static int r_cached_grouped(rg_graph *r, const int *x, const cf_variant *v) {
+    int k = rg_slice(r, x[1], "Part", 0, 0, NULL), vv = rg_slice(r, x[1], "Part", 1, 0, NULL);
+    const char *so[] = {"Batch", "Head", "Group", "Seq"},
+               *oo[] = {"Batch", "Head", "Group", "Feat"};
+    int s = rg_contract(r, x[0], k, so, 4);
+    const rg_axes sa = *rg_axes_of(r, s);
+    int64_t rows = sa.size[1] * sa.size[2], n = sa.size[3];
+    double *mask = calloc((size_t)rg_axes_numel(&sa), sizeof *mask);
+    const int32_t *pos = rg_idvalue(r, x[2]);
+    for (int64_t b = 0; b < sa.size[0]; b++)
+        for (int64_t h = 0; h < rows; h++)
+            for (int64_t j = 0; j < n; j++)
+                mask[(b * rows + h) * n + j] = j <= pos[b] ? 0.0 : -INFINITY;
+    int m = rg_leaf(r, &sa, mask);
+    free(mask);
+    int p = rg_softmax(r, rg_add(r, rg_scale(r, s, (double)(float)v->f[0]), m), "Seq", 1.0, NULL);
+    return rg_contract(r, p, vv, oo, 4);
 }
 
 /* --- rotary embeddings ----------------------------------------------------------------------- */
@@ -1349,6 +1396,35 @@ const cf_row cf_rows[] = {
      .flags = CF_INFER,
      .build = b_state_write,
      .ref = r_state_write},
+    {.name = "attention_cached_grouped",
+     .covers = "attention_cached",
+     .op = {P("q", "Batch,Head,Group,Feat", -1, 1, CF_FIXED, NULL),
+            P("kv", "Batch,Seq,Part,Head,Feat", -1, 1, CF_FIXED, NULL),
+            I("pos", "Batch", 0, 9, CF_FIXED, NULL)},
+     .nops = 3,
+     .var = {{"Batch=3,Seq=9,Part=2,Head=2,Group=3,Feat=8", .f = {0.35}},
+             {"Batch=2,Seq=9,Part=2,Head=1,Group=4,Feat=13", .f = {0.28}}},
+     .nvar = 2,
+     .split = "Batch,Head",
+     .reduce = "Seq",
+     .flags = CF_INFER,
+     .build = b_cached_grouped,
+     .ref = r_cached_grouped},
+    {.name = "attention_grouped",
+     .covers = "attention,attention_grad",
+     .op = {P("qkv", "Batch,Seq,KvHead,Part,HeadDim", -1, 1, CF_LAST, "HeadDim")},
+     .nops = 1,
+     .var = {{"Batch=2,Seq=19,KvHead=2,Part=4,HeadDim=8", {1}, {0.35}},
+             {"Batch=1,Seq=67,KvHead=1,Part=5,HeadDim=13", {0}, {0.28}},
+             {"Batch=2,Seq=3,KvHead=3,Part=3,HeadDim=5", {1}, {0.45}},
+             {"Batch=1,Seq=70,KvHead=2,Part=6,HeadDim=16", {1}, {0.25}}},
+     .nvar = 4,
+     .split = "Batch,KvHead,Seq",
+     .refuse = "Seq,Part,HeadDim",
+     .reduce = "Seq",
+     .amp = 2,
+     .build = b_attention_grouped,
+     .ref = r_attention_grouped},
     {.name = "attention_cached",
      .covers = "attention_cached",
      .op = {P("q", "Batch,Head,Feat", -1, 1, CF_FIXED, NULL),

@@ -114,6 +114,18 @@ Test(nn_grad, rope) {
     }
 }
 
+/* Grouped-query attention, three queries per key/value head, causal and not: each key's and
+ * value's gradient sums over its group's queries. */
+Test(nn_grad, attention_grouped) {
+    for (int causal = 0; causal < 2; causal++) {
+        fd_case c;
+        fd_begin(&c, SEED + (uint64_t)causal);
+        mw_tensor *qkv =
+            fd_param(&c, "qkv", MW_AXES({"Seq", 4}, {"KvHead", 2}, {"Part", 5}, {"Dim", 4}), 1.0f);
+        fd_check(&c, mw_attention_grouped(c.g, qkv, "Part", "Group", "Seq", "Dim", causal, 0.5f));
+    }
+}
+
 /* RMS norm, x [Batch=2, Row=2, Dim=6] as the layer norm's: rows of N(0, 1) values have a root
  * mean square near one, so 1/rms stays small; a random gain shows each term of d/dx (w * x/rms).
  * Alone, and as a pre-norm residual block (x + rmsnorm(x) . wo), where the planner folds the

@@ -683,6 +683,28 @@ static mw_status rope_dtype(fx *f) {
                   mw_rope(f->g, mw_cast(f->g, rope_x(f), MW_BF16), "Seq", "Feature", NULL, NULL));
 }
 static mw_status rope_null(fx *f) { return OP(mw_rope(f->g, NULL, NULL, "Feature", NULL, NULL)); }
+/* qkv f32[Batch=2, Seq=4, KvHead=2, Part=4, Dim=8]: two queries per key/value head */
+static mw_tensor *gqkv(fx *f) {
+    return in(f, "gqkv", MW_AXES({"Batch", 2}, {"Seq", 4}, {"KvHead", 2}, {"Part", 4}, {"Dim", 8}));
+}
+static mw_status grouped_null_group(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_attention_grouped(f->g, gqkv(f), "Part", NULL, "Seq", "Dim", 1, 0.3f));
+}
+static mw_status grouped_parts(fx *f) {
+    NEED(graph(f));
+    mw_tensor *x = in(f, "x2", MW_AXES({"Batch", 2}, {"Seq", 4}, {"Part", 2}, {"Dim", 8}));
+    return traced(f, mw_attention_grouped(f->g, x, "Part", "Group", "Seq", "Dim", 1, 0.3f));
+}
+static mw_status grouped_existing(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_attention_grouped(f->g, gqkv(f), "Part", "Seq", "Seq", "Dim", 1, 0.3f));
+}
+static mw_status grouped_part_split(fx *f) {
+    NEED(graph(f));
+    mw_tensor *x = mw_shard(f->g, gqkv(f), "Part", "X");
+    return traced(f, mw_attention_grouped(f->g, x, "Part", "Group", "Seq", "Dim", 1, 0.3f));
+}
 static mw_status softmax_no_axis(fx *f) { return OP(mw_softmax(f->g, f->a, "Nope", 1.0f)); }
 static mw_status softmax_not_last(fx *f) { return OP(mw_softmax(f->g, f->a, "Batch", 1.0f)); }
 static mw_status softmax_sharded(fx *f) { return OP(mw_softmax(f->g, f->as, "Batch", 1.0f)); }
@@ -2194,6 +2216,10 @@ static const row table[] = {
     R(mw_rope, rope_sharded, MW_ERR_SHARDING, "Seq"),
     R(mw_rope, rope_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_rope, rope_null, MW_ERR_INVALID, "mw_rope"),
+    R(mw_attention_grouped, grouped_null_group, MW_ERR_INVALID, "group_axis"),
+    R(mw_attention_grouped, grouped_parts, MW_ERR_SHAPE, "G + 2"),
+    R(mw_attention_grouped, grouped_existing, MW_ERR_AXIS, "'Seq'"),
+    R(mw_attention_grouped, grouped_part_split, MW_ERR_SHARDING, "key/value head axis instead"),
     R(mw_rmsnorm, rmsnorm_no_axis, MW_ERR_AXIS, "'Nope'"),
     R(mw_rmsnorm, rmsnorm_not_last, MW_ERR_SHAPE, "last axis"),
     R(mw_rmsnorm, rmsnorm_weight_axes, MW_ERR_SHAPE, "Feature=2"),
