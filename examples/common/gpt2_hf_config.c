@@ -1,14 +1,13 @@
 /* Hugging Face GPT-2's config.json (the weights are gpt2_hf.c's): read strictly through the
  * library's JSON reader, every field honoured or refused by name, and written beside the weights
  * as GPT2LMHeadModel.from_pretrained reads it. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "formats/json.h"
 #include "gpt2_model.h"
+#include "hf_json.h"
 
 /* The config.json beside path (path's folder, with its trailing '/', then "config.json") into
  * cfg; -1 when the path is too long. */
@@ -23,70 +22,6 @@ int gpt2_hf_config_path(const char *path, char *cfg, size_t n) {
  * values to 16 levels inside it. A key given twice takes its last value, as Python's json does. */
 #define MAX_MEMBERS 128
 #define MAX_DEPTH 17 /* the object and 16 levels inside it */
-
-/* The member of obj whose key is key[0, n), its last occurrence; NULL when absent. */
-static const mw__json_node *member(const mw__json *doc, const mw__json_node *obj, const char *key,
-                                   size_t n) {
-    const mw__json_node *last = NULL;
-    for (const mw__json_node *m = mw__json_node_at(doc, obj->first); m;
-         m = mw__json_node_at(doc, m->next))
-        if (m->klen == n && memcmp(mw__json_key(doc, m), key, n) == 0) last = m;
-    return last;
-}
-
-static const mw__json_node *field(const mw__json *doc, const mw__json_node *obj, const char *key) {
-    return member(doc, obj, key, strlen(key));
-}
-
-/* Whether m is the string s. */
-static int is_str(const mw__json *doc, const mw__json_node *m, const char *s) {
-    return m->type == MW__JSON_STRING && m->len == strlen(s) &&
-           memcmp(mw__json_str(doc, m), s, m->len) == 0;
-}
-
-/* One config.json being read: its document, its name for messages, where they go. */
-typedef struct reader {
-    const mw__json *doc;
-    const char *cfg;
-    char *err;
-    size_t errsize;
-} reader;
-
-/* "cfg:line:column: " (where m's value starts) then the message, into r->err; returns st. */
-static mw_status refuse(const reader *r, const mw__json_node *m, mw_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-static mw_status refuse(const reader *r, const mw__json_node *m, mw_status st, const char *fmt,
-                        ...) {
-    char where[48];
-    mw__json_where(r->doc, m->offset, where, sizeof where);
-    int k = snprintf(r->err, r->errsize, "%s:%s: ", r->cfg, where);
-    if (k >= 0 && (size_t)k < r->errsize) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err + k, r->errsize - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static mw_status bad_value(const reader *r, const mw__json_node *m, const char *want,
-                           mw_status st) {
-    const char *s = m->type == MW__JSON_STRING ? mw__json_str(r->doc, m) : NULL;
-    return refuse(r, m, st, "\"%s\" is %.63s%s; %s", mw__json_key(r->doc, m),
-                  s ? s : mw__json_type_name(m->type), s && strlen(s) != m->len ? "\\u0000..." : "",
-                  want);
-}
-
-/* A number's value (m a number), or MW_ERR_NOMEM in r->err. */
-static mw_status number(const reader *r, const mw__json_node *m, double *v) {
-    mw_status st = mw__json_double(r->doc, m, v);
-    if (st) snprintf(r->err, r->errsize, "%s", mw_last_error());
-    return st;
-}
 
 /* Fields of GPT2Config (and of every transformers config) that do not change what the language
  * model computes from its weights: metadata, generation settings, initialisation, the heads of
@@ -163,22 +98,16 @@ static const char *const inert_fields[] = {"architectures",
 /* The dropout probabilities: read (they only act in training mode), not applied. */
 static const char *const dropout_fields[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
 
-static int in_list(const char *key, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(key, list[i]) == 0) return 1;
-    return 0;
-}
-
 /* The fields of config.json's object (r->doc's root) into c. */
-static mw_status config_fields(const reader *r, gpt2_config *c, char *note, size_t notesize) {
+static mw_status config_fields(const hf_reader *r, gpt2_config *c, char *note, size_t notesize) {
     const mw__json *doc = r->doc;
     const mw__json_node *root = mw__json_node_at(doc, 0);
     if (root->type != MW__JSON_OBJECT)
-        return refuse(r, root, MW_ERR_FORMAT, "expected '{': config.json holds one JSON object");
+        return hf_refuse(r, root, MW_ERR_FORMAT, "expected '{': config.json holds one JSON object");
     if (root->count > MAX_MEMBERS) {
         const mw__json_node *m = mw__json_node_at(doc, root->first);
         for (int i = 0; i < MAX_MEMBERS; i++) m = mw__json_node_at(doc, m->next);
-        return refuse(r, m, MW_ERR_FORMAT, "more fields than a GPT-2 config has");
+        return hf_refuse(r, m, MW_ERR_FORMAT, "more fields than a GPT-2 config has");
     }
     mw_status st = MW_OK;
     const struct {
@@ -190,14 +119,14 @@ static mw_status config_fields(const reader *r, gpt2_config *c, char *note, size
                  {"n_positions", &c->max_seq},
                  {"vocab_size", &c->vocab}};
     for (size_t i = 0; st == MW_OK && i < sizeof sizes / sizeof *sizes; i++) {
-        const mw__json_node *m = field(doc, root, sizes[i].key);
-        if (!m && strcmp(sizes[i].key, "n_positions") == 0) m = field(doc, root, "n_ctx");
+        const mw__json_node *m = hf_field(doc, root, sizes[i].key);
+        if (!m && strcmp(sizes[i].key, "n_positions") == 0) m = hf_field(doc, root, "n_ctx");
         if (!m) {
             snprintf(r->err, r->errsize, "%s: no \"%s\"", r->cfg, sizes[i].key);
             st = MW_ERR_FORMAT;
         } else if (m->type != MW__JSON_NUMBER || !m->is_integer || m->ival < 1 ||
                    m->ival > (1 << 30)) {
-            st = bad_value(r, m, "expected a whole number from 1 to 2^30", MW_ERR_FORMAT);
+            st = hf_bad_value(r, m, "expected a whole number from 1 to 2^30", MW_ERR_FORMAT);
         } else {
             *sizes[i].field = (int)m->ival;
         }
@@ -207,73 +136,74 @@ static mw_status config_fields(const reader *r, gpt2_config *c, char *note, size
          m = mw__json_node_at(doc, m->next)) {
         const char *k = mw__json_key(doc, m);
         double v = 0.0;
-        if (member(doc, root, k, m->klen) != m) {
+        if (hf_member(doc, root, k, m->klen) != m) {
             continue; /* an earlier duplicate: the last one counts */
         } else if (strlen(k) != m->klen) {
-            st = refuse(r, m, MW_ERR_UNSUPPORTED,
-                        "unknown field \"%s\\u0000...\": not one of GPT2Config's", k);
+            st = hf_refuse(r, m, MW_ERR_UNSUPPORTED,
+                           "unknown field \"%s\\u0000...\": not one of GPT2Config's", k);
         } else if (!strcmp(k, "n_layer") || !strcmp(k, "n_head") || !strcmp(k, "n_embd") ||
                    !strcmp(k, "n_positions") || !strcmp(k, "vocab_size")) {
             continue;
         } else if (!strcmp(k, "n_ctx")) {
             if (m->type != MW__JSON_NUMBER || !m->is_integer || m->ival != c->max_seq)
-                st = bad_value(r, m, "expected n_positions' value (the context length)",
-                               MW_ERR_UNSUPPORTED);
+                st = hf_bad_value(r, m, "expected n_positions' value (the context length)",
+                                  MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "n_inner")) {
-            if (m->type == MW__JSON_NUMBER && (st = number(r, m, &v))) break;
+            if (m->type == MW__JSON_NUMBER && (st = hf_number(r, m, &v))) break;
             if (m->type != MW__JSON_NULL &&
                 (m->type != MW__JSON_NUMBER || v != 4.0 * (double)c->channels))
-                st = bad_value(r, m, "this GPT-2's MLP is 4 x n_embd wide (null)",
-                               MW_ERR_UNSUPPORTED);
+                st = hf_bad_value(r, m, "this GPT-2's MLP is 4 x n_embd wide (null)",
+                                  MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "activation_function")) {
-            if (is_str(doc, m, "gelu_new") || is_str(doc, m, "gelu_pytorch_tanh") ||
-                is_str(doc, m, "gelu_fast"))
+            if (hf_is_str(doc, m, "gelu_new") || hf_is_str(doc, m, "gelu_pytorch_tanh") ||
+                hf_is_str(doc, m, "gelu_fast"))
                 c->gelu_exact = 0;
-            else if (is_str(doc, m, "gelu") || is_str(doc, m, "gelu_python"))
+            else if (hf_is_str(doc, m, "gelu") || hf_is_str(doc, m, "gelu_python"))
                 c->gelu_exact = 1;
             else
-                st = bad_value(r, m,
-                               "this GPT-2 computes GELU, tanh (\"gelu_new\") or exact (\"gelu\")",
-                               MW_ERR_UNSUPPORTED);
+                st = hf_bad_value(
+                    r, m, "this GPT-2 computes GELU, tanh (\"gelu_new\") or exact (\"gelu\")",
+                    MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "layer_norm_epsilon")) {
-            if (m->type == MW__JSON_NUMBER && (st = number(r, m, &v))) break;
+            if (m->type == MW__JSON_NUMBER && (st = hf_number(r, m, &v))) break;
             if (m->type != MW__JSON_NUMBER || !(v > 0.0 && v < 1.0))
-                st = bad_value(r, m, "expected a number in (0, 1)", MW_ERR_FORMAT);
+                st = hf_bad_value(r, m, "expected a number in (0, 1)", MW_ERR_FORMAT);
             else
                 c->ln_eps = (float)v;
         } else if (!strcmp(k, "scale_attn_weights") ||
                    !strcmp(k, "scale_attn_by_inverse_layer_idx")) {
             if (m->type != MW__JSON_TRUE && m->type != MW__JSON_FALSE)
-                st = bad_value(r, m, "expected true or false", MW_ERR_FORMAT);
+                st = hf_bad_value(r, m, "expected true or false", MW_ERR_FORMAT);
             else if (k[11] == 'w')
                 c->attn_unscaled = m->type == MW__JSON_FALSE;
             else
                 c->attn_layer_scaled = m->type == MW__JSON_TRUE;
         } else if (!strcmp(k, "tie_word_embeddings")) {
             if (m->type != MW__JSON_TRUE)
-                st = bad_value(r, m, "this GPT-2's output head is the token embedding (true)",
-                               MW_ERR_UNSUPPORTED);
+                st = hf_bad_value(r, m, "this GPT-2's output head is the token embedding (true)",
+                                  MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "add_cross_attention") || !strcmp(k, "is_encoder_decoder")) {
             if (m->type != MW__JSON_FALSE)
-                st = bad_value(r, m, "this GPT-2 is a decoder alone (false)", MW_ERR_UNSUPPORTED);
+                st =
+                    hf_bad_value(r, m, "this GPT-2 is a decoder alone (false)", MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "pruned_heads")) {
             if (m->type != MW__JSON_OBJECT || m->count)
-                st = bad_value(r, m, "this GPT-2 has every head ({})", MW_ERR_UNSUPPORTED);
-        } else if (in_list(k, dropout_fields, sizeof dropout_fields / sizeof *dropout_fields)) {
-            if (m->type == MW__JSON_NUMBER && (st = number(r, m, &v))) break;
+                st = hf_bad_value(r, m, "this GPT-2 has every head ({})", MW_ERR_UNSUPPORTED);
+        } else if (hf_in_list(k, dropout_fields, sizeof dropout_fields / sizeof *dropout_fields)) {
+            if (m->type == MW__JSON_NUMBER && (st = hf_number(r, m, &v))) break;
             if (m->type != MW__JSON_NUMBER || !(v >= 0.0 && v <= 1.0))
-                st = bad_value(r, m, "expected a probability", MW_ERR_FORMAT);
+                st = hf_bad_value(r, m, "expected a probability", MW_ERR_FORMAT);
             else if (v > 0.0 && note && strlen(note) + 48 < notesize)
                 snprintf(note + strlen(note), notesize - strlen(note), "%s%s %g",
                          note[0] ? ", " : "", k, v);
         } else if (!strcmp(k, "model_type")) {
-            if (!is_str(doc, m, "gpt2"))
-                st = bad_value(r, m, "expected \"gpt2\"", MW_ERR_UNSUPPORTED);
-        } else if (!in_list(k, inert_fields, sizeof inert_fields / sizeof *inert_fields)) {
-            st = refuse(r, m, MW_ERR_UNSUPPORTED,
-                        "unknown field \"%.80s%s\": not one of GPT2Config's, so whether it "
-                        "changes the model cannot be told",
-                        k, m->klen > 80 ? "..." : "");
+            if (!hf_is_str(doc, m, "gpt2"))
+                st = hf_bad_value(r, m, "expected \"gpt2\"", MW_ERR_UNSUPPORTED);
+        } else if (!hf_in_list(k, inert_fields, sizeof inert_fields / sizeof *inert_fields)) {
+            st = hf_refuse(r, m, MW_ERR_UNSUPPORTED,
+                           "unknown field \"%.80s%s\": not one of GPT2Config's, so whether it "
+                           "changes the model cannot be told",
+                           k, m->klen > 80 ? "..." : "");
         }
     }
     if (st == MW_OK && note && note[0] && strlen(note) + 80 < notesize)
@@ -293,7 +223,7 @@ static mw_status config_from_json(const char *cfg, const char *json, size_t n, g
         snprintf(err, errsize, "%s", mw_last_error());
         return st;
     }
-    reader r = {.doc = doc, .cfg = cfg, .err = err, .errsize = errsize};
+    hf_reader r = {.doc = doc, .cfg = cfg, .err = err, .errsize = errsize};
     st = config_fields(&r, c, note, notesize);
     mw__json_free(doc);
     char why[160];
@@ -307,35 +237,11 @@ static mw_status config_from_json(const char *cfg, const char *json, size_t n, g
 /* Reads the config.json at cfg (a regular file of at most 64 KiB). */
 static mw_status read_config_file(const char *cfg, const char *path, gpt2_config *c, char *note,
                                   size_t notesize, char *err, size_t errsize) {
-    char why[512];
-    int64_t size = 0;
-    FILE *f;
-    if (mw_input_open(cfg, NULL, 0, &f, &size) != MW_OK) {
-        snprintf(why, sizeof why, "%s", mw_last_error());
-        snprintf(err, errsize, "%s (the model's config.json beside %s)", why, path);
-        return MW_ERR_IO;
-    }
-    if (size > 65536) {
-        fclose(f);
-        snprintf(err, errsize, "%s: larger than 64 KiB, not a GPT-2 config.json", cfg);
-        return MW_ERR_FORMAT;
-    }
-    char *json = malloc((size_t)size + 1);
-    size_t n = json ? fread(json, 1, (size_t)size, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!json || bad || n != (size_t)size) {
-        snprintf(err, errsize, json ? "cannot read %s" : "out of memory reading %s", cfg);
-        free(json);
-        return json ? MW_ERR_IO : MW_ERR_NOMEM;
-    }
-    json[n] = '\0';
-    if (memchr(json, '\0', n)) {
-        free(json);
-        snprintf(err, errsize, "%s: a NUL byte: not a JSON text", cfg);
-        return MW_ERR_FORMAT;
-    }
-    mw_status st = config_from_json(cfg, json, n, c, note, notesize, err, errsize);
+    char *json;
+    size_t n;
+    mw_status st = hf_read_text(cfg, path, &json, &n, err, errsize);
+    if (st) return st;
+    st = config_from_json(cfg, json, n, c, note, notesize, err, errsize);
     free(json);
     return st;
 }
