@@ -49,6 +49,7 @@ typedef struct fx {
     mw_mesh *mesh;
     mw_trainer *tr;
     mw_infer *inf;
+    mw_sampler *sampler;
     mw_tokenizer *tok;
     mw_safetensors *st;
     mw_file_set *files;
@@ -229,6 +230,7 @@ static void fx_free(fx *f) {
     mw_test_control(MW_TEST_FAIL_ALLOCATION, (int64_t)(0));
     mw_cancel_stop();
     mw_infer_free(f->inf);
+    mw_sampler_free(f->sampler);
     mw_trainer_free(f->tr);
     mw_mesh_free(f->mesh);
     mw_graph_free(f->g);
@@ -1626,6 +1628,112 @@ static mw_status infer_read_param_null_dst(fx *f) {
     return INFERRED(mw_infer_read_param(f->inf, "w", NULL, 6));
 }
 
+/* === sample.h ================================================================================= */
+
+/* A sampler of config c changed by the row: MW_OK when made (freed with the fixture). */
+static mw_status sampler_with(fx *f, mw_sample_config c) { return mw_sampler_new(&c, &f->sampler); }
+static mw_sample_config plain(void) { return (mw_sample_config)MW_SAMPLE_CONFIG_INIT; }
+static int sampler(fx *f) { return sampler_with(f, plain()) ? failed(f, "mw_sampler_new") : 0; }
+#define SAMPLED(expr) (sampler(f) ? BROKEN : (expr))
+static mw_status sampler_new_null_config(fx *f) { return mw_sampler_new(NULL, &f->sampler); }
+static mw_status sampler_new_null_out(fx *f) {
+    mw_sample_config c = plain();
+    return mw_sampler_new(&c, NULL);
+}
+static mw_status sampler_new_negative_temperature(fx *f) {
+    mw_sample_config c = plain();
+    c.temperature = -0.5;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_nan_temperature(fx *f) {
+    mw_sample_config c = plain();
+    c.temperature = NAN;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_infinite_temperature(fx *f) {
+    mw_sample_config c = plain();
+    c.temperature = INFINITY;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_negative_top_k(fx *f) {
+    mw_sample_config c = plain();
+    c.top_k = -1;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_top_p_0(fx *f) {
+    mw_sample_config c = plain();
+    c.top_p = 0.0;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_top_p_above_1(fx *f) {
+    mw_sample_config c = plain();
+    c.top_p = 1.5;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_nan_top_p(fx *f) {
+    mw_sample_config c = plain();
+    c.top_p = NAN;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_negative_neos(fx *f) {
+    mw_sample_config c = plain();
+    c.neos = -1;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_null_eos_ids(fx *f) {
+    mw_sample_config c = plain();
+    c.neos = 2;
+    return sampler_with(f, c);
+}
+static mw_status sampler_new_negative_eos_id(fx *f) {
+    const int32_t eos[] = {50256, -3};
+    mw_sample_config c = plain();
+    c.eos_ids = eos, c.neos = 2;
+    return sampler_with(f, c);
+}
+static mw_status sampler_free_null(fx *f) {
+    mw_sampler_free(NULL);
+    return holds(f, !*mw_last_error(), "a no-op");
+}
+static const float four_logits[] = {0.5f, 1.0f, 2.0f, -1.0f};
+static mw_status sampler_draw_null(fx *f) {
+    int32_t t;
+    return mw_sampler_draw(NULL, four_logits, 4, &t);
+}
+static mw_status sampler_draw_null_logits(fx *f) {
+    int32_t t;
+    return SAMPLED(mw_sampler_draw(f->sampler, NULL, 4, &t));
+}
+static mw_status sampler_draw_null_token(fx *f) {
+    return SAMPLED(mw_sampler_draw(f->sampler, four_logits, 4, NULL));
+}
+static mw_status sampler_draw_vocab_0(fx *f) {
+    int32_t t;
+    return SAMPLED(mw_sampler_draw(f->sampler, four_logits, 0, &t));
+}
+static mw_status sampler_draw_nan(fx *f) {
+    const float l[] = {0.5f, 1.0f, NAN, -1.0f};
+    int32_t t;
+    return SAMPLED(mw_sampler_draw(f->sampler, l, 4, &t));
+}
+static mw_status sampler_draw_infinite(fx *f) {
+    const float l[] = {0.5f, INFINITY, 2.0f, -1.0f};
+    int32_t t;
+    return SAMPLED(mw_sampler_draw(f->sampler, l, 4, &t));
+}
+static mw_status sampler_draw_all_ruled_out(fx *f) {
+    const float l[] = {-INFINITY, -INFINITY, -INFINITY};
+    int32_t t;
+    return SAMPLED(mw_sampler_draw(f->sampler, l, 3, &t));
+}
+static mw_status sampler_is_eos_null(fx *f) {
+    return holds(f, mw_sampler_is_eos(NULL, 0) == 0, "0 for NULL");
+}
+static mw_status sampler_position_null(fx *f) {
+    return holds(f, mw_sampler_position(NULL) == 0, "0 for NULL");
+}
+static mw_status sampler_set_position_null(fx *f) { return mw_sampler_set_position(NULL, 3); }
+
 /* === weights.h ================================================================================ */
 
 static mw_status graph_param_count_null(fx *f) {
@@ -2461,6 +2569,30 @@ static const row table[] = {
     R(mw_infer_write_param, infer_write_param_null, MW_ERR_INVALID, NULL),
     R(mw_infer_read_param, infer_read_param_unknown, MW_ERR_NOT_FOUND, "'v'"),
     R(mw_infer_read_param, infer_read_param_null_dst, MW_ERR_INVALID, NULL),
+    /* sample.h */
+    R(mw_sampler_new, sampler_new_null_config, MW_ERR_INVALID, "config is NULL"),
+    R(mw_sampler_new, sampler_new_null_out, MW_ERR_INVALID, "out is NULL"),
+    R(mw_sampler_new, sampler_new_negative_temperature, MW_ERR_INVALID, "temperature -0.5"),
+    R(mw_sampler_new, sampler_new_nan_temperature, MW_ERR_INVALID, "temperature nan"),
+    R(mw_sampler_new, sampler_new_infinite_temperature, MW_ERR_INVALID, "temperature inf"),
+    R(mw_sampler_new, sampler_new_negative_top_k, MW_ERR_INVALID, "top_k -1"),
+    R(mw_sampler_new, sampler_new_top_p_0, MW_ERR_INVALID, "top_p 0 is not in (0, 1]"),
+    R(mw_sampler_new, sampler_new_top_p_above_1, MW_ERR_INVALID, "top_p 1.5"),
+    R(mw_sampler_new, sampler_new_nan_top_p, MW_ERR_INVALID, "top_p nan"),
+    R(mw_sampler_new, sampler_new_negative_neos, MW_ERR_INVALID, "neos -1"),
+    R(mw_sampler_new, sampler_new_null_eos_ids, MW_ERR_INVALID, "eos_ids NULL"),
+    R(mw_sampler_new, sampler_new_negative_eos_id, MW_ERR_INVALID, "eos_ids[1] is -3"),
+    R(mw_sampler_free, sampler_free_null, MW_OK, NULL),
+    R(mw_sampler_draw, sampler_draw_null, MW_ERR_INVALID, "the sampler is NULL"),
+    R(mw_sampler_draw, sampler_draw_null_logits, MW_ERR_INVALID, "logits is NULL"),
+    R(mw_sampler_draw, sampler_draw_null_token, MW_ERR_INVALID, "token is NULL"),
+    R(mw_sampler_draw, sampler_draw_vocab_0, MW_ERR_INVALID, "vocab 0"),
+    R(mw_sampler_draw, sampler_draw_nan, MW_ERR_NONFINITE, "logit 2 of 4 is NaN"),
+    R(mw_sampler_draw, sampler_draw_infinite, MW_ERR_NONFINITE, "logit 1 of 4 is +Inf"),
+    R(mw_sampler_draw, sampler_draw_all_ruled_out, MW_ERR_NONFINITE, "all 3 logits are -Inf"),
+    R(mw_sampler_is_eos, sampler_is_eos_null, MW_OK, NULL),
+    R(mw_sampler_position, sampler_position_null, MW_OK, NULL),
+    R(mw_sampler_set_position, sampler_set_position_null, MW_ERR_INVALID, NULL),
     /* weights.h */
     R(mw_graph_param_count, graph_param_count_null, MW_OK, NULL),
     R(mw_graph_param_info, graph_param_info_range, MW_ERR_INVALID, "5"),
