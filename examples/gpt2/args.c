@@ -102,7 +102,8 @@ static const cli_option table[] = {
     CLI_OPT("--steps", CLI_INT, F(steps), "600", "N", "training steps", .min = 0, .max = BIG,
             .flags = CLI_RUN),
     CLI_OPT("--seed", CLI_U64, F(seed), "1", "N",
-            "seed of the initial weights, the batches and sampling"),
+            "seed of the initial weights, the batches and sampling (the sample depends on the "
+            "model, --prompt, the sampling flags and N alone)"),
     CLI_OPT("--sequential", CLI_FLAG, F(sequential), NULL, NULL,
             "batches in file order (llm.c's windows) instead of random ones", .flags = CLI_RUN),
     CLI_OPT("--lr", CLI_DOUBLE, F(lr), "2e-3", "X", "peak learning rate", .min = 0, .max = 1e3,
@@ -189,7 +190,22 @@ static const cli_option table[] = {
     CLI_OPT("--sample", CLI_INT, F(sample), "200", "N", "generate N tokens at the end; 0: none",
             .min = 0, .max = BIG),
     CLI_OPT("--temperature", CLI_DOUBLE, F(temperature), "0.7", "X",
-            "sampling temperature; 0 picks the likeliest token", .min = 0, .max = 1e3),
+            "sampling temperature: the logits are divided by X; 0 picks the likeliest token "
+            "(greedy, as Hugging Face's do_sample=False)",
+            .min = 0, .max = 1e3),
+    CLI_OPT("--top-k", CLI_INT, F(top_k), "0", "K",
+            "sample among the K likeliest tokens (and those tied with the K-th), as Hugging "
+            "Face's top_k; 0: every token",
+            .min = 0, .max = BIG),
+    CLI_OPT("--top-p", CLI_DOUBLE, F(top_p), "1", "P",
+            "nucleus sampling, as Hugging Face's top_p (after --top-k): among the fewest likeliest "
+            "tokens whose probabilities add up to P or more; 1: every token",
+            .min = 0, .max = 1, .flags = CLI_ABOVE_MIN),
+    CLI_OPT("--eos", CLI_CHOICE, F(eos), "auto", "ID",
+            "the sample ends after drawing token ID (counted, as generate keeps it among the ids; "
+            "a special token's text is not printed): auto is --tokenizer's <|endoftext|>, or "
+            "50256 for GPT-2's tokens (vocab 50257), else none; none: it never ends early",
+            .choices = CLI_CHOICES({"auto", EOS_AUTO}, {"none", EOS_NONE}), .min = 0, .max = BIG),
     CLI_OPT(
         "--sample-recompute", CLI_FLAG, F(sample_recompute), NULL, NULL,
         "sample by running the model over the whole context for every token instead of through a "

@@ -9,8 +9,10 @@
 
 #include "gpt2.h"
 
-/* The example's own part of a checkpoint: where the data stream and the sampler stand, and the
- * run it belongs to (its settings, as run_identity writes them). */
+/* The example's own part of a checkpoint: where the data stream stands (the batches' random
+ * windows; the sample draws from a sampler of its own, seeded by --seed, so a resumed run samples
+ * what the uninterrupted one does), and the run it belongs to (its settings, as run_identity
+ * writes them). */
 typedef struct resume_state {
     uint64_t magic; /* RESUME_MAGIC_RUN; RESUME_MAGIC: an older state, without the identity */
     uint64_t rng;

@@ -137,6 +137,31 @@ int prepare_prompt(run *r) {
     return 0;
 }
 
+/* The token that ends the sample: --eos, checked against the vocabulary, or for auto the
+ * tokenizer's <|endoftext|> (when it has one), GPT-2's 50256 for its token data, else none. 0, or
+ * the exit status (reported). */
+int prepare_eos(run *r) {
+    const options *o = &r->o;
+    const int V = o->model.vocab;
+    r->eos = -1;
+    if (o->eos >= 0) {
+        if (o->eos >= V) {
+            fprintf(stderr,
+                    "gpt2: --eos %d is not a token of the model's vocabulary of %d (give an id "
+                    "below %d, auto or none)\n",
+                    o->eos, V, V);
+            return 2;
+        }
+        r->eos = o->eos;
+    } else if (o->eos == EOS_AUTO && r->tok) {
+        int32_t id;
+        if (mw_tokenizer_token_id(r->tok, "<|endoftext|>", &id) == MW_OK) r->eos = id;
+    } else if (o->eos == EOS_AUTO && !r->byte_level && V == 50257) {
+        r->eos = 50256;
+    }
+    return 0;
+}
+
 void print_setup(const run *r) {
     const options *o = &r->o;
     const gpt2_config *c = &o->model;

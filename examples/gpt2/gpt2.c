@@ -76,7 +76,9 @@ static int prepare(run *r) {
                         "<|endoftext|>)\n");
         return 2;
     }
-    if (!o->eval_only && o->sample > 0 && (rc = prepare_prompt(r)) != 0) return rc;
+    if (!o->eval_only && o->sample > 0 &&
+        ((rc = prepare_prompt(r)) != 0 || (rc = prepare_eos(r)) != 0))
+        return rc;
     if ((st = agree_flags(r)) != MW_OK) return fail(st, "the processes were started differently");
     if (cli_catch_stop_signals() != 0) {
         fprintf(stderr, "gpt2: cannot install the SIGINT/SIGTERM handler: %s\n", strerror(errno));

@@ -12,6 +12,8 @@
 #include "../common/options.h"
 
 #define VAL_FRACTION 0.1 /* held out of --data (or the default corpus) when no --val-data */
+#define EOS_AUTO (-1)    /* --eos auto: the tokenizer's <|endoftext|>, or GPT-2's for its tokens */
+#define EOS_NONE (-2)    /* --eos none */
 
 /* Model sizes given on the command line, applied over the preset (or checked against the --load
  * file's); 0 when not given. */
@@ -39,7 +41,9 @@ typedef struct options {
     int recompute; /* an mw_recompute */
     int check_replicas, cpu_threads;
     int eval_only, eval_batches, sample, sample_recompute;
-    double temperature;
+    double temperature, top_p;
+    int top_k;
+    int eos; /* a token id, or EOS_AUTO, EOS_NONE */
     const char *prompt;
     /* made of the flags once they are read */
     gpt2_config model;  /* the model: the preset's or the --load file's, with the sizes given */
@@ -64,6 +68,7 @@ typedef struct run {
     cli_identity identity; /* the run's settings, kept in its checkpoints */
     int32_t *prompt;       /* the sample's first tokens (owned) */
     int prompt_len;
+    int32_t eos; /* the token that ends the sample (--eos), or -1: none */
 } run;
 
 /* args.c: reads the command line into o: 0, 1 (--help: the usage is printed) or -1 (reported).
@@ -79,6 +84,7 @@ void gpt2_args_identity(const options *o, cli_identity *id);
 int check_files(const run *r);
 int prepare_data(run *r);
 int prepare_prompt(run *r);
+int prepare_eos(run *r);
 void print_setup(const run *r);
 
 /* checkpoint.c */

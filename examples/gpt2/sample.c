@@ -1,28 +1,12 @@
 /* The gpt2 program's sampling: an inference program reading the trained parameters, fed the
- * prompt and then its own tokens, one drawn at a time. */
-#include <math.h>
+ * prompt and then its own tokens, each drawn by the library's sampler (meshwit/sample.h: as
+ * Hugging Face's generate samples, with --temperature, --top-k, --top-p and --seed) until --sample
+ * tokens or the --eos token. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpt2.h"
-
-/* A token drawn from softmax(logits / temperature) over the first `vocab` entries (the likeliest
- * one at temperature 0). */
-static int draw(const float *logits, int vocab, double temperature, gpt2_rng *rng) {
-    int best = 0;
-    for (int v = 1; v < vocab; v++)
-        if (logits[v] > logits[best]) best = v;
-    if (temperature <= 0.0) return best;
-    double total = 0.0;
-    for (int v = 0; v < vocab; v++) total += exp((logits[v] - logits[best]) / temperature);
-    double u = gpt2_rng_uniform(rng) * total, acc = 0.0;
-    for (int v = 0; v < vocab; v++) {
-        acc += exp((logits[v] - logits[best]) / temperature);
-        if (u < acc) return v;
-    }
-    return best;
-}
 
 /* A byte as itself, except control characters other than newline and tab, which could upset the
  * terminal; a BPE token as its id. */
@@ -143,36 +127,61 @@ static mw_status sampler_next(sampler *s, const int32_t *hist, int n, int Vp,
     return st;
 }
 
+/* The sampler of the flags: greedy at --temperature 0, else --top-k and --top-p, from --seed
+ * (so the sample depends on the model, the prompt, those flags and the seed alone), ending at
+ * the --eos token. */
+static mw_status sampler_of_flags(const run *r, mw_sampler **out) {
+    const options *o = &r->o;
+    mw_sample_config c = MW_SAMPLE_CONFIG_INIT;
+    c.temperature = o->temperature, c.top_k = o->top_k, c.top_p = o->top_p, c.seed = o->seed;
+    if (r->eos >= 0) c.eos_ids = &r->eos, c.neos = 1;
+    return mw_sampler_new(&c, out);
+}
+
 /* Generates o->sample tokens with an inference program reading the trainer's parameters in place
  * (no copy, no targets, no gradients): the decoding step with a key/value cache, or with
- * --sample-recompute the model over the window of the latest seq tokens for every token. */
+ * --sample-recompute the model over the window of the latest seq tokens for every token. The
+ * --eos token ends it early, as generate does: it is kept among the tokens (and counted), but a
+ * special token's text is not printed (as a decode with skip_special_tokens). */
 int sample(run *r) {
     const options *o = &r->o;
     const int V = o->model.vocab, Vp = o->model.padded_vocab;
     sampler sm;
-    int rc = 0, n = r->prompt_len, cap = o->sample + r->prompt_len + 1;
+    mw_sampler *draw = NULL;
+    int rc = 0, n = r->prompt_len, cap = o->sample + r->prompt_len + 1, stopped = 0;
     int32_t *hist = malloc((size_t)cap * sizeof *hist);
     char *text = malloc((size_t)cap);
     mw_status st = hist && text ? sampler_open(r, &sm) : MW_ERR_NOMEM;
+    if (st == MW_OK) st = sampler_of_flags(r, &draw);
     if (st != MW_OK) {
         rc = fail(st, "cannot set up sampling");
         goto done;
     }
     memcpy(hist, r->prompt, (size_t)n * sizeof *hist);
     int prompt_len = n;
-    printf("sample (%d tokens, temperature %g, %s):\n", o->sample, o->temperature,
+    char how[160] = "";
+    if (o->temperature > 0)
+        snprintf(how, sizeof how, "temperature %g, top-k %d, top-p %g, seed %llu", o->temperature,
+                 o->top_k, o->top_p, (unsigned long long)o->seed);
+    else
+        snprintf(how, sizeof how, "temperature 0: the likeliest tokens");
+    if (r->eos >= 0) snprintf(how + strlen(how), sizeof how - strlen(how), ", EOS %d", r->eos);
+    printf("sample (%d tokens, %s, %s):\n", o->sample, how,
            sm.cached ? "key/value cache" : "recomputing the window");
     if (r->byte_level || (r->tok && strcmp(o->prompt, "\n") != 0))
         fwrite(o->prompt, 1, strlen(o->prompt), stdout);
     double t0 = now();
-    for (int i = 0; i < o->sample && !mw_stop_requested(); i++) {
+    for (int i = 0; i < o->sample && !stopped && !mw_stop_requested(); i++) {
         const float *logits;
-        if ((st = sampler_next(&sm, hist, n, Vp, &logits)) != MW_OK) {
+        if ((st = sampler_next(&sm, hist, n, Vp, &logits)) != MW_OK ||
+            (st = mw_sampler_draw(draw, logits, V, &hist[n])) != MW_OK) {
             rc = fail(st, "sampling failed");
             goto done;
         }
-        hist[n] = draw(logits, V, o->temperature, &r->rng);
-        if (r->tok)
+        stopped = mw_sampler_is_eos(draw, hist[n]);
+        if (stopped && r->tok && mw_tokenizer_is_special(r->tok, hist[n]))
+            n++; /* kept, not printed */
+        else if (r->tok)
             print_text_token(r->tok, hist[n++]);
         else
             print_token(hist[n++], r->byte_level);
@@ -181,8 +190,11 @@ int sample(run *r) {
     double secs = now() - t0;
     printf("\n");
     if (n > prompt_len)
-        printf("sampled %d tokens in %.3f s (%.1f tokens/s)\n", n - prompt_len, secs,
-               (double)(n - prompt_len) / (secs > 0 ? secs : 1e-9));
+        printf("sampled %d tokens in %.3f s (%.1f tokens/s)%s\n", n - prompt_len, secs,
+               (double)(n - prompt_len) / (secs > 0 ? secs : 1e-9),
+               stopped ? "; ended by the --eos token" : "");
+    if (stopped && r->tok && mw_tokenizer_is_special(r->tok, hist[n - 1]))
+        n--; /* the text scored below is the text printed */
     if (r->corpus) {
         /* The generated part as text: its bytes, or what the tokenizer decodes it to. */
         char *gen = text;
@@ -207,6 +219,7 @@ int sample(run *r) {
                correct);
     }
 done:
+    mw_sampler_free(draw);
     if (hist && text) sampler_close(&sm);
     free(hist);
     free(text);

@@ -7,11 +7,11 @@
  * mesh axis X (Batch -> Batch@X), so each device takes half of every batch; the library inserts
  * the gradients' all-reduce, and every replica takes the same AdamW step. At the end the trained
  * model writes a sample, one byte at a time, through a decoding program with a key/value cache
- * that reads the trainer's parameters in place.
+ * that reads the trainer's parameters in place, each byte drawn from the softmax of its logits
+ * by the library's sampler (meshwit/sample.h).
  *
  * gpt2.c beside it is the same loop with every setting a flag (and checkpoints, files, tensor
  * parallelism, FSDP, ...). Exit status: 0 done, 1 a library call failed. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -57,20 +57,6 @@ static float val_loss(mw_trainer *tr, gpt2_batch *batch, const gpt2_tokens *val)
         sum += loss;
     }
     return sum / VAL_BATCHES;
-}
-
-/* A token drawn from softmax(logits) over the first vocab entries, by one uniform coin. */
-static int sample_softmax(const float *logits, int vocab, double coin) {
-    float max = logits[0];
-    for (int v = 1; v < vocab; v++) max = logits[v] > max ? logits[v] : max;
-    double total = 0.0;
-    for (int v = 0; v < vocab; v++) total += exp((double)(logits[v] - max));
-    double cdf = 0.0;
-    for (int v = 0; v < vocab; v++) {
-        cdf += exp((double)(logits[v] - max)) / total;
-        if (coin < cdf) return v;
-    }
-    return vocab - 1;
 }
 
 int main(void) {
@@ -132,6 +118,10 @@ int main(void) {
     mw_infer *sampler;
     CHECK(mw_infer_from_trainer(
         trainer, decode, &(mw_infer_config){.outputs = &next.logits, .noutputs = 1}, &sampler));
+    mw_sample_config how = MW_SAMPLE_CONFIG_INIT; /* temperature 1: the model's own softmax */
+    how.seed = SEED;
+    mw_sampler *draw;
+    CHECK(mw_sampler_new(&how, &draw));
     float *logits = malloc((size_t)config.padded_vocab * sizeof *logits);
     int32_t token = '\n';
     printf("generating:\n---\n");
@@ -139,12 +129,13 @@ int main(void) {
         mw_feed in[2] = {{"tokens", &token, 1}, {"pos", &pos, 1}};
         mw_fetch out = {next.logits, logits, config.padded_vocab};
         CHECK(mw_infer_run(sampler, in, 2, 1, &out, 1));
-        token = sample_softmax(logits, config.vocab, gpt2_rng_uniform(&rng));
+        CHECK(mw_sampler_draw(draw, logits, config.vocab, &token));
         putchar(token >= ' ' && token < 0x7f ? token : token == '\n' ? '\n' : '?');
     }
     printf("\n---\n");
 
     free(logits);
+    mw_sampler_free(draw);
     mw_infer_free(sampler);
     mw_graph_free(decode);
     gpt2_batch_free(&batch);
