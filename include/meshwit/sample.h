@@ -11,9 +11,10 @@
  *      (TopKLogitsWarper): tokens tied with the k-th largest are all kept, so more than k may
  *      remain; k above vocab keeps every token; 0 turns it off;
  *   3. top_p < 1: nucleus filtering (TopPLogitsWarper, min_tokens_to_keep 1): the remaining
- *      tokens in order of falling probability, equal ones by rising id, are kept while the
- *      probability of those before them adds up to less than top_p: the smallest such prefix
- *      whose probability reaches top_p, never fewer than one token; 1 turns it off;
+ *      tokens in order of falling probability, equal ones by rising id (transformers takes them
+ *      in torch.sort's order, unspecified for equal values), are kept while the probability of
+ *      those before them adds up to less than top_p: the smallest such prefix whose probability
+ *      reaches top_p, never fewer than one token; 1 turns it off;
  *   4. softmax over what remains and one multinomial draw.
  * Dividing by a positive temperature keeps the order, so steps 1-3 compare the logits
  * themselves; probabilities and their sums are computed in double precision from the f32
@@ -28,9 +29,11 @@
  *
  * Random numbers: each sampling draw uses one uniform number in [0, 1), the top 53 bits of the
  * next output of SplitMix64 started from the seed (a counter-based stream: output n is a mix of
- * seed + n x 0x9e3779b97f4a7c15), so the same seed, config and logits give the same tokens on
- * every machine and thread, and mw_sampler_position / mw_sampler_set_position say and set where
- * the sampler stands in it (to resume a generation). Greedy draws and failed draws use none.
+ * seed + n x 0x9e3779b97f4a7c15), so the same seed, config and logits give the same tokens in
+ * every run and on every thread (and machine, but for a last bit of the C library's exp where
+ * a draw falls on a boundary), and mw_sampler_position / mw_sampler_set_position say and set
+ * where the sampler stands in it (to resume a generation). Greedy draws and failed draws use
+ * none.
  *
  * Stopping. mw_sampler_is_eos says whether a token is one of the config's end-of-sequence ids;
  * a generation loop stops after drawing one, as `generate` does, keeping it as the last id of
