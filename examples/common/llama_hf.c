@@ -605,6 +605,28 @@ mw_status llama_hf_load(mw_trainer *tr, const llama_config *c, const char *path,
     return st;
 }
 
+mw_status llama_hf_check_save(const char *path, const llama_config *c, char *err, size_t errsize) {
+    char cfg[4096];
+    if (gpt2_hf_config_path(path, cfg, sizeof cfg) != 0) {
+        snprintf(err, errsize, "%s: path too long", path);
+        return MW_ERR_INVALID;
+    }
+    /* An existing config.json is replaced only when it describes this model. */
+    struct stat sb;
+    if (stat(cfg, &sb) != 0) return MW_OK;
+    llama_config there;
+    char why[512];
+    if (llama_hf_read_config(path, &there, why, sizeof why) != MW_OK ||
+        !llama_config_equal(&there, c)) {
+        snprintf(err, errsize,
+                 "cannot save %s: %s exists and describes another model or none this program "
+                 "reads; save into a folder of its own",
+                 path, cfg);
+        return MW_ERR_IO;
+    }
+    return MW_OK;
+}
+
 mw_status llama_hf_save(mw_trainer *tr, const llama_config *c, const char *path, char *err,
                         size_t errsize) {
     int n = 2 + !c->tied + c->layers * (c->qkv_bias ? 12 : 9);
@@ -708,20 +730,7 @@ mw_status llama_hf_save(mw_trainer *tr, const llama_config *c, const char *path,
         snprintf(err, errsize, "%s: path too long", path);
         st = MW_ERR_INVALID;
     }
-    /* An existing config.json is replaced only when it describes this model. */
-    struct stat sb;
-    if (st == MW_OK && stat(cfg, &sb) == 0) {
-        llama_config there;
-        char why[512];
-        if (llama_hf_read_config(path, &there, why, sizeof why) != MW_OK ||
-            !llama_config_equal(&there, c)) {
-            snprintf(err, errsize,
-                     "cannot save %s: %s exists and describes another model or none this "
-                     "program reads; save into a folder of its own",
-                     path, cfg);
-            st = MW_ERR_IO;
-        }
-    }
+    if (st == MW_OK) st = llama_hf_check_save(path, c, err, errsize);
     int len = st == MW_OK ? config_text(c, text, sizeof text) : 0;
     if (st == MW_OK && (len <= 0 || (size_t)len >= sizeof text)) {
         snprintf(err, errsize, "cannot write %s: the configuration does not fit", cfg);

@@ -24,7 +24,7 @@ int llama_preset(const char *name, llama_config *out) {
         *out = c;
         return 0;
     }
-    if (strcmp(name, "llmc") == 0) { /* llm.c's GPT-2 size: the bench's llama case */
+    if (strcmp(name, "small") == 0) { /* llm.c's GPT-2 size: the bench's llama case */
         c.channels = 256, c.head_dim = 64, c.hidden = 688, c.max_seq = 256;
         *out = c;
         return 0;

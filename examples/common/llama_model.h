@@ -44,8 +44,8 @@ typedef struct llama_config {
     int bos_id, eos_id;
 } llama_config;
 
-/* Named presets: "tiny" (CPU-sized, byte vocabulary: L4 C128 H4 KV2) and "llmc" (the bench's
- * llama case: L4 C256 H4 KV2, hidden 683 -> SwiGLU 4/3 x 2 rounded, context 256). Returns 0, or
+/* Named presets: "tiny" (CPU-sized, byte vocabulary: L4 C128 H4 KV2, MLP 352) and "small" (llm.c's
+ * GPT-2 size, the bench's llama case: L4 C256 H4 KV2, MLP 688 ~ 8C/3, context 256). Returns 0, or
  * -1 for an unknown name. */
 int llama_preset(const char *name, llama_config *out);
 
@@ -78,5 +78,8 @@ mw_status llama_hf_load(mw_trainer *tr, const llama_config *c, const char *path,
                         size_t errsize);
 mw_status llama_hf_save(mw_trainer *tr, const llama_config *c, const char *path, char *err,
                         size_t errsize);
+/* Whether llama_hf_save may write path for model c: the config.json beside it is absent or
+ * describes c. MW_ERR_IO with the reason in err otherwise. */
+mw_status llama_hf_check_save(const char *path, const llama_config *c, char *err, size_t errsize);
 
 #endif

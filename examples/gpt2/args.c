@@ -265,7 +265,7 @@ static int check_flags(const options *o) {
         why = "--eval-only trains nothing: it evaluates a --checkpoint only with --resume";
     }
     if (!why) return 0;
-    fprintf(stderr, "gpt2: %s\n", why);
+    perr("%s\n", why);
     return -1;
 }
 
@@ -283,7 +283,7 @@ static int mesh_roles(options *o) {
         snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
         for (int k = 0; k < count && k < 16; k++)
             if (strcmp(names[k], name) == 0) {
-                fprintf(stderr, "gpt2: --mesh %s names axis %s twice\n", o->mesh, name);
+                perr("--mesh %s names axis %s twice\n", o->mesh, name);
                 return -1;
             }
         if (count < 16) snprintf(names[count], sizeof names[count], "%s", name);
@@ -311,7 +311,7 @@ static int mesh_roles(options *o) {
         why = buf;
     }
     if (!why) return 0;
-    fprintf(stderr, "gpt2: %s\n", why);
+    perr("%s\n", why);
     return -1;
 }
 
@@ -334,8 +334,8 @@ void gpt2_args_identity(const options *o, cli_identity *id) {
  * not given), -1 with a message naming both otherwise. */
 static int agrees(const char *what, int given, int file_value, const char *path) {
     if (!given || given == file_value) return 0;
-    fprintf(stderr, "gpt2: %s %d, but %s has %d (a loaded model's sizes are the file's)\n", what,
-            given, path, file_value);
+    perr("%s %d, but %s has %d (a loaded model's sizes are the file's)\n", what, given, path,
+         file_value);
     return -1;
 }
 
@@ -348,7 +348,7 @@ static int loaded_model(options *o) {
                        ? gpt2_hf_read_config_note(o->load, c, note, sizeof note, err, sizeof err)
                        : gpt2_read_header(o->load, c, err, sizeof err);
     if (st != MW_OK) {
-        fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
+        perr("%s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
         return -1;
     }
     if (note[0]) printf("%s: %s\n", o->load, note);
@@ -389,7 +389,9 @@ int gpt2_choose_model(options *o) {
     char err[512];
     gpt2_config *c = &o->model;
     const sizes *sz = &o->sizes;
-    if (o->load) {
+    if (o->family == FAMILY_LLAMA) {
+        if (llama_choose_model(o) != 0) return -1;
+    } else if (o->load) {
         if (loaded_model(o) != 0) return -1;
     } else {
         gpt2_preset(o->preset, c);
@@ -402,21 +404,19 @@ int gpt2_choose_model(options *o) {
         if (sz->vocab) c->vocab = sz->vocab, c->padded_vocab = (sz->vocab + 127) / 128 * 128;
         if (sz->padded_vocab) c->padded_vocab = sz->padded_vocab;
     }
-    if (gpt2_config_check(c, err, sizeof err) != 0) {
-        fprintf(stderr, "gpt2: bad model size: %s\n", err);
+    if (o->family == FAMILY_GPT2 && gpt2_config_check(c, err, sizeof err) != 0) {
+        perr("bad model size: %s\n", err);
         return -1;
     }
     if (o->tok_vocab > c->vocab) {
-        fprintf(stderr,
-                "gpt2: --tokenizer %s has %d tokens but the model's vocabulary is %d: its ids "
-                "would not fit%s\n",
-                o->tokenizer, o->tok_vocab, c->vocab,
-                o->load ? "" : " (leave out --vocab and --preset, or give a larger --vocab)");
+        perr("--tokenizer %s has %d tokens but the model's vocabulary is %d: its ids "
+             "would not fit%s\n",
+             o->tokenizer, o->tok_vocab, c->vocab,
+             o->load ? "" : " (leave out --vocab and --preset, or give a larger --vocab)");
         return -1;
     }
     if (o->seq > c->max_seq) {
-        fprintf(stderr, "gpt2: --seq %d is longer than the model's context %d\n", o->seq,
-                c->max_seq);
+        perr("--seq %d is longer than the model's context %d\n", o->seq, c->max_seq);
         return -1;
     }
     return 0;

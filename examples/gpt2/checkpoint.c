@@ -50,6 +50,17 @@ void run_identity(run *r) {
     cli_identity_add(id, "context", "%d", c->max_seq);
     cli_identity_add(id, "vocab", "%d", c->vocab);
     cli_identity_add(id, "padded-vocab", "%d", c->padded_vocab);
+    if (r->o.family == FAMILY_LLAMA) {
+        const llama_config *l = &r->o.llama;
+        cli_identity_add(id, "llama",
+                         "family %d, kv heads %d, head size %d, MLP %d, eps %.9g, "
+                         "tied %d, qkv bias %d, rope %.9g/%d/%.9g/%.9g/%.9g/%lld",
+                         (int)l->family, l->kv_heads, l->head_dim, l->hidden, (double)l->rms_eps,
+                         l->tied, l->qkv_bias, (double)l->rope.theta, (int)l->rope.scaling,
+                         (double)l->rope.factor, (double)l->rope.low_freq_factor,
+                         (double)l->rope.high_freq_factor,
+                         (long long)l->rope.original_max_positions);
+    }
     cli_identity_add(id, "data", "%lld tokens, hash %016llx", (long long)r->train.count,
                      (unsigned long long)cli_hash(0, r->train.ids,
                                                   (size_t)r->train.count * sizeof *r->train.ids));
@@ -69,24 +80,21 @@ int check_checkpoint(const run *r) {
     cli_identity_names(r->identity.text, names, sizeof names);
     if (o->allow_change &&
         cli_identity_check_names(r->identity.text, o->allow_change, bad, sizeof bad) != 0) {
-        fprintf(stderr,
-                "gpt2: --allow-change %s: '%s' is not a setting a checkpoint records (%s)\n",
-                o->allow_change, bad, names);
+        perr("--allow-change %s: '%s' is not a setting a checkpoint records (%s)\n",
+             o->allow_change, bad, names);
         return 2;
     }
     if (!o->resume) {
         struct stat sb;
         if (o->start_over || stat(o->checkpoint, &sb) != 0) return 0;
         if (mw_checkpoint_info(o->checkpoint, &step, &rs, sizeof rs, &n) == MW_OK)
-            fprintf(stderr,
-                    "gpt2: --checkpoint %s holds a run at step %lld: continue it with --resume, "
-                    "or give --start-over to replace it with a new run\n",
-                    o->checkpoint, (long long)step);
+            perr("--checkpoint %s holds a run at step %lld: continue it with --resume, "
+                 "or give --start-over to replace it with a new run\n",
+                 o->checkpoint, (long long)step);
         else
-            fprintf(stderr,
-                    "gpt2: --checkpoint %s exists and holds no run (%s): not replaced; name "
-                    "another file, or give --start-over to replace it\n",
-                    o->checkpoint, mw_last_error());
+            perr("--checkpoint %s exists and holds no run (%s): not replaced; name "
+                 "another file, or give --start-over to replace it\n",
+                 o->checkpoint, mw_last_error());
         return 2;
     }
     mw_status st = mw_checkpoint_info(o->checkpoint, &step, &rs, sizeof rs, &n);
@@ -97,7 +105,7 @@ int check_checkpoint(const run *r) {
         return 0;
     }
     if (n != sizeof rs || rs.magic != RESUME_MAGIC_RUN) {
-        fprintf(stderr, "gpt2: %s was not written by this program\n", o->checkpoint);
+        perr("%s was not written by this program\n", o->checkpoint);
         return 2;
     }
     if (o->eval_only) return 0; /* evaluating the state: how it was trained does not matter */
@@ -107,12 +115,11 @@ int check_checkpoint(const run *r) {
         cli_identity_compare(rs.identity, r->identity.text, o->allow_change ? o->allow_change : "",
                              report, sizeof report);
     if (differ == 0) return 0;
-    fprintf(stderr,
-            "gpt2: --resume: %s holds another run (at step %lld); %d setting%s differ%s:\n%s\n"
-            "gpt2: give the checkpoint's settings, allow a change by name (--allow-change "
-            "lr,steps), or start a new run (--start-over, without --resume)\n",
-            o->checkpoint, (long long)step, differ, differ > 1 ? "s" : "", differ > 1 ? "" : "s",
-            report);
+    perr("--resume: %s holds another run (at step %lld); %d setting%s differ%s:\n%s\n"
+         "  give the checkpoint's settings, allow a change by name (--allow-change "
+         "lr,steps), or start a new run (--start-over, without --resume)\n",
+         o->checkpoint, (long long)step, differ, differ > 1 ? "s" : "", differ > 1 ? "" : "s",
+         report);
     return 2;
 }
 
@@ -126,7 +133,7 @@ int resume(run *r, int *finished) {
     if (st != MW_OK) return fail(st, "cannot resume");
     if (!(n == sizeof rs && rs.magic == RESUME_MAGIC_RUN) &&
         !(n == RESUME_OLD_BYTES && rs.magic == RESUME_MAGIC)) {
-        fprintf(stderr, "gpt2: %s was not written by this program\n", o->checkpoint);
+        perr("%s was not written by this program\n", o->checkpoint);
         return 2;
     }
     r->rng.state = rs.rng;
@@ -151,10 +158,11 @@ mw_status agree_flags(const run *r) {
     snprintf(text, sizeof text,
              "model: %d layers, %d heads, %d channels, context %d, vocab %d/%d\n"
              "--data: %lld tokens, hash %016llx\n--val-data: %lld tokens, hash %016llx\n"
-             "--tokenizer: %d tokens\n",
+             "--tokenizer: %d tokens\nllama: %d kv heads, %d head size, %d MLP\n",
              c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
              (long long)r->data.count, (unsigned long long)data, (long long)r->val_file.count,
-             (unsigned long long)val, r->o.tok_vocab);
+             (unsigned long long)val, r->o.tok_vocab, r->o.llama.kv_heads, r->o.llama.head_dim,
+             r->o.llama.hidden);
     gpt2_args_text(&r->o, text, sizeof text);
     return mw_distributed_agree("gpt2 flags", text, 0);
 }

@@ -76,8 +76,7 @@ int prepare_data(run *r) {
         st = gpt2_tokens_check_vocab(&r->train, o->model.vocab, data_name, err, sizeof err);
         if (st != MW_OK) {
             fail_msg(st, err);
-            if (!r->byte_level)
-                fprintf(stderr, "gpt2: (GPT-2 tokens need --preset gpt2-124m or --vocab 50257)\n");
+            if (!r->byte_level) perr("(GPT-2 tokens need --preset gpt2-124m or --vocab 50257)\n");
             return 2;
         }
         st = gpt2_batch_check(&r->train, o->batch, o->seq, !o->sequential, data_name, err,
@@ -91,10 +90,9 @@ int prepare_data(run *r) {
         if (st != MW_OK) {
             fail_msg(st, err);
             if (!o->eval_only && !o->val_data)
-                fprintf(stderr,
-                        "gpt2: (the last 10%% of %s is held out for validation; give "
-                        "--val-data, smaller --batch/--seq, or --val-every 0)\n",
-                        data_name);
+                perr("(the last 10%% of %s is held out for validation; give "
+                     "--val-data, smaller --batch/--seq, or --val-every 0)\n",
+                     data_name);
             return 2;
         }
     }
@@ -122,11 +120,10 @@ int prepare_prompt(run *r) {
         for (size_t i = 0; i < len; i++) {
             int b = (unsigned char)o->prompt[i];
             if (b >= V) {
-                fprintf(stderr,
-                        "gpt2: --prompt byte %zu is 0x%02x (%d), outside the model's vocabulary "
-                        "of %d tokens (--vocab): the model has no token for it (give a prompt "
-                        "of bytes below %d, or a larger --vocab)\n",
-                        i + 1, b, b, V, V);
+                perr("--prompt byte %zu is 0x%02x (%d), outside the model's vocabulary "
+                     "of %d tokens (--vocab): the model has no token for it (give a prompt "
+                     "of bytes below %d, or a larger --vocab)\n",
+                     i + 1, b, b, V, V);
                 return 2;
             }
             r->prompt[r->prompt_len++] = b;
@@ -146,10 +143,9 @@ int prepare_eos(run *r) {
     r->eos = -1;
     if (o->eos >= 0) {
         if (o->eos >= V) {
-            fprintf(stderr,
-                    "gpt2: --eos %d is not a token of the model's vocabulary of %d (give an id "
-                    "below %d, auto or none)\n",
-                    o->eos, V, V);
+            perr("--eos %d is not a token of the model's vocabulary of %d (give an id "
+                 "below %d, auto or none)\n",
+                 o->eos, V, V);
             return 2;
         }
         r->eos = o->eos;
@@ -168,10 +164,22 @@ void print_setup(const run *r) {
     printf("meshwit %s, cpu: %s\n", mw_version(), mw_backend_describe("cpu"));
     if (*mw_backend_warning("cpu")) printf("warning: %s\n", mw_backend_warning("cpu"));
     printf("%s\n", mw_mesh_describe(r->mesh));
-    printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (padded %d): %lld "
-           "parameters\n",
-           c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
-           (long long)gpt2_num_params(c));
+    const llama_config *l = &o->llama;
+    if (o->family == FAMILY_LLAMA)
+        printf("model: %s, %d layers, %d heads (%d key/value), head size %d, %d channels, MLP %d, "
+               "context %d, vocab %d, rope theta %g%s, %s head: %lld parameters\n",
+               l->family == LLAMA_FAMILY_QWEN2     ? "qwen2"
+               : l->family == LLAMA_FAMILY_MISTRAL ? "mistral"
+                                                   : "llama",
+               l->layers, l->heads, l->kv_heads, l->head_dim, l->channels, l->hidden, l->max_seq,
+               l->vocab, (double)l->rope.theta,
+               l->rope.scaling == MW_ROPE_SCALING_LLAMA3 ? " (llama3 scaling)" : "",
+               l->tied ? "tied" : "untied", (long long)model_num_params(o));
+    else
+        printf("model: %d layers, %d heads, %d channels, context %d, vocab %d (padded %d): %lld "
+               "parameters\n",
+               c->layers, c->heads, c->channels, c->max_seq, c->vocab, c->padded_vocab,
+               (long long)model_num_params(o));
     const char *name = o->data ? o->data : "default corpus (arithmetic lines, generated)";
     printf("data: %s, %s, %lld tokens", name,
            r->byte_level ? "bytes"
@@ -200,7 +208,7 @@ void print_setup(const run *r) {
  * cannot be written is said now, not after the training it would hold). 0, or -1 reported. */
 int check_files(const run *r) {
     const options *o = &r->o;
-    const int64_t params = gpt2_num_params(&o->model) * (int64_t)sizeof(float);
+    const int64_t params = model_num_params(o) * (int64_t)sizeof(float);
     int save = o->save && mw_distributed_rank() == 0; /* rank 0 alone writes --save */
     int hf_save = save && gpt2_is_safetensors(o->save);
     char cfg[4200];
@@ -226,19 +234,29 @@ int check_files(const run *r) {
         st = mw_file_set_add_output(fs, o->checkpoint, "--checkpoint", 0, 3 * params + (1 << 16));
     mw_file_set_free(fs);
     if (st) {
-        fprintf(stderr, "gpt2: %s\n", mw_last_error());
+        perr("%s\n", mw_last_error());
         return -1;
     }
     char err[1024];
-    if (hf_save && gpt2_hf_check_save(o->save, &o->model, err, sizeof err) != MW_OK) {
-        fprintf(stderr, "gpt2: %s\n", err);
+    if (o->family == FAMILY_LLAMA && save && !hf_save) {
+        perr("--save %s: llama writes Hugging Face safetensors (name it model.safetensors)\n",
+             o->save);
         return -1;
     }
-    if (save && !hf_save && !gpt2_config_is_plain(&o->model)) {
-        fprintf(stderr,
-                "gpt2: --save %s: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU "
-                "and attention scale only, and this model differs (save it as .safetensors)\n",
-                o->save);
+    if (o->family == FAMILY_LLAMA && hf_save &&
+        llama_hf_check_save(o->save, &o->llama, err, sizeof err) != MW_OK) {
+        perr("%s\n", err);
+        return -1;
+    }
+    if (o->family == FAMILY_GPT2 && hf_save &&
+        gpt2_hf_check_save(o->save, &o->model, err, sizeof err) != MW_OK) {
+        perr("%s\n", err);
+        return -1;
+    }
+    if (o->family == FAMILY_GPT2 && save && !hf_save && !gpt2_config_is_plain(&o->model)) {
+        perr("--save %s: llm.c's format holds GPT-2's layer-norm epsilon, tanh GELU "
+             "and attention scale only, and this model differs (save it as .safetensors)\n",
+             o->save);
         return -1;
     }
     return 0;

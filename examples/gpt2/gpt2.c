@@ -29,17 +29,30 @@
 
 #include "gpt2.h"
 
+#include <stdarg.h>
+
+static const char *prog = "gpt2"; /* the program's name in messages (program_main sets it) */
+
+const char *program_name(void) { return prog; }
+
+void perr(const char *fmt, ...) {
+    fprintf(stderr, "%s: ", prog);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
 int fail(mw_status st, const char *what) {
     fflush(stdout);
     const char *msg = mw_last_error();
-    fprintf(stderr, "gpt2: %s: %s [%s]%s%s\n", what, mw_strerror(st), mw_status_name(st),
-            *msg ? ": " : "", msg);
+    perr("%s: %s [%s]%s%s\n", what, mw_strerror(st), mw_status_name(st), *msg ? ": " : "", msg);
     return 2;
 }
 
 int fail_msg(mw_status st, const char *msg) {
     fflush(stdout);
-    fprintf(stderr, "gpt2: %s [%s]: %s\n", mw_strerror(st), mw_status_name(st), msg);
+    perr("%s [%s]: %s\n", mw_strerror(st), mw_status_name(st), msg);
     return 2;
 }
 
@@ -63,7 +76,7 @@ static int prepare(run *r) {
     }
     if (gpt2_choose_model(o) != 0) return 2;
     if (o->prompt[0] == '\0') {
-        fprintf(stderr, "gpt2: --prompt must not be empty\n");
+        perr("--prompt must not be empty\n");
         return 2;
     }
     if (check_files(r) != 0) return 2;
@@ -72,8 +85,8 @@ static int prepare(run *r) {
     run_identity(r);
     if (o->checkpoint && (rc = check_checkpoint(r)) != 0) return rc;
     if (!r->byte_level && !r->tok && strcmp(o->prompt, "\n") != 0) {
-        fprintf(stderr, "gpt2: --prompt needs byte-level data (token data starts from "
-                        "<|endoftext|>)\n");
+        perr("--prompt needs byte-level data (token data starts from "
+             "<|endoftext|>)\n");
         return 2;
     }
     if (!o->eval_only && o->sample > 0 &&
@@ -81,7 +94,7 @@ static int prepare(run *r) {
         return rc;
     if ((st = agree_flags(r)) != MW_OK) return fail(st, "the processes were started differently");
     if (cli_catch_stop_signals() != 0) {
-        fprintf(stderr, "gpt2: cannot install the SIGINT/SIGTERM handler: %s\n", strerror(errno));
+        perr("cannot install the SIGINT/SIGTERM handler: %s\n", strerror(errno));
         return 2;
     }
     return 0;
@@ -119,11 +132,7 @@ static int start(run *r, int *finished) {
         return fail(st, "cannot build the model");
     print_trainer(r);
     if (o->load) {
-        gpt2_load_options lo = {.allow_nonfinite = o->allow_nonfinite};
-        st = gpt2_is_safetensors(o->load)
-                 ? gpt2_hf_load(r->tr, &o->model, o->load, err, sizeof err)
-                 : gpt2_load(r->tr, &o->model, o->load, &lo, err, sizeof err);
-        if (st != MW_OK) return fail_msg(st, err);
+        if ((st = model_load(o, r->tr, err, sizeof err)) != MW_OK) return fail_msg(st, err);
         printf("loaded %s\n", o->load);
     }
     int rc = o->resume ? resume(r, finished) : 0;
@@ -145,7 +154,7 @@ static int eval_only(run *r) {
     printf("eval loss %.6f  (%d batches of %d x %d)\n", loss, used, o->batch, o->seq);
     if (isfinite(loss)) return 0;
     fflush(stdout);
-    fprintf(stderr, "gpt2: the eval loss is %f: the model's outputs are not finite\n", loss);
+    perr("the eval loss is %f: the model's outputs are not finite\n", loss);
     return 2;
 }
 
@@ -157,9 +166,7 @@ static int train_save_sample(run *r) {
     if (rc != 0) return rc;
     if (o->save) { /* one writer; every process reads (split parameters are gathered) */
         const char *to = mw_distributed_rank() == 0 ? o->save : NULL;
-        mw_status st = gpt2_is_safetensors(o->save)
-                           ? gpt2_hf_save(r->tr, &o->model, to, err, sizeof err)
-                           : gpt2_save(r->tr, &o->model, to, err, sizeof err);
+        mw_status st = model_save(o, r->tr, to, err, sizeof err);
         if (st != MW_OK) return fail_msg(st, err);
         printf("saved %s\n", o->save);
     }
@@ -172,9 +179,10 @@ static int train_save_sample(run *r) {
     return rc;
 }
 
-static int run_main(int argc, char **argv) {
+static int run_main(int argc, char **argv, program_family family) {
     run r = {0};
     int rc = gpt2_args(argc, argv, &r.o), finished = 0;
+    r.o.family = family; /* after the flags, which set every other field */
     if (rc != 0) return rc > 0 ? 0 : 2; /* --help, or a bad argument */
     rc = prepare(&r);
     if (rc == 0) rc = start(&r, &finished);
@@ -191,14 +199,15 @@ static int run_main(int argc, char **argv) {
     return rc;
 }
 
-int main(int argc, char **argv) {
+int program_main(int argc, char **argv, program_family family) {
+    prog = family == FAMILY_LLAMA ? "llama" : "gpt2";
     /* Under mpirun the mesh spans every process; only rank 0 prints. */
     if (mw_distributed_init(&argc, &argv) != MW_OK) {
-        fprintf(stderr, "gpt2: %s\n", mw_last_error());
+        perr("%s\n", mw_last_error());
         return 2;
     }
     if (mw_distributed_rank() > 0 && !freopen("/dev/null", "w", stdout)) return 2;
-    int rc = run_main(argc, argv);
+    int rc = run_main(argc, argv, family);
     /* A process that failed alone would leave its peers waiting: end the whole job. */
     if (rc != 0 && rc != 130 && rc != 143 && mw_distributed_size() > 1) mw_distributed_abort(rc);
     mw_distributed_finalize();

@@ -9,6 +9,7 @@
 #include "../common/cli.h"
 #include "../common/gpt2_data.h"
 #include "../common/gpt2_model.h"
+#include "../common/llama_model.h"
 #include "../common/options.h"
 
 #define VAL_FRACTION 0.1 /* held out of --data (or the default corpus) when no --val-data */
@@ -21,8 +22,13 @@ typedef struct sizes {
     int layers, heads, channels, context, vocab, padded_vocab;
 } sizes;
 
+/* The model family a program of these sources trains: gpt2 (gpt2.c's main) or llama (llama.c's:
+ * Llama, Mistral and Qwen2, Hugging Face safetensors in and out). */
+typedef enum program_family { FAMILY_GPT2 = 0, FAMILY_LLAMA = 1 } program_family;
+
 /* Every flag's field (args.c's table says which), then what the program makes of them. */
 typedef struct options {
+    int family; /* a program_family, set by main */
     const char *devices, *mesh, *model_axis;
     const char *data, *val_data, *tokenizer;
     int format; /* gpt2_data_format */
@@ -46,7 +52,9 @@ typedef struct options {
     int eos; /* a token id, or EOS_AUTO, EOS_NONE */
     const char *prompt;
     /* made of the flags once they are read */
-    gpt2_config model;  /* the model: the preset's or the --load file's, with the sizes given */
+    gpt2_config model;  /* the model: the preset's or the --load file's, with the sizes given
+                           (llama: its sizes, vocab unpadded; the model itself is `llama`) */
+    llama_config llama; /* llama: the model */
     char data_axis[64]; /* mesh axis sharding the batch ("" when none) */
     int tok_vocab;      /* the --tokenizer's vocabulary size (0: no tokenizer) */
 } options;
@@ -101,6 +109,27 @@ int train(run *r);
 
 /* sample.c */
 int sample(run *r);
+
+/* model.c: what differs between the families: the model chosen (llama: from a preset or a
+ * --load config.json, with the sizes given; 0 or -1 reported), built, loaded, saved, counted,
+ * copied into an inference program, and whether --save may write its file (0 or -1 reported). */
+int llama_choose_model(options *o);
+mw_status model_build(const options *o, mw_graph *g, const gpt2_layout *lo, gpt2_graph *m);
+mw_status model_load(const options *o, mw_trainer *tr, char *err, size_t errsize);
+mw_status model_save(const options *o, mw_trainer *tr, const char *to, char *err, size_t errsize);
+int64_t model_num_params(const options *o);
+mw_status model_copy_params(const options *o, mw_trainer *tr, mw_infer *inf);
+
+/* gpt2.c: the program's entry (main of gpt2.c and llama.c), and its name in messages. */
+int program_main(int argc, char **argv, program_family family);
+const char *program_name(void);
+
+/* A message to stderr after "<program>: " (printf's format). */
+void perr(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
 
 /* gpt2.c: a failed library call, reported with mw_last_error(); or with its own message (from
  * the data and model-file functions). Both return the exit status, 2. */

@@ -53,14 +53,14 @@ static mw_status sampler_open(run *r, sampler *s) {
     mw_status st = s->tokens && s->out ? mw_graph_new(&s->g) : MW_ERR_NOMEM;
     if (st == MW_OK && s->cached) {
         gpt2_graph d;
-        st = gpt2_build(
-            s->g, c, &(gpt2_layout){.mode = GPT2_DECODE, .batch = 1, .model_axis = o->model_axis},
+        st = model_build(
+            o, s->g, &(gpt2_layout){.mode = GPT2_DECODE, .batch = 1, .model_axis = o->model_axis},
             &d);
         s->logits = d.logits;
     } else if (st == MW_OK) {
         gpt2_graph m;
-        st = gpt2_build(
-            s->g, c, &(gpt2_layout){.batch = 1, .seq = s->window, .model_axis = o->model_axis}, &m);
+        st = model_build(
+            o, s->g, &(gpt2_layout){.batch = 1, .seq = s->window, .model_axis = o->model_axis}, &m);
         s->logits = m.logits;
     }
     if (st == MW_OK) {
@@ -71,7 +71,7 @@ static mw_status sampler_open(run *r, sampler *s) {
          * cannot shard: the program holds them whole, copied from the trainer. */
         if (o->shard_params && o->data_axis[0]) {
             st = mw_infer_new(s->g, r->mesh, &ic, &s->inf);
-            if (st == MW_OK) st = gpt2_copy_params(r->tr, s->inf, c);
+            if (st == MW_OK) st = model_copy_params(o, r->tr, s->inf);
         } else {
             st = mw_infer_from_trainer(r->tr, s->g, &ic, &s->inf);
         }

@@ -12,13 +12,13 @@ mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
     const char *data = o->data_axis[0] ? o->data_axis : NULL;
-    st = gpt2_build(*g, &o->model,
-                    &(gpt2_layout){.batch = o->batch,
-                                   .seq = o->seq,
-                                   .data_axis = data,
-                                   .model_axis = o->model_axis,
-                                   .fsdp_axis = o->shard_params ? data : NULL},
-                    m);
+    st = model_build(o, *g,
+                     &(gpt2_layout){.batch = o->batch,
+                                    .seq = o->seq,
+                                    .data_axis = data,
+                                    .model_axis = o->model_axis,
+                                    .fsdp_axis = o->shard_params ? data : NULL},
+                     m);
     if (st != MW_OK) return st;
     mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
                                            .lr = (float)o->lr,
@@ -119,7 +119,7 @@ int train(run *r) {
                    s + 1, (long long)mw_trainer_skipped_steps(r->tr));
         fflush(stdout);
         if (!isfinite(loss) && !o->skip_nonfinite) {
-            fprintf(stderr, "gpt2: the loss is %f at step %d; try a lower --lr\n", loss, s + 1);
+            perr("the loss is %f at step %d; try a lower --lr\n", loss, s + 1);
             return 2;
         }
         int stop = o->stop_at > 0 && s + 1 == o->stop_at;
