@@ -82,8 +82,7 @@ static mw__k_gemm gemm(int64_t m, int64_t n, int64_t kk, int ta, int64_t lda, in
 mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
     mw__dnnl *d = mw__cpu_dnnl(dev);
     k->impl = NULL;
-    /* Grouped queries (k->group > 1) run on the tile kernels (cpu_attention.c). */
-    if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev) || k->group > 1) return MW_OK;
+    if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
     dnnl_attention *a = mw__calloc(1, sizeof *a);
     int nb = (int)((k->t + k->block - 1) / k->block);
     if (a) {
@@ -191,9 +190,12 @@ static void dscores(const mw__k_attention *k, int64_t i0, int64_t m, int64_t ken
     mw__bf16_narrow(m * kend, dp, ds16);
 }
 
-/* Where slice s keeps its probabilities (k->probs), or NULL; the blocks follow in order. */
-static float *kept(const mw__k_attention *k, int64_t s) {
-    return k->probs ? k->probs + s * mw__attn_probs_per_slice(k->t, k->block, k->causal) : NULL;
+/* Where query g of slice s keeps its probabilities (k->probs), or NULL; the blocks follow in
+ * order. */
+static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
+    return k->probs ? k->probs + (s * mw__attn_group(k) + g) *
+                                     mw__attn_probs_per_slice(k->t, k->block, k->causal)
+                    : NULL;
 }
 
 mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention *k, int grad) {
@@ -205,41 +207,48 @@ mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention
     uint16_t *do16 = (uint16_t *)(work + a->off_do16);
     int64_t t = k->t, dd = k->d, seq = k->seq_qkv, esz = k->out_dtype == MW_BF16 ? 2 : 4;
     mw_status st = MW_OK;
+    const int64_t G = mw__attn_group(k); /* queries per key/value head: k and v after them */
     for (int64_t s = 0; s < k->slices && st == MW_OK; s++) {
-        int64_t oo, oq;
-        offsets(&k->walk, s, &oo, &oq);
-        const uint16_t *q = (const uint16_t *)k->qkv + oq, *kk = q + k->part, *v = q + 2 * k->part;
-        float *keep = kept(k, s);
-        if (grad) { /* dK and dV accumulate over the blocks */
-            float *dkv = (float *)k->out + oq + k->part;
+        int64_t oo0, oq0;
+        offsets(&k->walk, s, &oo0, &oq0);
+        const uint16_t *kk = (const uint16_t *)k->qkv + oq0 + G * k->part, *v = kk + k->part;
+        if (grad) { /* dK and dV accumulate over the blocks and the group's queries */
+            float *dkv = (float *)k->out + oq0 + G * k->part;
             for (int64_t i = 0; i < t; i++) {
                 memset(dkv + i * seq, 0, (size_t)dd * sizeof(float));
                 memset(dkv + k->part + i * seq, 0, (size_t)dd * sizeof(float));
             }
         }
-        for (int b = 0; b < a->nblocks && st == MW_OK; b++) {
-            int64_t i0 = (int64_t)b * k->block, m = block_rows(k, b), kend = block_keys(k, b);
-            const uint16_t *qb = q + i0 * seq;
-            float *p = keep ? keep : sbuf;
-            if (keep) keep += m * kend;
-            if (!grad || !keep) { /* the block's probabilities, made (and kept) or made again */
-                if ((st = run(d, a, b, P_S, p, qb, kk, work))) break;
-                softmax_rows(k, i0, m, kend, p, p16);
-            } else {
-                mw__bf16_narrow(m * kend, p, p16);
+        for (int64_t g = 0; g < G && st == MW_OK; g++) {
+            int64_t oo = oo0 + g * k->out_group, oq = oq0 + g * k->part;
+            const uint16_t *q = (const uint16_t *)k->qkv + oq;
+            float *keep = kept(k, s, g);
+            for (int b = 0; b < a->nblocks && st == MW_OK; b++) {
+                int64_t i0 = (int64_t)b * k->block, m = block_rows(k, b), kend = block_keys(k, b);
+                const uint16_t *qb = q + i0 * seq;
+                float *p = keep ? keep : sbuf;
+                if (keep) keep += m * kend;
+                if (!grad || !keep) { /* the block's probabilities, made (and kept) or made again */
+                    if ((st = run(d, a, b, P_S, p, qb, kk, work))) break;
+                    softmax_rows(k, i0, m, kend, p, p16);
+                } else {
+                    mw__bf16_narrow(m * kend, p, p16);
+                }
+                if (!grad) {
+                    st = run(d, a, b, P_O, (char *)k->out + (oo + i0 * k->seq_out) * esz, p16, v,
+                             work);
+                    continue;
+                }
+                float *dq = (float *)k->out + oq + i0 * seq;
+                float *dk = (float *)k->out + oq0 + G * k->part;
+                narrow_rows(m, dd, k->gy + oo + i0 * k->seq_out, k->seq_out, do16);
+                if ((st = run(d, a, b, P_DP, dp, do16, v, work))) break;
+                dscores(k, i0, m, kend, p, dp, ds16);
+                if ((st = run(d, a, b, P_DQ, dq, ds16, kk, work)) ||
+                    (st = run(d, a, b, P_DK, dk, ds16, qb, work)))
+                    break;
+                st = run(d, a, b, P_DV, dk + k->part, p16, do16, work);
             }
-            if (!grad) {
-                st = run(d, a, b, P_O, (char *)k->out + (oo + i0 * k->seq_out) * esz, p16, v, work);
-                continue;
-            }
-            float *dq = (float *)k->out + oq + i0 * seq, *dk = (float *)k->out + oq + k->part;
-            narrow_rows(m, dd, k->gy + oo + i0 * k->seq_out, k->seq_out, do16);
-            if ((st = run(d, a, b, P_DP, dp, do16, v, work))) break;
-            dscores(k, i0, m, kend, p, dp, ds16);
-            if ((st = run(d, a, b, P_DQ, dq, ds16, kk, work)) ||
-                (st = run(d, a, b, P_DK, dk, ds16, qb, work)))
-                break;
-            st = run(d, a, b, P_DV, dk + k->part, p16, do16, work);
         }
     }
     return st;
