@@ -105,9 +105,16 @@ static void emit_kernels(mwb_ctx *ctx, const char *name, const char *devices, in
     }
 }
 
-int mwb_case_llmc(mwb_ctx *ctx) {
+/* llmc, or (llama given) the llama case: the same columns, rounds and pairing for a Llama-shaped
+ * model of the same size, its PyTorch peer the same script's --llama model. */
+static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config *llama) {
     mwb_gpt2_setup s;
     llmc_setup(&s, "cpu:1", ctx->quick);
+    s.llama = llama;
+    char model_args[96] = "";
+    if (llama)
+        snprintf(model_args, sizeof model_args, " --llama --kv-heads %d --hidden %d --theta %g",
+                 llama->kv_heads, llama->hidden, (double)llama->rope.theta);
     const char *python = getenv("MESHWIT_PEER_PYTHON");
     if (!python || !*python) python = "python3";
     char script[512];
@@ -128,33 +135,41 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         if (!(precisions & (bf16 ? MWB_BF16 : MWB_FP32))) continue;
         const char *p = bf16 ? " bf16" : "", *a = bf16 ? " --bf16" : "";
         for (int i = 0; i < nmine; i++) {
-            char name[48], args[64];
+            char name[48], args[192];
             snprintf(name, sizeof name, "meshwit %s%s", mine[i], p);
             int me = add_column(cols, &ncols, name, mine[i], bf16, NULL, 0);
             if (me < 0 || !peers || i > 1) continue;
             int threads = i + 1;
             snprintf(name, sizeof name, "pytorch %d thread%s%s", threads, threads > 1 ? "s" : "",
                      p);
-            snprintf(args, sizeof args, "--threads %d%s", threads, a);
+            snprintf(args, sizeof args, "--threads %d%s%s", threads, a, model_args);
             add_column(cols, &ncols, name, NULL, bf16, args, me);
             if (bf16) {
                 snprintf(name, sizeof name, "pytorch %d thread%s bf16 compile", threads,
                          threads > 1 ? "s" : "");
-                snprintf(args, sizeof args, "--threads %d --bf16 --compile", threads);
+                snprintf(args, sizeof args, "--threads %d --bf16 --compile%s", threads, model_args);
                 add_column(cols, &ncols, name, NULL, bf16, args, me);
             }
             if (threads == 2) {
                 snprintf(name, sizeof name, "pytorch ddp gloo x2%s", p);
-                snprintf(args, sizeof args, "--ddp 2%s", a);
+                snprintf(args, sizeof args, "--ddp 2%s%s", a, model_args);
                 add_column(cols, &ncols, name, NULL, bf16, args, me);
             }
         }
     }
     int rounds = ctx->quick ? 1 : ROUNDS;
-    printf("llm.c's GPT-2 (L%d H%d C%d, context %d, vocab %d; %lld parameters), batch %d x %d, "
-           "AdamW + clipping; %d rounds, configurations in turn, median per row\n",
-           s.model.layers, s.model.heads, s.model.channels, s.model.max_seq, s.model.vocab,
-           (long long)gpt2_num_params(&s.model), s.batch, s.seq, rounds);
+    if (llama)
+        printf("a Llama of llm.c's GPT-2 size (L%d H%d, %d key/value heads, C%d, SwiGLU %d, "
+               "rope theta %g, untied head, vocab %d; %lld parameters), batch %d x %d, AdamW + "
+               "clipping; %d rounds, configurations in turn, median per row\n",
+               llama->layers, llama->heads, llama->kv_heads, llama->channels, llama->hidden,
+               (double)llama->rope.theta, llama->vocab, (long long)llama_num_params(llama), s.batch,
+               s.seq, rounds);
+    else
+        printf("llm.c's GPT-2 (L%d H%d C%d, context %d, vocab %d; %lld parameters), batch %d x "
+               "%d, AdamW + clipping; %d rounds, configurations in turn, median per row\n",
+               s.model.layers, s.model.heads, s.model.channels, s.model.max_seq, s.model.vocab,
+               (long long)gpt2_num_params(&s.model), s.batch, s.seq, rounds);
     if (!peers)
         printf("peers: %s\n", ctx->quick ? "skipped in --quick"
                                          : "skipped: MESHWIT_PEER_PYTHON (default python3) "
@@ -176,28 +191,30 @@ int mwb_case_llmc(mwb_ctx *ctx) {
                 s.precision = cols[c].bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
                 mwb_gpt2_measure(&s, &r);
                 if (!r.ok) {
-                    fprintf(stderr, "llmc: %s: %s\n", cols[c].name, r.error);
+                    fprintf(stderr, "%s: %s: %s\n", name_of_case, cols[c].name, r.error);
                     failed = 1;
                     continue;
                 }
                 ms = r.ms;
                 if (round == 0) {
                     mwb_print_kernels(cols[c].name, &r);
-                    emit_kernels(ctx, "llmc", cols[c].devices, cols[c].bf16, &r);
+                    emit_kernels(ctx, name_of_case, cols[c].devices, cols[c].bf16, &r);
                 }
             } else {
-                char args[256];
+                char args[320];
                 snprintf(args, sizeof args, "%s --batch %d --seq %d --steps %d", cols[c].peer_args,
                          s.batch, s.seq, s.repeats * s.steps);
                 if ((ms = run_peer(python, script, args)) <= 0.0) {
-                    fprintf(stderr, "llmc: %s: the peer script failed (%s)\n", cols[c].name,
-                            script);
+                    fprintf(stderr, "%s: %s: the peer script failed (%s)\n", name_of_case,
+                            cols[c].name, script);
                     continue;
                 }
             }
             cols[c].ms[cols[c].n++] = ms;
         }
-    double fpt = mwb_gpt2_flops_per_token(&s.model, s.seq), tokens = (double)s.batch * s.seq;
+    double fpt = llama ? mwb_llama_flops_per_token(llama, s.seq)
+                       : mwb_gpt2_flops_per_token(&s.model, s.seq),
+           tokens = (double)s.batch * s.seq;
     double ref_ms[2] = {0, 0}; /* meshwit cpu:1, cpu:2 in f32 */
     for (int c = 0; c < ncols; c++) {
         if (!cols[c].n || !cols[c].devices || cols[c].bf16) continue;
@@ -213,7 +230,7 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         printf("%-30s %10.1f %10.0f %13.1f %14.2f %16.2f\n", cols[c].name, ms, tokens / (ms * 1e-3),
                gf, ref_ms[0] > 0 ? ms / ref_ms[0] : NAN, ref_ms[1] > 0 ? ms / ref_ms[1] : NAN);
         mwb_record rec = {0};
-        mwb_record_str(&rec, "case", "llmc");
+        mwb_record_str(&rec, "case", name_of_case);
         mwb_record_str(&rec, "devices", cols[c].devices ? cols[c].devices : "-");
         mwb_record_str(&rec, "mode", cols[c].name);
         mwb_record_str(&rec, "precision", cols[c].bf16 ? "bf16" : "fp32");
@@ -240,7 +257,7 @@ int mwb_case_llmc(mwb_ctx *ctx) {
         for (int r = 0; r < rounds; r++) printf(" %.2f", ratio[r]);
         printf(")\n");
         mwb_record rec = {0};
-        mwb_record_str(&rec, "case", "llmc");
+        mwb_record_str(&rec, "case", name_of_case);
         mwb_record_str(&rec, "devices", m->devices);
         mwb_record_str(&rec, "mode", "paired ratio");
         mwb_record_str(&rec, "precision", p->bf16 ? "bf16" : "fp32");
@@ -262,6 +279,16 @@ int mwb_case_llmc(mwb_ctx *ctx) {
                    gf, 100.0 * gf / rate, cols[c].bf16 ? "bf16" : "f32");
     }
     return failed;
+}
+
+int mwb_case_llmc(mwb_ctx *ctx) { return llmc_like(ctx, "llmc", NULL); }
+
+int mwb_case_llama(mwb_ctx *ctx) {
+    llama_config c;
+    llama_preset("small", &c); /* L4 H4 KV2 C256, SwiGLU 688, context 256 */
+    c.vocab = 256;
+    c.rope.theta = 10000.0f;
+    return llmc_like(ctx, "llama", &c);
 }
 
 int mwb_case_profile(mwb_ctx *ctx) {

@@ -56,9 +56,27 @@ int mwb_gpt2_make_mesh(mw_mesh *mesh, const gpt2_config *model, int batch, int s
                               errlen);
 }
 
+static int make_model(mw_mesh *mesh, const gpt2_config *model, const llama_config *llama, int batch,
+                      int seq, const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                      const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen);
+
 int mwb_gpt2_make_fsdp(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,
                        const char *data_axis, const char *model_axis, const char *fsdp_axis,
                        const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
+    return make_model(mesh, model, NULL, batch, seq, data_axis, model_axis, fsdp_axis, tc, out, err,
+                      errlen);
+}
+
+int mwb_llama_make(mw_mesh *mesh, const llama_config *model, int batch, int seq,
+                   const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                   const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
+    return make_model(mesh, NULL, model, batch, seq, data_axis, model_axis, fsdp_axis, tc, out, err,
+                      errlen);
+}
+
+static int make_model(mw_mesh *mesh, const gpt2_config *model, const llama_config *llama, int batch,
+                      int seq, const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                      const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen) {
     mwb_gpt2 *m = calloc(1, sizeof *m);
     *out = NULL;
     if (!m) {
@@ -74,14 +92,13 @@ int mwb_gpt2_make_fsdp(mw_mesh *mesh, const gpt2_config *model, int batch, int s
     }
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
+    gpt2_layout lo = {.batch = batch,
+                      .seq = seq,
+                      .data_axis = data_axis,
+                      .model_axis = model_axis,
+                      .fsdp_axis = fsdp_axis};
     if (st == MW_OK)
-        st = gpt2_build(m->g, model,
-                        &(gpt2_layout){.batch = batch,
-                                       .seq = seq,
-                                       .data_axis = data_axis,
-                                       .model_axis = model_axis,
-                                       .fsdp_axis = fsdp_axis},
-                        &gm);
+        st = llama ? llama_build(m->g, llama, &lo, &gm) : gpt2_build(m->g, model, &lo, &gm);
     if (st == MW_OK) st = mw_trainer_new(m->g, gm.loss, mesh, tc, &m->tr);
     if (st != MW_OK) {
         describe(err, errlen, "cannot build the model", st);
@@ -145,8 +162,9 @@ static void measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r) {
     tc.recompute = s->recompute;
     tc.gathers = s->serial_gathers ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD;
     const char *data = s->data_axis ? s->data_axis : s->model_axis ? NULL : "X";
-    if (mwb_gpt2_make_fsdp(mesh, &s->model, s->batch, s->seq, data, s->model_axis,
-                           s->shard_params ? data : NULL, &tc, &m, r->error, sizeof r->error) ||
+    if (make_model(mesh, s->llama ? NULL : &s->model, s->llama, s->batch, s->seq, data,
+                   s->model_axis, s->shard_params ? data : NULL, &tc, &m, r->error,
+                   sizeof r->error) ||
         mwb_check(mw_trainer_memory(m->tr, 0, &r->memory), "no memory figures", r->error,
                   sizeof r->error) ||
         mwb_check(mw_trainer_kernels(m->tr, r->kernels, sizeof r->kernels), "no kernel list",
@@ -257,6 +275,11 @@ mw_trainer_config mwb_gpt2_config(int blas_threads) {
 
 double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq) {
     return 6.0 * (double)gpt2_num_params(c) + 12.0 * c->layers * c->channels * (double)seq;
+}
+
+double mwb_llama_flops_per_token(const llama_config *c, int seq) {
+    return 6.0 * (double)llama_num_params(c) +
+           12.0 * c->layers * (double)c->heads * c->head_dim * (double)seq;
 }
 
 static void sgemm_fn(const void *arg, void *out) {

@@ -4,6 +4,7 @@
 #define MWB_GPT2_RUN_H
 
 #include "../examples/common/gpt2_model.h"
+#include "../examples/common/llama_model.h"
 #include "bench.h"
 #include "meshwit.h"
 
@@ -11,6 +12,7 @@
 
 typedef struct mwb_gpt2_setup {
     gpt2_config model;
+    const llama_config *llama; /* a Llama-family model instead of GPT-2 (model unused), or NULL */
     int batch, seq;
     const char *devices;
     int blas_threads; /* mw_trainer_config.blas_threads: 0 is one per device */
@@ -66,8 +68,15 @@ void mwb_gpt2_measure(const mwb_gpt2_setup *s, mwb_gpt2_result *r);
  * weight decay 0.1) with clipping at 1. */
 mw_trainer_config mwb_gpt2_config(int blas_threads);
 
-/* Model FLOPs per training token: 6 per parameter plus attention's 12 L C T. */
+/* Model FLOPs per training token: 6 per parameter plus attention's 12 L C T (the Llama family:
+ * 12 L H D T, the queries' heads times their size). */
 double mwb_gpt2_flops_per_token(const gpt2_config *c, int seq);
+double mwb_llama_flops_per_token(const llama_config *c, int seq);
+
+/* mwb_gpt2_make_fsdp for a Llama-family model. */
+int mwb_llama_make(mw_mesh *mesh, const llama_config *model, int batch, int seq,
+                   const char *data_axis, const char *model_axis, const char *fsdp_axis,
+                   const mw_trainer_config *tc, mwb_gpt2 **out, char *err, size_t errlen);
 
 /* Single-core sgemm rate in GFLOP/s at n x n x n (median of a few), measured in a child with one
  * BLAS thread; 0 on failure. */

@@ -26,6 +26,8 @@ static const bench_case cases[] = {
     {"reduce", mwb_case_reduce, "all-reduce time and bandwidth of the reducers"},
     {"gpt2", mwb_case_gpt2, "tiny GPT-2: ms/step, tokens/s and peak memory per configuration"},
     {"llmc", mwb_case_llmc, "llm.c's GPT-2 (L4 C256 T256): cpu:1, cpu:2 vs PyTorch, sgemm rate"},
+    {"llama", mwb_case_llama,
+     "a Llama of llm.c's GPT-2 size (GQA, SwiGLU, rotary): cpu:1, cpu:2 vs PyTorch"},
     {"profile", mwb_case_profile, "where a step of llm.c's GPT-2 goes, per op and phase"},
     {"contention", mwb_case_contention,
      "linreg and gpt2, single vs sharded (cpu:2, cpu:4), beside a busy process"},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of meshwit-bench's llmc case: the same GPT-2 (pre-LayerNorm, tanh GELU, learned
+"""The PyTorch peer of meshwit-bench's llmc case (and, with --llama, of its llama case): the same GPT-2 (pre-LayerNorm, tanh GELU, learned
 positions, head tied to the token embedding; llm.c's initialisation), the same batch of random
 tokens, AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices only) with clipping at 1.0,
 timed step by step on the CPU.
@@ -70,12 +70,83 @@ def build(args, torch):
     return GPT()
 
 
+def build_llama(args, torch):
+    """The llama case's model: RMSNorm, rotary (rotate-half), grouped-query attention through
+    scaled_dot_product_attention with the key/value heads repeated, SwiGLU, an untied head, no
+    biases; written out as transformers' LlamaForCausalLM computes it."""
+    nn = torch.nn
+    F = torch.nn.functional
+    C, L, H, K, T, V, Fh = (args.channels, args.layers, args.heads, args.kv_heads, args.seq,
+                            args.vocab, args.hidden)
+    D = C // H
+    inv = 1.0 / (args.theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    ang = torch.outer(torch.arange(T, dtype=torch.float32), inv)
+    cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+
+    def rot(x):
+        x1, x2 = x[..., : D // 2], x[..., D // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(C))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(), RMSNorm()
+            self.q = nn.Linear(C, H * D, bias=False)
+            self.k = nn.Linear(C, K * D, bias=False)
+            self.v = nn.Linear(C, K * D, bias=False)
+            self.o = nn.Linear(H * D, C, bias=False)
+            self.gate = nn.Linear(C, Fh, bias=False)
+            self.up = nn.Linear(C, Fh, bias=False)
+            self.down = nn.Linear(Fh, C, bias=False)
+
+        def forward(self, x):
+            B, T_, _ = x.shape
+            h = self.n1(x)
+            q = rot(self.q(h).view(B, T_, H, D).transpose(1, 2))
+            k = rot(self.k(h).view(B, T_, K, D).transpose(1, 2))
+            v = self.v(h).view(B, T_, K, D).transpose(1, 2)
+            k, v = k.repeat_interleave(H // K, 1), v.repeat_interleave(H // K, 1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.o(y.transpose(1, 2).reshape(B, T_, H * D))
+            h = self.n2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, C)
+            self.blocks = nn.ModuleList(Block() for _ in range(L))
+            self.norm = RMSNorm()
+            self.head = nn.Linear(C, V, bias=False)
+            for name, p in self.named_parameters():
+                if p.dim() >= 2:
+                    std = 0.02 / math.sqrt(2 * L) if name.endswith(("o.weight", "down.weight")) else 0.02
+                    nn.init.normal_(p, std=std)
+
+        def forward(self, idx, targets):
+            x = self.embed(idx)
+            for b in self.blocks:
+                x = b(x)
+            logits = self.head(self.norm(x))
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    return Llama()
+
+
 def run(args, rank=0, world=1):
     import torch
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    model = build(args, torch)
+    model = build_llama(args, torch) if args.llama else build(args, torch)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     step_model = torch.compile(model) if args.compile else model
@@ -131,6 +202,11 @@ def main():
     ap.add_argument("--bf16", action="store_true",
                     help="mixed precision: torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--llama", action="store_true",
+                    help="the llama case's model (RMSNorm, rotary, GQA, SwiGLU) instead of GPT-2")
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--hidden", type=int, default=688, help="the SwiGLU MLP's width")
+    ap.add_argument("--theta", type=float, default=10000.0)
     args = ap.parse_args()
     import torch
 
@@ -144,6 +220,8 @@ def main():
     else:
         ms, peer = run(args), f"pytorch-{args.threads}-thread"
     tokens = args.batch * args.seq
+    if args.llama:
+        peer += "-llama"
     if args.bf16:
         peer += "-bf16"
     if args.compile:
