@@ -529,10 +529,12 @@ static void describe_rmsnorm(const params *p, char *buf, size_t size) {
 }
 static void describe_rope(const params *p, char *buf, size_t size) {
     snprintf(buf, size,
-             "seq %d, style %d, dims %d, theta %.9g, offset %lld, scaling %d (%.9g %.9g %.9g %lld)",
-             p->rope.seq, p->rope.style, p->rope.dims, (double)p->rope.theta,
-             (long long)p->rope.offset, p->rope.scaling, (double)p->rope.factor,
-             (double)p->rope.low, (double)p->rope.high, (long long)p->rope.original);
+             "seq %d, part %d/%d, style %d, dims %d, theta %.9g, offset %lld, scaling %d (%.9g "
+             "%.9g %.9g %lld)",
+             p->rope.seq, p->rope.part, p->rope.parts, p->rope.style, p->rope.dims,
+             (double)p->rope.theta, (long long)p->rope.offset, p->rope.scaling,
+             (double)p->rope.factor, (double)p->rope.low, (double)p->rope.high,
+             (long long)p->rope.original);
 }
 static void describe_softmax(const params *p, char *buf, size_t size) {
     snprintf(buf, size, "scale %.9g, causal %d", (double)p->softmax.scale, p->softmax.causal);

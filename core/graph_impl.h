@@ -165,6 +165,8 @@ typedef union mw__op_params {
         int style;   /* mw_rope_style */
         int dims;    /* features rotated */
         int scaling; /* mw_rope_scaling */
+        int part;    /* the axis whose first `parts` rows are rotated, -1: none (every row) */
+        int parts;
         int64_t offset, original;
         float theta, factor, low, high;
     } rope;

@@ -428,8 +428,22 @@ mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *
                                   "%s",
                                   op, DESC(pos, dp), DESC(x, dx), s >= 0 ? seq_axis : feature_axis);
     }
+    int part = -1;
+    if (c.part_axis) {
+        if ((part = axis_of(g, op, x, c.part_axis)) < 0 || !unsharded(g, op, x, part)) return NULL;
+        if (part == s || part == f)
+            return mw__graph_fail(g, MW_ERR_AXIS,
+                                  "%s: the part axis %s is the sequence or the feature axis", op,
+                                  c.part_axis);
+        if (c.parts < 1 || c.parts > x->type.ax[part].size)
+            return mw__graph_fail(
+                g, MW_ERR_INVALID, "%s: %lld parts rotated of axis %s of %s (of size %lld)", op,
+                (long long)c.parts, c.part_axis, DESC(x, dx), (long long)x->type.ax[part].size);
+    }
     if (!(x = mw__replicated(g, x))) return NULL;
     mw_tensor proto = {.op = MW__OP_ROPE, .nin = pos ? 2 : 1, .in = {x, pos}, .type = x->type};
+    proto.p.rope.part = part;
+    proto.p.rope.parts = part >= 0 ? (int)c.parts : 1;
     proto.p.rope.seq = s;
     proto.p.rope.style = (int)c.style;
     proto.p.rope.dims = (int)dims;

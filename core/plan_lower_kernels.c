@@ -61,6 +61,12 @@ static int lower_rope(builder *b, const mw_tensor *n, mw__ref out) {
                     .out_dtype = out.dtype};
     int lead = n->nin > 1 ? n->in[1]->type.rank : 0;
     if (lead > 0 && feat) k.prefix = lx.stride[lead - 1] / feat;
+    int part = n->p.rope.part;
+    if (part >= 0 && feat) {
+        k.part_inner = lx.stride[part] / feat;
+        k.part_size = lx.size[part];
+        k.parts = n->p.rope.parts;
+    }
     in->k.rope = k;
     return 0;
 }

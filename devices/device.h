@@ -209,10 +209,12 @@ typedef struct mw__k_swiglu {
 /* Rotary embeddings over rows of n features: row r at position offset + (r / inner) % seq (+
  * pos[r / prefix] when pos is given) has features j < dims rotated with their pair (style: j and
  * j + dims/2, or 2j and 2j + 1) by the angle position * f_j (devices/math.h, mw__rope_freq; the
- * opposite angle when inverse: the gradient); features from dims on are copied. out is f32 or
- * bf16 (rounded once). */
+ * opposite angle when inverse: the gradient); features from dims on are copied, and so are the rows
+ * past `parts` of the part axis. out is f32 or bf16 (rounded once). */
 typedef struct mw__k_rope {
     int64_t rows, n, inner, seq, prefix, offset;
+    /* Rows with (r / part_inner) % part_size >= parts are copied, not rotated (0: every row). */
+    int64_t part_inner, part_size, parts;
     int dims, style, inverse;
     mw__rope_freqs freqs;
     mw_dtype out_dtype;

@@ -396,6 +396,15 @@ mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
     int64_t last = -1;
     int have = 0;
     for (int64_t r = 0; r < k->rows; r++) {
+        if (k->parts > 0 && (r / k->part_inner) % k->part_size >= k->parts) {
+            /* a row past the rotated parts (a value): copied */
+            const float *x = k->x + r * k->n;
+            if (bf16)
+                mw__bf16_narrow(k->n, x, (uint16_t *)k->out + r * k->n);
+            else
+                memcpy((float *)k->out + r * k->n, x, (size_t)k->n * sizeof *x);
+            continue;
+        }
         int64_t i = (r / k->inner) % k->seq;
         const float *c, *s;
         if (table) {

@@ -435,12 +435,17 @@ template <typename O> __global__ void k_rope(mw__k_rope k, O *out) {
     int64_t half = k.dims / 2;
     GRID_LOOP(t, k.rows * half) {
         int64_t r = t / half, j = t - r * half;
+        const float *x = k.x + r * k.n;
+        O *y = out + r * k.n;
+        if (k.parts > 0 && (r / k.part_inner) % k.part_size >= k.parts) { /* copied rows */
+            mw__put(y, 2 * j, x[2 * j]);
+            mw__put(y, 2 * j + 1, x[2 * j + 1]);
+            continue;
+        }
         int64_t p = k.offset + (r / k.inner) % k.seq + (k.pos ? k.pos[r / k.prefix] : 0);
         float s, c;
         sincosf((float)p * mw__rope_freq(&k.freqs, (int)j), &s, &c);
         if (k.inverse) s = -s;
-        const float *x = k.x + r * k.n;
-        O *y = out + r * k.n;
         int64_t i0 = k.style == MW_ROPE_INTERLEAVED ? 2 * j : j;
         int64_t i1 = k.style == MW_ROPE_INTERLEAVED ? 2 * j + 1 : j + half;
         float a = x[i0], b = x[i1];

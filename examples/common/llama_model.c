@@ -133,16 +133,13 @@ static mw_tensor *qkv_of(tracer *t, mw_tensor *x, int layer) {
     return mw_add(t->g, y, b);
 }
 
-/* Rotary embeddings on the queries and the key of qkv (Part = G + 2), the value passed through:
- * the three parts sliced, the first two rotated, and joined again. */
+/* Rotary embeddings on the queries and the key of qkv (Part = G + 2), the value copied: one pass
+ * (mw_rope's part axis). */
 static mw_tensor *rotated(tracer *t, mw_tensor *qkv, const char *seq, mw_tensor *pos) {
-    mw_graph *g = t->g;
-    const int64_t G = group(t->c);
-    mw_tensor *q = mw_slice(g, qkv, "Part", 0, G, NULL), *k = mw_slice(g, qkv, "Part", G, 1, NULL);
-    mw_tensor *v = mw_slice(g, qkv, "Part", G + 1, 1, NULL);
-    mw_tensor *parts[3] = {mw_rope(g, q, seq, "HeadDim", pos, &t->c->rope),
-                           mw_rope(g, k, seq, "HeadDim", pos, &t->c->rope), v};
-    return mw_concat(g, parts, 3, "Part");
+    mw_rope_config rc = t->c->rope;
+    rc.part_axis = "Part";
+    rc.parts = group(t->c) + 1;
+    return mw_rope(t->g, qkv, seq, "HeadDim", pos, &rc);
 }
 
 static mw_tensor *attention_proj(tracer *t, mw_tensor *y, int layer, const char *out_axes) {

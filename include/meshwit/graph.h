@@ -311,6 +311,11 @@ typedef struct mw_rope_config {
     mw_rope_scaling scaling;
     float factor, low_freq_factor, high_freq_factor; /* llama3 scaling only */
     int64_t original_max_positions;                  /* llama3 scaling only */
+    /* NULL, or an axis of x (not the sequence or feature axis): only its first `parts` rows are
+     * rotated, the others copied (a fused q/k/v tensor's queries and key rotated, its value
+     * not, in one pass). */
+    const char *part_axis;
+    int64_t parts;
 } mw_rope_config;
 
 /* Rotary embeddings over x's last axis `feature_axis` (a head's features): features j and its
@@ -323,11 +328,13 @@ typedef struct mw_rope_config {
  * decoding, where every sequence of a batch has got to a position of its own). The output is f32,
  * or bf16 where the precision policy reads it as bf16 only (the queries and keys of a bf16
  * attention). cfg NULL: theta 10000, rotate-half, every feature, offset 0. The feature and
- * sequence axes must not be sharded; the others may (heads under tensor parallelism). Errors:
+ * sequence axes must not be sharded (nor cfg->part_axis); the others may (heads under tensor
+ * parallelism). Errors:
  * MW_ERR_DTYPE (x not f32, pos not i32), MW_ERR_AXIS, MW_ERR_SHAPE (feature axis not last, dims
  * odd or beyond the axis or above 8192, pos of other axes), MW_ERR_INVALID (theta not finite and
  * > 1, an unknown style or scaling, llama3 factors not finite and positive, high_freq_factor not
- * above low_freq_factor, negative offset), MW_ERR_SHARDING. */
+ * above low_freq_factor, negative offset, parts outside [1, the part axis's size]), MW_ERR_AXIS
+ * (no part axis of that name, or it is the sequence or feature axis), MW_ERR_SHARDING. */
 mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *feature_axis,
                    mw_tensor *pos, const mw_rope_config *cfg);
 

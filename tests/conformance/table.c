@@ -772,6 +772,25 @@ static int r_rope_seq_pos(rg_graph *r, const int *x, const cf_variant *v) {
     return rope_ref(r, x[0], x[1], "Seq", v);
 }
 
+/* Rotary embeddings on the first f[1] rows of a part axis (a fused q/k/v's queries and key), the
+ * others copied. */
+static mw_tensor *b_rope_parts(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    mw_rope_config c = rope_cfg(v);
+    c.part_axis = "Part";
+    c.parts = (int64_t)v->f[1];
+    return mw_rope(g, x[0], "Seq", "Feat", NULL, &c);
+}
+static int r_rope_parts(rg_graph *r, const int *x, const cf_variant *v) {
+    const rg_axes ax = *rg_axes_of(r, x[0]);
+    int64_t size = ax.size[rg_find(&ax, "Part")], parts = (int64_t)v->f[1];
+    int y = rg_pad(r, rope_ref(r, rg_slice(r, x[0], "Part", 0, parts, NULL), -1, "Seq", v), "Part",
+                   0, size, NULL);
+    if (parts == size) return y;
+    return rg_add(
+        r, y,
+        rg_pad(r, rg_slice(r, x[0], "Part", parts, size - parts, NULL), "Part", parts, size, NULL));
+}
+
 /* --- the table ---------------------------------------------------------------------------------
  */
 
@@ -1084,6 +1103,19 @@ const cf_row cf_rows[] = {
      .amp = 2,
      .build = b_rope,
      .ref = r_rope},
+    {.name = "rope_parts",
+     .covers = "rope,rope_grad",
+     .op = {P("x", "Batch,Seq,KvHead,Part,Feat", -2, 2, CF_LAST, "Feat")},
+     .nops = 1,
+     .var = {{"Batch=2,Seq=5,KvHead=2,Part=4,Feat=8", {0, 0, 0, 0}, {10000, 3}},
+             {"Batch=1,Seq=4,KvHead=1,Part=3,Feat=16", {1, 2, 0, 1}, {500000, 2}},
+             {"Batch=1,Seq=3,KvHead=2,Part=3,Feat=8", {0, 0, 0, 0}, {10000, 3}}},
+     .nvar = 3,
+     .split = "Batch,Seq,KvHead,Part,Feat",
+     .refuse = "Seq,Part,Feat",
+     .amp = 2,
+     .build = b_rope_parts,
+     .ref = r_rope_parts},
     {.name = "rope_pos",
      .covers = "rope,rope_grad",
      .op = {P("x", "Batch,Head,Feat", -2, 2, CF_FIXED, NULL),

@@ -684,6 +684,16 @@ static mw_status rope_dtype(fx *f) {
     return traced(f,
                   mw_rope(f->g, mw_cast(f->g, rope_x(f), MW_BF16), "Seq", "Feature", NULL, NULL));
 }
+static mw_status rope_part_axis(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .part_axis = "Nope", .parts = 1};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
+static mw_status rope_parts(fx *f) {
+    NEED(graph(f));
+    mw_rope_config c = {.theta = 10000.0f, .part_axis = "Batch", .parts = 5};
+    return traced(f, mw_rope(f->g, rope_x(f), "Seq", "Feature", NULL, &c));
+}
 static mw_status rope_null(fx *f) { return OP(mw_rope(f->g, NULL, NULL, "Feature", NULL, NULL)); }
 /* qkv f32[Batch=2, Seq=4, KvHead=2, Part=4, Dim=8]: two queries per key/value head */
 static mw_tensor *gqkv(fx *f) {
@@ -2324,6 +2334,9 @@ static const row table[] = {
     R(mw_rope, rope_sharded, MW_ERR_SHARDING, "Seq"),
     R(mw_rope, rope_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_rope, rope_null, MW_ERR_INVALID, "mw_rope"),
+    R(mw_rope, rope_part_axis, MW_ERR_AXIS, "'Nope'"),
+    R(mw_rope, rope_parts, MW_ERR_INVALID, "5 parts"),
+
     R(mw_attention_grouped, grouped_null_group, MW_ERR_INVALID, "group_axis"),
     R(mw_attention_grouped, grouped_parts, MW_ERR_SHAPE, "G + 2"),
     R(mw_attention_grouped, grouped_existing, MW_ERR_AXIS, "'Seq'"),
