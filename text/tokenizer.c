@@ -1,11 +1,12 @@
 /* Encoding and decoding (include/meshwit/tokenizer.h): added tokens cut out of the text, the rest
- * split by GPT-2's regex (written out by hand below), each word merged by BPE through a heap as
+ * split by the pre-tokenizer's regex (tokenizer_split.c), each word merged by BPE through a heap as
  * tokenizers' Word::merge_all does, repeated words taken from a cache. */
 #include <string.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "text/tokenizer_impl.h"
+#include "text/tokenizer_split.h"
 #include "text/unicode.h"
 
 /* --- output ------------------------------------------------------------------------------------
@@ -242,79 +243,9 @@ static void word(encoder *e, const uint8_t *w, size_t n) {
     }
 }
 
-/* --- GPT-2's regex -----------------------------------------------------------------------------
- */
-
-/* The classes of ASCII, from the same table. */
-static uint8_t ascii_class[128];
-static pthread_once_t ascii_once = PTHREAD_ONCE_INIT;
-
-static void ascii_init(void) {
-    for (uint32_t c = 0; c < 128; c++) ascii_class[c] = (uint8_t)mw__uc_class(c);
-}
-
-/* The class of the character at s[i] (see unicode.h) and its length. */
-static inline int char_class(const uint8_t *s, size_t i, size_t n, size_t *len) {
-    if (s[i] < 0x80) {
-        *len = 1;
-        return ascii_class[s[i]];
-    }
-    uint32_t cp;
-    size_t l = mw__utf8_decode(s + i, n - i, &cp);
-    if (!l) {
-        *len = 1;
-        return MW__UC_OTHER;
-    }
-    *len = l;
-    return mw__uc_class(cp);
-}
-
-/* The end of the run of characters of class cls from i. */
-static size_t run(const uint8_t *s, size_t i, size_t n, int cls) {
-    while (i < n && s[i] < 0x80 && ascii_class[s[i]] == cls) i++;
-    while (i < n) {
-        size_t l;
-        if (char_class(s, i, n, &l) != cls) break;
-        i += l;
-    }
-    return i;
-}
-
-/* The end of the regex's match at i (< n): the alternatives in order, leftmost first as
- * Oniguruma takes them. Every character is a letter, a number, a space or other, so some
- * alternative always matches and the matches tile the text. */
-static size_t piece_end(const uint8_t *s, size_t i, size_t n) {
-    uint8_t c = s[i];
-    if (c == '\'' && i + 1 < n) { /* 's 't 're 've 'm 'll 'd */
-        uint8_t d = s[i + 1];
-        if (d == 's' || d == 't' || d == 'm' || d == 'd') return i + 2;
-        if (i + 2 < n && ((d == 'r' && s[i + 2] == 'e') || (d == 'v' && s[i + 2] == 'e') ||
-                          (d == 'l' && s[i + 2] == 'l')))
-            return i + 3;
-    }
-    size_t l;
-    int cls = char_class(s, i, n, &l);
-    if (c == ' ' && i + 1 < n) { /* " ?\p{L}+", " ?\p{N}+", " ?[^\s\p{L}\p{N}]+" */
-        size_t l2;
-        int next = char_class(s, i + 1, n, &l2);
-        if (next != MW__UC_SPACE) return run(s, i + 1 + l2, n, next);
-    }
-    if (cls != MW__UC_SPACE) return run(s, i + l, n, cls);
-    /* "\s+(?!\S)": the run of white space, less its last character when something follows
-     * (which is then not white space); "\s+" when that leaves nothing. */
-    size_t j = i + l, last = i;
-    while (j < n) {
-        size_t l3;
-        if (char_class(s, j, n, &l3) != MW__UC_SPACE) break;
-        last = j;
-        j += l3;
-    }
-    if (j == n) return n;
-    return last > i ? last : j;
-}
-
-/* A piece of text between added tokens: its prefix space, its words. */
-static void segment(encoder *e, const uint8_t *s, size_t n) {
+/* A piece for the ByteLevel pre-tokenizer: its prefix space, then GPT-2's regex (use_regex) or
+ * the piece whole, each word to BPE. */
+static void byte_level(encoder *e, const uint8_t *s, size_t n) {
     if (n == 0) return;
     if (e->tok->add_prefix_space && s[0] != ' ') {
         uint8_t *t = grow(e, &e->text, &e->tcap, n + 1);
@@ -329,8 +260,23 @@ static void segment(encoder *e, const uint8_t *s, size_t n) {
         return;
     }
     for (size_t i = 0; i < n && e->st == MW_OK;) {
-        size_t j = piece_end(s, i, n);
+        size_t j = mw__split_end(MW__SPLIT_GPT2, s, i, n);
         word(e, s + i, j - i);
+        i = j;
+    }
+}
+
+/* A piece of text between added tokens: cut by the Split pre-tokenizer's pattern when there is
+ * one, each part through ByteLevel. */
+static void segment(encoder *e, const uint8_t *s, size_t n) {
+    mw__split split = e->tok->split;
+    if (split == MW__SPLIT_NONE) {
+        byte_level(e, s, n);
+        return;
+    }
+    for (size_t i = 0; i < n && e->st == MW_OK;) {
+        size_t j = mw__split_end(split, s, i, n);
+        byte_level(e, s + i, j - i);
         i = j;
     }
 }
@@ -357,7 +303,7 @@ static size_t space_after(const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         size_t l;
-        if (char_class(s, i, n, &l) != MW__UC_SPACE) break;
+        if (mw__split_class(s, i, n, &l) != MW__UC_SPACE) break;
         i += l;
     }
     return i;
@@ -414,19 +360,30 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
 /* --- the API -----------------------------------------------------------------------------------
  */
 
-mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, int32_t *ids,
-                              size_t cap, size_t *n) {
+mw_status mw_tokenizer_encode_with(mw_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                                   int32_t *ids, size_t cap, size_t *n) {
     if (n) *n = 0;
     if (!tok || !n || (len && !text) || (cap && !ids))
         return mw__error(MW_ERR_INVALID, "mw_tokenizer_encode: NULL argument");
+    if (flags & ~(unsigned)MW_ENCODE_ADD_SPECIAL)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_tokenizer_encode_with: unknown flags 0x%x (MW_ENCODE_ADD_SPECIAL is "
+                         "0x%x)",
+                         flags & ~(unsigned)MW_ENCODE_ADD_SPECIAL, (unsigned)MW_ENCODE_ADD_SPECIAL);
     encoder e = {.tok = tok, .ids = ids, .cap = cap};
     e.sym = e.s_sym;
     stack_words(&e);
-    pthread_once(&ascii_once, ascii_init);
+    mw__split_init();
+    int special = (flags & MW_ENCODE_ADD_SPECIAL) != 0;
+    if (special)
+        for (uint32_t k = 0; k < tok->template_before; k++) put(&e, tok->template_ids[k]);
     int locked = pthread_mutex_trylock(&tok->cache_lock) == 0;
     if (locked) e.cache = tok->cache;
     added_pass(&e, 0, (const uint8_t *)text, len);
     if (locked) pthread_mutex_unlock(&tok->cache_lock);
+    if (special)
+        for (uint32_t k = 0; k < tok->template_after; k++)
+            put(&e, tok->template_ids[tok->template_before + k]);
     stack_words(&e);
     mw__free(e.text);
     mw__free(e.alpha);
@@ -438,6 +395,11 @@ mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, i
                          "holds %zu",
                          len, e.n, cap);
     return MW_OK;
+}
+
+mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, int32_t *ids,
+                              size_t cap, size_t *n) {
+    return mw_tokenizer_encode_with(tok, text, len, 0, ids, cap, n);
 }
 
 mw_status mw_tokenizer_decode(const mw_tokenizer *tok, const int32_t *ids, size_t n, char *buf,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "meshwit/tokenizer.h"
+#include "text/tokenizer_split.h"
 
 enum { MW__NO_ID = -1 };
 
@@ -120,8 +121,14 @@ struct mw_tokenizer {
     int32_t *byte_fb_ids;
     size_t max_ids_per_byte;
 
-    /* the pre-tokenizer */
+    /* the pre-tokenizer: a Split's pattern (MW__SPLIT_NONE: none), then ByteLevel's settings */
+    mw__split split;
     int add_prefix_space, use_regex;
+
+    /* the post-processor's template for one text (MW_ENCODE_ADD_SPECIAL): the ids before it,
+     * then those after it */
+    int32_t *template_ids;
+    uint32_t template_before, template_after;
 
     /* added tokens */
     mw__added *added;

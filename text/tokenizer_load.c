@@ -36,61 +36,6 @@ static mw_status read_file(mw__loader *ld, const char *path, char **data, size_t
     return st;
 }
 
-/* --- settings --------------------------------------------------------------------------------- */
-
-/* obj[key]: a boolean into *out; absent (or null when `nullable`): *out unchanged; anything else
- * refused. */
-static mw_status get_bool(mw__loader *ld, const mw__json_node *obj, const char *key,
-                          const char *path, int nullable, int *out) {
-    const mw__json_node *v = mw__json_get(ld->doc, obj, key);
-    char p[96], buf[96];
-    snprintf(p, sizeof p, "%s.%s", path, key);
-    if (!v || (nullable && v->type == MW__JSON_NULL)) return MW_OK;
-    if (v->type != MW__JSON_TRUE && v->type != MW__JSON_FALSE)
-        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, p, "expected true or false, found %s",
-                               mw__tok_what(ld, v, buf, sizeof buf));
-    *out = v->type == MW__JSON_TRUE;
-    return MW_OK;
-}
-
-/* obj[key]: NULL when absent or null; a string node; anything else refused (*st set). */
-static const mw__json_node *get_string(mw__loader *ld, const mw__json_node *obj, const char *key,
-                                       const char *path, mw_status *st) {
-    const mw__json_node *v = mw__json_get(ld->doc, obj, key);
-    char p[96], buf[96];
-    *st = MW_OK;
-    if (!v || v->type == MW__JSON_NULL) return NULL;
-    if (v->type == MW__JSON_STRING) return v;
-    snprintf(p, sizeof p, "%s.%s", path, key);
-    *st = mw__tok_fail_at(ld, v, MW_ERR_FORMAT, p, "expected a string or null, found %s",
-                          mw__tok_what(ld, v, buf, sizeof buf));
-    return NULL;
-}
-
-/* The "type" of a component object, checked to be `want` (e.g. "ByteLevel"). */
-static mw_status check_type(mw__loader *ld, const mw__json_node *v, const char *path,
-                            const char *want, const char *why) {
-    char buf[96], p[96];
-    if (!v || v->type == MW__JSON_NULL)
-        return mw__tok_fail_at(ld, v, MW_ERR_UNSUPPORTED, path,
-                               "%s is missing; only \"%s\" is supported (%s)", path, want, why);
-    if (v->type != MW__JSON_OBJECT)
-        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, path, "expected an object, found %s",
-                               mw__tok_what(ld, v, buf, sizeof buf));
-    const mw__json_node *t = mw__json_get(ld->doc, v, "type");
-    snprintf(p, sizeof p, "%s.type", path);
-    if (!t || t->type != MW__JSON_STRING)
-        return mw__tok_fail_at(ld, t ? t : v, MW_ERR_FORMAT, t ? p : path,
-                               "expected a \"type\" string");
-    if (t->len != strlen(want) || memcmp(mw__json_str(ld->doc, t), want, t->len) != 0) {
-        char q[64];
-        return mw__tok_fail_at(
-            ld, t, MW_ERR_UNSUPPORTED, p, "%s is not supported: only \"%s\" (%s)",
-            mw__tok_quote(mw__json_str(ld->doc, t), t->len, q, sizeof q), want, why);
-    }
-    return MW_OK;
-}
-
 /* A member that must be absent or null because nothing here implements it. */
 static mw_status must_be_null(mw__loader *ld, const mw__json_node *root, const char *key,
                               const char *why) {
@@ -132,7 +77,7 @@ static mw_status read_model(mw__loader *ld, const mw__json_node *model) {
         return mw__tok_fail_at(ld, dup, MW_ERR_FORMAT, p, "the field appears twice");
     }
     if ((t = mw__json_get(doc, model, "type")) &&
-        (st = check_type(ld, model, "model", "BPE", "a byte-level BPE model as GPT-2's")))
+        (st = mw__tok_check_type(ld, model, "model", "BPE", "a byte-level BPE model as GPT-2's")))
         return st;
     const mw__json_node *d = mw__json_get(doc, model, "dropout");
     if (d && d->type != MW__JSON_NULL) {
@@ -157,15 +102,16 @@ static mw_status read_model(mw__loader *ld, const mw__json_node *model) {
     if (!vocab || !merges)
         return mw__tok_fail_at(ld, model, MW_ERR_FORMAT, "model", "the model has no \"%s\"",
                                vocab ? "merges" : "vocab");
-    const mw__json_node *unk = get_string(ld, model, "unk_token", "model", &st);
+    const mw__json_node *unk = mw__tok_get_string(ld, model, "unk_token", "model", &st);
     if (st) return st;
-    const mw__json_node *pre = get_string(ld, model, "continuing_subword_prefix", "model", &st);
+    const mw__json_node *pre =
+        mw__tok_get_string(ld, model, "continuing_subword_prefix", "model", &st);
     if (st) return st;
-    const mw__json_node *suf = get_string(ld, model, "end_of_word_suffix", "model", &st);
+    const mw__json_node *suf = mw__tok_get_string(ld, model, "end_of_word_suffix", "model", &st);
     if (st) return st;
-    if ((st = get_bool(ld, model, "fuse_unk", "model", 1, &tok->fuse_unk)) ||
-        (st = get_bool(ld, model, "byte_fallback", "model", 1, &tok->byte_fallback)) ||
-        (st = get_bool(ld, model, "ignore_merges", "model", 1, &tok->ignore_merges)))
+    if ((st = mw__tok_get_bool(ld, model, "fuse_unk", "model", 1, &tok->fuse_unk)) ||
+        (st = mw__tok_get_bool(ld, model, "byte_fallback", "model", 1, &tok->byte_fallback)) ||
+        (st = mw__tok_get_bool(ld, model, "ignore_merges", "model", 1, &tok->ignore_merges)))
         return st;
     if ((st = mw__tok_read_vocab(ld, vocab, "model.vocab"))) return st;
     if (pre) {
@@ -190,23 +136,6 @@ static mw_status read_model(mw__loader *ld, const mw__json_node *model) {
         }
     }
     return mw__tok_read_merges_json(ld, merges);
-}
-
-static mw_status read_pre_tokenizer(mw__loader *ld, const mw__json_node *root) {
-    const mw__json_node *v = mw__json_get(ld->doc, root, "pre_tokenizer");
-    mw_status st =
-        check_type(ld, v, "pre_tokenizer", "ByteLevel", "GPT-2's regex and byte alphabet");
-    if (st) return st;
-    if (!mw__json_get(ld->doc, v, "add_prefix_space"))
-        return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, "pre_tokenizer",
-                               "it has no \"add_prefix_space\"");
-    int trim = 0;
-    if ((st =
-             get_bool(ld, v, "add_prefix_space", "pre_tokenizer", 0, &ld->tok->add_prefix_space)) ||
-        (st = get_bool(ld, v, "use_regex", "pre_tokenizer", 0, &ld->tok->use_regex)) ||
-        (st = get_bool(ld, v, "trim_offsets", "pre_tokenizer", 0, &trim)))
-        return st;
-    return MW_OK;
 }
 
 /* added_tokens: each {"id", "content", "single_word", "lstrip", "rstrip", "normalized",
@@ -252,11 +181,11 @@ static mw_status read_added(mw__loader *ld, const mw__json_node *arr) {
         mw__added *a = &tok->added[i];
         int single_word = 0;
         a->normalized = 1; /* tokenizers' AddedToken::default() */
-        if ((st = get_bool(ld, c, "single_word", p, 0, &single_word)) ||
-            (st = get_bool(ld, c, "lstrip", p, 0, &a->lstrip)) ||
-            (st = get_bool(ld, c, "rstrip", p, 0, &a->rstrip)) ||
-            (st = get_bool(ld, c, "normalized", p, 0, &a->normalized)) ||
-            (st = get_bool(ld, c, "special", p, 0, &a->special)))
+        if ((st = mw__tok_get_bool(ld, c, "single_word", p, 0, &single_word)) ||
+            (st = mw__tok_get_bool(ld, c, "lstrip", p, 0, &a->lstrip)) ||
+            (st = mw__tok_get_bool(ld, c, "rstrip", p, 0, &a->rstrip)) ||
+            (st = mw__tok_get_bool(ld, c, "normalized", p, 0, &a->normalized)) ||
+            (st = mw__tok_get_bool(ld, c, "special", p, 0, &a->special)))
             return st;
         const char *s = mw__json_str(doc, content);
         if (single_word)
@@ -281,7 +210,7 @@ static mw_status read_added(mw__loader *ld, const mw__json_node *arr) {
                 model_id != MW__NO_ID ? "its id in model.vocab"
                                       : "added tokens not in model.vocab take the ids after it, "
                                         "in order");
-        if (model_id == MW__NO_ID && want < tok->size && ld->used[want])
+        if (model_id == MW__NO_ID && (size_t)want < ld->nused && ld->used[want])
             return mw__tok_fail_at(
                 ld, id, MW_ERR_FORMAT, p,
                 "id %lld is also a token of model.vocab (the vocabulary has holes)",
@@ -322,18 +251,13 @@ static mw_status read_tokenizer_json(mw__loader *ld, const char *text, size_t n)
     if (!st) st = must_be_null(ld, root, "truncation", "encoding here never truncates");
     if (!st) st = must_be_null(ld, root, "padding", "encoding here never pads");
     if (!st) st = must_be_null(ld, root, "normalizer", "GPT-2's tokenizer has none");
-    if (!st) st = read_pre_tokenizer(ld, root);
-    if (!st) {
-        v = mw__json_get(doc, root, "post_processor");
-        if (v && v->type != MW__JSON_NULL)
-            st = check_type(ld, v, "post_processor", "ByteLevel",
-                            "another one would add tokens around the text");
-    }
+    if (!st) st = mw__tok_read_pre_tokenizer(ld, root);
     if (!st)
-        st = check_type(ld, mw__json_get(doc, root, "decoder"), "decoder", "ByteLevel",
-                        "GPT-2's byte alphabet back to bytes");
+        st = mw__tok_check_type(ld, mw__json_get(doc, root, "decoder"), "decoder", "ByteLevel",
+                                "GPT-2's byte alphabet back to bytes");
     if (!st) st = read_model(ld, mw__json_get(doc, root, "model"));
     if (!st) st = read_added(ld, mw__json_get(doc, root, "added_tokens"));
+    if (!st) st = mw__tok_read_post_processor(ld, root);
     ld->doc = NULL;
     mw__json_free(doc);
     return st;
@@ -489,7 +413,37 @@ int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id) {
 size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len) {
     if (!tok) return 0;
     size_t per = tok->max_ids_per_byte * (tok->add_prefix_space ? 2 : 1);
-    return len > SIZE_MAX / per ? SIZE_MAX : len * per;
+    size_t around = (size_t)tok->template_before + tok->template_after;
+    if (len > (SIZE_MAX - around) / per) return SIZE_MAX;
+    return len * per + around;
+}
+
+/* The one id of the template's side (before: 0, after: 1), or MW_ERR_NOT_FOUND. */
+static mw_status template_one(const mw_tokenizer *tok, int after, int32_t *id, const char *fn) {
+    if (!tok || !id) return mw__error(MW_ERR_INVALID, "%s: NULL argument", fn);
+    *id = MW__NO_ID;
+    uint32_t count = after ? tok->template_after : tok->template_before;
+    if (count == 1) {
+        *id = tok->template_ids[after ? tok->template_before : 0];
+        return MW_OK;
+    }
+    return mw__error(MW_ERR_NOT_FOUND,
+                     "%s: the tokenizer's post-processor puts %s token %s the text (%s); a "
+                     "tokenizer.json names no other: look the token up by name "
+                     "(mw_tokenizer_token_id)",
+                     fn, count ? "more than one" : "no", after ? "after" : "before",
+                     count               ? "encode an empty text with MW_ENCODE_ADD_SPECIAL "
+                                           "for them all"
+                     : tok->template_ids ? "its TemplateProcessing has none there"
+                                         : "it has no TemplateProcessing");
+}
+
+mw_status mw_tokenizer_bos_id(const mw_tokenizer *tok, int32_t *id) {
+    return template_one(tok, 0, id, "mw_tokenizer_bos_id");
+}
+
+mw_status mw_tokenizer_eos_id(const mw_tokenizer *tok, int32_t *id) {
+    return template_one(tok, 1, id, "mw_tokenizer_eos_id");
 }
 
 const char *mw_tokenizer_unicode_version(void) { return MW__UNICODE_VERSION; }

@@ -78,6 +78,7 @@ void mw_tokenizer_free(mw_tokenizer *tok) {
     mw__free(tok->decoded_off);
     mw__free(tok->decoded_len);
     mw__free(tok->is_special);
+    mw__free(tok->template_ids);
     mw__free(tok->cache);
     mw__free(tok->arena);
     pthread_mutex_destroy(&tok->cache_lock);

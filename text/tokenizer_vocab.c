@@ -19,7 +19,7 @@
 const char *mw__tok_quote(const char *s, size_t n, char *buf, size_t size) {
     size_t k = 0, i = 0;
     buf[k++] = '"';
-    while (i < n && k + 12 < size && k < 48) {
+    while (i < n && k + 12 < size && (size > 64 || k < 48)) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             buf[k++] = '\\';
@@ -53,7 +53,7 @@ const char *mw__tok_quote(const char *s, size_t n, char *buf, size_t size) {
 /* "file:line:column: path: message" for the value n of the JSON document. */
 mw_status mw__tok_fail_at(mw__loader *ld, const mw__json_node *n, mw_status st, const char *path,
                           const char *fmt, ...) {
-    char msg[320], where[48];
+    char msg[400], where[48];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -169,6 +169,7 @@ mw_status mw__tok_read_vocab(mw__loader *ld, const mw__json_node *obj, const cha
     tok->size = top + 1;
     ld->used = mw__calloc((size_t)tok->size + 1, 1);
     if (!ld->used) return mw__error(MW_ERR_NOMEM, "out of memory reading %s", ld->label);
+    ld->nused = (size_t)tok->size;
     for (size_t k = 0; k < n; k++) ld->used[ld->vids[k]] = 1;
     return MW_OK;
 }

@@ -113,6 +113,98 @@ def hf_class(pt, c):
     return OTHER if len(pt.pre_tokenize_str("!" + c + "!")) == 1 else SPACE
 
 
+# The Split patterns of Llama 3 and Qwen2 (their tokenizer.json files), which the tokenizer
+# implements by hand too (text/tokenizer_split.c) over the same classes, plus CR and LF and the
+# case-insensitive contractions.
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+          r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+# (?i:...) in Oniguruma: a letter matches its case-folded forms; of the letters of the
+# contractions only s has one more, U+017F LATIN SMALL LETTER LONG S (--check confirms it).
+FOLDS = {ch: {ch, ch.upper()} for ch in "strevmld"}
+FOLDS["s"].add("\u017f")
+
+
+def split_model(text, cls, digits):
+    """The pieces the Llama 3 (digits 3) or Qwen2 (digits 1) pattern cuts text into, by the
+    rules text/tokenizer_split.c follows: the alternatives in order, first match wins."""
+    n, out, i = len(text), [], 0
+    c = [cls[ord(ch)] if not 0xD800 <= ord(ch) <= 0xDFFF else OTHER for ch in text]
+
+    def run(j, k):
+        while j < n and c[j] == k:
+            j += 1
+        return j
+
+    def fold(j, letter):
+        return j < n and text[j] in FOLDS[letter]
+
+    while i < n:
+        ch, k, end = text[i], c[i], None
+        if ch == "'":
+            if any(fold(i + 1, x) for x in "stmd"):
+                end = i + 2
+            elif any(fold(i + 1, a) and fold(i + 2, b) for a, b in ("re", "ve", "ll")):
+                end = i + 3
+        if end is None and k == LETTER:
+            end = run(i, LETTER)
+        if end is None and ch not in "\r\n" and k != NUMBER and i + 1 < n and c[i + 1] == LETTER:
+            end = run(i + 1, LETTER)
+        if end is None and k == NUMBER:
+            end = i + 1
+            while end < n and end - i < digits and c[end] == NUMBER:
+                end += 1
+        if end is None and (k == OTHER or (ch == " " and i + 1 < n and c[i + 1] == OTHER)):
+            end = run(i + 1, OTHER)
+            while end < n and text[end] in "\r\n":
+                end += 1
+        if end is None:  # white space
+            j = run(i, SPACE)
+            crlf = [p for p in range(i, j) if text[p] in "\r\n"]
+            if crlf:
+                end = crlf[-1] + 1
+            elif j == n or j - i == 1:
+                end = j
+            else:
+                end = j - 1
+        out.append(text[i:end])
+        i = end
+    return out
+
+
+def probes(ch):
+    """Text around ch that each rule of the Split patterns sees differently."""
+    return ("a" + ch + "1" + ch + "1" + ch + ch + "12" + ch + "'" + ch + "a'r" + ch + "a'v" +
+            ch + "x'l" + ch + "a " + ch + "! " + ch + "a\n" + ch + "\r " + ch + "\n " + ch +
+            " " + ch + "  " + ch + "\t" + ch + "!" + ch + "'" + ch + ch + ";")
+
+
+def check_split(table):
+    """Compares the pieces tokenizers' Split cuts the probes of every code point into with
+    split_model's over the table: 0 on agreement."""
+    from tokenizers import Regex, pre_tokenizers
+    bad = 0
+    for name, pattern, digits in (("Llama 3", LLAMA3, 3), ("Qwen2", QWEN2, 1)):
+        split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+        cps = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+        for start in range(0, len(cps), 4096):
+            chunk = cps[start:start + 4096]
+            text = "".join(probes(chr(cp)) for cp in chunk)
+            got = [p for p, _ in split.pre_tokenize_str(text)]
+            if got == split_model(text, table, digits):
+                continue
+            for cp in chunk:  # find the code points that differ
+                t = probes(chr(cp))
+                want = split_model(t, table, digits)
+                have = [p for p, _ in split.pre_tokenize_str(t)]
+                if want != have:
+                    bad += 1
+                    if bad <= 20:
+                        print("%s, U+%04X: tokenizers %r, the table %r" % (name, cp, have, want))
+        print("%s pattern: %s" % (name, "every code point agrees" if not bad else "differences"))
+    return bad
+
+
 def check(path):
     import tokenizers
     from tokenizers import pre_tokenizers
@@ -130,6 +222,7 @@ def check(path):
                                                                      NAMES[table[cp]]))
     print("tokenizers %s: %d of %d code points differ from %s" % (tokenizers.__version__, bad,
                                                                 0x110000 - 0x800, path))
+    bad += check_split(table)
     return 1 if bad else 0
 
 

@@ -116,8 +116,9 @@ int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id);
 
 /* The most ids a text of `len` bytes can need: len for GPT-2's and every tokenizer without
  * "add_prefix_space" or "byte_fallback" (each id covers at least one byte), 2 * len with
- * add_prefix_space, more when byte_fallback spells a byte as several "<0xXX>" tokens. SIZE_MAX
- * when that overflows. 0 for NULL. */
+ * add_prefix_space, more when byte_fallback spells a byte as several "<0xXX>" tokens; plus the
+ * tokens MW_ENCODE_ADD_SPECIAL adds (Llama 3's: len + 1). SIZE_MAX when that overflows. 0 for
+ * NULL. */
 size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len);
 
 /* Encodes the `len` bytes at `text` (any bytes; see above) into ids[0, cap) and sets *n to the
@@ -129,6 +130,30 @@ size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len);
  * add_prefix_space a piece, too long for the stack; *n is then 0). */
 mw_status mw_tokenizer_encode(mw_tokenizer *tok, const char *text, size_t len, int32_t *ids,
                               size_t cap, size_t *n);
+
+/* Flags of mw_tokenizer_encode_with, or-ed together. */
+typedef enum mw_encode_flag {
+    /* The special tokens the file's post-processor puts around one text, as tokenizers'
+     * encode(text, add_special_tokens=True) adds them (its TemplateProcessing's "single"
+     * template): Llama 3's <|begin_of_text|> before the text; none for GPT-2's and Qwen2's,
+     * whose post-processor (ByteLevel, or none) adds none. */
+    MW_ENCODE_ADD_SPECIAL = 1,
+} mw_encode_flag;
+
+/* mw_tokenizer_encode, with `flags` (0 or MW_ENCODE_ADD_SPECIAL; 0 is mw_tokenizer_encode).
+ * Errors: those of mw_tokenizer_encode; MW_ERR_INVALID for a flag that is not one of these. */
+mw_status mw_tokenizer_encode_with(mw_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                                   int32_t *ids, size_t cap, size_t *n);
+
+/* The token the post-processor's template puts before a text (bos) or after it (eos) when it
+ * puts exactly one there: Llama 3's bos is <|begin_of_text|>, and it has no eos. A tokenizer.json
+ * names no other token for either role (the end of text a model was trained with, such as
+ * <|end_of_text|> or <|endoftext|>, is said in transformers' tokenizer_config.json: look it up
+ * by name with mw_tokenizer_token_id). Errors: MW_ERR_NOT_FOUND (none, or several: encode an
+ * empty text with MW_ENCODE_ADD_SPECIAL to have them all; *id is then -1), MW_ERR_INVALID (NULL
+ * argument). */
+mw_status mw_tokenizer_bos_id(const mw_tokenizer *tok, int32_t *id);
+mw_status mw_tokenizer_eos_id(const mw_tokenizer *tok, int32_t *id);
 
 /* Decodes the n ids into buf[0, cap) (bytes, not terminated; see above for what they are) and
  * sets *len to the number of bytes the whole sequence decodes to. An id that is not a token

@@ -20,34 +20,9 @@
 
 #include "meshwit.h"
 #include "meshwit/testing.h"
+#include "tests/common/tokenizer_data.h"
 
 /* --- the reference files ---------------------------------------------------------------------- */
-
-/* tests/data/tokenizer/<name>, beside this file's folder. */
-static const char *data_path(const char *name) {
-    static char buf[4][4096];
-    static int next;
-    char *p = buf[next++ % 4];
-    const char *file = __FILE__, *slash = strrchr(file, '/');
-    snprintf(p, 4096, "%.*s/../data/tokenizer%s%s", slash ? (int)(slash - file) : 1,
-             slash ? file : ".", *name ? "/" : "", name);
-    return p;
-}
-
-static char *read_all(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_not_null(buf);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    if (size) *size = (size_t)n;
-    return buf;
-}
 
 typedef struct ref_case {
     char *text;
@@ -55,45 +30,6 @@ typedef struct ref_case {
     int32_t *ids;
     size_t nids;
 } ref_case;
-
-/* The text of a corpus line, unescaped (\\ \n \r \t \xNN) in place; its length. */
-static size_t unescape(char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\' || i + 1 >= n) {
-            s[k++] = s[i];
-            continue;
-        }
-        char e = s[++i];
-        if (e == 'n')
-            s[k++] = '\n';
-        else if (e == 'r')
-            s[k++] = '\r';
-        else if (e == 't')
-            s[k++] = '\t';
-        else if (e == 'x') {
-            char hex[3] = {s[i + 1], s[i + 2], 0};
-            s[k++] = (char)strtol(hex, NULL, 16);
-            i += 2;
-        } else
-            s[k++] = e;
-    }
-    return k;
-}
-
-/* Space-separated ids into a new array. */
-static int32_t *parse_ids(const char *s, size_t *n) {
-    size_t cap = 16;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    *n = 0;
-    char *end;
-    for (long v = strtol(s, &end, 10); end != s; v = strtol(s, &end, 10)) {
-        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[(*n)++] = (int32_t)v;
-        s = end;
-    }
-    return ids;
-}
 
 static ref_case *corpus;
 static size_t ncorpus;
@@ -131,24 +67,6 @@ static void free_corpus(void) {
     free(corpus);
     corpus = NULL;
     ncorpus = 0;
-}
-
-static mw_tokenizer *load(const char *path) {
-    mw_tokenizer *tok = NULL;
-    mw_status st = mw_tokenizer_load(path, &tok);
-    cr_assert_eq(st, MW_OK, "loading %s: %s: %s", path, mw_status_name(st), mw_last_error());
-    cr_assert_not_null(tok);
-    return tok;
-}
-
-/* The ids of text into a new array (*n of them). */
-static int32_t *encode(mw_tokenizer *tok, const char *text, size_t len, size_t *n) {
-    size_t cap = mw_tokenizer_max_ids(tok, len);
-    int32_t *ids = malloc((cap ? cap : 1) * sizeof *ids);
-    mw_status st = mw_tokenizer_encode(tok, text, len, ids, cap, n);
-    cr_assert_eq(st, MW_OK, "encode: %s: %s", mw_status_name(st), mw_last_error());
-    cr_assert_leq(*n, cap);
-    return ids;
 }
 
 static void expect_ids(mw_tokenizer *tok, const ref_case *c, const char *what, size_t line) {
@@ -728,9 +646,10 @@ Test(tokenizer_files, settings_not_implemented_are_refused) {
                     "{\"type\": \"ByteLevel\", \"add_prefix_space\": \"yes\"}", POST, DEC, MODEL));
     expect_refused("aps.json", MW_ERR_FORMAT, "pre_tokenizer.add_prefix_space", "true or false",
                    NULL);
-    write_tiny("post.json", tiny("\"1.0\"", "[]", "null", PRE, "{\"type\": \"TemplateProcessing\"}",
-                                 DEC, MODEL));
-    expect_refused("post.json", MW_ERR_UNSUPPORTED, "post_processor.type", "add tokens", NULL);
+    write_tiny("post.json",
+               tiny("\"1.0\"", "[]", "null", PRE, "{\"type\": \"RobertaProcessing\"}", DEC, MODEL));
+    expect_refused("post.json", MW_ERR_UNSUPPORTED, "post_processor.type", "\"RobertaProcessing\"",
+                   "TemplateProcessing", NULL);
     write_tiny("dec.json", tiny("\"1.0\"", "[]", "null", PRE, POST, "null", MODEL));
     expect_refused("dec.json", MW_ERR_UNSUPPORTED, "decoder", NULL);
     write_tiny("ver.json", tiny("\"2.0\"", "[]", "null", PRE, POST, DEC, MODEL));
