@@ -1,11 +1,13 @@
-/* The test hooks (meshwit/testing.h): allocation failures (core/alloc.c) and faults placed in a
- * trainer's step (the workers' fault fields, which parallel/executor.c fires). */
+/* The test hooks (meshwit/testing.h): allocation failures (core/alloc.c), faults placed in a
+ * trainer's step (the workers' fault fields, which parallel/executor.c fires) and the words of
+ * a tokenizer (text/tokenizer.c). */
 #include <stdarg.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit/testing.h"
 #include "parallel/trainer_impl.h"
+#include "text/tokenizer_impl.h"
 
 /* The checks both fault hooks make: MW_OK, or MW_ERR_INVALID naming what is wrong. */
 static mw_status injectable(const mw_trainer *tr, const char *hook, int device, mw_phase phase) {
@@ -61,6 +63,16 @@ int64_t mw_test_control(mw_test_op op, ...) {
             r = ms < 1 ? mw__error(MW_ERR_INVALID, "MW_TEST_STALL: ms is %d, not >= 1", ms)
                        : arm(tr, device, phase, step, MW_OK, ms);
         }
+        break;
+    }
+    case MW_TEST_TOKENIZER_WORDS: {
+        mw_tokenizer *tok = va_arg(ap, mw_tokenizer *);
+        const char *text = va_arg(ap, const char *);
+        size_t len = va_arg(ap, size_t);
+        size_t *lens = va_arg(ap, size_t *);
+        size_t cap = va_arg(ap, size_t);
+        size_t *n = va_arg(ap, size_t *);
+        r = mw__tokenizer_words(tok, text, len, lens, cap, n);
         break;
     }
     default: r = mw__error(MW_ERR_INVALID, "mw_test_control: op %d is not an mw_test_op", (int)op);

@@ -6,6 +6,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "text/tokenizer_impl.h"
+#include "text/tokenizer_nfc.h"
 #include "text/tokenizer_split.h"
 #include "text/unicode.h"
 
@@ -33,9 +34,12 @@ typedef struct encoder {
     size_t tcap;
     uint8_t *alpha; /* a word in the byte alphabet (ignore_merges) */
     size_t acap;
+    mw__nfc_buf nfc;   /* a piece normalized */
+    size_t *word_lens; /* mw__tokenizer_words: each word's length instead of ids */
 } encoder;
 
 static void put(encoder *e, int32_t id) {
+    if (e->word_lens) return;
     if (e->n < e->cap) e->ids[e->n] = id;
     e->n++;
 }
@@ -203,6 +207,11 @@ static void word(encoder *e, const uint8_t *w, size_t n) {
     const mw_tokenizer *tok = e->tok;
     mw__cache_slot *slot = NULL;
     uint32_t h32 = 0;
+    if (e->word_lens) {
+        if (e->n < e->cap) e->word_lens[e->n] = n;
+        e->n++;
+        return;
+    }
     if (e->cache && n <= MW__CACHE_KEY) {
         uint64_t h = mw__hash_bytes(w, n);
         h32 = (uint32_t)(h >> 32) | 1;
@@ -309,14 +318,34 @@ static size_t space_after(const uint8_t *s, size_t n) {
     return i;
 }
 
+static void added_pass(encoder *e, int p, const uint8_t *s, size_t n);
+
+/* A piece between the added tokens of pass 0: normalized (NFC), then to pass 1, as tokenizers'
+ * AddedVocabulary::extract_and_normalize normalizes what the tokens with "normalized": false
+ * leave and matches those with "normalized": true in the result. */
+static void normalized(encoder *e, const uint8_t *s, size_t n) {
+    if (e->tok->nfc && mw__nfc_may_change(s, n)) {
+        size_t len;
+        mw_status st = mw__nfc(&e->nfc, s, n, &len);
+        if (st) {
+            if (e->st == MW_OK) e->st = st;
+            return;
+        }
+        s = e->nfc.out;
+        n = len;
+    }
+    added_pass(e, 1, s, n);
+}
+
 /* Pass p over s[0, n): the added tokens of that pass, leftmost-longest, as tokenizers'
- * AddedVocabulary::find_matches splits; what lies between goes to pass 1, then to segment. */
+ * AddedVocabulary::find_matches splits; what lies between goes to pass 1 (normalized), then to
+ * segment. */
 static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
     const mw_tokenizer *tok = e->tok;
     const mw__added_pass *ps = &tok->pass[p];
     if (ps->count == 0) {
         if (p == 0)
-            added_pass(e, 1, s, n);
+            normalized(e, s, n);
         else
             segment(e, s, n);
         return;
@@ -341,7 +370,7 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
         if (hit->rstrip) stop += space_after(s + stop, n - stop);
         if (offset < start) {
             if (p == 0)
-                added_pass(e, 1, s + offset, start - offset);
+                normalized(e, s + offset, start - offset);
             else
                 segment(e, s + offset, start - offset);
         }
@@ -351,7 +380,7 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
     }
     if (offset < n && e->st == MW_OK) {
         if (p == 0)
-            added_pass(e, 1, s + offset, n - offset);
+            normalized(e, s + offset, n - offset);
         else
             segment(e, s + offset, n - offset);
     }
@@ -359,6 +388,28 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
 
 /* --- the API -----------------------------------------------------------------------------------
  */
+
+/* Runs e over text[0, len) (the template's tokens around it with `special`): e->n ids or words,
+ * e->st. */
+static void run_encoder(encoder *e, const char *text, size_t len, int special) {
+    mw_tokenizer *tok = (mw_tokenizer *)e->tok;
+    e->sym = e->s_sym;
+    stack_words(e);
+    mw__split_init();
+    if (special)
+        for (uint32_t k = 0; k < tok->template_before; k++) put(e, tok->template_ids[k]);
+    int locked = pthread_mutex_trylock(&tok->cache_lock) == 0;
+    if (locked) e->cache = tok->cache;
+    added_pass(e, 0, (const uint8_t *)text, len);
+    if (locked) pthread_mutex_unlock(&tok->cache_lock);
+    if (special)
+        for (uint32_t k = 0; k < tok->template_after; k++)
+            put(e, tok->template_ids[tok->template_before + k]);
+    stack_words(e);
+    mw__free(e->text);
+    mw__free(e->alpha);
+    mw__nfc_free(&e->nfc);
+}
 
 mw_status mw_tokenizer_encode_with(mw_tokenizer *tok, const char *text, size_t len, unsigned flags,
                                    int32_t *ids, size_t cap, size_t *n) {
@@ -371,28 +422,31 @@ mw_status mw_tokenizer_encode_with(mw_tokenizer *tok, const char *text, size_t l
                          "0x%x)",
                          flags & ~(unsigned)MW_ENCODE_ADD_SPECIAL, (unsigned)MW_ENCODE_ADD_SPECIAL);
     encoder e = {.tok = tok, .ids = ids, .cap = cap};
-    e.sym = e.s_sym;
-    stack_words(&e);
-    mw__split_init();
-    int special = (flags & MW_ENCODE_ADD_SPECIAL) != 0;
-    if (special)
-        for (uint32_t k = 0; k < tok->template_before; k++) put(&e, tok->template_ids[k]);
-    int locked = pthread_mutex_trylock(&tok->cache_lock) == 0;
-    if (locked) e.cache = tok->cache;
-    added_pass(&e, 0, (const uint8_t *)text, len);
-    if (locked) pthread_mutex_unlock(&tok->cache_lock);
-    if (special)
-        for (uint32_t k = 0; k < tok->template_after; k++)
-            put(&e, tok->template_ids[tok->template_before + k]);
-    stack_words(&e);
-    mw__free(e.text);
-    mw__free(e.alpha);
+    run_encoder(&e, text, len, (flags & MW_ENCODE_ADD_SPECIAL) != 0);
     if (e.st) return e.st;
     *n = e.n;
     if (e.n > cap)
         return mw__error(MW_ERR_SHAPE,
                          "mw_tokenizer_encode: the text (%zu bytes) needs %zu ids, the buffer "
                          "holds %zu",
+                         len, e.n, cap);
+    return MW_OK;
+}
+
+mw_status mw__tokenizer_words(mw_tokenizer *tok, const char *text, size_t len, size_t *lens,
+                              size_t cap, size_t *n) {
+    if (n) *n = 0;
+    if (!tok || !n || (len && !text) || (cap && !lens))
+        return mw__error(MW_ERR_INVALID, "MW_TEST_TOKENIZER_WORDS: NULL argument");
+    size_t dummy;
+    encoder e = {.tok = tok, .word_lens = lens ? lens : &dummy, .cap = cap};
+    run_encoder(&e, text, len, 0);
+    if (e.st) return e.st;
+    *n = e.n;
+    if (e.n > cap)
+        return mw__error(MW_ERR_SHAPE,
+                         "MW_TEST_TOKENIZER_WORDS: the text (%zu bytes) has %zu words, the "
+                         "buffer holds %zu",
                          len, e.n, cap);
     return MW_OK;
 }

@@ -121,6 +121,8 @@ struct mw_tokenizer {
     int32_t *byte_fb_ids;
     size_t max_ids_per_byte;
 
+    int nfc; /* the normalizer: NFC (1) or none (0) */
+
     /* the pre-tokenizer: a Split's pattern (MW__SPLIT_NONE: none), then ByteLevel's settings */
     mw__split split;
     int add_prefix_space, use_regex;
@@ -143,6 +145,11 @@ struct mw_tokenizer {
     pthread_mutex_t cache_lock;
     mw__cache_slot *cache;
 };
+
+/* MW_TEST_TOKENIZER_WORDS (meshwit/testing.h): the length of each word BPE is given for text,
+ * in the text as normalized (text/tokenizer.c). */
+mw_status mw__tokenizer_words(mw_tokenizer *tok, const char *text, size_t len, size_t *lens,
+                              size_t cap, size_t *n);
 
 /* GPT-2's byte alphabet: byte b is written as code point mw__byte_char(b). */
 uint32_t mw__byte_char(uint8_t b);

@@ -250,7 +250,7 @@ static mw_status read_tokenizer_json(mw__loader *ld, const char *text, size_t n)
     }
     if (!st) st = must_be_null(ld, root, "truncation", "encoding here never truncates");
     if (!st) st = must_be_null(ld, root, "padding", "encoding here never pads");
-    if (!st) st = must_be_null(ld, root, "normalizer", "GPT-2's tokenizer has none");
+    if (!st) st = mw__tok_read_normalizer(ld, root);
     if (!st) st = mw__tok_read_pre_tokenizer(ld, root);
     if (!st)
         st = mw__tok_check_type(ld, mw__json_get(doc, root, "decoder"), "decoder", "ByteLevel",
@@ -412,7 +412,8 @@ int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id) {
 
 size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len) {
     if (!tok) return 0;
-    size_t per = tok->max_ids_per_byte * (tok->add_prefix_space ? 2 : 1);
+    /* NFC makes a text at most 3 times longer (U+1D160, 4 bytes, is 12 in NFC) */
+    size_t per = tok->max_ids_per_byte * (tok->add_prefix_space ? 2 : 1) * (tok->nfc ? 3 : 1);
     size_t around = (size_t)tok->template_before + tok->template_after;
     if (len > (SIZE_MAX - around) / per) return SIZE_MAX;
     return len * per + around;

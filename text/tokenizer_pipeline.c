@@ -1,7 +1,8 @@
 /* Reading the steps of a tokenizer.json around its model: the settings helpers every reader
- * shares, the pre-tokenizer (ByteLevel alone, or a Split by a known pattern then ByteLevel, as
- * Llama 3's and Qwen2's files have it) and the post-processor (ByteLevel, TemplateProcessing, a
- * Sequence of them). Whatever is not implemented is refused by its JSON path and name. */
+ * shares, the normalizer (none, or NFC as Qwen2's), the pre-tokenizer (ByteLevel alone, or a Split
+ * by a known pattern then ByteLevel, as Llama 3's and Qwen2's files have it) and the post-processor
+ * (ByteLevel, TemplateProcessing, a Sequence of them). Whatever is not implemented is refused by
+ * its JSON path and name. */
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +86,25 @@ static mw_status want_array(mw__loader *ld, const mw__json_node *v, const mw__js
     if (v->type != MW__JSON_ARRAY)
         return mw__tok_fail_at(ld, v, MW_ERR_FORMAT, path, "expected an array, found %s",
                                mw__tok_what(ld, v, buf, sizeof buf));
+    return MW_OK;
+}
+
+/* --- the normalizer ----------------------------------------------------------------------------
+ */
+
+mw_status mw__tok_read_normalizer(mw__loader *ld, const mw__json_node *root) {
+    const mw__json_node *v = mw__json_get(ld->doc, root, "normalizer"), *t;
+    if (!v || v->type == MW__JSON_NULL) return MW_OK;
+    mw_status st = mw__tok_type_of(ld, v, "normalizer", &t);
+    if (st) return st;
+    if (!is(ld, t, "NFC")) {
+        char q[64];
+        return mw__tok_fail_at(ld, t, MW_ERR_UNSUPPORTED, "normalizer.type",
+                               "%s is not supported: only none (GPT-2's, Llama 3's) or \"NFC\" "
+                               "(Qwen2's)",
+                               mw__tok_quote(mw__json_str(ld->doc, t), t->len, q, sizeof q));
+    }
+    ld->tok->nfc = 1;
     return MW_OK;
 }
 

@@ -54,6 +54,9 @@ mw_status mw__tok_type_of(mw__loader *ld, const mw__json_node *v, const char *pa
 mw_status mw__tok_check_type(mw__loader *ld, const mw__json_node *v, const char *path,
                              const char *want, const char *why);
 
+/* root.normalizer (null, or NFC as Qwen2's) into tok->nfc (tokenizer_pipeline.c). */
+mw_status mw__tok_read_normalizer(mw__loader *ld, const mw__json_node *root);
+
 /* root.pre_tokenizer into tok->split, add_prefix_space, use_regex (tokenizer_pipeline.c). */
 mw_status mw__tok_read_pre_tokenizer(mw__loader *ld, const mw__json_node *root);
 

@@ -8,7 +8,10 @@
 
 #include <stdint.h>
 
+#include <stddef.h>
+
 #include "status.h"
+#include "tokenizer.h"
 #include "trainer.h"
 
 #ifdef __cplusplus
@@ -43,13 +46,19 @@ typedef enum mw_phase {
  *       device stall for ms milliseconds there instead, once; with
  *       mw_trainer_config.collective_timeout_ms below ms its peers give up waiting and the step
  *       fails with MW_ERR_TIMEOUT. Errors: as MW_TEST_FAULT's, or ms < 1.
+ *   MW_TEST_TOKENIZER_WORDS  (mw_tokenizer *tok, const char *text, size_t len, size_t *lens,
+ *       size_t cap, size_t *n): the words the pre-tokenizer cuts text into, as
+ *       mw_tokenizer_encode would give them to BPE (added tokens left out, the rest normalized):
+ *       the length in bytes of each into lens[0, cap), their count into *n. Errors: as
+ *       mw_tokenizer_encode's (MW_ERR_SHAPE when more than cap).
  *
  * Any other op: MW_ERR_INVALID. */
 typedef enum mw_test_op {
     MW_TEST_FAIL_ALLOCATION = 0,
     MW_TEST_ALLOCATIONS = 1,
     MW_TEST_FAULT = 2,
-    MW_TEST_STALL = 3
+    MW_TEST_STALL = 3,
+    MW_TEST_TOKENIZER_WORDS = 4
 } mw_test_op;
 
 int64_t mw_test_control(mw_test_op op, ...);

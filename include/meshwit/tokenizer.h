@@ -1,21 +1,37 @@
-/* meshwit: GPT-2's byte-level BPE tokenizer, token for token as Hugging Face `tokenizers`.
+/* meshwit: byte-level BPE tokenizers (GPT-2's, Llama 3's, Qwen2's), token for token as Hugging
+ * Face `tokenizers`.
  *
  * Text becomes token ids the way `tokenizers` (0.23) encodes it with a byte-level BPE model, the
- * kind GPT-2 has and `ByteLevelBPETokenizer` trains:
+ * kind GPT-2, Llama 3 and Qwen2 have and `ByteLevelBPETokenizer` trains:
  *
- *   1. added tokens (`<|endoftext|>` and the like) are cut out of the text where they appear
- *      literally, leftmost-longest, before anything else: first those with "normalized": false,
- *      then, in the pieces between, those with "normalized": true (there is no normalizer, so
- *      both match the raw text; the order matters only when one contains another);
- *   2. each piece between them gets a leading space when "add_prefix_space" is set and it does
- *      not start with one, then is split by GPT-2's regex
+ *   1. added tokens (`<|endoftext|>`, `<|begin_of_text|>`, `<|im_start|>` and the like, special
+ *      or not) are cut out of the text where they appear literally, leftmost-longest, before
+ *      anything else: first those with "normalized": false, in the raw text; then the pieces
+ *      between are normalized (NFC, when the file says so, as Qwen2's does) and those with
+ *      "normalized": true are cut out of the result;
+ *   2. each piece between them is cut by a Split pre-tokenizer's regex when the file has one:
+ *      Llama 3's (one line)
+ *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+ *        \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *      Qwen2's (the same with \p{N} for \p{N}{1,3}) or GPT-2's below; then each piece, or each
+ *      part of it, goes through ByteLevel: a leading space when "add_prefix_space" is set and it
+ *      does not start with one, then GPT-2's regex
  *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- *      (unless "use_regex" is false), with \p{L}, \p{N} and \s (White_Space) as Unicode 16.0.0
- *      defines them, the version of the Oniguruma regex engine inside `tokenizers`;
+ *      (unless "use_regex" is false, as after a Split). The regexes are written out by hand, with
+ *      \p{L}, \p{N} and \s (White_Space) as Unicode 16.0.0 defines them, the version of the
+ *      Oniguruma regex engine inside `tokenizers`, and (?i) folding as it does (a letter's other
+ *      case; also U+017F for s); NFC is that of the crate `tokenizers` runs (Unicode 9.0's
+ *      tables, so a mark encoded since has class 0 and a character decomposable since is left
+ *      alone);
  *   3. each word's bytes are mapped to GPT-2's printable byte alphabet and merged by BPE: the
  *      pair of lowest merge rank first, the leftmost of equal ranks, exactly as `tokenizers`'
  *      Word::merge_all does (a heap of candidate merges, so a word of n bytes takes
- *      O(n log n)); repeated words come from a bounded cache.
+ *      O(n log n)); with "ignore_merges" (Llama 3's) a word that is a token as a whole is that
+ *      token; repeated words come from a bounded cache;
+ *   4. with MW_ENCODE_ADD_SPECIAL, the tokens the post-processor's template puts around a text
+ *      are added (Llama 3's <|begin_of_text|> before it), as encode(text,
+ *      add_special_tokens=True) adds them; mw_tokenizer_encode adds none (as
+ *      add_special_tokens=False).
  *
  * Input is bytes, not necessarily UTF-8 (the Python API of `tokenizers` cannot even be given
  * invalid UTF-8): a byte that does not start a valid UTF-8 sequence (a stray continuation byte,
@@ -24,7 +40,9 @@
  * the byte-level token(s) of that byte. Every byte is thus covered by exactly one token, and
  * mw_tokenizer_decode(mw_tokenizer_encode(x)) == x, byte for byte, for every x, when the
  * vocabulary holds the 256 byte tokens (as every trained byte-level vocabulary does;
- * mw_tokenizer_missing_byte says whether it does).
+ * mw_tokenizer_missing_byte says whether it does) and there is no normalizer (with NFC, it is
+ * NFC(x), which is x for text already in NFC, as most is; bytes that are not UTF-8 pass NFC
+ * unchanged).
  *
  * Decoding maps each token back to its bytes: an added token to its content, a vocabulary token
  * through GPT-2's byte alphabet (a token with a character outside that alphabet to its own UTF-8
@@ -38,10 +56,15 @@
  *   - a `tokenizer.json` of `tokenizers` (Tokenizer.save): "model" of type "BPE" (its "vocab" and
  *     "merges", in the old "a b" or the newer ["a", "b"] form; "unk_token", "fuse_unk",
  *     "byte_fallback", "continuing_subword_prefix", "end_of_word_suffix", "ignore_merges" are
- *     honoured; "dropout" must be null or 0), "pre_tokenizer" of type "ByteLevel" (any
- *     "add_prefix_space", "use_regex", "trim_offsets"), "decoder" of type "ByteLevel",
- *     "post_processor" null or "ByteLevel" (it only moves offsets), "normalizer", "truncation"
- *     and "padding" null, and "added_tokens" (each with "single_word" false; "lstrip" and
+ *     honoured; "dropout" must be null or 0); "normalizer" null or "NFC"; "pre_tokenizer" of
+ *     type "ByteLevel" (any "add_prefix_space", "use_regex", "trim_offsets") or a "Sequence" of
+ *     a "Split" and a "ByteLevel" (the Split's "pattern" {"Regex": ...} one of the three above,
+ *     character for character, "behavior" "Isolated", "invert" false), or of a ByteLevel alone;
+ *     "decoder" of type "ByteLevel"; "post_processor" null, "ByteLevel" (it only moves
+ *     offsets), "TemplateProcessing" (its "single" template, special tokens around "$A", each
+ *     given by its "special_tokens" ids, which must be tokens; "pair" is not read: one text is
+ *     encoded at a time) or a "Sequence" of them (at most one TemplateProcessing); "truncation"
+ *     and "padding" null; and "added_tokens" (each with "single_word" false; "lstrip" and
  *     "rstrip" are honoured; the ids must be those `tokenizers` would assign: a token's id in
  *     "vocab" when it is there, else the next after the vocabulary);
  *   - or a folder: its `tokenizer.json` when it has one, else GPT-2's original pair `vocab.json`
@@ -53,7 +76,8 @@
  * Anything else is refused: MW_ERR_FORMAT for damage (JSON syntax, a value of the wrong type, a
  * missing field, an id given twice, a token listed twice, a merge of tokens that are not in the
  * vocabulary), MW_ERR_UNSUPPORTED for settings this tokenizer does not implement (another model,
- * normalizer, pre-tokenizer or decoder, dropout, single_word, truncation, padding). Each message
+ * normalizer, pre-tokenizer, Split pattern or behavior, post-processor or decoder, dropout,
+ * single_word, truncation, padding), the setting quoted. Each message
  * names the file and the place: "tokenizer.json:12:5: model.vocab["the"]: ..." (line:column,
  * then the JSON path), "merges.txt:17: ...".
  *
@@ -116,7 +140,8 @@ int mw_tokenizer_is_special(const mw_tokenizer *tok, int32_t id);
 
 /* The most ids a text of `len` bytes can need: len for GPT-2's and every tokenizer without
  * "add_prefix_space" or "byte_fallback" (each id covers at least one byte), 2 * len with
- * add_prefix_space, more when byte_fallback spells a byte as several "<0xXX>" tokens; plus the
+ * add_prefix_space, more when byte_fallback spells a byte as several "<0xXX>" tokens, three times
+ * as many with NFC (which makes a text up to 3 times longer: 3 * len for Qwen2's); plus the
  * tokens MW_ENCODE_ADD_SPECIAL adds (Llama 3's: len + 1). SIZE_MAX when that overflows. 0 for
  * NULL. */
 size_t mw_tokenizer_max_ids(const mw_tokenizer *tok, size_t len);

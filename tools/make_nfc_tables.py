@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""Writes text/unicode_nfc.c: the tables of Unicode's canonical composition (NFC) exactly as
+Hugging Face `tokenizers` applies it (the NFC normalizer of Qwen2's tokenizer.json), for
+text/tokenizer_nfc.c.
+
+tokenizers normalizes with the Rust crate unicode-normalization-alignments 0.1.12, whose tables
+are older than the Unicode of its regex engine (they follow Unicode 9.0: U+11938, decomposable
+since 13.0, is left alone; the 120 combining marks encoded since have class 0 there). So nothing
+is taken on trust: every table entry is asked of tokenizers itself, and unicodedata2 (16.0.0)
+only supplies what tokenizers cannot be asked directly, a composite's one-level decomposition
+and a mark's combining class, for the characters tokenizers shows it knows:
+
+    python3 -m venv /tmp/peer-venv
+    /tmp/peer-venv/bin/pip install unicodedata2==16.0.0 tokenizers
+    /tmp/peer-venv/bin/python tools/make_nfc_tables.py text/unicode_nfc.c
+    /tmp/peer-venv/bin/python tools/make_nfc_tables.py --check text/unicode_nfc.c
+
+  decompositions  every code point whose NFD (tokenizers') is not itself: that NFD, in full
+  classes         the combining class of every mark (unicodedata2) whose reordering tokenizers
+                  performs (a mark of class c < 230 after U+0301, of class >= 230 before U+0316)
+  compositions    every code point P that tokenizers' NFC keeps and its NFD changes (a primary
+                  composite) whose one-level canonical decomposition is two characters L C: the
+                  pair (L, C) composes to P. Hangul syllables are composed by arithmetic.
+  quick check     per code point, whether NFC can change text holding it: a mark (class not 0),
+                  a character NFC changes, the second of a pair, a Hangul vowel or final jamo.
+                  Text without any of these is its own NFC.
+
+--check runs a model of the algorithm text/tokenizer_nfc.c implements over the tables written
+(decompose, order marks by class, compose) and compares it with tokenizers' NFC on every code
+point alone, after a letter, before and after marks of every class, on every pair, on Hangul,
+and on 200000 seeded random strings of the characters the tables name; it exits 1 on any
+difference. The build never runs this script: the generated file is committed.
+"""
+import argparse
+import random
+import re
+import sys
+
+SBASE, LBASE, VBASE, TBASE = 0xAC00, 0x1100, 0x1161, 0x11A7
+LCOUNT, VCOUNT, TCOUNT = 19, 21, 28
+NCOUNT, SCOUNT = VCOUNT * TCOUNT, LCOUNT * VCOUNT * TCOUNT
+BLOCK = 256
+
+
+def chars():
+    return (cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+
+
+def is_hangul(cp):
+    return SBASE <= cp < SBASE + SCOUNT
+
+
+def derive():
+    """The tables, from tokenizers' behaviour (and unicodedata2 where it cannot be asked)."""
+    import unicodedata2 as ud
+    from tokenizers import normalizers
+    nfd, nfc = normalizers.NFD(), normalizers.NFC()
+    decomp, ccc, pairs = {}, {}, {}
+    for cp in chars():
+        c = chr(cp)
+        if is_hangul(cp):
+            continue  # by arithmetic
+        d = nfd.normalize_str(c)
+        if d != c:
+            decomp[cp] = [ord(x) for x in d]
+            if nfc.normalize_str(c) == c:  # a primary composite
+                one = ud.decomposition(c)
+                assert one and not one.startswith("<"), hex(cp)
+                parts = [int(x, 16) for x in one.split()]
+                assert len(parts) == 2, hex(cp)
+                pairs[(parts[0], parts[1])] = cp
+            continue
+        v = ud.combining(c)
+        if v:
+            if v < 230:
+                known = nfd.normalize_str("\u0301" + c) == c + "\u0301"
+            else:
+                known = nfd.normalize_str(c + "\u0316") == "\u0316" + c
+            if known:
+                ccc[cp] = v
+    return decomp, ccc, pairs
+
+
+def unsafe_set(decomp, ccc, pairs):
+    from tokenizers import normalizers
+    nfc = normalizers.NFC()
+    out = set(ccc)
+    for cp in decomp:
+        if nfc.normalize_str(chr(cp)) != chr(cp):
+            out.add(cp)
+    out.update(b for (_, b) in pairs)
+    out.update(range(VBASE, VBASE + VCOUNT))
+    out.update(range(TBASE + 1, TBASE + TCOUNT))
+    return out
+
+
+def write(path, decomp, ccc, pairs, unsafe):
+    bits = bytearray(0x110000 // 8)
+    for cp in unsafe:
+        bits[cp >> 3] |= 1 << (cp & 7)
+    blocks, index, stage1 = [], {}, []
+    for b in range(0x110000 // BLOCK):
+        key = bytes(bits[b * BLOCK // 8:(b + 1) * BLOCK // 8])
+        if key not in index:
+            index[key] = len(blocks)
+            blocks.append(key)
+        stage1.append(index[key])
+    assert len(blocks) < 256
+    pool, entries = [], []
+    for cp in sorted(decomp):
+        d = decomp[cp]
+        assert len(d) < 256 and len(pool) < 65536
+        entries.append((cp, len(pool), len(d)))
+        pool.extend(d)
+    with open(path, "w") as f:
+        f.write("/* Generated by tools/make_nfc_tables.py from what Hugging Face tokenizers' NFC does\n"
+                " * (unicode-normalization-alignments 0.1.12: Unicode 9.0's tables), with\n"
+                " * unicodedata2 16.0.0 for one-level decompositions and combining classes: do\n"
+                " * not edit. See text/tokenizer_nfc.h. */\n")
+        f.write('#include "text/tokenizer_nfc.h"\n\n/* clang-format off */\n')
+        f.write("const uint8_t mw__nfc_stage1[%d] = {\n" % len(stage1))
+        for i in range(0, len(stage1), 24):
+            f.write("    " + ", ".join("%d" % v for v in stage1[i:i + 24]) + ",\n")
+        f.write("};\n\nconst uint8_t mw__nfc_stage2[%d][%d] = {\n" % (len(blocks), BLOCK // 8))
+        for blk in blocks:
+            f.write("    {" + ", ".join("0x%02x" % v for v in blk[:16]) + ",\n     " +
+                    ", ".join("0x%02x" % v for v in blk[16:]) + "},\n")
+        f.write("};\n\n")
+        f.write("const uint32_t mw__nfc_classes[%d] = {\n" % len(ccc))
+        items = ["0x%x" % (cp << 8 | v) for cp, v in sorted(ccc.items())]
+        for i in range(0, len(items), 8):
+            f.write("    " + ", ".join(items[i:i + 8]) + ",\n")
+        f.write("};\n\n")
+        f.write("const mw__nfc_decomposition mw__nfc_decompositions[%d] = {\n" % len(entries))
+        for i in range(0, len(entries), 4):
+            f.write("    " + " ".join("{0x%x, %d, %d}," % e for e in entries[i:i + 4]) + "\n")
+        f.write("};\n\n")
+        f.write("const uint32_t mw__nfc_pool[%d] = {\n" % len(pool))
+        for i in range(0, len(pool), 8):
+            f.write("    " + ", ".join("0x%x" % v for v in pool[i:i + 8]) + ",\n")
+        f.write("};\n\n")
+        f.write("const mw__nfc_pair mw__nfc_pairs[%d] = {\n" % len(pairs))
+        plist = sorted((a << 21 | b, p) for (a, b), p in pairs.items())
+        for i in range(0, len(plist), 3):
+            f.write("    " + " ".join("{0x%xull, 0x%x}," % e for e in plist[i:i + 3]) + "\n")
+        f.write("};\n/* clang-format on */\n\n")
+        f.write("const uint32_t mw__nfc_nclasses = %d, mw__nfc_ndecompositions = %d, "
+                "mw__nfc_npairs = %d;\n" % (len(ccc), len(entries), len(pairs)))
+    print("%s: %d decompositions (%d code points), %d classes, %d pairs, %d unsafe code points "
+          "in %d blocks" % (path, len(entries), len(pool), len(ccc), len(pairs), len(unsafe),
+                            len(blocks)))
+
+
+def read(path):
+    text = open(path).read()
+
+    def body(name):
+        start = text.index(name)
+        return text[text.index("{", text.index("=", start)) + 1:text.index("};", start)]
+
+    nums = lambda s: [int(t.rstrip("ul"), 0) for t in re.findall(r"0x[0-9a-f]+u?l*l*|\d+", s)]
+    s1 = nums(body("mw__nfc_stage1["))
+    s2 = nums(body("mw__nfc_stage2["))
+    ccc = {v >> 8: v & 255 for v in nums(body("mw__nfc_classes["))}
+    e = nums(body("mw__nfc_decompositions["))
+    pool = nums(body("mw__nfc_pool["))
+    decomp = {e[i]: pool[e[i + 1]:e[i + 1] + e[i + 2]] for i in range(0, len(e), 3)}
+    p = nums(body("mw__nfc_pairs["))
+    pairs = {(p[i] >> 21, p[i] & 0x1FFFFF): p[i + 1] for i in range(0, len(p), 2)}
+    unsafe = set()
+    per = BLOCK // 8
+    for cp in chars():
+        if s2[s1[cp >> 8] * per + ((cp & 255) >> 3)] >> (cp & 7) & 1:
+            unsafe.add(cp)
+    return decomp, ccc, pairs, unsafe
+
+
+def model(text, decomp, ccc, pairs, unsafe):
+    """NFC as text/tokenizer_nfc.c computes it."""
+    if not any(ord(c) in unsafe for c in text):
+        return text
+    d = []
+    for c in text:
+        cp = ord(c)
+        if is_hangul(cp):
+            s = cp - SBASE
+            d += [LBASE + s // NCOUNT, VBASE + s % NCOUNT // TCOUNT]
+            if s % TCOUNT:
+                d.append(TBASE + s % TCOUNT)
+        else:
+            d += decomp.get(cp, [cp])
+    i = 0
+    while i < len(d):  # stable sort of each run of marks by class
+        if ccc.get(d[i], 0) == 0:
+            i += 1
+            continue
+        j = i
+        while j < len(d) and ccc.get(d[j], 0):
+            j += 1
+        d[i:j] = sorted(d[i:j], key=lambda x: ccc[x])
+        i = j
+    out, starter, last = [], None, 0
+    for cp in d:
+        k = ccc.get(cp, 0)
+        if starter is not None and (last < k or (last == 0 and len(out) - 1 == starter)):
+            s = out[starter]
+            comp = None
+            if LBASE <= s < LBASE + LCOUNT and VBASE <= cp < VBASE + VCOUNT:
+                comp = SBASE + ((s - LBASE) * VCOUNT + cp - VBASE) * TCOUNT
+            elif (is_hangul(s) and (s - SBASE) % TCOUNT == 0 and TBASE < cp < TBASE + TCOUNT):
+                comp = s + cp - TBASE
+            else:
+                comp = pairs.get((s, cp))
+            if comp is not None:
+                out[starter] = comp
+                continue
+        if k == 0:
+            starter = len(out)
+        last = k
+        out.append(cp)
+    return "".join(map(chr, out))
+
+
+def check(path):
+    import tokenizers
+    from tokenizers import normalizers
+    nfc = normalizers.NFC()
+    decomp, ccc, pairs, unsafe = read(path)
+    marks = sorted(ccc)
+    by_class = {}
+    for m in marks:
+        by_class.setdefault(ccc[m], m)
+    probes = []
+    for cp in chars():
+        c = chr(cp)
+        probes += [c, "a" + c, c + "\u0301", c + "\u0316\u0301", "\u1100" + c, c + "\u11a8"]
+    for m in by_class.values():
+        for n in by_class.values():
+            probes += ["a" + chr(m) + chr(n), "e" + chr(m) + chr(n) + "\u0301"]
+    for (a, b), p in pairs.items():
+        probes += [chr(a) + chr(b), chr(a) + "\u0316" + chr(b), chr(a) + chr(b) + chr(b)]
+    pool = ([chr(x) for x in marks] + [chr(x) for x in decomp] + [chr(a) for a, _ in pairs] +
+            [chr(b) for _, b in pairs] + list("aeiouAEIOU \u1100\u1161\u11a8\uac00\uac01") +
+            [chr(x) for x in range(0x1100, 0x1200)])
+    rng = random.Random(20250302)
+    for _ in range(200000):
+        probes.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 8))))
+    bad = 0
+    for start in range(0, len(probes), 20000):
+        chunk = [t for t in probes[start:start + 20000] if "\n" not in t]
+        got = nfc.normalize_str("\n".join(chunk)).split("\n")
+        lone = [t for t in probes[start:start + 20000] if "\n" in t]
+        chunk, got = chunk + lone, got + [nfc.normalize_str(t) for t in lone]
+        for text, want in zip(chunk, got):
+            have = model(text, decomp, ccc, pairs, unsafe)
+            if have != want:
+                bad += 1
+                if bad <= 20:
+                    print("%s: tokenizers %s, the tables %s" % (
+                        " ".join("U+%04X" % ord(c) for c in text),
+                        " ".join("U+%04X" % ord(c) for c in want),
+                        " ".join("U+%04X" % ord(c) for c in have)))
+    print("tokenizers %s: %d of %d probes differ from %s" % (tokenizers.__version__, bad,
+                                                             len(probes), path))
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", help="the C file to write (text/unicode_nfc.c)")
+    ap.add_argument("--check", action="store_true",
+                    help="compare the tables' NFC with tokenizers' on every code point and more")
+    args = ap.parse_args()
+    if args.check:
+        return check(args.out)
+    import unicodedata2
+    if unicodedata2.unidata_version != "16.0.0":
+        sys.exit("unicodedata2 follows Unicode %s, not 16.0.0: pip install unicodedata2==16.0.0"
+                 % unicodedata2.unidata_version)
+    decomp, ccc, pairs = derive()
+    write(args.out, decomp, ccc, pairs, unsafe_set(decomp, ccc, pairs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
