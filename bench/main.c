@@ -43,7 +43,7 @@ static const bench_case cases[] = {
     {"rowops", mwb_case_rowops,
      "RMS norm, rotary embeddings and SwiGLU kernels beside a copy of the same bytes, GB/s"},
     {"tokenize", mwb_case_tokenize,
-     "GPT-2's BPE tokenizer: encode MB/s vs Hugging Face tokenizers"},
+     "byte-level BPE tokenizer: encode MB/s vs Hugging Face tokenizers"},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -52,8 +52,9 @@ int main(int argc, char **argv) {
 }
 
 /* The tokenizer harness reads every input both as a tokenizer.json and as text: a small
- * tokenizer.json with an added token, the prefix-space variant of the test data, and text in
- * several scripts with the special token and bytes that are not UTF-8. */
+ * tokenizer.json with an added token, one with Llama 3's Split and template and Qwen2's NFC, the
+ * prefix-space variant of the test data, and text in several scripts with the special token and
+ * bytes that are not UTF-8. */
 static int write_seed(const char *dir, const char *name, const void *data, size_t n) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer/%s", dir, name);
@@ -80,7 +81,31 @@ static int write_tokenizer_seeds(const char *dir) {
     static const char text[] = "It's 42 o'clock \xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 "
                                "\xe4\xbd\xa0\xe5\xa5\xbd<|endoftext|>  \t\n\n x\x80\xff\xc3 "
                                "e\xcc\x81 \xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd";
+    /* Llama 3's pre-tokenizer and post-processor, Qwen2's normalizer */
+    static const char split[] =
+        "{\"version\": \"1.0\",\n"
+        " \"added_tokens\": [{\"id\": 3, \"content\": \"<|begin_of_text|>\", \"special\": true,\n"
+        "   \"normalized\": false}],\n"
+        " \"normalizer\": {\"type\": \"NFC\"},\n"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+        "   {\"type\": \"Split\", \"pattern\": {\"Regex\": "
+        "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "
+        "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},\n"
+        "    \"behavior\": \"Isolated\", \"invert\": false},\n"
+        "   {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]},\n"
+        " \"post_processor\": {\"type\": \"Sequence\", \"processors\": [{\"type\": "
+        "\"ByteLevel\"},\n"
+        "   {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\":\n"
+        "    \"<|begin_of_text|>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": "
+        "0}}],\n"
+        "    \"special_tokens\": {\"<|begin_of_text|>\": {\"id\": \"<|begin_of_text|>\", \"ids\": "
+        "[3],\n"
+        "     \"tokens\": [\"<|begin_of_text|>\"]}}}]},\n"
+        " \"decoder\": {\"type\": \"ByteLevel\"},\n"
+        " \"model\": {\"type\": \"BPE\", \"ignore_merges\": true,\n"
+        "   \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [[\"a\", \"b\"]]}}\n";
     int rc = write_seed(dir, "tiny.json", tiny, sizeof tiny - 1);
+    rc |= write_seed(dir, "split.json", split, sizeof split - 1);
     rc |= write_seed(dir, "text.txt", text, sizeof text - 1);
     char path[4096];
     const char *file = __FILE__, *slash = strrchr(file, '/');
