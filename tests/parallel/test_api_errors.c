@@ -2047,6 +2047,36 @@ static mw_status decode_null_len(fx *f) {
     NEED(tokenizer(f));
     return mw_tokenizer_decode(f->tok, ids, 1, NULL, 0, NULL);
 }
+static mw_status encode_with_unknown_flag(fx *f) {
+    int32_t ids[4];
+    size_t n;
+    return TOKENIZED(mw_tokenizer_encode_with(f->tok, "a", 1, 4, ids, 4, &n));
+}
+static mw_status encode_with_bos_counted(fx *f) {
+    int32_t ids[1];
+    size_t n;
+    if (mw_tokenizer_load(data(f, "tokenizer/llama3.json"), &f->tok)) return failed(f, "load");
+    mw_status st = mw_tokenizer_encode_with(f->tok, "hello", 5, MW_ENCODE_ADD_SPECIAL, ids, 1, &n);
+    return st == MW_ERR_SHAPE && n < 2 ? broken(f, "*n is %zu, without the BOS", n) : st;
+}
+static mw_status bos_id_none(fx *f) {
+    int32_t id;
+    return TOKENIZED(mw_tokenizer_bos_id(f->tok, &id));
+}
+static mw_status bos_id_null(fx *f) { return mw_tokenizer_bos_id(NULL, NULL); }
+static mw_status eos_id_llama3(fx *f) {
+    int32_t id = 0;
+    if (mw_tokenizer_load(data(f, "tokenizer/llama3.json"), &f->tok)) return failed(f, "load");
+    mw_status st = mw_tokenizer_eos_id(f->tok, &id);
+    return st == MW_ERR_NOT_FOUND && id != -1 ? broken(f, "*id is %d, not -1", id) : st;
+}
+static mw_status eos_id_null(fx *f) { return mw_tokenizer_eos_id(NULL, NULL); }
+static mw_status tokenizer_words_null(fx *f) {
+    size_t n;
+    (void)f;
+    return (mw_status)mw_test_control(MW_TEST_TOKENIZER_WORDS, (mw_tokenizer *)NULL, "a", (size_t)1,
+                                      (size_t *)NULL, (size_t)0, &n);
+}
 static mw_status unicode_version_16(fx *f) {
     return holds(f, !strcmp(mw_tokenizer_unicode_version(), "16.0.0"), "\"16.0.0\"");
 }
@@ -2686,6 +2716,13 @@ static const row table[] = {
     R(mw_tokenizer_decode, decode_bad_id, MW_ERR_INVALID, "id 1073741824 at position 1"),
     R(mw_tokenizer_decode, decode_small_buffer, MW_ERR_SHAPE, "holds 2"),
     R(mw_tokenizer_decode, decode_null_len, MW_ERR_INVALID, NULL),
+    R(mw_tokenizer_encode_with, encode_with_unknown_flag, MW_ERR_INVALID, "unknown flags 0x4"),
+    R(mw_tokenizer_encode_with, encode_with_bos_counted, MW_ERR_SHAPE, "holds 1"),
+    R(mw_tokenizer_bos_id, bos_id_none, MW_ERR_NOT_FOUND, "no token before the text"),
+    R(mw_tokenizer_bos_id, bos_id_null, MW_ERR_INVALID, NULL),
+    R(mw_tokenizer_eos_id, eos_id_llama3, MW_ERR_NOT_FOUND, "no token after the text"),
+    R(mw_tokenizer_eos_id, eos_id_null, MW_ERR_INVALID, NULL),
+    R(mw_test_control, tokenizer_words_null, MW_ERR_INVALID, "MW_TEST_TOKENIZER_WORDS"),
     R(mw_tokenizer_unicode_version, unicode_version_16, MW_OK, NULL),
     /* file.h */
     R(mw_input_open, input_open_null, MW_ERR_INVALID, NULL),
