@@ -278,7 +278,8 @@ static mw_status special_ids(mw__loader *ld, const mw__json_node *tp, const mw__
     return MW_OK;
 }
 
-/* Appends the ids of special token `name` to tok->template_ids (room made by the caller). */
+/* Appends the ids of array `arr` (a special token's) to tok->template_ids (room made by the
+ * caller). */
 static void append_ids(mw__loader *ld, const mw__json_node *arr, uint32_t *count) {
     for (const mw__json_node *c = mw__json_node_at(ld->doc, arr->first); c;
          c = mw__json_node_at(ld->doc, c->next))
