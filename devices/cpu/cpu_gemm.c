@@ -1,9 +1,11 @@
 /* The CPU backend's GEMMs: oneDNN matmul primitives made when the worker starts, OpenBLAS where
- * oneDNN is absent or where it measures faster (matrix-vector products; CPUs without AVX-512,
- * where oneDNN 2.x has no brgemm kernels), unless OpenBLAS itself only has generic kernels for
- * the CPU (then oneDNN takes every product), and bf16 operands widened to f32 where the CPU lacks
- * bf16 instructions (in the device's work buffer, cpu_state.h). Compiled once per vector level
- * (cpu_kernels.h), for its own loops. */
+ * oneDNN is absent or where it measures faster (CPUs without AVX-512, where oneDNN 2.x has no
+ * brgemm kernels), unless OpenBLAS itself only has generic kernels for the CPU (then oneDNN takes
+ * every matrix product), matrix-vector products on OpenBLAS or, where it has only generic
+ * kernels, on our own loops (never on oneDNN: each of its calls allocates, and these products
+ * gain nothing there), and bf16 operands widened to f32 where the CPU lacks bf16 instructions
+ * (in the device's work buffer, cpu_state.h). Compiled once per vector level (cpu_kernels.h),
+ * for its own loops. */
 #define _GNU_SOURCE
 
 #include <cblas.h>
@@ -20,23 +22,12 @@
 #include "devices/cpu/cpu_state.h"
 #include "devices/cpu/simd.h"
 
-#ifdef MESHWIT_HAVE_DNNL
-/* Whether OpenBLAS runs kernels written for a vector unit at least as wide as AVX2 here. */
-static int blas_tuned(void) {
-    static const char *const tuned[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
-                                        "SapphireRapids"};
-    const char *core = openblas_get_corename();
-    for (size_t i = 0; core && i < sizeof tuned / sizeof *tuned; i++)
-        if (strstr(core, tuned[i])) return 1;
-    return mw__isa_of_cpu() < MW__ISA_AVX2; /* nothing better exists for such a CPU */
-}
-#endif
-
 enum { PATH_BLAS, PATH_DNNL, PATH_WIDEN };
 
 /* A prepared GEMM. */
 typedef struct cpu_gemm {
     int path;
+    int loops;           /* a matrix-vector product on gemv_rows/gemv_cols, not OpenBLAS's sgemv */
     mw__dnnl_gemm *dnnl; /* DNNL: of the GEMM itself; WIDEN: of its f32 form, or NULL (BLAS) */
     size_t off_a, off_b, off_c; /* WIDEN: the f32 operands in the work buffer (off_c: C's, when
                                    it is bf16) */
@@ -83,8 +74,97 @@ static void epilogue_first(const mw__k_gemm *k, float *c) {
         }
 }
 
-/* An f32 GEMM through OpenBLAS (C f32). */
-static void blas_gemm(const mw__k_gemm *k) {
+/* Matrix-vector products (y = beta y + A x) for where OpenBLAS has only generic kernels: 2-4x
+ * its sgemv there, and faster than oneDNN's matmuls on these shapes (README). Each y[i] is
+ * summed in the same order wherever it lies in y, so a given shape repeats bit for bit. */
+MW__CPU_INLINE float dot(int64_t n, const float *restrict a, const float *restrict x) {
+    mw__v8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        mw__v8 a0, a1, a2, a3, x0, x1, x2, x3;
+        memcpy(&a0, a + i, sizeof a0), memcpy(&x0, x + i, sizeof x0);
+        memcpy(&a1, a + i + 8, sizeof a1), memcpy(&x1, x + i + 8, sizeof x1);
+        memcpy(&a2, a + i + 16, sizeof a2), memcpy(&x2, x + i + 16, sizeof x2);
+        memcpy(&a3, a + i + 24, sizeof a3), memcpy(&x3, x + i + 24, sizeof x3);
+        s0 += a0 * x0, s1 += a1 * x1, s2 += a2 * x2, s3 += a3 * x3;
+    }
+    for (; i + 8 <= n; i += 8) {
+        mw__v8 a0, x0;
+        memcpy(&a0, a + i, sizeof a0), memcpy(&x0, x + i, sizeof x0);
+        s0 += a0 * x0;
+    }
+    mw__v8 v = (s0 + s1) + (s2 + s3);
+    float t = MW__SUM8(v);
+    for (; i < n; i++) t += a[i] * x[i];
+    return t;
+}
+
+/* y[i * incy] (i < m) = beta y + (row i of a, lda apart) . x (k); beta 0: y is not read. */
+static void gemv_rows(int64_t m, int64_t k, const float *a, int64_t lda, const float *x, float beta,
+                      float *y, int64_t incy) {
+    for (int64_t i = 0; i < m; i++) {
+        float t = dot(k, a + i * lda, x);
+        y[i * incy] = beta != 0.0f ? t + beta * y[i * incy] : t;
+    }
+}
+
+/* n results t[0..n) into y[j * incy]. */
+MW__CPU_INLINE void put(int64_t n, const float *t, float beta, float *y, int64_t incy) {
+    for (int64_t j = 0; j < n; j++) y[j * incy] = beta != 0.0f ? t[j] + beta * y[j * incy] : t[j];
+}
+
+/* y[j * incy] (j < n) = beta y + sum over p < k of x[p] b[p * ldb + j]: strips of 64 columns
+ * held in eight accumulators while the rows stream past, then strips of 8, then one by one. */
+static void gemv_cols(int64_t k, int64_t n, const float *b, int64_t ldb, const float *x, float beta,
+                      float *y, int64_t incy) {
+    int64_t j = 0;
+    for (; j + 64 <= n; j += 64) {
+        mw__v8 acc[8] = {{0}};
+        for (int64_t p = 0; p < k; p++) {
+            const float *row = b + p * ldb + j;
+            for (int q = 0; q < 8; q++) {
+                mw__v8 v;
+                memcpy(&v, row + 8 * q, sizeof v);
+                acc[q] += x[p] * v;
+            }
+        }
+        float t[64];
+        memcpy(t, acc, sizeof t);
+        put(64, t, beta, y + j * incy, incy);
+    }
+    for (; j + 8 <= n; j += 8) {
+        mw__v8 acc = {0};
+        for (int64_t p = 0; p < k; p++) {
+            mw__v8 v;
+            memcpy(&v, b + p * ldb + j, sizeof v);
+            acc += x[p] * v;
+        }
+        float t[8];
+        memcpy(t, &acc, sizeof t);
+        put(8, t, beta, y + j * incy, incy);
+    }
+    for (; j < n; j++) {
+        float t = 0.0f;
+        for (int64_t p = 0; p < k; p++) t += x[p] * b[p * ldb + j];
+        put(1, &t, beta, y + j * incy, incy);
+    }
+}
+
+/* One matrix of an f32 GEMM with M or N 1 (and K > 0) on the loops above: A and B are
+ * contiguous vectors of length K where they are vectors, whatever their transposition. */
+static void loops_gemv(const mw__k_gemm *k, const float *a, const float *b, float *c, float beta) {
+    if (k->m == 1 && k->n == 1)
+        gemv_rows(1, k->k, a, k->k, b, beta, c, 1);
+    else if (k->n == 1) /* C (M, ldc apart) = op(A) b */
+        k->trans_a ? gemv_cols(k->k, k->m, a, k->lda, b, beta, c, k->ldc)
+                   : gemv_rows(k->m, k->k, a, k->lda, b, beta, c, k->ldc);
+    else /* C (N) = op(B)^T a */
+        k->trans_b ? gemv_rows(k->n, k->k, b, k->ldb, a, beta, c, 1)
+                   : gemv_cols(k->k, k->n, b, k->ldb, a, beta, c, 1);
+}
+
+/* An f32 GEMM through OpenBLAS, its matrix-vector products on our loops when `loops` (C f32). */
+static void host_gemm(const mw__k_gemm *k, int loops) {
     float beta = k->beta;
     if (k->bias || k->addend) {
         epilogue_first(k, k->c);
@@ -97,6 +177,8 @@ static void blas_gemm(const mw__k_gemm *k) {
         if (k->k == 0) {
             if (beta == 0.0f)
                 for (int64_t i = 0; i < k->m; i++) memset(c + i * k->ldc, 0, (size_t)k->n * 4);
+        } else if (loops && (k->m == 1 || k->n == 1)) {
+            loops_gemv(k, a, b, c, beta);
         } else if (k->n == 1 && k->m == 1) {
             /* A and B are contiguous vectors of length K whatever their transposition. */
             c[0] = cblas_sdot((int)k->k, a, 1, b, 1) + (beta != 0.0f ? beta * c[0] : 0.0f);
@@ -134,14 +216,14 @@ static mw__k_gemm widened(const mw__k_gemm *k, const float *a, const float *b, f
     return f;
 }
 
-/* The f32 GEMM f (prepared as g->dnnl or BLAS), then C narrowed to k's bf16 C when it is. */
+/* The f32 GEMM f, prepared as g (g->dnnl, or BLAS and our loops; NULL: BLAS alone). */
 static mw_status run_f32(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *f) {
 #ifdef MESHWIT_HAVE_DNNL
     if (g && g->dnnl) return mw__dnnl_gemm_run(s->dnnl, g->dnnl, f, s->work);
 #else
-    (void)s, (void)g;
+    (void)s;
 #endif
-    blas_gemm(f);
+    host_gemm(f, g && g->loops);
     return MW_OK;
 }
 
@@ -164,7 +246,7 @@ static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_ge
  * parts. */
 static mw_status unprepared(const mw__k_gemm *k) {
     if (k->ab_dtype == MW_F32 && k->c_dtype == MW_F32) {
-        blas_gemm(k);
+        host_gemm(k, 0);
         return MW_OK;
     }
     int64_t na = k->ab_dtype == MW_BF16 ? span_a(k) : 0,
@@ -182,7 +264,7 @@ mw_status MW__CPU(mw__cpu_gemm)(mw__device *dev, const mw__k_gemm *k) {
     if (!g) return unprepared(k);
     mw__cpu_state *s = dev->impl;
     if (g->path == PATH_BLAS) {
-        blas_gemm(k);
+        host_gemm(k, g->loops);
         return MW_OK;
     }
 #ifdef MESHWIT_HAVE_DNNL
@@ -206,9 +288,7 @@ static void gemm_free(void *p) {
 }
 
 mw_status MW__CPU(mw__cpu_gemm_prepare)(mw__device *dev, mw__k_gemm *k) {
-#ifdef MESHWIT_HAVE_DNNL
-    mw__cpu_state *s = dev->impl; /* its oneDNN engine and the engine asked for */
-#endif
+    mw__cpu_state *s = dev->impl; /* its oneDNN engine, the engine asked for, OpenBLAS's kernels */
     cpu_gemm *g = mw__calloc(1, sizeof *g);
     mw_status st = g ? mw__cpu_own(dev, g, gemm_free)
                      : mw__error(MW_ERR_NOMEM, "%s: out of memory preparing a GEMM", dev->name);
@@ -216,14 +296,23 @@ mw_status MW__CPU(mw__cpu_gemm_prepare)(mw__device *dev, mw__k_gemm *k) {
     int bf16 = k->ab_dtype == MW_BF16 || k->c_dtype == MW_BF16;
     int vector = k->m == 1 || k->n == 1 || k->k == 0;
     size_t scratch = 0;
+    /* f32 off oneDNN: OpenBLAS, matrix-vector products on our loops where its kernels are
+     * generic, unless OpenBLAS was asked for. */
     g->path = PATH_BLAS;
-    snprintf(g->name, sizeof g->name, "openblas %s", vector ? "sgemv" : "sgemm");
+    g->loops = vector && k->k > 0 && !s->blas_tuned && s->engine != MW__ENGINE_OPENBLAS;
+    char host[48];
+    if (g->loops)
+        snprintf(host, sizeof host, "gemv loops (%s)", mw__cpu_vector_isa());
+    else
+        snprintf(host, sizeof host, "openblas %s", vector ? "sgemv" : "sgemm");
+    snprintf(g->name, sizeof g->name, "%s", host);
 #ifdef MESHWIT_HAVE_DNNL
     /* bf16 as it is, on bf16 instructions. */
     if (s->dnnl && bf16 && k->k > 0 && mw__isa_bf16(s->cap) && k->ab_dtype == MW_BF16) {
         if ((st = mw__dnnl_gemm_new(s->dnnl, k, &g->dnnl))) return st;
         if (g->dnnl) { /* the CPU has bf16 instructions (bf16_allowed): its kernels use them */
             g->path = PATH_DNNL;
+            g->loops = 0;
             scratch = mw__dnnl_gemm_scratch(g->dnnl);
             snprintf(g->name, sizeof g->name, "onednn %s", mw__dnnl_gemm_impl(g->dnnl));
         } else {
@@ -234,18 +323,18 @@ mw_status MW__CPU(mw__cpu_gemm_prepare)(mw__device *dev, mw__k_gemm *k) {
 #endif
     if (g->path == PATH_BLAS && bf16) {
         g->path = PATH_WIDEN;
-        snprintf(g->name, sizeof g->name, "bf16 widened to f32, openblas %s",
-                 vector ? "sgemv" : "sgemm");
+        snprintf(g->name, sizeof g->name, "bf16 widened to f32, %s", host);
     }
 #ifdef MESHWIT_HAVE_DNNL
-    /* f32 (as it is, or the widened form) on oneDNN, where that is the faster engine here. */
-    if (s->dnnl && g->path != PATH_DNNL && k->k > 0 && (!vector || !blas_tuned()) &&
-        s->engine != MW__ENGINE_OPENBLAS) {
+    /* f32 (as it is, or the widened form) of a matrix product on oneDNN, where that is the
+     * faster engine here. Never a matrix-vector product: every oneDNN call allocates (its
+     * execute builds a map of the arguments), and OpenBLAS or the loops are faster at them. */
+    if (s->dnnl && g->path != PATH_DNNL && !vector && s->engine != MW__ENGINE_OPENBLAS) {
         mw__k_gemm f = widened(k, NULL, NULL, NULL);
         if ((st = mw__dnnl_gemm_new(s->dnnl, &f, &g->dnnl))) return st;
         const char *impl = g->dnnl ? mw__dnnl_gemm_impl(g->dnnl) : "";
         if (g->dnnl &&
-            (s->engine == MW__ENGINE_ONEDNN || strncmp(impl, "brg", 3) == 0 || !blas_tuned())) {
+            (s->engine == MW__ENGINE_ONEDNN || strncmp(impl, "brg", 3) == 0 || !s->blas_tuned)) {
             scratch = mw__dnnl_gemm_scratch(g->dnnl);
             if (g->path == PATH_BLAS) g->path = PATH_DNNL;
             snprintf(g->name, sizeof g->name, "%sonednn %s",

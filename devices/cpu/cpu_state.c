@@ -2,6 +2,7 @@
  * what prepared kernels own. */
 #include "devices/cpu/cpu_state.h"
 
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,6 +11,16 @@
 #include "devices/cpu/cpu_dnnl.h"
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
+
+/* Whether OpenBLAS runs kernels written for a vector unit at least as wide as AVX2 here. */
+static int blas_tuned(void) {
+    static const char *const tuned[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                        "SapphireRapids"};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof tuned / sizeof *tuned; i++)
+        if (strstr(core, tuned[i])) return 1;
+    return mw__isa_of_cpu() < MW__ISA_AVX2; /* nothing better exists for such a CPU */
+}
 
 mw_status mw__cpu_state_init(mw__device *dev) {
     const char *eng = getenv("MESHWIT_CPU_GEMM"), *isa = getenv("MESHWIT_CPU_ISA");
@@ -34,6 +45,7 @@ mw_status mw__cpu_state_init(mw__device *dev) {
     if (!s) return mw__error(MW_ERR_NOMEM, "%s: out of memory", dev->name);
     s->engine = engine;
     s->cap = cap;
+    s->blas_tuned = blas_tuned();
     mw_status st = MW_OK;
 #ifdef MESHWIT_HAVE_DNNL
     if (engine != MW__ENGINE_OPENBLAS) {

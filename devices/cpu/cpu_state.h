@@ -25,6 +25,8 @@ typedef struct mw__cpu_owned {
 typedef struct mw__cpu_state {
     int engine;            /* MW__ENGINE_* from MESHWIT_CPU_GEMM */
     int cap;               /* mw__isa from MESHWIT_CPU_ISA */
+    int blas_tuned;        /* OpenBLAS runs kernels written for this CPU's vector unit (at least
+                              AVX2), not its generic ones (Debian 12's on Sapphire Rapids) */
     struct mw__dnnl *dnnl; /* NULL without oneDNN (not built, or openblas asked for) */
     void *work;            /* shared by the prepared kernels: one runs at a time */
     size_t work_bytes;

@@ -352,15 +352,25 @@ typedef struct gemm_case {
     int64_t batch, m, n, k;
     int ta, tb, bias, addend;
     float beta;
+    int64_t pad; /* C's rows (and the addend's) pad elements apart beyond N */
 } gemm_case;
 
+/* From the thirteenth on: matrix-vector products of every form, past the loops' blocks of 32 (K)
+ * and 64 (N) in cpu_gemm.c, a column C with its elements apart. */
 static const gemm_case CASES[] = {
-    {1, 64, 48, 32, 0, 0, 0, 0, 0.0f},   {1, 37, 29, 53, 1, 0, 1, 0, 0.0f},
-    {1, 40, 33, 17, 0, 1, 1, 1, 0.0f},   {3, 21, 18, 25, 1, 1, 0, 1, 0.0f},
-    {2, 16, 70, 40, 0, 0, 0, 0, 1.0f},   {1, 1, 50, 30, 0, 1, 1, 0, 0.0f},
-    {1, 45, 1, 30, 1, 0, 0, 0, 1.0f},    {1, 128, 256, 96, 0, 1, 1, 1, 0.0f},
-    {1, 256, 96, 128, 1, 0, 0, 0, 0.0f}, {1, 5, 7, 0, 0, 0, 1, 1, 0.0f},
-    {2, 6, 9, 0, 1, 1, 0, 0, 1.0f}};
+    {1, 64, 48, 32, 0, 0, 0, 0, 0.0f, 0},   {1, 37, 29, 53, 1, 0, 1, 0, 0.0f, 0},
+    {1, 40, 33, 17, 0, 1, 1, 1, 0.0f, 0},   {3, 21, 18, 25, 1, 1, 0, 1, 0.0f, 0},
+    {2, 16, 70, 40, 0, 0, 0, 0, 1.0f, 0},   {1, 1, 50, 30, 0, 1, 1, 0, 0.0f, 0},
+    {1, 45, 1, 30, 1, 0, 0, 0, 1.0f, 0},    {1, 128, 256, 96, 0, 1, 1, 1, 0.0f, 0},
+    {1, 256, 96, 128, 1, 0, 0, 0, 0.0f, 0}, {1, 5, 7, 0, 0, 0, 1, 1, 0.0f, 0},
+    {2, 6, 9, 0, 1, 1, 0, 0, 1.0f, 0},      {1, 1, 130, 70, 0, 0, 1, 0, 0.0f, 0},
+    {1, 77, 1, 100, 0, 0, 0, 1, 1.0f, 3},   {2, 1, 1, 45, 0, 0, 0, 0, 1.0f, 0},
+    {1, 1, 9, 200, 0, 1, 0, 0, 0.0f, 0},    {1, 70, 1, 33, 1, 0, 1, 0, 0.0f, 2},
+    {2, 30, 20, 24, 0, 1, 1, 1, 1.0f, 5}};
+
+/* Set by a test before run_case: the device then counts OpenBLAS's kernels as generic (as Debian
+ * 12's are on Sapphire Rapids), so that the paths chosen there run on every machine. */
+static int generic_blas;
 
 /* Runs one GEMM case in dtype ab (C in c_dtype) on a CPU device started with the environment as
  * it is, and checks C against float64 with the bound of an f32 sum of K products of exactly
@@ -369,7 +379,7 @@ static const gemm_case CASES[] = {
 static void run_case(const gemm_case *c, mw_dtype ab, mw_dtype cdt, char *impl, size_t isz) {
     int64_t ra = c->ta ? c->k : c->m, ca = c->ta ? c->m : c->k;
     int64_t rb = c->tb ? c->n : c->k, cb = c->tb ? c->k : c->n;
-    int64_t sa = ra * ca, sb = rb * cb, sc = c->m * c->n;
+    int64_t ldc = c->n + c->pad, sa = ra * ca, sb = rb * cb, sc = c->m * ldc;
     float *a = malloc((size_t)(c->batch * sa) * 4), *b = malloc((size_t)(c->batch * sb) * 4);
     float *bias = malloc((size_t)c->n * 4), *add = malloc((size_t)(c->batch * sc) * 4);
     float *c0 = malloc((size_t)(c->batch * sc) * 4), *cf = malloc((size_t)(c->batch * sc) * 4);
@@ -391,7 +401,7 @@ static void run_case(const gemm_case *c, mw_dtype ab, mw_dtype cdt, char *impl, 
                     .trans_b = c->tb,
                     .lda = ca,
                     .ldb = cb,
-                    .ldc = c->n,
+                    .ldc = ldc,
                     .stride_a = sa,
                     .stride_b = sb,
                     .stride_c = sc,
@@ -404,6 +414,7 @@ static void run_case(const gemm_case *c, mw_dtype ab, mw_dtype cdt, char *impl, 
                     .addend = c->addend ? add : NULL};
     mw__device dev = {.vt = &mw__cpu_device, .name = "cpu:0"};
     cr_assert_eq(dev.vt->init(&dev), MW_OK);
+    if (generic_blas) ((mw__cpu_state *)dev.impl)->blas_tuned = 0;
     cr_assert_eq(dev.vt->gemm_prepare(&dev, &k), MW_OK);
     snprintf(impl, isz, "%s", dev.vt->describe(&dev, MW__I_GEMM, &k));
     cr_assert_eq(dev.vt->gemm(&dev, &k), MW_OK, "%s", impl);
@@ -417,7 +428,7 @@ static void run_case(const gemm_case *c, mw_dtype ab, mw_dtype cdt, char *impl, 
                     s += x * y;
                     mag += fabs(x * y);
                 }
-                int64_t at = bi * sc + i * c->n + j;
+                int64_t at = bi * sc + i * ldc + j;
                 if (c->beta != 0.0f) s += c0[at], e += fabs(c0[at]);
                 if (c->bias) s += bias[j], e += fabs(bias[j]);
                 if (c->addend) s += add[at], e += fabs(add[at]);
@@ -431,6 +442,9 @@ static void run_case(const gemm_case *c, mw_dtype ab, mw_dtype cdt, char *impl, 
                           (long long)c->k, c->ta, c->tb, c->bias, c->addend, c->beta, (long long)bi,
                           (long long)i, (long long)j, got, s, tol);
             }
+    for (int64_t at = 0; cdt == MW_F32 && at < c->batch * sc; at++)
+        cr_assert(at % ldc < c->n || cf[at] == c0[at], "%s: C's padding at %lld was written", impl,
+                  (long long)at);
     dev.vt->shutdown(&dev);
     free(a), free(b), free(bias), free(add), free(c0), free(cf), free(ah), free(bh), free(ch);
 }
@@ -458,6 +472,33 @@ Test(bf16, f32_gemm_on_onednn) {
 #else
     cr_skip_test("built without oneDNN");
 #endif
+}
+
+/* Runs every matrix-vector case (K > 0) and requires its implementation's name to hold `expect`. */
+static void vector_cases(mw_dtype ab, mw_dtype cdt, const char *expect) {
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) {
+        const gemm_case *c = &CASES[i];
+        if ((c->m != 1 && c->n != 1) || c->k == 0 || (cdt == MW_BF16 && c->beta != 0.0f)) continue;
+        char impl[128];
+        run_case(c, ab, cdt, impl, sizeof impl);
+        cr_assert(strstr(impl, expect), "case %zu ran on '%s', expected '%s'", i, impl, expect);
+    }
+}
+
+Test(bf16, gemv_where_openblas_is_generic) {
+    /* Our loops, never oneDNN (each of its calls allocates), under auto and onednn; OpenBLAS's
+     * sgemv when asked for. */
+    generic_blas = 1;
+    vector_cases(MW_F32, MW_F32, "gemv loops");
+#ifdef MESHWIT_HAVE_DNNL
+    setenv("MESHWIT_CPU_GEMM", "onednn", 1);
+    vector_cases(MW_F32, MW_F32, "gemv loops");
+#endif
+    setenv("MESHWIT_CPU_ISA", "avx512", 1); /* bf16 widened to f32 */
+    vector_cases(MW_BF16, MW_F32, "bf16 widened to f32, gemv loops");
+    vector_cases(MW_BF16, MW_BF16, "bf16 widened to f32, gemv loops");
+    setenv("MESHWIT_CPU_GEMM", "openblas", 1);
+    vector_cases(MW_F32, MW_F32, "openblas sgemv");
 }
 
 Test(bf16, bf16_gemm_default_engine) {
