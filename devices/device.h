@@ -586,7 +586,8 @@ typedef struct mw__device_vtable {
 #undef MW__SLOT_
     /* Optional: called once for every GEMM of a plan when the worker starts (on its thread,
      * after init), so that what depends only on the GEMM's shape, dtypes and epilogue (a oneDNN
-     * primitive, its scratchpad) is made before the first step and a step allocates nothing:
+     * primitive, its scratchpad) is made before the first step and the backend allocates
+     * nothing in a step (a library it calls may: oneDNN does in every call, cpu_dnnl.h):
      * sets k->impl, owned by the device until shutdown. Which of k's pointers are NULL is
      * final; the others may still change (an input read in place is bound every step). */
     mw_status (*gemm_prepare)(mw__device *dev, mw__k_gemm *k);

@@ -2,7 +2,9 @@
  * A GEMM's shape, dtypes and epilogue are fixed when its plan is built, so its primitive is made
  * once, when the worker starts, and only executed per step; the scratchpad is the caller's (user
  * scratchpad mode). Every call runs oneDNN on one thread, the calling one, whatever the process's
- * OpenMP settings, and leaves those settings as it found them.
+ * OpenMP settings, and leaves those settings as it found them. oneDNN itself allocates in every
+ * run (dnnl_primitive_execute builds a map of the arguments; gemm:jit mallocs its packing
+ * buffer), so a product that must not allocate in a step stays off it.
  *
  * Thread-safety: an engine (mw__dnnl) and its GEMMs are used by one thread at a time (the
  * device's); different engines are independent. */

@@ -89,9 +89,11 @@ MW__CPU_EXTRA_ENTRIES(MW__CPU_DECLARE_S_, MW__CPU_DECLARE_V_)
  *   cpu_elementwise.c: mw__cpu_narrow_row: out[i * so] = bf16(alpha * a[i * sa]) for i < n (the
  *     copy's f32 -> bf16 row; the optimizers' bf16 copies of the parameters).
  *   cpu_gemm.c: mw__cpu_gemm_impl: what runs a prepared GEMM ("onednn brg:avx512_core_bf16",
- *     "openblas sgemm", ...); its GEMMs run on oneDNN's matmul primitives where that is built
- *     and measures faster, else OpenBLAS, bf16 on the CPU's bf16 instructions through oneDNN
- *     where it has them and MESHWIT_CPU_ISA allows them, else widened to f32.
+ *     "openblas sgemm", "gemv loops (avx512)", ...); its GEMMs run on oneDNN's matmul primitives
+ *     where that is built and measures faster, else OpenBLAS, f32 matrix-vector products on
+ *     OpenBLAS or, where its kernels are generic, on the file's own loops, bf16 on the CPU's
+ *     bf16 instructions through oneDNN where it has them and MESHWIT_CPU_ISA allows them, else
+ *     widened to f32.
  *   cpu_embed.c: the errors of a bad index, for the kernels that take them:
  *     mw__cpu_out_of_range: MW_ERR_INVALID naming an id or a target v at position pos of this
  *     device's shard outside [0, limit); mw__cpu_positions_ok: MW_OK when every position ids[o]

@@ -5,7 +5,8 @@
  * of a mesh of CPU devices in one process, which runs on the thread that calls the trainer), and
  * then runs steps: each step splits the host batch over the sharded axes, runs forward and
  * backward on every device, all-reduces the gradients in a fixed order and updates every replica
- * identically. A step allocates no memory.
+ * identically. meshwit allocates no memory in a step; oneDNN, where the CPU backend runs a
+ * contraction on it, allocates inside each of its calls (the README says how much).
  *
  * Thread-safety: one trainer is driven from one host thread at a time. Different trainers are
  * independent. */
