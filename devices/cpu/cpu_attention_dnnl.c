@@ -49,6 +49,8 @@ static void attention_free(void *p) {
     mw__free(a);
 }
 
+static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
+
 static int64_t block_rows(const mw__k_attention *k, int b) {
     int64_t i0 = (int64_t)b * k->block;
     return k->t - i0 < k->block ? k->t - i0 : k->block;
@@ -124,16 +126,18 @@ mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k
         }
     }
     if (st) return st;
+    /* Each array 64 bytes aligned: a bf16 array of odd length would leave the f32 one after it
+     * misaligned. */
     size_t f = sizeof(float), h = sizeof(uint16_t);
-    a->off_p16 = a->scratch + (size_t)(blk * t) * f;
-    a->off_dp = a->off_p16 + (size_t)(blk * t) * h;
-    a->off_ds16 = a->off_dp + (size_t)(blk * t) * f;
-    a->off_do16 = a->off_ds16 + (size_t)(blk * t) * h;
+    a->off_p16 = up64(a->scratch + (size_t)(blk * t) * f);
+    a->off_dp = up64(a->off_p16 + (size_t)(blk * t) * h);
+    a->off_ds16 = up64(a->off_dp + (size_t)(blk * t) * f);
+    a->off_do16 = up64(a->off_ds16 + (size_t)(blk * t) * h);
     a->bytes = a->off_do16 + (size_t)(blk * d_) * h;
     snprintf(a->name, sizeof a->name, "onednn %s, blocks of %lld queries",
              mw__dnnl_gemm_impl(a->prod[P_S]), (long long)blk);
     k->impl = a;
-    return mw__cpu_work_reserve(dev, (a->bytes + 63) / 64 * 64);
+    return mw__cpu_work_reserve(dev, up64(a->bytes));
 }
 
 const char *MW__CPU(mw__cpu_attention_dnnl_name)(const mw__k_attention *k) {
