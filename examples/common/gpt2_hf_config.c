@@ -23,77 +23,22 @@ int gpt2_hf_config_path(const char *path, char *cfg, size_t n) {
 #define MAX_MEMBERS 128
 #define MAX_DEPTH 17 /* the object and 16 levels inside it */
 
-/* Fields of GPT2Config (and of every transformers config) that do not change what the language
- * model computes from its weights: metadata, generation settings, initialisation, the heads of
- * other model classes. */
-static const char *const inert_fields[] = {"architectures",
-                                           "model_type",
-                                           "transformers_version",
-                                           "torch_dtype",
-                                           "dtype",
-                                           "_name_or_path",
-                                           "initializer_range",
-                                           "bos_token_id",
-                                           "eos_token_id",
-                                           "pad_token_id",
-                                           "sep_token_id",
-                                           "decoder_start_token_id",
-                                           "use_cache",
-                                           "task_specific_params",
-                                           "summary_type",
-                                           "summary_use_proj",
-                                           "summary_activation",
-                                           "summary_proj_to_labels",
-                                           "summary_first_dropout",
-                                           "id2label",
-                                           "label2id",
-                                           "num_labels",
-                                           "problem_type",
-                                           "finetuning_task",
-                                           "tokenizer_class",
-                                           "prefix",
-                                           "return_dict",
-                                           "output_hidden_states",
-                                           "output_attentions",
-                                           "torchscript",
-                                           "use_bfloat16",
-                                           "tf_legacy_loss",
-                                           "gradient_checkpointing",
-                                           "n_special",
-                                           "predict_special_tokens",
-                                           "output_past",
-                                           "chunk_size_feed_forward",
-                                           "is_decoder",
-                                           "tie_encoder_decoder",
-                                           "max_length",
-                                           "min_length",
-                                           "do_sample",
-                                           "early_stopping",
-                                           "num_beams",
-                                           "num_beam_groups",
-                                           "diversity_penalty",
-                                           "temperature",
-                                           "top_k",
-                                           "top_p",
-                                           "typical_p",
-                                           "repetition_penalty",
-                                           "length_penalty",
-                                           "no_repeat_ngram_size",
-                                           "encoder_no_repeat_ngram_size",
-                                           "bad_words_ids",
-                                           "num_return_sequences",
-                                           "output_scores",
-                                           "return_dict_in_generate",
-                                           "forced_bos_token_id",
-                                           "forced_eos_token_id",
-                                           "remove_invalid_values",
-                                           "exponential_decay_length_penalty",
-                                           "suppress_tokens",
-                                           "begin_suppress_tokens",
-                                           "cross_attention_hidden_size",
-                                           "reorder_and_upcast_attn",
-                                           "_attn_implementation",
-                                           "attn_implementation"};
+/* Fields of GPT2Config (besides every config's, hf_inert_field) that do not change what the
+ * language model computes from its weights: metadata, generation settings, initialisation, the
+ * heads of other model classes. */
+static const char *const gpt2_fields[] = {"model_type",
+                                          "bos_token_id",
+                                          "eos_token_id",
+                                          "summary_type",
+                                          "summary_use_proj",
+                                          "summary_activation",
+                                          "summary_proj_to_labels",
+                                          "summary_first_dropout",
+                                          "tf_legacy_loss",
+                                          "n_special",
+                                          "predict_special_tokens",
+                                          "output_past",
+                                          "reorder_and_upcast_attn"};
 
 /* The dropout probabilities: read (they only act in training mode), not applied. */
 static const char *const dropout_fields[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
@@ -199,7 +144,8 @@ static mw_status config_fields(const hf_reader *r, gpt2_config *c, char *note, s
         } else if (!strcmp(k, "model_type")) {
             if (!hf_is_str(doc, m, "gpt2"))
                 st = hf_bad_value(r, m, "expected \"gpt2\"", MW_ERR_UNSUPPORTED);
-        } else if (!hf_in_list(k, inert_fields, sizeof inert_fields / sizeof *inert_fields)) {
+        } else if (!hf_inert_field(k) &&
+                   !hf_in_list(k, gpt2_fields, sizeof gpt2_fields / sizeof *gpt2_fields)) {
             st = hf_refuse(r, m, MW_ERR_UNSUPPORTED,
                            "unknown field \"%.80s%s\": not one of GPT2Config's, so whether it "
                            "changes the model cannot be told",

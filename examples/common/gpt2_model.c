@@ -100,18 +100,17 @@ static mw_tensor *param(tracer *t, int layer, const char *what, mw_axes axes, mw
     return mw_param(t->g, t->name, axes, init);
 }
 
-/* FSDP: p with its longest axis that no other mesh axis splits split over the FSDP axis, when p
- * has at least GPT2_FSDP_MIN_ELEMS elements; else p as it is (norms and biases stay replicated:
- * gathering them would cost a collective each for little memory). */
-static mw_tensor *own(tracer *t, mw_tensor *p) {
-    if (!t->fsdp_axis || !p || mw_tensor_numel(p) < GPT2_FSDP_MIN_ELEMS) return p;
+mw_tensor *gpt2_fsdp_split(mw_graph *g, mw_tensor *p, const char *fsdp_axis) {
+    if (!fsdp_axis || !p || mw_tensor_numel(p) < GPT2_FSDP_MIN_ELEMS) return p;
     const char *best = NULL, *name, *mesh;
     int64_t best_size = 0, size;
     for (int i = 0; i < mw_tensor_rank(p); i++)
         if (mw_tensor_axis(p, i, &name, &size, &mesh) == MW_OK && !mesh && size > best_size)
             best = name, best_size = size;
-    return best ? mw_shard(t->g, p, best, t->fsdp_axis) : p;
+    return best ? mw_shard(g, p, best, fsdp_axis) : p;
 }
+
+static mw_tensor *own(tracer *t, mw_tensor *p) { return gpt2_fsdp_split(t->g, p, t->fsdp_axis); }
 
 /* p with axis `axis` split over the model axis (tensor parallelism), or p as it is; then FSDP's
  * split (own). */

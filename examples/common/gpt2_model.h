@@ -76,6 +76,12 @@ typedef struct gpt2_layout {
 #define GPT2_FSDP_MIN_ELEMS 16384
 #endif
 
+/* FSDP's split of a parameter (gpt2_layout.fsdp_axis), shared by the model builders: p with its
+ * longest axis that no other mesh axis splits split over fsdp_axis when p has at least
+ * GPT2_FSDP_MIN_ELEMS elements; else p as it is (norms and biases stay replicated: gathering
+ * them would cost a collective each for little memory). fsdp_axis NULL: p. */
+mw_tensor *gpt2_fsdp_split(mw_graph *g, mw_tensor *p, const char *fsdp_axis);
+
 /* The tensors of a built model. */
 typedef struct gpt2_graph {
     mw_tensor *tokens;  /* i32 input "tokens": [Batch, Seq]; decoding: [Batch] */

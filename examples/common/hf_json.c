@@ -51,6 +51,66 @@ mw_status hf_number(const hf_reader *r, const mw__json_node *m, double *v) {
     return st;
 }
 
+static const char *const inert_fields[] = {"architectures",
+                                           "transformers_version",
+                                           "torch_dtype",
+                                           "dtype",
+                                           "_name_or_path",
+                                           "initializer_range",
+                                           "pad_token_id",
+                                           "sep_token_id",
+                                           "decoder_start_token_id",
+                                           "use_cache",
+                                           "task_specific_params",
+                                           "id2label",
+                                           "label2id",
+                                           "num_labels",
+                                           "problem_type",
+                                           "finetuning_task",
+                                           "tokenizer_class",
+                                           "prefix",
+                                           "return_dict",
+                                           "output_hidden_states",
+                                           "output_attentions",
+                                           "torchscript",
+                                           "use_bfloat16",
+                                           "gradient_checkpointing",
+                                           "chunk_size_feed_forward",
+                                           "is_decoder",
+                                           "tie_encoder_decoder",
+                                           "max_length",
+                                           "min_length",
+                                           "do_sample",
+                                           "early_stopping",
+                                           "num_beams",
+                                           "num_beam_groups",
+                                           "diversity_penalty",
+                                           "temperature",
+                                           "top_k",
+                                           "top_p",
+                                           "typical_p",
+                                           "repetition_penalty",
+                                           "length_penalty",
+                                           "no_repeat_ngram_size",
+                                           "encoder_no_repeat_ngram_size",
+                                           "bad_words_ids",
+                                           "num_return_sequences",
+                                           "output_scores",
+                                           "return_dict_in_generate",
+                                           "forced_bos_token_id",
+                                           "forced_eos_token_id",
+                                           "remove_invalid_values",
+                                           "exponential_decay_length_penalty",
+                                           "suppress_tokens",
+                                           "begin_suppress_tokens",
+                                           "cross_attention_hidden_size",
+                                           "_attn_implementation",
+                                           "attn_implementation"};
+
+int hf_inert_field(const char *key) {
+    return hf_in_list(key, inert_fields, sizeof inert_fields / sizeof *inert_fields);
+}
+
 int hf_in_list(const char *key, const char *const *list, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (strcmp(key, list[i]) == 0) return 1;

@@ -38,6 +38,11 @@ mw_status hf_bad_value(const hf_reader *r, const mw__json_node *m, const char *w
 /* A number's value (m a number), or MW_ERR_NOMEM in r->err. */
 mw_status hf_number(const hf_reader *r, const mw__json_node *m, double *v);
 
+/* Whether key is a field of every transformers config that changes nothing a language model
+ * computes from its weights (metadata, generation settings, initialisation, other heads' labels).
+ */
+int hf_inert_field(const char *key);
+
 /* Whether key is one of list[0, n). */
 int hf_in_list(const char *key, const char *const *list, size_t n);
 

@@ -23,65 +23,6 @@
 #define MAX_MEMBERS 160
 #define MAX_DEPTH 17
 
-/* Fields that change nothing the language model computes from its weights. */
-static const char *const inert_fields[] = {"architectures",
-                                           "transformers_version",
-                                           "torch_dtype",
-                                           "dtype",
-                                           "_name_or_path",
-                                           "initializer_range",
-                                           "pad_token_id",
-                                           "use_cache",
-                                           "return_dict",
-                                           "output_hidden_states",
-                                           "output_attentions",
-                                           "torchscript",
-                                           "use_bfloat16",
-                                           "tie_encoder_decoder",
-                                           "is_decoder",
-                                           "id2label",
-                                           "label2id",
-                                           "num_labels",
-                                           "problem_type",
-                                           "finetuning_task",
-                                           "tokenizer_class",
-                                           "prefix",
-                                           "task_specific_params",
-                                           "chunk_size_feed_forward",
-                                           "max_length",
-                                           "min_length",
-                                           "do_sample",
-                                           "early_stopping",
-                                           "num_beams",
-                                           "num_beam_groups",
-                                           "diversity_penalty",
-                                           "temperature",
-                                           "top_k",
-                                           "top_p",
-                                           "typical_p",
-                                           "repetition_penalty",
-                                           "length_penalty",
-                                           "no_repeat_ngram_size",
-                                           "encoder_no_repeat_ngram_size",
-                                           "bad_words_ids",
-                                           "num_return_sequences",
-                                           "output_scores",
-                                           "return_dict_in_generate",
-                                           "forced_bos_token_id",
-                                           "forced_eos_token_id",
-                                           "remove_invalid_values",
-                                           "exponential_decay_length_penalty",
-                                           "suppress_tokens",
-                                           "begin_suppress_tokens",
-                                           "sep_token_id",
-                                           "decoder_start_token_id",
-                                           "_attn_implementation",
-                                           "attn_implementation",
-                                           "gradient_checkpointing",
-                                           "cross_attention_hidden_size",
-                                           "add_cross_attention",
-                                           "is_encoder_decoder"};
-
 typedef struct sizes_field {
     const char *key;
     int *field;
@@ -237,6 +178,10 @@ static mw_status config_fields(const hf_reader *r, llama_config *c) {
                                   "biases on every attention or MLP projection are not supported "
                                   "(false)",
                                   MW_ERR_UNSUPPORTED);
+        } else if (!strcmp(k, "add_cross_attention") || !strcmp(k, "is_encoder_decoder")) {
+            if (m->type != MW__JSON_FALSE)
+                st =
+                    hf_bad_value(r, m, "this model is a decoder alone (false)", MW_ERR_UNSUPPORTED);
         } else if (!strcmp(k, "attention_dropout")) {
             if (m->type == MW__JSON_NUMBER && (st = hf_number(r, m, &v))) break;
             if (m->type != MW__JSON_NUMBER || !(v >= 0.0 && v <= 1.0))
@@ -275,7 +220,7 @@ static mw_status config_fields(const hf_reader *r, llama_config *c) {
             else if (m->type != MW__JSON_NULL && !(m->type == MW__JSON_ARRAY && !e))
                 st = hf_bad_value(r, m, "expected a token id, a list of them or null",
                                   MW_ERR_FORMAT);
-        } else if (!hf_in_list(k, inert_fields, sizeof inert_fields / sizeof *inert_fields)) {
+        } else if (!hf_inert_field(k)) {
             st = hf_refuse(r, m, MW_ERR_UNSUPPORTED,
                            "unknown field \"%.80s%s\": not one of LlamaConfig's, MistralConfig's "
                            "or Qwen2Config's, so whether it changes the model cannot be told",

@@ -91,16 +91,8 @@ static mw_tensor *param(tracer *t, int layer, const char *what, mw_axes axes, mw
     return mw_param(t->g, t->name, axes, init);
 }
 
-/* FSDP: p split along its longest unsplit axis over the FSDP axis when large (as GPT-2's). */
-static mw_tensor *own(tracer *t, mw_tensor *p) {
-    if (!t->fsdp_axis || !p || mw_tensor_numel(p) < GPT2_FSDP_MIN_ELEMS) return p;
-    const char *best = NULL, *name, *mesh;
-    int64_t best_size = 0, size;
-    for (int i = 0; i < mw_tensor_rank(p); i++)
-        if (mw_tensor_axis(p, i, &name, &size, &mesh) == MW_OK && !mesh && size > best_size)
-            best = name, best_size = size;
-    return best ? mw_shard(t->g, p, best, t->fsdp_axis) : p;
-}
+/* FSDP's split (gpt2_fsdp_split, as GPT-2's). */
+static mw_tensor *own(tracer *t, mw_tensor *p) { return gpt2_fsdp_split(t->g, p, t->fsdp_axis); }
 
 /* Tensor parallelism's split of `axis` over the model axis, then FSDP's. */
 static mw_tensor *split(tracer *t, mw_tensor *p, const char *axis) {
