@@ -66,10 +66,21 @@ kill -INT "$job"
 rc=0
 wait "$job" || rc=$?
 [[ $rc != 0 ]] || die "mpirun exited 0 after SIGINT"
-line=$(grep -E '^interrupted at step [0-9]+; resume with --resume$' "$dir/out2") \
-    || { cat "$dir/out2" >&2; die "SIGINT to mpirun: no 'interrupted at step N' line"; }
-m=${line#interrupted at step }
-m=${m%%;*}
+# Rank 0 prints the step it stopped at; mpirun, tearing the job down, may no longer forward that
+# line (Open MPI 4.1 stops its output forwarding at the signal, racing the processes' last
+# writes): then the checkpoint says where the job stopped (it must hold a step, written on the
+# SIGTERM, not be missing).
+if line=$(grep -E '^interrupted at step [0-9]+; resume with --resume$' "$dir/out2"); then
+    m=${line#interrupted at step }
+    m=${m%%;*}
+else
+    [[ -s "$dir/state.mwc" ]] ||
+        { cat "$dir/out2" >&2; die "SIGINT to mpirun: no 'interrupted at step N' line, no checkpoint"; }
+    "$gpt2" "${long[@]}" --checkpoint "$dir/state.mwc" --resume --eval-only > "$dir/at" 2>&1 ||
+        { cat "$dir/at" >&2; die "SIGINT to mpirun: the checkpoint cannot be read"; }
+    m=$(sed -n 's/^resumed .* at step \([0-9]*\)$/\1/p' "$dir/at")
+    [[ -n $m ]] || { cat "$dir/at" >&2; die "SIGINT to mpirun: no step in the checkpoint"; }
+fi
 (( m >= 3 && m < 5000 )) || die "SIGINT to mpirun: interrupted at step $m, outside 3..4999"
 "${mpirun[@]}" -n 2 "$gpt2" "${long[@]}" --checkpoint "$dir/state.mwc" --resume \
     --steps $((m + 1)) --allow-change steps > "$dir/out4" 2>&1 || { cat "$dir/out4" >&2; die "resume"; }
