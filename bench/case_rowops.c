@@ -74,10 +74,18 @@ int mwb_case_rowops(mwb_ctx *ctx) {
     int reps = ctx->quick ? 3 : 11;
     int64_t big = ctx->quick ? ((int64_t)1 << 20) : ((int64_t)16 << 20); /* floats: 64 MiB */
     /* RMS norm over C=256 rows; rotary over 64 features per head; SwiGLU's hidden width 688 */
-    shape norm[2] = {{"llama", 8 * 256, 256}, {"64MiB", big / 1024, 1024}};
-    shape rope[2] = {{"llama", 8 * 256 * 4, 64}, {"64MiB", big / 64, 64}};
-    shape glu[2] = {{"llama", 8 * 256, 2 * 688}, {"64MiB", big / 2048, 2 * 1024}};
-    size_t most = (size_t)big * sizeof(float);
+    const char *large = ctx->quick ? "4MiB" : "64MiB";
+    shape norm[2] = {{"llama", 8 * 256, 256}, {large, big / 1024, 1024}};
+    shape rope[2] = {{"llama", 8 * 256 * 4, 64}, {large, big / 64, 64}};
+    shape glu[2] = {{"llama", 8 * 256, 2 * 688}, {large, big / 2048, 2 * 1024}};
+    /* the largest shape's floats (at --quick the llama shapes outgrow the large ones) */
+    int64_t floats = big;
+    for (int i = 0; i < 2; i++) {
+        if (norm[i].rows * norm[i].n > floats) floats = norm[i].rows * norm[i].n;
+        if (rope[i].rows * rope[i].n > floats) floats = rope[i].rows * rope[i].n;
+        if (glu[i].rows * glu[i].n > floats) floats = glu[i].rows * glu[i].n;
+    }
+    size_t most = (size_t)floats * sizeof(float);
     float *x = NULL, *w = NULL, *y = NULL;
     int rc = 0;
     if (dev.vt->alloc(&dev, most, (void **)&x) || dev.vt->alloc(&dev, most, (void **)&y) ||
@@ -86,7 +94,7 @@ int mwb_case_rowops(mwb_ctx *ctx) {
         rc = 1;
         goto done;
     }
-    for (int64_t i = 0; i < big; i++) x[i] = (float)((i * 7919) % 2003) * 1e-3f - 1.0f;
+    for (int64_t i = 0; i < floats; i++) x[i] = (float)((i * 7919) % 2003) * 1e-3f - 1.0f;
     for (int i = 0; i < 4096; i++) w[i] = 1.0f + (float)(i % 7) * 0.01f;
     memset(y, 0, most);
     printf("row kernels beside a copy of the same bytes, one CPU device (one thread): %s\n",
