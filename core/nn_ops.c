@@ -415,7 +415,7 @@ mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *
                               "axis %s and at most %d",
                               op, (long long)dims, DESC(x, dx), feature_axis, MW__ROPE_MAX_DIMS);
     if (pos) {
-        int limit = s >= 0 ? s : f, ok = pos->type.dtype == MW_I32 && pos->type.rank <= limit;
+        int limit = s >= 0 ? s : f, ok = pos->type.rank <= limit;
         if (pos->type.dtype != MW_I32)
             return mw__graph_fail(g, MW_ERR_DTYPE, "%s: pos %s must be i32", op, DESC(pos, dp));
         for (int k = 0; ok && k < pos->type.rank; k++)

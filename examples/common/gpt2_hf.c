@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gpt2_model.h"
+#include "hf_json.h"
 
 /* One tensor of the HF layout and the meshwit parameter it is. */
 typedef struct hf_tensor {
@@ -108,16 +109,7 @@ static mw_status unused_tensors(mw_safetensors *f, const gpt2_config *c, const c
         if (strcmp(t.name, "lm_head.weight") == 0) {
             char wte[128];
             snprintf(wte, sizeof wte, "%swte.weight", prefix);
-            mw_stored_tensor w;
-            int same = mw_safetensors_find(f, wte, &w) == MW_OK && w.count == t.count;
-            float *a = same ? malloc((size_t)t.count * sizeof *a) : NULL;
-            float *b = same ? malloc((size_t)t.count * sizeof *b) : NULL;
-            same = a && b && mw_safetensors_read(f, t.name, a, t.count) == MW_OK &&
-                   mw_safetensors_read(f, wte, b, t.count) == MW_OK &&
-                   memcmp(a, b, (size_t)t.count * sizeof *a) == 0;
-            free(a);
-            free(b);
-            if (same) continue;
+            if (hf_tensors_equal(f, t.name, wte, t.count)) continue;
             snprintf(err, errsize,
                      "%s: lm_head.weight differs from %s: an untied output head, which this "
                      "GPT-2 (its head is the token embedding) cannot hold",

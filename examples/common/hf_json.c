@@ -117,6 +117,20 @@ int hf_in_list(const char *key, const char *const *list, size_t n) {
     return 0;
 }
 
+int hf_tensors_equal(const mw_safetensors *f, const char *a, const char *b, int64_t count) {
+    mw_stored_tensor ta, tb;
+    if (mw_safetensors_find(f, a, &ta) != MW_OK || mw_safetensors_find(f, b, &tb) != MW_OK ||
+        ta.count != count || tb.count != count)
+        return 0;
+    float *x = malloc((size_t)count * sizeof *x), *y = malloc((size_t)count * sizeof *y);
+    int same = x && y && mw_safetensors_read(f, a, x, count) == MW_OK &&
+               mw_safetensors_read(f, b, y, count) == MW_OK &&
+               memcmp(x, y, (size_t)count * sizeof *x) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 mw_status hf_read_text(const char *cfg, const char *path, char **text, size_t *len, char *err,
                        size_t errsize) {
     char why[512];

@@ -1,5 +1,6 @@
 /* Reading a Hugging Face config.json strictly, for the examples' model loaders (gpt2_hf_config.c,
- * llama_hf.c): the library's JSON reader, with messages that name the file, line and column. */
+ * llama_hf.c): the library's JSON reader, with messages that name the file, line and column; and
+ * what both loaders ask of the weights file beside it. */
 #ifndef HF_JSON_H
 #define HF_JSON_H
 
@@ -45,6 +46,10 @@ int hf_inert_field(const char *key);
 
 /* Whether key is one of list[0, n). */
 int hf_in_list(const char *key, const char *const *list, size_t n);
+
+/* Whether tensors a and b of f both hold count elements of the same values (a tied output head
+ * saved beside the embedding it is); 0 also when either is missing or cannot be read. */
+int hf_tensors_equal(const mw_safetensors *f, const char *a, const char *b, int64_t count);
 
 /* The text of the config.json at cfg (a regular file of at most 64 KiB without NUL bytes), the
  * config of the weights at path (for messages), into *text (NUL-terminated, the caller frees it)

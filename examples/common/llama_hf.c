@@ -430,14 +430,8 @@ static mw_status tied_head_ok(mw_safetensors *f, const llama_config *c, const ch
                               size_t errsize) {
     mw_stored_tensor t;
     if (!c->tied || mw_safetensors_find(f, "lm_head.weight", &t) != MW_OK) return MW_OK;
-    int64_t n = numel_of(T_EMBED, c);
-    float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-    int same = a && b && t.count == n && mw_safetensors_read(f, "lm_head.weight", a, n) == MW_OK &&
-               mw_safetensors_read(f, hf_names[T_EMBED], b, n) == MW_OK &&
-               memcmp(a, b, (size_t)n * sizeof *a) == 0;
-    free(a);
-    free(b);
-    if (same) return MW_OK;
+    if (hf_tensors_equal(f, "lm_head.weight", hf_names[T_EMBED], numel_of(T_EMBED, c)))
+        return MW_OK;
     snprintf(err, errsize,
              "%s: lm_head.weight differs from the token embedding, but config.json says "
              "tie_word_embeddings true",

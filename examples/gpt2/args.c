@@ -330,9 +330,7 @@ void gpt2_args_identity(const options *o, cli_identity *id) {
     cli_options_identity(&program, o, id);
 }
 
-/* A size the command line gives for a --load model must be the file's own: 0 when it is (or
- * not given), -1 with a message naming both otherwise. */
-static int agrees(const char *what, int given, int file_value, const char *path) {
+int size_agrees(const char *what, int given, int file_value, const char *path) {
     if (!given || given == file_value) return 0;
     perr("%s %d, but %s has %d (a loaded model's sizes are the file's)\n", what, given, path,
          file_value);
@@ -366,21 +364,21 @@ static int loaded_model(options *o) {
                  {"vocab", p.vocab, c->vocab}};
         for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
             snprintf(what, sizeof what, "--preset %s has %s", o->preset, f[i].name);
-            if (agrees(what, f[i].preset, f[i].file, o->load)) return -1;
+            if (size_agrees(what, f[i].preset, f[i].file, o->load)) return -1;
         }
         if (p.padded_vocab > c->padded_vocab) c->padded_vocab = p.padded_vocab;
     }
-    if (agrees("--layers", sz->layers, c->layers, o->load) ||
-        agrees("--heads", sz->heads, c->heads, o->load) ||
-        agrees("--channels", sz->channels, c->channels, o->load) ||
-        agrees("--context", sz->context, c->max_seq, o->load) ||
-        agrees("--vocab", sz->vocab, c->vocab, o->load))
+    if (size_agrees("--layers", sz->layers, c->layers, o->load) ||
+        size_agrees("--heads", sz->heads, c->heads, o->load) ||
+        size_agrees("--channels", sz->channels, c->channels, o->load) ||
+        size_agrees("--context", sz->context, c->max_seq, o->load) ||
+        size_agrees("--vocab", sz->vocab, c->vocab, o->load))
         return -1;
     /* Padding rows are not part of a Hugging Face file (wte holds the real vocabulary), so they
      * may be chosen; an llm.c file holds its own. */
     if (sz->padded_vocab && gpt2_is_safetensors(o->load))
         c->padded_vocab = sz->padded_vocab;
-    else if (agrees("--padded-vocab", sz->padded_vocab, c->padded_vocab, o->load))
+    else if (size_agrees("--padded-vocab", sz->padded_vocab, c->padded_vocab, o->load))
         return -1;
     return 0;
 }

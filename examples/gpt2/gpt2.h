@@ -83,6 +83,9 @@ typedef struct run {
  * Then, once the tokenizer is known, the model the flags choose: 0, or -1 reported. */
 int gpt2_args(int argc, char **argv, options *o);
 int gpt2_choose_model(options *o);
+/* A size the command line gives for a --load model must be the file's own: 0 when it is (or
+ * not given), -1 with a message naming both otherwise. */
+int size_agrees(const char *what, int given, int file_value, const char *path);
 /* The text every process of a job compares: every flag but the local ones (args.c's table). */
 void gpt2_args_text(const options *o, char *buf, size_t size);
 /* The run's settings from the table (CLI_RUN), after the model's and the data's. */

@@ -29,20 +29,12 @@ int llama_choose_model(options *o) {
             perr("%s [%s]: %s\n", mw_strerror(st), mw_status_name(st), err);
             return -1;
         }
-        const struct {
-            const char *flag;
-            int given, file;
-        } f[] = {{"--layers", sz->layers, c->layers},
-                 {"--heads", sz->heads, c->heads},
-                 {"--channels", sz->channels, c->channels},
-                 {"--context", sz->context, c->max_seq},
-                 {"--vocab", sz->vocab, c->vocab}};
-        for (size_t i = 0; i < sizeof f / sizeof *f; i++)
-            if (f[i].given && f[i].given != f[i].file) {
-                perr("%s %d, but %s has %d (a loaded model's sizes are the file's)\n", f[i].flag,
-                     f[i].given, o->load, f[i].file);
-                return -1;
-            }
+        if (size_agrees("--layers", sz->layers, c->layers, o->load) ||
+            size_agrees("--heads", sz->heads, c->heads, o->load) ||
+            size_agrees("--channels", sz->channels, c->channels, o->load) ||
+            size_agrees("--context", sz->context, c->max_seq, o->load) ||
+            size_agrees("--vocab", sz->vocab, c->vocab, o->load))
+            return -1;
         if (o->preset_given) {
             perr("--preset with --load: the model is the file's\n");
             return -1;

@@ -242,10 +242,6 @@ Test(llama_hf, save_loads_back, .timeout = 240) {
             cr_assert(strstr(err, "another model"), "%s", err);
         }
         unload(&l);
-        char f[700];
-        snprintf(f, sizeof f, "%s/%s/config.json", dir, models[k]);
-        snprintf(out, sizeof out, "%s/%s/model.safetensors", dir, models[k]);
-        (void)f;
     }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
