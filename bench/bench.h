@@ -53,10 +53,11 @@ int mwb_case_linreg(mwb_ctx *ctx);
 int mwb_case_reduce(mwb_ctx *ctx);
 int mwb_case_scaling(mwb_ctx *ctx);
 int mwb_case_gpt2(mwb_ctx *ctx);
-int mwb_case_llmc(mwb_ctx *ctx);       /* llm.c-sized GPT-2 vs PyTorch on the same CPU */
-int mwb_case_llama(mwb_ctx *ctx);      /* a Llama of that size vs PyTorch */
-int mwb_case_profile(mwb_ctx *ctx);    /* where a step of it goes, per op */
-int mwb_case_contention(mwb_ctx *ctx); /* linreg and gpt2 with a competing busy process */
+int mwb_case_llmc(mwb_ctx *ctx);          /* llm.c-sized GPT-2 vs PyTorch on the same CPU */
+int mwb_case_llama(mwb_ctx *ctx);         /* a Llama of that size vs PyTorch */
+int mwb_case_profile(mwb_ctx *ctx);       /* where a step of it goes, per op */
+int mwb_case_llama_profile(mwb_ctx *ctx); /* the same for the llama case */
+int mwb_case_contention(mwb_ctx *ctx);    /* linreg and gpt2 with a competing busy process */
 /* The gpt2 case on exactly these device specs (no defaults); its table and records. */
 int mwb_gpt2_specs(mwb_ctx *ctx, const char *const *specs, int n);
 int mwb_case_soak(mwb_ctx *ctx);

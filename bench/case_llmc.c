@@ -283,15 +283,21 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
 
 int mwb_case_llmc(mwb_ctx *ctx) { return llmc_like(ctx, "llmc", NULL); }
 
+/* The llama case's model: L4 H4 KV2 C256, SwiGLU 688, context 256, bytes. */
+static void llama_bench_model(llama_config *c) {
+    llama_preset("small", c);
+    c->vocab = 256;
+    c->rope.theta = 10000.0f;
+}
+
 int mwb_case_llama(mwb_ctx *ctx) {
     llama_config c;
-    llama_preset("small", &c); /* L4 H4 KV2 C256, SwiGLU 688, context 256 */
-    c.vocab = 256;
-    c.rope.theta = 10000.0f;
+    llama_bench_model(&c);
     return llmc_like(ctx, "llama", &c);
 }
 
-int mwb_case_profile(mwb_ctx *ctx) {
+/* profile, or (llama given) llama-profile: the same table for the llama case's model. */
+static int profile_like(mwb_ctx *ctx, const char *name_of_case, const llama_config *llama) {
     const char *specs[MAX_CONFIGS] = {"cpu:1"};
     int n = 1;
     for (int i = 0; i < ctx->ndevices && i < MAX_CONFIGS; i++) specs[i] = ctx->devices[i];
@@ -303,27 +309,29 @@ int mwb_case_profile(mwb_ctx *ctx) {
         if (!(precisions & (bf16 ? MWB_BF16 : MWB_FP32))) continue;
         mwb_gpt2_setup s;
         llmc_setup(&s, specs[i], ctx->quick);
+        s.llama = llama;
         s.profile = 1;
         s.precision = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
         mwb_gpt2_result r;
         mwb_gpt2_measure(&s, &r);
         if (!r.ok) {
-            fprintf(stderr, "profile: %s: %s\n", specs[i], r.error);
+            fprintf(stderr, "%s: %s: %s\n", name_of_case, specs[i], r.error);
             failed = 1;
             continue;
         }
         int steps = s.repeats * s.steps;
-        printf("%s, %s: llm.c's GPT-2, batch %d x %d: %.1f ms/step (median), per op over %d "
+        printf("%s, %s: %s, batch %d x %d: %.1f ms/step (median), per op over %d "
                "steps (per device):\n",
-               specs[i], bf16 ? "bf16" : "fp32", s.batch, s.seq, r.ms, steps);
+               specs[i], bf16 ? "bf16" : "fp32", llama ? "the llama case's model" : "llm.c's GPT-2",
+               s.batch, s.seq, r.ms, steps);
         char who[64];
         snprintf(who, sizeof who, "%s %s", specs[i], bf16 ? "bf16" : "fp32");
         mwb_print_kernels(who, &r);
-        emit_kernels(ctx, "profile", specs[i], bf16, &r);
+        emit_kernels(ctx, name_of_case, specs[i], bf16, &r);
         mwb_print_profile(&r, steps);
         for (int k = 0; k < r.nprofile; k++) {
             mwb_record rec = {0};
-            mwb_record_str(&rec, "case", "profile");
+            mwb_record_str(&rec, "case", name_of_case);
             mwb_record_str(&rec, "devices", specs[i]);
             mwb_record_str(&rec, "precision", bf16 ? "bf16" : "fp32");
             mwb_record_str(&rec, "op", r.profile[k].op);
@@ -335,4 +343,12 @@ int mwb_case_profile(mwb_ctx *ctx) {
         fflush(stdout);
     }
     return failed;
+}
+
+int mwb_case_profile(mwb_ctx *ctx) { return profile_like(ctx, "profile", NULL); }
+
+int mwb_case_llama_profile(mwb_ctx *ctx) {
+    llama_config c;
+    llama_bench_model(&c);
+    return profile_like(ctx, "llama-profile", &c);
 }

@@ -29,6 +29,8 @@ static const bench_case cases[] = {
     {"llama", mwb_case_llama,
      "a Llama of llm.c's GPT-2 size (GQA, SwiGLU, rotary): cpu:1, cpu:2 vs PyTorch"},
     {"profile", mwb_case_profile, "where a step of llm.c's GPT-2 goes, per op and phase"},
+    {"llama-profile", mwb_case_llama_profile,
+     "where a step of the llama case's model goes, per op and phase"},
     {"contention", mwb_case_contention,
      "linreg and gpt2, single vs sharded (cpu:2, cpu:4), beside a busy process"},
     {"scaling", mwb_case_scaling, "tiny GPT-2 over 1, 2, 4 devices: where the step time goes"},

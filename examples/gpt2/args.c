@@ -315,19 +315,74 @@ static int mesh_roles(options *o) {
     return -1;
 }
 
-int gpt2_args(int argc, char **argv, options *o) {
-    int rc = cli_parse(&program, argc, argv, o);
-    if (rc > 0) cli_usage(&program, stdout);
+/* llama's rows where they differ from gpt2's: the same flags, fields and defaults, its own help
+ * (and presets). */
+static const cli_option llama_rows[] = {
+    CLI_OPT("--tokenizer", CLI_STRING, F(tokenizer), NULL, "FILE",
+            "the model's tokenizer.json (byte-level BPE: Llama 3's and Qwen2's Split "
+            "pre-tokenizers, GPT-2's; special tokens and the post-processor's BOS): text --data "
+            "is encoded with it, --prompt is text and samples print as text; without --load the "
+            "vocabulary is the tokenizer's",
+            .flags = CLI_FILE),
+    CLI_OPT("--preset", CLI_NAME, F(preset), "tiny", "NAME",
+            "tiny (4 layers, 4 heads, 2 key/value heads, 128 channels, SwiGLU 352, context 128, "
+            "bytes) or small (the same with 256 channels, SwiGLU 688, context 256)",
+            .choices = CLI_CHOICES({"tiny", 0}, {"small", 0}), .given = F(preset_given),
+            .flags = CLI_LOCAL),
+    CLI_OPT("--load", CLI_STRING, F(load), NULL, "FILE",
+            "start from a Hugging Face model: FILE.safetensors with its config.json beside it "
+            "(llama, mistral without a sliding window, qwen2; every field honoured or refused by "
+            "name); the model takes its sizes from the file (sizes given must agree with it)",
+            .flags = CLI_FILE),
+    CLI_OPT("--save", CLI_STRING, F(save), NULL, "FILE",
+            "write the model after training as FILE.safetensors and config.json beside it, so "
+            "that AutoModelForCausalLM.from_pretrained(folder) reads it",
+            .flags = CLI_LOCAL),
+};
+
+/* The llama program: gpt2's table with llama_rows in place of the rows of the same names. */
+static const cli_program *llama_program(void) {
+    static cli_option rows[CLI_COUNT(table)];
+    static cli_program p;
+    if (!p.name) {
+        memcpy(rows, table, sizeof rows);
+        for (int i = 0; i < CLI_COUNT(table); i++)
+            for (int j = 0; j < CLI_COUNT(llama_rows); j++)
+                if (rows[i].name && strcmp(rows[i].name, llama_rows[j].name) == 0)
+                    rows[i] = llama_rows[j];
+        p = program;
+        p.name = "llama";
+        p.options = rows;
+        p.synopsis =
+            "usage: llama [options]\n"
+            "Trains Llama-family models (Llama 2/3, Mistral, Qwen2: RMS norm, rotary positions,\n"
+            "grouped-query attention, SwiGLU) over a mesh of devices: data parallel, and tensor\n"
+            "parallel with --model-axis. Without --data it trains on a built-in corpus of\n"
+            "arithmetic lines (\"123+456=579\"), byte-level, 10% held out for validation.\n"
+            "\n";
+    }
+    return &p;
+}
+
+static const cli_program *program_of(int family) {
+    return family == FAMILY_LLAMA ? llama_program() : &program;
+}
+
+int gpt2_args(int argc, char **argv, int family, options *o) {
+    const cli_program *p = program_of(family);
+    int rc = cli_parse(p, argc, argv, o);
+    o->family = family; /* after the flags, which set every other field */
+    if (rc > 0) cli_usage(p, stdout);
     if (rc != 0) return rc;
     return check_flags(o) || mesh_roles(o) ? -1 : 0;
 }
 
 void gpt2_args_text(const options *o, char *buf, size_t size) {
-    cli_options_text(&program, o, buf, size);
+    cli_options_text(program_of(o->family), o, buf, size);
 }
 
 void gpt2_args_identity(const options *o, cli_identity *id) {
-    cli_options_identity(&program, o, id);
+    cli_options_identity(program_of(o->family), o, id);
 }
 
 int size_agrees(const char *what, int given, int file_value, const char *path) {

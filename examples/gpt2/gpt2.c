@@ -181,8 +181,7 @@ static int train_save_sample(run *r) {
 
 static int run_main(int argc, char **argv, program_family family) {
     run r = {0};
-    int rc = gpt2_args(argc, argv, &r.o), finished = 0;
-    r.o.family = family;                /* after the flags, which set every other field */
+    int rc = gpt2_args(argc, argv, family, &r.o), finished = 0;
     if (rc != 0) return rc > 0 ? 0 : 2; /* --help, or a bad argument */
     rc = prepare(&r);
     if (rc == 0) rc = start(&r, &finished);

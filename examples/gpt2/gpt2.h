@@ -79,9 +79,10 @@ typedef struct run {
     int32_t eos; /* the token that ends the sample (--eos), or -1: none */
 } run;
 
-/* args.c: reads the command line into o: 0, 1 (--help: the usage is printed) or -1 (reported).
+/* args.c: reads the command line of the family's program (a program_family) into o: 0, 1
+ * (--help: the usage is printed) or -1 (reported).
  * Then, once the tokenizer is known, the model the flags choose: 0, or -1 reported. */
-int gpt2_args(int argc, char **argv, options *o);
+int gpt2_args(int argc, char **argv, int family, options *o);
 int gpt2_choose_model(options *o);
 /* A size the command line gives for a --load model must be the file's own: 0 when it is (or
  * not given), -1 with a message naming both otherwise. */

@@ -13,6 +13,11 @@ die() { echo "llama.sh: $*" >&2; exit 1; }
 tokens() { sed -n '/^sample (/,/^sampled /p' | sed '1d;$d'; }
 evloss() { grep -o 'eval loss [0-9.]*' | awk '{print $3}'; }
 
+help=$("$llama" --help) || die "--help failed"
+grep -q "^usage: llama " <<< "$help" || die "--help is not llama's"
+grep -q "2 key/value heads" <<< "$help" || die "--help does not describe llama's presets"
+if grep -q "gpt2-124m\|GPT2LMHeadModel" <<< "$help"; then die "--help describes GPT-2's models"; fi
+
 base=(--data "$text" --steps 20 --batch 8 --seq 32 --val-every 0 --temperature 0 --layers 2)
 "$llama" "${base[@]}" --sample 30 > "$dir/cache" 2>&1 || { cat "$dir/cache" >&2; die "training"; }
 "$llama" "${base[@]}" --sample 30 --sample-recompute > "$dir/recompute" 2>&1 ||
@@ -54,7 +59,7 @@ refused() { # expected words, then the flags
     grep -q -- "$want" "$dir/out" || { cat "$dir/out" >&2; die "no '$want' for: $*"; }
 }
 refused "Hugging Face safetensors" --load "$dir/m.bin" --data "$text"
-refused "presets are tiny and small" --preset gpt2-124m --data "$text"
+refused "for --preset (expected tiny or small)" --preset gpt2-124m --data "$text"
 refused "name it model.safetensors" --data "$text" --steps 1 --save "$dir/out.bin"
 mkdir -p "$dir/other"
 cp "$models/qwen2/config.json" "$dir/other/config.json"
