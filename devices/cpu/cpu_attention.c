@@ -10,8 +10,9 @@
  * D_i = sum_j P_ij dP_ij, and accumulates dK and dV block after block in a fixed order: the
  * result is deterministic, and the same bits whether the probabilities were kept or not.
  *
- * The products are this file's own register-tiled loops (six rows by sixteen columns of
- * accumulators) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
+ * The products are this file's own register-tiled loops (tiles of sixteen columns by six rows of
+ * two AVX2 accumulators, or eight rows of one AVX-512 accumulator, summing the same terms in the
+ * same order) rather than sgemm calls: at head sizes of 64 and blocks of 64 rows a BLAS call
  * spends about as long packing and zeroing as multiplying, and it cannot stop at the diagonal
  * inside a block. The keys and values of a slice (and a block's queries and dO) are packed once
  * into the scratch (see pack), so that every product reads its B operand sequentially.
@@ -29,7 +30,14 @@
 
 #define TILE_N 16 /* output columns per micro tile: two AVX2 vectors, one AVX-512 vector */
 #define ALL ((int64_t)1 << 40) /* a product's limit that limits nothing */
-#define TILE_M 6               /* output rows per micro tile: 12 AVX2 accumulators */
+#ifdef __AVX512F__
+/* Output rows per micro tile: 8 AVX-512 accumulators, one row each, as many as two FMA units of
+ * four cycles' latency keep busy (and blocks of 64 rows split into whole tiles). */
+#define TILE_M 8
+typedef float v16 __attribute__((vector_size(64)));
+#else
+#define TILE_M 6 /* output rows per micro tile: 12 AVX2 accumulators */
+#endif
 
 /* C = alpha * A B (add: C += alpha * A B) with A(r, p) = a[r * sar + p * sak] (row-major or
  * transposed alike) and B packed by pack(): `rows` rows in panels of TILE_N columns. */
@@ -50,6 +58,25 @@ MW__CPU_INLINE void micro(const prod *x, int R, int64_t r, int64_t l, int nc, in
                           int64_t p1) {
     const float *a = x->a + r * x->sar, *b = x->b + l * x->rows;
     float *c = x->c + r * x->ldc + l;
+#ifdef __AVX512F__
+    if (nc == TILE_N) { /* the same sums in the same order, a row of the tile per vector */
+        v16 acc[TILE_M], b0, y;
+        for (int i = 0; i < R; i++) acc[i] = (v16){0};
+        for (int64_t p = p0; p < p1; p++) {
+            memcpy(&b0, b + p * TILE_N, sizeof b0);
+            for (int i = 0; i < R; i++) acc[i] += a[i * x->sar + p * x->sak] * b0;
+        }
+        for (int i = 0; i < R; i++) {
+            if (x->add)
+                memcpy(&y, c + i * x->ldc, sizeof y);
+            else
+                y = (v16){0};
+            y += x->alpha * acc[i];
+            memcpy(c + i * x->ldc, &y, sizeof y);
+        }
+        return;
+    }
+#else
     if (nc == TILE_N) {
         mw__v8 acc[TILE_M][2], b0, b1, y;
         for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = (mw__v8){0};
@@ -73,6 +100,7 @@ MW__CPU_INLINE void micro(const prod *x, int R, int64_t r, int64_t l, int nc, in
             }
         return;
     }
+#endif
     float acc[TILE_M][TILE_N] = {{0}};
     for (int64_t p = p0; p < p1; p++) {
         const float *bp = b + p * nc;
@@ -102,6 +130,10 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
             int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
             int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
             if (p1 > p0 || !x->add) switch (R) {
+#if TILE_M > 6
+                case 8: micro(x, 8, r, l, nc, p0, p1); break;
+                case 7: micro(x, 7, r, l, nc, p0, p1); break;
+#endif
                 case 6: micro(x, 6, r, l, nc, p0, p1); break;
                 case 5: micro(x, 5, r, l, nc, p0, p1); break;
                 case 4: micro(x, 4, r, l, nc, p0, p1); break;
