@@ -329,7 +329,21 @@ static void gemm_fn(const void *arg, void *out) {
     float *c = malloc(sizeof(float) * (size_t)(n * n));
     mw__device dev = {.vt = &mw__cpu_device, .name = "cpu:0"};
     if (!a || !b || !c || dev.vt->init(&dev) != MW_OK) goto done;
-    for (int64_t i = 0; i < n * n * es; i++) a[i] = b[i] = (char)(i % 5 == 0 ? 0x3c : 0);
+    /* Normal values as the sgemm's (bytes of a pattern would be subnormal floats, which run
+     * many times slower than any model's numbers) */
+    for (int64_t i = 0; i < n * n; i++) {
+        float v = (float)(i % 7) * 0.1f;
+        if (in->dtype == MW_BF16) {
+            uint32_t u;
+            memcpy(&u, &v, sizeof u);
+            uint16_t h = (uint16_t)(u >> 16);
+            memcpy(a + i * es, &h, sizeof h);
+            memcpy(b + i * es, &h, sizeof h);
+        } else {
+            memcpy(a + i * es, &v, sizeof v);
+            memcpy(b + i * es, &v, sizeof v);
+        }
+    }
     mw__k_gemm k = {.batch = 1, .m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n};
     k.stride_a = k.stride_b = k.stride_c = n * n;
     k.ab_dtype = in->dtype, k.c_dtype = MW_F32, k.a = a, k.b = b, k.c = c;
