@@ -215,13 +215,16 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
     double fpt = llama ? mwb_llama_flops_per_token(llama, s.seq)
                        : mwb_gpt2_flops_per_token(&s.model, s.seq),
            tokens = (double)s.batch * s.seq;
-    double ref_ms[2] = {0, 0}; /* meshwit cpu:1, cpu:2 in f32 */
+    /* The "vs" columns' meshwit cpu:1 and cpu:2: in f32, or in bf16 where f32 did not run */
+    double ref_ms[2] = {0, 0}, ref16_ms[2] = {0, 0};
     for (int c = 0; c < ncols; c++) {
-        if (!cols[c].n || !cols[c].devices || cols[c].bf16) continue;
-        double ms = mwb_median(cols[c].ms, cols[c].n);
-        if (strcmp(cols[c].devices, "cpu:1") == 0) ref_ms[0] = ms;
-        if (strcmp(cols[c].devices, "cpu:2") == 0) ref_ms[1] = ms;
+        if (!cols[c].n || !cols[c].devices) continue;
+        double ms = mwb_median(cols[c].ms, cols[c].n), *ref = cols[c].bf16 ? ref16_ms : ref_ms;
+        if (strcmp(cols[c].devices, "cpu:1") == 0) ref[0] = ms;
+        if (strcmp(cols[c].devices, "cpu:2") == 0) ref[1] = ms;
     }
+    for (int i = 0; i < 2; i++)
+        if (ref_ms[i] <= 0) ref_ms[i] = ref16_ms[i];
     printf("%-30s %10s %10s %13s %14s %16s\n", "run", "ms/step", "tokens/s", "model GFLOP/s",
            "vs cpu:1 (x)", "vs cpu:2 (x)");
     for (int c = 0; c < ncols; c++) {
