@@ -340,7 +340,17 @@ mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
  * float tolerance), with the activation memory of one micro-batch. Writes the micro-batch's loss
  * to *loss when not NULL. Needs mw_trainer_config.grad_accumulation (else MW_ERR_STATE); a failed
  * micro-batch leaves the accumulated gradients as they were. mw_trainer_save between the
- * micro-batches of one update does not save the accumulated gradients. Errors: MW_ERR_STATE
+ * micro-batches of one update does not save the accumulated gradients.
+ * The order of the sums is fixed, so that N micro-batches give the same bits on every run: with
+ * g_k the all-reduced gradient of micro-batch k (what mw_trainer_compute_grads would give for
+ * it), the first accumulate copies g_0 into the accumulator, each later one adds its own in f32
+ * (acc = acc + g_k, k = 1 .. N-2, in the order of the calls), and the step updates with
+ * (acc + g_{N-1}) * (1/N), 1/N rounded to float (exact when N is a power of two), element by
+ * element. Layouts whose g_k are the same bits (ZeRO-1, FSDP, recomputation, CPU devices
+ * sharing threads, a mesh in one process or across processes) so give the same update; a layout
+ * that sums a micro-batch's rows in another order (one device and two) agrees to float
+ * tolerance, as without accumulation. A step refused by a stop request (MW_ERR_INTERRUPTED)
+ * keeps the accumulated micro-batches for the next step. Errors: MW_ERR_STATE
  * (a trainer made without grad_accumulation), and those of mw_trainer_compute_grads. */
 mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss);
 

@@ -378,6 +378,70 @@ Test(optimizer_options, accumulation_equals_big_batch_adamw_sharded) {
                                                 .grad_clip = 1.0f});
 }
 
+/* The order trainer.h gives for N micro-batches: acc = g0, acc = acc + g1, ..., then the update
+ * reads (acc + g_last) * (1/N rounded to float), each g_k the all-reduced gradient of micro-batch
+ * k (as mw_trainer_compute_grads gives it). The gradient read after the step is that value, bit
+ * for bit, on one device, two, and with ZeRO-1; N = 3 so that 1/N is rounded, and the data are
+ * checked to tell this order from another grouping and from a division by N. */
+static void check_accumulation_order(const char *devices, int zero1) {
+    enum { N = 3, F = 64 };
+    linreg_data d;
+    cr_assert_eq(linreg_data_make(N * ROWS, F, 5, &d), MW_OK);
+    mw_graph *g;
+    mw_tensor *loss;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    cr_assert_eq(linreg_build(g, ROWS, F, strcmp(devices, "cpu:1") != 0, "X", &loss), MW_OK);
+    cr_assert_eq(mw_mesh_new(devices, "X", &mesh), MW_OK);
+    /* lr 0 and no clipping: the gradient read after the step is the one the update saw. */
+    mw_trainer_config cfg = {.optimizer = {.kind = MW_SGD, .lr = 0.0f},
+                             .grad_accumulation = 1,
+                             .shard_optimizer = zero1};
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    mw_feed f[N][2];
+    static float gk[N][F + 1], got[F + 1], want[F + 1];
+    for (int k = 0; k < N; k++) {
+        f[k][0] = (mw_feed){"x", d.x + (int64_t)k * ROWS * F, ROWS * F};
+        f[k][1] = (mw_feed){"y", d.y + (int64_t)k * ROWS, ROWS};
+        cr_assert_eq(mw_trainer_compute_grads(tr, f[k], 2, NULL), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_read_grad(tr, "weights", gk[k], F), MW_OK);
+        cr_assert_eq(mw_trainer_read_grad(tr, "bias", gk[k] + F, 1), MW_OK);
+    }
+    for (int k = 0; k < N; k++) {
+        mw_status st = k < N - 1 ? mw_trainer_accumulate(tr, f[k], 2, NULL)
+                                 : mw_trainer_step(tr, f[k], 2, NULL);
+        cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+    }
+    cr_assert_eq(mw_trainer_read_grad(tr, "weights", got, F), MW_OK);
+    cr_assert_eq(mw_trainer_read_grad(tr, "bias", got + F, 1), MW_OK);
+    int other_grouping = 0, division = 0;
+    for (int i = 0; i <= F; i++) {
+        volatile float acc = gk[0][i];
+        acc = acc + gk[1][i];
+        volatile float sum = acc + gk[2][i], tail = gk[1][i] + gk[2][i];
+        want[i] = sum * (1.0f / (float)N);
+        volatile float other = (gk[0][i] + tail) * (1.0f / (float)N), div = sum / (float)N;
+        other_grouping += other != want[i];
+        division += div != want[i];
+        cr_assert(got[i] == want[i], "%s%s: element %d is %.9g, the documented order gives %.9g",
+                  devices, zero1 ? " ZeRO-1" : "", i, got[i], want[i]);
+    }
+    cr_assert(other_grouping > 0 && division > 0,
+              "the data cannot tell the order (%d elements differ by grouping, %d by division)",
+              other_grouping, division);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    linreg_data_free(&d);
+}
+
+Test(optimizer_options, accumulation_order_is_the_documented_one) {
+    check_accumulation_order("cpu:1", 0);
+    check_accumulation_order("cpu:2", 0);
+    check_accumulation_order("cpu:2", 1);
+}
+
 Test(optimizer_options, accumulate_needs_the_config_flag) {
     lin r;
     cr_assert_eq(lin_make(&r, &(mw_optimizer){.kind = MW_SGD, .lr = 0.1f}), MW_OK);
