@@ -2,6 +2,7 @@
  * whether a checkpoint records it), the checks between flags, and the model the flags choose. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpt2.h"
@@ -99,6 +100,13 @@ static const cli_option table[] = {
             .max = BIG, .flags = CLI_RUN),
     CLI_OPT("--seq", CLI_INT, F(seq), "32", "N", "tokens per sequence", .min = 1, .max = 1 << 20,
             .flags = CLI_RUN),
+    CLI_OPT(
+        "--micro-batches", CLI_INT, F(micro_batches), "1", "M",
+        "gradient accumulation: run each step's --batch as M micro-batches of batch/M sequences "
+        "(rows in order), one after another, and update once with the mean of their gradients: "
+        "the update and loss of the whole batch (to float tolerance) with the activation memory "
+        "of one micro-batch; M divides --batch",
+        .min = 1, .max = BIG),
     CLI_OPT("--steps", CLI_INT, F(steps), "600", "N", "training steps", .min = 0, .max = BIG,
             .flags = CLI_RUN),
     CLI_OPT("--seed", CLI_U64, F(seed), "1", "N",
@@ -241,10 +249,29 @@ static const cli_program program = {
     NULL,
 };
 
+/* " (1, 2, 4 or 8)": the divisors of n, when n is at most 1024 and has 2 to 8 of them; else
+ * nothing. */
+static void divisors(int n, char *out, size_t size) {
+    int d[8], count = 0;
+    out[0] = '\0';
+    for (int k = 1; k <= n && n <= 1024 && count <= 8; k++)
+        if (n % k == 0) {
+            if (count < 8) d[count] = k;
+            count++;
+        }
+    if (count < 2 || count > 8) return;
+    size_t at = 0;
+    for (int i = 0; i < count && at < size; i++) {
+        const char *sep = i == 0 ? " (" : i < count - 1 ? ", " : " or ";
+        at += (size_t)snprintf(out + at, size - at, "%s%d", sep, d[i]);
+    }
+    if (at < size) snprintf(out + at, size - at, ")");
+}
+
 /* Flags that contradict each other: -1 (reported), or 0. */
 static int check_flags(const options *o) {
     const char *why = NULL;
-    char buf[160];
+    char buf[240];
     if (o->stop_at > 0 && o->stop_at >= o->steps) {
         snprintf(buf, sizeof buf, "--stop-at %d is not before the last step (--steps %d)",
                  o->stop_at, o->steps);
@@ -263,6 +290,12 @@ static int check_flags(const options *o) {
         why = "--eval-only trains nothing: --save, --stop-at and --skip-nonfinite do not apply";
     } else if (o->eval_only && o->checkpoint && !o->resume) {
         why = "--eval-only trains nothing: it evaluates a --checkpoint only with --resume";
+    } else if (o->batch % o->micro_batches != 0) {
+        int n = snprintf(buf, sizeof buf,
+                         "--micro-batches %d does not divide --batch %d: use a divisor of %d",
+                         o->micro_batches, o->batch, o->batch);
+        divisors(o->batch, buf + n, sizeof buf - (size_t)n);
+        why = buf;
     }
     if (!why) return 0;
     perr("%s\n", why);
@@ -312,6 +345,44 @@ static int mesh_roles(options *o) {
     }
     if (!why) return 0;
     perr("%s\n", why);
+    return -1;
+}
+
+/* The size of the data axis on a mesh of `devices` devices: given in --mesh (X=2), or the
+ * devices the other axes leave (X alone); 1 without a data axis. */
+static int data_axis_size(const options *o, int devices) {
+    int others = 1, size = 0, data = o->data_axis[0] != '\0';
+    for (const char *p = o->mesh; *p;) {
+        size_t n = strcspn(p, "=,");
+        int is_data = data && strlen(o->data_axis) == n && strncmp(p, o->data_axis, n) == 0;
+        int given = p[n] == '=' ? atoi(p + n + 1) : 0;
+        if (is_data)
+            size = given;
+        else if (given > 0)
+            others *= given;
+        p += n;
+        p += strcspn(p, ",");
+        if (*p == ',') p++;
+    }
+    if (!data) return 1;
+    return size > 0 ? size : devices / others;
+}
+
+int check_micro_batches(const options *o, int devices) {
+    int m = o->micro_batches, rows = o->batch / m, d = data_axis_size(o, devices);
+    if (m == 1 || rows >= d) return 0;
+    int most = o->batch / d; /* the largest divisor of --batch that leaves d rows or more */
+    while (most > 1 && o->batch % most != 0) most--;
+    if (most < 1) {
+        perr("--batch %d is smaller than the %d devices of data axis %s that split it, with or "
+             "without micro-batches: give a --batch of at least %d\n",
+             o->batch, d, o->data_axis, d);
+        return -1;
+    }
+    perr("--micro-batches %d leaves %d sequence%s a micro-batch (--batch %d / %d), fewer than the "
+         "%d devices of data axis %s that split it: use a divisor of %d of at most %d, or a larger "
+         "--batch\n",
+         m, rows, rows == 1 ? "" : "s", o->batch, m, d, o->data_axis, o->batch, most);
     return -1;
 }
 

@@ -194,9 +194,13 @@ void print_setup(const run *r) {
         printf("unigram entropy (the loss of a model that knows only token frequencies): train "
                "%.4f, val %.4f nats/token\n",
                gpt2_tokens_entropy(&r->train), gpt2_tokens_entropy(&r->val));
-        printf("batch %d x %d (%s windows), %d steps, AdamW lr %g (%s, warm-up %d), grad clip "
+        char micro[80] = "";
+        if (o->micro_batches > 1)
+            snprintf(micro, sizeof micro, " in %d micro-batches of %d", o->micro_batches,
+                     o->batch / o->micro_batches);
+        printf("batch %d x %d (%s windows)%s, %d steps, AdamW lr %g (%s, warm-up %d), grad clip "
                "%g\n",
-               o->batch, o->seq, o->sequential ? "sequential" : "random", o->steps, o->lr,
+               o->batch, o->seq, o->sequential ? "sequential" : "random", micro, o->steps, o->lr,
                o->cosine ? "cosine" : "constant", o->warmup, o->grad_clip);
     }
     fflush(stdout);

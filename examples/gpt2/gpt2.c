@@ -105,11 +105,22 @@ static void print_trainer(const run *r) {
     mw_device_memory mem;
     int first = 0;
     mw_mesh_local_devices(r->mesh, &first);
-    if (mw_trainer_memory(r->tr, first, &mem) == MW_OK)
-        printf("memory per device: parameters %.2f MB, gradients %.2f MB, optimizer state %.2f MB, "
-               "activations %.2f MB, kernel workspace %.2f MB\n",
-               mem.parameters / 1e6, mem.gradients / 1e6, mem.optimizer / 1e6,
-               mem.activations / 1e6, mem.workspace / 1e6);
+    /* With micro-batches the gradients count the accumulator, which holds a gradient for each
+     * element whose AdamW moments (two) this device keeps (trainer.h: mw_device_memory), and the
+     * activations are one micro-batch's. */
+    char accum[64] = "", micro[64] = "";
+    if (mw_trainer_memory(r->tr, first, &mem) == MW_OK) {
+        if (r->o.micro_batches > 1) {
+            snprintf(accum, sizeof accum, " (%.2f MB of them the accumulator)",
+                     mem.optimizer / 2e6);
+            snprintf(micro, sizeof micro, " (a micro-batch of %d)",
+                     r->o.batch / r->o.micro_batches);
+        }
+        printf("memory per device: parameters %.2f MB, gradients %.2f MB%s, optimizer state %.2f "
+               "MB, activations %.2f MB%s, kernel workspace %.2f MB\n",
+               mem.parameters / 1e6, mem.gradients / 1e6, accum, mem.optimizer / 1e6,
+               mem.activations / 1e6, micro, mem.workspace / 1e6);
+    }
     char kernels[1024];
     if (mw_trainer_kernels(r->tr, kernels, sizeof kernels) == MW_OK) {
         printf("precision %s; kernels:\n", r->o.bf16 ? "bf16" : "fp32");
@@ -126,6 +137,7 @@ static int start(run *r, int *finished) {
     mw_status st;
     if ((st = mw_mesh_new(o->devices, o->mesh, &r->mesh)) != MW_OK)
         return fail(st, "cannot make the mesh");
+    if (check_micro_batches(o, mw_mesh_size(r->mesh)) != 0) return 2;
     print_setup(r);
     if ((st = gpt2_batch_new(o->batch, o->seq, &r->batch)) != MW_OK ||
         (st = build(o, r->mesh, &r->graph, &r->model, &r->tr)) != MW_OK)

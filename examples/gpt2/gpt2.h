@@ -39,6 +39,7 @@ typedef struct options {
     int resume, start_over, stop_at, allow_nonfinite;
     int checkpoint_every, checkpoint_every_given;
     int batch, seq, steps, sequential, warmup, cosine;
+    int micro_batches; /* --micro-batches: each step's batch run in this many parts */
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio;
     int val_every, val_batches, skip_nonfinite;
@@ -87,6 +88,9 @@ int gpt2_choose_model(options *o);
 /* A size the command line gives for a --load model must be the file's own: 0 when it is (or
  * not given), -1 with a message naming both otherwise. */
 int size_agrees(const char *what, int given, int file_value, const char *path);
+/* --micro-batches over a mesh of `devices` devices: each micro-batch's rows must give every
+ * device of the data axis at least one. 0, or -1 reported. */
+int check_micro_batches(const options *o, int devices);
 /* The text every process of a job compares: every flag but the local ones (args.c's table). */
 void gpt2_args_text(const options *o, char *buf, size_t size);
 /* The run's settings from the table (CLI_RUN), after the model's and the data's. */

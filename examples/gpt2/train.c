@@ -5,15 +5,16 @@
 
 #include "gpt2.h"
 
-/* Builds the model for --batch x --seq over `mesh`, sharded along Batch over the data axis and,
- * with --model-axis, split over the model axis, and its trainer. */
+/* Builds the model for one micro-batch (--batch / --micro-batches rows) x --seq over `mesh`,
+ * sharded along Batch over the data axis and, with --model-axis, split over the model axis, and
+ * its trainer (accumulating gradients when there are several micro-batches). */
 mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw_trainer **tr) {
     mw_status st = mw_graph_new(g);
     if (st != MW_OK) return st;
     mw_graph_set_seed(*g, o->seed);
     const char *data = o->data_axis[0] ? o->data_axis : NULL;
     st = model_build(o, *g,
-                     &(gpt2_layout){.batch = o->batch,
+                     &(gpt2_layout){.batch = o->batch / o->micro_batches,
                                     .seq = o->seq,
                                     .data_axis = data,
                                     .model_axis = o->model_axis,
@@ -33,6 +34,7 @@ mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw
                              .nonfinite = o->skip_nonfinite ? MW_NONFINITE_SKIP : MW_NONFINITE_STOP,
                              .check_replicas_every = o->check_replicas,
                              .shard_optimizer = o->shard_optimizer,
+                             .grad_accumulation = o->micro_batches > 1,
                              .cpu_threads = o->cpu_threads,
                              .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
                              .recompute = (mw_recompute)o->recompute,
@@ -41,17 +43,45 @@ mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
+/* The host batch r->batch (the global one) through the trainer, micro-batch by micro-batch:
+ * micro-batch k is rows [k B/M, (k + 1) B/M) of it, so the rows seen are the global batch's in
+ * its order. eval: the loss only; else micro-batches 0..M-2 accumulate gradients and the last
+ * one steps (the update with the mean of all M gradients, summed in this order: trainer.h). The
+ * loss is the mean of the micro-batches' losses (each the mean over its rows): the global
+ * batch's. With M = 1 it is one eval or step of the whole batch. On failure *micro says which. */
+static mw_status run_batch(run *r, int eval, float *loss, int *micro) {
+    const int m = r->o.micro_batches;
+    const int64_t n = (int64_t)(r->o.batch / m) * r->o.seq; /* tokens of a micro-batch */
+    mw_feed feeds[2];
+    gpt2_batch_feeds(&r->batch, feeds);
+    double sum = 0.0;
+    for (int k = 0; k < m; k++) {
+        mw_feed f[2] = {{feeds[0].name, r->batch.tokens + k * n, n},
+                        {feeds[1].name, r->batch.targets + k * n, n}};
+        float l;
+        mw_status st = eval        ? mw_trainer_eval(r->tr, f, 2, &l)
+                       : k < m - 1 ? mw_trainer_accumulate(r->tr, f, 2, &l)
+                                   : mw_trainer_step(r->tr, f, 2, &l);
+        if (st != MW_OK) {
+            *micro = k;
+            return st;
+        }
+        sum += l;
+    }
+    *loss = (float)(sum / m);
+    return MW_OK;
+}
+
 /* Mean loss over the first n sequential batches of t (fewer when t holds fewer). */
 mw_status evaluate(run *r, const gpt2_tokens *t, int n, float *loss, int *used) {
     int64_t avail = gpt2_batch_count(t, r->o.batch, r->o.seq);
     if (n > avail) n = (int)avail;
     double sum = 0.0;
-    mw_feed feeds[2];
-    gpt2_batch_feeds(&r->batch, feeds);
     for (int k = 0; k < n; k++) {
         float l;
+        int micro;
         gpt2_batch_sequential(&r->batch, t, k);
-        mw_status st = mw_trainer_eval(r->tr, feeds, 2, &l);
+        mw_status st = run_batch(r, 1, &l, &micro);
         if (st != MW_OK) return st;
         sum += l;
     }
@@ -93,8 +123,6 @@ static void note_grace(double step_and_save_ms) {
  * checkpoint and the validation loss at their intervals. 0, or the exit status. */
 int train(run *r) {
     const options *o = &r->o;
-    mw_feed feeds[2];
-    gpt2_batch_feeds(&r->batch, feeds);
     float loss = NAN, val;
     for (int s = (int)mw_trainer_steps(r->tr); s < o->steps; s++) {
         double t0 = now();
@@ -104,10 +132,19 @@ int train(run *r) {
         else
             gpt2_batch_random(&r->batch, &r->train, &r->rng);
         int64_t skipped = mw_trainer_skipped_steps(r->tr);
-        mw_status st = mw_trainer_step(r->tr, feeds, 2, &loss);
+        int micro = 0;
+        /* A stop request is seen by the step, after the micro-batches that accumulate (on every
+         * process at the same step): their gradients are dropped with the process. */
+        mw_status st = run_batch(r, 0, &loss, &micro);
         if (st == MW_ERR_INTERRUPTED) {
             r->rng = before;
             return interrupted(r);
+        }
+        if (st != MW_OK && o->micro_batches > 1) {
+            char what[96];
+            snprintf(what, sizeof what, "training step failed (micro-batch %d of %d)", micro + 1,
+                     o->micro_batches);
+            return fail(st, what);
         }
         if (st != MW_OK) return fail(st, "training step failed");
         double ms = 1e3 * (now() - t0);
