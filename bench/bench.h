@@ -66,6 +66,7 @@ int mwb_case_gpt2_124m(mwb_ctx *ctx); /* GPT-2 124M at T=1024 on a GPU: MFU */
 int mwb_case_mpi(mwb_ctx *ctx);       /* all-reduce between processes vs threads (under mpirun) */
 int mwb_case_sample(mwb_ctx *ctx);    /* sampling with and without the key/value cache */
 int mwb_case_rowops(mwb_ctx *ctx);    /* RMS norm, rotary, SwiGLU kernels beside a copy */
+int mwb_case_attention(mwb_ctx *ctx); /* the attention kernels, f32 and bf16 paths */
 int mwb_case_tokenize(mwb_ctx *ctx);  /* GPT-2's tokenizer vs Hugging Face tokenizers, MB/s */
 
 /* GPT-2 trained on a mesh, stepped by the caller (bench/gpt2_run.c; mwb_gpt2_make there takes

@@ -42,6 +42,8 @@ static const bench_case cases[] = {
     {"mpi", mwb_case_mpi, "under mpirun: all-reduce vs MPI_Allreduce, GPT-2 processes vs threads"},
     {"sample", mwb_case_sample,
      "llm.c's GPT-2 sampling 256 tokens: key/value cache vs recomputing, tokens/s"},
+    {"attention", mwb_case_attention,
+     "fused causal attention kernels, f32 and bf16 paths, forward and backward: ms, GFLOP/s"},
     {"rowops", mwb_case_rowops,
      "RMS norm, rotary embeddings and SwiGLU kernels beside a copy of the same bytes, GB/s"},
     {"tokenize", mwb_case_tokenize,

@@ -21,6 +21,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "devices/cpu/cpu_attention_impl.h"
 #include "devices/cpu/cpu_dnnl.h"
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
@@ -32,6 +33,7 @@ enum { P_S, P_O, P_DP, P_DQ, P_DK, P_DV, NPROD }; /* the products of a block */
 
 /* What attention_prepare makes for one attention instruction. */
 typedef struct dnnl_attention {
+    mw__cpu_attention_impl_kind kind; /* MW__ATTN_IMPL_DNNL */
     int grad, nblocks;
     mw__dnnl_gemm **prod; /* nblocks x NPROD, NULL where the pass has no such product */
     mw__k_gemm *shape;    /* the descriptor each was made from (pointers set per call) */
@@ -84,7 +86,16 @@ static mw__k_gemm gemm(int64_t m, int64_t n, int64_t kk, int ta, int64_t lda, in
 mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
     mw__dnnl *d = mw__cpu_dnnl(dev);
     k->impl = NULL;
-    if (!d || k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
+    if (k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
+#ifdef __AVX512F__
+    /* AVX512-BF16 without AMX: this library's dot-product tiles, unless MESHWIT_CPU_GEMM=onednn
+     * asks for oneDNN's products */
+    const mw__cpu_state *cs = dev->impl;
+    int amx = mw__isa_of_cpu() == MW__ISA_AMX && cs->cap >= MW__ISA_AMX;
+    if (!amx && cs->engine != MW__ENGINE_ONEDNN)
+        return MW__CPU(mw__cpu_attention_dp_prepare)(dev, k, grad);
+#endif
+    if (!d) return MW_OK;
     dnnl_attention *a = mw__calloc(1, sizeof *a);
     int nb = (int)((k->t + k->block - 1) / k->block);
     if (a) {
@@ -99,6 +110,7 @@ mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k
         if (a && (!a->prod || !a->shape)) attention_free(a);
         return st;
     }
+    a->kind = MW__ATTN_IMPL_DNNL;
     a->grad = grad;
     a->nblocks = nb;
     int64_t seq = k->seq_qkv, d_ = k->d, t = k->t, blk = k->block;
@@ -141,6 +153,8 @@ mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k
 }
 
 const char *MW__CPU(mw__cpu_attention_dnnl_name)(const mw__k_attention *k) {
+    if (mw__cpu_attention_kind(k) == MW__ATTN_IMPL_DP)
+        return "bf16 dot-product tiles (avx512_bf16)";
     return ((const dnnl_attention *)k->impl)->name;
 }
 
@@ -203,6 +217,10 @@ static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
 }
 
 mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention *k, int grad) {
+#ifdef __AVX512F__
+    if (mw__cpu_attention_kind(k) == MW__ATTN_IMPL_DP)
+        return MW__CPU(mw__cpu_attention_dp)(dev, k, grad);
+#endif
     const dnnl_attention *a = k->impl;
     mw__dnnl *d = mw__cpu_dnnl(dev);
     char *work = mw__cpu_work(dev);

@@ -610,8 +610,11 @@ static double max_abs(const double *x, int64_t n) {
     return m;
 }
 
-Test(bf16, attention_on_bf16_instructions_against_float64) {
-    enum { B = 2, T = 150, H = 2, D = 24 };
+/* The bf16 attention that runs under MESHWIT_CPU_GEMM=engine (NULL: as set), whose kernel's name
+ * holds `impl`, against float64, with a head of D. */
+static void attention_against_float64(const char *engine, const char *impl, int64_t D) {
+    enum { B = 2, T = 150, H = 2 };
+    if (engine) setenv("MESHWIT_CPU_GEMM", engine, 1);
     mw__device dev = {.vt = &mw__cpu_device, .name = "cpu:0"};
     if (!dev.vt->attention_prepare) cr_skip_test("built without oneDNN: the f32 kernel runs");
     cr_assert_eq(dev.vt->init(&dev), MW_OK);
@@ -638,8 +641,8 @@ Test(bf16, attention_on_bf16_instructions_against_float64) {
                          "above)");
         }
         keep = 1;
-        cr_assert(strstr(dev.vt->describe(&dev, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, &k),
-                         "onednn"));
+        const char *ran = dev.vt->describe(&dev, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, &k);
+        cr_assert(strstr(ran, impl), "%s ran, not %s", ran, impl);
         cr_assert_eq((grad ? dev.vt->attention_grad : dev.vt->attention)(&dev, &k), MW_OK);
         free(k.scratch);
         if (run < 3 && run != 1) continue;
@@ -672,4 +675,16 @@ Test(bf16, attention_on_bf16_instructions_against_float64) {
     cr_assert(keep);
     dev.vt->shutdown(&dev);
     free(qkv), free(gy), free(dqkv), free(h16), free(o16), free(probs);
+    unsetenv("MESHWIT_CPU_GEMM");
+}
+
+Test(bf16, attention_on_bf16_instructions_against_float64) {
+    attention_against_float64("onednn", "onednn", 24);
+}
+
+/* Where the CPU has AVX512-BF16 and no AMX, the default engine runs attention on meshwit's own
+ * dot-product tiles (a head of 40: their 16 x 16 transposes and a rest); with AMX, on oneDNN. */
+Test(bf16, attention_on_the_default_engine_against_float64) {
+    attention_against_float64(NULL,
+                              mw__isa_of_cpu() == MW__ISA_AMX ? "onednn" : "dot-product tiles", 40);
 }
