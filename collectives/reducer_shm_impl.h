@@ -67,6 +67,20 @@ struct mw__comm {
 /* --- reducer_shm_sync.c ------------------------------------------------------------------------
  */
 
+/* What a wait ended by (mw__shm_wait). */
+enum wait_end { WAIT_READY = 0, WAIT_ABORTED = 1, WAIT_EXPIRED = 2 };
+
+/* Waits until ready(arg) passes, as every wait of the reducer does: spins while a running peer
+ * would soon make it pass, then sleeps on the communicator's event (or, in a gang, parks the
+ * task). An abortable wait also ends when the communicator is aborted, and when it has lasted
+ * the communicator's timeout (if any); ready is tested first, so a wait that could complete
+ * does. Whoever makes ready pass notifies the communicator's events (mw__shm_notify). */
+int mw__shm_wait(mw__comm *c, int (*ready)(void *), void *arg, int abortable);
+/* Notifies the communicator's event and the gangs' (after a change a waiter may test). */
+void mw__shm_notify(mw__comm *c);
+/* The first abort's cause, in words ("rank 1 timed out after 200 ms waiting for rank 0"). */
+void mw__shm_describe_why(mw__comm *c, char *out, size_t size);
+
 /* An abort's cause (enum cause), the rank that saw it, the peer it waited for and the timeout,
  * packed into one word for `why`. */
 uint64_t mw__shm_pack_why(int cause, int rank, int peer, int ms);

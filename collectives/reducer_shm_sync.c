@@ -30,12 +30,11 @@ uint64_t mw__shm_set_abort(mw__comm *c, uint64_t why) {
     atomic_compare_exchange_strong_explicit(&c->why, &none, why, memory_order_relaxed,
                                             memory_order_relaxed);
     uint64_t old = atomic_fetch_or_explicit(&c->sync, ABORT_BIT, memory_order_seq_cst);
-    mw__event_notify(&c->ev);
-    if (c->wake) mw__event_notify(c->wake);
+    mw__shm_notify(c);
     return old;
 }
 
-static void describe_why(mw__comm *c, char *out, size_t size) {
+void mw__shm_describe_why(mw__comm *c, char *out, size_t size) {
     uint64_t w = atomic_load_explicit(&c->why, memory_order_relaxed);
     int cause = (int)(w & 15), rank = (int)(w >> 4 & 0x1fff) - 1;
     int peer = (int)(w >> 17 & 0x1fff) - 1, ms = (int)(uint32_t)(w >> 30);
@@ -77,7 +76,7 @@ static const char *op_name(int op) {
 
 mw_status mw__shm_aborted_error(mw__comm *c, int rank, int op, uint64_t step, int entering) {
     char why[160];
-    describe_why(c, why, sizeof why);
+    mw__shm_describe_why(c, why, sizeof why);
     if (entering)
         return mw__error(MW_ERR_ABORTED,
                          "%s aborted: rank %d entered after the communicator was aborted (%s); "
@@ -91,20 +90,78 @@ mw_status mw__shm_aborted_error(mw__comm *c, int rank, int op, uint64_t step, in
                      op_name(op), rank, peer, why);
 }
 
-/* What a rank parked in a gang waits for: its step complete, or (refusable) an abort, or its
- * deadline (0: none) passed. */
+/* What a gang's parked task waits for: ready(arg), or (abortable) an abort, or its deadline (0:
+ * none) passed. */
+typedef struct waiter {
+    mw__comm *c;
+    int (*ready)(void *);
+    void *arg;
+    int abortable;
+    int64_t deadline;
+} waiter;
+
+static int waiter_ready(void *p) {
+    const waiter *w = p;
+    return w->ready(w->arg) ||
+           (w->abortable &&
+            (atomic_load_explicit(&w->c->sync, memory_order_seq_cst) & ABORT_BIT)) ||
+           (w->deadline > 0 && now_ns() > w->deadline);
+}
+
+void mw__shm_notify(mw__comm *c) {
+    mw__event_notify(&c->ev);
+    if (c->wake) mw__event_notify(c->wake);
+}
+
+int mw__shm_wait(mw__comm *c, int (*ready)(void *), void *arg, int abortable) {
+    /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
+     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
+     * run as a gang's task (collectives/fiber.h) parks instead, until the same test passes, and its
+     * gang runs the other ranks of its thread meanwhile. */
+    waiter w = {c, ready, arg, abortable, 0};
+    int64_t start = 0;
+    for (unsigned spins = 0;; spins++) {
+        if (ready(arg)) return WAIT_READY;
+        /* Seen aborted, tested again: what made it ready may have come between the two loads,
+         * and nothing that makes an abortable wait ready comes after an abort. */
+        if (abortable && (atomic_load_explicit(&c->sync, memory_order_seq_cst) & ABORT_BIT))
+            return ready(arg) ? WAIT_READY : WAIT_ABORTED;
+        if (spins % 64 != 63 && spins > 0) {
+            mw__cpu_relax();
+            continue;
+        }
+        int64_t now = now_ns();
+        if (!start) {
+            start = now;
+            if (abortable && c->timeout_ms > 0) w.deadline = now + (int64_t)c->timeout_ms * 1000000;
+        }
+        if (w.deadline > 0 && now > w.deadline) return WAIT_EXPIRED;
+        if (mw__gang_wait(waiter_ready, &w)) {
+            spins = 62; /* ready: the next pass reads the clock for the deadline */
+            continue;
+        }
+        if (now - start < c->spin_ns) continue;
+        uint32_t seen = mw__event_prepare(&c->ev);
+        if (ready(arg) ||
+            (abortable && (atomic_load_explicit(&c->sync, memory_order_seq_cst) & ABORT_BIT))) {
+            mw__event_cancel(&c->ev);
+            continue;
+        }
+        int64_t slice = SLEEP_SLICE_NS;
+        if (w.deadline > 0 && w.deadline - now < slice) slice = w.deadline - now + 1000;
+        mw__event_sleep(&c->ev, seen, slice);
+    }
+}
+
+/* A step is complete once every rank has arrived at it. */
 typedef struct step_wait {
     mw__comm *c;
     uint64_t target;
-    int refusable;
-    int64_t deadline;
 } step_wait;
 
-static int step_ready(void *arg) {
-    const step_wait *w = arg;
-    uint64_t v = atomic_load_explicit(&w->c->sync, memory_order_seq_cst);
-    return (v & COUNT_MASK) >= w->target || (w->refusable && (v & ABORT_BIT)) ||
-           (w->deadline > 0 && now_ns() > w->deadline);
+static int step_complete(void *arg) {
+    const step_wait *sw = arg;
+    return (atomic_load_explicit(&sw->c->sync, memory_order_seq_cst) & COUNT_MASK) >= sw->target;
 }
 
 /* The first half of a step: this rank arrives (refused once the communicator was aborted) and
@@ -123,63 +180,25 @@ static mw_status arrive(mw__comm *c, int rank, int op, int refusable) {
         atomic_fetch_add_explicit(&c->sync, 1, memory_order_acq_rel);
     }
     me->step = step;
-    mw__event_notify(&c->ev);
-    if (c->wake) mw__event_notify(c->wake);
+    mw__shm_notify(c);
     return MW_OK;
 }
 
 /* The second half: waits until every rank has arrived at this rank's last step. */
 mw_status mw__shm_await_step(mw__comm *c, int rank, int op, int refusable) {
     uint64_t step = c->ranks[rank].step;
-    uint64_t target = step * (uint64_t)c->nranks;
-    uint64_t v;
-    /* Spin while a running peer would arrive soon, then sleep until an arrival or abort wakes
-     * this rank (or, with a timeout, until the deadline). The clock is read every 64 spins. A rank
-     * run as a gang's task (collectives/fiber.h) parks instead, until the same test passes, and its
-     * gang runs the other ranks of its thread meanwhile. */
-    int64_t start = 0, deadline = 0;
-    step_wait sw = {c, target, refusable, 0};
-    for (unsigned spins = 0;; spins++) {
-        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
-        if ((v & COUNT_MASK) >= target) return MW_OK;
-        if (refusable && (v & ABORT_BIT)) return mw__shm_aborted_error(c, rank, op, step, 0);
-        if (spins % 64 != 63 && spins > 0) {
-            mw__cpu_relax();
-            continue;
-        }
-        int64_t now = now_ns();
-        if (!start) {
-            start = now;
-            if (refusable && c->timeout_ms > 0) deadline = now + (int64_t)c->timeout_ms * 1000000;
-            sw.deadline = deadline;
-        }
-        if (deadline > 0 && now > deadline) {
-            int peer = missing_rank(c, rank, step);
-            uint64_t old =
-                mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_TIMEOUT, rank, peer, c->timeout_ms));
-            if ((old & COUNT_MASK) >= target) return MW_OK; /* everyone arrived just in time */
-            if (peer < 0)
-                return mw__error(MW_ERR_TIMEOUT,
-                                 "%s timed out after %d ms: rank %d waited for its peers",
-                                 op_name(op), c->timeout_ms, rank);
-            return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
-                             op_name(op), c->timeout_ms, rank, peer);
-        }
-        if (mw__gang_wait(step_ready, &sw)) {
-            spins = 62; /* ready: the next pass reads the clock for the deadline */
-            continue;
-        }
-        if (now - start < c->spin_ns) continue;
-        uint32_t seen = mw__event_prepare(&c->ev);
-        v = atomic_load_explicit(&c->sync, memory_order_seq_cst);
-        if ((v & COUNT_MASK) >= target || (refusable && (v & ABORT_BIT))) {
-            mw__event_cancel(&c->ev);
-            continue;
-        }
-        int64_t slice = SLEEP_SLICE_NS;
-        if (deadline > 0 && deadline - now < slice) slice = deadline - now + 1000;
-        mw__event_sleep(&c->ev, seen, slice);
-    }
+    step_wait sw = {c, step * (uint64_t)c->nranks};
+    int end = mw__shm_wait(c, step_complete, &sw, refusable);
+    if (end == WAIT_READY) return MW_OK;
+    if (end == WAIT_ABORTED) return mw__shm_aborted_error(c, rank, op, step, 0);
+    int peer = missing_rank(c, rank, step);
+    uint64_t old = mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_TIMEOUT, rank, peer, c->timeout_ms));
+    if ((old & COUNT_MASK) >= sw.target) return MW_OK; /* everyone arrived just in time */
+    if (peer < 0)
+        return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for its peers",
+                         op_name(op), c->timeout_ms, rank);
+    return mw__error(MW_ERR_TIMEOUT, "%s timed out after %d ms: rank %d waited for rank %d",
+                     op_name(op), c->timeout_ms, rank, peer);
 }
 
 /* Takes this rank's next step: arrives, then waits for its peers. A refusable step gives up
