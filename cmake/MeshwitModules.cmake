@@ -11,6 +11,7 @@ set(_mw_src "${PROJECT_SOURCE_DIR}")
 # its own copy of the shared-memory reducer (CUDA and MPI reducers run it among local ranks).
 set(_mw_module_common "${_mw_src}/devices/module/imports.c"
                       "${_mw_src}/collectives/reducer_shm.c" "${_mw_src}/collectives/reducer_shm_sync.c"
+                      "${_mw_src}/collectives/reducer_shm_p2p.c"
                       "${_mw_src}/collectives/wait.c" "${_mw_src}/collectives/fiber.c")
 
 # meshwit_module_defaults(<target>): meshwit's flags, and only the entry point visible.

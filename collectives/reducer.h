@@ -4,7 +4,8 @@
  * the collectives with its own rank.
  *
  * Contract for every implementation:
- * - Every rank of a communicator calls the same collectives in the same order with the same n.
+ * - Every rank of a communicator calls the same collectives in the same order with the same n
+ *   (point-to-point calls, send, recv and sendrecv below, concern only their two ranks).
  * - allreduce_sum is in place and deterministic: the result is the sum over ranks in rank order
  *   (rank 0 + rank 1 + ... for each element), the same bits on every rank and on every run.
  * - Buffers hold n elements of a dtype: every reducer takes MW_F32 (the gradients, the
@@ -16,7 +17,7 @@
  *   host when no rank is inside a collective) makes the communicator usable again.
  * - With a timeout set, a rank waiting longer than timeout_ms for its peers returns
  *   MW_ERR_TIMEOUT and aborts the communicator.
- * - No allocation inside a collective. */
+ * - No allocation inside a collective or a point-to-point call. */
 #ifndef MW__REDUCER_H
 #define MW__REDUCER_H
 
@@ -41,6 +42,10 @@ typedef struct mw__comm_options {
      * arrival and abort, so that a thread running several ranks as a gang (collectives/fiber.h)
      * can sleep until any of its communicators moves. NULL: none. */
     struct mw__event *wake;
+    /* Shared-memory reducer: the number each rank goes by in the messages of point-to-point
+     * calls (nranks entries, copied), for a communicator of some ranks of a larger group (the
+     * hierarchical reducer's ranks of one process). NULL: its rank. */
+    const int *names;
 } mw__comm_options;
 
 typedef struct mw__reducer_vtable {
@@ -100,6 +105,42 @@ typedef struct mw__reducer_vtable {
      * communicator completes it first. Results and errors are those of all_gather. */
     mw_status (*all_gather_start)(mw__comm *comm, int rank, void *buf, size_t n, mw_dtype dtype,
                                   const size_t *bounds);
+    /* Point-to-point between two ranks (a pipeline's stage boundaries). Every reducer of meshwit
+     * implements them; NULL in a reducer without them. Unlike a collective, only the two ranks
+     * named take part: the others may do anything meanwhile, also other point-to-point calls.
+     * send: buf[0..n) of `rank` goes to rank `peer`, into the buffer of its recv with
+     * peer == rank; recv returns when it is there (on a reducer of device memory: ordered there,
+     * below). Matching: the k-th send from r to q is received by q's k-th recv from r, per
+     * ordered pair, whatever other pairs do. Both calls must pass the same n and dtype: a
+     * mismatch fails both with MW_ERR_INVALID, a message naming both ranks' lengths and types,
+     * and nothing written (checked before any data moves, like the collectives' same-call
+     * checks; the communicator stays usable).
+     * Bits are moved, never added: f32 and bf16 alike in every reducer (another dtype:
+     * MW_ERR_UNSUPPORTED, the communicator aborted as for a bad argument).
+     * A send waits for its receiver (rendezvous; nothing is buffered, nothing allocated), so two
+     * ranks that both send to each other first wait for each other until the timeout: they call
+     * sendrecv, which sends sendbuf[0..n) to send_peer while it receives recvbuf[0..n) from
+     * recv_peer (the receive posted first), so that every rank of a ring may call it at once,
+     * and which pairs with a peer's sendrecv, or with its send and recv in either order. The two
+     * buffers must not overlap. A rank's only transfer with itself is sendrecv with send_peer ==
+     * recv_peer == rank (a copy); send and recv to or from oneself are refused.
+     * Collectives in flight: a point-to-point call first completes the all-reduces and the
+     * all-gather this rank started (allreduce_start, all_gather_start), as the collectives do;
+     * so a peer must not wait in a point-to-point call for this rank before it joins them.
+     * Abort and timeout as for the collectives: a rank blocked in (or later entering) a send,
+     * recv or sendrecv returns MW_ERR_ABORTED promptly when any rank aborts the communicator;
+     * one waiting longer than timeout_ms for its peer returns MW_ERR_TIMEOUT and aborts it. A
+     * transfer given up completes on both sides or on neither (in shared memory, cuda-local and
+     * NCCL in one process); between processes the communicator is then poisoned, as after a
+     * collective given up there. reset() makes it usable again where the collectives' is.
+     * Device memory: buffers live on the ranks' devices; the transfer is queued after the work
+     * queued so far on both devices and before their later work (the receiver's next kernels
+     * read the data, the sender's may overwrite buf); NCCL's calls return once it ran. */
+    mw_status (*send)(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                      mw_dtype dtype);
+    mw_status (*recv)(mw__comm *comm, int rank, int peer, void *buf, size_t n, mw_dtype dtype);
+    mw_status (*sendrecv)(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                          int recv_peer, void *recvbuf, size_t n, mw_dtype dtype);
 } mw__reducer_vtable;
 
 /* MW_OK for a dtype a reducer that takes only f32 is given f32; else MW_ERR_UNSUPPORTED naming
@@ -142,6 +183,16 @@ static inline mw_status mw__reducer_dtype(const char *reducer, const char *what,
         mw_status st = mw__reducer_dtype(name, "broadcast", dtype);                                \
         return st ? st : prefix##_broadcast_f32(comm, rank, buf, n, root);                         \
     }
+
+/* Bytes per element of a dtype point-to-point calls move (f32, bf16), or 0 for another. */
+static inline size_t mw__p2p_esize(mw_dtype dtype) {
+    return dtype == MW_F32 ? 4 : dtype == MW_BF16 ? 2 : 0;
+}
+
+/* The name of such a dtype in messages. */
+static inline const char *mw__p2p_dtype_name(mw_dtype dtype) {
+    return dtype == MW_F32 ? "f32" : dtype == MW_BF16 ? "bf16" : "non-f32";
+}
 
 /* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
  * balanced to within one line; lo of r == parts is n. Depends only on n, parts and r. */

@@ -42,7 +42,10 @@
  * steps of all ranks stay in one order.
  *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
- * the same bits on every rank, on every run and whichever path ran. */
+ * the same bits on every rank, on every run and whichever path ran.
+ *
+ * Point-to-point calls (reducer_shm_p2p.c) take no step: only their two ranks meet, through the
+ * receiver's posted receive, and share with the collectives only the abort word and the waits. */
 #include "collectives/reducer_shm_impl.h"
 
 #include <sched.h>
@@ -197,10 +200,12 @@ static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
     size_t slot_size = SMALL_MAX_FLOATS * sizeof(float);
     rank_state *ranks = mw__aligned_alloc(LINE, ranks_size);
     float *scratch = nranks > 1 ? mw__aligned_alloc(LINE, (size_t)nranks * 2 * slot_size) : NULL;
-    if (!c || !ranks || (nranks > 1 && !scratch)) {
+    int *names = opt && opt->names ? mw__malloc((size_t)nranks * sizeof *names) : NULL;
+    if (!c || !ranks || (nranks > 1 && !scratch) || (opt && opt->names && !names)) {
         mw__free(c);
         mw__free(ranks);
         mw__free(scratch);
+        mw__free(names);
         return mw__error(MW_ERR_NOMEM, "shm comm_new: out of memory for %d ranks", nranks);
     }
     memset(c, 0, sizeof *c);
@@ -213,8 +218,11 @@ static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
     c->spin_ns = mw__spin_ns(nranks);
     c->scratch = scratch;
     c->ranks = ranks;
+    c->names = names;
+    if (names) memcpy(names, opt->names, (size_t)nranks * sizeof *names);
     for (int r = 0; r < nranks; r++) {
         atomic_init(&ranks[r].arrived, 0);
+        atomic_init(&ranks[r].recv.state, P2P_IDLE);
         if (scratch) {
             ranks[r].slot[0] = scratch + (size_t)r * 2 * SMALL_MAX_FLOATS;
             ranks[r].slot[1] = ranks[r].slot[0] + SMALL_MAX_FLOATS;
@@ -228,6 +236,7 @@ static void shm_comm_free(mw__comm *c) {
     if (!c) return;
     mw__free(c->scratch);
     mw__free(c->ranks);
+    mw__free(c->names);
     mw__free(c);
 }
 
@@ -236,7 +245,7 @@ static mw_status finish_gather(mw__comm *c, int rank);
 /* Checks the arguments of a call; a bad one aborts the communicator, so peers are not left
  * waiting for a rank that will never arrive. A valid call first completes this rank's gather in
  * flight (all_gather_start). */
-static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
+mw_status mw__shm_check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
     if (!c) return mw__error(MW_ERR_INVALID, "%s: communicator is NULL", what);
     if (dtype != MW_F32 && dtype != MW_BF16) {
         mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -256,7 +265,7 @@ static mw_status check_args(mw__comm *c, int rank, const char *what, int bad_buf
 }
 
 static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, mw_dtype dtype) {
-    mw_status st = check_args(c, rank, "all-reduce", !vbuf && n > 0, dtype);
+    mw_status st = mw__shm_check_args(c, rank, "all-reduce", !vbuf && n > 0, dtype);
     if (st != MW_OK) return st;
     float *buf = vbuf;
     int p = c->nranks;
@@ -298,7 +307,7 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, 
  * are summed. */
 static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
                                         const size_t *bounds) {
-    mw_status st = check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds, dtype);
+    mw_status st = mw__shm_check_args(c, rank, "reduce-scatter", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (mw__bad_bounds(bounds, c->nranks, n)) {
         mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -327,7 +336,7 @@ static mw_status shm_reduce_scatter_sum(mw__comm *c, int rank, void *buf, size_t
 /* An all-gather's checks; a bad call aborts the communicator. */
 static mw_status gather_args(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
                              const size_t *bounds) {
-    mw_status st = check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds, dtype);
+    mw_status st = mw__shm_check_args(c, rank, "all-gather", (!buf && n > 0) || !bounds, dtype);
     if (st != MW_OK) return st;
     if (!mw__bad_bounds(bounds, c->nranks, n)) return MW_OK;
     mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -390,7 +399,7 @@ static mw_status shm_finish(mw__comm *c, int rank) {
 /* Every rank but the root copies the root's buffer; nobody writes what another rank reads. */
 static mw_status shm_broadcast(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype,
                                int root) {
-    mw_status st = check_args(c, rank, "broadcast", !buf && n > 0, dtype);
+    mw_status st = mw__shm_check_args(c, rank, "broadcast", !buf && n > 0, dtype);
     if (st != MW_OK) return st;
     if (root < 0 || root >= c->nranks) {
         mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
@@ -407,7 +416,7 @@ static mw_status shm_broadcast(mw__comm *c, int rank, void *buf, size_t n, mw_dt
 }
 
 static mw_status shm_barrier(mw__comm *c, int rank) {
-    mw_status st = check_args(c, rank, "barrier", 0, MW_F32);
+    mw_status st = mw__shm_check_args(c, rank, "barrier", 0, MW_F32);
     if (st != MW_OK) return st;
     if (c->nranks == 1) {
         if (atomic_load_explicit(&c->sync, memory_order_acquire) & ABORT_BIT)
@@ -427,6 +436,7 @@ static void shm_reset(mw__comm *c) {
         c->ranks[r].step = 0;
         c->ranks[r].pending = 0;
         atomic_store_explicit(&c->ranks[r].arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&c->ranks[r].recv.state, P2P_IDLE, memory_order_relaxed);
     }
     atomic_store_explicit(&c->why, 0, memory_order_relaxed);
     atomic_store_explicit(&c->sync, 0, memory_order_release);
@@ -446,4 +456,7 @@ const mw__reducer_vtable mw__reducer_shm = {
     .broadcast = shm_broadcast,
     .all_gather_start = shm_all_gather_start,
     .finish = shm_finish,
+    .send = mw__shm_send,
+    .recv = mw__shm_recv,
+    .sendrecv = mw__shm_sendrecv,
 };

@@ -44,12 +44,29 @@ typedef struct desc {
     int root;             /* broadcast: the rank whose buffer is copied */
 } desc;
 
+/* Point-to-point (reducer_shm_p2p.c): the receive a rank has posted. Its own thread writes the
+ * fields, then opens `state`; the one sender it names claims it, copies into buf (or, on a
+ * mismatch, leaves its own call in sent_n and sent_dtype) and closes it. */
+enum p2p_phase { P2P_IDLE = 0, P2P_OPEN = 1, P2P_CLAIMED = 2, P2P_DONE = 3, P2P_MISMATCH = 4 };
+#define P2P_STATE(phase, peer) ((uint64_t)(phase) | (uint64_t)((peer) + 1) << 8)
+#define P2P_PHASE(state) ((int)((state)&0xff))
+
+typedef struct p2p_slot {
+    alignas(LINE) _Atomic uint64_t state; /* P2P_STATE(phase, the sender it waits for) */
+    void *buf;
+    size_t n;
+    mw_dtype dtype;
+    size_t sent_n;
+    mw_dtype sent_dtype;
+} p2p_slot;
+
 typedef struct rank_state {
     alignas(LINE) desc pub[2]; /* indexed by step parity */
     uint64_t step;             /* steps this rank has taken; only its own thread touches it */
     _Atomic uint64_t arrived;  /* the last step it arrived at: read only to name a missing rank */
     float *slot[2];            /* small-path scratch, indexed by step parity */
     int pending;               /* an all_gather_start's gather waits for finish */
+    p2p_slot recv;             /* the receive it posted (point-to-point) */
 } rank_state;
 
 struct mw__comm {
@@ -62,7 +79,13 @@ struct mw__comm {
     int64_t spin_ns;
     float *scratch;
     rank_state *ranks;
+    int *names; /* what point-to-point messages call each rank; NULL: its rank */
 };
+
+/* What messages call rank r. */
+static inline int mw__shm_name(const mw__comm *c, int r) {
+    return c->names && r >= 0 && r < c->nranks ? c->names[r] : r;
+}
 
 /* --- reducer_shm_sync.c ------------------------------------------------------------------------
  */
@@ -107,5 +130,20 @@ mw_status mw__shm_enter_root(mw__comm *c, int rank, int op, void *buf, size_t n,
                              const size_t *bounds, int root);
 mw_status mw__shm_enter(mw__comm *c, int rank, int op, void *buf, size_t n, mw_dtype dtype,
                         const size_t *bounds);
+
+/* --- reducer_shm.c ----------------------------------------------------------------------------
+ */
+
+/* Checks the communicator, the rank, the dtype and (bad_buf) the buffer of a call named what; a
+ * bad one aborts the communicator. A valid call first completes this rank's all-gather in
+ * flight. */
+mw_status mw__shm_check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype);
+
+/* --- reducer_shm_p2p.c: point-to-point (the contract in reducer.h) ---------------------------- */
+
+mw_status mw__shm_send(mw__comm *c, int rank, int peer, const void *buf, size_t n, mw_dtype dtype);
+mw_status mw__shm_recv(mw__comm *c, int rank, int peer, void *buf, size_t n, mw_dtype dtype);
+mw_status mw__shm_sendrecv(mw__comm *c, int rank, int send_peer, const void *sendbuf, int recv_peer,
+                           void *recvbuf, size_t n, mw_dtype dtype);
 
 #endif

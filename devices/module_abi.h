@@ -21,9 +21,10 @@
 
 /* The module interface's version: a module of the same meshwit version built from other source is
  * refused rather than misread. Made of MW__MODULE_TABLES, raised by hand whenever the tables of
- * this file change, and of what follows from the instruction table by itself: the kernels'
- * layout (MW__KERNEL_LAYOUT_OF) and the device vtable's size. */
-#define MW__MODULE_TABLES 9
+ * this file change (or the reducer vtable they hand over, collectives/reducer.h), and of what
+ * follows from the instruction table by itself: the kernels' layout (MW__KERNEL_LAYOUT_OF) and
+ * the device vtable's size. */
+#define MW__MODULE_TABLES 10
 #define MW__MODULE_ABI_OF(TABLE)                                                                   \
     ((int)((MW__MODULE_TABLES * 1000003u +                                                         \
             (MW__KERNEL_LAYOUT_OF(TABLE) ^ (unsigned)sizeof(mw__device_vtable))) &                 \
