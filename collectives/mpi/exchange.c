@@ -54,6 +54,7 @@
  * They run one at a time, and between two processes messages of one tag arrive in the order
  * sent, so every receive matches the send of the same part and collective. */
 #define TAG_PARTS (2 * TAG_PERIOD)
+_Static_assert(TAG_PARTS < MW__MPI_P2P_TAG0, "the exchange's tags run into the point-to-point's");
 #define TILE 1024 /* floats summed at once: stays in L1 while the contributions are added */
 /* Small messages take one round instead of two: every process sends its whole buffer to every
  * other, in pieces of PIECE_FLOATS, and sums all copies in process order. A piece of 2 KiB stays
@@ -144,11 +145,12 @@ mw_status mw__mpi_exchange_new(MPI_Comm comm, int timeout_ms, const _Atomic int 
     return MW_OK;
 }
 
-/* Scratch that operations still in flight after a failure may yet receive into: kept until MPI is
- * finalised (then nothing can land in it), and still reachable meanwhile. */
+/* Memory that operations still in flight after a failure may yet receive into (an exchange's
+ * scratch, the point-to-point slots): kept until MPI is finalised (then nothing can land in it),
+ * and still reachable meanwhile. */
 typedef struct abandoned {
     struct abandoned *next;
-    float *scratch;
+    void *scratch;
 } abandoned;
 static abandoned *graveyard;
 static pthread_mutex_t graveyard_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,20 +166,24 @@ void mw__mpi_exchange_release_abandoned(void) {
     pthread_mutex_unlock(&graveyard_mu);
 }
 
+void mw__mpi_abandon(void *p) {
+    if (!p) return;
+    abandoned *a = mw__malloc(sizeof *a);
+    /* Without memory for the record the buffer stays allocated, unreachable: still safe. */
+    if (a) {
+        pthread_mutex_lock(&graveyard_mu);
+        *a = (abandoned){graveyard, p};
+        graveyard = a;
+        pthread_mutex_unlock(&graveyard_mu);
+    }
+}
+
 void mw__mpi_exchange_free(mw__mpi_exchange *x) {
     if (!x) return;
-    if (x->count == 0 && !x->parts_failed) {
+    if (x->count == 0 && !x->parts_failed)
         mw__free(x->scratch);
-    } else if (x->scratch) {
-        abandoned *a = mw__malloc(sizeof *a);
-        /* Without memory for the record the buffer stays allocated, unreachable: still safe. */
-        if (a) {
-            pthread_mutex_lock(&graveyard_mu);
-            *a = (abandoned){graveyard, x->scratch};
-            graveyard = a;
-            pthread_mutex_unlock(&graveyard_mu);
-        }
-    }
+    else
+        mw__mpi_abandon(x->scratch);
     mw__free(x->req);
     mw__free(x->preq);
     mw__free(x);

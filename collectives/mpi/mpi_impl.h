@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "meshwit/graph.h"
 #include "meshwit/status.h"
 
 /* MPI calls made from worker threads go through these: a no-op when MPI gave
@@ -78,5 +79,36 @@ mw_status mw__mpi_exchange_gather_start(mw__mpi_exchange *x, float *buf, const m
 
 /* All-reduces in flight. */
 int mw__mpi_exchange_pending(const mw__mpi_exchange *x);
+
+/* Keeps p (allocated with mw__malloc) until MPI is finalised, then frees it: memory that messages
+ * still in flight after a failure may yet be written into. */
+void mw__mpi_abandon(void *p);
+
+/* The first tag of the point-to-point messages; the exchange's are below it. */
+#define MW__MPI_P2P_TAG0 16400
+
+/* Point-to-point between processes (collectives/mpi/p2p.c): the half of a send, recv or sendrecv
+ * that concerns ranks of other processes, over the leaders' communicator. Every local rank has
+ * a slot of its own, used only by its thread, so the ranks of a process transfer at once. */
+typedef struct mw__mpi_p2p mw__mpi_p2p;
+
+/* nlocal slots for a group of nranks ranks; proc_index[r] is the rank of r's process in comm.
+ * comm, proc_index and procs are borrowed; aborted, poisoned and timeout_ms as for the exchange.
+ * Errors: MW_ERR_NOMEM. */
+mw_status mw__mpi_p2p_new(MPI_Comm comm, int nranks, int nlocal, const int *proc_index,
+                          int timeout_ms, const _Atomic int *aborted, _Atomic int *poisoned,
+                          const char *procs, mw__mpi_p2p **out);
+void mw__mpi_p2p_free(mw__mpi_p2p *x);
+/* Posts, in slot li, the messages of group rank `rank`'s call `what` ("send") with ranks of other
+ * processes: a send of sendbuf[0..n) to send_peer and a receive of recvbuf[0..n) from recv_peer
+ * (-1: none), without waiting. The arguments are checked by the caller. */
+mw_status mw__mpi_p2p_post(mw__mpi_p2p *x, int li, const char *what, int rank, int send_peer,
+                           const void *sendbuf, int recv_peer, void *recvbuf, size_t n,
+                           mw_dtype dtype);
+/* Polls slot li until what was posted there is complete: MW_ERR_INVALID (naming both calls, no
+ * data moved) when a peer's n or dtype differs; MW_ERR_ABORTED when *aborted is set,
+ * MW_ERR_TIMEOUT after timeout_ms and MW_ERR_DEVICE when MPI fails, each of them poisoning the
+ * communicator. */
+mw_status mw__mpi_p2p_wait(mw__mpi_p2p *x, int li);
 
 #endif

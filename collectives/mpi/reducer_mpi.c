@@ -36,6 +36,7 @@
  * the parts they move (mw__mpi_exchange_parts; see each function). A reduce-scatter sums every
  * element exactly as the all-reduce does (the same move 1, the same process order), so its
  * parts are the all-reduce's bits. */
+#include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -66,6 +67,7 @@ typedef struct hier_comm {
     int nprocs;
     int timeout_ms;      /* between processes */
     mw__mpi_exchange *x; /* the leader's, between processes */
+    mw__mpi_p2p *p2p;    /* every rank's point-to-point calls between processes */
     started *todo;       /* nlocal * MW__MPI_MAX_INFLIGHT, by local index */
     int *ntodo;          /* per local index */
     _Atomic int aborted;
@@ -98,6 +100,7 @@ static void hier_comm_free(mw__comm *comm) {
         mw__mpi_unlock();
     }
     mw__mpi_exchange_free(c->x);
+    mw__mpi_p2p_free(c->p2p);
     mw__free(c->todo);
     mw__free(c->ntodo);
     mw__free(c->local_of);
@@ -184,6 +187,9 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
         }
         mw_status st =
             mw__mpi_exchange_new(split, c->timeout_ms, &c->aborted, &c->poisoned, c->procs, &c->x);
+        if (!st)
+            st = mw__mpi_p2p_new(split, nranks, nlocal, c->proc_index, c->timeout_ms, &c->aborted,
+                                 &c->poisoned, c->procs, &c->p2p);
         if (st) {
             hier_comm_free((mw__comm *)c);
             return st;
@@ -191,11 +197,16 @@ static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
     }
     if (nlocal > 1) {
         struct mw__device *locals[MAX_RANKS];
+        int names[MAX_RANKS];
         for (int r = 0; r < nranks; r++)
-            if (c->local_of[r] >= 0) locals[c->local_of[r]] = devices ? devices[r] : NULL;
+            if (c->local_of[r] >= 0) {
+                locals[c->local_of[r]] = devices ? devices[r] : NULL;
+                names[c->local_of[r]] = r;
+            }
         /* Locally, peers wait on the leader while it waits on MPI: give the leader's clearer
          * timeout time to fire first. */
-        mw__comm_options lo = {.timeout_ms = multi ? 2 * c->timeout_ms : user_timeout};
+        mw__comm_options lo = {.timeout_ms = multi ? 2 * c->timeout_ms : user_timeout,
+                               .names = names};
         mw_status st = mw__reducer_shm.comm_new(nlocal, locals, &lo, &c->local);
         if (st) {
             hier_comm_free((mw__comm *)c);
@@ -498,6 +509,121 @@ static mw_status hier_broadcast_f32(mw__comm *comm, int rank, float *buf, size_t
     return MW_OK;
 }
 
+/* ---- point-to-point ---- */
+
+/* The checks of a point-to-point call (as the shared-memory reducer's; a bad one aborts, since
+ * the peer would wait), then the collectives this rank has in flight. send_peer or recv_peer -1:
+ * that half is absent. */
+static mw_status enter_p2p(hier_comm *c, const char *what, int rank, int send_peer,
+                           const void *sendbuf, int recv_peer, const void *recvbuf, size_t n,
+                           mw_dtype dtype) {
+    mw_status st = check_rank(c, rank, what);
+    if (st) return st;
+    int p = c->nranks, both = send_peer >= 0 && recv_peer >= 0;
+    size_t bytes = n * mw__p2p_esize(dtype);
+    const char *bad = NULL;
+    if (!mw__p2p_esize(dtype)) {
+        hier_abort((mw__comm *)c);
+        return mw__error(MW_ERR_UNSUPPORTED, "mpi %s: elements of dtype %d (f32 and bf16 only)",
+                         what, (int)dtype);
+    }
+    if (send_peer >= p || recv_peer >= p)
+        bad = "a peer out of range";
+    else if (n > 0 && ((send_peer >= 0 && !sendbuf) || (recv_peer >= 0 && !recvbuf)))
+        bad = "a NULL buffer";
+    else if (!both && (send_peer == rank || recv_peer == rank))
+        bad = "itself as the peer (a copy to oneself is a sendrecv)";
+    else if (both && (send_peer == rank) != (recv_peer == rank))
+        bad = "itself as only one of the peers";
+    else if (both && bytes > 0 && (const char *)sendbuf < (const char *)recvbuf + bytes &&
+             (const char *)recvbuf < (const char *)sendbuf + bytes)
+        bad = "overlapping send and receive buffers";
+    if (bad) {
+        hier_abort((mw__comm *)c);
+        return mw__error(MW_ERR_INVALID, "mpi %s: rank %d passed %s (peers %d and %d of %d ranks)",
+                         what, rank, bad, send_peer, recv_peer, p);
+    }
+    if ((st = hier_allreduce_finish((mw__comm *)c, rank))) return st;
+    if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+        return mw__error(MW_ERR_ABORTED,
+                         "mpi %s aborted: rank %d entered after the communicator was aborted; "
+                         "reset it first",
+                         what, rank);
+    return MW_OK;
+}
+
+/* A transfer between ranks of this process: in shared memory (by local index), or a copy when
+ * the rank is the only one here (then its only transfer is with itself). */
+static mw_status local_p2p(hier_comm *c, int rank, int send_peer, const void *sendbuf,
+                           int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    int li = c->local_of[rank];
+    if (!c->local) {
+        if (n) memcpy(recvbuf, sendbuf, n * mw__p2p_esize(dtype));
+        return MW_OK;
+    }
+    if (recv_peer < 0)
+        return mw__reducer_shm.send(c->local, li, c->local_of[send_peer], sendbuf, n, dtype);
+    if (send_peer < 0)
+        return mw__reducer_shm.recv(c->local, li, c->local_of[recv_peer], recvbuf, n, dtype);
+    return mw__reducer_shm.sendrecv(c->local, li, c->local_of[send_peer], sendbuf,
+                                    c->local_of[recv_peer], recvbuf, n, dtype);
+}
+
+/* A send, recv or sendrecv. Halves with ranks of other processes go over MPI (collectives/mpi/
+ * p2p.c), from this rank's own thread; a half with a rank of this process goes through shared
+ * memory. The MPI messages are posted first, then the shared-memory half runs (its peer,
+ * which posts its receive as it enters, never waits for this rank's MPI), then the MPI half is
+ * awaited. */
+static mw_status hier_p2p(mw__comm *comm, const char *what, int rank, int send_peer,
+                          const void *sendbuf, int recv_peer, void *recvbuf, size_t n,
+                          mw_dtype dtype) {
+    hier_comm *c = (hier_comm *)comm;
+    mw_status st = enter_p2p(c, what, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
+    if (st) return st;
+    int send_far = send_peer >= 0 && c->local_of[send_peer] < 0;
+    int recv_far = recv_peer >= 0 && c->local_of[recv_peer] < 0;
+    if (!send_far && !recv_far)
+        return local_p2p(c, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
+    int li = c->local_of[rank];
+    st = mw__mpi_p2p_post(c->p2p, li, what, rank, send_far ? send_peer : -1, sendbuf,
+                          recv_far ? recv_peer : -1, recvbuf, n, dtype);
+    if (st) {
+        if (c->local) mw__reducer_shm.abort(c->local);
+        return st;
+    }
+    mw_status near = MW_OK;
+    if (send_peer >= 0 && !send_far)
+        near = local_p2p(c, rank, send_peer, sendbuf, -1, NULL, n, dtype);
+    if (recv_peer >= 0 && !recv_far)
+        near = local_p2p(c, rank, -1, NULL, recv_peer, recvbuf, n, dtype);
+    char msg[MW__MSG_SIZE];
+    if (near) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    /* Given up locally (not a mere disagreement): the MPI half gives up too. */
+    if (near && near != MW_ERR_INVALID) atomic_store_explicit(&c->aborted, 1, memory_order_release);
+    mw_status far = mw__mpi_p2p_wait(c->p2p, li);
+    if (far && far != MW_ERR_INVALID && c->local) mw__reducer_shm.abort(c->local);
+    return near ? mw__error_copy(near, msg) : far;
+}
+
+static mw_status hier_send(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                           mw_dtype dtype) {
+    if (peer < 0) peer = INT_MAX; /* out of range, not "absent" */
+    return hier_p2p(comm, "send", rank, peer, buf, -1, NULL, n, dtype);
+}
+
+static mw_status hier_recv(mw__comm *comm, int rank, int peer, void *buf, size_t n,
+                           mw_dtype dtype) {
+    if (peer < 0) peer = INT_MAX;
+    return hier_p2p(comm, "recv", rank, -1, NULL, peer, buf, n, dtype);
+}
+
+static mw_status hier_sendrecv(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                               int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    if (send_peer < 0) send_peer = INT_MAX;
+    if (recv_peer < 0) recv_peer = INT_MAX;
+    return hier_p2p(comm, "sendrecv", rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
+}
+
 /* The typed entry points: f32 only. */
 MW__REDUCER_F32_ONLY(hier, "mpi")
 
@@ -516,4 +642,7 @@ const mw__reducer_vtable mw__reducer_mpi_hier = {
     .all_gather = hier_all_gather,
     .broadcast = hier_broadcast,
     .all_gather_start = hier_all_gather_start,
+    .send = hier_send,
+    .recv = hier_recv,
+    .sendrecv = hier_sendrecv,
 };
