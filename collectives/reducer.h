@@ -194,6 +194,28 @@ static inline const char *mw__p2p_dtype_name(mw_dtype dtype) {
     return dtype == MW_F32 ? "f32" : dtype == MW_BF16 ? "bf16" : "non-f32";
 }
 
+/* What is wrong with the arguments of a point-to-point call of rank `rank` of nranks ("a peer out
+ * of range", ...), or NULL; send_peer or recv_peer -1 when the call has no such half (send and
+ * recv pass a negative peer as nranks, out of range). The dtype is checked apart
+ * (mw__p2p_esize). */
+static inline const char *mw__p2p_bad_args(int nranks, int rank, int send_peer, const void *sendbuf,
+                                           int recv_peer, const void *recvbuf, size_t n,
+                                           mw_dtype dtype) {
+    int both = send_peer >= 0 && recv_peer >= 0;
+    size_t bytes = n * mw__p2p_esize(dtype);
+    if (send_peer >= nranks || recv_peer >= nranks) return "a peer out of range";
+    if (n > 0 && ((send_peer >= 0 && !sendbuf) || (recv_peer >= 0 && !recvbuf)))
+        return "a NULL buffer";
+    if (!both && (send_peer == rank || recv_peer == rank))
+        return "itself as the peer (a copy to oneself is a sendrecv)";
+    if (both && (send_peer == rank) != (recv_peer == rank))
+        return "itself as only one of the peers";
+    if (both && bytes > 0 && (const char *)sendbuf < (const char *)recvbuf + bytes &&
+        (const char *)recvbuf < (const char *)sendbuf + bytes)
+        return "overlapping send and receive buffers";
+    return NULL;
+}
+
 /* Rank r's slice [lo, hi) of n elements split over `parts` ranks: whole 16-float (64-byte) lines,
  * balanced to within one line; lo of r == parts is n. Depends only on n, parts and r. */
 static inline size_t mw__slice_lo(size_t n, int parts, int r) {

@@ -139,20 +139,10 @@ static mw_status deliver(mw__comm *c, const char *what, int rank, int peer, cons
 static mw_status enter(mw__comm *c, const char *what, int rank, int send_peer, const void *sendbuf,
                        int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
     int bad_buf = n > 0 && ((send_peer >= 0 && !sendbuf) || (recv_peer >= 0 && !recvbuf));
-    mw_status st = mw__shm_check_args(c, rank, what, bad_buf, dtype);
+    mw_status st = mw__shm_check_args(c, rank, what, bad_buf, dtype); /* NULL buffers named here */
     if (st) return st;
-    const char *bad = NULL;
-    int p = c->nranks, both = send_peer >= 0 && recv_peer >= 0;
-    size_t bytes = n * mw__p2p_esize(dtype);
-    if (send_peer >= p || recv_peer >= p)
-        bad = "a peer out of range";
-    else if (!both && (send_peer == rank || recv_peer == rank))
-        bad = "itself as the peer (a copy to oneself is a sendrecv)";
-    else if (both && (send_peer == rank) != (recv_peer == rank))
-        bad = "itself as only one of the peers";
-    else if (both && bytes > 0 && (const char *)sendbuf < (char *)recvbuf + bytes &&
-             (char *)recvbuf < (const char *)sendbuf + bytes)
-        bad = "overlapping send and receive buffers";
+    int p = c->nranks;
+    const char *bad = mw__p2p_bad_args(p, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
     if (bad) {
         mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d passed %s (peers %d and %d of %d ranks)",

@@ -519,25 +519,13 @@ static mw_status enter_p2p(hier_comm *c, const char *what, int rank, int send_pe
                            mw_dtype dtype) {
     mw_status st = check_rank(c, rank, what);
     if (st) return st;
-    int p = c->nranks, both = send_peer >= 0 && recv_peer >= 0;
-    size_t bytes = n * mw__p2p_esize(dtype);
-    const char *bad = NULL;
+    int p = c->nranks;
     if (!mw__p2p_esize(dtype)) {
         hier_abort((mw__comm *)c);
         return mw__error(MW_ERR_UNSUPPORTED, "mpi %s: elements of dtype %d (f32 and bf16 only)",
                          what, (int)dtype);
     }
-    if (send_peer >= p || recv_peer >= p)
-        bad = "a peer out of range";
-    else if (n > 0 && ((send_peer >= 0 && !sendbuf) || (recv_peer >= 0 && !recvbuf)))
-        bad = "a NULL buffer";
-    else if (!both && (send_peer == rank || recv_peer == rank))
-        bad = "itself as the peer (a copy to oneself is a sendrecv)";
-    else if (both && (send_peer == rank) != (recv_peer == rank))
-        bad = "itself as only one of the peers";
-    else if (both && bytes > 0 && (const char *)sendbuf < (const char *)recvbuf + bytes &&
-             (const char *)recvbuf < (const char *)sendbuf + bytes)
-        bad = "overlapping send and receive buffers";
+    const char *bad = mw__p2p_bad_args(p, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
     if (bad) {
         hier_abort((mw__comm *)c);
         return mw__error(MW_ERR_INVALID, "mpi %s: rank %d passed %s (peers %d and %d of %d ranks)",
