@@ -29,9 +29,10 @@
 #
 # The stages after the build (their limits in seconds; the whole run stays within
 # GPU_CHECK_BUDGET):
-#   gpu-kernels   CTest suites gpu, gpu_bf16, gpu_math, gpu_attention, two at a time: every CUDA
-#                 kernel against the CPU backend's (bits or derived tolerances), bf16 against
-#                 f32 rounding, fused and cached attention at T=1024 against the CPU
+#   gpu-kernels   CTest suites gpu, gpu_bf16, gpu_math, gpu_attention, gpu_p2p, two at a time:
+#                 every CUDA kernel against the CPU backend's (bits or derived tolerances), bf16
+#                 against f32 rounding, fused and cached attention at T=1024 against the CPU, the
+#                 GPU reducers' point-to-point transfers bit for bit
 #   conformance   the conformance table (tests/conformance) on cuda:0 and cuda:0x2: every op over
 #                 its legal layouts, producers, splits, f32 and bf16 against a float64 reference
 #                 (a line per row; each case's verdict in OUT/conformance.txt); the quick subset
@@ -78,7 +79,7 @@ MAX_MIB=${GPU_DEPS_MAX_MIB:-40}
 # The GPU suites (tests/gpu) each stage runs, one CTest test each. Every suite of tests/gpu that
 # needs a GPU is in exactly one list, and no host-side suite (*_host) is in any:
 # scripts/check-gpu-suites.sh, a CTest test, checks it against the sources and the registration.
-KERNEL_SUITES="gpu gpu_bf16 gpu_math gpu_attention"
+KERNEL_SUITES="gpu gpu_bf16 gpu_math gpu_attention gpu_p2p"
 TRAINER_SUITES="gpu_trainer"
 
 # The stages after the build, in the order they run: name|time limit (s)|function|what it

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/p2p_meet.h"
 #include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
@@ -58,6 +59,7 @@ typedef struct local_comm {
     cudaStream_t *streams; /* per rank: the overlapped sums */
     cudaEvent_t *ready;    /* per rank: its buffer is complete on its compute stream */
     cudaEvent_t *done;     /* per rank: its last slice sum */
+    cudaEvent_t *arrived;  /* per rank: the copy of its last receive (point-to-point) */
 } local_comm;
 
 static local_comm *as_local(mw__comm *c) { return (local_comm *)c; }
@@ -87,11 +89,13 @@ static void local_comm_free(mw__comm *comm) {
         if (c->streams && c->streams[r]) cudaStreamDestroy(c->streams[r]);
         if (c->ready && c->ready[r]) cudaEventDestroy(c->ready[r]);
         if (c->done && c->done[r]) cudaEventDestroy(c->done[r]);
+        if (c->arrived && c->arrived[r]) cudaEventDestroy(c->arrived[r]);
     }
     (void)cudaGetLastError();
     mw__free(c->streams);
     mw__free(c->ready);
     mw__free(c->done);
+    mw__free(c->arrived);
     mw__reducer_shm.comm_free(c->sync);
     mw__free(c->devs);
     mw__free(c->bufs);
@@ -136,7 +140,8 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
     c->streams = mw__calloc((size_t)nranks, sizeof *c->streams);
     c->ready = mw__calloc((size_t)nranks, sizeof *c->ready);
     c->done = mw__calloc((size_t)nranks, sizeof *c->done);
-    if (!c->streams || !c->ready || !c->done) {
+    c->arrived = mw__calloc((size_t)nranks, sizeof *c->arrived);
+    if (!c->streams || !c->ready || !c->done || !c->arrived) {
         local_comm_free((mw__comm *)c);
         return mw__error(MW_ERR_NOMEM, "cuda-local comm_new: out of memory");
     }
@@ -147,6 +152,7 @@ static mw_status local_comm_new(int nranks, struct mw__device *const *devices,
         if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->streams[r], cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->ready[r], cudaEventDisableTiming);
         if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->done[r], cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->arrived[r], cudaEventDisableTiming);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             st = mw__error(e == cudaErrorMemoryAllocation ? MW_ERR_NOMEM : MW_ERR_DEVICE,
@@ -419,6 +425,92 @@ static void local_reset(mw__comm *comm) {
     mw__reducer_shm.reset(as_local(comm)->sync);
 }
 
+/* ---- point-to-point ---- */
+
+/* A send, recv or sendrecv (send_peer or recv_peer -1: that half absent), queued on the
+ * ranks' compute streams without waiting for the GPU. The ranks meet on the host
+ * (collectives/p2p_meet.h): round 1, the sender records an event on its stream after the work
+ * that writes its buffer and tells its receiver where both are; the receiver's stream waits for
+ * that event, copies (device to device, all ranks are on one GPU) and records its `arrived`
+ * event; round 2, the receiver tells its sender, whose stream waits for `arrived`, so the
+ * sender's later kernels may overwrite its buffer. Every GPU wait is on an event already
+ * recorded, so no stream waits for a peer that never comes; the host meets its peers only
+ * through the shared-memory communicator, which gives abort and timeout. An event is
+ * re-recorded only in a later call, after its peer queued its wait on it (round 2 follows
+ * round 1's waits; a later record of `arrived` is later on the same stream, so waiting on it
+ * still orders after the copy). */
+static mw_status local_p2p(mw__comm *comm, const char *what, int rank, int send_peer,
+                           const void *sendbuf, int recv_peer, void *recvbuf, size_t n,
+                           mw_dtype dtype) {
+    local_comm *c = as_local(comm);
+    if (!c) return mw__error(MW_ERR_INVALID, "%s (cuda-local): communicator is NULL", what);
+    size_t es = mw__p2p_esize(dtype);
+    const char *bad =
+        rank < 0 || rank >= c->nranks ? "a rank out of range"
+        : !es                         ? NULL
+              : mw__p2p_bad_args(c->nranks, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype);
+    if (bad || !es) {
+        mw__reducer_shm.abort(c->sync); /* the peer would wait for this rank */
+        if (!bad)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "%s (cuda-local): elements of dtype %d (f32 and bf16 only)", what,
+                             (int)dtype);
+        return mw__error(MW_ERR_INVALID, "%s (cuda-local): rank %d passed %s", what, rank, bad);
+    }
+    mw_status st = local_allreduce_finish(comm, rank); /* the sums it started come first */
+    if (st) return st;
+    mw__device *dev = c->devs[rank];
+    cudaStream_t s = (cudaStream_t)mw__cuda_services.stream(dev);
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    mw__p2p_call mine_send = {n, dtype, (void *)sendbuf, c->ready[rank]};
+    mw__p2p_call mine_recv = {n, dtype, recvbuf, NULL}, sender = {0}, receiver = {0};
+    if (e == cudaSuccess && send_peer >= 0) e = cudaEventRecord(c->ready[rank], s);
+    if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, send_peer, &mine_send, recv_peer,
+                           &sender)))
+        return relabel(st, what);
+    mw_status got = MW_OK;
+    if (recv_peer >= 0 && !(got = mw__p2p_check(what, recv_peer, &sender, rank, &mine_recv))) {
+        if (n > 0) {
+            e = cudaStreamWaitEvent(s, (cudaEvent_t)sender.event, 0);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(recvbuf, sender.buf, n * es, cudaMemcpyDeviceToDevice, s);
+        }
+        if (e == cudaSuccess) e = cudaEventRecord(c->arrived[rank], s);
+        if (e != cudaSuccess) return cuda_failed(c, rank, "queueing the copy", e);
+        mine_recv.event = c->arrived[rank];
+    }
+    char msg[MW__MSG_SIZE];
+    if (got) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, recv_peer, &mine_recv, send_peer,
+                           &receiver)))
+        return relabel(st, what);
+    mw_status sent = MW_OK;
+    if (send_peer >= 0 && !(sent = mw__p2p_check(what, rank, &mine_send, send_peer, &receiver)) &&
+        (e = cudaStreamWaitEvent(s, (cudaEvent_t)receiver.event, 0)) != cudaSuccess)
+        return cuda_failed(c, rank, "cudaStreamWaitEvent", e);
+    return got ? mw__error_copy(got, msg) : sent;
+}
+
+static mw_status local_send(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                            mw_dtype dtype) {
+    int p = comm ? as_local(comm)->nranks : 0;
+    return local_p2p(comm, "send", rank, peer < 0 ? p : peer, buf, -1, NULL, n, dtype);
+}
+
+static mw_status local_recv(mw__comm *comm, int rank, int peer, void *buf, size_t n,
+                            mw_dtype dtype) {
+    int p = comm ? as_local(comm)->nranks : 0;
+    return local_p2p(comm, "recv", rank, -1, NULL, peer < 0 ? p : peer, buf, n, dtype);
+}
+
+static mw_status local_sendrecv(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                                int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    int p = comm ? as_local(comm)->nranks : 0;
+    return local_p2p(comm, "sendrecv", rank, send_peer < 0 ? p : send_peer, sendbuf,
+                     recv_peer < 0 ? p : recv_peer, recvbuf, n, dtype);
+}
+
 /* The typed entry points: f32 only. */
 MW__REDUCER_F32_ONLY(local, "cuda-local")
 
@@ -436,4 +528,7 @@ const mw__reducer_vtable mw__reducer_cuda_local = {
     .all_gather = local_all_gather,
     .broadcast = local_broadcast,
     .all_gather_start = local_all_gather_start,
+    .send = local_send,
+    .recv = local_recv,
+    .sendrecv = local_sendrecv,
 };

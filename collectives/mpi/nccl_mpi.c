@@ -46,6 +46,7 @@
 
 #include "collectives/mpi/mpi_impl.h"
 #include "collectives/nccl/collectives.h"
+#include "collectives/p2p_meet.h"
 #include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
@@ -512,6 +513,92 @@ static void nm_reset(mw__comm *comm) {
     atomic_store(&c->aborted, 0);
 }
 
+/* ---- point-to-point ---- */
+
+/* A send, recv or sendrecv (send_peer or recv_peer -1: that half absent), as in the in-process
+ * NCCL reducer: the ranks meet on the host communicator (the hierarchical reducer's send, recv
+ * and sendrecv, across processes too; collectives/p2p_meet.h), which checks that both sides'
+ * calls agree; each half that agrees is queued as ncclSend and ncclRecv in one group on the
+ * rank's communication stream after its compute, and awaited as the collectives are. After a
+ * failure between the meeting and the end of the transfer the communicators are broken, as
+ * after a collective given up. */
+static mw_status nm_p2p(mw__comm *comm, const char *what, int rank, int send_peer,
+                        const void *sendbuf, int recv_peer, void *recvbuf, size_t n,
+                        mw_dtype dtype) {
+    nccl_mpi_comm *c = (nccl_mpi_comm *)comm;
+    int i;
+    mw_status st = enter(c, rank, &i);
+    if (st) return st;
+    size_t es = mw__p2p_esize(dtype);
+    const char *bad =
+        es ? mw__p2p_bad_args(c->nranks, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype)
+           : NULL;
+    if (bad || !es) {
+        nm_abort(comm); /* the peer would wait for this rank */
+        if (!bad)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "%s (nccl-mpi): elements of dtype %d (f32 and bf16 only)", what,
+                             (int)dtype);
+        return mw__error(MW_ERR_INVALID, "%s (nccl-mpi): rank %d passed %s", what, rank, bad);
+    }
+    if ((st = nm_allreduce_finish(comm, rank))) return st; /* its collectives come first */
+    mw__p2p_call mine = {n, dtype, NULL, NULL}, sender = {0}, receiver = {0};
+    if ((st = mw__p2p_meet(&mw__reducer_mpi_hier, c->host, rank, send_peer, &mine, recv_peer,
+                           &sender)))
+        return st;
+    mw_status got = recv_peer >= 0 ? mw__p2p_check(what, recv_peer, &sender, rank, &mine) : MW_OK;
+    char msg[MW__MSG_SIZE];
+    if (got) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    if ((st = mw__p2p_meet(&mw__reducer_mpi_hier, c->host, rank, recv_peer, &mine, send_peer,
+                           &receiver)))
+        return st;
+    mw_status sent =
+        send_peer >= 0 ? mw__p2p_check(what, rank, &mine, send_peer, &receiver) : MW_OK;
+    if (!got && sent) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    if (sent) send_peer = -1;
+    if (got) recv_peer = -1;
+    if (n > 0 && (send_peer >= 0 || recv_peer >= 0)) {
+        mw__device *dev = c->devs[i];
+        cudaError_t e = cudaEventRecord(c->events[i], (cudaStream_t)mw__cuda_services.stream(dev));
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(c->streams[i], c->events[i], 0);
+        if (e != cudaSuccess) {
+            atomic_store(&c->broken, 1);
+            return mw__error(MW_ERR_DEVICE, "%s: ordering the transfer after the compute: %s",
+                             dev->name, cudaGetErrorString(e));
+        }
+        c->started[i]++;
+        ncclResult_t res = mw__nccl_p2p(c->comms[i], c->streams[i], send_peer, sendbuf, recv_peer,
+                                        recvbuf, n * es);
+        if (res != ncclSuccess && res != ncclInProgress) {
+            atomic_store(&c->broken, 1);
+            return nccl_error(dev->name, "ncclSend/ncclRecv", res);
+        }
+        if (res == ncclInProgress &&
+            (st = poll_comm(c, i, 0, now_ms() + c->timeout_ms, "ncclSend/ncclRecv")))
+            return st;
+        if ((st = nm_allreduce_finish(comm, rank))) return st;
+    }
+    return got || sent ? mw__error_copy(got ? got : sent, msg) : MW_OK;
+}
+
+static mw_status nm_send(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                         mw_dtype dtype) {
+    int p = comm ? ((nccl_mpi_comm *)comm)->nranks : 0;
+    return nm_p2p(comm, "send", rank, peer < 0 ? p : peer, buf, -1, NULL, n, dtype);
+}
+
+static mw_status nm_recv(mw__comm *comm, int rank, int peer, void *buf, size_t n, mw_dtype dtype) {
+    int p = comm ? ((nccl_mpi_comm *)comm)->nranks : 0;
+    return nm_p2p(comm, "recv", rank, -1, NULL, peer < 0 ? p : peer, buf, n, dtype);
+}
+
+static mw_status nm_sendrecv(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                             int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    int p = comm ? ((nccl_mpi_comm *)comm)->nranks : 0;
+    return nm_p2p(comm, "sendrecv", rank, send_peer < 0 ? p : send_peer, sendbuf,
+                  recv_peer < 0 ? p : recv_peer, recvbuf, n, dtype);
+}
+
 /* The typed entry points: f32 only. */
 MW__REDUCER_F32_ONLY(nm, "nccl-mpi")
 
@@ -529,6 +616,9 @@ const mw__reducer_vtable mw__reducer_nccl_mpi = {
     .all_gather = nm_all_gather,
     .broadcast = nm_broadcast,
     .all_gather_start = nm_all_gather_start,
+    .send = nm_send,
+    .recv = nm_recv,
+    .sendrecv = nm_sendrecv,
 };
 
 #else

@@ -21,6 +21,18 @@ ncclResult_t mw__nccl_enqueue(ncclComm_t comm, cudaStream_t s, mw__nccl_op op, f
     return res == ncclSuccess || res == ncclInProgress ? end : res;
 }
 
+/* Bytes, not elements: point-to-point moves bits, so f32 and bf16 are one type to NCCL. */
+ncclResult_t mw__nccl_p2p(ncclComm_t comm, cudaStream_t s, int send_peer, const void *sendbuf,
+                          int recv_peer, void *recvbuf, size_t bytes) {
+    ncclResult_t res = ncclGroupStart();
+    if (res != ncclSuccess) return res;
+    if (send_peer >= 0) res = ncclSend(sendbuf, bytes, ncclUint8, send_peer, comm, s);
+    if (recv_peer >= 0 && (res == ncclSuccess || res == ncclInProgress))
+        res = ncclRecv(recvbuf, bytes, ncclUint8, recv_peer, comm, s);
+    ncclResult_t end = ncclGroupEnd(); /* also after a failure: the group must be closed */
+    return res == ncclSuccess || res == ncclInProgress ? end : res;
+}
+
 const char *mw__nccl_bad_args(mw__nccl_op op, const float *buf, size_t n, const size_t *bounds,
                               int nranks, int with_parts, int root) {
     if (!buf && n > 0) return "a NULL buffer";

@@ -24,6 +24,11 @@ ncclResult_t mw__nccl_enqueue(ncclComm_t comm, cudaStream_t s, mw__nccl_op op, f
 const char *mw__nccl_bad_args(mw__nccl_op op, const float *buf, size_t n, const size_t *bounds,
                               int nranks, int with_parts, int root);
 
+/* Queues, in one group on stream s of comm, a send of sendbuf[0..bytes) to rank send_peer and a
+ * receive of recvbuf[0..bytes) from rank recv_peer (either -1: none); NCCL's result as above. */
+ncclResult_t mw__nccl_p2p(ncclComm_t comm, cudaStream_t s, int send_peer, const void *sendbuf,
+                          int recv_peer, void *recvbuf, size_t bytes);
+
 /* The NCCL call that op makes, for messages. */
 const char *mw__nccl_call(mw__nccl_op op);
 

@@ -44,6 +44,7 @@
 #include <time.h>
 
 #include "collectives/nccl/collectives.h"
+#include "collectives/p2p_meet.h"
 #include "collectives/reducer_select.h"
 #include "core/alloc.h"
 #include "core/error.h"
@@ -457,6 +458,101 @@ static void nccl_reset(mw__comm *comm) {
     mw__reducer_shm.reset(c->sync);
 }
 
+/* ---- point-to-point ---- */
+
+/* Re-labels a failure of the host communicator as this call's, keeping its message. */
+static mw_status relabel(mw_status st, const char *what) {
+    char msg[MW__MSG_SIZE];
+    snprintf(msg, sizeof msg, "%s", mw_last_error());
+    return mw__error(st, "%s (nccl): %s", what, msg);
+}
+
+/* A send, recv or sendrecv (send_peer or recv_peer -1: that half absent). The ranks first meet
+ * on the host (collectives/p2p_meet.h), which checks that both sides' calls agree, with the
+ * abort and timeout of the shared-memory communicator; then each half that agrees is queued as
+ * ncclSend and ncclRecv, in one group, on the rank's communication stream after the work queued
+ * on its compute stream, and awaited as the collectives are (finish: polled, abort and timeout
+ * honoured, the compute stream ordered after it). A half that disagrees is queued on neither
+ * side, so no NCCL call waits for a peer that never comes. */
+static mw_status nccl_p2p(mw__comm *comm, const char *what, int rank, int send_peer,
+                          const void *sendbuf, int recv_peer, void *recvbuf, size_t n,
+                          mw_dtype dtype) {
+    nccl_comm *c = as_nccl(comm);
+    mw_status st = enter_rank(c, rank, 1);
+    if (st) return st;
+    size_t es = mw__p2p_esize(dtype);
+    const char *bad =
+        es ? mw__p2p_bad_args(c->nranks, rank, send_peer, sendbuf, recv_peer, recvbuf, n, dtype)
+           : NULL;
+    if (bad || !es) {
+        set_abort(c, WHY_FAILED, rank); /* the peer would wait for this rank */
+        if (!bad)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "%s (nccl): elements of dtype %d (f32 and bf16 "
+                             "only)",
+                             what, (int)dtype);
+        return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d passed %s", what, rank, bad);
+    }
+    if ((st = nccl_allreduce_finish(comm, rank))) return st; /* its collectives come first */
+    mw__p2p_call mine = {n, dtype, NULL, NULL}, sender = {0}, receiver = {0};
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, send_peer, &mine, recv_peer, &sender)))
+        return relabel(st, what);
+    mw_status got = recv_peer >= 0 ? mw__p2p_check(what, recv_peer, &sender, rank, &mine) : MW_OK;
+    char msg[MW__MSG_SIZE];
+    if (got) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    if ((st =
+             mw__p2p_meet(&mw__reducer_shm, c->sync, rank, recv_peer, &mine, send_peer, &receiver)))
+        return relabel(st, what);
+    mw_status sent =
+        send_peer >= 0 ? mw__p2p_check(what, rank, &mine, send_peer, &receiver) : MW_OK;
+    if (!got && sent) snprintf(msg, sizeof msg, "%s", mw_last_error());
+    if (sent) send_peer = -1;
+    if (got) recv_peer = -1;
+    if (n > 0 && (send_peer >= 0 || recv_peer >= 0)) {
+        mw__device *dev = c->devs[rank];
+        cudaStream_t compute = (cudaStream_t)mw__cuda_services.stream(dev), s = c->streams[rank];
+        if (!compute) {
+            set_abort(c, WHY_FAILED, rank);
+            return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d: its device is not initialised",
+                             what, rank);
+        }
+        cudaError_t e = cudaEventRecord(c->events[rank], compute);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(s, c->events[rank], 0);
+        if (e != cudaSuccess)
+            return cuda_failed(c, rank, "ordering the transfer after the compute", e);
+        double deadline = c->timeout_ms > 0 ? now_ms() + c->timeout_ms : 0;
+        c->started[rank]++;
+        ncclResult_t res =
+            mw__nccl_p2p(c->comms[rank], s, send_peer, sendbuf, recv_peer, recvbuf, n * es);
+        if (res != ncclSuccess && res != ncclInProgress)
+            return in_flight_fail(c, rank, "ncclSend/ncclRecv", res);
+        if (res == ncclInProgress &&
+            (st = wait_op(c, rank, WAIT_ENQUEUED, s, deadline, "ncclSend/ncclRecv")))
+            return st;
+        if ((st = nccl_allreduce_finish(comm, rank))) return st;
+    }
+    return got || sent ? mw__error_copy(got ? got : sent, msg) : MW_OK;
+}
+
+static mw_status nccl_send(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                           mw_dtype dtype) {
+    int p = comm ? as_nccl(comm)->nranks : 0;
+    return nccl_p2p(comm, "send", rank, peer < 0 ? p : peer, buf, -1, NULL, n, dtype);
+}
+
+static mw_status nccl_recv(mw__comm *comm, int rank, int peer, void *buf, size_t n,
+                           mw_dtype dtype) {
+    int p = comm ? as_nccl(comm)->nranks : 0;
+    return nccl_p2p(comm, "recv", rank, -1, NULL, peer < 0 ? p : peer, buf, n, dtype);
+}
+
+static mw_status nccl_sendrecv(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                               int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    int p = comm ? as_nccl(comm)->nranks : 0;
+    return nccl_p2p(comm, "sendrecv", rank, send_peer < 0 ? p : send_peer, sendbuf,
+                    recv_peer < 0 ? p : recv_peer, recvbuf, n, dtype);
+}
+
 /* The typed entry points: f32 only. */
 MW__REDUCER_F32_ONLY(nccl, "nccl")
 
@@ -474,4 +570,7 @@ const mw__reducer_vtable mw__reducer_nccl = {
     .all_gather = nccl_all_gather,
     .broadcast = nccl_broadcast,
     .all_gather_start = nccl_all_gather_start,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .sendrecv = nccl_sendrecv,
 };

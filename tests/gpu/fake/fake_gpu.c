@@ -1,12 +1,14 @@
 /* Fakes of the CUDA runtime, NCCL and MPI calls the GPU reducers make (tests/gpu/fake/include/),
  * the CUDA backend's services for fake devices (mw__cuda_services) and the hierarchical host
- * communicator NCCL over MPI takes its barriers from (mw__reducer_mpi_hier): a world of one
- * process, GPUs that exist only as ordinals, NCCL work that completes after a few polls. Every
- * call is recorded under one lock (fake_gpu.h says what). */
+ * communicator NCCL over MPI takes its barriers and point-to-point meetings from
+ * (mw__reducer_mpi_hier): a world of one process, GPUs that exist only as ordinals, NCCL work
+ * that completes after a few polls. Every call is recorded under one lock (fake_gpu.h says
+ * what). */
 #include "fake_gpu.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
@@ -180,9 +182,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-    (void)dst, (void)src, (void)count, (void)kind;
+    (void)kind;
     pthread_mutex_lock(&lock);
     cudaError_t e = usable(stream) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+    if (e == cudaSuccess && rec.ncopies < FAKE_MAX)
+        rec.copies[rec.ncopies++] = (fake_copy){dst, src, count, stream};
     pthread_mutex_unlock(&lock);
     return e;
 }
@@ -237,20 +241,41 @@ ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
 ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
 
 /* Queues one operation: recorded, and pending on its stream for FAKE_POLLS_PER_OP queries. */
-static ncclResult_t enqueue(const char *what, ncclComm_t comm, cudaStream_t stream) {
+static ncclResult_t enqueue_p2p(const char *what, ncclComm_t comm, cudaStream_t stream, int peer,
+                                size_t count) {
     pthread_mutex_lock(&lock);
     ncclResult_t res = ncclInvalidArgument;
     if (!comm || comm->aborted) {
         rec.bad_handles++;
     } else if (usable(stream) && rec.ncalls < FAKE_MAX * 4) {
-        rec.calls[rec.ncalls++] = (fake_call){
-            .what = what, .rank = comm->rank, .stream = stream, .thread = pthread_self()};
+        rec.calls[rec.ncalls++] = (fake_call){.what = what,
+                                              .rank = comm->rank,
+                                              .stream = stream,
+                                              .thread = pthread_self(),
+                                              .peer = peer,
+                                              .count = count};
         int i = fake_stream_index(stream);
         if (i >= 0) rec.stream[i].pending += FAKE_POLLS_PER_OP;
         res = ncclSuccess;
     }
     pthread_mutex_unlock(&lock);
     return res;
+}
+
+static ncclResult_t enqueue(const char *what, ncclComm_t comm, cudaStream_t stream) {
+    return enqueue_p2p(what, comm, stream, -1, 0);
+}
+
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+    (void)sendbuff, (void)datatype;
+    return enqueue_p2p("ncclSend", comm, stream, peer, count);
+}
+
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+    (void)recvbuff, (void)datatype;
+    return enqueue_p2p("ncclRecv", comm, stream, peer, count);
 }
 
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -302,35 +327,77 @@ void mw__mpi_lock(void) {}
 
 void mw__mpi_unlock(void) {}
 
-/* --- the host communicator of NCCL over MPI: barriers that never wait (one process) ---------- */
+/* --- the host communicator of NCCL over MPI: barriers that never wait (one process), and the
+ * shared-memory reducer's point-to-point calls among the ranks of that process ------------- */
 
-static char host_comm;
+typedef struct fake_host {
+    mw__comm *shm;
+} fake_host;
 
 static mw_status hier_comm_new(int nranks, struct mw__device *const *devices,
                                const mw__comm_options *opt, mw__comm **out) {
     (void)devices;
     *out = NULL;
+    int here = 0;
     for (int r = 0; r < nranks; r++)
-        if (!opt || !opt->proc_of || opt->proc_of[r] == opt->self_proc)
-            *out = (mw__comm *)&host_comm;
+        here |= !opt || !opt->proc_of || opt->proc_of[r] == opt->self_proc;
+    if (!here) return MW_OK;
+    fake_host *h = calloc(1, sizeof *h);
+    mw__comm_options so = {.timeout_ms = opt ? opt->timeout_ms : 0};
+    mw_status st = h ? mw__reducer_shm.comm_new(nranks, NULL, &so, &h->shm) : MW_ERR_NOMEM;
+    if (st) {
+        free(h);
+        return st;
+    }
+    *out = (mw__comm *)h;
     return MW_OK;
 }
 
-static void hier_comm_free(mw__comm *comm) { (void)comm; }
+static void hier_comm_free(mw__comm *comm) {
+    fake_host *h = (fake_host *)comm;
+    if (!h) return;
+    mw__reducer_shm.comm_free(h->shm);
+    free(h);
+}
 
 static mw_status hier_barrier(mw__comm *comm, int rank) {
     (void)comm, (void)rank;
     return MW_OK;
 }
 
-static void hier_nothing(mw__comm *comm) { (void)comm; }
+static void hier_abort(mw__comm *comm) {
+    if (comm) mw__reducer_shm.abort(((fake_host *)comm)->shm);
+}
+
+static void hier_reset(mw__comm *comm) {
+    if (comm) mw__reducer_shm.reset(((fake_host *)comm)->shm);
+}
+
+static mw_status hier_send(mw__comm *comm, int rank, int peer, const void *buf, size_t n,
+                           mw_dtype dtype) {
+    return mw__reducer_shm.send(((fake_host *)comm)->shm, rank, peer, buf, n, dtype);
+}
+
+static mw_status hier_recv(mw__comm *comm, int rank, int peer, void *buf, size_t n,
+                           mw_dtype dtype) {
+    return mw__reducer_shm.recv(((fake_host *)comm)->shm, rank, peer, buf, n, dtype);
+}
+
+static mw_status hier_sendrecv(mw__comm *comm, int rank, int send_peer, const void *sendbuf,
+                               int recv_peer, void *recvbuf, size_t n, mw_dtype dtype) {
+    return mw__reducer_shm.sendrecv(((fake_host *)comm)->shm, rank, send_peer, sendbuf, recv_peer,
+                                    recvbuf, n, dtype);
+}
 
 const mw__reducer_vtable mw__reducer_mpi_hier = {.name = "fake-hier",
                                                  .comm_new = hier_comm_new,
                                                  .comm_free = hier_comm_free,
                                                  .barrier = hier_barrier,
-                                                 .abort = hier_nothing,
-                                                 .reset = hier_nothing};
+                                                 .abort = hier_abort,
+                                                 .reset = hier_reset,
+                                                 .send = hier_send,
+                                                 .recv = hier_recv,
+                                                 .sendrecv = hier_sendrecv};
 
 /* --- the CUDA backend's services for fake devices --------------------------------------------- */
 

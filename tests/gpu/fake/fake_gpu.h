@@ -13,7 +13,7 @@
 
 #include "devices/device.h"
 
-#define FAKE_MAX 64
+#define FAKE_MAX 128
 #define FAKE_POLLS_PER_OP 3
 
 typedef struct fake_stream_info {
@@ -24,11 +24,20 @@ typedef struct fake_stream_info {
 } fake_stream_info;
 
 typedef struct fake_call {
-    const char *what; /* "ncclAllReduce", "ncclBroadcast" */
+    const char *what; /* "ncclAllReduce", "ncclBroadcast", "ncclSend", "ncclRecv" */
     int rank;         /* the communicator's rank */
     struct CUstream_st *stream;
     pthread_t thread;
+    int peer;     /* ncclSend and ncclRecv: the other rank */
+    size_t count; /* ncclSend and ncclRecv: elements (bytes: ncclUint8) */
 } fake_call;
+
+typedef struct fake_copy { /* a cudaMemcpyAsync */
+    void *dst;
+    const void *src;
+    size_t bytes;
+    struct CUstream_st *stream;
+} fake_copy;
 
 typedef struct fake_record {
     int nstreams, nevents;
@@ -40,6 +49,8 @@ typedef struct fake_record {
     int bad_handles;     /* calls with a NULL event or stream that was destroyed */
     int ncalls;
     fake_call calls[FAKE_MAX * 4];
+    int ncopies;
+    fake_copy copies[FAKE_MAX];
 } fake_record;
 
 /* The record so far (read it when no other thread is inside a fake). */

@@ -2,7 +2,9 @@
  * collective of two ranks meets at both of its barriers, also with 0 floats, so that a fast rank
  * cannot publish its next collective while a peer still compares what it published for this one
  * (which failed as "ranks disagree"). Its shared-memory communicator's barriers are counted per
- * rank, and one rank can be held just after a given barrier (counted_shm). */
+ * rank, and one rank can be held just after a given barrier (counted_shm). Point-to-point: a
+ * transfer is one device-to-device copy from the sender's buffer into the receiver's, with no
+ * barrier; calls that disagree copy nothing; timeout, abort and reset. */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
@@ -207,4 +209,152 @@ Test(cuda_local_host, every_collective_closes_with_a_barrier) {
                              op_names[op], n, r, atomic_load(&barriers[r]));
             mw__reducer_cuda_local.comm_free(c);
         }
+}
+
+/* --- point-to-point: copies between the ranks' buffers, on the GPU, after a meeting on the host */
+
+#define P2P_RANKS 3
+
+static mw__device p2p_devs[P2P_RANKS];
+
+static mw__comm *open_p2p(int p, int timeout_ms) {
+    mw__device *dp[P2P_RANKS];
+    for (int r = 0; r < p; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "cuda:0#%d", r);
+        fake_device(&p2p_devs[r], name, 0);
+        dp[r] = &p2p_devs[r];
+    }
+    mw__comm_options opt = {.timeout_ms = timeout_ms};
+    mw__comm *c = NULL;
+    cr_assert_eq(mw__reducer_cuda_local.comm_new(p, dp, &opt, &c), MW_OK, "%s", mw_last_error());
+    return c;
+}
+
+typedef struct p2p_job {
+    pthread_t thread;
+    mw__comm *comm;
+    int rank, to, from; /* to or from -1: a recv or a send */
+    size_t n;
+    mw_dtype dtype;
+    char out[256], in[256]; /* stand for device buffers: the fakes never touch them */
+    mw_status st;
+    char msg[MW__MSG_SIZE];
+} p2p_job;
+
+static void *p2p_main(void *arg) {
+    p2p_job *j = arg;
+    const mw__reducer_vtable *R = &mw__reducer_cuda_local;
+    j->st = j->from < 0 ? R->send(j->comm, j->rank, j->to, j->out, j->n, j->dtype)
+            : j->to < 0
+                ? R->recv(j->comm, j->rank, j->from, j->in, j->n, j->dtype)
+                : R->sendrecv(j->comm, j->rank, j->to, j->out, j->from, j->in, j->n, j->dtype);
+    snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+static void run_p2p(p2p_job *j, int p) {
+    for (int r = 0; r < p; r++) pthread_create(&j[r].thread, NULL, p2p_main, &j[r]);
+    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
+}
+
+/* A ring of sendrecv over three ranks, and a send and recv between two: each transfer is one
+ * device-to-device copy of n elements from the sender's buffer into the receiver's, queued on a
+ * compute stream, and none of them takes a barrier of the collectives. */
+Test(cuda_local_host, a_transfer_is_one_copy_between_the_ranks_buffers) {
+    static const struct {
+        int p, ring;
+        size_t n;
+        mw_dtype dtype;
+    } cases[] = {{3, 1, 64, MW_F32}, {3, 1, 33, MW_BF16}, {2, 0, 17, MW_F32}, {2, 0, 0, MW_BF16}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        int p = cases[k].p;
+        mw__comm *c = open_p2p(p, 5000);
+        for (int r = 0; r < 2; r++) atomic_store(&barriers[r], 0);
+        const fake_record *f = fake_gpu();
+        int copies = f->ncopies;
+        p2p_job j[P2P_RANKS];
+        memset(j, 0, sizeof j);
+        for (int r = 0; r < p; r++) {
+            j[r].comm = c, j[r].rank = r, j[r].n = cases[k].n, j[r].dtype = cases[k].dtype;
+            j[r].to = cases[k].ring ? (r + 1) % p : r == 0 ? 1 : -1;
+            j[r].from = cases[k].ring ? (r + p - 1) % p : r == 1 ? 0 : -1;
+        }
+        run_p2p(j, p);
+        for (int r = 0; r < p; r++)
+            cr_assert_eq(j[r].st, MW_OK, "case %zu rank %d: %s", k, r, j[r].msg);
+        size_t bytes = cases[k].n * (cases[k].dtype == MW_BF16 ? 2 : 4);
+        int want = bytes == 0 ? 0 : cases[k].ring ? p : 1;
+        cr_assert_eq(f->ncopies - copies, want, "case %zu: %d copies, want %d", k,
+                     f->ncopies - copies, want);
+        for (int i = copies; i < f->ncopies; i++) {
+            int to = -1;
+            for (int r = 0; r < p; r++)
+                if (f->copies[i].dst == j[r].in) to = r;
+            cr_assert_geq(to, 0, "case %zu: copy %d into no rank's receive buffer", k, i);
+            cr_assert_eq(f->copies[i].src, j[j[to].from].out, "case %zu: rank %d's copy", k, to);
+            cr_assert_eq(f->copies[i].bytes, bytes, "case %zu: %zu bytes", k, f->copies[i].bytes);
+            cr_assert_eq(fake_stream_index(f->copies[i].stream), -1,
+                         "case %zu: the copy is not on a compute stream", k);
+        }
+        cr_assert_eq(atomic_load(&barriers[0]) + atomic_load(&barriers[1]), 0,
+                     "case %zu: a transfer took a barrier", k);
+        cr_assert_eq(f->bad_handles, 0);
+        cr_assert_eq(f->legacy, 0);
+        mw__reducer_cuda_local.comm_free(c);
+    }
+}
+
+/* Calls that disagree: both fail naming both, nothing is copied, and the pair goes on. */
+Test(cuda_local_host, calls_that_disagree_copy_nothing) {
+    mw__comm *c = open_p2p(2, 5000);
+    const fake_record *f = fake_gpu();
+    p2p_job j[2];
+    memset(j, 0, sizeof j);
+    j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
+    j[1] = (p2p_job){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_BF16};
+    run_p2p(j, 2);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d: %s", r, j[r].msg);
+        cr_assert(strstr(j[r].msg, "rank 0 sends 8 f32 elements to rank 1, but rank 1 receives 8 "
+                                   "bf16 elements from rank 0"),
+                  "rank %d: %s", r, j[r].msg);
+    }
+    cr_assert_eq(f->ncopies, 0, "%d copies", f->ncopies);
+    j[1].dtype = MW_F32;
+    run_p2p(j, 2);
+    for (int r = 0; r < 2; r++) cr_assert_eq(j[r].st, MW_OK, "rank %d: %s", r, j[r].msg);
+    cr_assert_eq(f->ncopies, 1);
+    mw__reducer_cuda_local.comm_free(c);
+}
+
+/* A receiver whose sender never comes gives up after the timeout, or when the host aborts; the
+ * latecomer is refused until reset; then the pair transfers. */
+Test(cuda_local_host, a_lonely_receiver_times_out_or_aborts_and_resets) {
+    for (int abort = 0; abort < 2; abort++) {
+        mw__comm *c = open_p2p(2, abort ? 0 : 100);
+        const fake_record *f = fake_gpu();
+        int copies = f->ncopies;
+        p2p_job j[2];
+        memset(j, 0, sizeof j);
+        j[1] = (p2p_job){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_F32};
+        pthread_create(&j[1].thread, NULL, p2p_main, &j[1]);
+        if (abort) {
+            struct timespec nap = {0, 50 * 1000 * 1000};
+            nanosleep(&nap, NULL);
+            mw__reducer_cuda_local.abort(c);
+        }
+        pthread_join(j[1].thread, NULL);
+        cr_assert_eq(j[1].st, abort ? MW_ERR_ABORTED : MW_ERR_TIMEOUT, "%s: %s",
+                     mw_status_name(j[1].st), j[1].msg);
+        cr_assert(strstr(j[1].msg, "recv (cuda-local)"), "%s", j[1].msg);
+        cr_assert_eq(mw__reducer_cuda_local.send(c, 0, 1, j[0].out, 8, MW_F32), MW_ERR_ABORTED,
+                     "late: %s", mw_last_error());
+        mw__reducer_cuda_local.reset(c);
+        j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
+        run_p2p(j, 2);
+        for (int r = 0; r < 2; r++) cr_assert_eq(j[r].st, MW_OK, "rank %d: %s", r, j[r].msg);
+        cr_assert_eq(f->ncopies - copies, 1);
+        mw__reducer_cuda_local.comm_free(c);
+    }
 }

@@ -3,7 +3,10 @@
  * one per local rank on its own GPU, and every worker thread queues its rank's collectives there
  * and finishes only when they ran; a reset after a collective was started and never finished
  * aborts the communicators and leaves them broken (re-creating them would need every process),
- * while a reset after finished collectives keeps them. */
+ * while a reset after finished collectives keeps them. Point-to-point: an exchange is ncclSend
+ * and ncclRecv on each rank's own stream, awaited; calls that disagree fail on both ranks before
+ * any NCCL call; a lonely receiver gives up at the host meeting and the reset keeps the
+ * communicators. */
 #include <criterion/criterion.h>
 
 #include <pthread.h>
@@ -210,5 +213,120 @@ Test(nccl_mpi_host, reset_after_finished_collectives_keeps_the_communicators) {
     float buf[8];
     cr_assert_eq(R->allreduce_sum(c, 0, buf, 8, MW_F32), MW_OK, "%s", mw_last_error());
     cr_assert_eq(fake_pending(), 0);
+    R->comm_free(c);
+}
+
+/* --- point-to-point ---------------------------------------------------------------------------
+ */
+
+typedef struct p2p_worker {
+    pthread_t thread;
+    mw__comm *comm;
+    int rank, to, from; /* -1: that half absent */
+    size_t n;
+    mw_dtype dtype;
+    float out[64], in[64];
+    mw_status st;
+    char msg[MW__MSG_SIZE];
+    int pending_after; /* queued work the fake still held when the call returned */
+} p2p_worker;
+
+static void *p2p_work(void *arg) {
+    p2p_worker *w = arg;
+    w->st = w->from < 0 ? R->send(w->comm, w->rank, w->to, w->out, w->n, w->dtype)
+            : w->to < 0
+                ? R->recv(w->comm, w->rank, w->from, w->in, w->n, w->dtype)
+                : R->sendrecv(w->comm, w->rank, w->to, w->out, w->from, w->in, w->n, w->dtype);
+    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
+    w->pending_after = fake_pending_on(w->rank);
+    return NULL;
+}
+
+static void run_p2p(p2p_worker *w, int p) {
+    for (int r = 0; r < p; r++) pthread_create(&w[r].thread, NULL, p2p_work, &w[r]);
+    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
+}
+
+/* An exchange of two ranks (GPUs 0 and 1): each rank queues ncclSend to the other and ncclRecv
+ * from it, counted in bytes, on its own communication stream, and returns once they ran. */
+Test(nccl_mpi_host, an_exchange_is_ncclsend_and_ncclrecv_awaited_on_each_rank) {
+    mw__device devs[2];
+    mw__comm *c = open_comm(2, devs);
+    const fake_record *f = fake_gpu();
+    for (int d = 0; d < 2; d++) {
+        int calls = f->ncalls;
+        p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = 1, .n = 40},
+                           {.comm = c, .rank = 1, .to = 0, .from = 0, .n = 40}};
+        w[0].dtype = w[1].dtype = d ? MW_BF16 : MW_F32;
+        run_p2p(w, 2);
+        for (int r = 0; r < 2; r++) {
+            cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
+            cr_assert_eq(w[r].pending_after, 0, "rank %d returned before its transfer ran", r);
+        }
+        cr_assert_eq(f->ncalls - calls, 4, "NCCL calls: %d", f->ncalls - calls);
+        int sends = 0;
+        for (int i = calls; i < f->ncalls; i++) {
+            const fake_call *k = &f->calls[i];
+            int s = fake_stream_index(k->stream);
+            sends += strcmp(k->what, "ncclSend") == 0;
+            cr_assert(strcmp(k->what, "ncclSend") == 0 || strcmp(k->what, "ncclRecv") == 0, "%s",
+                      k->what);
+            cr_assert_eq(k->peer, 1 - k->rank, "%s of rank %d with rank %d", k->what, k->rank,
+                         k->peer);
+            cr_assert_eq(k->count, 40u * (d ? 2 : 4), "%s of %zu bytes", k->what, k->count);
+            cr_assert(s >= 0 && f->stream[s].device == k->rank, "%s of rank %d on stream %d",
+                      k->what, k->rank, s);
+        }
+        cr_assert_eq(sends, 2);
+    }
+    cr_assert_eq(f->legacy, 0);
+    cr_assert_eq(f->bad_handles, 0);
+    R->comm_free(c);
+}
+
+/* Calls that disagree fail on both ranks naming both, before any NCCL call; the pair goes on. */
+Test(nccl_mpi_host, calls_that_disagree_queue_nothing) {
+    mw__device devs[2];
+    mw__comm *c = open_comm(2, devs);
+    const fake_record *f = fake_gpu();
+    p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 10, .dtype = MW_F32},
+                       {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 12, .dtype = MW_F32}};
+    run_p2p(w, 2);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(w[r].st, MW_ERR_INVALID, "rank %d: %s", r, w[r].msg);
+        cr_assert(strstr(w[r].msg, "rank 0 sends 10 f32 elements to rank 1, but rank 1 receives "
+                                   "12 f32 elements from rank 0"),
+                  "rank %d: %s", r, w[r].msg);
+    }
+    cr_assert_eq(f->ncalls, 0, "NCCL calls: %d", f->ncalls);
+    w[1].n = 10;
+    run_p2p(w, 2);
+    for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
+    cr_assert_eq(f->ncalls, 2, "NCCL calls: %d", f->ncalls);
+    R->reset(c);
+    cr_assert_eq(f->aborted, 0, "a reset after completed transfers aborted %d", f->aborted);
+    R->comm_free(c);
+}
+
+/* A receiver whose sender never comes gives up at the host meeting (nothing was queued): the
+ * reset keeps the communicators, and the pair then transfers. */
+Test(nccl_mpi_host, a_lonely_receiver_gives_up_before_any_nccl_call) {
+    mw__device devs[2];
+    mw__comm *c = open_comm(2, devs);
+    const fake_record *f = fake_gpu();
+    p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32},
+                       {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_F32}};
+    pthread_create(&w[1].thread, NULL, p2p_work, &w[1]);
+    struct timespec nap = {0, 50 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    R->abort(c);
+    pthread_join(w[1].thread, NULL);
+    cr_assert_eq(w[1].st, MW_ERR_ABORTED, "%s: %s", mw_status_name(w[1].st), w[1].msg);
+    cr_assert_eq(f->ncalls, 0);
+    R->reset(c);
+    cr_assert_eq(f->aborted, 0, "the reset aborted %d communicators", f->aborted);
+    run_p2p(w, 2);
+    for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
+    cr_assert_eq(f->ncalls, 2);
     R->comm_free(c);
 }

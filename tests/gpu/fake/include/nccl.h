@@ -25,7 +25,7 @@ typedef struct {
     char internal[128];
 } ncclUniqueId;
 
-typedef enum { ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
+typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 
 typedef struct ncclConfig_v21700 {
@@ -49,5 +49,9 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                            cudaStream_t stream);
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream);
 
 #endif
