@@ -295,12 +295,12 @@ static void do_mismatch(worker *w) {
 Test(reducer_p2p, calls_that_disagree_fail_on_both_sides_naming_both, .timeout = 60) {
     static const mismatch_arg cases[] = {
         {{5, 4}, {MW_F32, MW_F32}, 0},
-        {{4, 8}, {MW_F32, MW_BF16}, 0},
+        {{8, 8}, {MW_F32, MW_BF16}, 0},
         {{0, 1}, {MW_BF16, MW_BF16}, 0},
     };
     static const char *const want[] = {
         "rank 0 sends 5 f32 elements to rank 1, but rank 1 receives 4 f32 elements from rank 0",
-        "rank 0 sends 4 f32 elements to rank 1, but rank 1 receives 8 bf16 elements from rank 0",
+        "rank 0 sends 8 f32 elements to rank 1, but rank 1 receives 8 bf16 elements from rank 0",
         "rank 0 sends 0 bf16 elements to rank 1, but rank 1 receives 1 bf16 elements from rank 0",
     };
     mw__comm *comm = new_comm(2, 5000, NULL);
@@ -335,6 +335,42 @@ Test(reducer_p2p, a_sendrecv_that_disagrees_still_completes_its_other_half, .tim
     }
     cr_assert_eq(w[0].wrong, 0, "rank 0 did not receive rank 1's 6 elements");
     cr_assert_eq(w[1].wrong, 0, "rank 1's receive buffer was written");
+    R->comm_free(comm);
+}
+
+/* Rank 1's sendrecv sends 6 elements to rank 0, which receives 5 (the send half fails), and
+ * receives 6 from rank 0, which sends them only 50 ms later: the sendrecv returns after they
+ * arrived, not when its send half failed (a receive left posted would be written after its
+ * owner returned). */
+static void do_send_half_fails(worker *w) {
+    float buf[8], back[8];
+    for (int i = 0; i < 8; i++) buf[i] = (float)(w->rank * 100 + i), back[i] = -1;
+    if (w->rank == 0) {
+        record(w, R->recv(w->comm, 0, 1, back, 5, MW_F32));
+        struct timespec nap = {0, 50 * 1000000L};
+        nanosleep(&nap, NULL);
+        mw_status st = R->send(w->comm, 0, 1, buf, 6, MW_F32);
+        w->wrong += st != MW_OK;
+        for (int i = 0; i < 8; i++) w->wrong += back[i] != -1; /* untouched */
+        return;
+    }
+    record(w, R->sendrecv(w->comm, 1, 0, buf, 0, back, 6, MW_F32));
+    float seen[8];
+    memcpy(seen, back, sizeof seen); /* at once, while rank 0 may still be asleep */
+    for (int i = 0; i < 6; i++) w->wrong += seen[i] != (float)i;
+    w->wrong += seen[6] != -1 || seen[7] != -1;
+}
+
+Test(reducer_p2p, a_sendrecv_whose_send_fails_still_waits_for_its_receive, .timeout = 60) {
+    mw__comm *comm = new_comm(2, 5000, NULL);
+    worker w[2] = {0};
+    run_ranks(comm, 2, w, do_send_half_fails, NULL);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(w[r].st, MW_ERR_INVALID, "rank %d: %s", r, w[r].msg);
+        cr_assert(strstr(w[r].msg, "rank 1 sends 6 f32 elements to rank 0, but rank 0 receives 5"),
+                  "rank %d: %s", r, w[r].msg);
+        cr_assert_eq(w[r].wrong, 0, "rank %d: %ld elements wrong", r, w[r].wrong);
+    }
     R->comm_free(comm);
 }
 
