@@ -32,7 +32,8 @@
  * Reduce-scatter, all-gather and broadcast take the blocking all-reduce's three steps
  * (local_collective); a reduce-scatter's part is summed by the all-reduce's kernel, so it holds
  * the all-reduce's bits. A started all-gather (all_gather_start, FSDP's prefetch) is queued like
- * an overlapped sum, its copies on the communication stream. */
+ * an overlapped sum, its copies on the communication stream. Point-to-point calls meet on the
+ * host without barriers and copy on the compute streams, ordered by events (local_p2p). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>

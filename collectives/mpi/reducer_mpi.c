@@ -35,7 +35,11 @@
  * Reduce-scatter, all-gather and broadcast take the same moves, exchanging between processes only
  * the parts they move (mw__mpi_exchange_parts; see each function). A reduce-scatter sums every
  * element exactly as the all-reduce does (the same move 1, the same process order), so its
- * parts are the all-reduce's bits. */
+ * parts are the all-reduce's bits.
+ *
+ * Point-to-point (send, recv, sendrecv) involves only its two ranks: in one process the
+ * shared-memory reducer's, between processes MPI messages from the rank's own thread
+ * (collectives/mpi/p2p.c), not the leader's; see hier_p2p. */
 #include <limits.h>
 #include <sched.h>
 #include <stdatomic.h>

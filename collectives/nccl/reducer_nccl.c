@@ -21,6 +21,8 @@
  * ncclReduceScatter would not promise); all-gather broadcasts each part from its owner, and
  * broadcast is ncclBroadcast, both queued like the all-reduce (collectives/nccl/collectives.c).
  * all_gather_start queues the all-gather as allreduce_start queues a sum, for finish.
+ * Point-to-point calls meet on the host communicator, then queue ncclSend and ncclRecv likewise
+ * (nccl_p2p).
  *
  * Abort, and what is safe. ncclCommAbort frees the communicator, so calling it while another
  * thread may be inside an NCCL call on it would be a use after free. Hence:
