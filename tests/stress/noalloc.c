@@ -8,17 +8,20 @@
  * no allocation. Exit status 0 on success, 1 with a message otherwise. Its products are all
  * matrix-vector ones, which never run on oneDNN; a matrix product on oneDNN allocates inside
  * oneDNN on every call (its execute's map of the arguments), whatever meshwit does, so a model
- * with one would fail here wherever oneDNN runs it.
+ * with one would fail here wherever oneDNN runs it. Also the shared-memory reducer's
+ * point-to-point calls: two ranks' sends, receives and sendrecvs, f32 and bf16, allocate nothing.
  *
  * Build it without sanitizers: AddressSanitizer and ThreadSanitizer bring their own allocators,
  * which these definitions would fight. Under a sanitizer the program defines no allocator, says
  * so and exits with 77 (the conventional "skipped" status). */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "collectives/reducer.h"
 #include "meshwit.h"
 #include "tests/common/rng.h"
 
@@ -172,6 +175,63 @@ static long measure(const char *devices, int sharded, mw_optimizer optimizer) {
     return result;
 }
 
+/* --- point-to-point -------------------------------------------------------------------------- */
+
+#define P2P_N 5000
+
+typedef struct p2p_rank {
+    mw__comm *comm;
+    int rank;
+    pthread_barrier_t *start, *end;
+    float out[P2P_N], in[P2P_N];
+    mw_status st;
+} p2p_rank;
+
+static void *p2p_rank_main(void *arg) {
+    p2p_rank *a = arg;
+    const mw__reducer_vtable *R = &mw__reducer_shm;
+    int peer = 1 - a->rank;
+    pthread_barrier_wait(a->start);
+    for (int k = 0; k < 50 && !a->st; k++) {
+        mw_dtype dt = k % 2 ? MW_BF16 : MW_F32;
+        a->st = R->sendrecv(a->comm, a->rank, peer, a->out, peer, a->in, P2P_N, dt);
+        if (!a->st)
+            a->st = a->rank == 0 ? R->send(a->comm, 0, 1, a->out, (size_t)k, dt)
+                                 : R->recv(a->comm, 1, 0, a->in, (size_t)k, dt);
+    }
+    if (a->st) R->abort(a->comm);
+    pthread_barrier_wait(a->end);
+    return NULL;
+}
+
+/* Allocations made by two ranks' point-to-point calls (the threads and the communicator made
+ * before counting), or -1 when a call failed. */
+static long p2p_allocations(void) {
+    static p2p_rank ranks[2];
+    pthread_barrier_t start, end;
+    mw__comm *comm = NULL;
+    if (!check(mw__reducer_shm.comm_new(2, NULL, NULL, &comm), "comm_new")) return -1;
+    pthread_barrier_init(&start, NULL, 3);
+    pthread_barrier_init(&end, NULL, 3);
+    pthread_t threads[2];
+    for (int r = 0; r < 2; r++) {
+        ranks[r] = (p2p_rank){.comm = comm, .rank = r, .start = &start, .end = &end};
+        pthread_create(&threads[r], NULL, p2p_rank_main, &ranks[r]);
+    }
+    long before = atomic_load(&allocations);
+    pthread_barrier_wait(&start);
+    pthread_barrier_wait(&end);
+    long made = atomic_load(&allocations) - before;
+    for (int r = 0; r < 2; r++) pthread_join(threads[r], NULL);
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&end);
+    mw__reducer_shm.comm_free(comm);
+    for (int r = 0; r < 2; r++)
+        if (!check(ranks[r].st, "a point-to-point call")) return -1;
+    printf("point-to-point: 2 ranks, 200 calls: %ld allocations\n", made);
+    return made;
+}
+
 int main(void) {
     make_data();
     long before = atomic_load(&allocations);
@@ -198,11 +258,13 @@ int main(void) {
     long single = measure("cpu:1", 0, sgd);
     long sharded = measure("cpu:2", 1, sgd);
     long sharded_adamw = measure("cpu:2", 1, adamw);
-    if (single != 0 || sharded != 0 || sharded_adamw != 0) {
+    long p2p = p2p_allocations();
+    if (single != 0 || sharded != 0 || sharded_adamw != 0 || p2p != 0) {
         fprintf(stderr,
                 "noalloc: FAILED: steps allocate after warm-up (cpu:1 unsharded SGD: %ld, cpu:2 "
-                "sharded SGD: %ld, cpu:2 sharded AdamW: %ld; -1 means the run itself failed)\n",
-                single, sharded, sharded_adamw);
+                "sharded SGD: %ld, cpu:2 sharded AdamW: %ld; point-to-point: %ld; -1 means the "
+                "run itself failed)\n",
+                single, sharded, sharded_adamw, p2p);
         return 1;
     }
     printf("noalloc: ok, no allocation in %d steps on any path\n", STEPS);
