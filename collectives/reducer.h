@@ -109,10 +109,10 @@ typedef struct mw__reducer_vtable {
      * implements them; NULL in a reducer without them. Unlike a collective, only the two ranks
      * named take part: the others may do anything meanwhile, also other point-to-point calls.
      * send: buf[0..n) of `rank` goes to rank `peer`, into the buffer of its recv with
-     * peer == rank; recv returns when it is there (on a reducer of device memory: ordered there,
-     * below). Matching: the k-th send from r to q is received by q's k-th recv from r, per
-     * ordered pair, whatever other pairs do. Both calls must pass the same n and dtype: a
-     * mismatch fails both with MW_ERR_INVALID, a message naming both ranks' lengths and types,
+     * peer == rank; both return once the data is there (on a reducer of device memory: once it
+     * is ordered there, below). Matching: the k-th send from r to q is received by q's k-th recv
+     * from r, per ordered pair, whatever other pairs do. Both calls must pass the same n and dtype:
+     * a mismatch fails both with MW_ERR_INVALID, a message naming both ranks' lengths and types,
      * and nothing written (checked before any data moves, like the collectives' same-call
      * checks; the communicator stays usable).
      * Bits are moved, never added: f32 and bf16 alike in every reducer (another dtype:
@@ -129,10 +129,12 @@ typedef struct mw__reducer_vtable {
      * so a peer must not wait in a point-to-point call for this rank before it joins them.
      * Abort and timeout as for the collectives: a rank blocked in (or later entering) a send,
      * recv or sendrecv returns MW_ERR_ABORTED promptly when any rank aborts the communicator;
-     * one waiting longer than timeout_ms for its peer returns MW_ERR_TIMEOUT and aborts it. A
-     * transfer given up completes on both sides or on neither (in shared memory, cuda-local and
-     * NCCL in one process); between processes the communicator is then poisoned, as after a
-     * collective given up there. reset() makes it usable again where the collectives' is.
+     * one waiting longer than timeout_ms for its peer returns MW_ERR_TIMEOUT and aborts it. In
+     * shared memory and cuda-local a transfer given up happened on both sides or on neither;
+     * NCCL gives up before queueing anything while the ranks meet on the host, and after that
+     * as its collectives do (reset() re-creates the communicators); between processes a
+     * transfer given up poisons the communicator, as a collective does there. reset() makes
+     * the communicator usable again wherever it does so after a collective.
      * Device memory: buffers live on the ranks' devices; the transfer is queued after the work
      * queued so far on both devices and before their later work (the receiver's next kernels
      * read the data, the sender's may overwrite buf); NCCL's calls return once it ran. */
