@@ -120,15 +120,17 @@ typedef struct mw__reducer_vtable {
      * A send waits for its receiver (rendezvous; nothing is buffered, nothing allocated), so two
      * ranks that both send to each other first wait for each other until the timeout: they call
      * sendrecv, which sends sendbuf[0..n) to send_peer while it receives recvbuf[0..n) from
-     * recv_peer (the receive posted first), so that every rank of a ring may call it at once,
-     * and which pairs with a peer's sendrecv, or with its send and recv in either order. The two
-     * buffers must not overlap. A rank's only transfer with itself is sendrecv with send_peer ==
-     * recv_peer == rank (a copy); send and recv to or from oneself are refused.
-     * Collectives in flight: a point-to-point call first completes the all-reduces and the
-     * all-gather this rank started (allreduce_start, all_gather_start), as the collectives do;
-     * so a peer must not wait in a point-to-point call for this rank before it joins them.
-     * Abort and timeout as for the collectives: a rank blocked in (or later entering) a send,
-     * recv or sendrecv returns MW_ERR_ABORTED promptly when any rank aborts the communicator;
+     * recv_peer (the receive posted first), so that every rank of a ring may call it at once;
+     * it pairs with a peer's sendrecv (and, in shared memory and between processes of the
+     * hierarchical reducer, with the peer's send and recv in either order; the reducers of
+     * device memory refuse that pairing, which would cross their two rounds of meeting, with
+     * MW_ERR_INVALID and an abort). The two buffers must not overlap. A rank's only transfer with
+     * itself is sendrecv with send_peer == recv_peer == rank (a copy); send and recv to or from
+     * oneself are refused. Collectives in flight: a point-to-point call first completes the
+     * all-reduces and the all-gather this rank started (allreduce_start, all_gather_start), as the
+     * collectives do; so a peer must not wait in a point-to-point call for this rank before it
+     * joins them. Abort and timeout as for the collectives: a rank blocked in (or later entering) a
+     * send, recv or sendrecv returns MW_ERR_ABORTED promptly when any rank aborts the communicator;
      * one waiting longer than timeout_ms for its peer returns MW_ERR_TIMEOUT and aborts it. In
      * shared memory and cuda-local a transfer given up happened on both sides or on neither;
      * NCCL gives up before queueing anything while the ranks meet on the host, and after that

@@ -463,12 +463,12 @@ static mw_status local_p2p(mw__comm *comm, const char *what, int rank, int send_
     mw__device *dev = c->devs[rank];
     cudaStream_t s = (cudaStream_t)mw__cuda_services.stream(dev);
     cudaError_t e = cudaSetDevice(dev->ordinal);
-    mw__p2p_call mine_send = {n, dtype, (void *)sendbuf, c->ready[rank]};
-    mw__p2p_call mine_recv = {n, dtype, recvbuf, NULL}, sender = {0}, receiver = {0};
+    mw__p2p_call mine_send = {n, dtype, 1, (void *)sendbuf, c->ready[rank]};
+    mw__p2p_call mine_recv = {n, dtype, 2, recvbuf, NULL}, sender = {0}, receiver = {0};
     if (e == cudaSuccess && send_peer >= 0) e = cudaEventRecord(c->ready[rank], s);
     if (e != cudaSuccess) return cuda_failed(c, rank, "cudaEventRecord", e);
-    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, send_peer, &mine_send, recv_peer,
-                           &sender)))
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, what, rank, 1, send_peer, &mine_send,
+                           recv_peer, &sender)))
         return relabel(st, what);
     mw_status got = MW_OK;
     if (recv_peer >= 0 && !(got = mw__p2p_check(what, recv_peer, &sender, rank, &mine_recv))) {
@@ -483,8 +483,8 @@ static mw_status local_p2p(mw__comm *comm, const char *what, int rank, int send_
     }
     char msg[MW__MSG_SIZE];
     if (got) snprintf(msg, sizeof msg, "%s", mw_last_error());
-    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, recv_peer, &mine_recv, send_peer,
-                           &receiver)))
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, what, rank, 2, recv_peer, &mine_recv,
+                           send_peer, &receiver)))
         return relabel(st, what);
     mw_status sent = MW_OK;
     if (send_peer >= 0 && !(sent = mw__p2p_check(what, rank, &mine_send, send_peer, &receiver)) &&

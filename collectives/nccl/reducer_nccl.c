@@ -496,14 +496,15 @@ static mw_status nccl_p2p(mw__comm *comm, const char *what, int rank, int send_p
         return mw__error(MW_ERR_INVALID, "%s (nccl): rank %d passed %s", what, rank, bad);
     }
     if ((st = nccl_allreduce_finish(comm, rank))) return st; /* its collectives come first */
-    mw__p2p_call mine = {n, dtype, NULL, NULL}, sender = {0}, receiver = {0};
-    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, rank, send_peer, &mine, recv_peer, &sender)))
+    mw__p2p_call mine = {n, dtype, 0, NULL, NULL}, sender = {0}, receiver = {0};
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, what, rank, 1, send_peer, &mine, recv_peer,
+                           &sender)))
         return relabel(st, what);
     mw_status got = recv_peer >= 0 ? mw__p2p_check(what, recv_peer, &sender, rank, &mine) : MW_OK;
     char msg[MW__MSG_SIZE];
     if (got) snprintf(msg, sizeof msg, "%s", mw_last_error());
-    if ((st =
-             mw__p2p_meet(&mw__reducer_shm, c->sync, rank, recv_peer, &mine, send_peer, &receiver)))
+    if ((st = mw__p2p_meet(&mw__reducer_shm, c->sync, what, rank, 2, recv_peer, &mine, send_peer,
+                           &receiver)))
         return relabel(st, what);
     mw_status sent =
         send_peer >= 0 ? mw__p2p_check(what, rank, &mine, send_peer, &receiver) : MW_OK;

@@ -358,3 +358,38 @@ Test(cuda_local_host, a_lonely_receiver_times_out_or_aborts_and_resets) {
         mw__reducer_cuda_local.comm_free(c);
     }
 }
+
+/* A sendrecv against the peer's separate send and recv would cross the two rounds of meeting
+ * (each would read the other round's message): refused, with the communicator aborted so that
+ * nobody waits, instead of copying from the wrong buffer. */
+static void *send_then_recv(void *arg) {
+    p2p_job *j = arg;
+    const mw__reducer_vtable *R = &mw__reducer_cuda_local;
+    j->st = R->send(j->comm, 1, 0, j->out, j->n, MW_F32);
+    if (!j->st) j->st = R->recv(j->comm, 1, 0, j->in, j->n, MW_F32);
+    snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
+    return NULL;
+}
+
+Test(cuda_local_host, a_sendrecv_against_a_separate_send_and_recv_is_refused) {
+    mw__comm *c = open_p2p(2, 5000);
+    const fake_record *f = fake_gpu();
+    p2p_job j[2];
+    memset(j, 0, sizeof j);
+    j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = 1, .n = 8, .dtype = MW_F32};
+    j[1] = (p2p_job){.comm = c, .rank = 1, .n = 8, .dtype = MW_F32};
+    pthread_create(&j[0].thread, NULL, p2p_main, &j[0]);
+    pthread_create(&j[1].thread, NULL, send_then_recv, &j[1]);
+    for (int r = 0; r < 2; r++) pthread_join(j[r].thread, NULL);
+    int refused = 0;
+    for (int r = 0; r < 2; r++) {
+        cr_assert_neq(j[r].st, MW_OK, "rank %d went on: %s", r, j[r].msg);
+        refused += j[r].st == MW_ERR_INVALID && strstr(j[r].msg, "pairs differently") != NULL;
+    }
+    cr_assert_geq(refused, 1, "rank 0: %s; rank 1: %s", j[0].msg, j[1].msg);
+    for (int i = 0; i < f->ncopies; i++)
+        cr_assert(f->copies[i].src == j[1].out && f->copies[i].dst == j[0].in,
+                  "copy %d is not of rank 1's send buffer into rank 0's receive buffer", i);
+    mw__reducer_cuda_local.reset(c);
+    mw__reducer_cuda_local.comm_free(c);
+}
