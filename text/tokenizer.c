@@ -318,6 +318,22 @@ static size_t space_after(const uint8_t *s, size_t n) {
     return i;
 }
 
+/* Whether s[0, end) ends with a word character (tokenizers' r"\w$", mw__uc_is_word). A byte
+ * that does not end a valid UTF-8 sequence is a character of its own, and not a word one. */
+static int word_before(const uint8_t *s, size_t end) {
+    for (size_t l = 1; l <= 4 && l <= end; l++) {
+        uint32_t cp;
+        if (mw__utf8_decode(s + end - l, l, &cp) == l) return mw__uc_is_word(cp);
+    }
+    return 0;
+}
+
+/* Whether s[0, n) starts with a word character (r"^\w"). */
+static int word_after(const uint8_t *s, size_t n) {
+    uint32_t cp;
+    return n > 0 && mw__utf8_decode(s, n, &cp) > 0 && mw__uc_is_word(cp);
+}
+
 static void added_pass(encoder *e, int p, const uint8_t *s, size_t n);
 
 /* A piece between the added tokens of pass 0: normalized (NFC), then to pass 1, as tokenizers'
@@ -339,7 +355,10 @@ static void normalized(encoder *e, const uint8_t *s, size_t n) {
 
 /* Pass p over s[0, n): the added tokens of that pass, leftmost-longest, as tokenizers'
  * AddedVocabulary::find_matches splits; what lies between goes to pass 1 (normalized), then to
- * segment. */
+ * segment. A "single_word" token next to a word character in s (the whole text in pass 0, one
+ * normalized piece in pass 1) is no match, and, as in tokenizers' non-overlapping search, the
+ * search goes on after it: neither a shorter token at its start nor one inside it is tried. Its
+ * lstrip and rstrip apply only to a match, so white space they would take is no boundary. */
 static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
     const mw_tokenizer *tok = e->tok;
     const mw__added_pass *ps = &tok->pass[p];
@@ -356,13 +375,19 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
         const mw__added *hit = NULL;
         for (uint32_t k = lo; k < hi && !hit; k++) {
             const mw__added *a = &tok->added[ps->order[k]];
-            if (a->len <= n - i && memcmp(tok->arena + a->off, s + i, a->len) == 0) hit = a;
+            if (a->match_len <= n - i &&
+                memcmp(tok->arena + a->match_off, s + i, a->match_len) == 0)
+                hit = a;
         }
         if (!hit) {
             i++;
             continue;
         }
-        size_t start = i, stop = i + hit->len;
+        size_t start = i, stop = i + hit->match_len;
+        if (hit->single_word && (word_before(s, start) || word_after(s + stop, n - stop))) {
+            i = stop;
+            continue;
+        }
         if (hit->lstrip) {
             size_t from = space_before(s, start);
             start = from > offset ? from : offset;
@@ -376,7 +401,7 @@ static void added_pass(encoder *e, int p, const uint8_t *s, size_t n) {
         }
         put(e, hit->id);
         offset = stop;
-        i += hit->len;
+        i += hit->match_len;
     }
     if (offset < n && e->st == MW_OK) {
         if (p == 0)

@@ -79,13 +79,16 @@ typedef struct mw__cache_slot {
  */
 
 typedef struct mw__added {
-    uint32_t off, len; /* content in the arena */
+    uint32_t off, len;             /* content in the arena */
+    uint32_t match_off, match_len; /* the text matched: the content, or its NFC when the token is
+                                      "normalized" and the tokenizer's normalizer is NFC */
     int32_t id;
-    int lstrip, rstrip, normalized, special;
+    int single_word, lstrip, rstrip, normalized, special;
 } mw__added;
 
 /* The added tokens matched in one pass (normalized or not): indices into tok->added, sorted by
- * first byte, then longest first; first[b] .. first[b + 1] are those starting with byte b. */
+ * the first byte of the text matched, then longest first; first[b] .. first[b + 1] are those
+ * starting with byte b. */
 typedef struct mw__added_pass {
     uint32_t *order;
     uint32_t count;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "formats/json.h"
+#include "text/tokenizer_nfc.h"
 #include "text/tokenizer_read.h"
 #include "text/unicode.h"
 
@@ -138,6 +139,44 @@ static mw_status read_model(mw__loader *ld, const mw__json_node *model) {
     return mw__tok_read_merges_json(ld, merges);
 }
 
+/* The text token i (its content stored) is matched as: its content, or, when it is "normalized"
+ * and the normalizer is NFC, the content's NFC, as tokenizers' AddedVocabulary matches the
+ * normalizer's output of the content in the normalized text. Two tokens of one pass matching
+ * the same text are refused: tokenizers builds its matcher from a hash map, so which of them it
+ * finds changes from run to run. */
+static mw_status match_form(mw__loader *ld, mw__added *a, uint32_t i,
+                            const mw__json_node *content) {
+    mw_tokenizer *tok = ld->tok;
+    char q[64], r[64], p[64];
+    a->match_off = a->off;
+    a->match_len = a->len;
+    if (tok->nfc && a->normalized &&
+        mw__nfc_may_change((const uint8_t *)tok->arena + a->off, a->len)) {
+        mw__nfc_buf nb = {0};
+        size_t n;
+        mw_status st = mw__nfc(&nb, (const uint8_t *)tok->arena + a->off, a->len, &n);
+        if (st == MW_OK && (n != a->len || memcmp(nb.out, tok->arena + a->off, n) != 0) &&
+            (st = mw__tok_store(tok, nb.out, n, &a->match_off)) == MW_OK)
+            a->match_len = (uint32_t)n; /* the store checked it is under 4 GiB */
+        mw__nfc_free(&nb);
+        if (st) return st;
+    }
+    for (uint32_t k = 0; k < i; k++) {
+        const mw__added *b = &tok->added[k];
+        if (b->normalized != a->normalized || b->match_len != a->match_len ||
+            memcmp(tok->arena + b->match_off, tok->arena + a->match_off, a->match_len) != 0)
+            continue;
+        snprintf(p, sizeof p, "added_tokens[%u].content", i);
+        return mw__tok_fail_at(
+            ld, content, MW_ERR_UNSUPPORTED, p,
+            "%s is, normalized (NFC), the text of added_tokens[%u] (%s): Hugging Face tokenizers "
+            "matches either of them, a different one from run to run",
+            mw__tok_quote(tok->arena + a->off, a->len, q, sizeof q), k,
+            mw__tok_quote(tok->arena + b->off, b->len, r, sizeof r));
+    }
+    return MW_OK;
+}
+
 /* added_tokens: each {"id", "content", "single_word", "lstrip", "rstrip", "normalized",
  * "special"}, ids as tokenizers assigns them on loading (a token of the vocabulary keeps its id,
  * the others take the next ids after the vocabulary's size, in order). */
@@ -179,19 +218,14 @@ static mw_status read_added(mw__loader *ld, const mw__json_node *arr) {
                 content->type == MW__JSON_STRING ? "\"\""
                                                  : mw__tok_what(ld, content, buf, sizeof buf));
         mw__added *a = &tok->added[i];
-        int single_word = 0;
         a->normalized = 1; /* tokenizers' AddedToken::default() */
-        if ((st = mw__tok_get_bool(ld, c, "single_word", p, 0, &single_word)) ||
+        if ((st = mw__tok_get_bool(ld, c, "single_word", p, 0, &a->single_word)) ||
             (st = mw__tok_get_bool(ld, c, "lstrip", p, 0, &a->lstrip)) ||
             (st = mw__tok_get_bool(ld, c, "rstrip", p, 0, &a->rstrip)) ||
             (st = mw__tok_get_bool(ld, c, "normalized", p, 0, &a->normalized)) ||
             (st = mw__tok_get_bool(ld, c, "special", p, 0, &a->special)))
             return st;
         const char *s = mw__json_str(doc, content);
-        if (single_word)
-            return mw__tok_fail_at(ld, mw__json_get(doc, c, "single_word"), MW_ERR_UNSUPPORTED, p,
-                                   "%s: \"single_word\": true is not supported",
-                                   mw__tok_quote(s, content->len, q, sizeof q));
         for (uint32_t k = 0; k < i; k++)
             if (tok->added[k].len == content->len &&
                 memcmp(tok->arena + tok->added[k].off, s, content->len) == 0)
@@ -219,6 +253,7 @@ static mw_status read_added(mw__loader *ld, const mw__json_node *arr) {
         a->len = content->len;
         if ((st = mw__tok_store(tok, s, content->len, &a->off))) return st;
         tok->nadded = i + 1;
+        if ((st = match_form(ld, a, i, content))) return st;
         if (a->id >= tok->size) tok->size = a->id + 1;
     }
     return MW_OK;
@@ -300,6 +335,8 @@ static mw_status read_gpt2_files(mw__loader *ld, const char *dir) {
     mw__added *a = &tok->added[0];
     *a = (mw__added){.len = (uint32_t)strlen(SPECIAL_EOT), .id = eot, .special = 1};
     if ((st = mw__tok_store(tok, SPECIAL_EOT, a->len, &a->off))) return st;
+    a->match_off = a->off;
+    a->match_len = a->len;
     tok->nadded = 1;
     return MW_OK;
 }

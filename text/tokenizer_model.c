@@ -160,10 +160,10 @@ static pthread_mutex_t sort_lock = PTHREAD_MUTEX_INITIALIZER;
 static int by_first_byte_then_longest(const void *pa, const void *pb) {
     const mw__added *a = &sort_tok->added[*(const uint32_t *)pa];
     const mw__added *b = &sort_tok->added[*(const uint32_t *)pb];
-    unsigned char fa = (unsigned char)sort_tok->arena[a->off];
-    unsigned char fb = (unsigned char)sort_tok->arena[b->off];
+    unsigned char fa = (unsigned char)sort_tok->arena[a->match_off];
+    unsigned char fb = (unsigned char)sort_tok->arena[b->match_off];
     if (fa != fb) return fa < fb ? -1 : 1;
-    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    if (a->match_len != b->match_len) return a->match_len > b->match_len ? -1 : 1;
     return 0;
 }
 
@@ -181,7 +181,8 @@ mw_status mw__tok_added_passes(mw_tokenizer *tok) {
         pthread_mutex_unlock(&sort_lock);
         uint32_t i = 0;
         for (unsigned b = 0; b <= 256; b++) {
-            while (i < pass->count && (unsigned char)tok->arena[tok->added[pass->order[i]].off] < b)
+            while (i < pass->count &&
+                   (unsigned char)tok->arena[tok->added[pass->order[i]].match_off] < b)
                 i++;
             pass->first[b] = i;
         }

@@ -8,7 +8,17 @@
  *      or not) are cut out of the text where they appear literally, leftmost-longest, before
  *      anything else: first those with "normalized": false, in the raw text; then the pieces
  *      between are normalized (NFC, when the file says so, as Qwen2's does) and those with
- *      "normalized": true are cut out of the result;
+ *      "normalized": true are cut out of the result (the NFC of their content is what is found
+ *      there). "lstrip" and "rstrip" make a token take the white space (\s) before or after
+ *      it. A token with "single_word" is found only where it stands alone: not right after a
+ *      word character nor right before one, in the text it is searched in (the raw text, or a
+ *      normalized piece, whose ends are boundaries); its own white space (lstrip, rstrip) is
+ *      not looked through. A word character is the Rust regex crate's \w, as `tokenizers` has
+ *      it: letters and other Alphabetic characters (as U+2160 and U+24B6), marks, decimal
+ *      digits of any script, connector punctuation ('_', U+203F) and U+200C, U+200D; not
+ *      emoji, symbols, other numbers ('²', '½') or bytes that are not UTF-8. Where
+ *      `tokenizers` finds a single_word token but drops it, its search goes on after it, so a
+ *      shorter token at its start or one inside it is not found there either;
  *   2. each piece between them is cut by a Split pre-tokenizer's regex when the file has one:
  *      Llama 3's (one line)
  *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
@@ -64,9 +74,11 @@
  *     offsets), "TemplateProcessing" (its "single" template, special tokens around "$A", each
  *     given by its "special_tokens" ids, which must be tokens; "pair" is not read: one text is
  *     encoded at a time) or a "Sequence" of them (at most one TemplateProcessing); "truncation"
- *     and "padding" null; and "added_tokens" (each with "single_word" false; "lstrip" and
- *     "rstrip" are honoured; the ids must be those `tokenizers` would assign: a token's id in
- *     "vocab" when it is there, else the next after the vocabulary);
+ *     and "padding" null; and "added_tokens" ("single_word", "lstrip", "rstrip",
+ *     "normalized" and "special" honoured as in step 1; the ids must be those `tokenizers`
+ *     would assign: a token's id in "vocab" when it is there, else the next after the
+ *     vocabulary; two tokens the same text once normalized are refused, as `tokenizers` finds
+ *     one or the other at random);
  *   - or a folder: its `tokenizer.json` when it has one, else GPT-2's original pair `vocab.json`
  *     (token -> id) and `merges.txt` (one merge "a b" per line; lines starting "#version" are
  *     skipped) as `ByteLevelBPETokenizer(vocab, merges)` reads them (no prefix space, regex on),
@@ -77,7 +89,7 @@
  * missing field, an id given twice, a token listed twice, a merge of tokens that are not in the
  * vocabulary), MW_ERR_UNSUPPORTED for settings this tokenizer does not implement (another model,
  * normalizer, pre-tokenizer, Split pattern or behavior, post-processor or decoder, dropout,
- * single_word, truncation, padding), the setting quoted. Each message
+ * truncation, padding), the setting quoted. Each message
  * names the file and the place: "tokenizer.json:12:5: model.vocab["the"]: ..." (line:column,
  * then the JSON path), "merges.txt:17: ...".
  *

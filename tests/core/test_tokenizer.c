@@ -669,10 +669,22 @@ Test(tokenizer_files, added_tokens_checked) {
                                "null", PRE, POST, DEC, MODEL));
     expect_refused("id.json", MW_ERR_FORMAT, "added_tokens[0]", "has id 7", "tokenizers gives it 3",
                    NULL);
+    /* single_word is honoured (tests/core/test_tokenizer_single_word.c), and checked a bool */
     write_tiny("word.json",
                tiny("\"1.0\"", "[{\"id\": 3, \"content\": \"<x>\", \"single_word\": true}]", "null",
                     PRE, POST, DEC, MODEL));
-    expect_refused("word.json", MW_ERR_UNSUPPORTED, "added_tokens[0]", "single_word", NULL);
+    mw_tokenizer *tok = load(path_of("word.json"));
+    int32_t ids[4];
+    size_t n;
+    cr_assert_eq(mw_tokenizer_encode(tok, "<x>b<x>", 7, ids, 4, &n), MW_OK);
+    cr_assert(n == 1 && ids[0] == 1, "<x> beside a letter is no match (%zu ids)", n);
+    cr_assert_eq(mw_tokenizer_encode(tok, "<x><x>", 6, ids, 4, &n), MW_OK);
+    cr_assert(n == 2 && ids[0] == 3 && ids[1] == 3, "%zu ids", n);
+    mw_tokenizer_free(tok);
+    write_tiny("wordtype.json",
+               tiny("\"1.0\"", "[{\"id\": 3, \"content\": \"<x>\", \"single_word\": 1}]", "null",
+                    PRE, POST, DEC, MODEL));
+    expect_refused("wordtype.json", MW_ERR_FORMAT, "added_tokens[0]", "single_word", NULL);
     write_tiny("empty.json",
                tiny("\"1.0\"", "[{\"id\": 3, \"content\": \"\"}]", "null", PRE, POST, DEC, MODEL));
     expect_refused("empty.json", MW_ERR_FORMAT, "added_tokens[0].content", NULL);
