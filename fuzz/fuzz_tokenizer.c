@@ -2,8 +2,9 @@
  * tokenizer.json, and encoding on the same bytes as text: with the test tokenizer
  * (tests/data/tokenizer/tokenizer.json) and the Llama 3 style one (llama3.json, with its BOS)
  * decode(encode(x)) must give x back byte for byte; with the prefix-space variant (added tokens
- * with lstrip and rstrip) and the Qwen2 style one (NFC) the ids must stay within
- * mw_tokenizer_max_ids and decode; with whatever the bytes loaded as, the same. */
+ * with lstrip and rstrip), the Qwen2 style one (NFC) and the single_word ones (added tokens that
+ * must stand alone, with and without NFC) the ids must stay within mw_tokenizer_max_ids and
+ * decode; with whatever the bytes loaded as, the same. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +46,21 @@ static void encode_decode(mw_tokenizer *tok, const uint8_t *data, size_t size, i
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static mw_tokenizer *fixed, *prefixed, *llama3, *qwen2;
+    static mw_tokenizer *fixed, *prefixed, *llama3, *qwen2, *word, *word_nfc;
     if (!fixed) {
         fixed = load_fixed("tokenizer.json");
         prefixed = load_fixed("variants/prefix_space.json");
         llama3 = load_fixed("llama3.json");
         qwen2 = load_fixed("qwen2.json");
+        word = load_fixed("single_word/plain.json");
+        word_nfc = load_fixed("single_word/nfc.json");
     }
     encode_decode(fixed, data, size, 1);
     encode_decode(prefixed, data, size, 0);
     encode_decode(llama3, data, size, 1);
     encode_decode(qwen2, data, size, 0);
+    encode_decode(word, data, size, 0);
+    encode_decode(word_nfc, data, size, 0);
     mw_tokenizer *tok;
     if (mw_tokenizer_load(fuzz_file(data, size), &tok) == MW_OK) {
         encode_decode(tok, data, size, 0);

@@ -52,9 +52,9 @@ int main(int argc, char **argv) {
 }
 
 /* The tokenizer harness reads every input both as a tokenizer.json and as text: a small
- * tokenizer.json with an added token, one with Llama 3's Split and template and Qwen2's NFC, the
- * prefix-space variant of the test data, and text in several scripts with the special token and
- * bytes that are not UTF-8. */
+ * tokenizer.json with an added token (single_word, lstrip), one with Llama 3's Split and template
+ * and Qwen2's NFC, the prefix-space variant of the test data, and text in several scripts with the
+ * special token and bytes that are not UTF-8. */
 static int write_seed(const char *dir, const char *name, const void *data, size_t n) {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer/%s", dir, name);
@@ -67,7 +67,7 @@ static int write_seed(const char *dir, const char *name, const void *data, size_
 static int write_tokenizer_seeds(const char *dir) {
     static const char tiny[] =
         "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,\n"
-        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|endoftext|>\", \"single_word\": false,\n"
+        " \"added_tokens\": [{\"id\": 5, \"content\": \"<|endoftext|>\", \"single_word\": true,\n"
         "   \"lstrip\": true, \"rstrip\": false, \"normalized\": false, \"special\": true}],\n"
         " \"normalizer\": null,\n"
         " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true,\n"
