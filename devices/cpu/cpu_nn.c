@@ -54,6 +54,14 @@ mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) 
         }
         uint16_t *y = (uint16_t *)k->out + r * k->n;
         int64_t j = 0;
+        for (; j + 16 <= k->n; j += 16) {
+            mw__v16 xv, w, b = {0};
+            memcpy(&xv, x + j, sizeof xv);
+            memcpy(&w, k->w + j, sizeof w);
+            if (bias) memcpy(&b, bias + j, sizeof b);
+            xv = (xv - mean) * rstd * w + b;
+            mw__bf16_store16(y + j, &xv);
+        }
         for (; j + 8 <= k->n; j += 8) {
             mw__v8 xv, w, b = {0};
             memcpy(&xv, x + j, sizeof xv);
@@ -185,6 +193,13 @@ mw_status MW__CPU(mw__cpu_rmsnorm)(mw__device *dev, const mw__k_rmsnorm *k) {
         }
         uint16_t *y = (uint16_t *)k->out + r * k->n;
         int64_t j = 0;
+        for (; j + 16 <= k->n; j += 16) {
+            mw__v16 xv, wv;
+            memcpy(&xv, x + j, sizeof xv);
+            memcpy(&wv, w + j, sizeof wv);
+            xv = xv * rstd * wv;
+            mw__bf16_store16(y + j, &xv);
+        }
         for (; j + 8 <= k->n; j += 8) {
             mw__v8 xv, wv;
             memcpy(&xv, x + j, sizeof xv);

@@ -40,6 +40,21 @@ MW__CPU_INLINE void mw__bf16_store8(uint16_t *dst, const mw__v8 *x) {
     memcpy(dst, &h, sizeof h);
 }
 
+/* Sixteen floats stored as bf16, each lane as mw__bf16_store8 rounds it (one AVX-512 vector of
+ * work where the level has it, two or four narrower ones elsewhere). */
+typedef float mw__v16 __attribute__((vector_size(64)));
+typedef uint32_t mw__v16u __attribute__((vector_size(64)));
+typedef uint16_t mw__v16h __attribute__((vector_size(32)));
+MW__CPU_INLINE void mw__bf16_store16(uint16_t *dst, const mw__v16 *x) {
+    mw__v16u u;
+    memcpy(&u, x, sizeof u);
+    mw__v16u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    mw__v16u nan = (mw__v16u)((u & 0x7fffffffu) > 0x7f800000u);
+    r = (r & ~nan) | (q & nan);
+    mw__v16h h = __builtin_convertvector(r, mw__v16h);
+    memcpy(dst, &h, sizeof h);
+}
+
 /* Eight bf16 values widened to floats (exactly). */
 MW__CPU_INLINE void mw__bf16_load8(mw__v8 *x, const uint16_t *src) {
     mw__v8h h;
@@ -48,10 +63,15 @@ MW__CPU_INLINE void mw__bf16_load8(mw__v8 *x, const uint16_t *src) {
     memcpy(x, &u, sizeof u);
 }
 
-/* n floats rounded into bf16 and n bf16 widened into floats, eight at a time, the tail one by
- * one with the same rounding (devices/math.h). */
+/* n floats rounded into bf16 (sixteen at a time, then eight) and n bf16 widened into floats
+ * (eight at a time), the tail one by one with the same rounding (devices/math.h). */
 MW__CPU_INLINE void mw__bf16_narrow(int64_t n, const float *src, uint16_t *dst) {
     int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        mw__v16 x;
+        memcpy(&x, src + i, sizeof x);
+        mw__bf16_store16(dst + i, &x);
+    }
     for (; i + 8 <= n; i += 8) {
         mw__v8 x;
         memcpy(&x, src + i, sizeof x);
