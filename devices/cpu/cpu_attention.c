@@ -117,6 +117,35 @@ MW__CPU_INLINE void micro(const prod *x, int R, int64_t r, int64_t l, int nc, in
 
 static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+#ifdef __AVX512F__
+/* micro's full tile for the two column tiles l and l + TILE_N at once, the same sums. */
+MW__CPU_INLINE void micro2(const prod *x, int R, int64_t r, int64_t l, int64_t p0, int64_t p1) {
+    const float *a = x->a + r * x->sar, *b = x->b + l * x->rows, *b2 = b + TILE_N * x->rows;
+    float *c = x->c + r * x->ldc + l;
+    v16 acc[TILE_M], acc2[TILE_M], b0, b1, y;
+    for (int i = 0; i < R; i++) acc[i] = acc2[i] = (v16){0};
+    for (int64_t p = p0; p < p1; p++) {
+        memcpy(&b0, b + p * TILE_N, sizeof b0);
+        memcpy(&b1, b2 + p * TILE_N, sizeof b1);
+        for (int i = 0; i < R; i++) {
+            float av = a[i * x->sar + p * x->sak];
+            acc[i] += av * b0;
+            acc2[i] += av * b1;
+        }
+    }
+    for (int i = 0; i < R; i++)
+        for (int h = 0; h < 2; h++) {
+            float *ci = c + i * x->ldc + h * TILE_N;
+            if (x->add)
+                memcpy(&y, ci, sizeof y);
+            else
+                y = (v16){0};
+            y += x->alpha * (h ? acc2[i] : acc[i]);
+            memcpy(ci, &y, sizeof y);
+        }
+}
+#endif
+
 /* C (m x n) = alpha op A B (add: +=). Row r of a micro tile starting at r0 sums the depth
  * [r0 + lo, end + hi) clamped to [0, kn), and column tile l is computed from row l - cols on:
  * the causal products pass the diagonal's offset there (and +-ALL for no limit), so they
@@ -124,7 +153,28 @@ static int64_t clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v
  * left for the caller to ignore or overwrite. */
 static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo, int64_t hi,
                     int64_t cols) {
-    for (int64_t l = 0; l < n; l += TILE_N) {
+    int64_t l = 0;
+#ifdef __AVX512F__
+    /* two column tiles at once: 16 accumulators, each A element read once for both; the second
+     * tile's rows start with the first's (rows before its own start are past the diagonal) */
+    for (; l + 2 * TILE_N <= n; l += 2 * TILE_N)
+        for (int64_t r = clamp(l - cols, 0, m); r < m;) {
+            int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
+            int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
+            if (p1 > p0 || !x->add) switch (R) {
+                case 8: micro2(x, 8, r, l, p0, p1); break;
+                case 7: micro2(x, 7, r, l, p0, p1); break;
+                case 6: micro2(x, 6, r, l, p0, p1); break;
+                case 5: micro2(x, 5, r, l, p0, p1); break;
+                case 4: micro2(x, 4, r, l, p0, p1); break;
+                case 3: micro2(x, 3, r, l, p0, p1); break;
+                case 2: micro2(x, 2, r, l, p0, p1); break;
+                default: micro2(x, 1, r, l, p0, p1); break;
+                }
+            r += R;
+        }
+#endif
+    for (; l < n; l += TILE_N) {
         int nc = n - l < TILE_N ? (int)(n - l) : TILE_N;
         for (int64_t r = clamp(l - cols, 0, m); r < m;) {
             int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
