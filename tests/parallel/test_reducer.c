@@ -563,6 +563,59 @@ Test(reducer, bf16_sums_are_f32_sums_in_rank_order_rounded_once, .timeout = 60) 
             }
 }
 
+/* Any bf16 bit pattern for rank r, element i: finite values of every exponent, subnormals, zeros
+ * of both signs, infinities and NaNs; equal exponents often enough that sums round on ties. */
+static uint16_t any_bf16(int r, size_t i) {
+    static const uint16_t special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc1,
+                                       0x0001, 0x8001, 0x007f, 0x7f7f, 0xff7f, 0x3f81};
+    float x = input(17, r, i);
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (u % 7 == 0) return special[(u >> 8) % (sizeof special / sizeof *special)];
+    if (u % 3 == 0) return (uint16_t)(0x3f80 | (u >> 9 & 0x807f)); /* exponent 0: ties */
+    return (uint16_t)(u >> 7);
+}
+
+Test(reducer, bf16_all_reduce_of_any_bits_is_the_rank_order_sum_rounded_once, .timeout = 60) {
+    /* Around a vector (16), a cache line (32 elements), a slice's edge in lines and a chunk (2048),
+     * odd lengths; 2 ranks take the one-pass pair kernel, 3 and 4 the accumulator. */
+    static const size_t sizes[] = {1,    2,    15,   16,   17,   31,   32,   33,    63,   64,
+                                   65,   95,   97,   127,  129,  2047, 2048, 2049,  4095, 4096,
+                                   4097, 4127, 4161, 6143, 6145, 8191, 8193, 12289, 40003};
+    for (int p = 2; p <= 4; p++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            size_t n = sizes[si];
+            mw__comm *comm = new_comm(p, 0);
+            worker w[MAXP] = {0};
+            bf16_job j[MAXP];
+            uint16_t *orig[MAXP];
+            for (int r = 0; r < p; r++) {
+                j[r] = (bf16_job){0, malloc(n * 2), n, NULL};
+                orig[r] = malloc(n * 2);
+                for (size_t i = 0; i < n; i++) orig[r][i] = j[r].buf[i] = any_bf16(r, i);
+            }
+            run_ranks(comm, p, w, do_bf16, j);
+            for (int r = 0; r < p; r++) {
+                cr_assert_eq(w[r].st, MW_OK, "p %d n %zu rank %d: %s", p, n, r, w[r].msg);
+                for (size_t i = 0; i < n; i++) {
+                    float sum = mw__bf16_to_f32(orig[0][i]); /* x0 + x1 + ...: -0 stays -0 */
+                    for (int q = 1; q < p; q++) sum += mw__bf16_to_f32(orig[q][i]);
+                    uint16_t want = mw__bf16_from_f32(sum), got = j[r].buf[i];
+                    /* Which NaN's payload an add keeps is the compiler's choice of operand order;
+                     * every rank must still hold the same bits. */
+                    int nan = isnan(sum) && isnan(mw__bf16_to_f32(got));
+                    cr_assert(got == want || nan, "p %d n %zu rank %d [%zu]: 0x%04x, want 0x%04x",
+                              p, n, r, i, got, want);
+                    cr_assert_eq(got, j[0].buf[i],
+                                 "p %d n %zu [%zu]: rank %d 0x%04x, rank 0 0x%04x", p, n, i, r, got,
+                                 j[0].buf[i]);
+                }
+            }
+            for (int r = 0; r < p; r++) free(j[r].buf), free(orig[r]);
+            R->comm_free(comm);
+        }
+}
+
 Test(reducer, other_dtypes_and_reducers_refuse_by_name) {
     cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_F32), MW_OK);
     cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_BF16), MW_ERR_UNSUPPORTED);
