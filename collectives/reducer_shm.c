@@ -170,13 +170,36 @@ VEC_CLONES static void round_bf16(const float *restrict acc, size_t n, uint16_t 
     for (; i < n; i++) out[i] = round1(acc[i]);
 }
 
-/* reduce_slice for bf16 buffers: each sum in f32, rounded once into every buffer. */
+/* Two ranks, one pass: both buffers get the f32 sum of their widened values, rounded once (the
+ * bits of sum_bf16 and round_bf16, without their round trip through the accumulator). */
+VEC_CLONES static void sum_pair_bf16(uint16_t *restrict a, uint16_t *restrict b, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++) {
+            uint16_t s = round1(widen1(a[i + j]) + widen1(b[i + j]));
+            a[i + j] = s;
+            b[i + j] = s;
+        }
+    for (; i < n; i++) {
+        uint16_t s = round1(widen1(a[i]) + widen1(b[i]));
+        a[i] = s;
+        b[i] = s;
+    }
+}
+
+/* reduce_slice for bf16 buffers: each sum in f32, rounded once and copied into every buffer. */
 static void reduce_slice_bf16(mw__comm *c, int parity, size_t lo, size_t hi) {
     float acc[CHUNK_FLOATS];
+    uint16_t sum[CHUNK_FLOATS];
     for (size_t at = lo; at < hi; at += CHUNK_FLOATS) {
         size_t len = hi - at < CHUNK_FLOATS ? hi - at : CHUNK_FLOATS;
+        if (c->nranks == 2) {
+            sum_pair_bf16(hbuf(c, 0, parity) + at, hbuf(c, 1, parity) + at, len);
+            continue;
+        }
         sum_bf16(c, parity, at, len, acc);
-        for (int q = 0; q < c->nranks; q++) round_bf16(acc, len, hbuf(c, q, parity) + at);
+        round_bf16(acc, len, sum);
+        for (int q = 0; q < c->nranks; q++) memcpy(hbuf(c, q, parity) + at, sum, len * sizeof *sum);
     }
 }
 
