@@ -73,7 +73,7 @@
  * sanitizer's runtime is up, and the program crashes at load. */
 #if defined(__x86_64__) && defined(__GLIBC__) && defined(__GNUC__) && !defined(__clang__) &&       \
     !defined(__SANITIZE_THREAD__)
-#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#define VEC_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define VEC_CLONES
 #endif
