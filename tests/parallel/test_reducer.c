@@ -20,55 +20,14 @@
 #include "collectives/reducer.h"
 #include "core/error.h"
 #include "meshwit/testing.h"
+#include "tests/parallel/ranks.h"
 
 #define MAXP 8
 
 /* Every test has a timeout (generous for sanitizer builds on a loaded machine), so a collective
  * that never returns fails its test instead of hanging the suite. */
 
-typedef struct worker worker;
-typedef void (*rank_fn)(worker *w);
-
-struct worker {
-    pthread_t thread;
-    mw__comm *comm;
-    int rank, p;
-    rank_fn fn;
-    void *arg;
-    float *buf;
-    size_t n;
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-    double elapsed_ms;
-    long failures;
-};
-
 static const mw__reducer_vtable *R = &mw__reducer_shm;
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void *thread_main(void *arg) {
-    worker *w = arg;
-    w->fn(w);
-    return NULL;
-}
-
-/* Runs fn on p threads, one per rank, and joins them. */
-static void run_ranks(mw__comm *comm, int p, worker *w, rank_fn fn, void *arg) {
-    for (int r = 0; r < p; r++) {
-        w[r].comm = comm;
-        w[r].rank = r;
-        w[r].p = p;
-        w[r].fn = fn;
-        w[r].arg = arg;
-        cr_assert_eq(pthread_create(&w[r].thread, NULL, thread_main, &w[r]), 0);
-    }
-    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
-}
 
 static mw__comm *new_comm(int p, int timeout_ms) {
     mw__comm *comm = NULL;
@@ -253,7 +212,7 @@ static void do_sequence(worker *w) {
         w->st = R->allreduce_sum(w->comm, w->rank, buf, n, MW_F32);
         float pp = (float)(w->p * (w->p + 1) / 2);
         for (size_t i = 0; i < n && w->st == MW_OK; i++)
-            if (buf[i] != pp * (float)((i + (size_t)k) % 97)) w->failures++;
+            if (buf[i] != pp * (float)((i + (size_t)k) % 97)) w->wrong++;
         if (w->st == MW_OK && k % 7 == 0) w->st = R->barrier(w->comm, w->rank);
     }
     snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
@@ -267,22 +226,9 @@ Test(reducer, many_consecutive_collectives, .timeout = 60) {
         run_ranks(comm, p, w, do_sequence, NULL);
         assert_all_ok(w, p, "sequence");
         for (int r = 0; r < p; r++)
-            cr_assert_eq(w[r].failures, 0, "p=%d rank %d: %ld wrong elements", p, r, w[r].failures);
+            cr_assert_eq(w[r].wrong, 0, "p=%d rank %d: %ld wrong elements", p, r, w[r].wrong);
         R->comm_free(comm);
     }
-}
-
-/* Whether thread `tid` of this process is asleep (state S in /proc/self/task/<tid>/stat). */
-static int thread_sleeping(long tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *end = strrchr(buf, ')'); /* the thread's name, in parentheses, may hold spaces */
-    return end && end[1] == ' ' && end[2] == 'S';
 }
 
 typedef struct abort_handoff {
@@ -408,7 +354,7 @@ static void do_barriers(worker *w) {
         atomic_fetch_add(&a->count, 1);
         w->st = R->barrier(w->comm, w->rank);
         if (w->st != MW_OK) break;
-        if (atomic_load(&a->count) < (k + 1) * w->p) w->failures++;
+        if (atomic_load(&a->count) < (k + 1) * w->p) w->wrong++;
     }
     snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
 }
@@ -421,8 +367,7 @@ Test(reducer, barrier_waits_for_everyone, .timeout = 60) {
         run_ranks(comm, p, w, do_barriers, &a);
         assert_all_ok(w, p, "barrier");
         for (int r = 0; r < p; r++)
-            cr_assert_eq(w[r].failures, 0, "p=%d rank %d left %ld barriers early", p, r,
-                         w[r].failures);
+            cr_assert_eq(w[r].wrong, 0, "p=%d rank %d left %ld barriers early", p, r, w[r].wrong);
         R->comm_free(comm);
     }
 }

@@ -23,46 +23,12 @@
 #include "collectives/reducer.h"
 #include "collectives/wait.h"
 #include "core/error.h"
+#include "tests/parallel/ranks.h"
 
 #define MAXP 4
 #define LARGE ((1u << 20) + 3)
 
 static const mw__reducer_vtable *R = &mw__reducer_shm;
-
-typedef struct worker worker;
-typedef void (*rank_fn)(worker *w);
-
-struct worker {
-    pthread_t thread;
-    mw__comm *comm;
-    int rank, p;
-    rank_fn fn;
-    void *arg;
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-    long wrong; /* elements that differ from what was sent */
-    double elapsed_ms;
-};
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static void *thread_main(void *arg) {
-    worker *w = arg;
-    w->fn(w);
-    return NULL;
-}
-
-static void run_ranks(mw__comm *comm, int p, worker *w, rank_fn fn, void *arg) {
-    for (int r = 0; r < p; r++) {
-        w[r].comm = comm, w[r].rank = r, w[r].p = p, w[r].fn = fn, w[r].arg = arg;
-        cr_assert_eq(pthread_create(&w[r].thread, NULL, thread_main, &w[r]), 0);
-    }
-    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
-}
 
 static mw__comm *new_comm(int p, int timeout_ms, mw__event *wake) {
     mw__comm *comm = NULL;
@@ -375,19 +341,6 @@ Test(reducer_p2p, a_sendrecv_whose_send_fails_still_waits_for_its_receive, .time
 }
 
 /* ---- abort, timeout, reset ---- */
-
-/* Whether thread tid of this process is asleep (state S in /proc/self/task/<tid>/stat). */
-static int thread_sleeping(long tid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/self/task/%ld/stat", tid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *end = strrchr(buf, ')');
-    return end && end[1] == ' ' && end[2] == 'S';
-}
 
 typedef struct blocked_arg {
     int sending; /* rank 1 sends to rank 0 (else receives from it) */
