@@ -1,4 +1,4 @@
-/* The tests' pseudo-random numbers: two generators and the few ways the suites turn their bits
+/* The tests' pseudo-random numbers: three generators and the few ways the suites turn their bits
  * into values, so that every suite draws the same streams from the same code. Header-only and
  * free of Criterion (the stress and MPI programs include it too).
  *
@@ -10,6 +10,8 @@
  *   rng_lcg32       the 32-bit one of Numerical Recipes (1664525, 1013904223), for the streams
  *                   written against it (token streams of the GPT-2 fixture, test_zero1.c's
  *                   batches); high bits only, likewise.
+ *   rng_xorshift64  Marsaglia's xorshift (2003, shifts 13, 7, 17), for the stress programs'
+ *                   plans and delays; its state must not be 0.
  *
  * A seed fixes a test's inputs; changing a generator or a mapping changes every test's inputs,
  * so the mappings below are the ones the suites were written against, bit for bit. */
@@ -34,6 +36,14 @@ static inline uint64_t rng_lcg64(uint64_t *state) {
 /* The next state (and output) of the 32-bit linear congruential generator. */
 static inline uint32_t rng_lcg32(uint32_t *state) {
     return *state = *state * 1664525u + 1013904223u;
+}
+
+/* The next state (and output) of the xorshift generator; *state != 0. */
+static inline uint64_t rng_xorshift64(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
 }
 
 /* The top 53 bits of x as a double in [0, 1): every value a multiple of 2^-53, exactly. */

@@ -24,6 +24,8 @@
 #include "collectives/reducer.h"
 #include "collectives/wait.h"
 #include "core/error.h"
+#include "tests/common/rng.h"
+#include "tests/stress/stress.h"
 
 #define EVENTS 40
 #define MAX_N 70001 /* elements */
@@ -67,13 +69,6 @@ typedef struct rank_arg {
     float *gather;
 } rank_arg;
 
-static uint64_t next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static void fail(shared *sh, const char *fmt, ...) {
     if (atomic_fetch_add(&sh->errors, 1) >= 20) return;
     char line[512];
@@ -87,10 +82,10 @@ static void fail(shared *sh, const char *fmt, ...) {
 /* Nothing, a spin, a yield, or a sleep of up to 50 us (a thread round only: a gang's task must
  * not sleep while its peers are on its thread). */
 static void jitter(uint64_t *rng, int gang) {
-    uint64_t x = next(rng) % 100;
+    uint64_t x = rng_xorshift64(rng) % 100;
     if (x < 60) return;
     if (x < 85 || gang) {
-        volatile uint64_t spin = next(rng) % 1000;
+        volatile uint64_t spin = rng_xorshift64(rng) % 1000;
         while (spin) spin--;
         return;
     }
@@ -98,8 +93,7 @@ static void jitter(uint64_t *rng, int gang) {
         sched_yield();
         return;
     }
-    struct timespec t = {0, (long)(next(rng) % 50000)};
-    nanosleep(&t, NULL);
+    stress_nap(rng, 50000);
 }
 
 static uint8_t byte_of(int rank, int k, size_t i) {
@@ -228,11 +222,11 @@ static void check_round(shared *sh) {
 }
 
 static size_t random_len(uint64_t *rng) {
-    uint64_t x = next(rng) % 100;
+    uint64_t x = rng_xorshift64(rng) % 100;
     if (x < 10) return 0;
-    if (x < 60) return (size_t)(next(rng) % 600);
-    if (x < 90) return (size_t)(next(rng) % 9000);
-    return (size_t)(next(rng) % MAX_N);
+    if (x < 60) return (size_t)(rng_xorshift64(rng) % 600);
+    if (x < 90) return (size_t)(rng_xorshift64(rng) % 9000);
+    return (size_t)(rng_xorshift64(rng) % MAX_N);
 }
 
 static int run(int p, int nrounds, uint64_t seed) {
@@ -265,18 +259,18 @@ static int run(int p, int nrounds, uint64_t seed) {
         }
     }
     for (int round = 0; round < nrounds; round++) {
-        uint64_t x = next(&rng) % 10;
+        uint64_t x = rng_xorshift64(&rng) % 10;
         plan->kind = x < 6 ? ROUND_PLAIN : x < 8 ? ROUND_VICTIM : ROUND_HOST_ABORT;
-        plan->gang = next(&rng) % 3 == 0 && plan->kind != ROUND_HOST_ABORT;
-        plan->victim = (int)(next(&rng) % (uint64_t)p);
-        plan->victim_at = (int)(next(&rng) % EVENTS);
+        plan->gang = rng_xorshift64(&rng) % 3 == 0 && plan->kind != ROUND_HOST_ABORT;
+        plan->victim = (int)(rng_xorshift64(&rng) % (uint64_t)p);
+        plan->victim_at = (int)(rng_xorshift64(&rng) % EVENTS);
         for (int k = 0; k < EVENTS; k++) {
             event *e = &plan->ev[k];
-            e->kind = (int)(next(&rng) % NKINDS);
-            e->from = (int)(next(&rng) % (uint64_t)p);
-            e->to = (e->from + 1 + (int)(next(&rng) % (uint64_t)(p - 1))) % p;
+            e->kind = (int)(rng_xorshift64(&rng) % NKINDS);
+            e->from = (int)(rng_xorshift64(&rng) % (uint64_t)p);
+            e->to = (e->from + 1 + (int)(rng_xorshift64(&rng) % (uint64_t)(p - 1))) % p;
             e->n = random_len(&rng);
-            e->dtype = next(&rng) % 2 ? MW_BF16 : MW_F32;
+            e->dtype = rng_xorshift64(&rng) % 2 ? MW_BF16 : MW_F32;
         }
         sh.round = round;
         sh.plan = plan;
@@ -285,8 +279,7 @@ static int run(int p, int nrounds, uint64_t seed) {
         } else {
             pthread_barrier_wait(&sh.start);
             if (plan->kind == ROUND_HOST_ABORT) {
-                struct timespec t = {0, (long)(next(&rng) % 2000000)};
-                nanosleep(&t, NULL);
+                stress_nap(&rng, 2000000);
                 sh.red->abort(sh.comm);
             }
             pthread_barrier_wait(&sh.end);
@@ -314,14 +307,5 @@ static int run(int p, int nrounds, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    int nrounds = argc > 1 ? atoi(argv[1]) : 40;
-    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 20250301;
-    if (nrounds < 1 || seed == 0) {
-        fprintf(stderr, "usage: stress_p2p [rounds >= 1] [seed != 0]\n");
-        return 2;
-    }
-    int bad = 0;
-    for (int p = 2; p <= MAX_RANKS; p++) bad |= run(p, nrounds, seed + (uint64_t)p);
-    if (bad) fprintf(stderr, "stress_p2p: FAILED\n");
-    return bad;
+    return stress_main(argc, argv, "stress_p2p", MAX_RANKS, 40, 20250301, run);
 }

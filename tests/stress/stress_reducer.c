@@ -20,6 +20,8 @@
 
 #include "collectives/reducer.h"
 #include "core/error.h"
+#include "tests/common/rng.h"
+#include "tests/stress/stress.h"
 
 #define ROUND_LEN 40 /* collectives per round */
 #define MAX_N 100003 /* floats */
@@ -55,13 +57,6 @@ typedef struct rank_arg {
     pthread_t thread;
 } rank_arg;
 
-static uint64_t next(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static void fail(shared *sh, const char *fmt, ...) {
     if (atomic_fetch_add(&sh->errors, 1) >= 20) return; /* the first few tell the story */
     char line[512];
@@ -74,10 +69,10 @@ static void fail(shared *sh, const char *fmt, ...) {
 
 /* A short random pause: nothing, a spin, or a sleep of up to 50 us. */
 static void jitter(uint64_t *rng) {
-    uint64_t x = next(rng) % 100;
+    uint64_t x = rng_xorshift64(rng) % 100;
     if (x < 50) return;
     if (x < 80) {
-        uint64_t spins = next(rng) % 2000, x0 = *rng;
+        uint64_t spins = rng_xorshift64(rng) % 2000, x0 = *rng;
         for (uint64_t i = 0; i < spins; i++) x0 = x0 * 6364136223846793005u + i;
         *rng ^= x0 & 1; /* keeps the loop */
         return;
@@ -86,8 +81,7 @@ static void jitter(uint64_t *rng) {
         sched_yield();
         return;
     }
-    struct timespec t = {0, (long)(next(rng) % 50000)};
-    nanosleep(&t, NULL);
+    stress_nap(rng, 50000);
 }
 
 static float value(int rank, size_t i, int salt) {
@@ -194,12 +188,12 @@ static void *rank_main(void *arg) {
 }
 
 static size_t random_len(uint64_t *rng) {
-    uint64_t x = next(rng) % 100;
+    uint64_t x = rng_xorshift64(rng) % 100;
     if (x < 10) return SIZE_MAX; /* a barrier */
     if (x < 15) return 0;
-    if (x < 60) return (size_t)(next(rng) % 2100); /* around the small-path limit */
-    if (x < 90) return (size_t)(next(rng) % 20000);
-    return (size_t)(next(rng) % MAX_N);
+    if (x < 60) return (size_t)(rng_xorshift64(rng) % 2100); /* around the small-path limit */
+    if (x < 90) return (size_t)(rng_xorshift64(rng) % 20000);
+    return (size_t)(rng_xorshift64(rng) % MAX_N);
 }
 
 static int run(int p, int nrounds, uint64_t seed) {
@@ -214,13 +208,13 @@ static int run(int p, int nrounds, uint64_t seed) {
     }
     for (int r = 0; r < nrounds; r++) {
         round_plan *plan = &sh.plans[r];
-        uint64_t x = next(&rng) % 10;
+        uint64_t x = rng_xorshift64(&rng) % 10;
         plan->kind = x < 6 ? ROUND_PLAIN : x < 8 ? ROUND_VICTIM : ROUND_HOST_ABORT;
-        plan->victim = (int)(next(&rng) % (uint64_t)p);
-        plan->victim_at = (int)(next(&rng) % ROUND_LEN);
+        plan->victim = (int)(rng_xorshift64(&rng) % (uint64_t)p);
+        plan->victim_at = (int)(rng_xorshift64(&rng) % ROUND_LEN);
         for (int k = 0; k < ROUND_LEN; k++) {
             plan->n[k] = random_len(&rng);
-            plan->op[k] = (int)(next(&rng) % 5);
+            plan->op[k] = (int)(rng_xorshift64(&rng) % 5);
         }
     }
     pthread_barrier_init(&sh.round_end, NULL, (unsigned)p + 1);
@@ -237,8 +231,7 @@ static int run(int p, int nrounds, uint64_t seed) {
     for (int round = 0; round < nrounds; round++) {
         const round_plan *plan = &sh.plans[round];
         if (plan->kind == ROUND_HOST_ABORT) {
-            struct timespec t = {0, (long)(next(&rng) % 2000000)};
-            nanosleep(&t, NULL);
+            stress_nap(&rng, 2000000);
             sh.red->abort(sh.comm);
         }
         pthread_barrier_wait(&sh.round_end);
@@ -270,14 +263,5 @@ static int run(int p, int nrounds, uint64_t seed) {
 
 int main(int argc, char **argv) {
     /* Rounds per rank count: 30 make ~2000-2500 collectives over the three counts. */
-    int nrounds = argc > 1 ? atoi(argv[1]) : 30;
-    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 10) : 20240611;
-    if (nrounds < 1 || seed == 0) {
-        fprintf(stderr, "usage: stress_reducer [rounds >= 1] [seed != 0]\n");
-        return 2;
-    }
-    int bad = 0;
-    for (int p = 2; p <= MAX_RANKS; p++) bad |= run(p, nrounds, seed + (uint64_t)p);
-    if (bad) fprintf(stderr, "stress_reducer: FAILED\n");
-    return bad;
+    return stress_main(argc, argv, "stress_reducer", MAX_RANKS, 30, 20240611, run);
 }
