@@ -29,17 +29,11 @@
 #include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
+#include "tests/mpi/mpi_ranks.h"
 
-#define MAX_RANKS 16
-
-static const mw__reducer_vtable *R; /* libmeshwit-mpi.so's, once MPI is initialised */
 static const size_t sizes[] = {0, 1, 7, 2048, 2049, 65537, (1u << 20) + 3};
 #define NSIZES (sizeof sizes / sizeof *sizes)
 #define NCUTS 4
-
-static int nranks, procs, me;
-static int proc_of[MAX_RANKS];
-static mw__comm *comm;
 
 /* Cut k of n floats over the ranks: even slices; uneven (some ranks empty, others several
  * slices wide); parts in the middle of the buffer only; everything in the last rank's part. */
@@ -54,25 +48,6 @@ static void cut(int k, size_t n, size_t *b) {
     }
     b[nranks] = k == 2 ? n / 4 + n / 2 : n;
 }
-
-typedef struct rank_job {
-    pthread_t thread;
-    int rank;
-    long bad; /* elements that failed a check */
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-} rank_job;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (j->bad++ == 0) {                                                                   \
-                printf("[rank %d] ", j->rank);                                                     \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 static int same(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
@@ -159,40 +134,6 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-static int checks(int local, int interleaved) {
-    nranks = procs * local;
-    if (nranks > MAX_RANKS) return 2;
-    for (int r = 0; r < nranks; r++) proc_of[r] = interleaved ? r % procs : r / local;
-    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
-    if (R->comm_new(nranks, NULL, &opt, &comm)) {
-        fprintf(stderr, "[process %d] comm_new: %s\n", me, mw_last_error());
-        return 2;
-    }
-    rank_job jobs[MAX_RANKS] = {{0}};
-    int n = 0, rc = 0;
-    for (int r = 0; r < nranks; r++)
-        if (proc_of[r] == me) {
-            jobs[n].rank = r;
-            if (pthread_create(&jobs[n].thread, NULL, rank_main, &jobs[n])) return 2;
-            n++;
-        }
-    for (int i = 0; i < n; i++) pthread_join(jobs[i].thread, NULL);
-    for (int i = 0; i < n; i++) {
-        if (jobs[i].st) {
-            fprintf(stderr, "[rank %d] %s: %s\n", jobs[i].rank, mw_status_name(jobs[i].st),
-                    jobs[i].msg);
-            rc = 2;
-        } else if (jobs[i].bad) {
-            printf("[rank %d] %ld elements wrong\n", jobs[i].rank, jobs[i].bad);
-            if (!rc) rc = 1;
-        }
-    }
-    R->comm_free(comm);
-    printf("[process %d] %d ranks (%d here, %s): %s\n", me, nranks, n,
-           interleaved ? "interleaved" : "block", rc ? "FAILED" : "every element as defined");
-    return rc;
-}
-
 /* ---- faults ---- */
 
 enum { RS, AG, BC };
@@ -206,32 +147,15 @@ static mw_status call(mw__comm *c, int op, float *buf, const size_t *b) {
     return R->broadcast(c, me, buf, FAULT_N, MW_F32, 1); /* a root may finish before the others */
 }
 
-static void *abort_later(void *arg) {
-    struct timespec nap = {0, 100 * 1000000L};
-    nanosleep(&nap, NULL);
-    R->abort(arg);
-    return NULL;
-}
-
-static int expect(int ok, const char *what) {
-    if (!ok) printf("[process %d] FAILED: %s (%s)\n", me, what, mw_last_error());
-    return ok ? 0 : 1;
-}
-
 static int faults(void) {
-    if (procs != 2) return 2;
-    nranks = 2;
-    proc_of[0] = 0;
-    proc_of[1] = 1;
+    if (!ranks_two_processes()) return 2;
     int rc = 0;
     size_t b[3] = {0, 40, FAULT_N};
     for (int k = 0; k < 6; k++) {
         int op = k % 3, aborting = k >= 3;
         mw__comm *c = NULL, *order = NULL;
-        mw__comm_options opt = {
-            .timeout_ms = aborting ? 60000 : 300, .proc_of = proc_of, .self_proc = me};
-        mw__comm_options order_opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
-        if (R->comm_new(2, NULL, &opt, &c) || R->comm_new(2, NULL, &order_opt, &order)) return 2;
+        if (ranks_comm_of_two(aborting ? 60000 : 300, &c) || ranks_comm_of_two(60000, &order))
+            return 2;
         float *buf = fault_bufs[k];
         fill(buf, FAULT_N, me, 900 + k);
         if (me == 0) {
@@ -266,9 +190,8 @@ static int faults(void) {
     }
     /* Bad arguments (every process passes them alike): refused before any message, the
      * communicator aborted until reset, then it works. */
-    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
     mw__comm *c = NULL;
-    if (R->comm_new(2, NULL, &opt, &c)) return 2;
+    if (ranks_comm_of_two(60000, &c)) return 2;
     float *buf = fault_bufs[0];
     size_t past[3] = {0, 40, FAULT_N + 1};
     rc |= expect(R->reduce_scatter_sum(c, me, buf, FAULT_N, MW_F32, past) == MW_ERR_INVALID &&
@@ -289,18 +212,5 @@ static int faults(void) {
 }
 
 int main(int argc, char **argv) {
-    if (mw_distributed_init(&argc, &argv) != MW_OK) return 2;
-    R = mw__dist()->reducer_hier;
-    procs = mw_distributed_size();
-    me = mw_distributed_rank();
-    int rc = 2;
-    if (argc == 2 && strcmp(argv[1], "faults") == 0)
-        rc = faults();
-    else if (argc == 3 && atoi(argv[1]) >= 1)
-        rc = checks(atoi(argv[1]), strcmp(argv[2], "interleaved") == 0);
-    else
-        fprintf(stderr, "usage: mpi_collectives LOCAL block|interleaved, or faults\n");
-    if (rc == 2) mw_distributed_abort(2);
-    mw_distributed_finalize();
-    return rc;
+    return ranks_main(argc, argv, "mpi_collectives", rank_main, "every element as defined", faults);
 }

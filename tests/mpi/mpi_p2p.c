@@ -29,35 +29,12 @@
 #include "devices/module.h"
 #include "meshwit.h"
 #include "mpi_values.h"
+#include "tests/mpi/mpi_ranks.h"
 
-#define MAX_RANKS 16
 #define LARGE ((1u << 20) + 3)
 
-static const mw__reducer_vtable *R; /* libmeshwit-mpi.so's, once MPI is initialised */
 static const size_t sizes[] = {0, 1, 7, 2049, 65537, LARGE};
 #define NSIZES (sizeof sizes / sizeof *sizes)
-
-static int nranks, procs, me;
-static int proc_of[MAX_RANKS];
-static mw__comm *comm;
-
-typedef struct rank_job {
-    pthread_t thread;
-    int rank;
-    long bad;
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-    uint8_t *out, *in;
-} rank_job;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond) && j->bad++ == 0) {                                                            \
-            printf("[rank %d] ", j->rank);                                                         \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 static uint8_t byte_of(int rank, int k, size_t i) {
     uint32_t x = (uint32_t)(rank * 131 + k * 7919 + 1) * 2654435761u ^ (uint32_t)i * 40503u;
@@ -79,7 +56,8 @@ static long wrong(const uint8_t *b, size_t bytes, int from, int k) {
 
 static size_t esize(mw_dtype d) { return d == MW_BF16 ? 2 : 4; }
 
-static mw_status rank_checks(rank_job *j) {
+/* One rank's checks, with room for a message out and one in; returns the first failing status. */
+static mw_status rank_checks(rank_job *j, uint8_t *out, uint8_t *in) {
     int r = j->rank;
     mw_status st;
     /* Every ordered pair, in one list every rank walks. */
@@ -92,14 +70,14 @@ static mw_status rank_checks(rank_job *j) {
                     int k = (int)(s * 2 + (size_t)d) * 1000 + from * MAX_RANKS + to;
                     if (from == to || (r != from && r != to)) continue;
                     if (r == from) {
-                        fill_bytes(j->out, bytes, r, k);
-                        if ((st = R->send(comm, r, to, j->out, n, dt))) return st;
+                        fill_bytes(out, bytes, r, k);
+                        if ((st = R->send(comm, r, to, out, n, dt))) return st;
                         continue;
                     }
-                    memset(j->in, 0xa5, bytes + 16);
-                    if ((st = R->recv(comm, r, from, j->in, n, dt))) return st;
-                    CHECK(!wrong(j->in, bytes, from, k), "pair %d -> %d n %zu %s: wrong bytes",
-                          from, to, n, d ? "bf16" : "f32");
+                    memset(in, 0xa5, bytes + 16);
+                    if ((st = R->recv(comm, r, from, in, n, dt))) return st;
+                    CHECK(!wrong(in, bytes, from, k), "pair %d -> %d n %zu %s: wrong bytes", from,
+                          to, n, d ? "bf16" : "f32");
                 }
         }
     /* Rings both ways, every rank at once. */
@@ -110,11 +88,11 @@ static mw_status rank_checks(rank_job *j) {
                 size_t n = sizes[s], bytes = n * esize(dt);
                 int to = (r + step + nranks) % nranks, from = (r - step + nranks) % nranks;
                 int k = 50000 + (int)s * 10 + round;
-                fill_bytes(j->out, bytes, r, k);
-                memset(j->in, 0xa5, bytes + 16);
-                if ((st = R->sendrecv(comm, r, to, j->out, from, j->in, n, dt))) return st;
-                CHECK(!wrong(j->in, bytes, from, k), "ring step %d n %zu round %d: wrong bytes",
-                      step, n, round);
+                fill_bytes(out, bytes, r, k);
+                memset(in, 0xa5, bytes + 16);
+                if ((st = R->sendrecv(comm, r, to, out, from, in, n, dt))) return st;
+                CHECK(!wrong(in, bytes, from, k), "ring step %d n %zu round %d: wrong bytes", step,
+                      n, round);
             }
     /* Order: ranks 0 and nranks - 1 each send rank 1 a sequence; rank 1 alternates. */
     if (nranks >= 3) {
@@ -124,12 +102,12 @@ static mw_status rank_checks(rank_job *j) {
                 int from = senders[i];
                 size_t n = (size_t)(k * 37 + from * 11) % 3000;
                 if (r == from) {
-                    fill_bytes(j->out, n * 4, r, 70000 + k);
-                    if ((st = R->send(comm, r, 1, j->out, n, MW_F32))) return st;
+                    fill_bytes(out, n * 4, r, 70000 + k);
+                    if ((st = R->send(comm, r, 1, out, n, MW_F32))) return st;
                 } else if (r == 1) {
-                    memset(j->in, 0xa5, n * 4 + 16);
-                    if ((st = R->recv(comm, 1, from, j->in, n, MW_F32))) return st;
-                    CHECK(!wrong(j->in, n * 4, from, 70000 + k), "message %d of rank %d", k, from);
+                    memset(in, 0xa5, n * 4 + 16);
+                    if ((st = R->recv(comm, 1, from, in, n, MW_F32))) return st;
+                    CHECK(!wrong(in, n * 4, from, 70000 + k), "message %d of rank %d", k, from);
                 }
             }
         }
@@ -148,21 +126,21 @@ static mw_status rank_checks(rank_job *j) {
         CHECK(st == MW_ERR_INVALID && strstr(mw_last_error(), want), "mismatch: %s: %s",
               mw_status_name(st), mw_last_error());
         int peer = r == 0 ? last : 0;
-        fill_bytes(j->out, 40, r, 90000);
-        memset(j->in, 0xa5, 56);
-        if ((st = R->sendrecv(comm, r, peer, j->out, peer, j->in, 10, MW_F32))) return st;
-        CHECK(!wrong(j->in, 40, peer, 90000), "the exchange after a mismatch");
+        fill_bytes(out, 40, r, 90000);
+        memset(in, 0xa5, 56);
+        if ((st = R->sendrecv(comm, r, peer, out, peer, in, 10, MW_F32))) return st;
+        CHECK(!wrong(in, 40, peer, 90000), "the exchange after a mismatch");
     }
     /* An all-reduce in flight completes before a transfer. */
-    float *ar = (float *)(void *)j->out + (LARGE + 16), sum = 0;
+    float *ar = (float *)(void *)out + (LARGE + 16), sum = 0;
     fill(ar, 64, r, 5);
     if ((st = R->allreduce_start(comm, r, ar, 64, MW_F32))) return st;
     int to = (r + 1) % nranks, from = (r + nranks - 1) % nranks;
-    fill_bytes(j->out, 64, r, 95000);
-    memset(j->in, 0xa5, 80);
-    if ((st = R->sendrecv(comm, r, to, j->out, from, j->in, 16, MW_F32))) return st;
+    fill_bytes(out, 64, r, 95000);
+    memset(in, 0xa5, 80);
+    if ((st = R->sendrecv(comm, r, to, out, from, in, 16, MW_F32))) return st;
     if ((st = R->finish(comm, r))) return st;
-    CHECK(!wrong(j->in, 64, from, 95000), "the sendrecv beside an all-reduce");
+    CHECK(!wrong(in, 64, from, 95000), "the sendrecv beside an all-reduce");
     for (int q = 0; q < nranks; q++) sum += value(q, 3, 5);
     /* Summed in process order, not rank order: equal to float rounding of |values| <= 2^10. */
     float tol = (float)nranks * 1024.0f * FLT_EPSILON;
@@ -173,51 +151,15 @@ static mw_status rank_checks(rank_job *j) {
 
 static void *rank_main(void *arg) {
     rank_job *j = arg;
-    j->out = malloc((LARGE + 16) * 4 + 64 * sizeof(float));
-    j->in = malloc(LARGE * 4 + 16);
-    j->st = j->out && j->in ? rank_checks(j) : MW_ERR_NOMEM;
+    uint8_t *out = malloc((LARGE + 16) * 4 + 64 * sizeof(float)), *in = malloc(LARGE * 4 + 16);
+    j->st = out && in ? rank_checks(j, out, in) : MW_ERR_NOMEM;
     if (j->st) {
         snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
         R->abort(comm);
     }
-    free(j->out);
-    free(j->in);
+    free(out);
+    free(in);
     return NULL;
-}
-
-static int checks(int local, int interleaved) {
-    nranks = procs * local;
-    if (nranks > MAX_RANKS) return 2;
-    for (int r = 0; r < nranks; r++) proc_of[r] = interleaved ? r % procs : r / local;
-    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
-    if (R->comm_new(nranks, NULL, &opt, &comm)) {
-        fprintf(stderr, "[process %d] comm_new: %s\n", me, mw_last_error());
-        return 2;
-    }
-    rank_job jobs[MAX_RANKS];
-    memset(jobs, 0, sizeof jobs);
-    int n = 0, rc = 0;
-    for (int r = 0; r < nranks; r++)
-        if (proc_of[r] == me) {
-            jobs[n].rank = r;
-            if (pthread_create(&jobs[n].thread, NULL, rank_main, &jobs[n])) return 2;
-            n++;
-        }
-    for (int i = 0; i < n; i++) pthread_join(jobs[i].thread, NULL);
-    for (int i = 0; i < n; i++) {
-        if (jobs[i].st) {
-            fprintf(stderr, "[rank %d] %s: %s\n", jobs[i].rank, mw_status_name(jobs[i].st),
-                    jobs[i].msg);
-            rc = 2;
-        } else if (jobs[i].bad) {
-            printf("[rank %d] %ld checks failed\n", jobs[i].rank, jobs[i].bad);
-            if (!rc) rc = 1;
-        }
-    }
-    R->comm_free(comm);
-    printf("[process %d] %d ranks (%d here, %s): %s\n", me, nranks, n,
-           interleaved ? "interleaved" : "block", rc ? "FAILED" : "every transfer as defined");
-    return rc;
 }
 
 /* ---- faults ---- */
@@ -225,31 +167,14 @@ static int checks(int local, int interleaved) {
 #define FAULT_N 64                   /* small: sent eagerly, so the late process completes alone */
 static float fault_bufs[4][FAULT_N]; /* a receive given up may still land later */
 
-static void *abort_later(void *arg) {
-    struct timespec nap = {0, 100 * 1000000L};
-    nanosleep(&nap, NULL);
-    R->abort(arg);
-    return NULL;
-}
-
-static int expect(int ok, const char *what) {
-    if (!ok) printf("[process %d] FAILED: %s (%s)\n", me, what, mw_last_error());
-    return ok ? 0 : 1;
-}
-
 static int faults(void) {
-    if (procs != 2) return 2;
-    nranks = 2;
-    proc_of[0] = 0;
-    proc_of[1] = 1;
+    if (!ranks_two_processes()) return 2;
     int rc = 0, peer = 1 - me;
     for (int k = 0; k < 2; k++) {
         int aborting = k == 1;
         mw__comm *c = NULL, *order = NULL;
-        mw__comm_options opt = {
-            .timeout_ms = aborting ? 60000 : 300, .proc_of = proc_of, .self_proc = me};
-        mw__comm_options order_opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
-        if (R->comm_new(2, NULL, &opt, &c) || R->comm_new(2, NULL, &order_opt, &order)) return 2;
+        if (ranks_comm_of_two(aborting ? 60000 : 300, &c) || ranks_comm_of_two(60000, &order))
+            return 2;
         float *buf = fault_bufs[k];
         if (me == 0) {
             pthread_t t;
@@ -277,9 +202,8 @@ static int faults(void) {
         R->comm_free(order);
     }
     /* Calls that disagree: both fail, naming both; the communicator goes on. */
-    mw__comm_options opt = {.timeout_ms = 60000, .proc_of = proc_of, .self_proc = me};
     mw__comm *c = NULL;
-    if (R->comm_new(2, NULL, &opt, &c)) return 2;
+    if (ranks_comm_of_two(60000, &c)) return 2;
     float *buf = fault_bufs[2], *back = fault_bufs[3];
     mw_status st = me == 0 ? R->send(c, 0, 1, buf, 8, MW_F32) : R->recv(c, 1, 0, buf, 16, MW_BF16);
     rc |= expect(st == MW_ERR_INVALID &&
@@ -309,18 +233,5 @@ static int faults(void) {
 }
 
 int main(int argc, char **argv) {
-    if (mw_distributed_init(&argc, &argv) != MW_OK) return 2;
-    R = mw__dist()->reducer_hier;
-    procs = mw_distributed_size();
-    me = mw_distributed_rank();
-    int rc = 2;
-    if (argc == 2 && strcmp(argv[1], "faults") == 0)
-        rc = faults();
-    else if (argc == 3 && atoi(argv[1]) >= 1)
-        rc = checks(atoi(argv[1]), strcmp(argv[2], "interleaved") == 0);
-    else
-        fprintf(stderr, "usage: mpi_p2p LOCAL block|interleaved, or faults\n");
-    if (rc == 2) mw_distributed_abort(2);
-    mw_distributed_finalize();
-    return rc;
+    return ranks_main(argc, argv, "mpi_p2p", rank_main, "every transfer as defined", faults);
 }
