@@ -21,42 +21,10 @@
 #ifdef MESHWIT_HAVE_CUDA
 
 #include "devices/cuda/cuda.h"
+#include "gpu_ranks.h"
 #include "gpu_test.h"
 
-#define MAXR 4
-
 enum op { AR, RS, AG, BC, AGS }; /* AGS: all_gather_start, then finish */
-
-typedef struct ranks {
-    int p;
-    const mw__reducer_vtable *R;
-    mw__comm *comm;
-    mw__device devs[MAXR], *dp[MAXR];
-} ranks;
-
-/* p devices: all on GPU 0 (cuda-local), or on GPUs 0..p-1 (NCCL). */
-static void open_ranks(ranks *k, int p, const mw__reducer_vtable *R, int timeout_ms) {
-    memset(k, 0, sizeof *k);
-    k->p = p;
-    k->R = R;
-    int shared = R == &mw__reducer_cuda_local;
-    for (int r = 0; r < p; r++) {
-        mw__device *d = &k->devs[r];
-        d->vt = &mw__cuda_device;
-        d->index = r;
-        d->ordinal = shared ? 0 : r;
-        snprintf(d->name, sizeof d->name, shared ? "cuda:0#%d" : "cuda:%d", r);
-        OK(d->vt->init(d));
-        k->dp[r] = d;
-    }
-    mw__comm_options opt = {.timeout_ms = timeout_ms};
-    OK(R->comm_new(p, k->dp, &opt, &k->comm));
-}
-
-static void close_ranks(ranks *k) {
-    k->R->comm_free(k->comm);
-    for (int r = 0; r < k->p; r++) k->devs[r].vt->shutdown(&k->devs[r]);
-}
 
 typedef struct job {
     pthread_t thread;
@@ -190,7 +158,7 @@ static void cuts(size_t n, int p, size_t even[MAXR + 1], size_t uneven[MAXR + 1]
 static void check_reducer(const mw__reducer_vtable *R, int p, int rank_order) {
     static const size_t lens[] = {0, 1, 7, 100003};
     ranks k;
-    open_ranks(&k, p, R, 60000);
+    open_ranks(&k, p, R, 60000, 0);
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
         size_t even[MAXR + 1], uneven[MAXR + 1];
         cuts(lens[li], p, even, uneven);
@@ -210,7 +178,7 @@ Test(gpu, cuda_local_collectives_match_their_definitions) {
 Test(gpu, cuda_local_collectives_time_out_and_reset) {
     need_gpu();
     ranks k;
-    open_ranks(&k, 2, &mw__reducer_cuda_local, 200);
+    open_ranks(&k, 2, &mw__reducer_cuda_local, 200, 0);
     size_t b[3] = {0, 20, 64};
     float *d, out[128];
     OK(k.dp[0]->vt->alloc(k.dp[0], 64 * sizeof(float), (void **)&d));
@@ -250,7 +218,7 @@ static void *start_gather(void *arg) {
 Test(gpu, cuda_local_started_all_gather_times_out_or_aborts_and_resets) {
     need_gpu();
     ranks k;
-    open_ranks(&k, 2, &mw__reducer_cuda_local, 200);
+    open_ranks(&k, 2, &mw__reducer_cuda_local, 200, 0);
     size_t b[3] = {0, 20, 64};
     float *d, out[128];
     OK(k.dp[0]->vt->alloc(k.dp[0], 64 * sizeof(float), (void **)&d));
@@ -296,7 +264,7 @@ Test(gpu, nccl_collectives_match_their_definitions) {
 Test(gpu, nccl_collectives_refuse_bad_arguments_and_reset) {
     need_gpu();
     ranks k;
-    open_ranks(&k, 1, &mw__reducer_nccl, 60000);
+    open_ranks(&k, 1, &mw__reducer_nccl, 60000, 0);
     float *d, out[64];
     OK(k.dp[0]->vt->alloc(k.dp[0], 64 * sizeof(float), (void **)&d));
     size_t past[2] = {0, 65};

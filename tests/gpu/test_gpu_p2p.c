@@ -24,48 +24,10 @@
 #ifdef MESHWIT_HAVE_CUDA
 
 #include "devices/cuda/cuda.h"
+#include "gpu_ranks.h"
 #include "gpu_test.h"
 
-#define MAXR 4
 #define LARGE ((1u << 20) + 3)
-
-typedef struct ranks {
-    int p;
-    const mw__reducer_vtable *R;
-    mw__comm *comm;
-    mw__device devs[MAXR], *dp[MAXR];
-    uint8_t *out[MAXR], *in[MAXR]; /* device buffers of LARGE f32 elements each */
-} ranks;
-
-/* p devices: all on GPU 0 (cuda-local), or on GPUs 0..p-1 (NCCL). */
-static void open_ranks(ranks *k, int p, const mw__reducer_vtable *R, int timeout_ms) {
-    memset(k, 0, sizeof *k);
-    k->p = p;
-    k->R = R;
-    int shared = R == &mw__reducer_cuda_local;
-    for (int r = 0; r < p; r++) {
-        mw__device *d = &k->devs[r];
-        d->vt = &mw__cuda_device;
-        d->index = r;
-        d->ordinal = shared ? 0 : r;
-        snprintf(d->name, sizeof d->name, shared ? "cuda:0#%d" : "cuda:%d", r);
-        OK(d->vt->init(d));
-        k->dp[r] = d;
-        OK(d->vt->alloc(d, (size_t)LARGE * 4, (void **)&k->out[r]));
-        OK(d->vt->alloc(d, (size_t)LARGE * 4, (void **)&k->in[r]));
-    }
-    mw__comm_options opt = {.timeout_ms = timeout_ms};
-    OK(R->comm_new(p, k->dp, &opt, &k->comm));
-}
-
-static void close_ranks(ranks *k) {
-    k->R->comm_free(k->comm);
-    for (int r = 0; r < k->p; r++) {
-        k->devs[r].vt->free(&k->devs[r], k->out[r]);
-        k->devs[r].vt->free(&k->devs[r], k->in[r]);
-        k->devs[r].vt->shutdown(&k->devs[r]);
-    }
-}
 
 /* Byte i of message `salt` from rank r: every bit pattern, NaNs included. */
 static uint8_t byte_of(int r, int salt, size_t i) {
@@ -150,7 +112,7 @@ static void run_and_check(ranks *k, job *j, const char *what) {
 static void check_reducer(const mw__reducer_vtable *R, int p) {
     static const size_t lens[] = {0, 1, 7, 1023, LARGE};
     ranks k;
-    open_ranks(&k, p, R, 60000);
+    open_ranks(&k, p, R, 60000, (size_t)LARGE * 4);
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (int d = 0; d < 2; d++) {
             mw_dtype dt = d ? MW_BF16 : MW_F32;
@@ -197,7 +159,7 @@ static void check_reducer(const mw__reducer_vtable *R, int p) {
 /* Several messages of one pair, in a row, land in order (each into its own part of the buffer). */
 static void check_order(const mw__reducer_vtable *R, int p) {
     ranks k;
-    open_ranks(&k, p, R, 60000);
+    open_ranks(&k, p, R, 60000, (size_t)LARGE * 4);
     job j[MAXR];
     for (int r = 0; r < p; r++) j[r] = (job){.k = &k, .rank = r, .to = -1, .from = -1};
     int to = p > 1 ? 1 : 0;
@@ -218,7 +180,7 @@ Test(gpu_p2p, cuda_local_transfers_match_their_definition) {
 /* Calls that disagree, then a receiver alone: the timeout, the latecomer refused, reset. */
 static void check_faults(const mw__reducer_vtable *R) {
     ranks k;
-    open_ranks(&k, 2, R, 200);
+    open_ranks(&k, 2, R, 200, (size_t)LARGE * 4);
     job j[2] = {{.k = &k, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32, .messages = 1},
                 {.k = &k, .rank = 1, .to = -1, .from = 0, .n = 6, .dtype = MW_F32, .messages = 1}};
     for (int r = 0; r < 2; r++)
@@ -254,7 +216,7 @@ Test(gpu_p2p, nccl_transfers_match_their_definition) {
     int gpus = need_gpu();
     /* One rank: a sendrecv to itself, at every length. */
     ranks k;
-    open_ranks(&k, 1, &mw__reducer_nccl, 60000);
+    open_ranks(&k, 1, &mw__reducer_nccl, 60000, (size_t)LARGE * 4);
     static const size_t lens[] = {0, 1, 7, LARGE};
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (int d = 0; d < 2; d++) {
