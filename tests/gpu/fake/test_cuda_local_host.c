@@ -17,6 +17,7 @@
 #include "collectives/reducer_select.h"
 #include "core/error.h"
 #include "fake_gpu.h"
+#include "fake_ranks.h"
 
 /* --- the shared-memory communicator, its barriers counted and held ---------------------------- */
 
@@ -231,33 +232,6 @@ static mw__comm *open_p2p(int p, int timeout_ms) {
     return c;
 }
 
-typedef struct p2p_job {
-    pthread_t thread;
-    mw__comm *comm;
-    int rank, to, from; /* to or from -1: a recv or a send */
-    size_t n;
-    mw_dtype dtype;
-    char out[256], in[256]; /* stand for device buffers: the fakes never touch them */
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-} p2p_job;
-
-static void *p2p_main(void *arg) {
-    p2p_job *j = arg;
-    const mw__reducer_vtable *R = &mw__reducer_cuda_local;
-    j->st = j->from < 0 ? R->send(j->comm, j->rank, j->to, j->out, j->n, j->dtype)
-            : j->to < 0
-                ? R->recv(j->comm, j->rank, j->from, j->in, j->n, j->dtype)
-                : R->sendrecv(j->comm, j->rank, j->to, j->out, j->from, j->in, j->n, j->dtype);
-    snprintf(j->msg, sizeof j->msg, "%s", mw_last_error());
-    return NULL;
-}
-
-static void run_p2p(p2p_job *j, int p) {
-    for (int r = 0; r < p; r++) pthread_create(&j[r].thread, NULL, p2p_main, &j[r]);
-    for (int r = 0; r < p; r++) pthread_join(j[r].thread, NULL);
-}
-
 /* A ring of sendrecv over three ranks, and a send and recv between two: each transfer is one
  * device-to-device copy of n elements from the sender's buffer into the receiver's, queued on a
  * compute stream, and none of them takes a barrier of the collectives. */
@@ -273,14 +247,14 @@ Test(cuda_local_host, a_transfer_is_one_copy_between_the_ranks_buffers) {
         for (int r = 0; r < 2; r++) atomic_store(&barriers[r], 0);
         const fake_record *f = fake_gpu();
         int copies = f->ncopies;
-        p2p_job j[P2P_RANKS];
+        p2p_worker j[P2P_RANKS];
         memset(j, 0, sizeof j);
         for (int r = 0; r < p; r++) {
             j[r].comm = c, j[r].rank = r, j[r].n = cases[k].n, j[r].dtype = cases[k].dtype;
             j[r].to = cases[k].ring ? (r + 1) % p : r == 0 ? 1 : -1;
             j[r].from = cases[k].ring ? (r + p - 1) % p : r == 1 ? 0 : -1;
         }
-        run_p2p(j, p);
+        p2p_run(&mw__reducer_cuda_local, j, p);
         for (int r = 0; r < p; r++)
             cr_assert_eq(j[r].st, MW_OK, "case %zu rank %d: %s", k, r, j[r].msg);
         size_t bytes = cases[k].n * (cases[k].dtype == MW_BF16 ? 2 : 4);
@@ -309,11 +283,11 @@ Test(cuda_local_host, a_transfer_is_one_copy_between_the_ranks_buffers) {
 Test(cuda_local_host, calls_that_disagree_copy_nothing) {
     mw__comm *c = open_p2p(2, 5000);
     const fake_record *f = fake_gpu();
-    p2p_job j[2];
+    p2p_worker j[2];
     memset(j, 0, sizeof j);
-    j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
-    j[1] = (p2p_job){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_BF16};
-    run_p2p(j, 2);
+    j[0] = (p2p_worker){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
+    j[1] = (p2p_worker){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_BF16};
+    p2p_run(&mw__reducer_cuda_local, j, 2);
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(j[r].st, MW_ERR_INVALID, "rank %d: %s", r, j[r].msg);
         cr_assert(strstr(j[r].msg, "rank 0 sends 8 f32 elements to rank 1, but rank 1 receives 8 "
@@ -322,7 +296,7 @@ Test(cuda_local_host, calls_that_disagree_copy_nothing) {
     }
     cr_assert_eq(f->ncopies, 0, "%d copies", f->ncopies);
     j[1].dtype = MW_F32;
-    run_p2p(j, 2);
+    p2p_run(&mw__reducer_cuda_local, j, 2);
     for (int r = 0; r < 2; r++) cr_assert_eq(j[r].st, MW_OK, "rank %d: %s", r, j[r].msg);
     cr_assert_eq(f->ncopies, 1);
     mw__reducer_cuda_local.comm_free(c);
@@ -335,10 +309,10 @@ Test(cuda_local_host, a_lonely_receiver_times_out_or_aborts_and_resets) {
         mw__comm *c = open_p2p(2, abort ? 0 : 100);
         const fake_record *f = fake_gpu();
         int copies = f->ncopies;
-        p2p_job j[2];
+        p2p_worker j[2];
         memset(j, 0, sizeof j);
-        j[1] = (p2p_job){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_F32};
-        pthread_create(&j[1].thread, NULL, p2p_main, &j[1]);
+        j[1] = (p2p_worker){.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_F32};
+        p2p_start(&mw__reducer_cuda_local, &j[1]);
         if (abort) {
             struct timespec nap = {0, 50 * 1000 * 1000};
             nanosleep(&nap, NULL);
@@ -351,8 +325,8 @@ Test(cuda_local_host, a_lonely_receiver_times_out_or_aborts_and_resets) {
         cr_assert_eq(mw__reducer_cuda_local.send(c, 0, 1, j[0].out, 8, MW_F32), MW_ERR_ABORTED,
                      "late: %s", mw_last_error());
         mw__reducer_cuda_local.reset(c);
-        j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
-        run_p2p(j, 2);
+        j[0] = (p2p_worker){.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32};
+        p2p_run(&mw__reducer_cuda_local, j, 2);
         for (int r = 0; r < 2; r++) cr_assert_eq(j[r].st, MW_OK, "rank %d: %s", r, j[r].msg);
         cr_assert_eq(f->ncopies - copies, 1);
         mw__reducer_cuda_local.comm_free(c);
@@ -363,7 +337,7 @@ Test(cuda_local_host, a_lonely_receiver_times_out_or_aborts_and_resets) {
  * (each would read the other round's message): refused, with the communicator aborted so that
  * nobody waits, instead of copying from the wrong buffer. */
 static void *send_then_recv(void *arg) {
-    p2p_job *j = arg;
+    p2p_worker *j = arg;
     const mw__reducer_vtable *R = &mw__reducer_cuda_local;
     j->st = R->send(j->comm, 1, 0, j->out, j->n, MW_F32);
     if (!j->st) j->st = R->recv(j->comm, 1, 0, j->in, j->n, MW_F32);
@@ -374,11 +348,11 @@ static void *send_then_recv(void *arg) {
 Test(cuda_local_host, a_sendrecv_against_a_separate_send_and_recv_is_refused) {
     mw__comm *c = open_p2p(2, 5000);
     const fake_record *f = fake_gpu();
-    p2p_job j[2];
+    p2p_worker j[2];
     memset(j, 0, sizeof j);
-    j[0] = (p2p_job){.comm = c, .rank = 0, .to = 1, .from = 1, .n = 8, .dtype = MW_F32};
-    j[1] = (p2p_job){.comm = c, .rank = 1, .n = 8, .dtype = MW_F32};
-    pthread_create(&j[0].thread, NULL, p2p_main, &j[0]);
+    j[0] = (p2p_worker){.comm = c, .rank = 0, .to = 1, .from = 1, .n = 8, .dtype = MW_F32};
+    j[1] = (p2p_worker){.comm = c, .rank = 1, .n = 8, .dtype = MW_F32};
+    p2p_start(&mw__reducer_cuda_local, &j[0]);
     pthread_create(&j[1].thread, NULL, send_then_recv, &j[1]);
     for (int r = 0; r < 2; r++) pthread_join(j[r].thread, NULL);
     int refused = 0;

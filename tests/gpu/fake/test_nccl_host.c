@@ -14,50 +14,13 @@
 #include "collectives/reducer_select.h"
 #include "core/error.h"
 #include "fake_gpu.h"
+#include "fake_ranks.h"
 
 static const mw__reducer_vtable *R = &mw__reducer_nccl;
 
 static mw__comm *open_comm(int n, mw__device *devs, int timeout_ms) {
-    mw__device *dp[4];
-    for (int r = 0; r < n; r++) {
-        char name[32];
-        snprintf(name, sizeof name, "cuda:%d", r);
-        fake_device(&devs[r], name, r);
-        dp[r] = &devs[r];
-    }
     mw__comm_options opt = {.timeout_ms = timeout_ms};
-    mw__comm *c = NULL;
-    mw_status st = R->comm_new(n, dp, &opt, &c);
-    cr_assert_eq(st, MW_OK, "comm_new: %s: %s", mw_status_name(st), mw_last_error());
-    return c;
-}
-
-typedef struct worker {
-    pthread_t thread;
-    mw__comm *comm;
-    int rank, to, from; /* -1: that half absent */
-    size_t n;
-    mw_dtype dtype;
-    float out[64], in[64];
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-    int pending_after;
-} worker;
-
-static void *work(void *arg) {
-    worker *w = arg;
-    w->st = w->from < 0 ? R->send(w->comm, w->rank, w->to, w->out, w->n, w->dtype)
-            : w->to < 0
-                ? R->recv(w->comm, w->rank, w->from, w->in, w->n, w->dtype)
-                : R->sendrecv(w->comm, w->rank, w->to, w->out, w->from, w->in, w->n, w->dtype);
-    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
-    w->pending_after = fake_pending_on(w->rank);
-    return NULL;
-}
-
-static void run(worker *w, int p) {
-    for (int r = 0; r < p; r++) pthread_create(&w[r].thread, NULL, work, &w[r]);
-    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
+    return fake_comm_new(R, n, devs, &opt);
 }
 
 /* The NCCL calls made since call `from` of the record: (what, rank, peer) each. */
@@ -83,16 +46,16 @@ Test(nccl_host, a_ring_is_one_send_and_one_recv_per_rank_awaited) {
     const fake_record *f = fake_gpu();
     for (int d = 0; d < 2; d++) {
         int calls = f->ncalls;
-        worker w[3];
+        p2p_worker w[3];
         memset(w, 0, sizeof w);
         for (int r = 0; r < 3; r++)
-            w[r] = (worker){.comm = c,
-                            .rank = r,
-                            .to = (r + 1) % 3,
-                            .from = (r + 2) % 3,
-                            .n = 33,
-                            .dtype = d ? MW_BF16 : MW_F32};
-        run(w, 3);
+            w[r] = (p2p_worker){.comm = c,
+                                .rank = r,
+                                .to = (r + 1) % 3,
+                                .from = (r + 2) % 3,
+                                .n = 33,
+                                .dtype = d ? MW_BF16 : MW_F32};
+        p2p_run(R, w, 3);
         size_t bytes = 33u * (d ? 2 : 4);
         for (int r = 0; r < 3; r++) {
             cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
@@ -113,10 +76,10 @@ Test(nccl_host, a_half_that_disagrees_is_queued_on_neither_side) {
     mw__device devs[3];
     mw__comm *c = open_comm(3, devs, 5000);
     const fake_record *f = fake_gpu();
-    worker w[3] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32},
-                   {.comm = c, .rank = 1, .to = 2, .from = 0, .n = 4, .dtype = MW_F32},
-                   {.comm = c, .rank = 2, .to = -1, .from = 1, .n = 4, .dtype = MW_F32}};
-    run(w, 3);
+    p2p_worker w[3] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32},
+                       {.comm = c, .rank = 1, .to = 2, .from = 0, .n = 4, .dtype = MW_F32},
+                       {.comm = c, .rank = 2, .to = -1, .from = 1, .n = 4, .dtype = MW_F32}};
+    p2p_run(R, w, 3);
     const char *want = "rank 0 sends 8 f32 elements to rank 1, but rank 1 receives 4 f32 elements "
                        "from rank 0";
     for (int r = 0; r < 2; r++) {
@@ -140,9 +103,9 @@ Test(nccl_host, a_lonely_sender_gives_up_before_any_nccl_call) {
         mw__comm *c = open_comm(2, devs, abort ? 0 : 100);
         const fake_record *f = fake_gpu();
         int calls = f->ncalls, aborted = f->aborted;
-        worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_BF16},
-                       {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_BF16}};
-        pthread_create(&w[0].thread, NULL, work, &w[0]);
+        p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_BF16},
+                           {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_BF16}};
+        p2p_start(R, &w[0]);
         if (abort) {
             struct timespec nap = {0, 50 * 1000 * 1000};
             nanosleep(&nap, NULL);
@@ -156,7 +119,7 @@ Test(nccl_host, a_lonely_sender_gives_up_before_any_nccl_call) {
         cr_assert_eq(f->ncalls, calls);
         R->reset(c);
         cr_assert_eq(f->aborted, aborted, "the reset re-created the communicators");
-        run(w, 2);
+        p2p_run(R, w, 2);
         for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
         cr_assert_eq(f->ncalls - calls, 2);
         R->comm_free(c);

@@ -17,24 +17,16 @@
 #include "collectives/reducer_select.h"
 #include "core/error.h"
 #include "fake_gpu.h"
+#include "fake_ranks.h"
 
 static const mw__reducer_vtable *R = &mw__reducer_nccl_mpi;
 
 /* A communicator of n ranks, all of this process, on GPUs 0..n-1. */
 static mw__comm *open_comm(int n, mw__device *devs) {
     static int proc_of[4];
-    mw__device *dp[4];
-    for (int r = 0; r < n; r++) {
-        char name[32];
-        snprintf(name, sizeof name, "cuda:%d", r);
-        fake_device(&devs[r], name, r);
-        dp[r] = &devs[r];
-        proc_of[r] = 0;
-    }
+    for (int r = 0; r < n; r++) proc_of[r] = 0;
     mw__comm_options opt = {.timeout_ms = 5000, .proc_of = proc_of, .self_proc = 0};
-    mw__comm *c = NULL;
-    mw_status st = R->comm_new(n, dp, &opt, &c);
-    cr_assert_eq(st, MW_OK, "comm_new: %s: %s", mw_status_name(st), mw_last_error());
+    mw__comm *c = fake_comm_new(R, n, devs, &opt);
     cr_assert_not_null(c);
     return c;
 }
@@ -219,34 +211,6 @@ Test(nccl_mpi_host, reset_after_finished_collectives_keeps_the_communicators) {
 /* --- point-to-point ---------------------------------------------------------------------------
  */
 
-typedef struct p2p_worker {
-    pthread_t thread;
-    mw__comm *comm;
-    int rank, to, from; /* -1: that half absent */
-    size_t n;
-    mw_dtype dtype;
-    float out[64], in[64];
-    mw_status st;
-    char msg[MW__MSG_SIZE];
-    int pending_after; /* queued work the fake still held when the call returned */
-} p2p_worker;
-
-static void *p2p_work(void *arg) {
-    p2p_worker *w = arg;
-    w->st = w->from < 0 ? R->send(w->comm, w->rank, w->to, w->out, w->n, w->dtype)
-            : w->to < 0
-                ? R->recv(w->comm, w->rank, w->from, w->in, w->n, w->dtype)
-                : R->sendrecv(w->comm, w->rank, w->to, w->out, w->from, w->in, w->n, w->dtype);
-    snprintf(w->msg, sizeof w->msg, "%s", mw_last_error());
-    w->pending_after = fake_pending_on(w->rank);
-    return NULL;
-}
-
-static void run_p2p(p2p_worker *w, int p) {
-    for (int r = 0; r < p; r++) pthread_create(&w[r].thread, NULL, p2p_work, &w[r]);
-    for (int r = 0; r < p; r++) pthread_join(w[r].thread, NULL);
-}
-
 /* An exchange of two ranks (GPUs 0 and 1): each rank queues ncclSend to the other and ncclRecv
  * from it, counted in bytes, on its own communication stream, and returns once they ran. */
 Test(nccl_mpi_host, an_exchange_is_ncclsend_and_ncclrecv_awaited_on_each_rank) {
@@ -258,7 +222,7 @@ Test(nccl_mpi_host, an_exchange_is_ncclsend_and_ncclrecv_awaited_on_each_rank) {
         p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = 1, .n = 40},
                            {.comm = c, .rank = 1, .to = 0, .from = 0, .n = 40}};
         w[0].dtype = w[1].dtype = d ? MW_BF16 : MW_F32;
-        run_p2p(w, 2);
+        p2p_run(R, w, 2);
         for (int r = 0; r < 2; r++) {
             cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
             cr_assert_eq(w[r].pending_after, 0, "rank %d returned before its transfer ran", r);
@@ -291,7 +255,7 @@ Test(nccl_mpi_host, calls_that_disagree_queue_nothing) {
     const fake_record *f = fake_gpu();
     p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 10, .dtype = MW_F32},
                        {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 12, .dtype = MW_F32}};
-    run_p2p(w, 2);
+    p2p_run(R, w, 2);
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(w[r].st, MW_ERR_INVALID, "rank %d: %s", r, w[r].msg);
         cr_assert(strstr(w[r].msg, "rank 0 sends 10 f32 elements to rank 1, but rank 1 receives "
@@ -300,7 +264,7 @@ Test(nccl_mpi_host, calls_that_disagree_queue_nothing) {
     }
     cr_assert_eq(f->ncalls, 0, "NCCL calls: %d", f->ncalls);
     w[1].n = 10;
-    run_p2p(w, 2);
+    p2p_run(R, w, 2);
     for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
     cr_assert_eq(f->ncalls, 2, "NCCL calls: %d", f->ncalls);
     R->reset(c);
@@ -316,7 +280,7 @@ Test(nccl_mpi_host, a_lonely_receiver_gives_up_before_any_nccl_call) {
     const fake_record *f = fake_gpu();
     p2p_worker w[2] = {{.comm = c, .rank = 0, .to = 1, .from = -1, .n = 8, .dtype = MW_F32},
                        {.comm = c, .rank = 1, .to = -1, .from = 0, .n = 8, .dtype = MW_F32}};
-    pthread_create(&w[1].thread, NULL, p2p_work, &w[1]);
+    p2p_start(R, &w[1]);
     struct timespec nap = {0, 50 * 1000 * 1000};
     nanosleep(&nap, NULL);
     R->abort(c);
@@ -325,7 +289,7 @@ Test(nccl_mpi_host, a_lonely_receiver_gives_up_before_any_nccl_call) {
     cr_assert_eq(f->ncalls, 0);
     R->reset(c);
     cr_assert_eq(f->aborted, 0, "the reset aborted %d communicators", f->aborted);
-    run_p2p(w, 2);
+    p2p_run(R, w, 2);
     for (int r = 0; r < 2; r++) cr_assert_eq(w[r].st, MW_OK, "rank %d: %s", r, w[r].msg);
     cr_assert_eq(f->ncalls, 2);
     R->comm_free(c);
