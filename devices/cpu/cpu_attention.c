@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "devices/cpu/cpu_attention_impl.h"
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/cpu_state.h"
@@ -253,17 +254,6 @@ static void pack(const float *src, int64_t sp, int64_t sl, int64_t rows, int64_t
     }
 }
 
-/* Offsets of slice s in operand 0 (out or gy) and operand 1 (qkv, and d(qkv) alike). */
-static void slice_offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
-    *o0 = *o1 = 0;
-    for (int i = w->rank - 1; i >= 0; i--) {
-        int64_t idx = s % w->dims[i];
-        s /= w->dims[i];
-        *o0 += idx * w->stride[0][i];
-        *o1 += idx * w->stride[1][i];
-    }
-}
-
 /* One (batch, key/value head) slice in f32: the group's first query q (query g, then the key and
  * the value `part` floats apart each: query g at q + g part, the key at q + G part, the value at
  * q + (G + 1) part), positions `seq` apart; the output positions (out or, backward, gy) `seq_out`
@@ -324,14 +314,6 @@ static float *packed(const mw__k_attention *k, int grad) {
     return k->scratch + k->scratch_elems - n;
 }
 
-/* Where query g of slice s keeps its probabilities (k->probs), or NULL; the blocks follow in
- * order. */
-static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
-    return k->probs ? k->probs + (s * mw__attn_group(k) + g) *
-                                     mw__attn_probs_per_slice(k->t, k->block, k->causal)
-                    : NULL;
-}
-
 /* rows x n bf16 (rows `from_stride` apart) widened into f32 rows `to_stride` apart. */
 static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t from_stride,
                        float *to, int64_t to_stride) {
@@ -352,7 +334,7 @@ static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from
  * out by finish_query. */
 static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *stage, slice *v) {
     int64_t oo, oq, t = k->t, d = k->d;
-    slice_offsets(&k->walk, s, &oo, &oq);
+    mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
     if (k->qkv_dtype == MW_BF16) {
         const uint16_t *q = (const uint16_t *)k->qkv + oq;
         for (int64_t p = 0; p < mw__attn_group(k) + 2; p++)
@@ -377,7 +359,7 @@ static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *st
 static void finish_query(const mw__k_attention *k, int64_t s, int64_t g, const slice *v) {
     if (k->out_dtype != MW_BF16) return;
     int64_t oo, oq;
-    slice_offsets(&k->walk, s, &oo, &oq);
+    mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
     narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo + g * k->out_group,
                 k->seq_out);
 }
@@ -399,7 +381,7 @@ mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) 
             slice w = v;
             w.q = v.q + g * v.part;
             w.out = v.out + g * v.out_group;
-            float *keep = kept(k, s, g);
+            float *keep = mw__attn_kept(k, s, g);
             for (int64_t i0 = 0; i0 < t; i0 += blk) {
                 int64_t m = t - i0 < blk ? t - i0 : blk, kend = block_keys(k, i0, m);
                 float *p = keep ? keep : k->scratch;
@@ -478,7 +460,7 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
         for (int64_t g = 0; g < mw__attn_group(k); g++) {
             const float *q = v.q + g * v.part, *gy = v.gy + g * v.out_group;
             float *dq = v.out + g * k->part;
-            const float *keep = kept(k, s, g);
+            const float *keep = mw__attn_kept(k, s, g);
             slice w = v;
             w.q = q;
             for (int64_t i0 = 0; i0 < t; i0 += blk) {

@@ -165,17 +165,6 @@ static mw_status run(mw__dnnl *d, const dnnl_attention *a, int b, int p, void *c
     return mw__dnnl_gemm_run(d, a->prod[b * NPROD + p], &g, work);
 }
 
-/* Slice s's offsets in operand 0 (out or gy) and operand 1 (qkv and d(qkv)). */
-static void offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
-    *o0 = *o1 = 0;
-    for (int i = w->rank - 1; i >= 0; i--) {
-        int64_t idx = s % w->dims[i];
-        s /= w->dims[i];
-        *o0 += idx * w->stride[0][i];
-        *o1 += idx * w->stride[1][i];
-    }
-}
-
 /* P (m x kend, f32) from S in place: softmax of scale S over the keys each row sees, 0 beyond;
  * and its bf16 rounding into p16 (same layout). */
 static void softmax_rows(const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend, float *p,
@@ -208,14 +197,6 @@ static void dscores(const mw__k_attention *k, int64_t i0, int64_t m, int64_t ken
     mw__bf16_narrow(m * kend, dp, ds16);
 }
 
-/* Where query g of slice s keeps its probabilities (k->probs), or NULL; the blocks follow in
- * order. */
-static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
-    return k->probs ? k->probs + (s * mw__attn_group(k) + g) *
-                                     mw__attn_probs_per_slice(k->t, k->block, k->causal)
-                    : NULL;
-}
-
 mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention *k, int grad) {
 #ifdef __AVX512F__
     if (mw__cpu_attention_kind(k) == MW__ATTN_IMPL_DP)
@@ -232,7 +213,7 @@ mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention
     const int64_t G = mw__attn_group(k); /* queries per key/value head: k and v after them */
     for (int64_t s = 0; s < k->slices && st == MW_OK; s++) {
         int64_t oo0, oq0;
-        offsets(&k->walk, s, &oo0, &oq0);
+        mw__attn_slice_offsets(&k->walk, s, &oo0, &oq0);
         const uint16_t *kk = (const uint16_t *)k->qkv + oq0 + G * k->part, *v = kk + k->part;
         if (grad) { /* dK and dV accumulate over the blocks and the group's queries */
             float *dkv = (float *)k->out + oq0 + G * k->part;
@@ -244,7 +225,7 @@ mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention
         for (int64_t g = 0; g < G && st == MW_OK; g++) {
             int64_t oo = oo0 + g * k->out_group, oq = oq0 + g * k->part;
             const uint16_t *q = (const uint16_t *)k->qkv + oq;
-            float *keep = kept(k, s, g);
+            float *keep = mw__attn_kept(k, s, g);
             for (int b = 0; b < a->nblocks && st == MW_OK; b++) {
                 int64_t i0 = (int64_t)b * k->block, m = block_rows(k, b), kend = block_keys(k, b);
                 const uint16_t *qb = q + i0 * seq;

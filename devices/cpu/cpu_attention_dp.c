@@ -100,11 +100,11 @@ static void pack_rows_of_bt(const uint16_t *src, int64_t ld, int64_t n, int64_t 
             }
         for (int64_t jj = 0; jj < PANEL; jj++) {
             int64_t j = l * PANEL + jj;
-            const uint16_t *row = src + j * ld;
+            const uint16_t *row = j < n ? src + j * ld : NULL; /* NULL: a padding column */
             for (int64_t q = pp; q < pairs; q++) {
                 int64_t p = 2 * q;
-                panel[q * 2 * PANEL + 2 * jj] = j < n && p < depth ? row[p] : 0;
-                panel[q * 2 * PANEL + 2 * jj + 1] = j < n && p + 1 < depth ? row[p + 1] : 0;
+                panel[q * 2 * PANEL + 2 * jj] = row && p < depth ? row[p] : 0;
+                panel[q * 2 * PANEL + 2 * jj + 1] = row && p + 1 < depth ? row[p + 1] : 0;
             }
         }
     }
@@ -120,8 +120,8 @@ static void pack_rows_of_b(const uint16_t *src, int64_t ld, int64_t depth, int64
         int64_t j0 = l * PANEL, nc = n - j0 < PANEL ? n - j0 : PANEL;
         for (int64_t pp = 0; pp < pairs; pp++) {
             uint16_t *out = panel + pp * 2 * PANEL;
-            const uint16_t *r0 = src + 2 * pp * ld + j0, *r1 = r0 + ld;
-            int has1 = 2 * pp + 1 < depth;
+            int has1 = 2 * pp + 1 < depth; /* the pair's second row exists */
+            const uint16_t *r0 = src + 2 * pp * ld + j0, *r1 = has1 ? r0 + ld : r0;
             if (nc == PANEL && has1) { /* interleave two rows of 16 through registers */
                 __m256i a = _mm256_loadu_si256((const __m256i *)r0);
                 __m256i b = _mm256_loadu_si256((const __m256i *)r1);
@@ -251,13 +251,6 @@ typedef struct dp_attention {
 
 static size_t up64(size_t n) { return (n + 63) / 64 * 64; }
 
-/* Where query g of slice s keeps its probabilities (k->probs), or NULL. */
-static float *kept(const mw__k_attention *k, int64_t s, int64_t g) {
-    return k->probs ? k->probs + (s * mw__attn_group(k) + g) *
-                                     mw__attn_probs_per_slice(k->t, k->block, k->causal)
-                    : NULL;
-}
-
 mw_status MW__CPU(mw__cpu_attention_dp_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
     dp_attention *a = mw__calloc(1, sizeof *a);
     mw_status st = a ? mw__cpu_own(dev, a, mw__free)
@@ -291,17 +284,6 @@ mw_status MW__CPU(mw__cpu_attention_dp_prepare)(mw__device *dev, mw__k_attention
     a->bytes = off;
     k->impl = a;
     return mw__cpu_work_reserve(dev, a->bytes);
-}
-
-/* Slice s's offsets in operand 0 (out or gy) and operand 1 (qkv and d(qkv)). */
-static void offsets(const mw__nd *w, int64_t s, int64_t *o0, int64_t *o1) {
-    *o0 = *o1 = 0;
-    for (int i = w->rank - 1; i >= 0; i--) {
-        int64_t idx = s % w->dims[i];
-        s /= w->dims[i];
-        *o0 += idx * w->stride[0][i];
-        *o1 += idx * w->stride[1][i];
-    }
 }
 
 /* e^x in 16 lanes: mw__exp8's steps (devices/cpu/rows.h), its clamps as masked moves. */
@@ -417,7 +399,7 @@ mw_status MW__CPU(mw__cpu_attention_dp)(mw__device *dev, const mw__k_attention *
     const int64_t dpairs = EVEN(d) / 2, tpairs = EVEN(t) / 2;
     for (int64_t s = 0; s < k->slices; s++) {
         int64_t oo0, oq0;
-        offsets(&k->walk, s, &oo0, &oq0);
+        mw__attn_slice_offsets(&k->walk, s, &oo0, &oq0);
         const uint16_t *kk = (const uint16_t *)k->qkv + oq0 + G * k->part, *v = kk + k->part;
         if (!grad || !k->probs) pack_rows_of_bt(kk, seq, t, d, kt);
         if (!grad) {
@@ -432,7 +414,7 @@ mw_status MW__CPU(mw__cpu_attention_dp)(mw__device *dev, const mw__k_attention *
         for (int64_t g = 0; g < G; g++) {
             const uint16_t *q = (const uint16_t *)k->qkv + oq0 + g * k->part;
             int64_t oo = oo0 + g * k->out_group;
-            float *keep = kept(k, s, g);
+            float *keep = mw__attn_kept(k, s, g);
             for (int64_t i0 = 0; i0 < t; i0 += k->block) {
                 int64_t m = t - i0 < k->block ? t - i0 : k->block;
                 int64_t kend = k->causal ? i0 + m : t;

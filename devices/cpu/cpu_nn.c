@@ -62,14 +62,6 @@ mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) 
             xv = (xv - mean) * rstd * w + b;
             mw__bf16_store16(y + j, &xv);
         }
-        for (; j + 8 <= k->n; j += 8) {
-            mw__v8 xv, w, b = {0};
-            memcpy(&xv, x + j, sizeof xv);
-            memcpy(&w, k->w + j, sizeof w);
-            if (bias) memcpy(&b, bias + j, sizeof b);
-            xv = (xv - mean) * rstd * w + b;
-            mw__bf16_store8(y + j, &xv);
-        }
         for (; j < k->n; j++)
             y[j] = mw__bf16_from_f32((x[j] - mean) * rstd * k->w[j] + (bias ? bias[j] : 0.0f));
     }
@@ -199,13 +191,6 @@ mw_status MW__CPU(mw__cpu_rmsnorm)(mw__device *dev, const mw__k_rmsnorm *k) {
             memcpy(&wv, w + j, sizeof wv);
             xv = xv * rstd * wv;
             mw__bf16_store16(y + j, &xv);
-        }
-        for (; j + 8 <= k->n; j += 8) {
-            mw__v8 xv, wv;
-            memcpy(&xv, x + j, sizeof xv);
-            memcpy(&wv, w + j, sizeof wv);
-            xv = xv * rstd * wv;
-            mw__bf16_store8(y + j, &xv);
         }
         for (; j < k->n; j++) y[j] = mw__bf16_from_f32(x[j] * rstd * w[j]);
     }
