@@ -296,6 +296,14 @@ static int last_axis(mw_graph *g, const char *op, mw_tensor *x, const char *axis
     return i;
 }
 
+/* A normalisation's eps: finite and not negative (0 allowed, as torch allows it). */
+static int eps_ok(mw_graph *g, const char *op, float eps) {
+    if (isfinite(eps) && eps >= 0.0f) return 1;
+    mw__graph_fail(g, MW_ERR_INVALID, "%s: eps %g must be finite and not negative (e.g. 1e-5)", op,
+                   (double)eps);
+    return 0;
+}
+
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps) {
     mw_tensor *xs[3] = {x, w, b};
@@ -303,7 +311,7 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
     if (!usable(g, "mw_layernorm", xs, nin)) return NULL;
     if (!want_dtype(g, "mw_layernorm", "x", x, MW_F32) ||
         !want_dtype(g, "mw_layernorm", "w", w, MW_F32) ||
-        (b && !want_dtype(g, "mw_layernorm", "b", b, MW_F32)))
+        (b && !want_dtype(g, "mw_layernorm", "b", b, MW_F32)) || !eps_ok(g, "mw_layernorm", eps))
         return NULL;
     int i = last_axis(g, "mw_layernorm", x, axis);
     if (i < 0) return NULL;
@@ -341,7 +349,7 @@ mw_tensor *mw_rmsnorm(mw_graph *g, mw_tensor *x, mw_tensor *w, const char *axis,
     mw_tensor *xs[2] = {x, w};
     if (!usable(g, "mw_rmsnorm", xs, 2)) return NULL;
     if (!want_dtype(g, "mw_rmsnorm", "x", x, MW_F32) ||
-        !want_dtype(g, "mw_rmsnorm", "w", w, MW_F32))
+        !want_dtype(g, "mw_rmsnorm", "w", w, MW_F32) || !eps_ok(g, "mw_rmsnorm", eps))
         return NULL;
     int i = last_axis(g, "mw_rmsnorm", x, axis);
     if (i < 0 || !(w = mw__gathered(g, w, NULL))) return NULL;

@@ -341,7 +341,8 @@ mw_tensor *mw_rope(mw_graph *g, mw_tensor *x, const char *seq_axis, const char *
 /* Layer norm over axis `axis` (which must be x's last axis), then * w + b, where w and b have
  * exactly that one axis; b NULL: no bias (torch's LayerNorm(bias=False), as OLMo and others use),
  * with no bias operand and no bias gradient. Errors: MW_ERR_AXIS, MW_ERR_SHAPE, MW_ERR_SHARDING
- * (a sharded axis), MW_ERR_DTYPE (x, w or b not f32). */
+ * (a sharded axis), MW_ERR_DTYPE (x, w or b not f32), MW_ERR_INVALID (eps negative or not
+ * finite). */
 mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, const char *axis,
                         float eps);
 
@@ -351,7 +352,8 @@ mw_tensor *mw_layernorm(mw_graph *g, mw_tensor *x, mw_tensor *w, mw_tensor *b, c
  * where the precision policy reads it as bf16 only). A parameter w split over a mesh axis is
  * gathered whole first (FSDP, see mw_shard). Errors: MW_ERR_DTYPE (x or w not f32), MW_ERR_AXIS (no
  * axis `axis` in x), MW_ERR_SHAPE (axis not x's last, w not of exactly that axis), MW_ERR_SHARDING
- * (axis sharded in x, or w of a computed tensor split). */
+ * (axis sharded in x, or w of a computed tensor split), MW_ERR_INVALID (eps negative or not
+ * finite). */
 mw_tensor *mw_rmsnorm(mw_graph *g, mw_tensor *x, mw_tensor *w, const char *axis, float eps);
 
 /* softmax(scale * x) over axis `axis`, which must be x's last axis. Errors: MW_ERR_AXIS,

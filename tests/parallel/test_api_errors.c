@@ -610,6 +610,19 @@ static mw_status rmsnorm_dtype(fx *f) {
     return traced(f, mw_rmsnorm(f->g, f->ab, vec(f, "v", "Feature", 3), "Feature", 1e-5f));
 }
 static mw_status rmsnorm_null(fx *f) { return OP(mw_rmsnorm(f->g, f->a, NULL, "Feature", 1e-5f)); }
+static mw_status rmsnorm_negative_eps(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->a, vec(f, "v", "Feature", 3), "Feature", -1e-5f));
+}
+static mw_status rmsnorm_nan_eps(fx *f) {
+    NEED(graph(f));
+    return traced(f, mw_rmsnorm(f->g, f->a, vec(f, "v", "Feature", 3), "Feature", NAN));
+}
+static mw_status layernorm_infinite_eps(fx *f) {
+    NEED(graph(f));
+    mw_tensor *v = vec(f, "v", "Feature", 3);
+    return traced(f, mw_layernorm(f->g, f->a, v, v, "Feature", INFINITY));
+}
 static mw_status layernorm_bias_dtype(fx *f) {
     NEED(graph(f));
     mw_tensor *v = vec(f, "v", "Feature", 3);
@@ -2345,6 +2358,7 @@ static const row table[] = {
     R(mw_layernorm, layernorm_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_layernorm, layernorm_null, MW_ERR_INVALID, "mw_layernorm"),
     R(mw_layernorm, layernorm_bias_dtype, MW_ERR_DTYPE, "b"),
+    R(mw_layernorm, layernorm_infinite_eps, MW_ERR_INVALID, "eps inf"),
     R(mw_silu, silu_dtype, MW_ERR_DTYPE, "mw_silu"),
     R(mw_silu, silu_null, MW_ERR_INVALID, "mw_silu"),
     R(mw_swiglu, swiglu_size, MW_ERR_SHAPE, "size 2"),
@@ -2377,6 +2391,8 @@ static const row table[] = {
     R(mw_rmsnorm, rmsnorm_sharded, MW_ERR_SHARDING, "Batch"),
     R(mw_rmsnorm, rmsnorm_dtype, MW_ERR_DTYPE, "bf16"),
     R(mw_rmsnorm, rmsnorm_null, MW_ERR_INVALID, "mw_rmsnorm"),
+    R(mw_rmsnorm, rmsnorm_negative_eps, MW_ERR_INVALID, "eps -1e-05"),
+    R(mw_rmsnorm, rmsnorm_nan_eps, MW_ERR_INVALID, "eps nan"),
     R(mw_softmax, softmax_no_axis, MW_ERR_AXIS, "'Nope'"),
     R(mw_softmax, softmax_not_last, MW_ERR_SHAPE, "last axis"),
     R(mw_softmax, softmax_sharded, MW_ERR_SHARDING, "Batch"),
