@@ -41,12 +41,7 @@ static mw__k_attention descriptor(const att_shape *s, mw_dtype dtype, int grad) 
         k.seq_out = heads * s->d, k.out_group = 0;
         k.walk.stride[0][0] = s->t * k.seq_out, k.walk.stride[0][1] = s->d;
     }
-    /* the planner's scratch for the f32 kernel (and a bf16 slice staged in f32) */
-    int64_t stage = (dtype == MW_BF16 ? (g + 2) * s->d * s->t : 0) +
-                    (!grad && dtype == MW_BF16 ? s->d * s->t : 0);
-    k.scratch_elems = grad ? 2 * k.block * s->t + 2 * k.slices * g * s->t + stage +
-                                 3 * s->d * s->t + 2 * k.block * s->d
-                           : k.block * s->t + stage + 2 * s->d * s->t;
+    k.scratch_elems = mw__attn_scratch_elems(&k, grad); /* the planner's */
     return k;
 }
 

@@ -242,20 +242,12 @@ int mw__plan_lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
         k.walk.stride[1][k.walk.rank] = lq.stride[i];
         k.walk.rank++;
     }
-    /* CPU: one block of probabilities (and of their gradients), and last a slice's k and v
-     * (backward also a block's q and dO) packed for its products; GPU backward: the log-sum-exp
-     * and sum_j P_ij dP_ij of every row. */
     k.block = k.t < MW__ATTN_BLOCK ? k.t : MW__ATTN_BLOCK;
     k.slices = 1;
     for (int i = 0; i < k.walk.rank; i++) k.slices *= k.walk.dims[i];
     k.qkv_dtype = b->node[qkv->id].ref.dtype;
     k.out_dtype = out.dtype;
-    /* CPU: a slice of bf16 q, k, v (and a bf16 output) staged in f32 (mw__k_attention). */
-    int64_t stage = (k.qkv_dtype == MW_BF16 ? (k.group + 2) * k.d * k.t : 0) +
-                    (!grad && k.out_dtype == MW_BF16 ? k.d * k.t : 0);
-    k.scratch_elems = grad ? 2 * k.block * k.t + 2 * k.slices * k.group * k.t + stage +
-                                 3 * k.d * k.t + 2 * k.block * k.d
-                           : k.block * k.t + stage + 2 * k.d * k.t;
+    k.scratch_elems = mw__attn_scratch_elems(&k, grad);
     int64_t soff = mw__arena_alloc(&b->ar, k.scratch_elems); /* floats */
     mw__ins *in = mw__plan_emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);
     if (!in) return -1;

@@ -304,9 +304,9 @@ typedef struct mw__k_adamw {
  * 2 * part after it; position i of out (gy) starts at out + i * seq_out; the d features of a
  * position are contiguous. Forward: out_i = sum_j softmax_j(scale * q_i . k_j) v_j, over j <= i
  * when causal. Backward (grad): out is d(qkv), laid out like qkv, from gy = d(out); the scores
- * are recomputed. scratch holds scratch_elems floats the kernel may use as it likes: forward
- * MW__ATTN_BLOCK x T plus 2 D x T, backward 2 MW__ATTN_BLOCK x (T + D) + 3 D x T plus 2 per
- * query row of every slice. */
+ * are recomputed. scratch holds scratch_elems floats (mw__attn_scratch_elems) the kernel may use
+ * as it likes: forward MW__ATTN_BLOCK x T plus 2 D x T, backward 2 MW__ATTN_BLOCK x (T + D) +
+ * 3 D x T plus 2 per query row of every slice, and a bf16 slice staged in f32. */
 #define MW__ATTN_BLOCK 64 /* query rows per block of scores */
 typedef struct mw__k_attention {
     int causal;
@@ -341,6 +341,19 @@ typedef struct mw__k_attention {
 /* Queries per key/value head of an attention descriptor (0, a descriptor made without it: 1). */
 static inline int64_t mw__attn_group(const mw__k_attention *k) {
     return k->group > 0 ? k->group : 1;
+}
+
+/* The floats of scratch an attention kernel of k's sizes, dtypes, block, slices and group is
+ * given (the plan's, and any other caller's): CPU, one block of probabilities (and of their
+ * gradients), a slice's k and v (backward also a block's q and dO) packed for its products, and
+ * a bf16 slice (and a bf16 output) staged in f32; GPU backward, the log-sum-exp and
+ * sum_j P_ij dP_ij of every row. */
+static inline int64_t mw__attn_scratch_elems(const mw__k_attention *k, int grad) {
+    int64_t t = k->t, d = k->d, blk = k->block, g = mw__attn_group(k);
+    int64_t stage = (k->qkv_dtype == MW_BF16 ? (g + 2) * d * t : 0) +
+                    (!grad && k->out_dtype == MW_BF16 ? d * t : 0);
+    return grad ? 2 * blk * t + 2 * k->slices * g * t + stage + 3 * d * t + 2 * blk * d
+                : blk * t + stage + 2 * d * t;
 }
 
 /* Floats of one slice's kept probabilities (mw__k_attention.probs). */
