@@ -28,30 +28,34 @@ typedef uint32_t mw__v8u __attribute__((vector_size(32)));
 /* Eight bf16 (or other 16-bit) lanes. */
 typedef uint16_t mw__v8h __attribute__((vector_size(16)));
 
-/* Eight floats stored as bf16, each rounded as mw__bf16_from_f32 (devices/math.h) rounds it:
- * to the nearest even on the bits, a NaN kept a NaN and made quiet. */
+/* The bf16 bits of float bits u, lane by lane in the low half of each lane of a vector of
+ * uint32 (any width), rounded as mw__bf16_from_f32 (devices/math.h) rounds: to the nearest even
+ * on the bits, a NaN kept a NaN and made quiet. */
+#define MW__BF16_ROUNDED(u)                                                                        \
+    __extension__({                                                                                \
+        __typeof__(u) u_ = (u), r_ = (u_ + 0x7fffu + ((u_ >> 16) & 1u)) >> 16;                     \
+        __typeof__(u) q_ = (u_ >> 16) | 0x40u,                                                     \
+                      nan_ = (__typeof__(u))((u_ & 0x7fffffffu) > 0x7f800000u);                    \
+        (r_ & ~nan_) | (q_ & nan_);                                                                \
+    })
+
+/* Eight floats stored as bf16, each rounded as MW__BF16_ROUNDED says. */
 MW__CPU_INLINE void mw__bf16_store8(uint16_t *dst, const mw__v8 *x) {
     mw__v8u u;
     memcpy(&u, x, sizeof u);
-    mw__v8u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
-    mw__v8u nan = (mw__v8u)((u & 0x7fffffffu) > 0x7f800000u);
-    r = (r & ~nan) | (q & nan);
-    mw__v8h h = __builtin_convertvector(r, mw__v8h);
+    mw__v8h h = __builtin_convertvector(MW__BF16_ROUNDED(u), mw__v8h);
     memcpy(dst, &h, sizeof h);
 }
 
-/* Sixteen floats stored as bf16, each lane as mw__bf16_store8 rounds it (one AVX-512 vector of
- * work where the level has it, two or four narrower ones elsewhere). */
+/* Sixteen floats stored as bf16, the same rounding (one AVX-512 vector of work where the level
+ * has it, two or four narrower ones elsewhere). */
 typedef float mw__v16 __attribute__((vector_size(64)));
 typedef uint32_t mw__v16u __attribute__((vector_size(64)));
 typedef uint16_t mw__v16h __attribute__((vector_size(32)));
 MW__CPU_INLINE void mw__bf16_store16(uint16_t *dst, const mw__v16 *x) {
     mw__v16u u;
     memcpy(&u, x, sizeof u);
-    mw__v16u r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
-    mw__v16u nan = (mw__v16u)((u & 0x7fffffffu) > 0x7f800000u);
-    r = (r & ~nan) | (q & nan);
-    mw__v16h h = __builtin_convertvector(r, mw__v16h);
+    mw__v16h h = __builtin_convertvector(MW__BF16_ROUNDED(u), mw__v16h);
     memcpy(dst, &h, sizeof h);
 }
 
