@@ -278,6 +278,11 @@ static int backward_node(mw_graph *g, mw_tensor *n, mw_tensor *gy, mw_tensor **g
 
 mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy,
                        int regather) {
+    return mw__autodiff_from(g, loss, param_grads, policy, regather, NULL);
+}
+
+mw_status mw__autodiff_from(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads,
+                            mw__recompute policy, int regather, const mw__autodiff_ends *ends) {
     int n = g->nnodes, gathers = 0;
     for (int i = 0; i < n; i++) gathers |= g->nodes[i]->op == MW__OP_GATHER;
     char *needs = mw__calloc((size_t)n + 1, 1);
@@ -299,14 +304,21 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw
     }
     if (rc.regions) choose_kept(g, use, policy);
     if (use) rc.keep[loss->id] = 1;
-    /* A node needs a gradient when a parameter flows into it. */
+    int nwrt = ends ? ends->nwrt : 0, nseeds = ends ? ends->nseeds : 0;
+    for (int j = 0; j < nwrt; j++) needs[ends->wrt[j]->id] = 1;
+    for (int j = 0; use && j < nseeds; j++) rc.keep[ends->seed_of[j]->id] = 1;
+    /* A node needs a gradient when a parameter (or a value whose gradient is wanted) flows into
+     * it. */
     for (int i = 0; i <= loss->id; i++) {
         mw_tensor *t = g->nodes[i];
-        needs[i] = t->op == MW__OP_PARAM;
+        needs[i] |= t->op == MW__OP_PARAM;
         for (int k = 0; k < t->nin; k++) needs[i] |= needs[t->in[k]->id];
     }
     mw__type scalar = loss->type;
     grads[loss->id] = mw__fill(g, &scalar, 1.0f);
+    for (int j = 0; j < nseeds && g->status == MW_OK; j++)
+        if (needs[ends->seed_of[j]->id] && accumulate(g, grads, ends->seed_of[j], ends->seeds[j]))
+            break;
     for (int i = loss->id; i >= 0 && g->status == MW_OK; i--) {
         mw_tensor *t = g->nodes[i];
         if (!needs[i] || !grads[i]) continue;
@@ -316,6 +328,7 @@ mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw
         mw_tensor *t = g->nodes[i];
         if (t->op == MW__OP_PARAM) param_grads[t->leaf] = grads[i];
     }
+    for (int j = 0; j < nwrt; j++) ends->wrt_grads[j] = grads[ends->wrt[j]->id];
     mw__free(needs);
     mw__free(grads);
     mw__free(rc.keep);

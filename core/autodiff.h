@@ -24,4 +24,20 @@ typedef enum mw__recompute {
 mw_status mw__autodiff(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads, mw__recompute policy,
                        int regather);
 
+/* Where a backward pass starts and what else it differentiates (a pipeline stage's: parallel/
+ * pipeline.c). seeds[i] is the gradient that value seed_of[i] receives from outside the graph
+ * (the next stage's), added to what the loss gives it; wrt[i] are values besides the parameters
+ * whose gradients are wanted (the stage's inputs from the stage before), written to wrt_grads[i]
+ * (NULL when nothing that depends on a parameter flows from it into the loss or a seed). */
+typedef struct mw__autodiff_ends {
+    int nseeds, nwrt;
+    mw_tensor *const *seed_of, *const *seeds;
+    mw_tensor *const *wrt;
+    mw_tensor **wrt_grads;
+} mw__autodiff_ends;
+
+/* mw__autodiff with seeds and gradients of other values (ends NULL: mw__autodiff). */
+mw_status mw__autodiff_from(mw_graph *g, mw_tensor *loss, mw_tensor **param_grads,
+                            mw__recompute policy, int regather, const mw__autodiff_ends *ends);
+
 #endif

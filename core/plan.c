@@ -199,7 +199,9 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
     /* The forward pass ends with the loss or the last requested output, whichever is later. */
     int fwd_last = loss->id;
     for (int o = 0; o < noutputs; o++)
-        if (outputs[o]->id > fwd_last) fwd_last = outputs[o]->id;
+        if (outputs[o]->id > fwd_last &&
+            (!target->forward_nodes || outputs[o]->id < target->forward_nodes))
+            fwd_last = outputs[o]->id;
     int bucket_first = 0;
     int i_order = 0;
     for (int i = 0; i < nn; i++) {

@@ -172,6 +172,10 @@ typedef struct mw__plan_target {
      * completes (one ahead: the next layer's parameters arrive while this layer computes) and
      * waited for where the parameter is used. 0: each gathered where it is used. */
     int prefetch_gathers;
+    /* > 0: the graph's nodes from this one on are the backward pass, so an output among them (a
+     * pipeline stage's gradient of its input) is read after the backward part, not at the end of
+     * the forward part. 0: every output ends the forward part where it is made. */
+    int forward_nodes;
 } mw__plan_target;
 
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of

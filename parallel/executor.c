@@ -186,6 +186,17 @@ mw_status mw__executor_init(worker *w) {
     return MW_OK;
 }
 
+void mw__executor_select_slot(worker *w) {
+    mw__program *prog = w->prog;
+    if (prog->slots <= 1 || !w->slot_arena) return;
+    void *a = w->slot_arena[prog->slot];
+    if (a == w->arena) return;
+    w->arena = w->bases[MW__BASE_ARENA] = a;
+    /* Every operand in the arena moves; the kernels' other fields (what gemm_prepare made from
+     * the shapes) stay. Views staged in the arena are rebound by mw__bind_views. */
+    for (int i = 0; i < w->plan.nins; i++) resolve(w, &w->plan.ins[i], &w->kern[i]);
+}
+
 /* Copies the box of a host array that view v covers into its staging buffer, one contiguous
  * run at a time. */
 static mw_status stage_view(worker *w, const mw__view *v, const char *host, char *dst,

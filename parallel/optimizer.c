@@ -177,6 +177,10 @@ static mw_status accumulate_grads(replica *r, int fold) {
     if (count == 0) return MW_OK;
     mw__nd nd = {.rank = 1, .dims = {count}, .stride = {{1}, {1}, {1}}};
     float *grads = (float *)w->grads + r->own_lo, *accum = r->accum;
+    if (fold && r->tr->fold_only) { /* every micro-batch is in the accumulator already */
+        mw__k_copy mean = {.alpha = 1.0f / (float)n, .nd = nd, .out = grads, .a = accum};
+        return w->dev.vt->copy(&w->dev, &mean);
+    }
     if (!fold && n == 0) {
         mw__k_copy k = {.alpha = 1.0f, .nd = nd, .out = accum, .a = grads};
         return w->dev.vt->copy(&w->dev, &k);
@@ -328,6 +332,7 @@ static mw_status update_slice(replica *r) {
     if (o->grad_clip > 0.0f || o->kind == MW_ADAMW || nf != MW_NONFINITE_IGNORE) {
         float norm;
         if ((st = grad_norm(r, &norm))) return st;
+        if (tr->global_norm) norm = tr->global_norm(tr->global_norm_ctx, w->index, norm);
         if (w->index == 0) tr->grad_norm = norm;
         if (nf == MW_NONFINITE_SKIP && !isfinite(norm)) {
             r->skipped = 1; /* every replica has the same gradients and skips alike */
@@ -475,7 +480,9 @@ static mw_status device_step(mw_trainer *tr, replica *r) {
     worker *w = r->w;
     mw_status st;
     if (tr->accumulated && (st = accumulate_grads(r, 1))) return st;
-    if (tr->cfg.nonfinite != MW_NONFINITE_IGNORE) {
+    /* A pipeline stage's update runs after all its micro-batches: the gradient norm (the whole
+     * model's) finds what a non-finite loss left. */
+    if (tr->cfg.nonfinite != MW_NONFINITE_IGNORE && !tr->fold_only) {
         /* The loss is replicated: every device sees the same value and stops alike. */
         float loss;
         if ((st = w->dev.vt->download(&w->dev, &loss, mw__ptr(w, w->plan.loss), sizeof loss)))

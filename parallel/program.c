@@ -66,6 +66,20 @@ mw_status mw__program_outputs(mw__program *prog, mw_tensor *const *outputs, int 
     return prog->cfg.precision == MW_PRECISION_BF16 ? mw__autocast_bf16(g) : MW_OK;
 }
 
+mw_status mw__program_add_output(mw__program *prog, mw_tensor *t, const mw_tensor **handle) {
+    mw_graph *g = prog->g;
+    int n = prog->noutputs + 1;
+    mw_tensor **o = mw__realloc(prog->outputs, (size_t)n * sizeof *o);
+    if (o) prog->outputs = o;
+    const mw_tensor **u = o ? mw__realloc(prog->user_outputs, (size_t)n * sizeof *u) : NULL;
+    if (u) prog->user_outputs = u;
+    if (!o || !u) return mw__error(MW_ERR_NOMEM, "%s: out of memory", prog->caller);
+    if (!(o[n - 1] = mw__replicated(g, t))) return mw__error_copy(g->status, g->error);
+    u[n - 1] = *handle = o[n - 1];
+    prog->noutputs = n;
+    return MW_OK;
+}
+
 void mw__program_placement(const mw__program *prog, int d, mw__placement *out) {
     *out = (mw__placement){.nmesh = prog->g->nmesh_names};
     for (int m = 0; m < prog->g->nmesh_names; m++) {
@@ -263,7 +277,8 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
             .bucket_elems = (int64_t)(bucket / 4),
             .bf16_out = mw__backend_bf16_writers(mesh->backend),
             .prefetch_gathers = prog->reducer && prog->reducer->all_gather_start &&
-                                prog->reducer->finish && prog->cfg.gathers != MW_GATHERS_AT_USE};
+                                prog->reducer->finish && prog->cfg.gathers != MW_GATHERS_AT_USE,
+            .forward_nodes = prog->forward_nodes};
         if ((st = mw__plan_build(g, prog->loss, grads, prog->outputs, prog->noutputs, &pl, &target,
                                  &w->plan)))
             return st;

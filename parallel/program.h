@@ -35,7 +35,20 @@ typedef struct mw__program mw__program;
 
 /* A command for every local worker: CMD_FORWARD runs the forward part of the plan, CMD_BACKWARD
  * the forward and backward parts, the gradient reductions and then the after_backward hook. */
-typedef enum cmd { CMD_NONE, CMD_INIT, CMD_FORWARD, CMD_BACKWARD, CMD_QUIT } cmd;
+typedef enum cmd {
+    CMD_NONE,
+    CMD_INIT,
+    CMD_FORWARD,
+    CMD_BACKWARD,
+    /* A pipeline stage's halves of CMD_BACKWARD, run apart with other micro-batches between them:
+     * the forward part of a training pass, its activations kept in arena slot prog->slot, and
+     * later the backward part (with the reductions and after_backward) from that slot. */
+    CMD_FORWARD_KEEP,
+    CMD_BACKWARD_REST,
+    /* after_backward alone (a pipeline's update once every stage has its gradients) */
+    CMD_UPDATE,
+    CMD_QUIT
+} cmd;
 
 /* What running one device's plan needs. */
 typedef struct worker {
@@ -49,6 +62,9 @@ typedef struct worker {
     mw__device dev;
     mw__plan plan;
     void *arena, *params, *grads; /* grads: with a backward part only */
+    /* With prog->slots > 1: that many arenas, each the activations of one micro-batch in flight
+     * (arena is the one the current command runs in). */
+    void **slot_arena;
     /* plan.params16: the bf16 copy of the flat parameters that bf16 contractions read. version
      * counts the changes of this device's parameters (the optimizer's, and writes from the
      * host); version16 is the version the copy was made from (see mw__params16_sync). */
@@ -99,6 +115,9 @@ typedef struct worker {
 #define MW__PROF_PER_PHASE (2 * MW__OP_COUNT + 2)
 #define MW__PROF_CATS (3 * MW__PROF_PER_PHASE)
 #define MW__PROF_UPDATE (2 * MW__PROF_PER_PHASE + 2 * MW__OP_COUNT + 1)
+/* Points worker w's kernels at the arena of slot prog->slot (a no-op with one arena). */
+void mw__executor_select_slot(worker *w);
+
 /* Fills w->prof_cat for w's plan (allocating the arrays); MW_ERR_NOMEM. */
 mw_status mw__profile_init(worker *w, const mw_graph *g);
 void mw__profile_free(worker *w);
@@ -171,6 +190,11 @@ struct mw__program {
      * the micro-batch within it (dropout's masks). */
     int64_t steps;
     int micro;
+    /* Set by the layer above before planning: nodes from forward_nodes on are the backward pass
+     * (mw__plan_target.forward_nodes; 0: none told apart); and before start: how many arenas each
+     * worker has (slots, 0 or 1: one), and the one the next command runs in (slot). */
+    int forward_nodes;
+    int slots, slot;
     /* Set by the layer above before start: gradient buckets are reduce-scattered into each
      * device's slice (worker zslices) instead of all-reduced (ZeRO-1). */
     int zero1;
@@ -204,6 +228,9 @@ mw_status mw__program_new(const mw_graph *graph, mw_mesh *mesh, const mw__progra
 /* The values the host reads (n of the caller's tensors of the graph the program copied,
  * checked), then the precision policy applied to the graph. */
 mw_status mw__program_outputs(mw__program *p, mw_tensor *const *outputs, int n);
+/* One more value the host reads, of the program's own graph (a gradient autodiff made: after
+ * mw__program_outputs); *handle is what mw__program_read_output reads it by. */
+mw_status mw__program_add_output(mw__program *p, mw_tensor *t, const mw_tensor **handle);
 /* Places the graph on the mesh and plans it per local device, up to `loss` (forward part) and,
  * with grads (borrowed, per parameter leaf), the gradients (backward part); makes the
  * reduction groups and the initial parameters. */

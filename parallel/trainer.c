@@ -16,29 +16,71 @@
 #include "parallel/optimizer.h"
 #include "parallel/trainer_impl.h"
 
-static mw_status run_command(mw_trainer *tr, mw__train t, cmd c, const mw_feed *feeds, int nfeeds,
-                             float *loss) {
+/* Runs command c; micro: the micro-batch (dropout's masks), -1 for the count accumulated. */
+static mw_status run_micro(mw_trainer *tr, mw__train t, cmd c, int micro, const mw_feed *feeds,
+                           int nfeeds, float *loss) {
     if (!tr) return mw__error(MW_ERR_INVALID, "trainer is NULL");
     mw__program *prog = tr->prog;
     mw_status st = mw__program_feed(prog, feeds, nfeeds);
     if (st) return st;
     tr->train = t;
-    prog->micro = tr->accumulated;
+    prog->micro = micro >= 0 ? micro : tr->accumulated;
     for (int d = prog->first; d < prog->first + prog->nlocal; d++) tr->rep[d].update_ms = 0.0;
     st = mw__dispatch(prog, c);
     prog->stats.update_ms = tr->rep[prog->first].update_ms;
     /* A step stopped for non-finite values stops after the all-reduce: its gradients can be read
      * (to find the non-finite ones). */
-    if (c == CMD_BACKWARD && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
+    int backward = c == CMD_BACKWARD || c == CMD_BACKWARD_REST;
+    if (backward && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
         tr->grads_ready = 1;
     if (st) return st;
     prog->outputs_ready = 1;
-    if (c == CMD_BACKWARD && t == TRAIN_STEP && (st = mw__trainer_after_step(tr))) return st;
+    if (backward && t == TRAIN_STEP && (st = mw__trainer_after_step(tr))) return st;
     if (loss) {
         worker *w = &prog->w[prog->first];
         return w->dev.vt->download(&w->dev, loss, mw__ptr(w, w->plan.loss), sizeof *loss);
     }
     return MW_OK;
+}
+
+static mw_status run_command(mw_trainer *tr, mw__train t, cmd c, const mw_feed *feeds, int nfeeds,
+                             float *loss) {
+    return run_micro(tr, t, c, -1, feeds, nfeeds, loss);
+}
+
+mw_status mw__trainer_forward_keep(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                   int nfeeds) {
+    tr->prog->slot = slot;
+    return run_micro(tr, TRAIN_GRADS, CMD_FORWARD_KEEP, micro, feeds, nfeeds, NULL);
+}
+
+mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                    int nfeeds, int last, float *loss) {
+    tr->prog->slot = slot;
+    if (!last) {
+        mw_status st = run_micro(tr, TRAIN_ACCUM, CMD_BACKWARD_REST, micro, feeds, nfeeds, loss);
+        if (st == MW_OK) tr->accumulated++;
+        return st;
+    }
+    tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
+    mw_status st = run_micro(tr, TRAIN_STEP, CMD_BACKWARD_REST, micro, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated = 0;
+    return st;
+}
+
+mw_status mw__trainer_update(mw_trainer *tr) {
+    mw__program *prog = tr->prog;
+    tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, prog->steps);
+    tr->train = TRAIN_STEP;
+    tr->fold_only = 1;
+    for (int d = prog->first; d < prog->first + prog->nlocal; d++) tr->rep[d].update_ms = 0.0;
+    mw_status st = mw__dispatch(prog, CMD_UPDATE);
+    tr->fold_only = 0;
+    prog->stats.update_ms = tr->rep[prog->first].update_ms;
+    if (st == MW_OK || st == MW_ERR_NONFINITE) tr->grads_ready = 1;
+    if (st) return st;
+    tr->accumulated = 0;
+    return mw__trainer_after_step(tr);
 }
 
 float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
@@ -165,7 +207,8 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
     *out = (mw_device_memory){.parameters = p + p16,
                               .gradients = p + accum,
                               .optimizer = moments * slice,
-                              .activations = w->plan.arena_bytes,
+                              .activations =
+                                  w->plan.arena_bytes * (tr->prog->slots > 1 ? tr->prog->slots : 1),
                               .workspace = vt->workspace ? (int64_t)vt->workspace(&w->dev) : 0};
     return MW_OK;
 }

@@ -226,6 +226,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__trainer_consistency_free(tr);
     mw__free(tr->decays);
     mw__free(tr->slices);
+    mw__free(tr->wrt_out);
     mw__free(tr);
 }
 
@@ -252,11 +253,50 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
                              "graph",
                              o);
     }
-    if ((st = mw__program_outputs(prog, c->outputs, no))) return st;
+    const mw__trainer_stage *sg = tr->stage;
+    mw_tensor **seed_of = NULL, **seeds = NULL, **wrt = NULL, **wrt_grads = NULL;
+    mw__autodiff_ends ends = {0};
+    if (sg) {
+        int n = sg->nseeds + sg->nwrt + 1;
+        seed_of = mw__calloc((size_t)n, sizeof *seed_of);
+        seeds = mw__calloc((size_t)n, sizeof *seeds);
+        wrt = mw__calloc((size_t)n, sizeof *wrt);
+        wrt_grads = mw__calloc((size_t)n, sizeof *wrt_grads);
+        tr->wrt_out = mw__calloc((size_t)n, sizeof *tr->wrt_out);
+        if (!seed_of || !seeds || !wrt || !wrt_grads || !tr->wrt_out) {
+            st = mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+            goto ends_done;
+        }
+        /* The caller's nodes are the copy's of the same id (until the precision policy inserts
+         * its casts). */
+        for (int i = 0; i < sg->nseeds; i++) {
+            seed_of[i] = g->nodes[sg->seed_of[i]->id];
+            seeds[i] = g->nodes[sg->seeds[i]->id];
+        }
+        for (int i = 0; i < sg->nwrt; i++) wrt[i] = g->nodes[sg->wrt[i]->id];
+        ends = (mw__autodiff_ends){.nseeds = sg->nseeds,
+                                   .nwrt = sg->nwrt,
+                                   .seed_of = seed_of,
+                                   .seeds = seeds,
+                                   .wrt = wrt,
+                                   .wrt_grads = wrt_grads};
+    }
+    if ((st = mw__program_outputs(prog, c->outputs, no))) goto ends_done;
     tr->cfg.outputs = NULL; /* borrowed only during construction */
-    if ((st = mw__autodiff(g, tr->loss, tr->grads, (mw__recompute)c->recompute,
-                           !c->keep_gathered)) ||
-        (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)) ||
+    if (sg) {
+        prog->forward_nodes = g->nnodes;
+        prog->slots = sg->slots;
+    }
+    st = mw__autodiff_from(g, tr->loss, tr->grads, (mw__recompute)c->recompute, !c->keep_gathered,
+                           sg ? &ends : NULL);
+    for (int i = 0; sg && st == MW_OK && i < sg->nwrt; i++)
+        if (wrt_grads[i]) st = mw__program_add_output(prog, wrt_grads[i], &tr->wrt_out[i]);
+ends_done:
+    mw__free(seed_of);
+    mw__free(seeds);
+    mw__free(wrt);
+    mw__free(wrt_grads);
+    if (st || (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)) ||
         (st = mw__program_plan(prog, tr->loss, tr->grads)) || (st = plan_slices(tr)) ||
         (st = mw__trainer_prepare(tr)))
         return st;
@@ -265,8 +305,9 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
     return mw__program_start(prog, &hooks);
 }
 
-mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
-                         const mw_trainer_config *config, mw_trainer **out) {
+static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                             const mw_trainer_config *config, const mw__trainer_stage *stage,
+                             mw_trainer **out) {
     if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
     *out = NULL;
     if (!graph || !mesh) return mw__error(MW_ERR_INVALID, "mw_trainer_new: graph or mesh is NULL");
@@ -304,8 +345,10 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
         mw__free(tr);
         return st;
     }
-    st = mw__trainer_agree(&tr->cfg, mesh, graph, loss);
+    tr->stage = stage;
+    st = stage ? MW_OK : mw__trainer_agree(&tr->cfg, mesh, graph, loss);
     if (st == MW_OK) st = trainer_build(tr, graph, loss, mesh);
+    tr->stage = NULL;
     if (st) {
         char msg[MW__MSG_SIZE];
         snprintf(msg, sizeof msg, "%s", mw_last_error());
@@ -314,4 +357,15 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     }
     *out = tr;
     return MW_OK;
+}
+
+mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                         const mw_trainer_config *config, mw_trainer **out) {
+    return trainer_new(graph, loss, mesh, config, NULL, out);
+}
+
+mw_status mw__trainer_new_stage(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                                const mw_trainer_config *config, const mw__trainer_stage *stage,
+                                mw_trainer **out) {
+    return trainer_new(graph, loss, mesh, config, stage, out);
 }

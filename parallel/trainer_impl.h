@@ -19,6 +19,16 @@
 /* What the trainer runs after a backward pass (tr->train). */
 typedef enum mw__train { TRAIN_GRADS, TRAIN_STEP, TRAIN_ACCUM } mw__train;
 
+/* A pipeline stage's trainer (parallel/pipeline.c): its graph is one stage of a model, so its
+ * backward pass also starts from the gradients the next stage sends back (seeds[i], an input of
+ * the graph, for value seed_of[i]) and also gives the gradients of the values the stage before
+ * sent (wrt[i]); the nodes are the caller's graph's. slots: micro-batches in flight, each with
+ * an arena of its own. */
+typedef struct mw__trainer_stage {
+    int nseeds, nwrt, slots;
+    mw_tensor *const *seed_of, *const *seeds, *const *wrt;
+} mw__trainer_stage;
+
 /* The trainer's part of one device: its optimizer state and its slice of the parameters. */
 typedef struct replica {
     mw_trainer *tr;
@@ -66,7 +76,38 @@ struct mw_trainer {
     /* ZeRO-1 with sharded parameters: the reduction group whose devices share optimizer state
      * (without them the group spans the mesh). */
     int zero_group;
+    /* A pipeline stage's (mw__trainer_new_stage): what it was made with (only during
+     * construction), and the handles of its wrt gradients (stage->nwrt). */
+    const mw__trainer_stage *stage;
+    const mw_tensor **wrt_out;
+    /* A pipeline stage's update (mw__trainer_update): the gradients are the accumulator's mean
+     * alone (every micro-batch was accumulated), and the norm that clipping and the finiteness
+     * check use is the whole model's, which global_norm makes of this stage's (called on every
+     * device, with its index; it may wait for the other stages). */
+    int fold_only;
+    float (*global_norm)(void *ctx, int device, float norm);
+    void *global_norm_ctx;
 };
+
+/* mw_trainer_new for a stage: on a mesh of this process only. tr->wrt_out[i] is then the handle
+ * that mw__program_read_output reads wrt[i]'s gradient by, or NULL where the loss and the seeds
+ * do not depend on it through a parameter. */
+mw_status mw__trainer_new_stage(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                                const mw_trainer_config *config, const mw__trainer_stage *stage,
+                                mw_trainer **out);
+/* The forward part of micro-batch `micro`'s training pass, its activations kept in arena `slot`
+ * until mw__trainer_backward_rest of the same slot, which runs the backward part with the same
+ * feeds (and the seeds' now) and then accumulates (last 0) or updates with the step's learning
+ * rate (last non-zero: the update of the mean of the step's micro-batches, as mw_trainer_step
+ * after mw_trainer_accumulate). */
+mw_status mw__trainer_forward_keep(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                   int nfeeds);
+mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                    int nfeeds, int last, float *loss);
+/* The update of a pipeline stage whose step's micro-batches were all accumulated (last 0):
+ * with the mean of their gradients, as mw_trainer_step after mw_trainer_accumulate (the same
+ * sums in the same order), the norm from tr->global_norm. */
+mw_status mw__trainer_update(mw_trainer *tr);
 
 /* MW_OK when the reducers of a mesh offer what ZeRO-1 needs (reduce-scatter and all-gather for
  * the gradients' groups, all-gather among all devices); MW_ERR_UNSUPPORTED naming the reducer

@@ -43,6 +43,13 @@ static mw_status worker_init(worker *w) {
                 staged += (size_t)(p->views[v].count * mw__dtype_bytes(p->views[v].dtype));
         if ((st = vt->host_alloc(&w->dev, staged, &w->pinned))) return st;
     }
+    if (prog->slots > 1) {
+        if (!(w->slot_arena = mw__calloc((size_t)prog->slots, sizeof *w->slot_arena)))
+            return mw__error(MW_ERR_NOMEM, "out of memory making device %s's arenas", w->dev.name);
+        w->slot_arena[0] = w->arena;
+        for (int k = 1; k < prog->slots; k++)
+            if ((st = vt->alloc(&w->dev, (size_t)p->arena_bytes, &w->slot_arena[k]))) return st;
+    }
     w->bases[MW__BASE_ARENA] = w->arena;
     w->bases[MW__BASE_PARAMS] = w->params;
     w->bases[MW__BASE_GRADS] = w->grads;
@@ -87,6 +94,27 @@ static mw_status worker_run(worker *w, cmd c) {
         }
         if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
         return w->dev.vt->sync(&w->dev);
+    case CMD_FORWARD_KEEP:
+        mw__executor_select_slot(w);
+        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
+            (st = mw__run_range(w, 0, w->plan.fwd_end)))
+            return st;
+        return w->dev.vt->sync(&w->dev);
+    case CMD_BACKWARD_REST:
+        mw__executor_select_slot(w);
+        w->inflight = 0;
+        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
+            (st = mw__run_range(w, w->plan.fwd_end, w->plan.bwd_end)))
+            return st;
+        if (w->inflight) {
+            w->phase = MW_PHASE_GRAD_REDUCE;
+            if ((st = mw__reductions(w, 1))) return st;
+        }
+        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
+        return w->dev.vt->sync(&w->dev);
+    case CMD_UPDATE:
+        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
+        return MW_OK;
     case CMD_NONE:
     case CMD_QUIT: break;
     }
@@ -146,7 +174,13 @@ static void run_one(worker *w, cmd c) {
         abort_all(p); /* release every peer waiting in a collective */
     }
     if (c == CMD_QUIT) {
-        w->dev.vt->free(&w->dev, w->arena);
+        if (w->slot_arena) {
+            for (int k = 0; k < p->slots; k++) w->dev.vt->free(&w->dev, w->slot_arena[k]);
+            mw__free(w->slot_arena);
+            w->slot_arena = NULL;
+        } else {
+            w->dev.vt->free(&w->dev, w->arena);
+        }
         if (!p->params_from) w->dev.vt->free(&w->dev, w->params);
         w->dev.vt->free(&w->dev, w->grads);
         w->dev.vt->free(&w->dev, w->params16);

@@ -2199,6 +2199,74 @@ static mw_status output_abandon_null(fx *f) {
 
 /* === the table ================================================================================ */
 
+/* pipeline.h: the classifier has no regions, so no pipeline of two stages can be cut from it. */
+static mw_status pipeline_on(fx *f, const char *axis, mw_pipeline_config *c, mw_mesh **mesh) {
+    if (model(f)) return MW_ERR_STATE;
+    if (mw_mesh_new("cpu:2", "P=2", mesh)) {
+        failed(f, "mw_mesh_new");
+        return MW_ERR_STATE;
+    }
+    *c = (mw_pipeline_config){.trainer = sgd(), .axis = axis, .micro_batches = 2};
+    return MW_OK;
+}
+static mw_status pipeline_out_null(fx *f) {
+    mw_pipeline_config c;
+    mw_mesh *m = NULL;
+    mw_status st = pipeline_on(f, "P", &c, &m);
+    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, NULL);
+    mw_mesh_free(m);
+    return st;
+}
+static mw_status pipeline_no_regions(fx *f) {
+    mw_pipeline_config c;
+    mw_mesh *m = NULL;
+    mw_pipeline *p = NULL;
+    mw_status st = pipeline_on(f, "P", &c, &m);
+    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, &p);
+    mw_pipeline_free(p);
+    mw_mesh_free(m);
+    return st;
+}
+static mw_status pipeline_unknown_axis(fx *f) {
+    mw_pipeline_config c;
+    mw_mesh *m = NULL;
+    mw_pipeline *p = NULL;
+    mw_status st = pipeline_on(f, "Q", &c, &m);
+    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, &p);
+    mw_pipeline_free(p);
+    mw_mesh_free(m);
+    return st;
+}
+static mw_status pipeline_free_null(fx *f) {
+    mw_pipeline_free(NULL);
+    return holds(f, !*mw_last_error(), "a no-op");
+}
+static mw_status pipeline_step_null(fx *f) {
+    (void)f;
+    return mw_pipeline_step(NULL, NULL, 0, NULL);
+}
+static mw_status pipeline_read_param_null(fx *f) {
+    (void)f;
+    float x;
+    return mw_pipeline_read_param(NULL, "w", &x, 1);
+}
+static mw_status pipeline_write_param_null(fx *f) {
+    (void)f;
+    float x = 0;
+    return mw_pipeline_write_param(NULL, "w", &x, 1);
+}
+static mw_status pipeline_stages_null(fx *f) {
+    return holds(f, mw_pipeline_stages(NULL) == 0, "0 for NULL");
+}
+static mw_status pipeline_stage_null(fx *f) {
+    (void)f;
+    mw_pipeline_stage_info i;
+    return mw_pipeline_stage(NULL, 0, &i);
+}
+static mw_status pipeline_idle_null(fx *f) {
+    return holds(f, mw_pipeline_idle(NULL, 0) == -1.0, "-1 for NULL");
+}
+
 typedef struct row {
     const char *fn;           /* the public function */
     void (*fn_address)(void); /* the same, so that a misspelt name does not compile */
@@ -2772,6 +2840,17 @@ static const row table[] = {
     R(mw_output_commit, output_commit_null, MW_ERR_INVALID, NULL),
     R(mw_output_commit, output_commit_not_replaced, MW_ERR_IO, "a FIFO"),
     R(mw_output_abandon, output_abandon_null, MW_OK, NULL),
+    /* pipeline.h */
+    R(mw_pipeline_new, pipeline_out_null, MW_ERR_INVALID, "out is NULL"),
+    R(mw_pipeline_new, pipeline_no_regions, MW_ERR_INVALID, "0 regions but the pipeline has 2"),
+    R(mw_pipeline_new, pipeline_unknown_axis, MW_ERR_INVALID, "no axis 'Q'"),
+    R(mw_pipeline_free, pipeline_free_null, MW_OK, NULL),
+    R(mw_pipeline_step, pipeline_step_null, MW_ERR_INVALID, "NULL"),
+    R(mw_pipeline_read_param, pipeline_read_param_null, MW_ERR_INVALID, "NULL"),
+    R(mw_pipeline_write_param, pipeline_write_param_null, MW_ERR_INVALID, "NULL"),
+    R(mw_pipeline_stages, pipeline_stages_null, MW_OK, NULL),
+    R(mw_pipeline_stage, pipeline_stage_null, MW_ERR_INVALID, "NULL"),
+    R(mw_pipeline_idle, pipeline_idle_null, MW_OK, NULL),
 };
 #define NROWS ((int)(sizeof table / sizeof *table))
 
