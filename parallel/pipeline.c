@@ -852,9 +852,20 @@ static mw_status check_config(const mw_pipeline_config *c, const mw_mesh *mesh, 
     return MW_OK;
 }
 
+/* M buffers of count floats and their M ready flags. */
+static mw_status micro_buffers(int M, int64_t count, float ***buf, unsigned char **ready) {
+    *buf = mw__calloc((size_t)M, sizeof **buf);
+    *ready = mw__calloc((size_t)M, 1);
+    for (int m = 0; *buf && *ready && m < M; m++)
+        if (!((*buf)[m] = mw__malloc((size_t)count * sizeof(float)))) break;
+    if (*buf && *ready && (*buf)[M - 1]) return MW_OK;
+    return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
+}
+
 /* Makes stage s's trainer: its feeds, its boundary buffers, its slots. */
 static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const int *user_leaf,
                             const mw_pipeline_config *c, int axis) {
+    mw_status st;
     stage *sg = &p->st[s];
     mw_graph *gs = sg->g;
     sg->device = s % p->P;
@@ -869,26 +880,11 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     if (s == p->S - 1) sg->losses = mw__calloc((size_t)M, sizeof *sg->losses);
     if (!sg->slot_of || !sg->slot_busy || !sg->feed || !sg->feeds || (s == p->S - 1 && !sg->losses))
         return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-    for (int j = 0; j < sg->nout; j++) {
-        pipe_out *po = &sg->out[j];
-        po->value = mw__calloc((size_t)M, sizeof *po->value);
-        po->ready = mw__calloc((size_t)M, 1);
-        if (!po->value || !po->ready)
-            return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-        for (int m = 0; m < M; m++)
-            if (!(po->value[m] = mw__malloc((size_t)po->count * sizeof(float))))
-                return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-    }
-    for (int k = 0; k < sg->nin; k++) {
-        pipe_in *pi = &sg->in[k];
-        pi->grad = mw__calloc((size_t)M, sizeof *pi->grad);
-        pi->ready = mw__calloc((size_t)M, 1);
-        if (!pi->grad || !pi->ready)
-            return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-        for (int m = 0; m < M; m++)
-            if (!(pi->grad[m] = mw__malloc((size_t)pi->count * sizeof(float))))
-                return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-    }
+    for (int j = 0; j < sg->nout; j++)
+        if ((st = micro_buffers(M, sg->out[j].count, &sg->out[j].value, &sg->out[j].ready)))
+            return st;
+    for (int k = 0; k < sg->nin; k++)
+        if ((st = micro_buffers(M, sg->in[k].count, &sg->in[k].grad, &sg->in[k].ready))) return st;
     /* The feeds, in the stage graph's input order. */
     for (int i = 0; i < gs->nnodes; i++) {
         const mw_tensor *t = gs->nodes[i];
@@ -940,7 +936,7 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
                               .seed_of = seed_of,
                               .seeds = seeds,
                               .wrt = wrt};
-    mw_status st = mw__trainer_new_stage(gs, stage_loss, &sg->mesh, &tc, &spec, &sg->tr);
+    st = mw__trainer_new_stage(gs, stage_loss, &sg->mesh, &tc, &spec, &sg->tr);
     if (st) {
         char msg[MW__MSG_SIZE];
         snprintf(msg, sizeof msg, "%s", mw_last_error());

@@ -72,49 +72,36 @@ static mw_status worker_init(worker *w) {
     return vt->sync(&w->dev);
 }
 
-static mw_status worker_run(worker *w, cmd c) {
+/* Runs instructions [from, to) of w's plan on this command's feeds; a backward part (with) is
+ * followed by the gradient reductions still in flight and the after_backward hook. */
+static mw_status run_part(worker *w, int from, int to, int backward) {
+    mw__program *prog = w->prog;
     mw_status st;
+    if (backward) w->inflight = 0;
+    if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
+        (st = mw__run_range(w, from, to)))
+        return st;
+    if (!backward) return w->dev.vt->sync(&w->dev);
+    if (w->inflight) {
+        w->phase = MW_PHASE_GRAD_REDUCE;
+        if ((st = mw__reductions(w, 1))) return st;
+    }
+    if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
+    return w->dev.vt->sync(&w->dev);
+}
+
+static mw_status worker_run(worker *w, cmd c) {
     mw__program *prog = w->prog;
     w->training = c != CMD_FORWARD;
+    if (c == CMD_FORWARD_KEEP || c == CMD_BACKWARD_REST) mw__executor_select_slot(w);
     switch (c) {
     case CMD_INIT: return worker_init(w);
     case CMD_FORWARD:
-        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
-            (st = mw__run_range(w, 0, w->plan.fwd_end)))
-            return st;
-        return w->dev.vt->sync(&w->dev);
-    case CMD_BACKWARD:
-        w->inflight = 0;
-        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
-            (st = mw__run_range(w, 0, w->plan.bwd_end)))
-            return st;
-        if (w->inflight) {
-            w->phase = MW_PHASE_GRAD_REDUCE;
-            if ((st = mw__reductions(w, 1))) return st;
-        }
-        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
-        return w->dev.vt->sync(&w->dev);
-    case CMD_FORWARD_KEEP:
-        mw__executor_select_slot(w);
-        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
-            (st = mw__run_range(w, 0, w->plan.fwd_end)))
-            return st;
-        return w->dev.vt->sync(&w->dev);
-    case CMD_BACKWARD_REST:
-        mw__executor_select_slot(w);
-        w->inflight = 0;
-        if ((st = mw__params16_sync(w)) || (st = mw__bind_views(w)) ||
-            (st = mw__run_range(w, w->plan.fwd_end, w->plan.bwd_end)))
-            return st;
-        if (w->inflight) {
-            w->phase = MW_PHASE_GRAD_REDUCE;
-            if ((st = mw__reductions(w, 1))) return st;
-        }
-        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
-        return w->dev.vt->sync(&w->dev);
+    case CMD_FORWARD_KEEP: return run_part(w, 0, w->plan.fwd_end, 0);
+    case CMD_BACKWARD: return run_part(w, 0, w->plan.bwd_end, 1);
+    case CMD_BACKWARD_REST: return run_part(w, w->plan.fwd_end, w->plan.bwd_end, 1);
     case CMD_UPDATE:
-        if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
-        return MW_OK;
+        return prog->hooks.after_backward ? prog->hooks.after_backward(prog->hooks.ctx, w) : MW_OK;
     case CMD_NONE:
     case CMD_QUIT: break;
     }

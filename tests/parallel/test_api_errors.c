@@ -2199,44 +2199,25 @@ static mw_status output_abandon_null(fx *f) {
 
 /* === the table ================================================================================ */
 
-/* pipeline.h: the classifier has no regions, so no pipeline of two stages can be cut from it. */
-static mw_status pipeline_on(fx *f, const char *axis, mw_pipeline_config *c, mw_mesh **mesh) {
+/* pipeline.h: the classifier (no regions, so no pipeline of two stages can be cut from it) on
+ * cpu:2 as P=2, the pipeline along `axis`; out NULL with no_out. */
+static mw_status pipeline_new_case(fx *f, const char *axis, int no_out) {
+    mw_mesh *m = NULL;
+    mw_pipeline *p = NULL;
     if (model(f)) return MW_ERR_STATE;
-    if (mw_mesh_new("cpu:2", "P=2", mesh)) {
+    if (mw_mesh_new("cpu:2", "P=2", &m)) {
         failed(f, "mw_mesh_new");
         return MW_ERR_STATE;
     }
-    *c = (mw_pipeline_config){.trainer = sgd(), .axis = axis, .micro_batches = 2};
-    return MW_OK;
-}
-static mw_status pipeline_out_null(fx *f) {
-    mw_pipeline_config c;
-    mw_mesh *m = NULL;
-    mw_status st = pipeline_on(f, "P", &c, &m);
-    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, NULL);
-    mw_mesh_free(m);
-    return st;
-}
-static mw_status pipeline_no_regions(fx *f) {
-    mw_pipeline_config c;
-    mw_mesh *m = NULL;
-    mw_pipeline *p = NULL;
-    mw_status st = pipeline_on(f, "P", &c, &m);
-    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, &p);
+    mw_pipeline_config c = {.trainer = sgd(), .axis = axis, .micro_batches = 2};
+    mw_status st = mw_pipeline_new(f->g, f->loss, m, &c, no_out ? NULL : &p);
     mw_pipeline_free(p);
     mw_mesh_free(m);
     return st;
 }
-static mw_status pipeline_unknown_axis(fx *f) {
-    mw_pipeline_config c;
-    mw_mesh *m = NULL;
-    mw_pipeline *p = NULL;
-    mw_status st = pipeline_on(f, "Q", &c, &m);
-    if (st == MW_OK) st = mw_pipeline_new(f->g, f->loss, m, &c, &p);
-    mw_pipeline_free(p);
-    mw_mesh_free(m);
-    return st;
-}
+static mw_status pipeline_out_null(fx *f) { return pipeline_new_case(f, "P", 1); }
+static mw_status pipeline_no_regions(fx *f) { return pipeline_new_case(f, "P", 0); }
+static mw_status pipeline_unknown_axis(fx *f) { return pipeline_new_case(f, "Q", 0); }
 static mw_status pipeline_free_null(fx *f) {
     mw_pipeline_free(NULL);
     return holds(f, !*mw_last_error(), "a no-op");
