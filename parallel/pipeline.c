@@ -51,8 +51,26 @@ typedef struct norm_ctx {
     int stage;
 } norm_ctx;
 
+/* A parameter read by two stages (tied embeddings): the earlier one (owner) holds it, the later
+ * one a copy (shadow) whose gradient, per micro-batch and per device, is the owner's seed, added
+ * first, as the whole graph's backward pass adds the later reader's part first. After the update
+ * the owner's value is copied into the shadow. */
+typedef struct tied_param {
+    int node; /* the parameter in the whole graph */
+    int owner, other;
+    int64_t count;        /* elements */
+    int shares;           /* devices of a stage: one gradient share each */
+    mw_tensor *seed;      /* in the owner's graph */
+    mw_tensor *shadow;    /* the parameter in the other's graph */
+    float **share;        /* [micro]: shares x count */
+    unsigned char *ready; /* [micro] */
+    float *value;         /* host copy for the shadow's refresh */
+} tied_param;
+
+#define MAX_TIED 8
+
 /* How a stage's graph input is fed. */
-typedef enum { FEED_USER, FEED_VALUE, FEED_SEED } feed_kind;
+typedef enum { FEED_USER, FEED_VALUE, FEED_SEED, FEED_TIED } feed_kind;
 typedef struct stage_feed {
     feed_kind kind;
     int index;     /* FEED_USER: the user's input leaf; else the pipe_in / pipe_out */
@@ -101,6 +119,8 @@ struct mw_pipeline {
     double *idle;
     int stepped;
     const int *region_stage; /* the configuration's, during mw_pipeline_new */
+    int ntied;
+    tied_param tied[MAX_TIED];
 };
 
 /* ---- cutting the graph ---------------------------------------------------------------------- */
@@ -340,20 +360,32 @@ static mw_status cut_graph(mw_pipeline *p, const mw_tensor *loss, cut_state *cs)
     for (int i = 0; i < n; i++) {
         const mw_tensor *t = g->nodes[i];
         if (t->op != MW__OP_PARAM || (cs->needed[i] & (cs->needed[i] - 1)) == 0) continue;
-        int a = -1, b = -1;
+        int a = -1, b = -1, more = 0;
         for (int s = 0; s < S; s++)
             if (cs->needed[i] >> s & 1) {
                 if (a < 0)
                     a = s;
-                else
+                else if (b < 0)
                     b = s;
+                else
+                    more = 1;
             }
-        st = mw__error(MW_ERR_UNSUPPORTED,
-                       "mw_pipeline_new: parameter '%s' is read by stages %d and %d (tied "
-                       "weights); a parameter shared between stages is not supported yet: untie "
-                       "it (e.g. a separate output head)",
-                       t->name, a, b);
-        goto done;
+        int split = 0;
+        for (int k = 0; k < t->type.rank; k++) split |= t->type.ax[k].mesh >= 0;
+        if (more || split || p->ntied == MAX_TIED) {
+            st = mw__error(MW_ERR_UNSUPPORTED,
+                           "mw_pipeline_new: parameter '%s' is read by stages %d, %d%s; a "
+                           "parameter is shared by at most two stages, whole (not split over a "
+                           "mesh axis), and at most %d such parameters",
+                           t->name, a, b,
+                           more    ? " and more"
+                           : split ? " and is split"
+                                   : "",
+                           MAX_TIED);
+            goto done;
+        }
+        p->tied[p->ntied++] =
+            (tied_param){.node = i, .owner = a, .other = b, .count = mw__type_numel(&t->type)};
     }
 done:
     mw__free(cost);
@@ -365,10 +397,13 @@ done:
  * inputs, seeds for the values later stages read, and its loss (the graph's on the last stage,
  * a constant 0 elsewhere: only the seeds start its backward pass). */
 static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_state *cs, int s,
-                             mw_tensor **map, mw_tensor **stage_loss, int *user_leaf_of_input) {
+                             int axis, mw_tensor **map, mw_tensor **stage_loss,
+                             int *user_leaf_of_input) {
     const mw_graph *g = p->g;
     stage *sg = &p->st[s];
     int n = g->nnodes;
+    sg->device = s % p->P;
+    sub_mesh(p->mesh, axis, sg->device, &sg->mesh);
     mw_status st = mw_graph_new(&sg->g);
     if (st) return st;
     mw_graph *gs = sg->g;
@@ -475,6 +510,35 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
         if (!(sg->out[j].seed = typed_input(gs, &gt, name)))
             return mw__error_copy(gs->status, gs->error);
     }
+    /* Tied parameters: the owner's seed (a share per device along the stage's one data axis),
+     * the other's shadow. */
+    for (int k = 0; k < p->ntied; k++) {
+        tied_param *tp = &p->tied[k];
+        const mw_tensor *par = g->nodes[tp->node];
+        if (tp->other == s) tp->shadow = map[tp->node];
+        if (tp->owner != s) continue;
+        char name[MW_MAX_NAME];
+        snprintf(name, sizeof name, "pipe.tied.%d", tp->node);
+        mw__type t = mw__grad_type(&par->type);
+        tp->shares = sg->mesh.ndevices;
+        if (tp->shares > 1) {
+            int m = sg->mesh.naxes == 1 ? -1 : -2;
+            for (int j = 0; m == -1 && j < gs->nmesh_names; j++)
+                if (!strcmp(gs->mesh_names[j], sg->mesh.axis_name[0])) m = j;
+            if (m < 0 || t.rank == MW_MAX_RANK)
+                return mw__error(MW_ERR_UNSUPPORTED,
+                                 "mw_pipeline_new: parameter '%s' is shared by stages %d and %d, "
+                                 "whose devices lie on %s: a shared parameter needs stages of "
+                                 "one device or of one data axis",
+                                 par->name, tp->owner, tp->other, sg->mesh.desc);
+            memmove(&t.ax[1], &t.ax[0], (size_t)t.rank * sizeof t.ax[0]);
+            t.rank++;
+            t.ax[0] = (mw__axis){
+                .name = mw__graph_intern(gs, "PipeShare"), .mesh = m, .size = tp->shares};
+            if (t.ax[0].name < 0) return mw__error_copy(gs->status, gs->error);
+        }
+        if (!(tp->seed = typed_input(gs, &t, name))) return mw__error_copy(gs->status, gs->error);
+    }
     if (s == p->S - 1) {
         *stage_loss = map[loss->id];
     } else {
@@ -536,8 +600,32 @@ static void stage_feeds(mw_pipeline *p, stage *sg, int m, int backward) {
             fd->data = backward ? (const void *)p->st[po->reader].in[po->in].grad[m] : p->zeros;
             break;
         }
+        case FEED_TIED:
+            fd->data = backward ? (const void *)p->tied[sf->index].share[m] : p->zeros;
+            break;
         }
     }
+}
+
+/* Each device's share of the shadow's gradient for micro-batch m (zeros where the stage's loss
+ * does not reach it), in the owner's seed layout: device d's at d x count. */
+static mw_status read_shares(mw_trainer *tr, int j, tied_param *tp, int m) {
+    mw__program *prog = tr->prog;
+    const mw_tensor *h = tr->share_out[j];
+    int o = 0;
+    while (h && o < prog->noutputs && prog->user_outputs[o] != h) o++;
+    for (int d = 0; d < prog->nworkers; d++) {
+        float *dst = tp->share[m] + (int64_t)d * tp->count;
+        worker *w = &prog->w[d];
+        if (!h) {
+            memset(dst, 0, (size_t)tp->count * sizeof *dst);
+            continue;
+        }
+        mw_status st = w->dev.vt->download(&w->dev, dst, mw__ptr(w, w->plan.outputs[o]),
+                                           (size_t)tp->count * sizeof *dst);
+        if (st) return st;
+    }
+    return MW_OK;
 }
 
 static mw_status run_forward(mw_pipeline *p, int s, int m) {
@@ -571,6 +659,8 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
         const pipe_out *po = &sg->out[j];
         if (wait_flag(p, &p->st[po->reader].in[po->in].ready[m])) return MW_ERR_INTERRUPTED;
     }
+    for (int k = 0; k < p->ntied; k++)
+        if (p->tied[k].owner == s && wait_flag(p, &p->tied[k].ready[m])) return MW_ERR_INTERRUPTED;
     stage_feeds(p, sg, m, 1);
     int64_t t0 = mw__now_ns();
     float loss = 0.0f;
@@ -584,11 +674,15 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
         else
             memset(sg->in[k].grad[m], 0, (size_t)sg->in[k].count * sizeof(float));
     }
+    for (int k = 0, j = 0; st == MW_OK && k < p->ntied; k++)
+        if (p->tied[k].other == s) st = read_shares(sg->tr, j++, &p->tied[k], m);
     sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
     sg->slot_busy[sg->slot_of[m]] = 0;
     if (st) return fail(p, st, s, "backward");
     if (sg->losses) sg->losses[m] = loss;
     for (int k = 0; k < sg->nin; k++) set_flag(p, &sg->in[k].ready[m]);
+    for (int k = 0; k < p->ntied; k++)
+        if (p->tied[k].other == s) set_flag(p, &p->tied[k].ready[m]);
     return MW_OK;
 }
 
@@ -703,6 +797,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
         for (int k = 0; k < sg->nin; k++) memset(sg->in[k].ready, 0, (size_t)p->M);
         memset(sg->slot_busy, 0, (size_t)sg->slots);
     }
+    for (int k = 0; k < p->ntied; k++) memset(p->tied[k].ready, 0, (size_t)p->M);
     driver dr[MW_MAX_DEVICES];
     int started = 0;
     for (int d = 0; d < p->P; d++) dr[d] = (driver){.p = p, .d = d};
@@ -759,6 +854,16 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
                              : "");
         }
     }
+    for (int k = 0; st == MW_OK && k < p->ntied; k++) {
+        tied_param *tp = &p->tied[k];
+        const char *name = p->g->nodes[tp->node]->name;
+        st = mw_trainer_read_param(p->st[tp->owner].tr, name, tp->value, tp->count);
+        if (st == MW_OK)
+            st = mw_trainer_write_param(p->st[tp->other].tr, name, tp->value, tp->count);
+        if (st)
+            snprintf(p->msg, sizeof p->msg, "copying the updated '%s' to stage %d: %s", name,
+                     tp->other, mw_last_error());
+    }
     if (st) {
         for (int s = 0; s < p->S; s++) p->st[s].tr->accumulated = 0; /* the next step afresh */
         return mw__error(st, "mw_pipeline_step: %s", p->msg);
@@ -804,6 +909,12 @@ void mw_pipeline_free(mw_pipeline *p) {
         mw__free(sg->slot_busy);
         mw__free(sg->losses);
         mw_graph_free(sg->g);
+    }
+    for (int k = 0; k < p->ntied; k++) {
+        for (int m = 0; p->tied[k].share && m < p->M; m++) mw__free(p->tied[k].share[m]);
+        mw__free(p->tied[k].share);
+        mw__free(p->tied[k].ready);
+        mw__free(p->tied[k].value);
     }
     mw__free(p->st);
     mw__free(p->zeros);
@@ -868,8 +979,7 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     mw_status st;
     stage *sg = &p->st[s];
     mw_graph *gs = sg->g;
-    sg->device = s % p->P;
-    sub_mesh(p->mesh, axis, sg->device, &sg->mesh);
+    (void)axis;
     sg->max_in_flight = mw__pipe_schedule_inflight(&p->sched, sg->device);
     sg->slots = sg->max_in_flight < 1 ? 1 : sg->max_in_flight;
     int M = p->M;
@@ -885,6 +995,13 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
             return st;
     for (int k = 0; k < sg->nin; k++)
         if ((st = micro_buffers(M, sg->in[k].count, &sg->in[k].grad, &sg->in[k].ready))) return st;
+    for (int k = 0; k < p->ntied; k++) {
+        tied_param *tp = &p->tied[k];
+        if (tp->owner != s) continue;
+        if ((st = micro_buffers(M, tp->shares * tp->count, &tp->share, &tp->ready))) return st;
+        if (!(tp->value = mw__malloc((size_t)tp->count * sizeof(float))))
+            return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
+    }
     /* The feeds, in the stage graph's input order. */
     for (int i = 0; i < gs->nnodes; i++) {
         const mw_tensor *t = gs->nodes[i];
@@ -910,6 +1027,14 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
                 sf->index = j;
             }
         }
+        for (int k = 0; k < p->ntied; k++) {
+            const mw_tensor *x = p->tied[k].owner == s ? p->tied[k].seed : NULL;
+            while (x && x->op == MW__OP_SHARD) x = x->in[0];
+            if (x == t) {
+                sf->kind = FEED_TIED;
+                sf->index = k;
+            }
+        }
         sg->feeds[t->leaf].name = t->name;
     }
     sg->nfeeds = gs->ninputs;
@@ -921,16 +1046,32 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
                          "mw_pipeline_new: stage %d exchanges %d values with its neighbours; at "
                          "most %d",
                          s, sg->nout > sg->nin ? sg->nout : sg->nin, MW_MAX_DEVICES * 4);
+    int nseeds = sg->nout, nshares = 0;
+    mw_tensor *shares[MAX_TIED];
     for (int j = 0; j < sg->nout; j++) {
         outs[j] = seed_of[j] = sg->out[j].node;
         seeds[j] = sg->out[j].seed;
+    }
+    for (int k = 0; k < p->ntied; k++) {
+        if (p->tied[k].owner == s) {
+            seed_of[nseeds] = NULL;
+            for (int i = 0; i < gs->nnodes; i++)
+                if (gs->nodes[i]->op == MW__OP_PARAM &&
+                    !strcmp(gs->nodes[i]->name, p->g->nodes[p->tied[k].node]->name))
+                    seed_of[nseeds] = gs->nodes[i];
+            if (!seed_of[nseeds]) return mw__error(MW_ERR_STATE, "tied parameter lost");
+            seeds[nseeds++] = p->tied[k].seed;
+        }
+        if (p->tied[k].other == s) shares[nshares++] = p->tied[k].shadow;
     }
     for (int k = 0; k < sg->nin; k++) wrt[k] = sg->in[k].node;
     mw_trainer_config tc = c->trainer;
     tc.outputs = outs;
     tc.noutputs = sg->nout;
     tc.grad_accumulation = 1;
-    mw__trainer_stage spec = {.nseeds = sg->nout,
+    mw__trainer_stage spec = {.nseeds = nseeds,
+                              .nshares = nshares,
+                              .share_of = shares,
                               .nwrt = sg->nin,
                               .slots = sg->slots,
                               .seed_of = seed_of,
@@ -1019,9 +1160,12 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     int64_t zeros = 1;
     for (int s = 0; s < p->S && st == MW_OK; s++) {
         mw_tensor *stage_loss = NULL;
-        if ((st = build_stage(p, loss, &cs, s, map, &stage_loss, user_leaf))) break;
+        if ((st = build_stage(p, loss, &cs, s, axis, map, &stage_loss, user_leaf))) break;
         for (int j = 0; j < p->st[s].nout; j++)
             if (p->st[s].out[j].count > zeros) zeros = p->st[s].out[j].count;
+        for (int k = 0; k < p->ntied; k++)
+            if (p->tied[k].owner == s && p->tied[k].shares * p->tied[k].count > zeros)
+                zeros = p->tied[k].shares * p->tied[k].count;
         /* The values this stage sends must all have a reader by now... checked below. */
         st = make_stage(p, s, stage_loss, user_leaf, config, axis);
     }

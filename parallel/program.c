@@ -66,7 +66,8 @@ mw_status mw__program_outputs(mw__program *prog, mw_tensor *const *outputs, int 
     return prog->cfg.precision == MW_PRECISION_BF16 ? mw__autocast_bf16(g) : MW_OK;
 }
 
-mw_status mw__program_add_output(mw__program *prog, mw_tensor *t, const mw_tensor **handle) {
+mw_status mw__program_add_output(mw__program *prog, mw_tensor *t, int replicate,
+                                 const mw_tensor **handle) {
     mw_graph *g = prog->g;
     int n = prog->noutputs + 1;
     mw_tensor **o = mw__realloc(prog->outputs, (size_t)n * sizeof *o);
@@ -74,7 +75,8 @@ mw_status mw__program_add_output(mw__program *prog, mw_tensor *t, const mw_tenso
     const mw_tensor **u = o ? mw__realloc(prog->user_outputs, (size_t)n * sizeof *u) : NULL;
     if (u) prog->user_outputs = u;
     if (!o || !u) return mw__error(MW_ERR_NOMEM, "%s: out of memory", prog->caller);
-    if (!(o[n - 1] = mw__replicated(g, t))) return mw__error_copy(g->status, g->error);
+    if (!(o[n - 1] = replicate ? mw__replicated(g, t) : t))
+        return mw__error_copy(g->status, g->error);
     u[n - 1] = *handle = o[n - 1];
     prog->noutputs = n;
     return MW_OK;

@@ -229,8 +229,10 @@ mw_status mw__program_new(const mw_graph *graph, mw_mesh *mesh, const mw__progra
  * checked), then the precision policy applied to the graph. */
 mw_status mw__program_outputs(mw__program *p, mw_tensor *const *outputs, int n);
 /* One more value the host reads, of the program's own graph (a gradient autodiff made: after
- * mw__program_outputs); *handle is what mw__program_read_output reads it by. */
-mw_status mw__program_add_output(mw__program *p, mw_tensor *t, const mw_tensor **handle);
+ * mw__program_outputs), all-reduced first where it is partial (replicate) or read per device as
+ * each holds it; *handle is what mw__program_read_output reads it by. */
+mw_status mw__program_add_output(mw__program *p, mw_tensor *t, int replicate,
+                                 const mw_tensor **handle);
 /* Places the graph on the mesh and plans it per local device, up to `loss` (forward part) and,
  * with grads (borrowed, per parameter leaf), the gradients (backward part); makes the
  * reduction groups and the initial parameters. */

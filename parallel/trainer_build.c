@@ -227,6 +227,7 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr->decays);
     mw__free(tr->slices);
     mw__free(tr->wrt_out);
+    mw__free(tr->share_out);
     mw__free(tr);
 }
 
@@ -263,7 +264,8 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
         wrt = mw__calloc((size_t)n, sizeof *wrt);
         wrt_grads = mw__calloc((size_t)n, sizeof *wrt_grads);
         tr->wrt_out = mw__calloc((size_t)n, sizeof *tr->wrt_out);
-        if (!seed_of || !seeds || !wrt || !wrt_grads || !tr->wrt_out) {
+        tr->share_out = mw__calloc((size_t)sg->nshares + 1, sizeof *tr->share_out);
+        if (!seed_of || !seeds || !wrt || !wrt_grads || !tr->wrt_out || !tr->share_out) {
             st = mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
             goto ends_done;
         }
@@ -290,7 +292,13 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
     st = mw__autodiff_from(g, tr->loss, tr->grads, (mw__recompute)c->recompute, !c->keep_gathered,
                            sg ? &ends : NULL);
     for (int i = 0; sg && st == MW_OK && i < sg->nwrt; i++)
-        if (wrt_grads[i]) st = mw__program_add_output(prog, wrt_grads[i], &tr->wrt_out[i]);
+        if (wrt_grads[i]) st = mw__program_add_output(prog, wrt_grads[i], 1, &tr->wrt_out[i]);
+    for (int i = 0; sg && st == MW_OK && i < sg->nshares; i++) {
+        int leaf = sg->share_of[i]->leaf; /* leaves keep their index in the copy */
+        if (tr->grads[leaf])
+            st = mw__program_add_output(prog, tr->grads[leaf], 0, &tr->share_out[i]);
+        tr->grads[leaf] = NULL;
+    }
 ends_done:
     mw__free(seed_of);
     mw__free(seeds);

@@ -27,6 +27,11 @@ typedef enum mw__train { TRAIN_GRADS, TRAIN_STEP, TRAIN_ACCUM } mw__train;
 typedef struct mw__trainer_stage {
     int nseeds, nwrt, slots;
     mw_tensor *const *seed_of, *const *seeds, *const *wrt;
+    /* Parameters that are another stage's (a tied weight's copy): each device's share of their
+     * gradient is read (tr->share_out, raw: not summed over the devices) and they get none of
+     * their own (the other stage updates them and their values are copied here). */
+    int nshares;
+    mw_tensor *const *share_of;
 } mw__trainer_stage;
 
 /* The trainer's part of one device: its optimizer state and its slice of the parameters. */
@@ -79,7 +84,7 @@ struct mw_trainer {
     /* A pipeline stage's (mw__trainer_new_stage): what it was made with (only during
      * construction), and the handles of its wrt gradients (stage->nwrt). */
     const mw__trainer_stage *stage;
-    const mw_tensor **wrt_out;
+    const mw_tensor **wrt_out, **share_out;
     /* A pipeline stage's update (mw__trainer_update): the gradients are the accumulator's mean
      * alone (every micro-batch was accumulated), and the norm that clipping and the finiteness
      * check use is the whole model's, which global_norm makes of this stage's (called on every
