@@ -112,7 +112,8 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
                    .p = out,
                    .host_memory = host_memory,
                    .bf16_out = target->bf16_out,
-                   .prefetch = target->prefetch_gathers};
+                   .prefetch = target->prefetch_gathers,
+                   .split = target->split_nodes};
     builder *b = &bld;
     b->ar = *ar; /* the record of the first build, or the offsets the second replays */
     b->node = mw__calloc((size_t)nn + 1, sizeof *b->node);
@@ -207,6 +208,7 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
     for (int i = 0; i < nn; i++) {
         const mw_tensor *t = g->nodes[i];
         if (i == fwd_last + 1) out->fwd_end = out->nins;
+        if (target->split_nodes && i == target->split_nodes) out->bwd_split = out->nins;
         if (!b->node[i].live) continue;
         if (t->op == MW__OP_ALIAS || (t->op == MW__OP_CAST && b->fuse[i].cast == CAST_FUSED)) {
             b->node[i].ref =
@@ -251,6 +253,7 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
     }
     if (fwd_last + 1 >= nn) out->fwd_end = out->nins;
     out->bwd_end = out->nins;
+    if (!target->split_nodes || target->split_nodes >= nn) out->bwd_split = out->bwd_end;
     out->loss = b->node[loss->id].ref;
     for (int o = 0; o < noutputs; o++) out->outputs[o] = b->node[outputs[o]->id].ref;
     out->arena_bytes = b->ar.top * 4;

@@ -145,8 +145,10 @@ void mw__box_of(const mw__type *t, const mw__placement *pl, mw__box *out);
 typedef struct mw__plan {
     mw__ins *ins;
     int nins, cap;
-    int fwd_end; /* [0, fwd_end): forward up to the loss */
-    int bwd_end; /* [fwd_end, bwd_end): backward and the gradient reductions */
+    int fwd_end;   /* [0, fwd_end): forward up to the loss */
+    int bwd_end;   /* [fwd_end, bwd_end): backward and the gradient reductions */
+    int bwd_split; /* with target split_nodes: [fwd_end, bwd_split) the nodes before it, the
+                      rest after; else bwd_end */
     int64_t arena_bytes, param_elems;
     mw__view *views;
     int nviews;
@@ -176,6 +178,9 @@ typedef struct mw__plan_target {
      * pipeline stage's gradient of its input) is read after the backward part, not at the end of
      * the forward part. 0: every output ends the forward part where it is made. */
     int forward_nodes;
+    /* > 0: the backward nodes from this one on are a second part (a pipeline stage's weight
+     * gradients, run apart from its input gradients: plan bwd_split). 0: one backward part. */
+    int split_nodes;
 } mw__plan_target;
 
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of

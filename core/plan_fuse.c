@@ -77,9 +77,9 @@ static int row_sum_of(const builder *b, int after, const mw_tensor *src) {
     if (ls.stride[ls.rank - 1] != 1) return -1;
     for (int j = after + 1; j < b->g->nnodes; j++) {
         const mw_tensor *t = b->g->nodes[j];
-        if (b->node[j].live && b->node[j].grad_of >= 0 && t->op == MW__OP_SUM && t->in[0] == src &&
-            t->type.rank == 1 && t->type.ax[0].name == last->name &&
-            t->type.ax[0].mesh == last->mesh &&
+        if (b->node[j].live && b->node[j].grad_of >= 0 && same_part(b, after, j) &&
+            t->op == MW__OP_SUM && t->in[0] == src && t->type.rank == 1 &&
+            t->type.ax[0].name == last->name && t->type.ax[0].mesh == last->mesh &&
             local_type(&t->type, b->pl).numel == ls.size[ls.rank - 1])
             return j;
     }
@@ -114,7 +114,7 @@ static void find_fused_grads(builder *b) {
         int dw = -1, db = has_bias ? row_sum_of(b, i, gy) : -1;
         for (int j = i + 1; j < g->nnodes && dw < 0; j++) {
             const mw_tensor *t = g->nodes[j];
-            if (b->node[j].live && b->node[j].grad_of >= 0 &&
+            if (b->node[j].live && b->node[j].grad_of >= 0 && same_part(b, i, j) &&
                 (mw__op_traits(t->op) & MW__T_NORM_DW) && t->in[0] == gy && t->in[1] == x &&
                 !memcmp(&t->p, &n->p, sizeof t->p))
                 dw = j;

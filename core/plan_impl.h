@@ -159,7 +159,15 @@ typedef struct builder {
     int host_memory;
     uint64_t bf16_out; /* mw__plan_target's */
     int prefetch;      /* mw__plan_target's prefetch_gathers */
+    int split;         /* mw__plan_target's split_nodes */
 } builder;
+
+/* Whether node j may be computed by the kernel of node i: not when the plan runs its backward
+ * in two parts and j is in the second (a weight gradient written by an input gradient's kernel
+ * would land in the gradients before the micro-batch's weight part runs, over another's). */
+static inline int same_part(const builder *b, int i, int j) {
+    return !b->split || (i < b->split) == (j < b->split);
+}
 
 /* Where the gradient node i (node[i].grad_of >= 0) lives: its parameter's slot of the gradients. */
 static inline mw__ref grad_ref(const builder *b, int i) {

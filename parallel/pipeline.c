@@ -664,8 +664,10 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
     stage_feeds(p, sg, m, 1);
     int64_t t0 = mw__now_ns();
     float loss = 0.0f;
+    int zb = p->kind == MW_SCHEDULE_ZERO_BUBBLE;
     mw_status st =
-        mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, 0, &loss);
+        zb ? mw__trainer_backward_input(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds)
+           : mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, 0, &loss);
     for (int k = 0; st == MW_OK && k < sg->nin; k++) {
         const mw_tensor *h = sg->tr->wrt_out[k];
         if (h)
@@ -677,12 +679,27 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
     for (int k = 0, j = 0; st == MW_OK && k < p->ntied; k++)
         if (p->tied[k].other == s) st = read_shares(sg->tr, j++, &p->tied[k], m);
     sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
-    sg->slot_busy[sg->slot_of[m]] = 0;
+    if (!zb) sg->slot_busy[sg->slot_of[m]] = 0;
     if (st) return fail(p, st, s, "backward");
-    if (sg->losses) sg->losses[m] = loss;
+    if (sg->losses && !zb) sg->losses[m] = loss;
     for (int k = 0; k < sg->nin; k++) set_flag(p, &sg->in[k].ready[m]);
     for (int k = 0; k < p->ntied; k++)
         if (p->tied[k].other == s) set_flag(p, &p->tied[k].ready[m]);
+    return MW_OK;
+}
+
+/* Zero-bubble's W: the weight gradients of micro-batch m, accumulated; its slot is free again. */
+static mw_status run_weights(mw_pipeline *p, int s, int m) {
+    stage *sg = &p->st[s];
+    stage_feeds(p, sg, m, 1);
+    int64_t t0 = mw__now_ns();
+    float loss = 0.0f;
+    mw_status st =
+        mw__trainer_backward_weight(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
+    sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
+    sg->slot_busy[sg->slot_of[m]] = 0;
+    if (st) return fail(p, st, s, "weight gradients");
+    if (sg->losses) sg->losses[m] = loss;
     return MW_OK;
 }
 
@@ -706,6 +723,8 @@ static void *drive(void *arg) {
             dr->st = run_forward(p, s, a->micro);
         else if (a->kind == MW__PIPE_B)
             dr->st = run_backward(p, s, a->micro);
+        else
+            dr->st = run_weights(p, s, a->micro);
     }
     dr->last_ns = mw__now_ns();
     return NULL;
@@ -942,13 +961,8 @@ static mw_status check_config(const mw_pipeline_config *c, const mw_mesh *mesh, 
     if (c->micro_batches < 1)
         return mw__error(MW_ERR_INVALID, "mw_pipeline_new: micro_batches is %d; it must be >= 1",
                          c->micro_batches);
-    if (c->schedule == MW_SCHEDULE_ZERO_BUBBLE)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "mw_pipeline_new: the zero-bubble schedule needs a stage's input and "
-                         "weight gradients run apart, which this version does not do; use "
-                         "MW_SCHEDULE_1F1B or MW_SCHEDULE_INTERLEAVED");
     if (c->schedule != MW_SCHEDULE_GPIPE && c->schedule != MW_SCHEDULE_1F1B &&
-        c->schedule != MW_SCHEDULE_INTERLEAVED)
+        c->schedule != MW_SCHEDULE_INTERLEAVED && c->schedule != MW_SCHEDULE_ZERO_BUBBLE)
         return mw__error(MW_ERR_INVALID, "mw_pipeline_new: unknown schedule %d", (int)c->schedule);
     if (c->schedule == MW_SCHEDULE_INTERLEAVED ? c->virtual_stages < 2
                                                : c->virtual_stages < 0 || c->virtual_stages > 1)
@@ -980,7 +994,16 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     stage *sg = &p->st[s];
     mw_graph *gs = sg->g;
     (void)axis;
-    sg->max_in_flight = mw__pipe_schedule_inflight(&p->sched, sg->device);
+    /* Slots: the most micro-batches between their F and their last backward action (B, or
+     * zero-bubble's W, which still reads the activations) on this chunk. */
+    int chunk = s / p->P, live = 0,
+        release = p->kind == MW_SCHEDULE_ZERO_BUBBLE ? MW__PIPE_W : MW__PIPE_B;
+    for (int i = 0; i < p->sched.nact[sg->device]; i++) {
+        const mw__pipe_action *a = &p->sched.act[sg->device][i];
+        if (a->chunk != chunk) continue;
+        live += a->kind == MW__PIPE_F ? 1 : a->kind == release ? -1 : 0;
+        if (live > sg->max_in_flight) sg->max_in_flight = live;
+    }
     sg->slots = sg->max_in_flight < 1 ? 1 : sg->max_in_flight;
     int M = p->M;
     sg->slot_of = mw__calloc((size_t)M, sizeof *sg->slot_of);
@@ -1069,7 +1092,8 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     tc.outputs = outs;
     tc.noutputs = sg->nout;
     tc.grad_accumulation = 1;
-    mw__trainer_stage spec = {.nseeds = nseeds,
+    mw__trainer_stage spec = {.split_weights = p->kind == MW_SCHEDULE_ZERO_BUBBLE,
+                              .nseeds = nseeds,
                               .nshares = nshares,
                               .share_of = shares,
                               .nwrt = sg->nin,

@@ -280,7 +280,8 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
             .bf16_out = mw__backend_bf16_writers(mesh->backend),
             .prefetch_gathers = prog->reducer && prog->reducer->all_gather_start &&
                                 prog->reducer->finish && prog->cfg.gathers != MW_GATHERS_AT_USE,
-            .forward_nodes = prog->forward_nodes};
+            .forward_nodes = prog->forward_nodes,
+            .split_nodes = prog->split_nodes};
         if ((st = mw__plan_build(g, prog->loss, grads, prog->outputs, prog->noutputs, &pl, &target,
                                  &w->plan)))
             return st;

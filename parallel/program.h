@@ -45,6 +45,11 @@ typedef enum cmd {
      * later the backward part (with the reductions and after_backward) from that slot. */
     CMD_FORWARD_KEEP,
     CMD_BACKWARD_REST,
+    /* CMD_BACKWARD_REST in two (the zero-bubble schedule): the input gradients (the plan's
+     * backward part up to bwd_split), then the weight gradients with the reductions and
+     * after_backward. */
+    CMD_BACKWARD_INPUT,
+    CMD_BACKWARD_WEIGHT,
     /* after_backward alone (a pipeline's update once every stage has its gradients) */
     CMD_UPDATE,
     CMD_QUIT
@@ -194,6 +199,7 @@ struct mw__program {
      * (mw__plan_target.forward_nodes; 0: none told apart); and before start: how many arenas each
      * worker has (slots, 0 or 1: one), and the one the next command runs in (slot). */
     int forward_nodes;
+    int split_nodes; /* mw__plan_target.split_nodes */
     int slots, slot;
     /* Set by the layer above before start: gradient buckets are reduce-scattered into each
      * device's slice (worker zslices) instead of all-reduced (ZeRO-1). */

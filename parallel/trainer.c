@@ -30,7 +30,7 @@ static mw_status run_micro(mw_trainer *tr, mw__train t, cmd c, int micro, const 
     prog->stats.update_ms = tr->rep[prog->first].update_ms;
     /* A step stopped for non-finite values stops after the all-reduce: its gradients can be read
      * (to find the non-finite ones). */
-    int backward = c == CMD_BACKWARD || c == CMD_BACKWARD_REST;
+    int backward = c == CMD_BACKWARD || c == CMD_BACKWARD_REST || c == CMD_BACKWARD_WEIGHT;
     if (backward && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
         tr->grads_ready = 1;
     if (st) return st;
@@ -65,6 +65,20 @@ mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const m
     tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
     mw_status st = run_micro(tr, TRAIN_STEP, CMD_BACKWARD_REST, micro, feeds, nfeeds, loss);
     if (st == MW_OK) tr->accumulated = 0;
+    return st;
+}
+
+mw_status mw__trainer_backward_input(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                     int nfeeds) {
+    tr->prog->slot = slot;
+    return run_micro(tr, TRAIN_GRADS, CMD_BACKWARD_INPUT, micro, feeds, nfeeds, NULL);
+}
+
+mw_status mw__trainer_backward_weight(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                      int nfeeds, float *loss) {
+    tr->prog->slot = slot;
+    mw_status st = run_micro(tr, TRAIN_ACCUM, CMD_BACKWARD_WEIGHT, micro, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated++;
     return st;
 }
 

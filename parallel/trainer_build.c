@@ -231,6 +231,41 @@ void mw_trainer_free(mw_trainer *tr) {
     mw__free(tr);
 }
 
+/* Zero-bubble: the backward nodes that the host reads after the input part (the stage's input
+ * gradients, the shares) and all they read moved before the others (the weight gradients),
+ * keeping each part's order, so the plan runs them as two parts. */
+static mw_status split_weight_part(mw_trainer *tr) {
+    mw__program *prog = tr->prog;
+    mw_graph *g = prog->g;
+    int n = g->nnodes, F = prog->forward_nodes;
+    char *first = mw__calloc((size_t)n + 1, 1);
+    mw_tensor **order = mw__malloc(((size_t)n + 1) * sizeof *order);
+    if (!first || !order) {
+        mw__free(first);
+        mw__free(order);
+        return mw__error(MW_ERR_NOMEM, "out of memory making the trainer");
+    }
+    for (int i = 0; i < tr->stage->nwrt; i++)
+        if (tr->wrt_out[i]) first[tr->wrt_out[i]->id] = 1;
+    for (int i = 0; i < tr->stage->nshares; i++)
+        if (tr->share_out[i]) first[tr->share_out[i]->id] = 1;
+    for (int i = n - 1; i >= F; i--)
+        for (int k = 0; first[i] && k < g->nodes[i]->nin; k++) first[g->nodes[i]->in[k]->id] = 1;
+    int at = F;
+    for (int i = F; i < n; i++)
+        if (first[i]) order[at++] = g->nodes[i];
+    prog->split_nodes = at;
+    for (int i = F; i < n; i++)
+        if (!first[i]) order[at++] = g->nodes[i];
+    for (int i = F; i < n; i++) {
+        g->nodes[i] = order[i];
+        g->nodes[i]->id = i;
+    }
+    mw__free(first);
+    mw__free(order);
+    return MW_OK;
+}
+
 static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss, mw_mesh *mesh) {
     const mw_trainer_config *c = &tr->cfg;
     mw__program_config pc = mw__program_config_of_trainer(c);
@@ -305,6 +340,7 @@ ends_done:
     mw__free(wrt);
     mw__free(wrt_grads);
     if (st || (st = reduce_over_model_axes(tr)) || (st = own_gradients(tr)) ||
+        (tr->stage && tr->stage->split_weights && (st = split_weight_part(tr))) ||
         (st = mw__program_plan(prog, tr->loss, tr->grads)) || (st = plan_slices(tr)) ||
         (st = mw__trainer_prepare(tr)))
         return st;

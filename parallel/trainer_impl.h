@@ -32,6 +32,9 @@ typedef struct mw__trainer_stage {
      * their own (the other stage updates them and their values are copied here). */
     int nshares;
     mw_tensor *const *share_of;
+    /* Non-zero: the backward part in two, the input gradients (what the wrts' gradients and the
+     * shares need) before the weight gradients (mw__trainer_backward_input, _weight). */
+    int split_weights;
 } mw__trainer_stage;
 
 /* The trainer's part of one device: its optimizer state and its slice of the parameters. */
@@ -109,6 +112,13 @@ mw_status mw__trainer_forward_keep(mw_trainer *tr, int slot, int micro, const mw
                                    int nfeeds);
 mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
                                     int nfeeds, int last, float *loss);
+/* With stage->split_weights: mw__trainer_backward_rest (last 0) in two, the input gradients
+ * (then the wrts' gradients and the shares can be read) and later the weight gradients, which
+ * accumulates. */
+mw_status mw__trainer_backward_input(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                     int nfeeds);
+mw_status mw__trainer_backward_weight(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                      int nfeeds, float *loss);
 /* The update of a pipeline stage whose step's micro-batches were all accumulated (last 0):
  * with the mean of their gradients, as mw_trainer_step after mw_trainer_accumulate (the same
  * sums in the same order), the norm from tr->global_norm. */

@@ -73,7 +73,8 @@ static mw_status worker_init(worker *w) {
 }
 
 /* Runs instructions [from, to) of w's plan on this command's feeds; a backward part (with) is
- * followed by the gradient reductions still in flight and the after_backward hook. */
+ * followed by the collectives still in flight and, unless it is the input part alone (backward
+ * 2), the after_backward hook. */
 static mw_status run_part(worker *w, int from, int to, int backward) {
     mw__program *prog = w->prog;
     mw_status st;
@@ -86,20 +87,25 @@ static mw_status run_part(worker *w, int from, int to, int backward) {
         w->phase = MW_PHASE_GRAD_REDUCE;
         if ((st = mw__reductions(w, 1))) return st;
     }
-    if (prog->hooks.after_backward) return prog->hooks.after_backward(prog->hooks.ctx, w);
+    if (backward == 1 && prog->hooks.after_backward)
+        return prog->hooks.after_backward(prog->hooks.ctx, w);
     return w->dev.vt->sync(&w->dev);
 }
 
 static mw_status worker_run(worker *w, cmd c) {
     mw__program *prog = w->prog;
     w->training = c != CMD_FORWARD;
-    if (c == CMD_FORWARD_KEEP || c == CMD_BACKWARD_REST) mw__executor_select_slot(w);
+    if (c == CMD_FORWARD_KEEP || c == CMD_BACKWARD_REST || c == CMD_BACKWARD_INPUT ||
+        c == CMD_BACKWARD_WEIGHT)
+        mw__executor_select_slot(w);
     switch (c) {
     case CMD_INIT: return worker_init(w);
     case CMD_FORWARD:
     case CMD_FORWARD_KEEP: return run_part(w, 0, w->plan.fwd_end, 0);
     case CMD_BACKWARD: return run_part(w, 0, w->plan.bwd_end, 1);
     case CMD_BACKWARD_REST: return run_part(w, w->plan.fwd_end, w->plan.bwd_end, 1);
+    case CMD_BACKWARD_INPUT: return run_part(w, w->plan.fwd_end, w->plan.bwd_split, 2);
+    case CMD_BACKWARD_WEIGHT: return run_part(w, w->plan.bwd_split, w->plan.bwd_end, 1);
     case CMD_UPDATE:
         return prog->hooks.after_backward ? prog->hooks.after_backward(prog->hooks.ctx, w) : MW_OK;
     case CMD_NONE:

@@ -251,6 +251,19 @@ Test(pipeline, bf16_recomputed_equals_accumulation, .timeout = 300) {
     check_run(&cfg, "cpu:1", &(pipe_run){"cpu:4", "P=4", 4, MW_SCHEDULE_1F1B, 0, 0.0f});
 }
 
+/* Zero-bubble: each stage's input gradients first, its weight gradients where the schedule
+ * puts them; the same sums, so the same bytes, tied GPT-2 and data parallel stages too. */
+Test(pipeline, zero_bubble_p4_equals_accumulation, .timeout = 300) {
+    llama_config cfg = model_config(4, 0);
+    check_run(&cfg, "cpu:1", &(pipe_run){"cpu:4", "P=4", 8, MW_SCHEDULE_ZERO_BUBBLE, 0, 0.0f});
+}
+
+Test(pipeline, zero_bubble_tied_gpt2_data_parallel, .timeout = 300) {
+    use_gpt2 = 1;
+    llama_config cfg = model_config(4, 0);
+    check_run(&cfg, "cpu:2", &(pipe_run){"cpu:4", "P=2,X=2", 4, MW_SCHEDULE_ZERO_BUBBLE, 0, 0.0f});
+}
+
 /* Tied embeddings: the last stage's share of the gradient is the first stage's seed, added
  * first as the whole graph adds it, and the updated table copied back: the same bytes. */
 Test(pipeline, tied_llama_equals_accumulation, .timeout = 300) {
@@ -310,8 +323,10 @@ Test(pipeline, misuse_names_the_fix, .timeout = 120) {
     cr_assert(strstr(mw_last_error(), "2 regions but the pipeline has 4 stages"), "%s",
               mw_last_error());
     mw_pipeline_config zb = c;
+    zb.virtual_stages = 2;
     zb.schedule = MW_SCHEDULE_ZERO_BUBBLE;
-    cr_assert_eq(try_new(&cfg, "cpu:2", "P=2", zb), MW_ERR_UNSUPPORTED);
+    cr_assert_eq(try_new(&cfg, "cpu:2", "P=2", zb), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "virtual_stages"), "%s", mw_last_error());
     mw_pipeline_config noaxis = c;
     noaxis.axis = "Q";
     cr_assert_eq(try_new(&cfg, "cpu:2", "P=2", noaxis), MW_ERR_INVALID);
