@@ -46,6 +46,9 @@ static const bench_case cases[] = {
      "fused causal attention kernels, f32 and bf16 paths, forward and backward: ms, GFLOP/s"},
     {"rowops", mwb_case_rowops,
      "RMS norm, rotary embeddings and SwiGLU kernels beside a copy of the same bytes, GB/s"},
+    {"pipeline", mwb_case_pipeline,
+     "GPT-2 (124M; --quick: tiny) in stages on cpu:4 as P=4, every schedule: tokens/s, memory, "
+     "idle per device measured and modelled"},
     {"tokenize", mwb_case_tokenize,
      "byte-level BPE tokenizer: encode MB/s vs Hugging Face tokenizers"},
 };

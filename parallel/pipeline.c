@@ -94,7 +94,7 @@ typedef struct stage {
     unsigned char *slot_busy;
     int in_flight, max_in_flight;
     float *losses; /* [micro] (last stage) */
-    double busy_ms;
+    double busy_ms, part_ms[3]; /* the last step's: all, and F, B, W apart */
     norm_ctx norm; /* its trainer's global_norm_ctx */
 } stage;
 
@@ -647,7 +647,7 @@ static mw_status run_forward(mw_pipeline *p, int s, int m) {
     for (int j = 0; st == MW_OK && j < sg->nout; j++)
         st = mw__program_read_output(sg->tr->prog, "mw_pipeline_step", sg->out[j].node,
                                      sg->out[j].value[m], sg->out[j].count);
-    sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
+    sg->part_ms[0] += (double)(mw__now_ns() - t0) * 1e-6;
     if (st) return fail(p, st, s, "forward");
     for (int j = 0; j < sg->nout; j++) set_flag(p, &sg->out[j].ready[m]);
     return MW_OK;
@@ -678,7 +678,7 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
     }
     for (int k = 0, j = 0; st == MW_OK && k < p->ntied; k++)
         if (p->tied[k].other == s) st = read_shares(sg->tr, j++, &p->tied[k], m);
-    sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
+    sg->part_ms[1] += (double)(mw__now_ns() - t0) * 1e-6;
     if (!zb) sg->slot_busy[sg->slot_of[m]] = 0;
     if (st) return fail(p, st, s, "backward");
     if (sg->losses && !zb) sg->losses[m] = loss;
@@ -696,7 +696,7 @@ static mw_status run_weights(mw_pipeline *p, int s, int m) {
     float loss = 0.0f;
     mw_status st =
         mw__trainer_backward_weight(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
-    sg->busy_ms += (double)(mw__now_ns() - t0) * 1e-6;
+    sg->part_ms[2] += (double)(mw__now_ns() - t0) * 1e-6;
     sg->slot_busy[sg->slot_of[m]] = 0;
     if (st) return fail(p, st, s, "weight gradients");
     if (sg->losses) sg->losses[m] = loss;
@@ -811,7 +811,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
     p->msg[0] = '\0';
     for (int s = 0; s < p->S; s++) {
         stage *sg = &p->st[s];
-        sg->busy_ms = 0;
+        sg->busy_ms = sg->part_ms[0] = sg->part_ms[1] = sg->part_ms[2] = 0;
         for (int j = 0; j < sg->nout; j++) memset(sg->out[j].ready, 0, (size_t)p->M);
         for (int k = 0; k < sg->nin; k++) memset(sg->in[k].ready, 0, (size_t)p->M);
         memset(sg->slot_busy, 0, (size_t)sg->slots);
@@ -887,6 +887,8 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
         for (int s = 0; s < p->S; s++) p->st[s].tr->accumulated = 0; /* the next step afresh */
         return mw__error(st, "mw_pipeline_step: %s", p->msg);
     }
+    for (int s = 0; s < p->S; s++)
+        p->st[s].busy_ms = p->st[s].part_ms[0] + p->st[s].part_ms[1] + p->st[s].part_ms[2];
     /* Idle fractions per device over the step's schedule. */
     double wall = (double)(t1 - t0) * 1e-6;
     for (int d = 0; d < p->P; d++) {
@@ -1265,6 +1267,9 @@ mw_status mw_pipeline_stage(const mw_pipeline *p, int s, mw_pipeline_stage_info 
                                     .nregions = sg->nregions,
                                     .parameters = sg->parameters,
                                     .micro_in_flight = sg->max_in_flight,
+                                    .forward_ms = sg->part_ms[0],
+                                    .backward_ms = sg->part_ms[1],
+                                    .weight_ms = sg->part_ms[2],
                                     .busy_ms = sg->busy_ms};
     return mw_trainer_memory(sg->tr, 0, &out->memory);
 }

@@ -111,7 +111,10 @@ typedef struct mw_pipeline_stage_info {
     int64_t parameters;      /* elements of its parameters, whole */
     int micro_in_flight;     /* the most micro-batches whose activations it holds at once */
     mw_device_memory memory; /* of its first device (activations: every slot's arena) */
-    double busy_ms;          /* its forward and backward parts in the last step */
+    /* Its time in the last step's forward parts, backward parts (with the zero-bubble schedule:
+     * the input gradients) and, zero-bubble only, weight gradients, summed over the micro-batches
+     * (transfers to and from the host included); busy_ms is their sum. */
+    double forward_ms, backward_ms, weight_ms, busy_ms;
 } mw_pipeline_stage_info;
 
 /* Number of stages (P x virtual stages); 0 for NULL. */
