@@ -16,6 +16,10 @@
  * byte for byte where the stage's kernels sum as the whole model's do (every layout of the
  * trainer that gives the same bits without a pipeline gives them with one).
  *
+ * A parameter read by two stages (GPT-2's tied embedding) lives on the first; the last sends its
+ * share of the gradient back, which the first adds before its own, as the whole graph's backward
+ * pass does, and after the update gets the first's value.
+ *
  * Values cross stages through host memory in this version (a copy out of the producing stage's
  * devices, read in place by CPU devices of the next), which costs two copies of each boundary
  * activation per micro-batch.
@@ -46,9 +50,9 @@ typedef enum mw_pipeline_schedule {
     /* 1F1B over virtual stages (virtual_stages per device, Megatron's interleaving): the idle
      * time divided by about virtual_stages, for more transfers. M must be a multiple of P. */
     MW_SCHEDULE_INTERLEAVED = 2,
-    /* ZB-H1 (input and weight gradients apart, the weight gradients filling the bubble):
-     * mw_pipeline_new refuses it with MW_ERR_UNSUPPORTED in this version (the backward part of a
-     * stage runs as one piece). */
+    /* ZB-H1: each stage's backward part in two, the input gradients the stage before waits for
+     * (B) and the weight gradients (W), the W's placed where 1F1B would leave the device idle
+     * (Qi et al., 2023): about a third of 1F1B's idle time when F, B and W take alike. */
     MW_SCHEDULE_ZERO_BUBBLE = 3
 } mw_pipeline_schedule;
 
@@ -79,9 +83,10 @@ typedef struct mw_pipeline mw_pipeline;
  * trainer configuration's own errors; a graph with fewer regions than stages, naming both counts
  * and the fix; a loss that does not depend on the last stage), MW_ERR_SHARDING (a tensor split
  * over the pipeline axis), MW_ERR_UNSUPPORTED (a mesh spanning processes; outputs in the trainer
- * configuration; a parameter read by two stages, such as tied embeddings; a value that crosses a
- * stage boundary that is not f32, or is read by more than one later stage; the zero-bubble
- * schedule), and those of mw_trainer_new for each stage (the message names the stage). */
+ * configuration; a parameter read by more than two stages, or split over a mesh axis and read by
+ * two; one read by two stages whose devices lie on more than one axis; a value that crosses a
+ * stage boundary that is not f32, or is read by more than one later stage), and those of
+ * mw_trainer_new for each stage (the message names the stage). */
 mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                           const mw_pipeline_config *config, mw_pipeline **out);
 
