@@ -93,9 +93,9 @@ typedef struct stage {
     int slots, *slot_of; /* slot_of[micro]: its arena while in flight */
     unsigned char *slot_busy;
     int in_flight, max_in_flight;
-    float *losses; /* [micro] (last stage) */
+    float *losses;              /* [micro] (last stage) */
     double busy_ms, part_ms[3]; /* the last step's: all, and F, B, W apart */
-    norm_ctx norm; /* its trainer's global_norm_ctx */
+    norm_ctx norm;              /* its trainer's global_norm_ctx */
 } stage;
 
 struct mw_pipeline {
@@ -979,6 +979,12 @@ static mw_status check_config(const mw_pipeline_config *c, const mw_mesh *mesh, 
     return MW_OK;
 }
 
+/* The input a value fed to a stage is made of (through its shards). */
+static const mw_tensor *input_of(const mw_tensor *x) {
+    while (x->op == MW__OP_SHARD) x = x->in[0];
+    return x;
+}
+
 /* M buffers of count floats and their M ready flags. */
 static mw_status micro_buffers(int M, int64_t count, float ***buf, unsigned char **ready) {
     *buf = mw__calloc((size_t)M, sizeof **buf);
@@ -1036,30 +1042,15 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
         sf->esize = mw__dtype_bytes(t->type.dtype);
         sf->kind = FEED_USER;
         sf->index = user_leaf[t->leaf];
-        for (int k = 0; k < sg->nin; k++) {
-            const mw_tensor *x = sg->in[k].node;
-            while (x->op == MW__OP_SHARD) x = x->in[0];
-            if (x == t) {
-                sf->kind = FEED_VALUE;
-                sf->index = k;
-            }
-        }
-        for (int j = 0; j < sg->nout; j++) {
-            const mw_tensor *x = sg->out[j].seed;
-            while (x->op == MW__OP_SHARD) x = x->in[0];
-            if (x == t) {
-                sf->kind = FEED_SEED;
-                sf->index = j;
-            }
-        }
-        for (int k = 0; k < p->ntied; k++) {
-            const mw_tensor *x = p->tied[k].owner == s ? p->tied[k].seed : NULL;
-            while (x && x->op == MW__OP_SHARD) x = x->in[0];
-            if (x == t) {
-                sf->kind = FEED_TIED;
-                sf->index = k;
-            }
-        }
+        for (int k = 0; k < sg->nin; k++)
+            if (input_of(sg->in[k].node) == t)
+                *sf = (stage_feed){FEED_VALUE, k, sf->count, sf->esize};
+        for (int j = 0; j < sg->nout; j++)
+            if (input_of(sg->out[j].seed) == t)
+                *sf = (stage_feed){FEED_SEED, j, sf->count, sf->esize};
+        for (int k = 0; k < p->ntied; k++)
+            if (p->tied[k].owner == s && input_of(p->tied[k].seed) == t)
+                *sf = (stage_feed){FEED_TIED, k, sf->count, sf->esize};
         sg->feeds[t->leaf].name = t->name;
     }
     sg->nfeeds = gs->ninputs;
