@@ -67,10 +67,8 @@ int mwb_case_mpi(mwb_ctx *ctx);       /* all-reduce between processes vs threads
 int mwb_case_sample(mwb_ctx *ctx);    /* sampling with and without the key/value cache */
 int mwb_case_rowops(mwb_ctx *ctx);    /* RMS norm, rotary, SwiGLU kernels beside a copy */
 int mwb_case_attention(mwb_ctx *ctx); /* the attention kernels, f32 and bf16 paths */
-int mwb_case_tokenize(mwb_ctx *ctx);
-int mwb_case_pipeline(mwb_ctx *ctx);
-    /* every pipeline schedule vs gradient accumulation */ /* GPT-2's tokenizer vs Hugging Face
-                                                              tokenizers, MB/s */
+int mwb_case_tokenize(mwb_ctx *ctx);  /* GPT-2's tokenizer vs Hugging Face tokenizers, MB/s */
+int mwb_case_pipeline(mwb_ctx *ctx);  /* every pipeline schedule vs gradient accumulation */
 
 /* GPT-2 trained on a mesh, stepped by the caller (bench/gpt2_run.c; mwb_gpt2_make there takes
  * any model and batch): mwb_gpt2_new makes the tiny GPT-2 of the gpt2 case (batch 32 x 32,

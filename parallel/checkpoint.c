@@ -22,6 +22,7 @@
 #include "core/hash.h"
 #include "parallel/consistency.h"
 #include "parallel/optimizer.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/trainer_impl.h"
 
 #define MAGIC "MWCKPT01"
@@ -133,6 +134,7 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_save");
     const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     int nparams = params_in_order(tr, params);
@@ -289,6 +291,7 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
                           size_t *user_bytes) {
     if (!tr || !path || (capacity && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_load: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_load");
     const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
     if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_load: out of memory");
     int nparams = params_in_order(tr, params);

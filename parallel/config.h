@@ -82,7 +82,13 @@
     XX(int, check_replicas_every, I, SHARED, (0, INT_MAX, "0 for never, or a step count >= 1"),    \
        "")                                                                                         \
     XX(outputs_t, outputs, P, SHARED, MW__ANY, "compared as the nodes they are")                   \
-    XX(int, noutputs, I, SHARED, (0, INT_MAX, "a count >= 0"), "")
+    XX(int, noutputs, I, SHARED, (0, INT_MAX, "a count >= 0"), "")                                 \
+    XX(cstring, pipeline_axis, S, SHARED, MW__ANY, "")                                             \
+    XX(int, micro_batches, I, SHARED, (0, INT_MAX, "0 or a count >= 1"), "")                       \
+    XX(mw_pipeline_schedule, pipeline_schedule, I, SHARED,                                         \
+       (0, 3, "MW_SCHEDULE_GPIPE, _1F1B, _INTERLEAVED or _ZERO_BUBBLE"), "")                       \
+    XX(int, virtual_stages, I, SHARED, (0, INT_MAX, "0, 1, or >= 2 for MW_SCHEDULE_INTERLEAVED"),  \
+       "")
 
 /* An inference program's own. */
 #define MW__INFER_FIELDS(XX)                                                                       \

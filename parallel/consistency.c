@@ -13,6 +13,7 @@
 #include "parallel/config.h"
 #include "parallel/consistency.h"
 #include "parallel/optimizer.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/trainer_impl.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a stop request must be a lock-free store");
@@ -108,7 +109,10 @@ mw_status mw__trainer_prepare(mw_trainer *tr) {
 /* --- replicas -----------------------------------------------------------------------------------
  */
 
-int64_t mw_trainer_skipped_steps(const mw_trainer *tr) { return tr ? tr->skipped : 0; }
+int64_t mw_trainer_skipped_steps(const mw_trainer *tr) {
+    if (tr && tr->pipe) return mw_trainer_skipped_steps(mw__pipeline_stage_trainer(tr->pipe, 0));
+    return tr ? tr->skipped : 0;
+}
 
 /* The parameter nodes of the trainer's graph, by leaf index. */
 static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
@@ -120,6 +124,7 @@ static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
 
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
+    MW__NOT_PIPELINED(tr, "mw_trainer_check_replicas");
     if (tr->prog->broken)
         return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
                                        "trainer failed across processes; end the job");

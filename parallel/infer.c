@@ -10,6 +10,7 @@
 #include "meshwit/infer.h"
 #include "parallel/agree.h"
 #include "parallel/infer_impl.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
@@ -193,6 +194,7 @@ mw_status mw_infer_new(mw_graph *graph, mw_mesh *mesh, const mw_infer_config *co
 mw_status mw_infer_from_trainer(mw_trainer *trainer, mw_graph *graph, const mw_infer_config *config,
                                 mw_infer **out) {
     if (!trainer) return mw__error(MW_ERR_INVALID, "mw_infer_from_trainer: trainer is NULL");
+    MW__NOT_PIPELINED(trainer, "mw_infer_from_trainer");
     return make(graph, trainer->prog->mesh, config, trainer, out);
 }
 

@@ -22,6 +22,7 @@
 #include "meshwit.h"
 #include "meshwit/pipeline.h"
 #include "parallel/mesh_impl.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
@@ -121,6 +122,7 @@ struct mw_pipeline {
     const int *region_stage; /* the configuration's, during mw_pipeline_new */
     int ntied;
     tied_param tied[MAX_TIED];
+    double step_ms; /* the last step's */
 };
 
 /* ---- cutting the graph ---------------------------------------------------------------------- */
@@ -772,13 +774,10 @@ static void release(mw_pipeline *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
-    if (!p) return mw__error(MW_ERR_INVALID, "mw_pipeline_step: pipeline is NULL");
+/* Checks a step's feeds (every input once, M micro-batches of it) and keeps them by input leaf. */
+static mw_status check_feeds(mw_pipeline *p, const mw_feed *feeds, int nfeeds, const char *caller) {
     if (nfeeds < 0 || (nfeeds > 0 && !feeds))
-        return mw__error(MW_ERR_INVALID, "mw_pipeline_step: feeds NULL or nfeeds < 0");
-    if (mw_stop_requested())
-        return mw__error(MW_ERR_INTERRUPTED,
-                         "mw_pipeline_step: a stop was requested; the pipeline is unchanged");
+        return mw__error(MW_ERR_INVALID, "%s: feeds NULL or nfeeds < 0", caller);
     const mw_graph *g = p->g;
     for (int i = 0; i < g->ninputs; i++) p->user_of[i] = NULL;
     for (int f = 0; f < nfeeds; f++) {
@@ -788,24 +787,34 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
                 !strcmp(g->nodes[i]->name, feeds[f].name))
                 in = g->nodes[i];
         if (!in)
-            return mw__error(MW_ERR_INVALID, "mw_pipeline_step: feed '%s' is not an input",
+            return mw__error(MW_ERR_INVALID, "%s: feed '%s' is not an input", caller,
                              feeds[f].name ? feeds[f].name : "(null)");
         if (p->user_of[in->leaf])
-            return mw__error(MW_ERR_INVALID, "mw_pipeline_step: input '%s' is fed twice", in->name);
+            return mw__error(MW_ERR_INVALID, "%s: input '%s' is fed twice", caller, in->name);
         int64_t want = mw__type_numel(&in->type) * p->M;
         if (feeds[f].count != want || !feeds[f].data)
             return mw__error(MW_ERR_INVALID,
-                             "mw_pipeline_step: feed '%s' has %lld elements%s; it needs %lld "
+                             "%s: feed '%s' has %lld elements%s; it needs %lld "
                              "(%d micro-batches of %lld)",
-                             in->name, (long long)feeds[f].count,
+                             caller, in->name, (long long)feeds[f].count,
                              feeds[f].data ? "" : " and NULL data", (long long)want, p->M,
                              (long long)mw__type_numel(&in->type));
         p->user_of[in->leaf] = &feeds[f];
     }
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == MW__OP_INPUT && !p->user_of[g->nodes[i]->leaf])
-            return mw__error(MW_ERR_INVALID, "mw_pipeline_step: input '%s' is not fed",
+            return mw__error(MW_ERR_INVALID, "%s: input '%s' is not fed", caller,
                              g->nodes[i]->name);
+    return MW_OK;
+}
+
+mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (!p) return mw__error(MW_ERR_INVALID, "mw_pipeline_step: pipeline is NULL");
+    if (mw_stop_requested())
+        return mw__error(MW_ERR_INTERRUPTED,
+                         "mw_pipeline_step: a stop was requested; the pipeline is unchanged");
+    mw_status fst = check_feeds(p, feeds, nfeeds, "mw_pipeline_step");
+    if (fst) return fst;
     /* Phase 1: the schedule; every micro-batch accumulated on every stage. */
     p->failed = MW_OK;
     p->msg[0] = '\0';
@@ -897,6 +906,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
         p->idle[d] = wall > 0 ? 1.0 - busy / wall : 0.0;
     }
     p->stepped = 1;
+    p->step_ms = wall;
     if (loss) {
         double sum = 0;
         for (int m = 0; m < p->M; m++) sum += p->st[p->S - 1].losses[m];
@@ -1269,3 +1279,55 @@ double mw_pipeline_idle(const mw_pipeline *p, int d) {
     if (!p || d < 0 || d >= p->P || !p->stepped) return -1.0;
     return p->idle[d];
 }
+
+mw_status mw__pipeline_eval(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
+    mw_status st = check_feeds(p, feeds, nfeeds, "mw_trainer_eval");
+    double sum = 0;
+    for (int m = 0; st == MW_OK && m < p->M; m++)
+        for (int s = 0; st == MW_OK && s < p->S; s++) {
+            stage *sg = &p->st[s];
+            float l = 0.0f;
+            stage_feeds(p, sg, m, 0);
+            st = mw_trainer_eval(sg->tr, sg->feeds, sg->nfeeds, &l);
+            for (int j = 0; st == MW_OK && j < sg->nout; j++)
+                st = mw__program_read_output(sg->tr->prog, "mw_trainer_eval", sg->out[j].node,
+                                             sg->out[j].value[m], sg->out[j].count);
+            if (st) {
+                char msg[MW__MSG_SIZE];
+                snprintf(msg, sizeof msg, "%s", mw_last_error());
+                st = mw__error(st, "mw_trainer_eval: stage %d, micro-batch %d: %s", s, m, msg);
+            }
+            if (s == p->S - 1) sum += l;
+        }
+    if (st == MW_OK && loss) *loss = (float)(sum / p->M);
+    return st;
+}
+
+mw_trainer *mw__pipeline_stage_trainer(const mw_pipeline *p, int s) {
+    return p && s >= 0 && s < p->S ? p->st[s].tr : NULL;
+}
+
+mw_trainer *mw__pipeline_param_trainer(const mw_pipeline *p, const char *name) {
+    int s = p && name ? stage_of_param(p, name) : -1;
+    return s >= 0 ? p->st[s].tr : NULL;
+}
+
+const mw_graph *mw__pipeline_graph(const mw_pipeline *p) { return p ? p->g : NULL; }
+
+int mw__pipeline_device(const mw_pipeline *p, int device, mw_trainer **out, int *local) {
+    if (!p || device < 0 || device >= p->mesh->ndevices) return 0;
+    int n = 0; /* the stage meshes hold the mesh's device names */
+    for (int s = 0; s < p->S; s++) {
+        const mw_mesh *m = &p->st[s].mesh;
+        for (int k = 0; k < m->ndevices; k++)
+            if (!strcmp(m->device_name[k], p->mesh->device_name[device])) {
+                out[n++] = p->st[s].tr;
+                *local = k;
+            }
+    }
+    return n;
+}
+
+double mw__pipeline_step_ms(const mw_pipeline *p) { return p ? p->step_ms : 0.0; }
+
+int mw__pipeline_devices(const mw_pipeline *p) { return p ? p->mesh->ndevices : 0; }

@@ -14,6 +14,7 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/optimizer.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/trainer_impl.h"
 
 /* Runs command c; micro: the micro-batch (dropout's masks), -1 for the count accumulated. */
@@ -110,9 +111,25 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
     return min_lr + (float)coeff * (o->lr - min_lr);
 }
 
-float mw_trainer_grad_norm(const mw_trainer *tr) { return tr ? tr->grad_norm : 0.0f; }
+float mw_trainer_grad_norm(const mw_trainer *tr) {
+    if (tr && tr->pipe) return mw_trainer_grad_norm(mw__pipeline_stage_trainer(tr->pipe, 0));
+    return tr ? tr->grad_norm : 0.0f;
+}
+
+/* A pipeline's step: a stop request (process-wide or this trainer's) refuses it first. */
+static mw_status pipeline_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (atomic_exchange(&tr->stop, 0))
+        return mw__error(MW_ERR_INTERRUPTED,
+                         "a stop was requested; the trainer stopped after step "
+                         "%lld, unchanged",
+                         (long long)mw_trainer_steps(tr));
+    for (int s = 0; s < mw_pipeline_stages(tr->pipe); s++)
+        mw__pipeline_stage_trainer(tr->pipe, s)->host_lr = tr->host_lr;
+    return mw_pipeline_step(tr->pipe, feeds, nfeeds, loss);
+}
 
 mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (tr && tr->pipe) return pipeline_step(tr, feeds, nfeeds, loss);
     mw_status st = tr && !tr->prog->broken ? mw__trainer_stop_point(tr) : MW_OK;
     if (st) return st;
     if (tr) tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
@@ -122,6 +139,7 @@ mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
 }
 
 mw_status mw_trainer_accumulate(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    MW__NOT_PIPELINED(tr, "mw_trainer_accumulate");
     if (tr && !tr->cfg.grad_accumulation)
         return mw__error(MW_ERR_STATE, "mw_trainer_accumulate: the trainer was made without "
                                        "mw_trainer_config.grad_accumulation");
@@ -146,10 +164,12 @@ mw_status mw_trainer_set_lr(mw_trainer *tr, float lr) {
 }
 
 mw_status mw_trainer_compute_grads(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    MW__NOT_PIPELINED(tr, "mw_trainer_compute_grads");
     return run_command(tr, TRAIN_GRADS, CMD_BACKWARD, feeds, nfeeds, loss);
 }
 
 mw_status mw_trainer_eval(mw_trainer *tr, const mw_feed *feeds, int nfeeds, float *loss) {
+    if (tr && tr->pipe) return mw__pipeline_eval(tr->pipe, feeds, nfeeds, loss);
     return run_command(tr, TRAIN_GRADS, CMD_FORWARD, feeds, nfeeds, loss);
 }
 
@@ -176,37 +196,70 @@ static mw_status read_flat(mw_trainer *tr, const char *name, float *dst, int64_t
 }
 
 mw_status mw_trainer_read_param(mw_trainer *tr, const char *name, float *dst, int64_t count) {
+    if (tr && tr->pipe) return mw_pipeline_read_param(tr->pipe, name, dst, count);
     return read_flat(tr, name, dst, count, 0);
 }
 
 mw_status mw_trainer_read_grad(mw_trainer *tr, const char *name, float *dst, int64_t count) {
+    MW__NOT_PIPELINED(tr, "mw_trainer_read_grad");
     return read_flat(tr, name, dst, count, 1);
 }
 
 mw_status mw_trainer_write_param(mw_trainer *tr, const char *name, const float *src,
                                  int64_t count) {
     if (!tr) return mw__error(MW_ERR_INVALID, "trainer or parameter name is NULL");
+    if (tr->pipe) return mw_pipeline_write_param(tr->pipe, name, src, count);
     return mw__program_param(tr->prog, name, (float *)(uintptr_t)src, count, 1); /* reads src */
 }
 
 mw_status mw_trainer_read_output(mw_trainer *tr, const mw_tensor *output, float *dst,
                                  int64_t count) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_read_output: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_read_output");
     return mw__program_read_output(tr->prog, "mw_trainer_read_output", output, dst, count);
 }
 
 mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
     if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_stats: NULL argument");
+    if (tr->pipe) {
+        *out = (mw_step_stats){.step_ms = mw__pipeline_step_ms(tr->pipe), .threads = 1};
+        return MW_OK;
+    }
     *out = tr->prog->stats;
     return MW_OK;
 }
 
-int64_t mw_trainer_steps(const mw_trainer *tr) { return tr ? tr->prog->steps : 0; }
+int64_t mw_trainer_steps(const mw_trainer *tr) {
+    if (tr && tr->pipe) return mw_trainer_steps(mw__pipeline_stage_trainer(tr->pipe, 0));
+    return tr ? tr->prog->steps : 0;
+}
 
-int mw_trainer_devices(const mw_trainer *tr) { return tr ? tr->prog->nworkers : 0; }
+int mw_trainer_devices(const mw_trainer *tr) {
+    if (tr && tr->pipe) {
+        return mw__pipeline_devices(tr->pipe);
+    }
+    return tr ? tr->prog->nworkers : 0;
+}
 
 mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *out) {
     if (!tr || !out) return mw__error(MW_ERR_INVALID, "mw_trainer_memory: NULL argument");
+    if (tr->pipe) { /* the device's stages' */
+        mw_trainer *st[64];
+        int local = 0, n = mw__pipeline_device(tr->pipe, device, st, &local);
+        if (!n)
+            return mw__error(MW_ERR_INVALID, "mw_trainer_memory: device %d is not the mesh's",
+                             device);
+        *out = (mw_device_memory){0};
+        for (int k = 0; k < n; k++) {
+            mw_device_memory m;
+            mw_status e = mw_trainer_memory(st[k], local, &m);
+            if (e) return e;
+            out->parameters += m.parameters, out->gradients += m.gradients;
+            out->optimizer += m.optimizer, out->activations += m.activations;
+            out->workspace += m.workspace;
+        }
+        return MW_OK;
+    }
     if (device < tr->prog->first || device >= tr->prog->first + tr->prog->nlocal)
         return mw__error(MW_ERR_INVALID,
                          "mw_trainer_memory: device %d is not one of this process's (%d..%d)",
@@ -230,6 +283,7 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
 mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
     if (!tr || !buf || !size)
         return mw__error(MW_ERR_INVALID, "mw_trainer_kernels: NULL trainer or buffer, or size 0");
+    if (tr->pipe) return mw_trainer_kernels(mw__pipeline_stage_trainer(tr->pipe, 0), buf, size);
     const worker *w = &tr->prog->w[tr->prog->first];
     const mw__device_vtable *vt = w->dev.vt;
     /* Distinct (kind, dtype, implementation) in order of first appearance, with counts. */
@@ -284,7 +338,7 @@ mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
 }
 
 int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis) {
-    if (!tr || !axis || device < 0 || device >= tr->prog->nworkers) return -1;
+    if (!tr || tr->pipe || !axis || device < 0 || device >= tr->prog->nworkers) return -1;
     const mw_graph *g = tr->prog->g;
     int name = mw__graph_find_name(g, axis);
     if (name < 0) return -1;
@@ -307,6 +361,7 @@ int64_t mw_trainer_local_size(const mw_trainer *tr, int device, const char *axis
 
 mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int capacity, int *count) {
     if (!tr || !count) return mw__error(MW_ERR_INVALID, "mw_trainer_profile: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_profile");
     if (!tr->cfg.profile)
         return mw__error(MW_ERR_STATE, "mw_trainer_profile: the trainer was made without "
                                        "mw_trainer_config.profile set");
@@ -315,5 +370,5 @@ mw_status mw_trainer_profile(const mw_trainer *tr, mw_profile_row *rows, int cap
 }
 
 void mw_trainer_profile_reset(mw_trainer *tr) {
-    if (tr && tr->cfg.profile) mw__program_profile_reset(tr->prog);
+    if (tr && !tr->pipe && tr->cfg.profile) mw__program_profile_reset(tr->prog);
 }

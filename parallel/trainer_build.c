@@ -212,6 +212,11 @@ static mw_status cut_slices(mw_trainer *tr) {
 
 void mw_trainer_free(mw_trainer *tr) {
     if (!tr) return;
+    if (tr->pipe) {
+        mw_pipeline_free(tr->pipe);
+        mw__free(tr);
+        return;
+    }
     mw__program *prog = tr->prog;
     int n = prog && prog->w ? prog->nworkers : 0;
     /* Host scratch the trainer gave the workers; no command runs now. */
@@ -403,8 +408,43 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     return MW_OK;
 }
 
+/* A trainer that is a pipeline (config->pipeline_axis). */
+static mw_status pipeline_trainer(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
+                                  const mw_trainer_config *config, mw_trainer **out) {
+    mw_trainer *tr = mw__calloc(1, sizeof *tr);
+    if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
+    tr->cfg = *config;
+    tr->host_lr = -1.0f;
+    mw_pipeline_config pc = {.trainer = *config,
+                             .axis = config->pipeline_axis,
+                             .micro_batches = config->micro_batches ? config->micro_batches : 1,
+                             .schedule = config->pipeline_schedule,
+                             .virtual_stages = config->virtual_stages};
+    pc.trainer.pipeline_axis = NULL;
+    pc.trainer.micro_batches = pc.trainer.virtual_stages = 0;
+    pc.trainer.pipeline_schedule = MW_SCHEDULE_GPIPE;
+    mw_status st = mw_pipeline_new(graph, loss, mesh, &pc, &tr->pipe);
+    if (st) {
+        mw__free(tr);
+        return st;
+    }
+    *out = tr;
+    return MW_OK;
+}
+
 mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                          const mw_trainer_config *config, mw_trainer **out) {
+    if (config && config->pipeline_axis) {
+        if (!out) return mw__error(MW_ERR_INVALID, "mw_trainer_new: out is NULL");
+        *out = NULL;
+        return pipeline_trainer(graph, loss, mesh, config, out);
+    }
+    if (config &&
+        (config->micro_batches > 1 || config->pipeline_schedule || config->virtual_stages > 1))
+        return mw__error(MW_ERR_INVALID,
+                         "mw_trainer_new: micro_batches, pipeline_schedule and virtual_stages "
+                         "are a pipeline's: they need pipeline_axis (gradient accumulation "
+                         "without one: grad_accumulation and mw_trainer_accumulate)");
     return trainer_new(graph, loss, mesh, config, NULL, out);
 }
 

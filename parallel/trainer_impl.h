@@ -95,7 +95,19 @@ struct mw_trainer {
     int fold_only;
     float (*global_norm)(void *ctx, int device, float norm);
     void *global_norm_ctx;
+    /* A trainer made with mw_trainer_config.pipeline_axis: the pipeline it is (prog is then
+     * NULL and every public call goes to the pipeline or is refused). */
+    mw_pipeline *pipe;
 };
+
+/* The calls a pipeline's trainer does not offer: MW_ERR_UNSUPPORTED naming the call. */
+#define MW__NOT_PIPELINED(tr, fn)                                                                  \
+    do {                                                                                           \
+        if ((tr) && (tr)->pipe)                                                                    \
+            return mw__error(MW_ERR_UNSUPPORTED,                                                   \
+                             fn ": a pipeline's trainer (mw_trainer_config.pipeline_axis) does "   \
+                                "not offer it yet");                                               \
+    } while (0)
 
 /* mw_trainer_new for a stage: on a mesh of this process only. tr->wrt_out[i] is then the handle
  * that mw__program_read_output reads wrt[i]'s gradient by, or NULL where the loss and the seeds

@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
@@ -33,10 +34,24 @@ mw_status mw_graph_param_info(const mw_graph *g, int i, mw_param_info *out) {
     return MW_OK;
 }
 
-int mw_trainer_param_count(const mw_trainer *tr) { return tr ? tr->prog->g->nparams : 0; }
+int mw_trainer_param_count(const mw_trainer *tr) {
+    if (tr && tr->pipe) return mw__pipeline_graph(tr->pipe)->nparams;
+    return tr ? tr->prog->g->nparams : 0;
+}
 
 mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_param_info: trainer is NULL");
+    if (tr->pipe) { /* the whole graph's parameter, decayed as the stage holding it decided */
+        mw_status st = mw_graph_param_info(mw__pipeline_graph(tr->pipe), i, out);
+        mw_trainer *owner = st ? NULL : mw__pipeline_param_trainer(tr->pipe, out->name);
+        for (int k = 0; owner && k < owner->prog->g->nparams; k++) {
+            mw_param_info mine;
+            if (mw_graph_param_info(owner->prog->g, k, &mine) == MW_OK &&
+                !strcmp(mine.name, out->name))
+                out->decayed = owner->decays[k];
+        }
+        return st;
+    }
     mw_status st = mw_graph_param_info(tr->prog->g, i, out);
     if (st == MW_OK) out->decayed = tr->decays[i];
     return st;
@@ -55,12 +70,14 @@ static const mw_tensor *named_param(const mw__program *prog, const char *name) {
 mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_save_weights: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_save_weights");
     return mw__program_save_weights(tr->prog, path, names, nnames);
 }
 
 mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_load_weights: NULL argument");
+    MW__NOT_PIPELINED(tr, "mw_trainer_load_weights");
     return mw__program_load_weights(tr->prog, path, names, nnames);
 }
 

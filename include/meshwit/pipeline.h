@@ -40,21 +40,7 @@
 extern "C" {
 #endif
 
-/* The order in which each device runs the forward and backward parts of the micro-batches. */
-typedef enum mw_pipeline_schedule {
-    /* Every forward first, then every backward: activations of all M micro-batches in flight. */
-    MW_SCHEDULE_GPIPE = 0,
-    /* One forward, one backward (PipeDream-flush, Megatron's default): stage s keeps at most
-     * P - s micro-batches' activations; the same idle time as GPipe. */
-    MW_SCHEDULE_1F1B = 1,
-    /* 1F1B over virtual stages (virtual_stages per device, Megatron's interleaving): the idle
-     * time divided by about virtual_stages, for more transfers. M must be a multiple of P. */
-    MW_SCHEDULE_INTERLEAVED = 2,
-    /* ZB-H1: each stage's backward part in two, the input gradients the stage before waits for
-     * (B) and the weight gradients (W), the W's placed where 1F1B would leave the device idle
-     * (Qi et al., 2023): about a third of 1F1B's idle time when F, B and W take alike. */
-    MW_SCHEDULE_ZERO_BUBBLE = 3
-} mw_pipeline_schedule;
+/* mw_pipeline_schedule: see trainer.h. */
 
 typedef struct mw_pipeline_config {
     /* Every stage's trainer configuration. Its outputs must be empty (noutputs 0: a stage's

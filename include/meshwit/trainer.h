@@ -133,6 +133,22 @@ typedef enum mw_nonfinite {
     MW_NONFINITE_IGNORE = 2
 } mw_nonfinite;
 
+/* The order in which each device runs the forward and backward parts of the micro-batches. */
+typedef enum mw_pipeline_schedule {
+    /* Every forward first, then every backward: activations of all M micro-batches in flight. */
+    MW_SCHEDULE_GPIPE = 0,
+    /* One forward, one backward (PipeDream-flush, Megatron's default): stage s keeps at most
+     * P - s micro-batches' activations; the same idle time as GPipe. */
+    MW_SCHEDULE_1F1B = 1,
+    /* 1F1B over virtual stages (virtual_stages per device, Megatron's interleaving): the idle
+     * time divided by about virtual_stages, for more transfers. M must be a multiple of P. */
+    MW_SCHEDULE_INTERLEAVED = 2,
+    /* ZB-H1: each stage's backward part in two, the input gradients the stage before waits for
+     * (B) and the weight gradients (W), the W's placed where 1F1B would leave the device idle
+     * (Qi et al., 2023): about a third of 1F1B's idle time when F, B and W take alike. */
+    MW_SCHEDULE_ZERO_BUBBLE = 3
+} mw_pipeline_schedule;
+
 typedef struct mw_trainer_config {
     mw_optimizer optimizer;
     /* --- every program's options (mw_infer_config has them too) --- */
@@ -265,6 +281,23 @@ typedef struct mw_trainer_config {
      * with mw_trainer_read_output, e.g. logits for sampling. Borrowed during mw_trainer_new. */
     mw_tensor *const *outputs;
     int noutputs;
+    /* --- pipeline parallelism (meshwit/pipeline.h) --- */
+    /* Non-NULL: the mesh axis whose devices hold the stages of the model (its regions, cut as
+     * mw_pipeline_new cuts them), the graph traced for one micro-batch, each step fed
+     * micro_batches of them one after another (feeds of micro_batches times the inputs'
+     * elements) and run in the order pipeline_schedule gives (virtual_stages per device for
+     * MW_SCHEDULE_INTERLEAVED). A step is then gradient accumulation over its micro-batches on
+     * one device, byte for byte. mw_trainer_step, eval, read_param, write_param, param_count,
+     * param_info, memory (per device: its stages'), kernels (the first stage's), stats, steps,
+     * devices, lr, set_lr, grad_norm, skipped_steps, request_stop and MW_TEST_FAULT work on such
+     * a trainer; accumulate, compute_grads, read_grad, read_output, save, load, save_weights,
+     * load_weights, check_replicas, profile, local_size and mw_infer_from_trainer return
+     * MW_ERR_UNSUPPORTED (read the parameters by name to save them). NULL (the default): no
+     * pipeline, and the three fields after it must be 0. Errors: those of mw_pipeline_new. */
+    const char *pipeline_axis;
+    int micro_batches; /* >= 1 with a pipeline axis (0: 1) */
+    mw_pipeline_schedule pipeline_schedule;
+    int virtual_stages;
 } mw_trainer_config;
 
 /* Values of mw_trainer_config.cpu_threads besides a thread count. */

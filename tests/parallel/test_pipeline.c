@@ -16,6 +16,7 @@
 #include "llama_model.h"
 #include "meshwit.h"
 #include "meshwit/pipeline.h"
+#include "meshwit/testing.h"
 #include "tests/common/rng.h"
 
 #define BM 2 /* rows per micro-batch */
@@ -368,6 +369,93 @@ Test(pipeline, bad_feed_changes_nothing, .timeout = 120) {
     (void)before;
     (void)after;
     mw_pipeline_free(p);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* The same pipeline as a trainer (mw_trainer_config.pipeline_axis): a step of all the
+ * micro-batches gives gradient accumulation's bytes; eval gives the micro-batches' mean loss;
+ * the calls it does not offer say so; a device failing in the middle of a step changes no
+ * parameter, and the next step trains on. */
+Test(pipeline, as_a_trainer, .timeout = 300) {
+    llama_config cfg = model_config(4, 1);
+    result ref = {0};
+    reference(&cfg, "cpu:1", 4, 0.0f, &ref);
+    gpt2_graph m;
+    mw_graph *g = model(&cfg, NULL, &m);
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:2", "P=2", &mesh), MW_OK);
+    mw_trainer_config c = train_config(0.0f);
+    c.pipeline_axis = "P";
+    c.micro_batches = 4;
+    c.pipeline_schedule = MW_SCHEDULE_ZERO_BUBBLE;
+    mw_trainer *tr;
+    cr_assert_eq(mw_trainer_new(g, m.loss, mesh, &c, &tr), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_devices(tr), 2);
+    cr_assert_eq(mw_trainer_param_count(tr), ref.n);
+    static int32_t in[4 * BM * T], tg[4 * BM * T];
+    mw_feed f[2] = {{"tokens", in, 4 * BM * T}, {"targets", tg, 4 * BM * T}};
+    /* A fault on the second device's backward pass at step 0: nothing changes. */
+    float *before = malloc((size_t)ref.count[0] * sizeof *before),
+          *after = malloc((size_t)ref.count[0] * sizeof *after);
+    cr_assert(before && after);
+    cr_assert_eq(mw_trainer_read_param(tr, ref.name[0], before, ref.count[0]), MW_OK);
+    cr_assert_eq(
+        mw_test_control(MW_TEST_FAULT, tr, 1, MW_PHASE_BACKWARD, (int64_t)0, (int)MW_ERR_DEVICE),
+        MW_OK, "%s", mw_last_error());
+    batch(0, 4, cfg.vocab, in, tg);
+    float loss = NAN;
+    cr_assert_eq(mw_trainer_step(tr, f, 2, &loss), MW_ERR_DEVICE);
+    cr_assert(strstr(mw_last_error(), "stage 1") && strstr(mw_last_error(), "injected fault"), "%s",
+              mw_last_error());
+    cr_assert_eq(mw_trainer_read_param(tr, ref.name[0], after, ref.count[0]), MW_OK);
+    cr_assert(memcmp(before, after, (size_t)ref.count[0] * sizeof *after) == 0,
+              "a failed step changed %s", ref.name[0]);
+    cr_assert_eq(mw_trainer_steps(tr), 0);
+    result got = {0};
+    for (int s = 0; s < STEPS; s++) {
+        batch(s, 4, cfg.vocab, in, tg);
+        cr_assert_eq(mw_trainer_step(tr, f, 2, &got.loss[s]), MW_OK, "step %d: %s", s,
+                     mw_last_error());
+    }
+    cr_assert_eq(mw_trainer_steps(tr), STEPS);
+    got.n = ref.n;
+    for (int i = 0; i < ref.n; i++) {
+        got.count[i] = ref.count[i];
+        got.value[i] = malloc((size_t)ref.count[i] * sizeof(float));
+        cr_assert_eq(mw_trainer_read_param(tr, ref.name[i], got.value[i], ref.count[i]), MW_OK);
+    }
+    expect_bytes("a pipeline's trainer, zero-bubble, after a failed step", &got, &ref);
+    float ev = NAN;
+    cr_assert_eq(mw_trainer_eval(tr, f, 2, &ev), MW_OK, "%s", mw_last_error());
+    cr_assert(isfinite(ev));
+    mw_device_memory mem;
+    cr_assert_eq(mw_trainer_memory(tr, 1, &mem), MW_OK, "%s", mw_last_error());
+    cr_assert_gt(mem.parameters, 0);
+    cr_assert_eq(mw_trainer_accumulate(tr, f, 2, NULL), MW_ERR_UNSUPPORTED);
+    cr_assert(strstr(mw_last_error(), "mw_trainer_accumulate"), "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_save(tr, "/nonexistent/x", NULL, 0), MW_ERR_UNSUPPORTED);
+    free(before);
+    free(after);
+    result_free(&ref);
+    result_free(&got);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* Pipeline fields without a pipeline axis are refused, naming the way to accumulate. */
+Test(pipeline, micro_batches_need_an_axis, .timeout = 60) {
+    llama_config cfg = model_config(2, 0);
+    gpt2_graph m;
+    mw_graph *g = model(&cfg, NULL, &m);
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:1", NULL, &mesh), MW_OK);
+    mw_trainer_config c = train_config(0.0f);
+    c.micro_batches = 4;
+    mw_trainer *tr = NULL;
+    cr_assert_eq(mw_trainer_new(g, m.loss, mesh, &c, &tr), MW_ERR_INVALID);
+    cr_assert(strstr(mw_last_error(), "pipeline_axis"), "%s", mw_last_error());
     mw_mesh_free(mesh);
     mw_graph_free(g);
 }
