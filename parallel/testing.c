@@ -6,7 +6,6 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "meshwit/testing.h"
-#include "parallel/pipeline_impl.h"
 #include "parallel/trainer_impl.h"
 #include "text/tokenizer_impl.h"
 
@@ -29,11 +28,11 @@ static mw_status arm(mw_trainer *tr, int device, mw_phase phase, int64_t step, m
                      int ms) {
     const char *hook = ms ? "MW_TEST_STALL" : "MW_TEST_FAULT";
     if (tr && tr->pipe) { /* on the device's first stage */
-        mw_trainer *st[64];
         int local = 0;
-        if (!mw__pipeline_device(tr->pipe, device, st, &local))
+        mw_trainer *stage = tr->stage_of_device(tr, device, &local);
+        if (!stage)
             return mw__error(MW_ERR_INVALID, "%s: device %d is not the pipeline's", hook, device);
-        return arm(st[0], local, phase, step, status, ms);
+        return arm(stage, local, phase, step, status, ms);
     }
     mw_status st = injectable(tr, hook, device, phase);
     if (st) return st;

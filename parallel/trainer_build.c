@@ -16,6 +16,7 @@
 #include "parallel/consistency.h"
 #include "parallel/mesh_impl.h"
 #include "parallel/optimizer.h"
+#include "parallel/pipeline_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
@@ -408,6 +409,11 @@ static mw_status trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     return MW_OK;
 }
 
+static mw_trainer *stage_of_device(const mw_trainer *tr, int device, int *local) {
+    mw_trainer *st[64];
+    return mw__pipeline_device(tr->pipe, device, st, local) ? st[0] : NULL;
+}
+
 /* A trainer that is a pipeline (config->pipeline_axis). */
 static mw_status pipeline_trainer(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                                   const mw_trainer_config *config, mw_trainer **out) {
@@ -415,6 +421,7 @@ static mw_status pipeline_trainer(mw_graph *graph, mw_tensor *loss, mw_mesh *mes
     if (!tr) return mw__error(MW_ERR_NOMEM, "mw_trainer_new: out of memory");
     tr->cfg = *config;
     tr->host_lr = -1.0f;
+    tr->stage_of_device = stage_of_device;
     mw_pipeline_config pc = {.trainer = *config,
                              .axis = config->pipeline_axis,
                              .micro_batches = config->micro_batches ? config->micro_batches : 1,

@@ -98,6 +98,10 @@ struct mw_trainer {
     /* A trainer made with mw_trainer_config.pipeline_axis: the pipeline it is (prog is then
      * NULL and every public call goes to the pipeline or is refused). */
     mw_pipeline *pipe;
+    /* With pipe: the trainer of device `device`'s first stage and the device's index there
+     * (NULL for a device outside the mesh), for the runtime's fault hooks (testing.c), which
+     * sit beneath the pipeline. */
+    mw_trainer *(*stage_of_device)(const mw_trainer *tr, int device, int *local);
 };
 
 /* The calls a pipeline's trainer does not offer: MW_ERR_UNSUPPORTED naming the call. */

@@ -152,6 +152,18 @@ static const cli_option table[] = {
         "tensor parallelism: split every layer's attention heads and MLP hidden units over mesh "
         "axis A; the batch is sharded over the other axis of --mesh, if any (e.g. --mesh X=2,Y=2 "
         "--model-axis Y: data parallel over X, tensor parallel over Y)"),
+    CLI_OPT("--pipeline-axis", CLI_STRING, F(pipeline_axis), NULL, "A",
+            "pipeline parallelism: the model's blocks in stages along mesh axis A (e.g. --devices "
+            "cpu:4 --mesh P=4), the --micro-batches of each step flowing between them in the order "
+            "of --pipeline-schedule: the same model, byte for byte, as the run without A"),
+    CLI_OPT("--pipeline-schedule", CLI_CHOICE, F(pipeline_schedule), "1f1b", "S",
+            "with --pipeline-axis: gpipe, 1f1b, interleaved (--virtual-stages per device) or "
+            "zero-bubble",
+            .choices =
+                CLI_CHOICES({"gpipe", 0}, {"1f1b", 1}, {"interleaved", 2}, {"zero-bubble", 3}),
+            .given = F(pipeline_schedule_given)),
+    CLI_OPT("--virtual-stages", CLI_INT, F(virtual_stages), "2", "V",
+            "with --pipeline-schedule interleaved: stages per device", .min = 2, .max = 64),
     CLI_OPT("--shard-optimizer", CLI_FLAG, F(shard_optimizer), NULL, NULL,
             "ZeRO-1: each device keeps and updates the AdamW moments of its own slice of the "
             "parameters (same results, less memory per device)"),
@@ -276,6 +288,11 @@ static int check_flags(const options *o) {
         snprintf(buf, sizeof buf, "--stop-at %d is not before the last step (--steps %d)",
                  o->stop_at, o->steps);
         why = buf;
+    } else if (o->pipeline_schedule_given && !o->pipeline_axis) {
+        why = "--pipeline-schedule needs --pipeline-axis A (the mesh axis of the stages)";
+    } else if (o->pipeline_axis && o->checkpoint) {
+        why = "--checkpoint with --pipeline-axis: a pipeline's checkpoints are not written yet "
+              "(save the model with --save)";
     } else if (o->resume && !o->checkpoint) {
         why = "--resume needs --checkpoint FILE";
     } else if (o->checkpoint_every_given && !o->checkpoint) {
@@ -307,7 +324,7 @@ static int check_flags(const options *o) {
  * with the error reported. */
 static int mesh_roles(options *o) {
     const char *p = o->mesh;
-    int found_model = 0, data = 0, count = 0;
+    int found_model = 0, found_pipe = 0, data = 0, count = 0;
     char names[16][64];
     o->data_axis[0] = '\0';
     while (*p) {
@@ -323,6 +340,8 @@ static int mesh_roles(options *o) {
         count++;
         if (o->model_axis && strcmp(name, o->model_axis) == 0) {
             found_model = 1;
+        } else if (o->pipeline_axis && strcmp(name, o->pipeline_axis) == 0) {
+            found_pipe = 1;
         } else if (data++ == 0) {
             snprintf(o->data_axis, sizeof o->data_axis, "%s", name);
         }
@@ -335,6 +354,12 @@ static int mesh_roles(options *o) {
     if (o->model_axis && !found_model) {
         snprintf(buf, sizeof buf, "--model-axis %s is not an axis of the mesh %s", o->model_axis,
                  o->mesh);
+        why = buf;
+    } else if (o->pipeline_axis && !found_pipe) {
+        snprintf(buf, sizeof buf,
+                 "--pipeline-axis %s is not an axis of the mesh %s (e.g. --mesh "
+                 "%s=4)",
+                 o->pipeline_axis, o->mesh, o->pipeline_axis);
         why = buf;
     } else if (data > 1) {
         snprintf(buf, sizeof buf,

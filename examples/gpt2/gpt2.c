@@ -109,16 +109,22 @@ static void print_trainer(const run *r) {
      * element whose AdamW moments (two) this device keeps (trainer.h: mw_device_memory), and the
      * activations are one micro-batch's. */
     char accum[64] = "", micro[64] = "";
-    if (mw_trainer_memory(r->tr, first, &mem) == MW_OK) {
+    /* A pipeline: each device holds its stages' parameters and the activations of the
+     * micro-batches its schedule keeps in flight. */
+    int shown = r->o.pipeline_axis ? mw_mesh_size(r->mesh) : 1;
+    for (int d = first; d < first + shown; d++) {
+        if (mw_trainer_memory(r->tr, d, &mem) != MW_OK) continue;
         if (r->o.micro_batches > 1) {
             snprintf(accum, sizeof accum, " (%.2f MB of them the accumulator)",
                      mem.optimizer / 2e6);
-            snprintf(micro, sizeof micro, " (a micro-batch of %d)",
-                     r->o.batch / r->o.micro_batches);
+            snprintf(micro, sizeof micro, " (%s micro-batch of %d)",
+                     r->o.pipeline_axis ? "each" : "a", r->o.batch / r->o.micro_batches);
         }
-        printf("memory per device: parameters %.2f MB, gradients %.2f MB%s, optimizer state %.2f "
+        char who[48] = "per device";
+        if (r->o.pipeline_axis) snprintf(who, sizeof who, "of device %d", d);
+        printf("memory %s: parameters %.2f MB, gradients %.2f MB%s, optimizer state %.2f "
                "MB, activations %.2f MB%s, kernel workspace %.2f MB\n",
-               mem.parameters / 1e6, mem.gradients / 1e6, accum, mem.optimizer / 1e6,
+               who, mem.parameters / 1e6, mem.gradients / 1e6, accum, mem.optimizer / 1e6,
                mem.activations / 1e6, micro, mem.workspace / 1e6);
     }
     char kernels[1024];

@@ -39,7 +39,10 @@ typedef struct options {
     int resume, start_over, stop_at, allow_nonfinite;
     int checkpoint_every, checkpoint_every_given;
     int batch, seq, steps, sequential, warmup, cosine;
-    int micro_batches; /* --micro-batches: each step's batch run in this many parts */
+    int micro_batches;         /* --micro-batches: each step's batch run in this many parts */
+    const char *pipeline_axis; /* --pipeline-axis: the mesh axis of the stages, or NULL */
+    int pipeline_schedule;     /* --pipeline-schedule: an mw_pipeline_schedule */
+    int pipeline_schedule_given, virtual_stages;
     uint64_t seed;
     double lr, beta1, beta2, eps, weight_decay, grad_clip, min_lr_ratio;
     int val_every, val_batches, skip_nonfinite;

@@ -68,8 +68,9 @@ static mw_status sampler_open(run *r, sampler *s) {
                               .noutputs = 1,
                               .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32};
         /* FSDP splits the trainer's parameters over the data axis, which a sequence at a time
-         * cannot shard: the program holds them whole, copied from the trainer. */
-        if (o->shard_params && o->data_axis[0]) {
+         * cannot shard, and a pipeline holds them in stages: the program holds them whole,
+         * copied from the trainer. */
+        if ((o->shard_params && o->data_axis[0]) || o->pipeline_axis) {
             st = mw_infer_new(s->g, r->mesh, &ic, &s->inf);
             if (st == MW_OK) st = model_copy_params(o, r->tr, s->inf);
         } else {

@@ -21,25 +21,33 @@ mw_status build(const options *o, mw_mesh *mesh, mw_graph **g, gpt2_graph *m, mw
                                     .fsdp_axis = o->shard_params ? data : NULL},
                      m);
     if (st != MW_OK) return st;
-    mw_trainer_config cfg = {.optimizer = {.kind = MW_ADAMW,
-                                           .lr = (float)o->lr,
-                                           .beta1 = (float)o->beta1,
-                                           .beta2 = (float)o->beta2,
-                                           .eps = (float)o->eps,
-                                           .weight_decay = (float)o->weight_decay,
-                                           .grad_clip = (float)o->grad_clip,
-                                           .warmup_steps = o->warmup,
-                                           .decay_steps = o->cosine ? o->steps : 0,
-                                           .min_lr_ratio = (float)o->min_lr_ratio},
-                             .nonfinite = o->skip_nonfinite ? MW_NONFINITE_SKIP : MW_NONFINITE_STOP,
-                             .check_replicas_every = o->check_replicas,
-                             .shard_optimizer = o->shard_optimizer,
-                             .grad_accumulation = o->micro_batches > 1,
-                             .cpu_threads = o->cpu_threads,
-                             .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
-                             .recompute = (mw_recompute)o->recompute,
-                             .keep_gathered = o->keep_gathered,
-                             .gathers = o->serial_gathers ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD};
+    mw_trainer_config cfg = {
+        .optimizer = {.kind = MW_ADAMW,
+                      .lr = (float)o->lr,
+                      .beta1 = (float)o->beta1,
+                      .beta2 = (float)o->beta2,
+                      .eps = (float)o->eps,
+                      .weight_decay = (float)o->weight_decay,
+                      .grad_clip = (float)o->grad_clip,
+                      .warmup_steps = o->warmup,
+                      .decay_steps = o->cosine ? o->steps : 0,
+                      .min_lr_ratio = (float)o->min_lr_ratio},
+        .nonfinite = o->skip_nonfinite ? MW_NONFINITE_SKIP : MW_NONFINITE_STOP,
+        .check_replicas_every = o->check_replicas,
+        .shard_optimizer = o->shard_optimizer,
+        .grad_accumulation = o->micro_batches > 1 && !o->pipeline_axis,
+        .pipeline_axis = o->pipeline_axis,
+        .micro_batches = o->pipeline_axis ? o->micro_batches : 0,
+        .pipeline_schedule =
+            o->pipeline_axis ? (mw_pipeline_schedule)o->pipeline_schedule : MW_SCHEDULE_GPIPE,
+        .virtual_stages = o->pipeline_axis && o->pipeline_schedule == MW_SCHEDULE_INTERLEAVED
+                              ? o->virtual_stages
+                              : 0,
+        .cpu_threads = o->cpu_threads,
+        .precision = o->bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32,
+        .recompute = (mw_recompute)o->recompute,
+        .keep_gathered = o->keep_gathered,
+        .gathers = o->serial_gathers ? MW_GATHERS_AT_USE : MW_GATHERS_AHEAD};
     return mw_trainer_new(*g, m->loss, mesh, &cfg, tr);
 }
 
@@ -54,6 +62,12 @@ static mw_status run_batch(run *r, int eval, float *loss, int *micro) {
     const int64_t n = (int64_t)(r->o.batch / m) * r->o.seq; /* tokens of a micro-batch */
     mw_feed feeds[2];
     gpt2_batch_feeds(&r->batch, feeds);
+    /* A pipeline takes the micro-batches of the step at once, in the same order. */
+    if (r->o.pipeline_axis) {
+        *micro = 0;
+        return eval ? mw_trainer_eval(r->tr, feeds, 2, loss)
+                    : mw_trainer_step(r->tr, feeds, 2, loss);
+    }
     double sum = 0.0;
     for (int k = 0; k < m; k++) {
         mw_feed f[2] = {{feeds[0].name, r->batch.tokens + k * n, n},
