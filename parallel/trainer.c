@@ -34,6 +34,12 @@ static mw_status run_micro(mw_trainer *tr, mw__train t, cmd c, int micro, const 
     int backward = c == CMD_BACKWARD || c == CMD_BACKWARD_REST || c == CMD_BACKWARD_WEIGHT;
     if (backward && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
         tr->grads_ready = 1;
+    /* A step stopped by its gradients still computed its loss: the caller gets it too. */
+    if (st == MW_ERR_NONFINITE && loss) {
+        worker *w = &prog->w[prog->first];
+        if (w->dev.vt->download(&w->dev, loss, mw__ptr(w, w->plan.loss), sizeof *loss) != MW_OK)
+            *loss = NAN;
+    }
     if (st) return st;
     prog->outputs_ready = 1;
     if (backward && t == TRAIN_STEP && (st = mw__trainer_after_step(tr))) return st;

@@ -354,7 +354,8 @@ mw_status mw_trainer_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
 void mw_trainer_free(mw_trainer *tr);
 
 /* One training step on the global batch in `feeds` (every input of the graph, once). Writes the
- * loss before the update to *loss when loss is not NULL. On error no parameter has changed
+ * loss before the update to *loss when loss is not NULL (also when the step stops with
+ * MW_ERR_NONFINITE: the loss is what the forward pass computed). On error no parameter has changed
  * unless the failure happened during the update itself (the message says so); every worker is
  * released and the trainer can step again. Errors: MW_ERR_INVALID (a NULL trainer; a missing,
  * unknown, repeated or wrong-sized feed, one with NULL data, nfeeds < 0, feeds NULL with
