@@ -387,7 +387,7 @@ char *mw_tensor_describe(const mw_tensor *t, char *buf, size_t size) {
     return mw__type_describe(t->g, &t->type, buf, size);
 }
 
-mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
+mw_status mw__graph_new_like(const mw_graph *g, mw_graph **out) {
     *out = NULL;
     mw_graph *c = mw__calloc(1, sizeof *c);
     if (!c) return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
@@ -395,12 +395,26 @@ mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
     c->nodes = NULL;
     c->names = NULL;
     c->nnodes = c->cap = 0;
+    c->ninputs = c->nparams = c->nstates = 0;
     c->names_cap = g->nnames;
     if (g->nnames) {
         c->names = mw__malloc((size_t)g->nnames * sizeof *c->names);
-        if (!c->names) goto oom;
+        if (!c->names) {
+            mw_graph_free(c);
+            return mw__error(MW_ERR_NOMEM, "out of memory copying the graph");
+        }
         memcpy(c->names, g->names, (size_t)g->nnames * sizeof *c->names);
     }
+    *out = c;
+    return MW_OK;
+}
+
+mw_status mw__graph_clone(const mw_graph *g, mw_graph **out) {
+    mw_graph *c;
+    mw_status st = mw__graph_new_like(g, &c);
+    *out = NULL;
+    if (st) return st;
+    c->ninputs = g->ninputs, c->nparams = g->nparams, c->nstates = g->nstates;
     for (int i = 0; i < g->nnodes; i++) {
         mw_tensor proto = *g->nodes[i];
         for (int k = 0; k < proto.nin; k++) proto.in[k] = c->nodes[proto.in[k]->id];

@@ -353,5 +353,8 @@ mw_tensor *mw__graph_fail(mw_graph *g, mw_status status, const char *fmt, ...)
 
 /* A deep copy of g (for a trainer to extend with its backward pass). */
 mw_status mw__graph_clone(const mw_graph *g, mw_graph **out);
+/* An empty graph with g's axis and mesh names, seed and region count: an axis or mesh-name index
+ * of g means the same axis in it (a pipeline stage's graph, built of g's nodes). */
+mw_status mw__graph_new_like(const mw_graph *g, mw_graph **out);
 
 #endif

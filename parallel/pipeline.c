@@ -406,18 +406,10 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
     int n = g->nnodes;
     sg->device = s % p->P;
     sub_mesh(p->mesh, axis, sg->device, &sg->mesh);
-    mw_status st = mw_graph_new(&sg->g);
+    /* The same names, so axis and mesh-name indices carry over. */
+    mw_status st = mw__graph_new_like(g, &sg->g);
     if (st) return st;
     mw_graph *gs = sg->g;
-    /* The same names, so axis and mesh-name indices carry over. */
-    gs->names = mw__malloc((size_t)(g->nnames ? g->nnames : 1) * sizeof *gs->names);
-    if (!gs->names) return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-    memcpy(gs->names, g->names, (size_t)g->nnames * sizeof *gs->names);
-    gs->nnames = gs->names_cap = g->nnames;
-    memcpy(gs->mesh_names, g->mesh_names, sizeof gs->mesh_names);
-    gs->nmesh_names = g->nmesh_names;
-    gs->seed = g->seed;
-    gs->nregions = g->nregions;
     for (int i = 0; i < n; i++) map[i] = NULL;
     /* Counting pass for the boundary arrays. */
     int nin = 0, nout = 0;
