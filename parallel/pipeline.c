@@ -32,7 +32,8 @@
 typedef struct pipe_out {
     mw_tensor *node;      /* in the stage's graph (one of its trainer's outputs) */
     mw_tensor *seed;      /* the input its gradient is fed through */
-    int reader, in;       /* the stage that reads it, and which of its boundary inputs */
+    int src;              /* the node of the whole graph it is */
+    int reader, in;       /* the stage that reads it (-1 until built), its boundary input there */
     int64_t count;        /* elements (f32) */
     float **value;        /* [micro] */
     unsigned char *ready; /* [micro]: value written */
@@ -62,6 +63,7 @@ typedef struct tied_param {
     int64_t count;        /* elements */
     int shares;           /* devices of a stage: one gradient share each */
     mw_tensor *seed;      /* in the owner's graph */
+    mw_tensor *held;      /* the parameter in the owner's graph */
     mw_tensor *shadow;    /* the parameter in the other's graph */
     float **share;        /* [micro]: shares x count */
     unsigned char *ready; /* [micro] */
@@ -93,7 +95,7 @@ typedef struct stage {
     mw_feed *feeds;      /* handed to the trainer */
     int slots, *slot_of; /* slot_of[micro]: its arena while in flight */
     unsigned char *slot_busy;
-    int in_flight, max_in_flight;
+    int max_in_flight;
     float *losses;              /* [micro] (last stage) */
     double busy_ms, part_ms[3]; /* the last step's: all, and F, B, W apart */
     norm_ctx norm;              /* its trainer's global_norm_ctx */
@@ -106,9 +108,8 @@ struct mw_pipeline {
     mw_pipeline_schedule kind;
     mw__pipe_schedule sched;
     stage *st;
-    float *zeros;        /* the seeds' feed during a forward part (not read) */
-    const mw_feed *user; /* this step's user feeds, by input leaf */
-    const mw_feed **user_of;
+    float *zeros;            /* the seeds' feed during a forward part (not read) */
+    const mw_feed **user_of; /* this step's user feeds, by input leaf */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     mw_status failed;
@@ -263,10 +264,9 @@ static mw_tensor *typed_input(mw_graph *gs, const mw__type *t, const char *name)
 }
 
 typedef struct cut_state {
-    const mw_graph *g;
-    int S;
-    int *node_stage;  /* -1: free */
-    uint64_t *needed; /* free nodes: the stages that read them (bit per stage) */
+    int *node_stage;   /* -1: free */
+    uint64_t *needed;  /* free nodes: the stages that read them (bit per stage) */
+    uint64_t *readers; /* placed nodes: the stages of the placed nodes that read them */
 } cut_state;
 
 static mw_status cut_graph(mw_pipeline *p, const mw_tensor *loss, cut_state *cs) {
@@ -274,9 +274,10 @@ static mw_status cut_graph(mw_pipeline *p, const mw_tensor *loss, cut_state *cs)
     int n = g->nnodes, R = g->nregions, S = p->S;
     cs->node_stage = mw__calloc((size_t)n + 1, sizeof *cs->node_stage);
     cs->needed = mw__calloc((size_t)n + 1, sizeof *cs->needed);
+    cs->readers = mw__calloc((size_t)n + 1, sizeof *cs->readers);
     double *cost = mw__calloc((size_t)R + 1, sizeof *cost);
     int *rstage = mw__calloc((size_t)R + 1, sizeof *rstage);
-    if (!cs->node_stage || !cs->needed || !cost || !rstage) {
+    if (!cs->node_stage || !cs->needed || !cs->readers || !cost || !rstage) {
         mw__free(cost);
         mw__free(rstage);
         return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
@@ -352,12 +353,17 @@ static mw_status cut_graph(mw_pipeline *p, const mw_tensor *loss, cut_state *cs)
                        cs->node_stage[loss->id], S);
         goto done;
     }
-    /* Free nodes: the stages that read them, through other free nodes. */
+    /* The stages that read each node: a free one through other free nodes. */
     for (int i = n - 1; i >= 0; i--) {
         const mw_tensor *t = g->nodes[i];
         uint64_t mine = cs->node_stage[i] >= 0 ? (uint64_t)1 << cs->node_stage[i] : cs->needed[i];
-        for (int k = 0; k < t->nin; k++)
-            if (cs->node_stage[t->in[k]->id] == -1) cs->needed[t->in[k]->id] |= mine;
+        for (int k = 0; k < t->nin; k++) {
+            int x = t->in[k]->id;
+            if (cs->node_stage[x] == -1)
+                cs->needed[x] |= mine;
+            else if (cs->node_stage[i] >= 0)
+                cs->readers[x] |= mine;
+        }
     }
     for (int i = 0; i < n; i++) {
         const mw_tensor *t = g->nodes[i];
@@ -411,23 +417,12 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
     if (st) return st;
     mw_graph *gs = sg->g;
     for (int i = 0; i < n; i++) map[i] = NULL;
-    /* Counting pass for the boundary arrays. */
+    /* The boundary arrays: values of this stage later ones read, values it reads of earlier. */
     int nin = 0, nout = 0;
     for (int i = 0; i < n; i++) {
-        const mw_tensor *t = g->nodes[i];
         int si = cs->node_stage[i];
-        if (si < 0) continue;
-        int read_later = 0, read_here_from = 0;
-        for (int j = i + 1; j < n; j++) {
-            const mw_tensor *u = g->nodes[j];
-            for (int k = 0; k < u->nin; k++)
-                if (u->in[k] == t) {
-                    if (si == s && cs->node_stage[j] > s) read_later = 1;
-                    if (si < s && cs->node_stage[j] == s) read_here_from = 1;
-                }
-        }
-        nout += read_later;
-        nin += read_here_from;
+        nout += si == s && cs->readers[i] >> s >> 1 != 0;
+        nin += si >= 0 && si < s && (cs->readers[i] >> s & 1);
     }
     sg->out = mw__calloc((size_t)nout + 1, sizeof *sg->out);
     sg->in = mw__calloc((size_t)nin + 1, sizeof *sg->in);
@@ -458,10 +453,10 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
                 pipe_in *pi = &sg->in[sg->nin++];
                 *pi =
                     (pipe_in){.node = in, .from = sx, .out = -1, .count = mw__type_numel(&x->type)};
-                /* Which of stage sx's outputs: filled when that stage is built (earlier). */
+                /* Which of stage sx's outputs (that stage is built already); one reader each. */
                 stage *src = &p->st[sx];
                 for (int j = 0; j < src->nout; j++)
-                    if (src->out[j].node && src->out[j].reader == -1 - x->id) {
+                    if (src->out[j].src == x->id && src->out[j].reader < 0) {
                         pi->out = j;
                         src->out[j].reader = s;
                         src->out[j].in = sg->nin - 1;
@@ -480,26 +475,15 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
             if (t->op == MW__OP_INPUT) user_leaf_of_input[c->leaf] = t->leaf;
         }
         /* A value of this stage a later stage reads: sent on, its gradient fed back. */
-        if (si == s) {
-            int later = 0;
-            for (int j = i + 1; j < n && !later; j++)
-                for (int k = 0; k < g->nodes[j]->nin; k++)
-                    later |= g->nodes[j]->in[k] == t && cs->node_stage[j] > s;
-            if (later) {
-                pipe_out *po = &sg->out[sg->nout++];
-                *po = (pipe_out){
-                    .node = map[i], .reader = -1 - t->id, .count = mw__type_numel(&t->type)};
-            }
-        }
+        if (si == s && cs->readers[i] >> s >> 1)
+            sg->out[sg->nout++] = (pipe_out){
+                .node = map[i], .src = i, .reader = -1, .count = mw__type_numel(&t->type)};
     }
     if (gs->status) return mw__error_copy(gs->status, gs->error);
     /* Seeds after the forward nodes. */
     for (int j = 0; j < sg->nout; j++) {
         char name[MW_MAX_NAME];
-        const mw_tensor *orig = NULL;
-        for (int i = 0; i < n && !orig; i++)
-            if (map[i] == sg->out[j].node) orig = g->nodes[i];
-        snprintf(name, sizeof name, "pipe.grad.%d", orig ? orig->id : j);
+        snprintf(name, sizeof name, "pipe.grad.%d", sg->out[j].src);
         mw__type gt = mw__grad_type(&sg->out[j].node->type);
         if (!(sg->out[j].seed = typed_input(gs, &gt, name)))
             return mw__error_copy(gs->status, gs->error);
@@ -511,6 +495,7 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
         const mw_tensor *par = g->nodes[tp->node];
         if (tp->other == s) tp->shadow = map[tp->node];
         if (tp->owner != s) continue;
+        tp->held = map[tp->node];
         char name[MW_MAX_NAME];
         snprintf(name, sizeof name, "pipe.tied.%d", tp->node);
         mw__type t = mw__grad_type(&par->type);
@@ -909,21 +894,20 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
 
 /* ---- making and freeing ------------------------------------------------------------------ */
 
+static void free_micro_buffers(int M, float **buf, unsigned char *ready) {
+    for (int m = 0; buf && m < M; m++) mw__free(buf[m]);
+    mw__free(buf);
+    mw__free(ready);
+}
+
 void mw_pipeline_free(mw_pipeline *p) {
     if (!p) return;
     for (int s = 0; p->st && s < p->S; s++) {
         stage *sg = &p->st[s];
         mw_trainer_free(sg->tr);
-        for (int j = 0; j < sg->nout; j++) {
-            for (int m = 0; sg->out[j].value && m < p->M; m++) mw__free(sg->out[j].value[m]);
-            mw__free(sg->out[j].value);
-            mw__free(sg->out[j].ready);
-        }
-        for (int k = 0; k < sg->nin; k++) {
-            for (int m = 0; sg->in[k].grad && m < p->M; m++) mw__free(sg->in[k].grad[m]);
-            mw__free(sg->in[k].grad);
-            mw__free(sg->in[k].ready);
-        }
+        for (int j = 0; j < sg->nout; j++)
+            free_micro_buffers(p->M, sg->out[j].value, sg->out[j].ready);
+        for (int k = 0; k < sg->nin; k++) free_micro_buffers(p->M, sg->in[k].grad, sg->in[k].ready);
         mw__free(sg->out);
         mw__free(sg->in);
         mw__free(sg->feed);
@@ -934,9 +918,7 @@ void mw_pipeline_free(mw_pipeline *p) {
         mw_graph_free(sg->g);
     }
     for (int k = 0; k < p->ntied; k++) {
-        for (int m = 0; p->tied[k].share && m < p->M; m++) mw__free(p->tied[k].share[m]);
-        mw__free(p->tied[k].share);
-        mw__free(p->tied[k].ready);
+        free_micro_buffers(p->M, p->tied[k].share, p->tied[k].ready);
         mw__free(p->tied[k].value);
     }
     mw__free(p->st);
@@ -999,11 +981,10 @@ static mw_status micro_buffers(int M, int64_t count, float ***buf, unsigned char
 
 /* Makes stage s's trainer: its feeds, its boundary buffers, its slots. */
 static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const int *user_leaf,
-                            const mw_pipeline_config *c, int axis) {
+                            const mw_pipeline_config *c) {
     mw_status st;
     stage *sg = &p->st[s];
     mw_graph *gs = sg->g;
-    (void)axis;
     /* Slots: the most micro-batches between their F and their last backward action (B, or
      * zero-bubble's W, which still reads the activations) on this chunk. */
     int chunk = s / p->P, live = 0,
@@ -1072,12 +1053,7 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     }
     for (int k = 0; k < p->ntied; k++) {
         if (p->tied[k].owner == s) {
-            seed_of[nseeds] = NULL;
-            for (int i = 0; i < gs->nnodes; i++)
-                if (gs->nodes[i]->op == MW__OP_PARAM &&
-                    !strcmp(gs->nodes[i]->name, p->g->nodes[p->tied[k].node]->name))
-                    seed_of[nseeds] = gs->nodes[i];
-            if (!seed_of[nseeds]) return mw__error(MW_ERR_STATE, "tied parameter lost");
+            seed_of[nseeds] = p->tied[k].held;
             seeds[nseeds++] = p->tied[k].seed;
         }
         if (p->tied[k].other == s) shares[nshares++] = p->tied[k].shadow;
@@ -1186,7 +1162,7 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
             if (p->tied[k].owner == s && p->tied[k].shares * p->tied[k].count > zeros)
                 zeros = p->tied[k].shares * p->tied[k].count;
         /* The values this stage sends must all have a reader by now... checked below. */
-        st = make_stage(p, s, stage_loss, user_leaf, config, axis);
+        st = make_stage(p, s, stage_loss, user_leaf, config);
     }
     for (int s = 0; st == MW_OK && s < p->S; s++)
         for (int j = 0; j < p->st[s].nout; j++)
@@ -1202,6 +1178,7 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     if (st) goto fail;
     mw__free(cs.node_stage);
     mw__free(cs.needed);
+    mw__free(cs.readers);
     mw__free(map);
     mw__free(user_leaf);
     p->region_stage = NULL;
@@ -1212,6 +1189,7 @@ fail : {
     snprintf(msg, sizeof msg, "%s", mw_last_error());
     mw__free(cs.node_stage);
     mw__free(cs.needed);
+    mw__free(cs.readers);
     mw__free(map);
     mw__free(user_leaf);
     mw_pipeline_free(p);
