@@ -646,7 +646,7 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
     int zb = p->kind == MW_SCHEDULE_ZERO_BUBBLE;
     mw_status st =
         zb ? mw__trainer_backward_input(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds)
-           : mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, 0, &loss);
+           : mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
     for (int k = 0; st == MW_OK && k < sg->nin; k++) {
         const mw_tensor *h = sg->tr->wrt_out[k];
         if (h)

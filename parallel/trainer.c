@@ -17,6 +17,17 @@
 #include "parallel/pipeline_impl.h"
 #include "parallel/trainer_impl.h"
 
+/* The loss the current command left on the first local device. */
+static mw_status read_loss(mw__program *prog, float *loss) {
+    worker *w = &prog->w[prog->first];
+    return w->dev.vt->download(&w->dev, loss, mw__ptr(w, w->plan.loss), sizeof *loss);
+}
+
+/* The learning rate of the step about to run: the one set from the host, or the schedule's. */
+static float step_lr(const mw_trainer *tr) {
+    return tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
+}
+
 /* Runs command c; micro: the micro-batch (dropout's masks), -1 for the count accumulated. */
 static mw_status run_micro(mw_trainer *tr, mw__train t, cmd c, int micro, const mw_feed *feeds,
                            int nfeeds, float *loss) {
@@ -35,19 +46,11 @@ static mw_status run_micro(mw_trainer *tr, mw__train t, cmd c, int micro, const 
     if (backward && t != TRAIN_ACCUM && (st == MW_OK || st == MW_ERR_NONFINITE))
         tr->grads_ready = 1;
     /* A step stopped by its gradients still computed its loss: the caller gets it too. */
-    if (st == MW_ERR_NONFINITE && loss) {
-        worker *w = &prog->w[prog->first];
-        if (w->dev.vt->download(&w->dev, loss, mw__ptr(w, w->plan.loss), sizeof *loss) != MW_OK)
-            *loss = NAN;
-    }
+    if (st == MW_ERR_NONFINITE && loss && read_loss(prog, loss) != MW_OK) *loss = NAN;
     if (st) return st;
     prog->outputs_ready = 1;
     if (backward && t == TRAIN_STEP && (st = mw__trainer_after_step(tr))) return st;
-    if (loss) {
-        worker *w = &prog->w[prog->first];
-        return w->dev.vt->download(&w->dev, loss, mw__ptr(w, w->plan.loss), sizeof *loss);
-    }
-    return MW_OK;
+    return loss ? read_loss(prog, loss) : MW_OK;
 }
 
 static mw_status run_command(mw_trainer *tr, mw__train t, cmd c, const mw_feed *feeds, int nfeeds,
@@ -61,18 +64,18 @@ mw_status mw__trainer_forward_keep(mw_trainer *tr, int slot, int micro, const mw
     return run_micro(tr, TRAIN_GRADS, CMD_FORWARD_KEEP, micro, feeds, nfeeds, NULL);
 }
 
-mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
-                                    int nfeeds, int last, float *loss) {
+/* A pipeline stage's backward command c on slot's micro-batch, its gradients accumulated. */
+static mw_status accumulate_slot(mw_trainer *tr, cmd c, int slot, int micro, const mw_feed *feeds,
+                                 int nfeeds, float *loss) {
     tr->prog->slot = slot;
-    if (!last) {
-        mw_status st = run_micro(tr, TRAIN_ACCUM, CMD_BACKWARD_REST, micro, feeds, nfeeds, loss);
-        if (st == MW_OK) tr->accumulated++;
-        return st;
-    }
-    tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
-    mw_status st = run_micro(tr, TRAIN_STEP, CMD_BACKWARD_REST, micro, feeds, nfeeds, loss);
-    if (st == MW_OK) tr->accumulated = 0;
+    mw_status st = run_micro(tr, TRAIN_ACCUM, c, micro, feeds, nfeeds, loss);
+    if (st == MW_OK) tr->accumulated++;
     return st;
+}
+
+mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
+                                    int nfeeds, float *loss) {
+    return accumulate_slot(tr, CMD_BACKWARD_REST, slot, micro, feeds, nfeeds, loss);
 }
 
 mw_status mw__trainer_backward_input(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
@@ -83,15 +86,12 @@ mw_status mw__trainer_backward_input(mw_trainer *tr, int slot, int micro, const 
 
 mw_status mw__trainer_backward_weight(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
                                       int nfeeds, float *loss) {
-    tr->prog->slot = slot;
-    mw_status st = run_micro(tr, TRAIN_ACCUM, CMD_BACKWARD_WEIGHT, micro, feeds, nfeeds, loss);
-    if (st == MW_OK) tr->accumulated++;
-    return st;
+    return accumulate_slot(tr, CMD_BACKWARD_WEIGHT, slot, micro, feeds, nfeeds, loss);
 }
 
 mw_status mw__trainer_update(mw_trainer *tr) {
     mw__program *prog = tr->prog;
-    tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, prog->steps);
+    tr->step_lr = step_lr(tr);
     tr->train = TRAIN_STEP;
     tr->fold_only = 1;
     for (int d = prog->first; d < prog->first + prog->nlocal; d++) tr->rep[d].update_ms = 0.0;
@@ -138,7 +138,7 @@ mw_status mw_trainer_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds, floa
     if (tr && tr->pipe) return pipeline_step(tr, feeds, nfeeds, loss);
     mw_status st = tr && !tr->prog->broken ? mw__trainer_stop_point(tr) : MW_OK;
     if (st) return st;
-    if (tr) tr->step_lr = tr->host_lr >= 0.0f ? tr->host_lr : mw_trainer_lr(tr, tr->prog->steps);
+    if (tr) tr->step_lr = step_lr(tr);
     st = run_command(tr, TRAIN_STEP, CMD_BACKWARD, feeds, nfeeds, loss);
     if (st == MW_OK) tr->accumulated = 0;
     return st;
@@ -241,9 +241,7 @@ int64_t mw_trainer_steps(const mw_trainer *tr) {
 }
 
 int mw_trainer_devices(const mw_trainer *tr) {
-    if (tr && tr->pipe) {
-        return mw__pipeline_devices(tr->pipe);
-    }
+    if (tr && tr->pipe) return mw__pipeline_devices(tr->pipe);
     return tr ? tr->prog->nworkers : 0;
 }
 

@@ -121,21 +121,19 @@ mw_status mw__trainer_new_stage(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                                 mw_trainer **out);
 /* The forward part of micro-batch `micro`'s training pass, its activations kept in arena `slot`
  * until mw__trainer_backward_rest of the same slot, which runs the backward part with the same
- * feeds (and the seeds' now) and then accumulates (last 0) or updates with the step's learning
- * rate (last non-zero: the update of the mean of the step's micro-batches, as mw_trainer_step
- * after mw_trainer_accumulate). */
+ * feeds (and the seeds' now) and accumulates its gradients (mw__trainer_update then updates). */
 mw_status mw__trainer_forward_keep(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
                                    int nfeeds);
 mw_status mw__trainer_backward_rest(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
-                                    int nfeeds, int last, float *loss);
-/* With stage->split_weights: mw__trainer_backward_rest (last 0) in two, the input gradients
- * (then the wrts' gradients and the shares can be read) and later the weight gradients, which
+                                    int nfeeds, float *loss);
+/* With stage->split_weights: mw__trainer_backward_rest in two, the input gradients (then the
+ * wrts' gradients and the shares can be read) and later the weight gradients, which
  * accumulates. */
 mw_status mw__trainer_backward_input(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
                                      int nfeeds);
 mw_status mw__trainer_backward_weight(mw_trainer *tr, int slot, int micro, const mw_feed *feeds,
                                       int nfeeds, float *loss);
-/* The update of a pipeline stage whose step's micro-batches were all accumulated (last 0):
+/* The update of a pipeline stage whose step's micro-batches were all accumulated:
  * with the mean of their gradients, as mw_trainer_step after mw_trainer_accumulate (the same
  * sums in the same order), the norm from tr->global_norm. */
 mw_status mw__trainer_update(mw_trainer *tr);
