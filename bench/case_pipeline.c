@@ -173,16 +173,11 @@ out:
 }
 
 int mwb_case_pipeline(mwb_ctx *ctx) {
-    pipe_shape sh = {.model = {.layers = 12,
-                               .heads = 12,
-                               .channels = 768,
-                               .max_seq = 1024,
-                               .vocab = 50257,
-                               .padded_vocab = 50304},
-                     .batch = 1,
-                     .seq = 128,
-                     .micro = 8,
-                     .steps = 2};
+    pipe_shape sh = {.batch = 1, .seq = 128, .micro = 8, .steps = 2};
+    if (gpt2_preset("gpt2-124m", &sh.model) != 0) {
+        fprintf(stderr, "pipeline: no gpt2-124m preset\n");
+        return 1;
+    }
     if (ctx->quick)
         sh = (pipe_shape){.model = {.layers = 8,
                                     .heads = 2,
