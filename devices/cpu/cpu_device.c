@@ -108,14 +108,22 @@ static const char *blas_core(void) {
 }
 
 const char *mw__cpu_backend_describe(void) {
-    static char text[160];
-    snprintf(text, sizeof text, "OpenBLAS core %s, %s, vector loops (%s)", blas_core(),
+    static char text[256];
+    char bf16[96] = "";
+#ifdef MESHWIT_HAVE_DNNL
+    /* Where the CPU has AVX512-BF16 without AMX, whether bf16 products use it (cpu_isa.h). */
+    double r = mw__isa_bf16_dot_ratio();
+    if (r > 0)
+        snprintf(bf16, sizeof bf16, ", bf16 dot products at %.2fx the f32 rate: %s", r,
+                 r >= MW__BF16_DOT_PAYS ? "bf16 on them" : "bf16 widened to f32");
+#endif
+    snprintf(text, sizeof text, "OpenBLAS core %s, %s, vector loops (%s)%s", blas_core(),
 #ifdef MESHWIT_HAVE_DNNL
              "oneDNN built in",
 #else
              "no oneDNN",
 #endif
-             mw__cpu_vector_isa());
+             mw__cpu_vector_isa(), bf16);
     return text;
 }
 

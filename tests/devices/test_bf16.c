@@ -637,8 +637,8 @@ static void attention_against_float64(const char *engine, const char *impl, int6
         cr_assert_eq(dev.vt->attention_prepare(&dev, &k, grad), MW_OK);
         if (!k.impl) {
             free(k.scratch);
-            cr_skip_test("no bf16 instructions or no oneDNN here: the f32 kernel runs (tested "
-                         "above)");
+            cr_skip_test("no bf16 instructions, none that pay, or no oneDNN here: the f32 "
+                         "kernel runs (tested above)");
         }
         keep = 1;
         const char *ran = dev.vt->describe(&dev, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, &k);
@@ -679,12 +679,49 @@ static void attention_against_float64(const char *engine, const char *impl, int6
 }
 
 Test(bf16, attention_on_bf16_instructions_against_float64) {
+    /* AVX512-BF16 without AMX: asked for by name, also where it does not pay */
+    if (mw__isa_of_cpu() == MW__ISA_AVX512_BF16) setenv("MESHWIT_CPU_ISA", "avx512_bf16", 1);
     attention_against_float64("onednn", "onednn", 24);
 }
 
 /* Where the CPU has AVX512-BF16 and no AMX, the default engine runs attention on meshwit's own
- * dot-product tiles (a head of 40: their 16 x 16 transposes and a rest); with AMX, on oneDNN. */
+ * dot-product tiles (a head of 40: their 16 x 16 transposes and a rest) when they pay, and on the
+ * f32 tiles of widened values when they do not (then this skips: those are covered by
+ * attention_on_bf16_is_the_f32_kernel_on_the_widened_values); with AMX, on oneDNN. */
 Test(bf16, attention_on_the_default_engine_against_float64) {
     attention_against_float64(NULL,
                               mw__isa_of_cpu() == MW__ISA_AMX ? "onednn" : "dot-product tiles", 40);
+}
+
+/* MESHWIT_CPU_ISA=avx512_bf16 runs the dot-product tiles wherever the CPU has AVX512-BF16, also
+ * where they are slower than f32 FMAs, so a CPU of either kind tests them. */
+Test(bf16, attention_on_the_dot_product_tiles_when_asked_against_float64) {
+    if (mw__isa_of_cpu() != MW__ISA_AVX512_BF16) cr_skip_test("the CPU has no AVX512-BF16, or AMX");
+    setenv("MESHWIT_CPU_ISA", "avx512_bf16", 1);
+    cr_assert(mw__cpu_bf16_native(NULL));
+    attention_against_float64(NULL, "dot-product tiles", 40);
+}
+
+/* With no cap, bf16 products run on AVX512-BF16 exactly where its dot products multiply at least
+ * MW__BF16_DOT_PAYS times as fast as f32 FMAs (measured: 2 on Zen 4 and 5, 0.5 on the Intel Xeon
+ * without AMX); the ratio is measured once, so asking again gives the same answer. */
+Test(bf16, bf16_instructions_where_they_pay) {
+    double r = mw__isa_bf16_dot_ratio();
+    mw__isa have = mw__isa_of_cpu();
+    if (have == MW__ISA_AVX512_BF16) {
+        cr_assert(r > 0.05 && r < 20, "ratio %g", r);
+        cr_assert_eq(mw__isa_bf16_dot_pays(), r >= MW__BF16_DOT_PAYS);
+    } else {
+        cr_assert_eq(r, -1.0);
+        cr_assert_eq(mw__isa_bf16_dot_pays(), have == MW__ISA_AMX);
+    }
+    cr_assert_eq(mw__isa_bf16_dot_ratio(), r);
+#ifdef MESHWIT_HAVE_DNNL
+    cr_assert_eq(mw__cpu_bf16_native(NULL), mw__isa_bf16_dot_pays());
+    setenv("MESHWIT_CPU_ISA", "avx512_bf16", 1);
+    cr_assert_eq(mw__cpu_bf16_native(NULL), have >= MW__ISA_AVX512_BF16);
+    setenv("MESHWIT_CPU_ISA", "avx512", 1);
+    cr_assert(!mw__cpu_bf16_native(NULL));
+    unsetenv("MESHWIT_CPU_ISA");
+#endif
 }
