@@ -45,22 +45,75 @@ typedef struct entry {
 /* Values start 8-byte aligned in a file image (see mw_trainer_load). */
 _Static_assert(sizeof(header) % 8 == 0 && sizeof(entry) % 8 == 0, "checkpoint layout");
 
-/* The parameters in declaration order, with their slots on device 0. */
-static int params_in_order(const mw_trainer *tr, const mw_tensor **out) {
-    int n = 0;
-    for (int i = 0; i < tr->prog->g->nnodes; i++)
-        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM)
-            out[tr->prog->g->nodes[i]->leaf] = tr->prog->g->nodes[i], n++;
-    return n;
+/* Where a checkpoint's parameters live: the whole model's, in its declaration order (names,
+ * sizes), and for each the trainers holding it with its node in theirs: the trainer itself, or
+ * a pipeline's stages, the owner of a tied parameter first. Saving reads from the first holder;
+ * loading writes the values to every holder and the moments to the first (a tied parameter's
+ * other copy only ever receives the owner's updated value). */
+typedef struct holder {
+    mw_trainer *tr;
+    const mw_tensor *t;
+} holder;
+
+typedef struct layout {
+    const mw_graph *g;        /* the whole model's graph */
+    int nparams, nstages;     /* nstages: 1 unless a pipeline */
+    const mw_tensor **params; /* [nparams], declaration order */
+    holder *hold;             /* [nparams][nstages] */
+    int *nhold;               /* [nparams] */
+} layout;
+
+static void layout_free(layout *l) {
+    mw__free(l->params);
+    mw__free(l->hold);
+    mw__free(l->nhold);
+}
+
+static mw_trainer *stage_trainer(mw_trainer *tr, int s) {
+    return tr->pipe ? mw__pipeline_stage_trainer(tr->pipe, s) : tr;
+}
+
+static mw_status layout_of(mw_trainer *tr, const char *caller, layout *l) {
+    *l = (layout){.g = tr->pipe ? mw__pipeline_graph(tr->pipe) : tr->prog->g,
+                  .nstages = tr->pipe ? mw_pipeline_stages(tr->pipe) : 1};
+    int n = l->g->nparams;
+    l->params = mw__calloc((size_t)n + 1, sizeof *l->params);
+    l->hold = mw__calloc((size_t)(n + 1) * (size_t)l->nstages, sizeof *l->hold);
+    l->nhold = mw__calloc((size_t)n + 1, sizeof *l->nhold);
+    if (!l->params || !l->hold || !l->nhold) {
+        layout_free(l);
+        return mw__error(MW_ERR_NOMEM, "%s: out of memory", caller);
+    }
+    for (int i = 0; i < l->g->nnodes; i++)
+        if (l->g->nodes[i]->op == MW__OP_PARAM) l->params[l->g->nodes[i]->leaf] = l->g->nodes[i];
+    l->nparams = n;
+    for (int s = 0; s < l->nstages; s++) {
+        mw_trainer *st = stage_trainer(tr, s);
+        const mw_graph *gs = st->prog->g;
+        for (int i = 0; i < gs->nnodes; i++) {
+            const mw_tensor *t = gs->nodes[i];
+            if (t->op != MW__OP_PARAM) continue;
+            int p = tr->pipe ? -1 : t->leaf;
+            for (int k = 0; p < 0 && k < n; k++)
+                if (!strcmp(l->params[k]->name, t->name)) p = k;
+            if (p < 0) continue; /* (every stage parameter is one of the model's) */
+            l->hold[(size_t)p * (size_t)l->nstages + (size_t)l->nhold[p]++] = (holder){st, t};
+        }
+    }
+    for (int p = 0; p < n; p++)
+        if (!l->nhold[p]) {
+            layout_free(l);
+            return mw__error(MW_ERR_STATE, "%s: no stage holds parameter '%s'", caller,
+                             l->params[p]->name);
+        }
+    return MW_OK;
 }
 
 /* Values of every parameter, whole (the sum of their global sizes): the length of each part of
  * the file's image. */
-static int64_t whole_elems(const mw_trainer *tr) {
+static int64_t whole_elems(const layout *l) {
     int64_t n = 0;
-    for (int i = 0; i < tr->prog->g->nnodes; i++)
-        if (tr->prog->g->nodes[i]->op == MW__OP_PARAM)
-            n += mw__type_numel(&tr->prog->g->nodes[i]->type);
+    for (int p = 0; p < l->nparams; p++) n += mw__type_numel(&l->params[p]->type);
     return n;
 }
 
@@ -68,24 +121,29 @@ static int64_t whole_elems(const mw_trainer *tr) {
  * order) and the devices. Saving reads each value from the first of this process's devices that
  * holds it (moments: the owner of their slice with ZeRO-1; a split parameter: its shards);
  * loading writes every device's part. The file is the same in every mode and on every mesh. */
-static mw_status transfer(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
-                          int moments, int to_devices) {
+static mw_status transfer(const layout *l, float *image, int moments, int to_devices) {
     for (int part = 0; part <= moments; part++)
-        for (int p = 0; p < nparams; p++) {
-            mw__holding held = part ? mw__held_moment(tr, part - 1) : mw__held_params;
-            mw_status st = mw__param_transfer(tr->prog, params[p], &held, image, to_devices);
-            if (st) return st;
-            image += mw__type_numel(&params[p]->type);
+        for (int p = 0; p < l->nparams; p++) {
+            const holder *h = &l->hold[(size_t)p * (size_t)l->nstages];
+            int n = to_devices && part == 0 ? l->nhold[p] : 1;
+            for (int k = 0; k < n; k++) {
+                mw__holding held = part ? mw__held_moment(h[k].tr, part - 1) : mw__held_params;
+                mw_status st = mw__param_transfer(h[k].tr->prog, h[k].t, &held, image, to_devices);
+                if (st) return st;
+            }
+            image += mw__type_numel(&l->params[p]->type);
         }
     return MW_OK;
 }
+
+/* The step every stage has taken (a pipeline's stages step together). */
+static int64_t steps_of(mw_trainer *tr) { return stage_trainer(tr, 0)->prog->steps; }
 
 /* ZeRO-1 on a mesh spanning processes: each process holds the moments of its own devices'
  * slices, which (devices being numbered process by process) form one range of the flat layout.
  * Every process contributes its range and receives the others' (a collective call), then the
  * moments are written into the image in declaration order. */
-static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **params, int nparams,
-                                int moments) {
+static mw_status gather_moments(mw_trainer *tr, float *image, const layout *l, int moments) {
     int64_t elems = tr->prog->w[tr->prog->first].plan.param_elems;
     const mw_mesh *mesh = tr->prog->mesh;
     const size_t *sl = tr->slices;
@@ -119,8 +177,8 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
                                            tr->cfg.collective_timeout_ms,
                                            "mw_trainer_save: gathering the optimizer moments");
         float *img = image + part * elems;
-        for (int p = 0; st == MW_OK && p < nparams; p++) {
-            const mw__param_slot *s = &tr->prog->w[tr->prog->first].plan.params[params[p]->leaf];
+        for (int p = 0; st == MW_OK && p < l->nparams; p++) {
+            const mw__param_slot *s = &tr->prog->w[tr->prog->first].plan.params[l->params[p]->leaf];
             memcpy(img, flat + s->off, (size_t)s->count * 4);
             img += s->count;
         }
@@ -134,35 +192,34 @@ static mw_status gather_moments(mw_trainer *tr, float *image, const mw_tensor **
 mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, size_t user_bytes) {
     if (!tr || !path || (user_bytes && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save: NULL argument");
-    MW__NOT_PIPELINED(tr, "mw_trainer_save");
-    const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
-    if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
-    int nparams = params_in_order(tr, params);
+    layout l;
+    mw_status st = layout_of(tr, "mw_trainer_save", &l);
+    if (st) return st;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
-    int64_t elems = whole_elems(tr);
+    int64_t elems = whole_elems(&l);
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
-    mw_status st = image ? transfer(tr, image, params, nparams, moments, 0)
-                         : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
-    if (st == MW_OK && tr->prog->zero1 && tr->prog->nlocal < tr->prog->nworkers &&
+    st = image ? transfer(&l, image, moments, 0)
+               : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
+    if (st == MW_OK && !tr->pipe && tr->prog->zero1 && tr->prog->nlocal < tr->prog->nworkers &&
         !tr->prog->sharded_params)
-        st = gather_moments(tr, image, params, nparams, moments);
+        st = gather_moments(tr, image, &l, moments);
     /* Written beside the old checkpoint, which is replaced only by a complete new one. */
     mw_output *out = NULL;
     if (st == MW_OK) st = mw_output_open(path, "checkpoint", 0, &out);
     if (st == MW_OK) {
         header h = {.version = VERSION,
                     .optimizer = (uint32_t)tr->cfg.optimizer.kind,
-                    .step = tr->prog->steps,
-                    .nparams = (uint32_t)nparams,
+                    .step = steps_of(tr),
+                    .nparams = (uint32_t)l.nparams,
                     .moments = (uint32_t)moments,
                     .elems = (uint64_t)elems,
                     .user_bytes = user_bytes};
         memcpy(h.magic, MAGIC, 8);
         uint64_t sum = mw__fnv1a(MW__FNV_BASIS, &h, sizeof h);
         st = mw_output_write(out, &h, sizeof h);
-        for (int p = 0; st == MW_OK && p < nparams; p++) {
-            entry e = {.count = mw__type_numel(&params[p]->type)};
-            snprintf(e.name, sizeof e.name, "%s", params[p]->name);
+        for (int p = 0; st == MW_OK && p < l.nparams; p++) {
+            entry e = {.count = mw__type_numel(&l.params[p]->type)};
+            snprintf(e.name, sizeof e.name, "%s", l.params[p]->name);
             sum = mw__fnv1a(sum, &e, sizeof e);
             st = mw_output_write(out, &e, sizeof e);
         }
@@ -178,7 +235,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
         }
     }
     mw__free(image);
-    mw__free(params);
+    layout_free(&l);
     return st;
 }
 
@@ -255,7 +312,9 @@ static mw_status validate_image(const char *path, const unsigned char *data, siz
 
 /* Checks a file image against the trainer; on success *h is its header. */
 static mw_status validate(mw_trainer *tr, const char *path, const unsigned char *data, size_t size,
-                          const mw_tensor **params, int nparams, header *h) {
+                          const layout *l, header *h) {
+    const mw_tensor *const *params = l->params;
+    int nparams = l->nparams;
     mw_status st = validate_image(path, data, size, h);
     if (st) return st;
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
@@ -278,12 +337,12 @@ static mw_status validate(mw_trainer *tr, const char *path, const unsigned char 
                              (long long)count);
     }
     /* Per-parameter sizes agree, so the totals do unless the header lies. */
-    if (h->elems != (uint64_t)whole_elems(tr))
+    if (h->elems != (uint64_t)whole_elems(l))
         return mw__error(MW_ERR_FORMAT,
                          "checkpoint %s holds %u parameters (%llu values); the "
                          "model has %d (%lld)",
                          path, h->nparams, (unsigned long long)h->elems, nparams,
-                         (long long)whole_elems(tr));
+                         (long long)whole_elems(l));
     return MW_OK;
 }
 
@@ -291,15 +350,14 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
                           size_t *user_bytes) {
     if (!tr || !path || (capacity && !user))
         return mw__error(MW_ERR_INVALID, "mw_trainer_load: NULL argument");
-    MW__NOT_PIPELINED(tr, "mw_trainer_load");
-    const mw_tensor **params = mw__calloc((size_t)tr->prog->g->nparams + 1, sizeof *params);
-    if (!params) return mw__error(MW_ERR_NOMEM, "mw_trainer_load: out of memory");
-    int nparams = params_in_order(tr, params);
+    layout l;
+    mw_status st = layout_of(tr, "mw_trainer_load", &l);
+    if (st) return st;
     unsigned char *data = NULL;
     size_t size = 0;
     header h;
-    mw_status st = slurp(path, &data, &size);
-    if (st == MW_OK) st = validate(tr, path, data, size, params, nparams, &h);
+    st = slurp(path, &data, &size);
+    if (st == MW_OK) st = validate(tr, path, data, size, &l, &h);
     if (st == MW_OK && h.user_bytes > capacity)
         st = mw__error(MW_ERR_FORMAT,
                        "checkpoint %s carries %llu bytes of caller state; the "
@@ -311,15 +369,15 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
         size_t values = (size_t)h.elems * (1 + h.moments) * 4;
         /* The values sit 8-byte aligned in the file image (a 48-byte header and 56-byte
          * entries), so they go to the devices from there, without another copy. */
-        st = transfer(tr, (float *)(uintptr_t)body, params, nparams, (int)h.moments, 1);
+        st = transfer(&l, (float *)(uintptr_t)body, (int)h.moments, 1);
         if (st == MW_OK) {
-            tr->prog->steps = h.step;
+            for (int s = 0; s < l.nstages; s++) stage_trainer(tr, s)->prog->steps = h.step;
             if (h.user_bytes) memcpy(user, body + values, (size_t)h.user_bytes);
             if (user_bytes) *user_bytes = (size_t)h.user_bytes;
         }
     }
     mw__free(data);
-    mw__free(params);
+    layout_free(&l);
     return st;
 }
 

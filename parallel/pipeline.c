@@ -59,6 +59,8 @@ typedef struct norm_ctx {
  * the owner's value is copied into the shadow. */
 typedef struct tied_param {
     int node; /* the parameter in the whole graph */
+    int via;  /* split over a mesh axis (FSDP): its one reader, the GATHER that makes it whole,
+                 whose gradient (before the reduce-scatter) the shares are; else -1 */
     int owner, other;
     int64_t count;        /* elements */
     int shares;           /* devices of a stage: one gradient share each */
@@ -378,22 +380,37 @@ static mw_status cut_graph(mw_pipeline *p, const mw_tensor *loss, cut_state *cs)
                 else
                     more = 1;
             }
-        int split = 0;
+        int split = 0, via = -1, readers = 0;
         for (int k = 0; k < t->type.rank; k++) split |= t->type.ax[k].mesh >= 0;
-        if (more || split || p->ntied == MAX_TIED) {
+        /* Split (FSDP): shared as the whole its one GATHER makes (a gather per axis would be
+         * a chain; one split axis, one reader). */
+        for (int j = i + 1; split && j < n; j++)
+            for (int k = 0; k < g->nodes[j]->nin; k++)
+                if (g->nodes[j]->in[k] == t) {
+                    readers++;
+                    via = g->nodes[j]->op == MW__OP_GATHER ? j : -1;
+                }
+        int whole = via >= 0 && readers == 1;
+        for (int k = 0; whole && k < g->nodes[via]->type.rank; k++)
+            whole = g->nodes[via]->type.ax[k].mesh < 0;
+        if (more || (split && !whole) || p->ntied == MAX_TIED) {
             st = mw__error(MW_ERR_UNSUPPORTED,
                            "mw_pipeline_new: parameter '%s' is read by stages %d, %d%s; a "
-                           "parameter is shared by at most two stages, whole (not split over a "
-                           "mesh axis), and at most %d such parameters",
+                           "parameter is shared by at most two stages, whole or split over one "
+                           "mesh axis and gathered whole where it is read (FSDP), and at most %d "
+                           "such parameters",
                            t->name, a, b,
                            more    ? " and more"
-                           : split ? " and is split"
+                           : split ? " and is split and read where split"
                                    : "",
                            MAX_TIED);
             goto done;
         }
-        p->tied[p->ntied++] =
-            (tied_param){.node = i, .owner = a, .other = b, .count = mw__type_numel(&t->type)};
+        p->tied[p->ntied++] = (tied_param){.node = i,
+                                           .via = split ? via : -1,
+                                           .owner = a,
+                                           .other = b,
+                                           .count = mw__type_numel(&t->type)};
     }
 done:
     mw__free(cost);
@@ -492,10 +509,10 @@ static mw_status build_stage(mw_pipeline *p, const mw_tensor *loss, const cut_st
      * the other's shadow. */
     for (int k = 0; k < p->ntied; k++) {
         tied_param *tp = &p->tied[k];
-        const mw_tensor *par = g->nodes[tp->node];
-        if (tp->other == s) tp->shadow = map[tp->node];
+        const mw_tensor *par = g->nodes[tp->via >= 0 ? tp->via : tp->node];
+        if (tp->other == s) tp->shadow = map[par->id];
         if (tp->owner != s) continue;
-        tp->held = map[tp->node];
+        tp->held = map[par->id];
         char name[MW_MAX_NAME];
         snprintf(name, sizeof name, "pipe.tied.%d", tp->node);
         mw__type t = mw__grad_type(&par->type);
@@ -956,6 +973,11 @@ static mw_status check_config(const mw_pipeline_config *c, const mw_mesh *mesh, 
                          "mw_pipeline_new: virtual_stages is %d; the interleaved schedule needs "
                          ">= 2, the others 0 or 1",
                          c->virtual_stages);
+    if (c->trainer.pipeline_axis || c->trainer.micro_batches > 1 || c->trainer.virtual_stages > 1)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_pipeline_new: config.trainer.pipeline_axis, micro_batches or "
+                         "virtual_stages is set; a stage is not a pipeline itself (give them in "
+                         "mw_pipeline_config)");
     if (c->trainer.noutputs || c->trainer.outputs)
         return mw__error(MW_ERR_UNSUPPORTED,
                          "mw_pipeline_new: config.trainer.outputs: a pipeline's values are not "
@@ -1221,7 +1243,12 @@ mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float 
     int s = stage_of_param(p, name);
     if (s < 0)
         return mw__error(MW_ERR_NOT_FOUND, "mw_pipeline_write_param: no parameter '%s'", name);
-    return mw_trainer_write_param(p->st[s].tr, name, src, count);
+    /* The owner, then a tied parameter's other stage (its copy must not lag behind). */
+    mw_status st = mw_trainer_write_param(p->st[s].tr, name, src, count);
+    for (int k = 0; st == MW_OK && k < p->ntied; k++)
+        if (p->tied[k].owner == s && !strcmp(p->g->nodes[p->tied[k].node]->name, name))
+            st = mw_trainer_write_param(p->st[p->tied[k].other].tr, name, src, count);
+    return st;
 }
 
 int mw_pipeline_stages(const mw_pipeline *p) { return p ? p->S : 0; }

@@ -298,8 +298,10 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
     const mw__trainer_stage *sg = tr->stage;
     mw_tensor **seed_of = NULL, **seeds = NULL, **wrt = NULL, **wrt_grads = NULL;
     mw__autodiff_ends ends = {0};
+    int ngathered = 0; /* shares named by a GATHER: wrts after the stage's own */
+    for (int i = 0; sg && i < sg->nshares; i++) ngathered += sg->share_of[i]->op != MW__OP_PARAM;
     if (sg) {
-        int n = sg->nseeds + sg->nwrt + 1;
+        int n = sg->nseeds + sg->nwrt + ngathered + 1;
         seed_of = mw__calloc((size_t)n, sizeof *seed_of);
         seeds = mw__calloc((size_t)n, sizeof *seeds);
         wrt = mw__calloc((size_t)n, sizeof *wrt);
@@ -317,8 +319,10 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
             seeds[i] = g->nodes[sg->seeds[i]->id];
         }
         for (int i = 0; i < sg->nwrt; i++) wrt[i] = g->nodes[sg->wrt[i]->id];
+        for (int i = 0, j = sg->nwrt; i < sg->nshares; i++)
+            if (sg->share_of[i]->op != MW__OP_PARAM) wrt[j++] = g->nodes[sg->share_of[i]->id];
         ends = (mw__autodiff_ends){.nseeds = sg->nseeds,
-                                   .nwrt = sg->nwrt,
+                                   .nwrt = sg->nwrt + ngathered,
                                    .seed_of = seed_of,
                                    .seeds = seeds,
                                    .wrt = wrt,
@@ -334,11 +338,13 @@ static mw_status trainer_build(mw_trainer *tr, mw_graph *graph, mw_tensor *loss,
                            sg ? &ends : NULL);
     for (int i = 0; sg && st == MW_OK && i < sg->nwrt; i++)
         if (wrt_grads[i]) st = mw__program_add_output(prog, wrt_grads[i], 1, &tr->wrt_out[i]);
-    for (int i = 0; sg && st == MW_OK && i < sg->nshares; i++) {
-        int leaf = sg->share_of[i]->leaf; /* leaves keep their index in the copy */
-        if (tr->grads[leaf])
-            st = mw__program_add_output(prog, tr->grads[leaf], 0, &tr->share_out[i]);
-        tr->grads[leaf] = NULL;
+    for (int i = 0, j = sg ? sg->nwrt : 0; sg && st == MW_OK && i < sg->nshares; i++) {
+        const mw_tensor *at = sg->share_of[i];
+        int gathered = at->op != MW__OP_PARAM;
+        int leaf = gathered ? at->in[0]->leaf : at->leaf; /* leaves keep their index in the copy */
+        mw_tensor *share = gathered ? wrt_grads[j++] : tr->grads[leaf];
+        if (share) st = mw__program_add_output(prog, share, 0, &tr->share_out[i]);
+        tr->grads[leaf] = NULL; /* (its reduce-scatter, if any, is no longer live) */
     }
 ends_done:
     mw__free(seed_of);

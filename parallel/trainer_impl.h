@@ -29,7 +29,9 @@ typedef struct mw__trainer_stage {
     mw_tensor *const *seed_of, *const *seeds, *const *wrt;
     /* Parameters that are another stage's (a tied weight's copy): each device's share of their
      * gradient is read (tr->share_out, raw: not summed over the devices) and they get none of
-     * their own (the other stage updates them and their values are copied here). */
+     * their own (the other stage updates them and their values are copied here). A parameter
+     * split over a mesh axis (FSDP) is named by its GATHER node: the share is the gradient of
+     * the gathered whole, before its reduce-scatter. */
     int nshares;
     mw_tensor *const *share_of;
     /* Non-zero: the backward part in two, the input gradients (what the wrts' gradients and the

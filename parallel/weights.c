@@ -5,6 +5,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "meshwit/pipeline.h"
 #include "parallel/pipeline_impl.h"
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
@@ -57,40 +58,72 @@ mw_status mw_trainer_param_info(const mw_trainer *tr, int i, mw_param_info *out)
     return st;
 }
 
+/* Moves parameter `name`'s values between data (count floats) and what holds them. */
+typedef mw_status (*param_io)(void *ctx, const char *name, float *data, int64_t count, int write);
+
+static mw_status program_io(void *ctx, const char *name, float *data, int64_t count, int write) {
+    return mw__program_param(ctx, name, data, count, write);
+}
+
+/* A pipeline: from the stage holding it; into every stage holding it (a tied parameter's two). */
+static mw_status pipeline_io(void *ctx, const char *name, float *data, int64_t count, int write) {
+    return write ? mw_pipeline_write_param(ctx, name, data, count)
+                 : mw_pipeline_read_param(ctx, name, data, count);
+}
+
 /* The parameter called name, or NULL with MW_ERR_NOT_FOUND recorded. */
-static const mw_tensor *named_param(const mw__program *prog, const char *name) {
-    for (int n = 0; name && n < prog->g->nnodes; n++) {
-        const mw_tensor *t = prog->g->nodes[n];
+static const mw_tensor *named_param(const mw_graph *g, const char *name) {
+    for (int n = 0; name && n < g->nnodes; n++) {
+        const mw_tensor *t = g->nodes[n];
         if (t->op == MW__OP_PARAM && strcmp(t->name, name) == 0) return t;
     }
     mw__error(MW_ERR_NOT_FOUND, "the trainer has no parameter named '%s'", name ? name : "(null)");
     return NULL;
 }
 
+static mw_status save_weights(const mw_graph *g, param_io io, void *ctx, const char *path,
+                              const mw_weight_name *names, int nnames);
+static mw_status load_weights(const mw_graph *g, param_io io, void *ctx, const char *path,
+                              const mw_weight_name *names, int nnames);
+
 mw_status mw_trainer_save_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_save_weights: NULL argument");
-    MW__NOT_PIPELINED(tr, "mw_trainer_save_weights");
+    if (tr->pipe)
+        return save_weights(mw__pipeline_graph(tr->pipe), pipeline_io, tr->pipe, path, names,
+                            nnames);
     return mw__program_save_weights(tr->prog, path, names, nnames);
 }
 
 mw_status mw_trainer_load_weights(mw_trainer *tr, const char *path, const mw_weight_name *names,
                                   int nnames) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_load_weights: NULL argument");
-    MW__NOT_PIPELINED(tr, "mw_trainer_load_weights");
+    if (tr->pipe)
+        return load_weights(mw__pipeline_graph(tr->pipe), pipeline_io, tr->pipe, path, names,
+                            nnames);
     return mw__program_load_weights(tr->prog, path, names, nnames);
 }
 
 mw_status mw__program_save_weights(mw__program *prog, const char *path, const mw_weight_name *names,
                                    int nnames) {
+    return save_weights(prog->g, program_io, prog, path, names, nnames);
+}
+
+mw_status mw__program_load_weights(mw__program *prog, const char *path, const mw_weight_name *names,
+                                   int nnames) {
+    return load_weights(prog->g, program_io, prog, path, names, nnames);
+}
+
+static mw_status save_weights(const mw_graph *g, param_io io, void *ctx, const char *path,
+                              const mw_weight_name *names, int nnames) {
     if (!path || (names && nnames < 0))
         return mw__error(MW_ERR_INVALID, "mw_trainer_save_weights: NULL argument");
-    int n = names ? nnames : prog->g->nparams;
+    int n = names ? nnames : g->nparams;
     mw_safetensors_entry *e = mw__calloc((size_t)n + 1, sizeof *e);
     float **data = mw__calloc((size_t)n + 1, sizeof *data);
     mw_status st = e && data ? MW_OK : mw__error(MW_ERR_NOMEM, "out of memory saving weights");
     for (int i = 0; i < n && st == MW_OK; i++) {
-        const mw_tensor *t = names ? named_param(prog, names[i].param) : param_node(prog->g, i);
+        const mw_tensor *t = names ? named_param(g, names[i].param) : param_node(g, i);
         if (!t) {
             st = MW_ERR_NOT_FOUND;
             break;
@@ -105,7 +138,7 @@ mw_status mw__program_save_weights(mw__program *prog, const char *path, const mw
         e[i].rank = t->type.rank;
         for (int k = 0; k < t->type.rank; k++) e[i].shape[k] = t->type.ax[k].size;
         e[i].data = data[i];
-        st = mw__program_param(prog, t->name, data[i], count, 0);
+        st = io(ctx, t->name, data[i], count, 0);
     }
     if (st == MW_OK) st = mw_safetensors_write(path, e, n);
     for (int i = 0; data && i < n; i++) mw__free(data[i]);
@@ -114,20 +147,20 @@ mw_status mw__program_save_weights(mw__program *prog, const char *path, const mw
     return st;
 }
 
-mw_status mw__program_load_weights(mw__program *prog, const char *path, const mw_weight_name *names,
-                                   int nnames) {
+static mw_status load_weights(const mw_graph *g, param_io io, void *ctx, const char *path,
+                              const mw_weight_name *names, int nnames) {
     if (!path || (names && nnames < 0))
         return mw__error(MW_ERR_INVALID, "mw_trainer_load_weights: NULL argument");
     mw_safetensors *f;
     mw_status st = mw_safetensors_open(path, &f);
     if (st) return st;
-    int n = names ? nnames : prog->g->nparams;
+    int n = names ? nnames : g->nparams;
     float **data = mw__calloc((size_t)n + 1, sizeof *data);
     const mw_tensor **params = mw__calloc((size_t)n + 1, sizeof *params);
     if (!data || !params) st = mw__error(MW_ERR_NOMEM, "out of memory loading weights");
     /* Everything is read and checked before the first parameter changes. */
     for (int i = 0; i < n && st == MW_OK; i++) {
-        const mw_tensor *t = names ? named_param(prog, names[i].param) : param_node(prog->g, i);
+        const mw_tensor *t = names ? named_param(g, names[i].param) : param_node(g, i);
         if (!t) {
             st = MW_ERR_NOT_FOUND;
             break;
@@ -145,7 +178,7 @@ mw_status mw__program_load_weights(mw__program *prog, const char *path, const mw
         for (int k = 0; same && k < s.rank; k++) same = s.shape[k] == t->type.ax[k].size;
         if (!same) {
             char want[256], got[160] = "", *p = got;
-            mw__type_describe(prog->g, &t->type, want, sizeof want);
+            mw__type_describe(g, &t->type, want, sizeof want);
             for (int k = 0; k < s.rank; k++)
                 p += snprintf(p, (size_t)(got + sizeof got - p), "%s%lld", k ? ", " : "",
                               (long long)s.shape[k]);
@@ -161,7 +194,7 @@ mw_status mw__program_load_weights(mw__program *prog, const char *path, const mw
         st = mw_safetensors_read(f, stored, data[i], s.count);
     }
     for (int i = 0; i < n && st == MW_OK; i++)
-        st = mw__program_param(prog, params[i]->name, data[i], mw__type_numel(&params[i]->type), 1);
+        st = io(ctx, params[i]->name, data[i], mw__type_numel(&params[i]->type), 1);
     for (int i = 0; data && i < n; i++) mw__free(data[i]);
     mw__free(data);
     mw__free(params);

@@ -290,9 +290,6 @@ static int check_flags(const options *o) {
         why = buf;
     } else if (o->pipeline_schedule_given && !o->pipeline_axis) {
         why = "--pipeline-schedule needs --pipeline-axis A (the mesh axis of the stages)";
-    } else if (o->pipeline_axis && o->checkpoint) {
-        why = "--checkpoint with --pipeline-axis: a pipeline's checkpoints are not written yet "
-              "(save the model with --save)";
     } else if (o->resume && !o->checkpoint) {
         why = "--resume needs --checkpoint FILE";
     } else if (o->checkpoint_every_given && !o->checkpoint) {

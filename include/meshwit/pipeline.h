@@ -18,7 +18,9 @@
  *
  * A parameter read by two stages (GPT-2's tied embedding) lives on the first; the last sends its
  * share of the gradient back, which the first adds before its own, as the whole graph's backward
- * pass does, and after the update gets the first's value.
+ * pass does, and after the update gets the first's value. Split over a mesh axis (FSDP), it is
+ * shared as the whole its GATHER makes: the share is the gathered whole's gradient, added before
+ * the first stage's reduce-scatter. Writing it (mw_pipeline_write_param) writes both stages.
  *
  * Values cross stages through host memory in this version (a copy out of the producing stage's
  * devices, read in place by CPU devices of the next), which costs two copies of each boundary
@@ -64,13 +66,15 @@ typedef struct mw_pipeline mw_pipeline;
 
 /* Makes a pipeline that minimises `loss` (an f32 scalar of `graph`, traced for ONE micro-batch)
  * over `mesh`. The graph and mesh are borrowed and must outlive the pipeline. Errors:
- * MW_ERR_INVALID (a NULL argument; no axis, or one the mesh lacks; micro_batches < 1;
+ * MW_ERR_INVALID (a NULL argument; no axis, or one the mesh lacks; micro_batches < 1; the
+ * trainer configuration's own pipeline_axis, micro_batches or virtual_stages set;
  * virtual_stages out of range or given to another schedule; region_stage not as described; the
  * trainer configuration's own errors; a graph with fewer regions than stages, naming both counts
  * and the fix; a loss that does not depend on the last stage), MW_ERR_SHARDING (a tensor split
  * over the pipeline axis), MW_ERR_UNSUPPORTED (a mesh spanning processes; outputs in the trainer
  * configuration; a parameter read by more than two stages, or split over a mesh axis and read by
- * two; one read by two stages whose devices lie on more than one axis; a value that crosses a
+ * two where it is split (not through one GATHER to the whole); one read by two stages whose
+ * devices lie on more than one axis; a value that crosses a
  * stage boundary that is not f32, or is read by more than one later stage), and those of
  * mw_trainer_new for each stage (the message names the stage). */
 mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
@@ -89,8 +93,8 @@ void mw_pipeline_free(mw_pipeline *p);
  * the stages' trainers (naming the stage). */
 mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss);
 
-/* Parameter `name` whole, from (or into) the stage that holds it. Errors: as
- * mw_trainer_read_param's. */
+/* Parameter `name` whole, from the stage that holds it (or into every stage that holds it: a
+ * tied parameter's two). Errors: as mw_trainer_read_param's. */
 mw_status mw_pipeline_read_param(mw_pipeline *p, const char *name, float *dst, int64_t count);
 mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float *src,
                                   int64_t count);

@@ -287,12 +287,14 @@ typedef struct mw_trainer_config {
      * micro_batches of them one after another (feeds of micro_batches times the inputs'
      * elements) and run in the order pipeline_schedule gives (virtual_stages per device for
      * MW_SCHEDULE_INTERLEAVED). A step is then gradient accumulation over its micro-batches on
-     * one device, byte for byte. mw_trainer_step, eval, read_param, write_param, param_count,
-     * param_info, memory (per device: its stages'), kernels (the first stage's), stats, steps,
-     * devices, lr, set_lr, grad_norm, skipped_steps, request_stop and MW_TEST_FAULT work on such
-     * a trainer; accumulate, compute_grads, read_grad, read_output, save, load, save_weights,
-     * load_weights, check_replicas, profile, local_size and mw_infer_from_trainer return
-     * MW_ERR_UNSUPPORTED (read the parameters by name to save them). NULL (the default): no
+     * one device, byte for byte. mw_trainer_step, eval, read_param, write_param (a tied
+     * parameter's two stages alike), param_count, param_info, memory (per device: its stages'),
+     * kernels (the first stage's), stats, steps, devices, lr, set_lr, grad_norm,
+     * skipped_steps, request_stop, MW_TEST_FAULT, and save, load, save_weights and
+     * load_weights work on such a trainer (the files hold whole tensors, the same files as any
+     * other layout's: a checkpoint saved by a pipeline resumes on one device and the other way
+     * round); accumulate, compute_grads, read_grad, read_output, check_replicas, profile,
+     * local_size and mw_infer_from_trainer return MW_ERR_UNSUPPORTED. NULL (the default): no
      * pipeline, and the three fields after it must be 0. Errors: those of mw_pipeline_new. */
     const char *pipeline_axis;
     int micro_batches; /* >= 1 with a pipeline axis (0: 1) */

@@ -5,7 +5,9 @@
 # on cpu:4 as P=4, interleaved on cpu:2 as P=2 with 2 virtual stages, and X=2,P=2 against
 # cpu:2), with the same losses and validation losses; a llama in stages saves the same
 # safetensors; the memory line is printed per device; sampling reads the model from its stages;
-# and the flags that need a pipeline, or that it does not take, are refused naming the fix.
+# checkpoints cross layouts (a pipeline's resumed on one device, and the other way round, end
+# with the uninterrupted run's model); and the flags that need a pipeline, or that it does not
+# take, are refused naming the fix.
 # (--grad-clip 0: clipping uses the stages' combined norm, equal to float rounding, not in bytes.)
 # Usage: gpt2_pipeline.sh PATH_TO_GPT2 PATH_TO_LLAMA
 set -euo pipefail
@@ -28,6 +30,7 @@ same() { # REFERENCE NAME OUT
         die "$2: the losses differ from the accumulation's"
 }
 run "$gpt2" ref "$dir/ref.bin" --devices cpu:1
+cp "$dir/ref.log" "$dir/ref1.log"
 for s in gpipe 1f1b zero-bubble; do
     run "$gpt2" "$s" "$dir/$s.bin" --devices cpu:4 --mesh P=4 --pipeline-axis P \
         --pipeline-schedule "$s"
@@ -41,6 +44,20 @@ run "$gpt2" ref2 "$dir/ref2.bin" --devices cpu:2
 cp "$dir/ref2.log" "$dir/ref.log"
 run "$gpt2" xp "$dir/xp.bin" --devices cpu:4 --mesh X=2,P=2 --pipeline-axis P
 same "$dir/ref2.bin" xp "$dir/xp.bin"
+# Checkpoints cross layouts: a pipeline's, resumed on one device, and one device's, resumed as
+# a pipeline, both end with the uninterrupted run's model.
+cp "$dir/ref1.log" "$dir/ref.log"
+"$gpt2" "${args[@]}" --devices cpu:4 --mesh P=4 --pipeline-axis P --checkpoint "$dir/p.ckpt" \
+    --stop-at 2 > "$dir/stop.log" 2>&1 || { cat "$dir/stop.log" >&2; die "stopping a pipeline"; }
+run "$gpt2" resumed1 "$dir/resumed1.bin" --devices cpu:1 --checkpoint "$dir/p.ckpt" --resume
+cmp -s "$dir/ref.bin" "$dir/resumed1.bin" ||
+    die "a pipeline's checkpoint resumed on cpu:1: not the uninterrupted run's model"
+"$gpt2" "${args[@]}" --devices cpu:1 --checkpoint "$dir/o.ckpt" --stop-at 2 > "$dir/stop.log" \
+    2>&1 || { cat "$dir/stop.log" >&2; die "stopping on cpu:1"; }
+run "$gpt2" resumedp "$dir/resumedp.bin" --devices cpu:4 --mesh P=4 --pipeline-axis P \
+    --pipeline-schedule zero-bubble --checkpoint "$dir/o.ckpt" --resume
+cmp -s "$dir/ref.bin" "$dir/resumedp.bin" ||
+    die "cpu:1's checkpoint resumed by a pipeline: not the uninterrupted run's model"
 # llama: the same safetensors.
 mkdir -p "$dir/l1" "$dir/lp"
 "$llama" --steps 2 --batch 8 --seq 32 --val-every 2 --val-batches 2 --sample 0 --layers 4 \
@@ -65,8 +82,6 @@ refused() { # WHAT, then the flags
 }
 refused "needs --pipeline-axis" --devices cpu:2 --pipeline-schedule gpipe
 refused "not an axis of the mesh" --devices cpu:2 --mesh X=2 --pipeline-axis P
-refused "save the model with --save" --devices cpu:2 --mesh P=2 --pipeline-axis P \
-    --checkpoint "$dir/c.ckpt"
 refused "4 regions but the pipeline has 8 stages" --devices cpu:4 --mesh P=4 --pipeline-axis P \
     --pipeline-schedule interleaved
 echo "gpt2_pipeline: every schedule saves the accumulation's bytes"

@@ -2210,6 +2210,7 @@ static mw_status pipeline_new_case(fx *f, const char *axis, int no_out) {
         return MW_ERR_STATE;
     }
     mw_pipeline_config c = {.trainer = sgd(), .axis = axis, .micro_batches = 2};
+    if (axis && !strcmp(axis, "nested")) c.axis = c.trainer.pipeline_axis = "P";
     mw_status st = mw_pipeline_new(f->g, f->loss, m, &c, no_out ? NULL : &p);
     mw_pipeline_free(p);
     mw_mesh_free(m);
@@ -2218,6 +2219,7 @@ static mw_status pipeline_new_case(fx *f, const char *axis, int no_out) {
 static mw_status pipeline_out_null(fx *f) { return pipeline_new_case(f, "P", 1); }
 static mw_status pipeline_no_regions(fx *f) { return pipeline_new_case(f, "P", 0); }
 static mw_status pipeline_unknown_axis(fx *f) { return pipeline_new_case(f, "Q", 0); }
+static mw_status pipeline_nested(fx *f) { return pipeline_new_case(f, "nested", 0); }
 static mw_status pipeline_free_null(fx *f) {
     mw_pipeline_free(NULL);
     return holds(f, !*mw_last_error(), "a no-op");
@@ -2825,6 +2827,7 @@ static const row table[] = {
     R(mw_pipeline_new, pipeline_out_null, MW_ERR_INVALID, "out is NULL"),
     R(mw_pipeline_new, pipeline_no_regions, MW_ERR_INVALID, "0 regions but the pipeline has 2"),
     R(mw_pipeline_new, pipeline_unknown_axis, MW_ERR_INVALID, "no axis 'Q'"),
+    R(mw_pipeline_new, pipeline_nested, MW_ERR_INVALID, "config.trainer.pipeline_axis"),
     R(mw_pipeline_free, pipeline_free_null, MW_OK, NULL),
     R(mw_pipeline_step, pipeline_step_null, MW_ERR_INVALID, "NULL"),
     R(mw_pipeline_read_param, pipeline_read_param_null, MW_ERR_INVALID, "NULL"),

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpt2_model.h"
 #include "llama_model.h"
@@ -81,14 +82,18 @@ static void result_free(result *r) {
 /* GPT-2 (its head tied to the token embedding) instead of the Llama of cfg, for the test
  * running (each test is its own process). */
 static int use_gpt2;
-static const gpt2_config GPT2 = {
+static gpt2_config GPT2 = {
     .layers = 4, .heads = 2, .channels = 32, .max_seq = 16, .vocab = 64, .padded_vocab = 64};
+/* FSDP over the data axis, for the test running: the model's parameters of at least
+ * GPT2_FSDP_MIN_ELEMS elements split over X (with GPT-2 of vocab 512: its tied embedding). */
+static int use_fsdp;
 
 static mw_graph *model(const llama_config *cfg, const char *data_axis, gpt2_graph *m) {
     mw_graph *g;
     cr_assert_eq(mw_graph_new(&g), MW_OK);
     mw_graph_set_seed(g, 23);
-    gpt2_layout lo = {.batch = BM, .seq = T, .data_axis = data_axis};
+    gpt2_layout lo = {
+        .batch = BM, .seq = T, .data_axis = data_axis, .fsdp_axis = use_fsdp ? data_axis : NULL};
     if (use_gpt2)
         cr_assert_eq(gpt2_build(g, &GPT2, &lo, m), MW_OK, "%s", mw_graph_error(g));
     else
@@ -285,6 +290,39 @@ Test(pipeline, tied_gpt2_data_parallel_stages_equal_cpu2, .timeout = 300) {
 }
 
 /* Clipping uses the whole model's norm, combined from the stages' to float rounding. */
+/* GPT-2's tied embedding split over X (FSDP) on a pipeline of data-parallel stages: each stage
+ * holds half of it per device, the head's share of its gradient (the gathered whole's, before
+ * the reduce-scatter) goes back per device: the bytes of FSDP with gradient accumulation on
+ * cpu:2, with 1F1B and with zero-bubble. */
+Test(pipeline, tied_gpt2_fsdp_stages_equal_cpu2, .timeout = 300) {
+    use_gpt2 = 1;
+    use_fsdp = 1;
+    GPT2.vocab = GPT2.padded_vocab = 512; /* wte 512 x 32: GPT2_FSDP_MIN_ELEMS, so split */
+    llama_config cfg = model_config(4, 1);
+    cfg.vocab = 512;
+    check_run(&cfg, "cpu:2", &(pipe_run){"cpu:4", "X=2,P=2", 4, MW_SCHEDULE_1F1B, 0, 0.0f});
+    check_run(&cfg, "cpu:2", &(pipe_run){"cpu:4", "X=2,P=2", 4, MW_SCHEDULE_ZERO_BUBBLE, 0, 0.0f});
+    /* Per device, the first stage holds half the embedding (and its blocks' weights whole). */
+    gpt2_graph m;
+    mw_graph *g = model(&cfg, "X", &m);
+    mw_mesh *mesh;
+    cr_assert_eq(mw_mesh_new("cpu:4", "X=2,P=2", &mesh), MW_OK);
+    mw_pipeline_config c = {.trainer = train_config(0.0f), .axis = "P", .micro_batches = 4};
+    mw_pipeline *p;
+    cr_assert_eq(mw_pipeline_new(g, m.loss, mesh, &c, &p), MW_OK, "%s", mw_last_error());
+    int64_t wte = (int64_t)GPT2.padded_vocab * GPT2.channels;
+    for (int s = 0; s < 2; s++) {
+        mw_pipeline_stage_info si;
+        cr_assert_eq(mw_pipeline_stage(p, s, &si), MW_OK);
+        int64_t per_device = si.memory.parameters / (int64_t)sizeof(float);
+        cr_assert_eq(per_device, si.parameters - wte / 2, "stage %d: %lld of %lld per device", s,
+                     (long long)per_device, (long long)si.parameters);
+    }
+    mw_pipeline_free(p);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
 Test(pipeline, clipping_by_the_whole_norm, .timeout = 300) {
     llama_config cfg = model_config(4, 0);
     result ref = {0}, got = {0};
@@ -434,7 +472,7 @@ Test(pipeline, as_a_trainer, .timeout = 300) {
     cr_assert_gt(mem.parameters, 0);
     cr_assert_eq(mw_trainer_accumulate(tr, f, 2, NULL), MW_ERR_UNSUPPORTED);
     cr_assert(strstr(mw_last_error(), "mw_trainer_accumulate"), "%s", mw_last_error());
-    cr_assert_eq(mw_trainer_save(tr, "/nonexistent/x", NULL, 0), MW_ERR_UNSUPPORTED);
+    cr_assert_eq(mw_trainer_read_grad(tr, ref.name[0], after, ref.count[0]), MW_ERR_UNSUPPORTED);
     free(before);
     free(after);
     result_free(&ref);
@@ -442,6 +480,170 @@ Test(pipeline, as_a_trainer, .timeout = 300) {
     mw_trainer_free(tr);
     mw_mesh_free(mesh);
     mw_graph_free(g);
+}
+
+/* ---- checkpoints and weights: the same files as every other layout's ---- */
+
+/* A trainer of cfg over `devices` as `axes` (a pipeline along P when axes names it, M
+ * micro-batches; else gradient accumulation over M micro-batches), AdamW. */
+static mw_trainer *layout_trainer(const llama_config *cfg, const char *devices, const char *axes,
+                                  int M, mw_graph **g, mw_mesh **mesh) {
+    gpt2_graph m;
+    *g = model(cfg, NULL, &m);
+    cr_assert_eq(mw_mesh_new(devices, axes, mesh), MW_OK, "%s", mw_last_error());
+    mw_trainer_config c = train_config(0.0f);
+    if (axes && strchr(axes, 'P')) {
+        c.pipeline_axis = "P";
+        c.micro_batches = M;
+        c.pipeline_schedule = MW_SCHEDULE_1F1B;
+    } else {
+        c.grad_accumulation = 1;
+    }
+    mw_trainer *tr;
+    cr_assert_eq(mw_trainer_new(*g, m.loss, *mesh, &c, &tr), MW_OK, "%s", mw_last_error());
+    return tr;
+}
+
+/* Step s of M micro-batches: one pipeline step, or M - 1 accumulations and a step. */
+static float layout_step(mw_trainer *tr, int pipelined, const llama_config *cfg, int s, int M) {
+    static int32_t in[MAXM * BM * T], tg[MAXM * BM * T];
+    batch(s, M, cfg->vocab, in, tg);
+    float l = NAN;
+    if (pipelined) {
+        mw_feed f[2] = {{"tokens", in, M * BM * T}, {"targets", tg, M * BM * T}};
+        cr_assert_eq(mw_trainer_step(tr, f, 2, &l), MW_OK, "%s", mw_last_error());
+        return l;
+    }
+    double sum = 0;
+    for (int k = 0; k < M; k++) {
+        mw_feed f[2] = {{"tokens", in + k * BM * T, BM * T}, {"targets", tg + k * BM * T, BM * T}};
+        mw_status st =
+            k < M - 1 ? mw_trainer_accumulate(tr, f, 2, &l) : mw_trainer_step(tr, f, 2, &l);
+        cr_assert_eq(st, MW_OK, "%s", mw_last_error());
+        sum += l;
+    }
+    return (float)(sum / M);
+}
+
+static void read_all(mw_trainer *tr, const result *like, result *r) {
+    r->n = like->n;
+    for (int i = 0; i < like->n; i++) {
+        snprintf(r->name[i], MW_MAX_NAME, "%s", like->name[i]);
+        r->count[i] = like->count[i];
+        r->value[i] = malloc((size_t)like->count[i] * sizeof(float));
+        cr_assert_eq(mw_trainer_read_param(tr, like->name[i], r->value[i], like->count[i]), MW_OK,
+                     "%s", mw_last_error());
+    }
+}
+
+/* A checkpoint saved by a pipeline (tied Llama, P=2) after one step resumes on one device, and
+ * one saved on one device resumes as a pipeline: both runs end with the uninterrupted run's
+ * bytes; the pipeline's safetensors file holds the one device's tensors. */
+Test(pipeline, checkpoints_cross_layouts, .timeout = 300) {
+    llama_config cfg = model_config(4, 1);
+    enum { M = 4 };
+    result ref = {0};
+    reference(&cfg, "cpu:1", M, 0.0f, &ref);
+    char dir[] = "/tmp/mw_pipe_ckpt_XXXXXX", a[128], b[128], wa[128], wb[128];
+    cr_assert(mkdtemp(dir));
+    snprintf(a, sizeof a, "%s/pipe.ckpt", dir);
+    snprintf(b, sizeof b, "%s/one.ckpt", dir);
+    snprintf(wa, sizeof wa, "%s/pipe.safetensors", dir);
+    snprintf(wb, sizeof wb, "%s/one.safetensors", dir);
+    const char *user = "caller state";
+    for (int from_pipeline = 1; from_pipeline >= 0; from_pipeline--) {
+        mw_graph *g1, *g2;
+        mw_mesh *m1, *m2;
+        /* the first run: one step, saved */
+        mw_trainer *t1 = from_pipeline ? layout_trainer(&cfg, "cpu:2", "P=2", M, &g1, &m1)
+                                       : layout_trainer(&cfg, "cpu:1", NULL, M, &g1, &m1);
+        float l0 = layout_step(t1, from_pipeline, &cfg, 0, M);
+        cr_assert(memcmp(&l0, &ref.loss[0], sizeof l0) == 0, "step 0 loss %.9g vs %.9g", (double)l0,
+                  (double)ref.loss[0]);
+        const char *ck = from_pipeline ? a : b;
+        cr_assert_eq(mw_trainer_save(t1, ck, user, strlen(user) + 1), MW_OK, "%s", mw_last_error());
+        cr_assert_eq(mw_trainer_save_weights(t1, from_pipeline ? wa : wb, NULL, 0), MW_OK, "%s",
+                     mw_last_error());
+        mw_trainer_free(t1);
+        mw_mesh_free(m1);
+        mw_graph_free(g1);
+        /* the second: the other layout, resumed */
+        mw_trainer *t2 = from_pipeline ? layout_trainer(&cfg, "cpu:1", NULL, M, &g2, &m2)
+                                       : layout_trainer(&cfg, "cpu:2", "P=2", M, &g2, &m2);
+        char back[32] = "";
+        size_t nb = 0;
+        cr_assert_eq(mw_trainer_load(t2, ck, back, sizeof back, &nb), MW_OK, "%s", mw_last_error());
+        cr_assert_str_eq(back, user);
+        cr_assert_eq(mw_trainer_steps(t2), 1);
+        result got = {0};
+        for (int s = 1; s < STEPS; s++) got.loss[s] = layout_step(t2, !from_pipeline, &cfg, s, M);
+        got.loss[0] = ref.loss[0];
+        read_all(t2, &ref, &got);
+        expect_bytes(from_pipeline ? "saved by a pipeline, resumed on cpu:1"
+                                   : "saved on cpu:1, resumed by a pipeline",
+                     &got, &ref);
+        result_free(&got);
+        mw_trainer_free(t2);
+        mw_mesh_free(m2);
+        mw_graph_free(g2);
+    }
+    /* The weights the two layouts saved after the same step are the same file's tensors. */
+    mw_safetensors *fa, *fb;
+    cr_assert_eq(mw_safetensors_open(wa, &fa), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_safetensors_open(wb, &fb), MW_OK, "%s", mw_last_error());
+    for (int i = 0; i < ref.n; i++) {
+        float *x = malloc((size_t)ref.count[i] * 4), *y = malloc((size_t)ref.count[i] * 4);
+        cr_assert_eq(mw_safetensors_read(fa, ref.name[i], x, ref.count[i]), MW_OK, "%s",
+                     mw_last_error());
+        cr_assert_eq(mw_safetensors_read(fb, ref.name[i], y, ref.count[i]), MW_OK);
+        cr_assert(memcmp(x, y, (size_t)ref.count[i] * 4) == 0, "%s differs", ref.name[i]);
+        free(x), free(y);
+    }
+    mw_safetensors_close(fa);
+    mw_safetensors_close(fb);
+    /* A checkpoint of another model is refused by a pipeline, which stays as it was. */
+    llama_config other = model_config(2, 1);
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr = layout_trainer(&other, "cpu:2", "P=2", M, &g, &mesh);
+    cr_assert_eq(mw_trainer_load(tr, a, NULL, 0, NULL), MW_ERR_FORMAT);
+    cr_assert(strstr(mw_last_error(), "parameters"), "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_steps(tr), 0);
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    unlink(a), unlink(b), unlink(wa), unlink(wb);
+    rmdir(dir);
+    result_free(&ref);
+}
+
+/* Writing a tied parameter writes both its stages: weights loaded into a pipeline train as the
+ * same weights loaded on one device (the head's copy does not keep its initial values). */
+Test(pipeline, loaded_weights_reach_both_tied_copies, .timeout = 300) {
+    llama_config cfg = model_config(4, 1);
+    enum { M = 4 };
+    result ref = {0};
+    reference(&cfg, "cpu:1", M, 0.0f, &ref); /* trained weights: unlike any initial values */
+    result one = {0}, pipe = {0};
+    for (int pipelined = 0; pipelined < 2; pipelined++) {
+        mw_graph *g;
+        mw_mesh *mesh;
+        mw_trainer *tr = pipelined ? layout_trainer(&cfg, "cpu:2", "P=2", M, &g, &mesh)
+                                   : layout_trainer(&cfg, "cpu:1", NULL, M, &g, &mesh);
+        for (int i = 0; i < ref.n; i++)
+            cr_assert_eq(mw_trainer_write_param(tr, ref.name[i], ref.value[i], ref.count[i]), MW_OK,
+                         "%s", mw_last_error());
+        result *r = pipelined ? &pipe : &one;
+        for (int s = 0; s < STEPS; s++) r->loss[s] = layout_step(tr, pipelined, &cfg, s, M);
+        read_all(tr, &ref, r);
+        mw_trainer_free(tr);
+        mw_mesh_free(mesh);
+        mw_graph_free(g);
+    }
+    expect_bytes("weights written into a pipeline", &pipe, &one);
+    result_free(&one);
+    result_free(&pipe);
+    result_free(&ref);
 }
 
 /* Pipeline fields without a pipeline axis are refused, naming the way to accumulate. */
