@@ -6,7 +6,8 @@
  * with each stage's measured forward, backward and weight-gradient times: what a machine with a
  * core per stage would see; with fewer cores than stages the measured one also counts the
  * stages waiting for a core). Full run: GPT-2 124M (L12 C768, vocab 50257) at T=128, micro-batch
- * 1, 8 micro-batches; --quick: a tiny GPT-2 (L8 C64, vocab 256, T=32), micro-batch 2. */
+ * 1, 8 micro-batches; --quick: a tiny GPT-2 (L8 C64, vocab 256, T=32), micro-batch 2. Then the
+ * parameters per device of the same model on X=2,P=4 (cpu:8) with FSDP over X. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,56 @@ out:
     return rc;
 }
 
+/* Parameters per device of the same model in stages along P=4 over data-parallel pairs (X=2,
+ * cpu:8) with FSDP over X: the tied embedding, too large for one stage's share, split over X on
+ * both stages that read it. Memory only: no step is timed. */
+static int fsdp_params(mwb_ctx *ctx, const pipe_shape *sh) {
+    mw_graph *g = NULL;
+    mw_mesh *mesh = NULL;
+    mw_pipeline *p = NULL;
+    gpt2_graph m;
+    int rc = -1;
+    const char *devices = "cpu:8", *axes = "X=2,P=4";
+    gpt2_layout lo = {.batch = 2 * sh->batch, .seq = sh->seq, .data_axis = "X", .fsdp_axis = "X"};
+    if (mw_graph_new(&g) || gpt2_build(g, &sh->model, &lo, &m) ||
+        mw_mesh_new(devices, axes, &mesh))
+        goto out;
+    mw_pipeline_config c = {.trainer = train_config(),
+                            .axis = "P",
+                            .micro_batches = sh->micro,
+                            .schedule = MW_SCHEDULE_1F1B};
+    if (mw_pipeline_new(g, m.loss, mesh, &c, &p)) goto out;
+    double whole = 0, most = 0;
+    for (int i = 0; i < mw_graph_param_count(g); i++) {
+        mw_param_info pi;
+        if (mw_graph_param_info(g, i, &pi)) goto out;
+        whole += (double)pi.count;
+    }
+    printf("  FSDP over X, %s as %s, 1F1B: parameters per device (M):", devices, axes);
+    for (int s = 0; s < mw_pipeline_stages(p); s++) {
+        mw_pipeline_stage_info si;
+        if (mw_pipeline_stage(p, s, &si)) goto out;
+        double mine = (double)si.memory.parameters / sizeof(float);
+        if (mine > most) most = mine;
+        printf(" %.2f", mine / 1e6);
+    }
+    printf(" of %.2f: at most %.2f of the model per device\n", whole / 1e6, most / whole);
+    mwb_record r = {0};
+    mwb_record_str(&r, "case", "pipeline");
+    mwb_record_str(&r, "devices", devices);
+    mwb_record_str(&r, "mesh", axes);
+    mwb_record_str(&r, "schedule", "1f1b fsdp");
+    mwb_record_num(&r, "max_device_params_fraction", most / whole);
+    ctx->emit(ctx, &r);
+    rc = 0;
+out:
+    if (rc) fprintf(stderr, "pipeline: FSDP on %s: %s\n", devices, mw_last_error());
+    mw_pipeline_free(p);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    return rc;
+}
+
 int mwb_case_pipeline(mwb_ctx *ctx) {
     pipe_shape sh = {.batch = 1, .seq = 128, .micro = 8, .steps = 2};
     if (gpt2_preset("gpt2-124m", &sh.model) != 0) {
@@ -218,6 +269,7 @@ int mwb_case_pipeline(mwb_ctx *ctx) {
                                               MW_SCHEDULE_INTERLEAVED, MW_SCHEDULE_ZERO_BUBBLE};
         for (int k = 0; k < 4; k++)
             rc |= run_schedule(ctx, &sh, devices, kinds[k], base_ms, in, tg);
+        rc |= fsdp_params(ctx, &sh);
     }
     free(in);
     free(tg);
