@@ -184,8 +184,7 @@ static int fsdp_params(mwb_ctx *ctx, const pipe_shape *sh) {
     int rc = -1;
     const char *devices = "cpu:8", *axes = "X=2,P=4";
     gpt2_layout lo = {.batch = 2 * sh->batch, .seq = sh->seq, .data_axis = "X", .fsdp_axis = "X"};
-    if (mw_graph_new(&g) || gpt2_build(g, &sh->model, &lo, &m) ||
-        mw_mesh_new(devices, axes, &mesh))
+    if (mw_graph_new(&g) || gpt2_build(g, &sh->model, &lo, &m) || mw_mesh_new(devices, axes, &mesh))
         goto out;
     mw_pipeline_config c = {.trainer = train_config(),
                             .axis = "P",
