@@ -57,6 +57,7 @@ endif()
 if(MESHWIT_WITH_MPI)
     add_library(meshwit-mpi MODULE "${_mw_src}/collectives/mpi/dist.c"
                 "${_mw_src}/collectives/mpi/exchange.c" "${_mw_src}/collectives/mpi/p2p.c"
+                "${_mw_src}/collectives/mpi/link.c"
                 "${_mw_src}/collectives/mpi/reducer_mpi.c"
                 "${_mw_src}/collectives/mpi/mpi_module.c" ${_mw_module_common})
     meshwit_module_defaults(meshwit-mpi)

@@ -108,3 +108,39 @@ mw_status mw__dist_max_int(int mine, int *out, int timeout_ms, const char *what)
     *out = mine;
     return MW_OK;
 }
+
+static mw_status no_link(void) {
+    return mw__error(MW_ERR_STATE, "a link between processes needs MPI: this process was not "
+                                   "started by an MPI launcher, or its MPI module did not load");
+}
+
+mw_status mw__dist_link_new(mw__dist_link **out) {
+    const mw__dist_api *d = mw__dist();
+    *out = NULL;
+    return d ? d->link_new(out) : no_link();
+}
+
+void mw__dist_link_free(mw__dist_link *l) {
+    const mw__dist_api *d = mw__dist();
+    if (d && l) d->link_free(l);
+}
+
+mw_status mw__dist_link_isend(mw__dist_link *l, int dest, int tag, const void *buf, size_t n,
+                              mw__dist_send **out) {
+    const mw__dist_api *d = mw__dist();
+    *out = NULL;
+    return d ? d->link_isend(l, dest, tag, buf, n, out) : no_link();
+}
+
+mw_status mw__dist_link_wait(mw__dist_link *l, mw__dist_send **sends, int n, int timeout_ms,
+                             const char *what) {
+    const mw__dist_api *d = mw__dist();
+    return d ? d->link_wait(l, sends, n, timeout_ms, what) : no_link();
+}
+
+mw_status mw__dist_link_recv(mw__dist_link *l, int src, int tag, void *buf, size_t n, int abort_tag,
+                             int (*stop)(void *ctx), void *ctx, int timeout_ms, const char *what) {
+    const mw__dist_api *d = mw__dist();
+    return d ? d->link_recv(l, src, tag, buf, n, abort_tag, stop, ctx, timeout_ms, what)
+             : no_link();
+}

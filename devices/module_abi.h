@@ -24,7 +24,7 @@
  * this file change (or the reducer vtable they hand over, collectives/reducer.h), and of what
  * follows from the instruction table by itself: the kernels' layout (MW__KERNEL_LAYOUT_OF) and
  * the device vtable's size. */
-#define MW__MODULE_TABLES 10
+#define MW__MODULE_TABLES 11
 #define MW__MODULE_ABI_OF(TABLE)                                                                   \
     ((int)((MW__MODULE_TABLES * 1000003u +                                                         \
             (MW__KERNEL_LAYOUT_OF(TABLE) ^ (unsigned)sizeof(mw__device_vtable))) &                 \
@@ -42,6 +42,8 @@ struct mw__backend;
 struct mw__device;
 struct mw__device_vtable;
 struct mw__reducer_vtable;
+struct mw__dist_link;
+struct mw__dist_send;
 struct CUstream_st;
 
 typedef struct mw__dist_api mw__dist_api;
@@ -133,6 +135,16 @@ struct mw__dist_api {
     void (*lock)(void);
     void (*unlock)(void);
     const struct mw__reducer_vtable *reducer_hier; /* mw__reducer_mpi_hier */
+    /* Messages between processes (collectives/dist.h, collectives/mpi/link.c). */
+    mw_status (*link_new)(struct mw__dist_link **out);
+    void (*link_free)(struct mw__dist_link *l);
+    mw_status (*link_isend)(struct mw__dist_link *l, int dest, int tag, const void *buf, size_t n,
+                            struct mw__dist_send **out);
+    mw_status (*link_wait)(struct mw__dist_link *l, struct mw__dist_send **sends, int n,
+                           int timeout_ms, const char *what);
+    mw_status (*link_recv)(struct mw__dist_link *l, int src, int tag, void *buf, size_t n,
+                           int abort_tag, int (*stop)(void *ctx), void *ctx, int timeout_ms,
+                           const char *what);
 };
 
 #endif

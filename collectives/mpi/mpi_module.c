@@ -21,6 +21,11 @@ static const mw__dist_api api = {
     .lock = mw__mpi_lock,
     .unlock = mw__mpi_unlock,
     .reducer_hier = &mw__reducer_mpi_hier,
+    .link_new = mw__dist_link_new,
+    .link_free = mw__dist_link_free,
+    .link_isend = mw__dist_link_isend,
+    .link_wait = mw__dist_link_wait,
+    .link_recv = mw__dist_link_recv,
 };
 
 __attribute__((visibility("default"))) mw_status mw__module_entry(const mw__core_api *core,
