@@ -89,6 +89,7 @@ static mw_status layout_of(mw_trainer *tr, const char *caller, layout *l) {
     l->nparams = n;
     for (int s = 0; s < l->nstages; s++) {
         mw_trainer *st = stage_trainer(tr, s);
+        if (!st) continue; /* another process's stage */
         const mw_graph *gs = st->prog->g;
         for (int i = 0; i < gs->nnodes; i++) {
             const mw_tensor *t = gs->nodes[i];
@@ -100,7 +101,8 @@ static mw_status layout_of(mw_trainer *tr, const char *caller, layout *l) {
             l->hold[(size_t)p * (size_t)l->nstages + (size_t)l->nhold[p]++] = (holder){st, t};
         }
     }
-    for (int p = 0; p < n; p++)
+    int spans = tr->pipe && mw__pipeline_processes(tr->pipe) > 1;
+    for (int p = 0; p < n && !spans; p++)
         if (!l->nhold[p]) {
             layout_free(l);
             return mw__error(MW_ERR_STATE, "%s: no stage holds parameter '%s'", caller,
@@ -120,24 +122,39 @@ static int64_t whole_elems(const layout *l) {
 /* Copies between the host image (params, then m, then v, each parameter whole in declaration
  * order) and the devices. Saving reads each value from the first of this process's devices that
  * holds it (moments: the owner of their slice with ZeRO-1; a split parameter: its shards);
- * loading writes every device's part. The file is the same in every mode and on every mesh. */
-static mw_status transfer(const layout *l, float *image, int moments, int to_devices) {
+ * loading writes every device's part. The file is the same in every mode and on every mesh. A
+ * pipeline across processes: what another process's stage holds is not written by a load here,
+ * and comes from that process when saving (pipe: a collective per parameter and part). */
+static mw_status transfer(const layout *l, float *image, int moments, int to_devices,
+                          mw_pipeline *pipe) {
     for (int part = 0; part <= moments; part++)
         for (int p = 0; p < l->nparams; p++) {
             const holder *h = &l->hold[(size_t)p * (size_t)l->nstages];
-            int n = to_devices && part == 0 ? l->nhold[p] : 1;
+            int n = to_devices && part == 0 ? l->nhold[p] : l->nhold[p] ? 1 : 0;
+            int64_t count = mw__type_numel(&l->params[p]->type);
             for (int k = 0; k < n; k++) {
                 mw__holding held = part ? mw__held_moment(h[k].tr, part - 1) : mw__held_params;
                 mw_status st = mw__param_transfer(h[k].tr->prog, h[k].t, &held, image, to_devices);
                 if (st) return st;
             }
-            image += mw__type_numel(&l->params[p]->type);
+            if (pipe && !to_devices) {
+                mw_status st = mw__pipeline_share_param(pipe, l->params[p]->name, image, count);
+                if (st) return st;
+            }
+            image += count;
         }
     return MW_OK;
 }
 
+/* A pipeline spanning processes, or NULL. */
+static mw_pipeline *spanning(const mw_trainer *tr) {
+    return tr->pipe && mw__pipeline_processes(tr->pipe) > 1 ? tr->pipe : NULL;
+}
+
 /* The step every stage has taken (a pipeline's stages step together). */
-static int64_t steps_of(mw_trainer *tr) { return stage_trainer(tr, 0)->prog->steps; }
+static int64_t steps_of(mw_trainer *tr) {
+    return (tr->pipe ? mw__pipeline_first_trainer(tr->pipe) : tr)->prog->steps;
+}
 
 /* ZeRO-1 on a mesh spanning processes: each process holds the moments of its own devices'
  * slices, which (devices being numbered process by process) form one range of the flat layout.
@@ -198,7 +215,7 @@ mw_status mw_trainer_save(mw_trainer *tr, const char *path, const void *user, si
     int moments = mw__optimizer_moments(&tr->cfg.optimizer);
     int64_t elems = whole_elems(&l);
     float *image = mw__malloc((size_t)(elems * (1 + moments) + 1) * sizeof *image);
-    st = image ? transfer(&l, image, moments, 0)
+    st = image ? transfer(&l, image, moments, 0, spanning(tr))
                : mw__error(MW_ERR_NOMEM, "mw_trainer_save: out of memory");
     if (st == MW_OK && !tr->pipe && tr->prog->zero1 && tr->prog->nlocal < tr->prog->nworkers &&
         !tr->prog->sharded_params)
@@ -369,9 +386,10 @@ mw_status mw_trainer_load(mw_trainer *tr, const char *path, void *user, size_t c
         size_t values = (size_t)h.elems * (1 + h.moments) * 4;
         /* The values sit 8-byte aligned in the file image (a 48-byte header and 56-byte
          * entries), so they go to the devices from there, without another copy. */
-        st = transfer(&l, (float *)(uintptr_t)body, (int)h.moments, 1);
+        st = transfer(&l, (float *)(uintptr_t)body, (int)h.moments, 1, spanning(tr));
         if (st == MW_OK) {
-            for (int s = 0; s < l.nstages; s++) stage_trainer(tr, s)->prog->steps = h.step;
+            for (int s = 0; s < l.nstages; s++)
+                if (stage_trainer(tr, s)) stage_trainer(tr, s)->prog->steps = h.step;
             if (h.user_bytes) memcpy(user, body + values, (size_t)h.user_bytes);
             if (user_bytes) *user_bytes = (size_t)h.user_bytes;
         }

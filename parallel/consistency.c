@@ -110,7 +110,7 @@ mw_status mw__trainer_prepare(mw_trainer *tr) {
  */
 
 int64_t mw_trainer_skipped_steps(const mw_trainer *tr) {
-    if (tr && tr->pipe) return mw_trainer_skipped_steps(mw__pipeline_stage_trainer(tr->pipe, 0));
+    if (tr && tr->pipe) return mw_trainer_skipped_steps(mw__pipeline_first_trainer(tr->pipe));
     return tr ? tr->skipped : 0;
 }
 
@@ -124,7 +124,7 @@ static const mw_tensor *param_of(const mw_trainer *tr, int leaf) {
 
 mw_status mw_trainer_check_replicas(mw_trainer *tr) {
     if (!tr) return mw__error(MW_ERR_INVALID, "mw_trainer_check_replicas: trainer is NULL");
-    MW__NOT_PIPELINED(tr, "mw_trainer_check_replicas");
+    if (tr->pipe) return mw__pipeline_check_replicas(tr->pipe);
     if (tr->prog->broken)
         return mw__error(MW_ERR_STATE, "mw_trainer_check_replicas: an earlier step of this "
                                        "trainer failed across processes; end the job");

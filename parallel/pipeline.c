@@ -1,10 +1,12 @@
 /* Pipelines (meshwit/pipeline.h): making and freeing one (the stages' graphs from
  * pipeline_cut.c, a trainer per stage), and its parameters and stages as the caller sees them;
  * a step is pipeline_run.c's. */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/hash.h"
 #include "parallel/pipeline_impl.h"
 #include "parallel/pipeline_state.h"
 #include "parallel/program.h"
@@ -37,7 +39,9 @@ void mw_pipeline_free(mw_pipeline *p) {
         free_micro_buffers(p->M, p->tied[k].share, p->tied[k].ready);
         mw__free(p->tied[k].value);
     }
+    mw__pipe_link_close(p);
     mw__free(p->st);
+    mw__free(p->loss_buf);
     mw__free(p->zeros);
     mw__free(p->user_of);
     mw__free(p->norms);
@@ -55,11 +59,6 @@ static mw_status check_config(const mw_pipeline_config *c, const mw_mesh *mesh, 
     if ((*axis = mw__mesh_axis(mesh, c->axis)) < 0)
         return mw__error(MW_ERR_INVALID, "mw_pipeline_new: the mesh %s has no axis '%s'",
                          mesh->desc, c->axis);
-    if (mesh->nprocs > 1)
-        return mw__error(MW_ERR_UNSUPPORTED,
-                         "mw_pipeline_new: the mesh spans %d processes; pipelines run in one "
-                         "process in this version",
-                         mesh->nprocs);
     if (c->micro_batches < 1)
         return mw__error(MW_ERR_INVALID, "mw_pipeline_new: micro_batches is %d; it must be >= 1",
                          c->micro_batches);
@@ -130,13 +129,6 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
             return st;
     for (int k = 0; k < sg->nin; k++)
         if ((st = micro_buffers(M, sg->in[k].count, &sg->in[k].grad, &sg->in[k].ready))) return st;
-    for (int k = 0; k < p->ntied; k++) {
-        tied_param *tp = &p->tied[k];
-        if (tp->owner != s) continue;
-        if ((st = micro_buffers(M, tp->shares * tp->count, &tp->share, &tp->ready))) return st;
-        if (!(tp->value = mw__malloc((size_t)tp->count * sizeof(float))))
-            return mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
-    }
     /* The feeds, in the stage graph's input order. */
     for (int i = 0; i < gs->nnodes; i++) {
         const mw_tensor *t = gs->nodes[i];
@@ -180,6 +172,10 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
         if (p->tied[k].other == s) shares[nshares++] = p->tied[k].shadow;
     }
     for (int k = 0; k < sg->nin; k++) wrt[k] = sg->in[k].node;
+    for (int i = 0; i < gs->nnodes; i++)
+        if (gs->nodes[i]->op == MW__OP_PARAM) sg->parameters += mw__type_numel(&gs->nodes[i]->type);
+    if (!mw__pipe_local(p, s)) return MW_OK; /* another process's: no trainer here */
+    p->nlocal++;
     mw_trainer_config tc = c->trainer;
     tc.outputs = outs;
     tc.noutputs = sg->nout;
@@ -202,8 +198,6 @@ static mw_status make_stage(mw_pipeline *p, int s, mw_tensor *stage_loss, const 
     sg->norm = (norm_ctx){.p = p, .stage = s};
     sg->tr->global_norm = mw__pipe_global_norm;
     sg->tr->global_norm_ctx = &sg->norm;
-    for (int i = 0; i < gs->nnodes; i++)
-        if (gs->nodes[i]->op == MW__OP_PARAM) sg->parameters += mw__type_numel(&gs->nodes[i]->type);
     return MW_OK;
 }
 
@@ -250,6 +244,11 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     p->M = config->micro_batches;
     p->kind = config->schedule;
     p->region_stage = config->region_stage;
+    p->nprocs = mesh->nprocs;
+    p->proc = mesh->proc;
+    p->timeout_ms = config->trainer.collective_timeout_ms > 0
+                        ? config->trainer.collective_timeout_ms
+                        : INT_MAX; /* 0: as the trainer's, wait for ever */
     mw__pipe_cut cs = {0};
     mw_tensor **map = NULL;
     int *user_leaf = NULL;
@@ -266,9 +265,10 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
     p->user_of = mw__calloc((size_t)graph->ninputs + 1, sizeof *p->user_of);
     p->norms = mw__calloc((size_t)p->S, sizeof *p->norms);
     p->idle = mw__calloc((size_t)p->P, sizeof *p->idle);
+    p->loss_buf = mw__calloc((size_t)p->M, sizeof *p->loss_buf);
     map = mw__calloc((size_t)graph->nnodes + 1, sizeof *map);
     user_leaf = mw__calloc((size_t)graph->nnodes + 1, sizeof *user_leaf);
-    if (!p->st || !p->user_of || !p->norms || !p->idle || !map || !user_leaf) {
+    if (!p->st || !p->user_of || !p->norms || !p->idle || !p->loss_buf || !map || !user_leaf) {
         st = mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
         goto fail;
     }
@@ -294,8 +294,28 @@ mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                                s);
                 break;
             }
+    /* A tied parameter's shares and value, where one of its stages is this process's. */
+    for (int k = 0; st == MW_OK && k < p->ntied; k++) {
+        tied_param *tp = &p->tied[k];
+        if (!mw__pipe_local(p, tp->owner) && !mw__pipe_local(p, tp->other)) continue;
+        st = micro_buffers(p->M, tp->shares * tp->count, &tp->share, &tp->ready);
+        if (st == MW_OK && !(tp->value = mw__malloc((size_t)tp->count * sizeof(float))))
+            st = mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
+    }
     if (st == MW_OK && !(p->zeros = mw__calloc((size_t)zeros, sizeof(float))))
         st = mw__error(MW_ERR_NOMEM, "mw_pipeline_new: out of memory");
+    /* Across processes every one must have got this far: the link is made by all at once. */
+    if (p->nprocs > 1) {
+        int worst = 0;
+        mw_status ast = mw__dist_max_int(st ? 1 : 0, &worst, p->timeout_ms,
+                                         "mw_pipeline_new: the processes' stages");
+        if (st == MW_OK && (ast || worst))
+            st = ast ? ast
+                     : mw__error(MW_ERR_STATE,
+                                 "mw_pipeline_new: another process could not make its stages "
+                                 "(its own error says why)");
+    }
+    if (st == MW_OK) st = mw__pipe_link_open(p);
     if (st) goto fail;
     mw__pipe_cut_free(&cs);
     mw__free(map);
@@ -324,12 +344,35 @@ static int stage_of_param(const mw_pipeline *p, const char *name) {
     return -1;
 }
 
+/* The whole graph's parameter called name, or NULL. */
+static const mw_tensor *whole_param(const mw_pipeline *p, const char *name) {
+    for (int i = 0; i < p->g->nnodes; i++)
+        if (p->g->nodes[i]->op == MW__OP_PARAM && !strcmp(p->g->nodes[i]->name, name))
+            return p->g->nodes[i];
+    return NULL;
+}
+
 mw_status mw_pipeline_read_param(mw_pipeline *p, const char *name, float *dst, int64_t count) {
     if (!p || !name) return mw__error(MW_ERR_INVALID, "mw_pipeline_read_param: NULL argument");
     int s = stage_of_param(p, name);
     if (s < 0)
         return mw__error(MW_ERR_NOT_FOUND, "mw_pipeline_read_param: no parameter '%s'", name);
-    return mw_trainer_read_param(p->st[s].tr, name, dst, count);
+    if (p->nprocs == 1) return mw_trainer_read_param(p->st[s].tr, name, dst, count);
+    /* Across processes: read where it is, then every process gets it (a collective). */
+    int64_t n = mw__type_numel(&whole_param(p, name)->type);
+    if (!dst || count != n)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_pipeline_read_param: '%s' has %lld values; count is %lld%s", name,
+                         (long long)n, (long long)count, dst ? "" : " and dst NULL");
+    mw_status st =
+        mw__pipe_local(p, s) ? mw_trainer_read_param(p->st[s].tr, name, dst, count) : MW_OK;
+    char msg[MW__MSG_SIZE];
+    int ok = 0;
+    snprintf(msg, sizeof msg, "%s", st ? mw_last_error() : "");
+    mw_status agreed = mw__pipe_link_agree(p, st, msg, msg, sizeof msg, &ok);
+    if (agreed) return mw__error(agreed, "mw_pipeline_read_param: %s", msg);
+    return mw__pipe_link_bcast(p, p->st[s].proc, dst, (size_t)count * sizeof *dst,
+                               "mw_pipeline_read_param");
 }
 
 mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float *src,
@@ -338,11 +381,22 @@ mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float 
     int s = stage_of_param(p, name);
     if (s < 0)
         return mw__error(MW_ERR_NOT_FOUND, "mw_pipeline_write_param: no parameter '%s'", name);
-    /* The owner, then a tied parameter's other stage (its copy must not lag behind). */
-    mw_status st = mw_trainer_write_param(p->st[s].tr, name, src, count);
-    for (int k = 0; st == MW_OK && k < p->ntied; k++)
-        if (p->tied[k].owner == s && !strcmp(p->g->nodes[p->tied[k].node]->name, name))
-            st = mw_trainer_write_param(p->st[p->tied[k].other].tr, name, src, count);
+    int64_t n = mw__type_numel(&whole_param(p, name)->type);
+    if (!src || count != n)
+        return mw__error(MW_ERR_INVALID,
+                         "mw_pipeline_write_param: '%s' has %lld values; count is %lld%s", name,
+                         (long long)n, (long long)count, src ? "" : " and src NULL");
+    /* Every stage of this process holding it: the owner, a tied parameter's other stage (its
+     * copy must not lag behind). */
+    mw_status st = MW_OK;
+    for (int t = s; st == MW_OK && t < p->S; t++) {
+        int holds = t == s;
+        for (int k = 0; k < p->ntied; k++)
+            holds |= p->tied[k].owner == s && p->tied[k].other == t &&
+                     !strcmp(p->g->nodes[p->tied[k].node]->name, name);
+        if (holds && mw__pipe_local(p, t))
+            st = mw_trainer_write_param(p->st[t].tr, name, src, count);
+    }
     return st;
 }
 
@@ -364,7 +418,8 @@ mw_status mw_pipeline_stage(const mw_pipeline *p, int s, mw_pipeline_stage_info 
                                     .backward_ms = sg->part_ms[1],
                                     .weight_ms = sg->part_ms[2],
                                     .busy_ms = sg->busy_ms};
-    return mw_trainer_memory(sg->tr, 0, &out->memory);
+    /* another process's stage: what the graph says, no memory or times */
+    return sg->tr ? mw_trainer_memory(sg->tr, 0, &out->memory) : MW_OK;
 }
 
 double mw_pipeline_idle(const mw_pipeline *p, int d) {
@@ -381,6 +436,64 @@ mw_trainer *mw__pipeline_param_trainer(const mw_pipeline *p, const char *name) {
     return s >= 0 ? p->st[s].tr : NULL;
 }
 
+mw_trainer *mw__pipeline_first_trainer(const mw_pipeline *p) {
+    for (int s = 0; p && s < p->S; s++)
+        if (p->st[s].tr) return p->st[s].tr;
+    return NULL;
+}
+
+int mw__pipeline_processes(const mw_pipeline *p) { return p ? p->nprocs : 0; }
+
+mw_status mw__pipeline_share_param(mw_pipeline *p, const char *name, float *buf, int64_t count) {
+    int s = stage_of_param(p, name);
+    if (s < 0) return mw__error(MW_ERR_NOT_FOUND, "no parameter '%s'", name);
+    return mw__pipe_link_bcast(p, p->st[s].proc, buf, (size_t)count * sizeof *buf,
+                               "a parameter of another process's stage");
+}
+
+mw_status mw__pipeline_check_replicas(mw_pipeline *p) {
+    mw_status st = MW_OK;
+    char msg[MW__MSG_SIZE] = "";
+    /* Each stage's replicas, inside its process. */
+    for (int s = 0; st == MW_OK && s < p->S; s++)
+        if (mw__pipe_local(p, s) && (st = mw_trainer_check_replicas(p->st[s].tr)))
+            snprintf(msg, sizeof msg, "stage %d: %s", s, mw_last_error());
+    /* A tied parameter's copy against its owner's value (checksums, the owner's sent to the
+     * process of the copy). */
+    for (int k = 0; k < p->ntied; k++) {
+        const tied_param *tp = &p->tied[k];
+        const char *name = p->g->nodes[tp->node]->name;
+        uint64_t held = 0, copy = 0;
+        mw_status rst = MW_OK;
+        if (st == MW_OK && mw__pipe_local(p, tp->owner) &&
+            (rst = mw_trainer_read_param(p->st[tp->owner].tr, name, tp->value, tp->count)) == MW_OK)
+            held = mw__fnv1a(MW__FNV_BASIS, tp->value, (size_t)tp->count * sizeof(float));
+        if (st == MW_OK && rst == MW_OK && mw__pipe_local(p, tp->other) &&
+            (rst = mw_trainer_read_param(p->st[tp->other].tr, name, tp->value, tp->count)) == MW_OK)
+            copy = mw__fnv1a(MW__FNV_BASIS, tp->value, (size_t)tp->count * sizeof(float));
+        if (st == MW_OK && rst) {
+            st = rst;
+            snprintf(msg, sizeof msg, "reading '%s': %s", name, mw_last_error());
+        }
+        /* every process takes part, whatever it found so far */
+        mw_status bst = mw__pipe_link_bcast(p, p->st[tp->owner].proc, &held, sizeof held,
+                                            "mw_trainer_check_replicas: a tied parameter");
+        if (bst) return bst; /* the processes no longer agree on what comes next */
+        if (st == MW_OK && mw__pipe_local(p, tp->other) && held != copy) {
+            st = MW_ERR_STATE;
+            snprintf(msg, sizeof msg,
+                     "replicas diverged: the copy of the shared parameter '%s' read by stage %d "
+                     "differs from its value in stage %d",
+                     name, tp->other, tp->owner);
+        }
+    }
+    char agreed[MW__MSG_SIZE];
+    int ok = 0;
+    mw_status ast = mw__pipe_link_agree(p, st, msg, agreed, sizeof agreed, &ok);
+    if (ast) return mw__error(ast, "mw_trainer_check_replicas: %s", agreed);
+    return MW_OK;
+}
+
 const mw_graph *mw__pipeline_graph(const mw_pipeline *p) { return p ? p->g : NULL; }
 
 int mw__pipeline_device(const mw_pipeline *p, int device, mw_trainer **out, int *local) {
@@ -388,7 +501,7 @@ int mw__pipeline_device(const mw_pipeline *p, int device, mw_trainer **out, int 
     int n = 0; /* the stage meshes hold the mesh's device names */
     for (int s = 0; s < p->S; s++) {
         const mw_mesh *m = &p->st[s].mesh;
-        for (int k = 0; k < m->ndevices; k++)
+        for (int k = 0; p->st[s].tr && k < m->ndevices; k++)
             if (!strcmp(m->device_name[k], p->mesh->device_name[device])) {
                 out[n++] = p->st[s].tr;
                 *local = k;

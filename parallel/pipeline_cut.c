@@ -79,16 +79,20 @@ static mw_status balance(const double *cost, int R, int S, int *stage_of) {
 }
 
 /* The sub-mesh of the devices at coordinate c of mesh axis a. */
-static void sub_mesh(const mw_mesh *m, int a, int c, mw_mesh *out) {
+static int sub_mesh(const mw_mesh *m, int a, int c, mw_mesh *out) {
     *out = *m;
     out->ndevices = 0;
+    int proc = -2;
     for (int d = 0; d < m->ndevices; d++) {
         if (mw__mesh_coord(m, d, a) != c) continue;
         int k = out->ndevices++;
         memcpy(out->device_name[k], m->device_name[d], sizeof out->device_name[k]);
         out->ordinal[k] = m->ordinal[d];
         out->proc_of[k] = 0;
+        proc = proc == -2 || proc == m->proc_of[d] ? m->proc_of[d] : -1;
     }
+    out->nprocs = 1; /* a stage's mesh is its process's own */
+    out->proc = 0;
     out->naxes = 0;
     for (int i = 0; i < m->naxes; i++) {
         if (i == a) continue;
@@ -110,6 +114,7 @@ static void sub_mesh(const mw_mesh *m, int a, int c, mw_mesh *out) {
     for (int d = 0; d < out->ndevices; d++)
         at += snprintf(out->desc + at, sizeof out->desc - (size_t)at, "%s %s", d ? "," : "",
                        out->device_name[d]);
+    return proc;
 }
 
 /* A copy of node t of the whole graph in graph gs, its inputs mapped; leaves renumbered. */
@@ -304,7 +309,13 @@ mw_status mw__pipe_build_stage(mw_pipeline *p, const mw_tensor *loss, const mw__
     stage *sg = &p->st[s];
     int n = g->nnodes;
     sg->device = s % p->P;
-    sub_mesh(p->mesh, axis, sg->device, &sg->mesh);
+    sg->proc = sub_mesh(p->mesh, axis, sg->device, &sg->mesh);
+    if (sg->proc < 0)
+        return mw__error(MW_ERR_UNSUPPORTED,
+                         "mw_pipeline_new: stage %d's devices lie in several processes; a stage "
+                         "runs in one process (the pipeline axis across the processes, the other "
+                         "axes inside them: e.g. --mesh %s=%d,X=2 with two devices per process)",
+                         s, p->mesh->axis_name[axis], p->P);
     /* The same names, so axis and mesh-name indices carry over. */
     mw_status st = mw__graph_new_like(g, &sg->g);
     if (st) return st;

@@ -14,30 +14,7 @@
 #include "parallel/trainer_impl.h"
 
 static mw_status fail(mw_pipeline *p, mw_status st, int s, const char *what) {
-    pthread_mutex_lock(&p->mu);
-    if (!p->failed) {
-        p->failed = st;
-        snprintf(p->msg, sizeof p->msg, "stage %d (%s): %s", s, what, mw_last_error());
-    }
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    return st;
-}
-
-/* Waits until *flag is set or the step failed; 0 when set. */
-static int wait_flag(mw_pipeline *p, const unsigned char *flag) {
-    pthread_mutex_lock(&p->mu);
-    while (!*flag && !p->failed) pthread_cond_wait(&p->cv, &p->mu);
-    int bad = !*flag;
-    pthread_mutex_unlock(&p->mu);
-    return bad;
-}
-
-static void set_flag(mw_pipeline *p, unsigned char *flag) {
-    pthread_mutex_lock(&p->mu);
-    *flag = 1;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
+    return mw__pipe_fail(p, st, s, what);
 }
 
 void mw__pipe_stage_feeds(mw_pipeline *p, stage *sg, int m, int backward) {
@@ -89,10 +66,8 @@ static mw_status read_shares(mw_trainer *tr, int j, tied_param *tp, int m) {
 
 static mw_status run_forward(mw_pipeline *p, int s, int m) {
     stage *sg = &p->st[s];
-    for (int k = 0; k < sg->nin; k++) {
-        const pipe_in *pi = &sg->in[k];
-        if (wait_flag(p, &p->st[pi->from].out[pi->out].ready[m])) return MW_ERR_INTERRUPTED;
-    }
+    mw_status st = mw__pipe_values_in(p, s, m);
+    if (st) return st;
     int slot = 0;
     while (slot < sg->slots && sg->slot_busy[slot]) slot++;
     if (slot == sg->slots)
@@ -102,31 +77,25 @@ static mw_status run_forward(mw_pipeline *p, int s, int m) {
     sg->slot_of[m] = slot;
     mw__pipe_stage_feeds(p, sg, m, 0);
     int64_t t0 = mw__now_ns();
-    mw_status st = mw__trainer_forward_keep(sg->tr, slot, m, sg->feeds, sg->nfeeds);
+    st = mw__trainer_forward_keep(sg->tr, slot, m, sg->feeds, sg->nfeeds);
     for (int j = 0; st == MW_OK && j < sg->nout; j++)
         st = mw__program_read_output(sg->tr->prog, "mw_pipeline_step", sg->out[j].node,
                                      sg->out[j].value[m], sg->out[j].count);
     sg->part_ms[0] += (double)(mw__now_ns() - t0) * 1e-6;
     if (st) return fail(p, st, s, "forward");
-    for (int j = 0; j < sg->nout; j++) set_flag(p, &sg->out[j].ready[m]);
-    return MW_OK;
+    return mw__pipe_values_out(p, s, m);
 }
 
 static mw_status run_backward(mw_pipeline *p, int s, int m) {
     stage *sg = &p->st[s];
-    for (int j = 0; j < sg->nout; j++) {
-        const pipe_out *po = &sg->out[j];
-        if (wait_flag(p, &p->st[po->reader].in[po->in].ready[m])) return MW_ERR_INTERRUPTED;
-    }
-    for (int k = 0; k < p->ntied; k++)
-        if (p->tied[k].owner == s && wait_flag(p, &p->tied[k].ready[m])) return MW_ERR_INTERRUPTED;
+    mw_status st = mw__pipe_grads_in(p, s, m);
+    if (st) return st;
     mw__pipe_stage_feeds(p, sg, m, 1);
     int64_t t0 = mw__now_ns();
     float loss = 0.0f;
     int zb = p->kind == MW_SCHEDULE_ZERO_BUBBLE;
-    mw_status st =
-        zb ? mw__trainer_backward_input(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds)
-           : mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
+    st = zb ? mw__trainer_backward_input(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds)
+            : mw__trainer_backward_rest(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
     for (int k = 0; st == MW_OK && k < sg->nin; k++) {
         const mw_tensor *h = sg->tr->wrt_out[k];
         if (h)
@@ -141,10 +110,7 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
     if (!zb) sg->slot_busy[sg->slot_of[m]] = 0;
     if (st) return fail(p, st, s, "backward");
     if (sg->losses && !zb) sg->losses[m] = loss;
-    for (int k = 0; k < sg->nin; k++) set_flag(p, &sg->in[k].ready[m]);
-    for (int k = 0; k < p->ntied; k++)
-        if (p->tied[k].other == s) set_flag(p, &p->tied[k].ready[m]);
-    return MW_OK;
+    return mw__pipe_grads_out(p, s, m);
 }
 
 /* Zero-bubble's W: the weight gradients of micro-batch m, accumulated; its slot is free again. */
@@ -205,14 +171,26 @@ static void *update_stage(void *arg) {
 }
 
 /* Every stage's device `device` posts its stage's norm (all devices of a stage have the same)
- * and gets the whole model's: the root of the sum of the stages' squares. */
+ * and gets the whole model's: the root of the sum of the stages' squares. The last of this
+ * process's stages to post gathers the other processes' (a collective, outside the lock). */
 float mw__pipe_global_norm(void *ctx, int device, float norm) {
     norm_ctx *c = ctx;
     mw_pipeline *p = c->p;
     pthread_mutex_lock(&p->mu);
     if (device == 0) {
         p->norms[c->stage] = norm;
-        if (++p->nposted == p->S) {
+        if (++p->nposted == p->nlocal) {
+            if (p->nprocs > 1) {
+                pthread_mutex_unlock(&p->mu);
+                mw_status st = mw__pipe_link_norms(p);
+                char msg[MW__MSG_SIZE];
+                snprintf(msg, sizeof msg, "%s", st ? mw_last_error() : "");
+                pthread_mutex_lock(&p->mu);
+                if (st && !p->failed) {
+                    p->failed = st;
+                    snprintf(p->msg, sizeof p->msg, "%s", msg);
+                }
+            }
             p->norm_round++;
             pthread_cond_broadcast(&p->cv);
         }
@@ -220,8 +198,9 @@ float mw__pipe_global_norm(void *ctx, int device, float norm) {
     while (p->norm_round == p->round_now && !p->failed) pthread_cond_wait(&p->cv, &p->mu);
     double sq = 0;
     for (int s = 0; s < p->S; s++) sq += (double)p->norms[s] * (double)p->norms[s];
+    int failed = p->failed != MW_OK;
     pthread_mutex_unlock(&p->mu);
-    return p->failed ? NAN : (float)sqrt(sq);
+    return failed ? NAN : (float)sqrt(sq);
 }
 
 static void release(mw_pipeline *p) {
@@ -265,6 +244,50 @@ mw_status mw__pipe_check_feeds(mw_pipeline *p, const mw_feed *feeds, int nfeeds,
     return MW_OK;
 }
 
+/* Phase 2: this process's stages update at once (they meet in mw__pipe_global_norm); the
+ * processes agree on the outcome. */
+static mw_status update_all(mw_pipeline *p) {
+    updater up[64];
+    int mine[64], n = 0, started = 0;
+    for (int s = 0; s < p->S; s++)
+        if (mw__pipe_local(p, s)) mine[n++] = s;
+    p->nposted = 0;
+    p->round_now = p->norm_round;
+    memset(p->norms, 0, (size_t)p->S * sizeof *p->norms);
+    for (int i = 0; i < n; i++) up[i] = (updater){.p = p, .s = mine[i]};
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&up[i].thread, NULL, update_stage, &up[i]) != 0) break;
+        started = i;
+    }
+    if (started == n - 1 || n == 0) {
+        if (n) update_stage(&up[0]);
+    } else {
+        up[0].st = mw__error(MW_ERR_NOMEM, "cannot start a thread");
+        snprintf(up[0].msg, sizeof up[0].msg, "%s", mw_last_error());
+        pthread_mutex_lock(&p->mu);
+        p->failed = MW_ERR_NOMEM;
+        pthread_mutex_unlock(&p->mu);
+        release(p);
+    }
+    for (int i = 1; i <= started; i++) pthread_join(up[i].thread, NULL);
+    int updated = 0, bad = -1;
+    for (int i = 0; i < n; i++) {
+        if (up[i].st == MW_OK)
+            updated++;
+        else if (bad < 0)
+            bad = i;
+    }
+    char msg[MW__MSG_SIZE] = "";
+    if (bad >= 0) snprintf(msg, sizeof msg, "stage %d (update): %s", mine[bad], up[bad].msg);
+    int ok_procs = 0;
+    mw_status st = mw__pipe_link_agree(p, bad >= 0 ? up[bad].st : MW_OK, msg, p->msg, sizeof p->msg,
+                                       &ok_procs);
+    if (st && (updated || ok_procs))
+        snprintf(p->msg + strlen(p->msg), sizeof p->msg - strlen(p->msg),
+                 "; other stages updated: the model is no longer consistent, load a checkpoint");
+    return st;
+}
+
 mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
     if (!p) return mw__error(MW_ERR_INVALID, "mw_pipeline_step: pipeline is NULL");
     if (mw_stop_requested())
@@ -272,101 +295,59 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
                          "mw_pipeline_step: a stop was requested; the pipeline is unchanged");
     mw_status fst = mw__pipe_check_feeds(p, feeds, nfeeds, "mw_pipeline_step");
     if (fst) return fst;
-    /* Phase 1: the schedule; every micro-batch accumulated on every stage. */
-    p->failed = MW_OK;
-    p->msg[0] = '\0';
+    /* Phase 1: the schedule of this process's device positions; every micro-batch accumulated
+     * on every stage. */
+    mw__pipe_link_begin(p);
     for (int s = 0; s < p->S; s++) {
         stage *sg = &p->st[s];
         sg->busy_ms = sg->part_ms[0] = sg->part_ms[1] = sg->part_ms[2] = 0;
-        for (int j = 0; j < sg->nout; j++) memset(sg->out[j].ready, 0, (size_t)p->M);
-        for (int k = 0; k < sg->nin; k++) memset(sg->in[k].ready, 0, (size_t)p->M);
         memset(sg->slot_busy, 0, (size_t)sg->slots);
     }
-    for (int k = 0; k < p->ntied; k++) memset(p->tied[k].ready, 0, (size_t)p->M);
     driver dr[MW_MAX_DEVICES];
-    int started = 0;
-    for (int d = 0; d < p->P; d++) dr[d] = (driver){.p = p, .d = d};
-    for (int d = 1; d < p->P; d++) {
-        if (pthread_create(&dr[d].thread, NULL, drive, &dr[d]) != 0) {
-            fail(p, mw__error(MW_ERR_NOMEM, "cannot start a thread"), d, "start");
+    int mine[MW_MAX_DEVICES], n = 0, started = 0;
+    for (int d = 0; d < p->P; d++) {
+        dr[d] = (driver){.p = p, .d = d};
+        if (mw__pipe_local(p, d)) mine[n++] = d; /* stage d is device position d's first */
+    }
+    for (int i = 1; i < n; i++) {
+        if (pthread_create(&dr[mine[i]].thread, NULL, drive, &dr[mine[i]]) != 0) {
+            fail(p, mw__error(MW_ERR_NOMEM, "cannot start a thread"), mine[i], "start");
             break;
         }
-        started = d;
+        started = i;
     }
-    if (!p->failed) drive(&dr[0]);
-    for (int d = 1; d <= started; d++) pthread_join(dr[d].thread, NULL);
-    int64_t t0 = dr[0].first_ns, t1 = dr[0].last_ns;
-    for (int d = 1; d <= started; d++) {
-        if (dr[d].first_ns < t0) t0 = dr[d].first_ns;
-        if (dr[d].last_ns > t1) t1 = dr[d].last_ns;
+    if (n && !p->failed) drive(&dr[mine[0]]);
+    for (int i = 1; i <= started; i++) pthread_join(dr[mine[i]].thread, NULL);
+    int64_t t0 = 0, t1 = 0;
+    for (int i = 0; i < n; i++) {
+        const driver *x = &dr[mine[i]];
+        if (!t0 || x->first_ns < t0) t0 = x->first_ns;
+        if (x->last_ns > t1) t1 = x->last_ns;
     }
-    mw_status st = p->failed;
-    if (st == MW_OK) {
-        /* Phase 2: every stage updates at once (they meet in global_norm). */
-        updater up[MW_MAX_DEVICES];
-        p->nposted = 0;
-        p->round_now = p->norm_round;
-        int ups = 0;
-        for (int s = 1; s < p->S; s++) {
-            up[s] = (updater){.p = p, .s = s};
-            if (pthread_create(&up[s].thread, NULL, update_stage, &up[s]) != 0) break;
-            ups = s;
-        }
-        up[0] = (updater){.p = p, .s = 0};
-        if (ups == p->S - 1) {
-            update_stage(&up[0]);
-        } else {
-            up[0].st = mw__error(MW_ERR_NOMEM, "cannot start a thread");
-            snprintf(up[0].msg, sizeof up[0].msg, "%s", mw_last_error());
-            pthread_mutex_lock(&p->mu);
-            p->failed = MW_ERR_NOMEM;
-            pthread_mutex_unlock(&p->mu);
-            release(p);
-        }
-        for (int s = 1; s <= ups; s++) pthread_join(up[s].thread, NULL);
-        int updated = 0, first_bad = -1;
-        for (int s = 0; s < p->S; s++) {
-            if (up[s].st == MW_OK)
-                updated++;
-            else if (first_bad < 0)
-                first_bad = s;
-        }
-        if (first_bad >= 0) {
-            st = up[first_bad].st;
-            snprintf(p->msg, sizeof p->msg, "stage %d (update): %s%s", first_bad, up[first_bad].msg,
-                     updated ? "; other stages updated: the model is no longer consistent, "
-                               "load a checkpoint"
-                             : "");
-        }
-    }
-    for (int k = 0; st == MW_OK && k < p->ntied; k++) {
-        tied_param *tp = &p->tied[k];
-        const char *name = p->g->nodes[tp->node]->name;
-        st = mw_trainer_read_param(p->st[tp->owner].tr, name, tp->value, tp->count);
-        if (st == MW_OK)
-            st = mw_trainer_write_param(p->st[tp->other].tr, name, tp->value, tp->count);
-        if (st)
-            snprintf(p->msg, sizeof p->msg, "copying the updated '%s' to stage %d: %s", name,
-                     tp->other, mw_last_error());
-    }
+    mw_status st = mw__pipe_link_settle(p, p->failed);
+    if (st == MW_OK) st = update_all(p);
+    if (st == MW_OK && (st = mw__pipe_link_tied(p)) == MW_OK && p->nprocs > 1)
+        st = mw__pipe_link_losses(p, p->loss_buf);
     if (st) {
-        for (int s = 0; s < p->S; s++) p->st[s].tr->accumulated = 0; /* the next step afresh */
+        for (int s = 0; s < p->S; s++)
+            if (p->st[s].tr) p->st[s].tr->accumulated = 0; /* the next step afresh */
         return mw__error(st, "mw_pipeline_step: %s", p->msg);
     }
     for (int s = 0; s < p->S; s++)
         p->st[s].busy_ms = p->st[s].part_ms[0] + p->st[s].part_ms[1] + p->st[s].part_ms[2];
-    /* Idle fractions per device over the step's schedule. */
+    /* Idle fractions per device (of this process) over the step's schedule. */
     double wall = (double)(t1 - t0) * 1e-6;
     for (int d = 0; d < p->P; d++) {
         double busy = 0;
         for (int c = 0; c < p->V; c++) busy += p->st[c * p->P + d].busy_ms;
-        p->idle[d] = wall > 0 ? 1.0 - busy / wall : 0.0;
+        p->idle[d] = !mw__pipe_local(p, d) ? -1.0 : wall > 0 ? 1.0 - busy / wall : 0.0;
     }
     p->stepped = 1;
     p->step_ms = wall;
     if (loss) {
+        const float *l = p->nprocs > 1 ? p->loss_buf : p->st[p->S - 1].losses;
         double sum = 0;
-        for (int m = 0; m < p->M; m++) sum += p->st[p->S - 1].losses[m];
+        for (int m = 0; m < p->M; m++) sum += l[m];
         *loss = (float)(sum / p->M);
     }
     return MW_OK;
@@ -374,23 +355,34 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
 
 mw_status mw__pipeline_eval(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
     mw_status st = mw__pipe_check_feeds(p, feeds, nfeeds, "mw_trainer_eval");
-    double sum = 0;
+    if (st) return st;
+    mw__pipe_link_begin(p);
     for (int m = 0; st == MW_OK && m < p->M; m++)
         for (int s = 0; st == MW_OK && s < p->S; s++) {
+            if (!mw__pipe_local(p, s)) continue;
             stage *sg = &p->st[s];
             float l = 0.0f;
+            if ((st = mw__pipe_values_in(p, s, m))) break;
             mw__pipe_stage_feeds(p, sg, m, 0);
             st = mw_trainer_eval(sg->tr, sg->feeds, sg->nfeeds, &l);
             for (int j = 0; st == MW_OK && j < sg->nout; j++)
                 st = mw__program_read_output(sg->tr->prog, "mw_trainer_eval", sg->out[j].node,
                                              sg->out[j].value[m], sg->out[j].count);
             if (st) {
-                char msg[MW__MSG_SIZE];
-                snprintf(msg, sizeof msg, "%s", mw_last_error());
-                st = mw__error(st, "mw_trainer_eval: stage %d, micro-batch %d: %s", s, m, msg);
+                char what[64];
+                snprintf(what, sizeof what, "evaluation, micro-batch %d", m);
+                st = fail(p, st, s, what);
+                break;
             }
-            if (s == p->S - 1) sum += l;
+            if (sg->losses) sg->losses[m] = l;
+            st = mw__pipe_values_out(p, s, m);
         }
-    if (st == MW_OK && loss) *loss = (float)(sum / p->M);
-    return st;
+    st = mw__pipe_link_settle(p, p->failed);
+    if (st == MW_OK && p->nprocs > 1) st = mw__pipe_link_losses(p, p->loss_buf);
+    if (st) return mw__error(st, "mw_trainer_eval: %s", st == p->failed ? p->msg : mw_last_error());
+    const float *l = p->nprocs > 1 ? p->loss_buf : p->st[p->S - 1].losses;
+    double sum = 0;
+    for (int m = 0; m < p->M; m++) sum += l[m];
+    if (loss) *loss = (float)(sum / p->M);
+    return MW_OK;
 }

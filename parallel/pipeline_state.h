@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include "collectives/dist.h"
 #include "core/error.h"
 #include "core/graph_impl.h"
 #include "meshwit.h"
@@ -86,6 +87,8 @@ typedef struct stage {
     float *losses;              /* [micro] (last stage) */
     double busy_ms, part_ms[3]; /* the last step's: all, and F, B, W apart */
     norm_ctx norm;              /* its trainer's global_norm_ctx */
+    int proc;                   /* the process holding its devices; tr is NULL in the others */
+    int chan;                   /* its first channel between processes (pipeline_link.c) */
 } stage;
 
 struct mw_pipeline {
@@ -111,7 +114,22 @@ struct mw_pipeline {
     int ntied;
     tied_param tied[MAX_TIED];
     double step_ms; /* the last step's */
+    /* Across processes (pipeline_link.c): this process, how many stages it holds, the link, the
+     * channels (2 per boundary value, 2 per tied parameter), the step's messages sent and
+     * received per channel, its sends in flight, and whether it told the others it failed. */
+    int nprocs, proc, nlocal;
+    int timeout_ms;
+    mw__dist_link *link;
+    int nchan, tied_chan;
+    int *sent, *recvd;
+    mw__dist_send **sends;
+    int nsends, cap_sends;
+    int abort_sent;
+    float *loss_buf; /* [M]: the last stage's losses, in every process */
 };
+
+/* Whether stage s runs in this process. */
+static inline int mw__pipe_local(const mw_pipeline *p, int s) { return p->st[s].proc == p->proc; }
 
 /* ---- cutting (pipeline_cut.c) ---- */
 
@@ -132,6 +150,44 @@ void mw__pipe_cut_free(mw__pipe_cut *cs);
 mw_status mw__pipe_build_stage(mw_pipeline *p, const mw_tensor *loss, const mw__pipe_cut *cs, int s,
                                int axis, mw_tensor **map, mw_tensor **stage_loss,
                                int *user_leaf_of_input);
+
+/* ---- what crosses stages (pipeline_link.c) ----
+ * Between stages of this process: host buffers and ready flags. Between processes: messages of
+ * the link, one channel per boundary value and direction and per tied parameter and direction
+ * (matched in micro-batch order), and the collectives that make every process agree. Each
+ * returns MW_OK or a failure recorded with mw__pipe_fail. */
+
+/* Records the step's first failure (stage s, in `what`), wakes the waiting threads and tells
+ * the other processes; returns st. */
+mw_status mw__pipe_fail(mw_pipeline *p, mw_status st, int s, const char *what);
+/* The link, channels and counters (every process calls it at once); freed by _close. */
+mw_status mw__pipe_link_open(mw_pipeline *p);
+void mw__pipe_link_close(mw_pipeline *p);
+/* Before a step's (or an evaluation's) schedule: flags and counters cleared. */
+void mw__pipe_link_begin(mw_pipeline *p);
+/* After stage s's forward part of micro-batch m: its values go to their readers. Before stage
+ * t's: its inputs' values are there. */
+mw_status mw__pipe_values_out(mw_pipeline *p, int s, int m);
+mw_status mw__pipe_values_in(mw_pipeline *p, int t, int m);
+/* After stage t's backward (input) part of m: its inputs' gradients and its tied shares go back.
+ * Before stage s's: the gradients of its values and the shares of what it owns are there. */
+mw_status mw__pipe_grads_out(mw_pipeline *p, int t, int m);
+mw_status mw__pipe_grads_in(mw_pipeline *p, int s, int m);
+/* After the schedule, in every process: the step's status agreed (the first failure anywhere,
+ * its message in p->msg), every message sent received or drained, every send completed. */
+mw_status mw__pipe_link_settle(mw_pipeline *p, mw_status st);
+/* The statuses of a phase every process ran (the update): the first failure anywhere, its
+ * message, and how many processes succeeded (*ok_procs). */
+mw_status mw__pipe_link_agree(mw_pipeline *p, mw_status st, const char *msg, char *out, size_t size,
+                              int *ok_procs);
+/* Every stage's norm in p->norms from the processes holding them (a collective). */
+mw_status mw__pipe_link_norms(mw_pipeline *p);
+/* The last stage's M losses into every process's buf (a collective). */
+mw_status mw__pipe_link_losses(mw_pipeline *p, float *buf);
+/* n bytes of buf, from process root into every process's buf (a collective). */
+mw_status mw__pipe_link_bcast(mw_pipeline *p, int root, void *buf, size_t n, const char *what);
+/* After an update: every tied parameter's updated value from its owner into its copy. */
+mw_status mw__pipe_link_tied(mw_pipeline *p);
 
 /* ---- running (pipeline_run.c) ---- */
 

@@ -118,7 +118,7 @@ float mw_trainer_lr(const mw_trainer *tr, int64_t step) {
 }
 
 float mw_trainer_grad_norm(const mw_trainer *tr) {
-    if (tr && tr->pipe) return mw_trainer_grad_norm(mw__pipeline_stage_trainer(tr->pipe, 0));
+    if (tr && tr->pipe) return mw_trainer_grad_norm(mw__pipeline_first_trainer(tr->pipe));
     return tr ? tr->grad_norm : 0.0f;
 }
 
@@ -129,8 +129,10 @@ static mw_status pipeline_step(mw_trainer *tr, const mw_feed *feeds, int nfeeds,
                          "a stop was requested; the trainer stopped after step "
                          "%lld, unchanged",
                          (long long)mw_trainer_steps(tr));
-    for (int s = 0; s < mw_pipeline_stages(tr->pipe); s++)
-        mw__pipeline_stage_trainer(tr->pipe, s)->host_lr = tr->host_lr;
+    for (int s = 0; s < mw_pipeline_stages(tr->pipe); s++) {
+        mw_trainer *st = mw__pipeline_stage_trainer(tr->pipe, s); /* (NULL: another process's) */
+        if (st) st->host_lr = tr->host_lr;
+    }
     return mw_pipeline_step(tr->pipe, feeds, nfeeds, loss);
 }
 
@@ -236,7 +238,7 @@ mw_status mw_trainer_stats(const mw_trainer *tr, mw_step_stats *out) {
 }
 
 int64_t mw_trainer_steps(const mw_trainer *tr) {
-    if (tr && tr->pipe) return mw_trainer_steps(mw__pipeline_stage_trainer(tr->pipe, 0));
+    if (tr && tr->pipe) return mw_trainer_steps(mw__pipeline_first_trainer(tr->pipe));
     return tr ? tr->prog->steps : 0;
 }
 
@@ -251,8 +253,8 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
         mw_trainer *st[64];
         int local = 0, n = mw__pipeline_device(tr->pipe, device, st, &local);
         if (!n)
-            return mw__error(MW_ERR_INVALID, "mw_trainer_memory: device %d is not the mesh's",
-                             device);
+            return mw__error(MW_ERR_INVALID,
+                             "mw_trainer_memory: device %d is not one of this process's", device);
         *out = (mw_device_memory){0};
         for (int k = 0; k < n; k++) {
             mw_device_memory m;
@@ -287,7 +289,7 @@ mw_status mw_trainer_memory(const mw_trainer *tr, int device, mw_device_memory *
 mw_status mw_trainer_kernels(const mw_trainer *tr, char *buf, size_t size) {
     if (!tr || !buf || !size)
         return mw__error(MW_ERR_INVALID, "mw_trainer_kernels: NULL trainer or buffer, or size 0");
-    if (tr->pipe) return mw_trainer_kernels(mw__pipeline_stage_trainer(tr->pipe, 0), buf, size);
+    if (tr->pipe) return mw_trainer_kernels(mw__pipeline_first_trainer(tr->pipe), buf, size);
     const worker *w = &tr->prog->w[tr->prog->first];
     const mw__device_vtable *vt = w->dev.vt;
     /* Distinct (kind, dtype, implementation) in order of first appearance, with counts. */

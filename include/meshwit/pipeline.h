@@ -26,6 +26,19 @@
  * devices, read in place by CPU devices of the next), which costs two copies of each boundary
  * activation per micro-batch.
  *
+ * Across processes (a mesh of mw_mesh_new under mpirun), the pipeline axis may cross them: each
+ * stage lies inside one process (e.g. P=2,X=2 with two devices per process: stage 0 in process 0,
+ * stage 1 in process 1), every process builds and runs only its own stages, and the values,
+ * gradients and tied parameters that cross from a stage of one process to a stage of another
+ * are MPI messages (one per boundary value and micro-batch, from the same host buffers). The
+ * step's outcome is agreed by every process before any updates: a stage failing in one process
+ * fails the step in all with that process's status and message ("process 1, stage 1 ..."), the
+ * others' receives given up at once, and nothing changes anywhere; a process that stalls is
+ * given up after collective_timeout_ms. The whole model's gradient norm, the losses, reading a
+ * parameter, checkpoints and mw_trainer_check_replicas are collectives of every process of the
+ * pipeline; writing a parameter writes the stages of this process that hold it, so every
+ * process writes the same values.
+ *
  * Thread-safety: one pipeline is driven from one host thread at a time; it runs a thread per
  * device position along the pipeline axis during a step. */
 #ifndef MESHWIT_PIPELINE_H
@@ -71,12 +84,12 @@ typedef struct mw_pipeline mw_pipeline;
  * virtual_stages out of range or given to another schedule; region_stage not as described; the
  * trainer configuration's own errors; a graph with fewer regions than stages, naming both counts
  * and the fix; a loss that does not depend on the last stage), MW_ERR_SHARDING (a tensor split
- * over the pipeline axis), MW_ERR_UNSUPPORTED (a mesh spanning processes; outputs in the trainer
- * configuration; a parameter read by more than two stages, or split over a mesh axis and read by
- * two where it is split (not through one GATHER to the whole); one read by two stages whose
- * devices lie on more than one axis; a value that crosses a
- * stage boundary that is not f32, or is read by more than one later stage), and those of
- * mw_trainer_new for each stage (the message names the stage). */
+ * over the pipeline axis), MW_ERR_UNSUPPORTED (a stage whose devices lie in more than one process;
+ * outputs in the trainer configuration; a parameter read by more than two stages, or split over a
+ * mesh axis and read by two where it is split (not through one GATHER to the whole); one read by
+ * two stages whose devices lie on more than one axis; a value that crosses a stage boundary that is
+ * not f32, or is read by more than one later stage), and those of mw_trainer_new for each stage
+ * (the message names the stage). */
 mw_status mw_pipeline_new(mw_graph *graph, mw_tensor *loss, mw_mesh *mesh,
                           const mw_pipeline_config *config, mw_pipeline **out);
 
@@ -94,7 +107,9 @@ void mw_pipeline_free(mw_pipeline *p);
 mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss);
 
 /* Parameter `name` whole, from the stage that holds it (or into every stage that holds it: a
- * tied parameter's two). Errors: as mw_trainer_read_param's. */
+ * tied parameter's two). Across processes reading is a collective (every process calls it with
+ * the same name and gets the value), and writing writes this process's stages. Errors: as
+ * mw_trainer_read_param's. */
 mw_status mw_pipeline_read_param(mw_pipeline *p, const char *name, float *dst, int64_t count);
 mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float *src,
                                   int64_t count);
@@ -105,7 +120,8 @@ typedef struct mw_pipeline_stage_info {
     int first_region, nregions;
     int64_t parameters;      /* elements of its parameters, whole */
     int micro_in_flight;     /* the most micro-batches whose activations it holds at once */
-    mw_device_memory memory; /* of its first device (activations: every slot's arena) */
+    mw_device_memory memory; /* of its first device (activations: every slot's arena); zeros
+                                for a stage of another process, as its times */
     /* Its time in the last step's forward parts, backward parts (with the zero-bubble schedule:
      * the input gradients) and, zero-bubble only, weight gradients, summed over the micro-batches
      * (transfers to and from the host included); busy_ms is their sum. */
@@ -120,7 +136,7 @@ mw_status mw_pipeline_stage(const mw_pipeline *p, int stage, mw_pipeline_stage_i
 
 /* The last step's idle fraction of the device at coordinate d of the pipeline axis: 1 - (its
  * stages' busy time) / (the step's wall time from the first action to the last); -1 for a bad
- * argument or before a step. */
+ * argument, before a step, or a coordinate of another process. */
 double mw_pipeline_idle(const mw_pipeline *p, int d);
 
 #ifdef __cplusplus

@@ -293,8 +293,11 @@ typedef struct mw_trainer_config {
      * skipped_steps, request_stop, MW_TEST_FAULT, and save, load, save_weights and
      * load_weights work on such a trainer (the files hold whole tensors, the same files as any
      * other layout's: a checkpoint saved by a pipeline resumes on one device and the other way
-     * round); accumulate, compute_grads, read_grad, read_output, check_replicas, profile,
-     * local_size and mw_infer_from_trainer return MW_ERR_UNSUPPORTED. NULL (the default): no
+     * round), and check_replicas (each stage's replicas and a tied parameter's copy; across
+     * processes a collective, as read_param and save are); accumulate, compute_grads,
+     * read_grad, read_output, profile, local_size and mw_infer_from_trainer return
+     * MW_ERR_UNSUPPORTED. The axis may cross processes, each stage inside one (see
+     * meshwit/pipeline.h). NULL (the default): no
      * pipeline, and the three fields after it must be 0. Errors: those of mw_pipeline_new. */
     const char *pipeline_axis;
     int micro_batches; /* >= 1 with a pipeline axis (0: 1) */

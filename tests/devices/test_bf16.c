@@ -697,7 +697,8 @@ Test(bf16, attention_on_the_default_engine_against_float64) {
  * where they are slower than f32 FMAs, so a CPU of either kind tests them. */
 Test(bf16, attention_on_the_dot_product_tiles_when_asked_against_float64) {
     if (mw__isa_of_cpu() != MW__ISA_AVX512_BF16) cr_skip_test("the CPU has no AVX512-BF16, or AMX");
-    if (!mw__cpu_device.attention_prepare) cr_skip_test("built without oneDNN: the f32 kernel runs");
+    if (!mw__cpu_device.attention_prepare)
+        cr_skip_test("built without oneDNN: the f32 kernel runs");
     setenv("MESHWIT_CPU_ISA", "avx512_bf16", 1);
     cr_assert(mw__cpu_bf16_native(NULL));
     attention_against_float64(NULL, "dot-product tiles", 40);
