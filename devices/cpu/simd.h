@@ -50,6 +50,7 @@ MW__CPU_INLINE void mw__bf16_store8(uint16_t *dst, const mw__v8 *x) {
 /* Sixteen floats stored as bf16, the same rounding (one AVX-512 vector of work where the level
  * has it, two or four narrower ones elsewhere). */
 typedef float mw__v16 __attribute__((vector_size(64)));
+typedef int32_t mw__v16i __attribute__((vector_size(64)));
 typedef uint32_t mw__v16u __attribute__((vector_size(64)));
 typedef uint16_t mw__v16h __attribute__((vector_size(32)));
 MW__CPU_INLINE void mw__bf16_store16(uint16_t *dst, const mw__v16 *x) {
