@@ -4,11 +4,13 @@
 # process to the other) saves the model, byte for byte, that gradient accumulation over the same
 # micro-batches saves in one process, with the same losses and validation losses: GPipe, 1F1B and
 # zero-bubble on P=2 (the tied token embedding's copy in the other process), P=4 with two stages
-# in each process, and X=2,P=2 (two data-parallel devices in each stage) against cpu:2; a llama
-# in stages saves the same safetensors; checkpoints cross layouts (the job's resumed in one
-# process, and one process's resumed by the job, end with the uninterrupted run's model, the
-# replicas checked after the load); sampling reads the model from both processes; and a mesh
-# whose stages would span processes is refused naming the fix.
+# in each process, interleaved with 2 virtual stages in each process, X=2,P=2 (two data-parallel
+# devices in each stage; also with FSDP and with ZeRO-1 over them) against cpu:2, and bf16 with
+# recomputed blocks against bf16 accumulation; a llama in stages saves the same safetensors;
+# checkpoints cross layouts (the job's resumed in one process, and one process's resumed by the
+# job, end with the uninterrupted run's model, the replicas checked after the load); sampling
+# reads the model from both processes; and a mesh whose stages would span processes is refused
+# naming the fix.
 # (--grad-clip 0: clipping uses the stages' combined norm, equal to float rounding, not in bytes.)
 # Usage: gpt2_mpi_pipeline.sh "MPIRUN ARGS..." PATH_TO_GPT2 PATH_TO_LLAMA
 set -euo pipefail
@@ -43,9 +45,22 @@ done
 grep -q 'Mesh(P -> 2) over rank0/cpu:0, rank1/cpu:0' "$dir/gpipe.log" || die "not across processes"
 run p4 "$dir/p4.bin" job --devices cpu:2 --mesh P=4 --pipeline-axis P --pipeline-schedule 1f1b
 same "$dir/ref.log" "$dir/ref.bin" p4
+run il "$dir/il.bin" job --devices cpu:1 --mesh P=2 --pipeline-axis P \
+    --pipeline-schedule interleaved --virtual-stages 2
+same "$dir/ref.log" "$dir/ref.bin" il
 run ref2 "$dir/ref2.bin" --devices cpu:2
 run px "$dir/px.bin" job --devices cpu:2 --mesh P=2,X=2 --pipeline-axis P
 same "$dir/ref2.log" "$dir/ref2.bin" px
+# Inside each stage: FSDP (zero-bubble), ZeRO-1; and bf16 with recomputed blocks.
+run fsdp "$dir/fsdp.bin" job --devices cpu:2 --mesh P=2,X=2 --pipeline-axis P --shard-params \
+    --pipeline-schedule zero-bubble
+same "$dir/ref2.log" "$dir/ref2.bin" fsdp
+run zero1 "$dir/zero1.bin" job --devices cpu:2 --mesh P=2,X=2 --pipeline-axis P --shard-optimizer
+same "$dir/ref2.log" "$dir/ref2.bin" zero1
+run refb "$dir/refb.bin" --devices cpu:1 --precision bf16 --recompute blocks
+run pb "$dir/pb.bin" job --devices cpu:1 --mesh P=2 --pipeline-axis P --precision bf16 \
+    --recompute blocks
+same "$dir/refb.log" "$dir/refb.bin" pb
 
 # Checkpoints cross layouts.
 "${mpirun[@]}" -n 2 "$gpt2" "${args[@]}" --devices cpu:1 --mesh P=2 --pipeline-axis P \
