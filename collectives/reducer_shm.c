@@ -41,6 +41,14 @@
  * takes the done step. Any other call of the rank on the communicator finishes it first, so the
  * steps of all ranks stay in one order.
  *
+ * Sums started with allreduce_start (the gradient buckets) meet no peer: the rank notes the
+ * buffer and computes on. Its finish (or its next other call) takes every sum it started as one
+ * all-reduce over their lengths added up: one refusable step that also checks that every rank
+ * started the same sums, each rank's slice of the whole summed as the large path sums, and the
+ * done step. Threads of one process cannot sum while they compute (the sum is their own work),
+ * so what waiting at each bucket would cost is the peers' lateness at every bucket, added up;
+ * the deferred sums wait once, at the end, for the latest rank.
+ *
  * Both paths add in the same order (rank 0 + rank 1 + ...), element by element, so the result is
  * the same bits on every rank, on every run and whichever path ran.
  *
@@ -119,19 +127,26 @@ VEC_CLONES static void sum_pair(float *restrict a, float *restrict b, size_t n) 
 static float *fbuf(mw__comm *c, int q, int parity) { return c->ranks[q].pub[parity].buf; }
 static uint16_t *hbuf(mw__comm *c, int q, int parity) { return c->ranks[q].pub[parity].buf; }
 
-/* Sums [lo, hi) over the buffers published for step parity `parity`, in rank order, and stores
- * the sum into every buffer. */
-static void reduce_slice(mw__comm *c, int parity, size_t lo, size_t hi) {
+/* Rank q's f32 buffer: the one it published for step parity `parity` (seg < 0), or the seg-th
+ * sum it started (allreduce_start). */
+static float *rank_buf(mw__comm *c, int q, int parity, int seg) {
+    return seg < 0 ? fbuf(c, q, parity) : c->ranks[q].segs[seg].buf;
+}
+
+/* Sums [lo, hi) over the ranks' buffers (rank_buf), in rank order, and stores the sum into every
+ * buffer. */
+static void reduce_slice(mw__comm *c, int parity, int seg, size_t lo, size_t hi) {
     int p = c->nranks;
     for (size_t at = lo; at < hi; at += CHUNK_FLOATS) {
         size_t len = hi - at < CHUNK_FLOATS ? hi - at : CHUNK_FLOATS;
-        float *acc = fbuf(c, 0, parity) + at; /* rank 0's copy is the accumulator */
+        float *acc = rank_buf(c, 0, parity, seg) + at; /* rank 0's copy is the accumulator */
         if (p == 2) {
-            sum_pair(acc, fbuf(c, 1, parity) + at, len);
+            sum_pair(acc, rank_buf(c, 1, parity, seg) + at, len);
             continue;
         }
-        for (int q = 1; q < p; q++) add_into(acc, fbuf(c, q, parity) + at, len);
-        for (int q = 1; q < p; q++) memcpy(fbuf(c, q, parity) + at, acc, len * sizeof(float));
+        for (int q = 1; q < p; q++) add_into(acc, rank_buf(c, q, parity, seg) + at, len);
+        for (int q = 1; q < p; q++)
+            memcpy(rank_buf(c, q, parity, seg) + at, acc, len * sizeof(float));
     }
 }
 
@@ -299,6 +314,7 @@ static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
 
 static void shm_comm_free(mw__comm *c) {
     if (!c) return;
+    for (int r = 0; r < c->nranks; r++) mw__free(c->ranks[r].segs);
     mw__free(c->scratch);
     mw__free(c->ranks);
     mw__free(c->names);
@@ -306,10 +322,18 @@ static void shm_comm_free(mw__comm *c) {
 }
 
 static mw_status finish_gather(mw__comm *c, int rank);
+static mw_status take_sums(mw__comm *c, int rank);
+
+/* Completes what this rank started: its all-gather (started first: a sum started before it was
+ * taken by its start), then its sums. */
+static mw_status finish_started(mw__comm *c, int rank) {
+    mw_status st = c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
+    return st == MW_OK && c->ranks[rank].nsegs ? take_sums(c, rank) : st;
+}
 
 /* Checks the arguments of a call; a bad one aborts the communicator, so peers are not left
- * waiting for a rank that will never arrive. A valid call first completes this rank's gather in
- * flight (all_gather_start). */
+ * waiting for a rank that will never arrive. A valid call first completes what this rank started
+ * (all_gather_start, allreduce_start). */
 mw_status mw__shm_check_args(mw__comm *c, int rank, const char *what, int bad_buf, mw_dtype dtype) {
     if (!c) return mw__error(MW_ERR_INVALID, "%s: communicator is NULL", what);
     if (dtype != MW_F32 && dtype != MW_BF16) {
@@ -326,7 +350,7 @@ mw_status mw__shm_check_args(mw__comm *c, int rank, const char *what, int bad_bu
         mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
         return mw__error(MW_ERR_INVALID, "%s: rank %d passed a NULL buffer", what, rank);
     }
-    return c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
+    return finish_started(c, rank);
 }
 
 static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, mw_dtype dtype) {
@@ -360,8 +384,67 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, 
     size_t lo = lines * (size_t)rank / (size_t)p * per;
     size_t hi = lines * (size_t)(rank + 1) / (size_t)p * per;
     if (hi > n) hi = n;
-    if (lo < hi && dtype == MW_F32) reduce_slice(c, parity, lo, hi);
+    if (lo < hi && dtype == MW_F32) reduce_slice(c, parity, -1, lo, hi);
     if (lo < hi && dtype == MW_BF16) reduce_slice_bf16(c, parity, lo, hi);
+    return mw__shm_take_step(c, rank, OP_ALLREDUCE, 0);
+}
+
+/* Notes the sum for the rank's next finish (or other call); a sum that cannot wait (bf16, one
+ * rank, no elements, a bad call) is made at once by allreduce_sum. */
+static mw_status shm_allreduce_start(mw__comm *c, int rank, void *buf, size_t n, mw_dtype dtype) {
+    if (!c || rank < 0 || rank >= c->nranks || c->nranks == 1 || !buf || n == 0 || dtype != MW_F32)
+        return shm_allreduce_sum(c, rank, buf, n, dtype);
+    rank_state *me = &c->ranks[rank];
+    if (me->nsegs == me->cap_segs) {
+        int cap = me->cap_segs ? 2 * me->cap_segs : 16;
+        sum_seg *grown = mw__realloc(me->segs, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            mw__shm_set_abort(c, mw__shm_pack_why(CAUSE_INVALID, rank, -1, 0));
+            return mw__error(MW_ERR_NOMEM, "all-reduce: rank %d: out of memory noting %d sums",
+                             rank, cap);
+        }
+        me->segs = grown;
+        me->cap_segs = cap;
+    }
+    me->segs[me->nsegs++] = (sum_seg){buf, n};
+    return MW_OK;
+}
+
+/* The sums this rank started, taken as one all-reduce of their lengths added up (see the top of
+ * this file). Every rank sees every rank's list after the first step, so a rank whose sums
+ * differ from rank 0's makes every rank fail alike. */
+static mw_status take_sums(mw__comm *c, int rank) {
+    rank_state *me = &c->ranks[rank];
+    int k = me->nsegs;
+    size_t total = 0;
+    for (int i = 0; i < k; i++) total += me->segs[i].n;
+    me->nsegs = 0;
+    me->nsegs_taken = k; /* read by the peers after the step publishes it */
+    mw_status st = mw__shm_enter(c, rank, OP_ALLREDUCE, me->segs, total, MW_F32, NULL);
+    if (st != MW_OK) return st;
+    const rank_state *r0 = &c->ranks[0];
+    for (int q = 1; q < c->nranks; q++) {
+        const rank_state *r = &c->ranks[q];
+        if (r->nsegs_taken != r0->nsegs_taken)
+            return mw__error(MW_ERR_INVALID,
+                             "all-reduce: rank 0 started %d sums and rank %d started %d",
+                             r0->nsegs_taken, q, r->nsegs_taken);
+        for (int i = 0; i < k; i++)
+            if (r->segs[i].n != r0->segs[i].n)
+                return mw__error(MW_ERR_INVALID,
+                                 "all-reduce: sum %d started: rank 0 has %zu elements, rank %d "
+                                 "has %zu",
+                                 i, r0->segs[i].n, q, r->segs[i].n);
+    }
+    /* This rank's slice of the whole, in 64-byte lines, each sum's part of it in turn. */
+    size_t lines = (total + 15) / 16, p = (size_t)c->nranks;
+    size_t lo = lines * (size_t)rank / p * 16, hi = lines * (size_t)(rank + 1) / p * 16;
+    if (hi > total) hi = total;
+    for (size_t i = 0, base = 0; i < (size_t)k && base < hi; base += me->segs[i++].n) {
+        size_t n = me->segs[i].n, a = lo > base ? lo - base : 0;
+        size_t b = hi - base < n ? hi - base : n;
+        if (a < b) reduce_slice(c, 0, (int)i, a, b);
+    }
     return mw__shm_take_step(c, rank, OP_ALLREDUCE, 0);
 }
 
@@ -458,7 +541,7 @@ static mw_status shm_finish(mw__comm *c, int rank) {
     if (!c) return mw__error(MW_ERR_INVALID, "finish: communicator is NULL");
     if (rank < 0 || rank >= c->nranks)
         return mw__error(MW_ERR_INVALID, "finish: rank %d out of range 0..%d", rank, c->nranks - 1);
-    return c->ranks[rank].pending ? finish_gather(c, rank) : MW_OK;
+    return finish_started(c, rank);
 }
 
 /* Every rank but the root copies the root's buffer; nobody writes what another rank reads. */
@@ -500,6 +583,7 @@ static void shm_reset(mw__comm *c) {
     for (int r = 0; r < c->nranks; r++) {
         c->ranks[r].step = 0;
         c->ranks[r].pending = 0;
+        c->ranks[r].nsegs = c->ranks[r].nsegs_taken = 0;
         atomic_store_explicit(&c->ranks[r].arrived, 0, memory_order_relaxed);
         atomic_store_explicit(&c->ranks[r].recv.state, P2P_IDLE, memory_order_relaxed);
     }
@@ -519,6 +603,7 @@ const mw__reducer_vtable mw__reducer_shm = {
     .reduce_scatter_sum = shm_reduce_scatter_sum,
     .all_gather = shm_all_gather,
     .broadcast = shm_broadcast,
+    .allreduce_start = shm_allreduce_start,
     .all_gather_start = shm_all_gather_start,
     .finish = shm_finish,
     .send = mw__shm_send,

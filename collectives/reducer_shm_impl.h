@@ -60,13 +60,25 @@ typedef struct p2p_slot {
     mw_dtype sent_dtype;
 } p2p_slot;
 
+/* One f32 sum started with allreduce_start and not yet taken. */
+typedef struct sum_seg {
+    float *buf;
+    size_t n;
+} sum_seg;
+
 typedef struct rank_state {
     alignas(LINE) desc pub[2]; /* indexed by step parity */
     uint64_t step;             /* steps this rank has taken; only its own thread touches it */
     _Atomic uint64_t arrived;  /* the last step it arrived at: read only to name a missing rank */
     float *slot[2];            /* small-path scratch, indexed by step parity */
     int pending;               /* an all_gather_start's gather waits for finish */
-    p2p_slot recv;             /* the receive it posted (point-to-point) */
+    /* The sums started (allreduce_start) and not yet taken, in order: taken together by the next
+     * finish or other call of the rank. Written by its own thread; peers read them between the
+     * two steps of that call (nsegs_taken: how many it took), so the rank appends again only
+     * after every peer is done reading. */
+    sum_seg *segs;
+    int nsegs, cap_segs, nsegs_taken;
+    p2p_slot recv; /* the receive it posted (point-to-point) */
 } rank_state;
 
 struct mw__comm {

@@ -1,5 +1,6 @@
 /* Stress for the shared-memory reducer, meant to run under ThreadSanitizer: thousands of
- * all-reduces, reduce-scatters, all-gathers (blocking, and started then finished after a delay),
+ * all-reduces (blocking, and started then finished after a delay), reduce-scatters, all-gathers
+ * (blocking, and started then finished after a delay),
  * broadcasts and barriers of random sizes (0 .. ~100k
  * floats) with random delays on every rank, for 2, 3 and 4 ranks, plus rounds where a rank fails or
  * the host aborts at a random moment.
@@ -37,8 +38,17 @@ typedef struct round_plan {
     int op[ROUND_LEN];   /* enum op */
 } round_plan;
 
-/* OP_GATHER_STARTED: all_gather_start, a delay, then finish (FSDP's prefetch). */
-enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST, OP_GATHER_STARTED };
+/* OP_GATHER_STARTED: all_gather_start, a delay, then finish (FSDP's prefetch). OP_SUM_STARTED:
+ * allreduce_start, a delay, then finish (the gradient buckets). */
+enum op {
+    OP_ALLREDUCE,
+    OP_REDUCE_SCATTER,
+    OP_ALL_GATHER,
+    OP_BROADCAST,
+    OP_GATHER_STARTED,
+    OP_SUM_STARTED,
+    OP_COUNT
+};
 
 typedef struct shared {
     const mw__reducer_vtable *red;
@@ -142,6 +152,10 @@ static void *rank_main(void *arg) {
                 st = sh->red->all_gather_start(sh->comm, a->rank, buf, n, MW_F32, bounds);
                 jitter(&a->rng);
                 if (st == MW_OK) st = sh->red->finish(sh->comm, a->rank);
+            } else if (op == OP_SUM_STARTED) {
+                st = sh->red->allreduce_start(sh->comm, a->rank, buf, n, MW_F32);
+                jitter(&a->rng);
+                if (st == MW_OK) st = sh->red->finish(sh->comm, a->rank);
             } else {
                 st = op == OP_REDUCE_SCATTER
                          ? sh->red->reduce_scatter_sum(sh->comm, a->rank, buf, n, MW_F32, bounds)
@@ -214,7 +228,7 @@ static int run(int p, int nrounds, uint64_t seed) {
         plan->victim_at = (int)(rng_xorshift64(&rng) % ROUND_LEN);
         for (int k = 0; k < ROUND_LEN; k++) {
             plan->n[k] = random_len(&rng);
-            plan->op[k] = (int)(rng_xorshift64(&rng) % 5);
+            plan->op[k] = (int)(rng_xorshift64(&rng) % OP_COUNT);
         }
     }
     pthread_barrier_init(&sh.round_end, NULL, (unsigned)p + 1);
