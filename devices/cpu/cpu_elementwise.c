@@ -188,64 +188,36 @@ mw_status MW__CPU(mw__cpu_fill)(mw__device *dev, const mw__k_fill *k) {
     return MW_OK;
 }
 
-/* GELU and its derivative on eight lanes: mw__gelu and mw__gelu_grad (devices/math.h) with the
- * exponential of mw__exp8. */
-MW__CPU_INLINE void gelu8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);
-    mw__exp8(&e, &v);
-    *y = x / (1.0f + e);
-}
-
-MW__CPU_INLINE void gelu_grad8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, x2 = x * x, e,
-           v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);
-    mw__exp8(&e, &v);
-    mw__v8 s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
-    *y = s * (1.0f + 2.0f * x * du * (e * s));
-}
-
-/* The same on sixteen lanes (mw__exp16), lane by lane the same steps: the loops take sixteen
- * elements at a time, then eight. */
-MW__CPU_INLINE void gelu16(mw__v16 *y, const mw__v16 *xp) {
-    mw__v16 x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);
-    mw__exp16(&e, &v);
-    *y = x / (1.0f + e);
-}
-
-MW__CPU_INLINE void gelu_grad16(mw__v16 *y, const mw__v16 *xp) {
-    mw__v16 x = *xp, x2 = x * x, e,
-            v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);
-    mw__exp16(&e, &v);
-    mw__v16 s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);
-    *y = s * (1.0f + 2.0f * x * du * (e * s));
-}
-
-MW__CPU_INLINE void silu16(mw__v16 *y, const mw__v16 *xp) {
-    mw__v16 x = *xp, e, v = -x;
-    mw__exp16(&e, &v);
-    *y = x / (1.0f + e);
-}
-
-MW__CPU_INLINE void silu_grad16(mw__v16 *y, const mw__v16 *xp) {
-    mw__v16 x = *xp, e, v = -x;
-    mw__exp16(&e, &v);
-    mw__v16 s = 1.0f / (1.0f + e);
-    *y = s * (1.0f + x * (e * s));
-}
-
-/* SiLU and its derivative on eight lanes: mw__silu and mw__silu_grad with mw__exp8. */
-MW__CPU_INLINE void silu8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, e, v = -x;
-    mw__exp8(&e, &v);
-    *y = x / (1.0f + e);
-}
-
-MW__CPU_INLINE void silu_grad8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, e, v = -x;
-    mw__exp8(&e, &v);
-    mw__v8 s = 1.0f / (1.0f + e);
-    *y = s * (1.0f + x * (e * s));
-}
+/* GELU and SiLU and their derivatives: mw__gelu, mw__gelu_grad, mw__silu and mw__silu_grad
+ * (devices/math.h) with the exponential of mw__exp8 on eight lanes (gelu8, ...) and of mw__exp16
+ * on sixteen (gelu16, ...), the same steps lane by lane; the loops take sixteen elements at a
+ * time, then eight. */
+#define MW__DEFINE_GATES(w, V)                                                                     \
+    MW__CPU_INLINE void gelu##w(V *y, const V *xp) {                                               \
+        V x = *xp, e, v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x * x);        \
+        mw__exp##w(&e, &v);                                                                        \
+        *y = x / (1.0f + e);                                                                       \
+    }                                                                                              \
+    MW__CPU_INLINE void gelu_grad##w(V *y, const V *xp) {                                          \
+        V x = *xp, x2 = x * x, e,                                                                  \
+          v = x * (-2.0f * MW__GELU_K - 2.0f * MW__GELU_K * 0.044715f * x2);                       \
+        mw__exp##w(&e, &v);                                                                        \
+        V s = 1.0f / (1.0f + e), du = MW__GELU_K * (1.0f + 3.0f * 0.044715f * x2);                 \
+        *y = s * (1.0f + 2.0f * x * du * (e * s));                                                 \
+    }                                                                                              \
+    MW__CPU_INLINE void silu##w(V *y, const V *xp) {                                               \
+        V x = *xp, e, v = -x;                                                                      \
+        mw__exp##w(&e, &v);                                                                        \
+        *y = x / (1.0f + e);                                                                       \
+    }                                                                                              \
+    MW__CPU_INLINE void silu_grad##w(V *y, const V *xp) {                                          \
+        V x = *xp, e, v = -x;                                                                      \
+        mw__exp##w(&e, &v);                                                                        \
+        V s = 1.0f / (1.0f + e);                                                                   \
+        *y = s * (1.0f + x * (e * s));                                                             \
+    }
+MW__DEFINE_GATES(8, mw__v8)
+MW__DEFINE_GATES(16, mw__v16)
 
 /* Stores the first n (at most 8) lanes of y at out + i, as f32 or bf16. */
 MW__CPU_INLINE void store_lanes(void *out, int bf16, int64_t i, int64_t n, const mw__v8 *y) {

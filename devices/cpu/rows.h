@@ -40,40 +40,27 @@
 
 /* *y = e^x lane by lane: mw__expf (devices/math.h) step for step in vector code, its clamps as
  * mask selects. Written out because the compiler, given mw__expf's clamps as scalar selects,
- * may copy the arithmetic that follows into each side of them (in GELU: two divisions). */
-MW__CPU_INLINE void mw__exp8(mw__v8 *y, const mw__v8 *xp) {
-    mw__v8 x = *xp, lo = (mw__v8){0} - 87.0f, hi = (mw__v8){0} + 88.0f;
-    mw__v8i below = (x < -87.0f), above = (x > 88.0f); /* false in a NaN lane: it stays */
-    x = (mw__v8)(((mw__v8i)x & ~below) | ((mw__v8i)lo & below));
-    x = (mw__v8)(((mw__v8i)x & ~above) | ((mw__v8i)hi & above));
-    mw__v8 t = x * 1.44269504f + 12582912.0f;
-    mw__v8 n = t - 12582912.0f;
-    mw__v8 r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
-    mw__v8 p =
-        1.0f +
-        r * (1.0f +
-             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    mw__v8u bits = ((mw__v8u)t - 0x4B400000u + 127u) << 23;
-    *y = p * (mw__v8)bits;
-}
-
-/* mw__exp8 on sixteen lanes, the same steps lane by lane: one AVX-512 vector
- * of work where the level has it, two or four narrower ones elsewhere. */
-MW__CPU_INLINE void mw__exp16(mw__v16 *y, const mw__v16 *xp) {
-    mw__v16 x = *xp, lo = (mw__v16){0} - 87.0f, hi = (mw__v16){0} + 88.0f;
-    mw__v16i below = (x < -87.0f), above = (x > 88.0f);
-    x = (mw__v16)(((mw__v16i)x & ~below) | ((mw__v16i)lo & below));
-    x = (mw__v16)(((mw__v16i)x & ~above) | ((mw__v16i)hi & above));
-    mw__v16 t = x * 1.44269504f + 12582912.0f;
-    mw__v16 n = t - 12582912.0f;
-    mw__v16 r = (x - n * 0.693145752f) - n * 1.42860677e-6f;
-    mw__v16 p =
-        1.0f +
-        r * (1.0f +
-             r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-    mw__v16u bits = ((mw__v16u)t - 0x4B400000u + 127u) << 23;
-    *y = p * (mw__v16)bits;
-}
+ * may copy the arithmetic that follows into each side of them (in GELU: two divisions). Defined
+ * for eight lanes (mw__exp8) and sixteen (mw__exp16: one AVX-512 vector of work where the level
+ * has it, two or four narrower ones elsewhere), the same steps lane by lane. */
+#define MW__DEFINE_EXP(name, V, VI, VU)                                                            \
+    MW__CPU_INLINE void name(V *y, const V *xp) {                                                  \
+        V x = *xp, lo = (V){0} - 87.0f, hi = (V){0} + 88.0f;                                       \
+        VI below = (x < -87.0f), above = (x > 88.0f); /* false in a NaN lane: it stays */          \
+        x = (V)(((VI)x & ~below) | ((VI)lo & below));                                              \
+        x = (V)(((VI)x & ~above) | ((VI)hi & above));                                              \
+        V t = x * 1.44269504f + 12582912.0f;                                                       \
+        V n = t - 12582912.0f;                                                                     \
+        V r = (x - n * 0.693145752f) - n * 1.42860677e-6f;                                         \
+        V p =                                                                                      \
+            1.0f +                                                                                 \
+            r * (1.0f + r * (0.5f + r * (1.0f / 6 +                                                \
+                                         r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720)))))); \
+        VU bits = ((VU)t - 0x4B400000u + 127u) << 23;                                              \
+        *y = p * (V)bits;                                                                          \
+    }
+MW__DEFINE_EXP(mw__exp8, mw__v8, mw__v8i, mw__v8u)
+MW__DEFINE_EXP(mw__exp16, mw__v16, mw__v16i, mw__v16u)
 
 /* mv = v where v > mv or v is NaN, lane by lane. */
 #define MW__MAX8(mv, v)                                                                            \

@@ -120,21 +120,28 @@ static mw_status reference(model *out) {
     return st;
 }
 
+/* The pipeline over P=2 across the processes (one cpu:1 device each), as a trainer. */
+static mw_status make_pipeline(int timeout_ms, mw_pipeline_schedule schedule, mw_graph **g,
+                               mw_mesh **mesh, mw_trainer **tr) {
+    gpt2_graph m;
+    mw_trainer_config c = train_config(timeout_ms);
+    c.pipeline_axis = "P";
+    c.micro_batches = M;
+    c.pipeline_schedule = schedule;
+    mw_status st = build(g, &m);
+    if (st == MW_OK) st = mw_mesh_new("cpu:1", "P=2", mesh);
+    if (st == MW_OK) st = mw_trainer_new(*g, m.loss, *mesh, &c, tr);
+    return st;
+}
+
 static int fault_main(void) {
     int rank = mw_distributed_rank(), rc = 0;
     model ref = {0}, got = {0};
     mw_graph *g = NULL;
-    gpt2_graph m;
     mw_mesh *mesh = NULL;
     mw_trainer *tr = NULL;
-    mw_trainer_config c = train_config(60000);
-    c.pipeline_axis = "P";
-    c.micro_batches = M;
-    c.pipeline_schedule = MW_SCHEDULE_1F1B;
     mw_status st = reference(&ref);
-    if (st == MW_OK) st = build(&g, &m);
-    if (st == MW_OK) st = mw_mesh_new("cpu:1", "P=2", &mesh);
-    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &c, &tr);
+    if (st == MW_OK) st = make_pipeline(60000, MW_SCHEDULE_1F1B, &g, &mesh, &tr);
     if (st == MW_OK && mw_trainer_devices(tr) != 2) {
         fprintf(stderr, "[rank %d] the pipeline has %d devices, not 2\n", rank,
                 mw_trainer_devices(tr));
@@ -226,15 +233,9 @@ static int fault_main(void) {
 static int stall_main(void) {
     int rank = mw_distributed_rank();
     mw_graph *g = NULL;
-    gpt2_graph m;
     mw_mesh *mesh = NULL;
     mw_trainer *tr = NULL;
-    mw_trainer_config c = train_config(2000);
-    c.pipeline_axis = "P";
-    c.micro_batches = M;
-    mw_status st = build(&g, &m);
-    if (st == MW_OK) st = mw_mesh_new("cpu:1", "P=2", &mesh);
-    if (st == MW_OK) st = mw_trainer_new(g, m.loss, mesh, &c, &tr);
+    mw_status st = make_pipeline(2000, MW_SCHEDULE_GPIPE, &g, &mesh, &tr);
     if (st == MW_OK && rank == 1)
         st = (mw_status)mw_test_control(MW_TEST_STALL, tr, 1, MW_PHASE_BACKWARD, (int64_t)1, 30000);
     static int32_t tokens[M * BM * SEQ], targets[M * BM * SEQ];
