@@ -5,7 +5,8 @@
  *    alternating repeat by repeat so they share the machine's noise; and beside the all-reduce
  *    among as many threads of one process (the shared-memory reducer).
  * 2. The tiny GPT-2 of the gpt2 case (batch 32 x 32, AdamW) over the processes, one cpu:1 device
- *    each, beside cpu:P (P threads) and cpu:1 in one process.
+ *    each, beside cpu:P (P threads) and cpu:1 in one process; and the same model in P pipeline
+ *    stages, one per process (1F1B over 8 micro-batches of 4 sequences).
  *
  * Run it under mpirun with more than one process, e.g.
  *   mpirun -np 2 build/meshwit-bench mpi
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/gpt2_run.h"
 #include "collectives/reducer.h"
 #include "core/error.h"
 #include "meshwit.h"
@@ -206,6 +208,7 @@ static int allreduce_table(mwb_ctx *ctx, int p, int me) {
 
 #define GPT2_ROUNDS 7
 #define GPT2_STEPS 4
+#define PIPE_MICRO 8 /* micro-batches of the pipeline's step: 8 of 4 sequences */
 
 /* Rank 0's models of one process (cpu:P and cpu:1): made and stepped on every core. */
 typedef struct local_models {
@@ -271,28 +274,41 @@ static mwb_gpt2_times median_times(const mwb_gpt2_times *t, int n) {
 static int gpt2_table(mwb_ctx *ctx, int p, int me) {
     int rounds = ctx->quick ? 2 : GPT2_ROUNDS, steps = ctx->quick ? 1 : GPT2_STEPS;
     printf("tiny GPT-2, batch 32 x 32, AdamW: %d processes of cpu:1 against cpu:%d and cpu:1 in "
-           "one process (rank 0, the others asleep), in %d rounds of %d steps each after a "
-           "warm-up, medians; reduce and update: device 0's ms/step in collectives and in the "
-           "update\n",
-           p, p, rounds, steps);
+           "one process (rank 0, the others asleep), and in %d pipeline stages across the "
+           "processes (%d micro-batches), in %d rounds of %d steps each after a warm-up, "
+           "medians; reduce and update: device 0's ms/step in collectives and in the update (not "
+           "split out of a pipeline's step: 0)\n",
+           p, p, p, PIPE_MICRO, rounds, steps);
     printf("%-34s %10s %10s %9s %11s %11s\n", "devices", "ms/step", "tokens/s", "vs cpu:1",
            "reduce ms", "update ms");
     char spec[16], err[400] = "";
     snprintf(spec, sizeof spec, "cpu:%d", p);
     local_models l = {.spec = {spec, "cpu:1"}};
-    mw_mesh *mesh = NULL;
-    mwb_gpt2 *procs = NULL;
-    int bad = mw_mesh_new("cpu:1", "X", &mesh) != MW_OK;
+    mw_mesh *mesh = NULL, *pmesh = NULL;
+    mwb_gpt2 *procs = NULL, *pipe = NULL;
+    int bad = mw_mesh_new("cpu:1", "X", &mesh) != MW_OK || mw_mesh_new("cpu:1", "P", &pmesh);
     if (bad)
         snprintf(err, sizeof err, "%s", mw_last_error());
     else
         bad = mwb_gpt2_new(mesh, 0, &procs, err, sizeof err);
+    /* The same model in p stages, one per process, the batch in PIPE_MICRO micro-batches. */
+    mw_trainer_config ptc = mwb_gpt2_config(0);
+    ptc.pipeline_axis = "P";
+    ptc.micro_batches = PIPE_MICRO;
+    ptc.pipeline_schedule = MW_SCHEDULE_1F1B;
+    gpt2_config tiny;
+    gpt2_preset("tiny", &tiny);
+    if (!bad)
+        bad = mwb_gpt2_make_mesh(pmesh, &tiny, MWB_GPT2_BATCH, MWB_GPT2_SEQ, NULL, NULL, &ptc,
+                                 &pipe, err, sizeof err);
     if (me == 0 && !bad) on_every_core(local_new, &l);
-    mwb_gpt2_times tp[GPT2_ROUNDS], tt[GPT2_ROUNDS], t1[GPT2_ROUNDS];
+    mwb_gpt2_times tp[GPT2_ROUNDS], tt[GPT2_ROUNDS], t1[GPT2_ROUNDS], tq[GPT2_ROUNDS];
     for (int r = -1; r < rounds; r++) { /* round -1 is the warm-up */
         mwb_gpt2_times t = {0};
         if (!bad) bad = mwb_gpt2_steps(procs, steps, &t, err, sizeof err);
         if (r >= 0) tp[r] = t;
+        if (!bad) bad = mwb_gpt2_steps(pipe, steps, &t, err, sizeof err);
+        if (r >= 0) tq[r] = t;
         l.steps = steps;
         if (me == 0 && !bad && !l.bad) on_every_core(local_steps, &l);
         if (r >= 0) {
@@ -311,20 +327,24 @@ static int gpt2_table(mwb_ctx *ctx, int p, int me) {
     }
     for (int i = 0; i < 2; i++) mwb_gpt2_free(l.m[i]);
     mwb_gpt2_free(procs);
+    mwb_gpt2_free(pipe);
     mw_mesh_free(mesh);
+    mw_mesh_free(pmesh);
     if (bad) {
         fprintf(stderr, "mpi: gpt2: [rank %d] %s\n", me, l.bad ? l.err : err);
         return 1;
     }
     if (me != 0) return 0;
     mwb_gpt2_times mp = median_times(tp, rounds), mt = median_times(tt, rounds),
-                   m1 = median_times(t1, rounds);
+                   m1 = median_times(t1, rounds), mq = median_times(tq, rounds);
     char what[48];
     snprintf(what, sizeof what, "%d processes x cpu:1", p);
     gpt2_row(ctx, what, "gpt2_processes", p, &mp, m1.ms);
     snprintf(what, sizeof what, "cpu:%d (threads of one process)", p);
     gpt2_row(ctx, what, "gpt2_threads", 1, &mt, m1.ms);
     gpt2_row(ctx, "cpu:1", "gpt2_one_device", 1, &m1, m1.ms);
+    snprintf(what, sizeof what, "%d processes as P=%d stages (1F1B)", p, p);
+    gpt2_row(ctx, what, "gpt2_pipeline", p, &mq, m1.ms);
     printf("processes / threads: %.2fx the tokens/s\n", mt.ms / mp.ms);
     return 0;
 }

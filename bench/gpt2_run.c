@@ -92,7 +92,9 @@ static int make_model(mw_mesh *mesh, const gpt2_config *model, const llama_confi
     }
     gpt2_graph gm;
     st = mw_graph_new(&m->g);
-    gpt2_layout lo = {.batch = batch,
+    /* A pipeline's graph is one micro-batch's; each step feeds all of them, the batch. */
+    int micro = tc && tc->pipeline_axis && tc->micro_batches > 1 ? tc->micro_batches : 1;
+    gpt2_layout lo = {.batch = batch / micro,
                       .seq = seq,
                       .data_axis = data_axis,
                       .model_axis = model_axis,

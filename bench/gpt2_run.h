@@ -43,8 +43,10 @@ typedef struct mwb_gpt2_result {
 } mwb_gpt2_result;
 
 /* GPT-2 trained on a mesh (a generated arithmetic corpus, random windows), for cases that time it
- * their own way. On a mesh spanning processes every process makes and steps it alike. Functions
- * returning int return 0 on success and otherwise leave the error in err. */
+ * their own way. On a mesh spanning processes every process makes and steps it alike. With
+ * tc->pipeline_axis the graph is traced for one of tc->micro_batches micro-batches (which must
+ * divide batch) and each step feeds the whole batch. Functions returning int return 0 on success
+ * and otherwise leave the error in err. */
 #define MWB_GPT2_BATCH 32 /* the gpt2 example's defaults: the tiny model of mwb_gpt2_new */
 #define MWB_GPT2_SEQ 32
 int mwb_gpt2_make(mw_mesh *mesh, const gpt2_config *model, int batch, int seq,

@@ -1,6 +1,6 @@
 # Runs `meshwit-bench mpi --quick` under mpirun (CMD, items separated by "|") with --json JSON and
 # --csv CSV, and checks that the files are what one process alone would write: valid JSON, one
-# record per measured row (2 all-reduce sizes and 3 GPT-2 configurations in a quick run), each
+# record per measured row (2 all-reduce sizes and 4 GPT-2 configurations in a quick run), each
 # all-reduce row with both meshwit's and MPI_Allreduce's time, and a CSV with one header and one
 # line per record. Every rank writing the same file used to interleave their output. First, a
 # --csv that rank 0 refuses (in a missing folder) ends the whole job at once with status 2 and
@@ -30,8 +30,8 @@ string(JSON n ERROR_VARIABLE err LENGTH "${json}")
 if(err)
     message(FATAL_ERROR "${JSON} is not valid JSON: ${err}")
 endif()
-if(NOT n EQUAL 5)
-    message(FATAL_ERROR "${JSON} holds ${n} records, expected 5")
+if(NOT n EQUAL 6)
+    message(FATAL_ERROR "${JSON} holds ${n} records, expected 6")
 endif()
 math(EXPR last "${n} - 1")
 set(nallreduce 0)
@@ -57,7 +57,7 @@ endif()
 file(STRINGS "${CSV}" lines)
 list(LENGTH lines nlines)
 list(GET lines 0 header)
-if(NOT nlines EQUAL 6 OR NOT header MATCHES "mpi_allreduce_us")
-    message(FATAL_ERROR "${CSV}: ${nlines} lines (expected 6), header '${header}'")
+if(NOT nlines EQUAL 7 OR NOT header MATCHES "mpi_allreduce_us")
+    message(FATAL_ERROR "${CSV}: ${nlines} lines (expected 7), header '${header}'")
 endif()
 message("${JSON} and ${CSV}: ${n} records, written once")
