@@ -108,15 +108,9 @@ mw_status mw__dist_allgather_ints(const int *mine, int n, int *out) {
  * Non-blocking MPI polled until done or timeout_ms: a process that never arrives makes the
  * others fail with MW_ERR_TIMEOUT instead of waiting forever. */
 
-static double dist_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static mw_status dist_wait(MPI_Request *req, int timeout_ms, const char *what) {
     int limit = timeout_ms > 0 ? timeout_ms : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
-    double deadline = dist_now_ms() + limit;
+    double deadline = mw__mpi_now_ms() + limit;
     for (int i = 0;; i++) {
         int done = 0;
         mw__mpi_lock();
@@ -126,7 +120,7 @@ static mw_status dist_wait(MPI_Request *req, int timeout_ms, const char *what) {
             return mw__error(MW_ERR_DEVICE, "%s between the processes failed in MPI (%d)", what,
                              rc);
         if (done) return MW_OK;
-        if (dist_now_ms() > deadline)
+        if (mw__mpi_now_ms() > deadline)
             return mw__error(MW_ERR_TIMEOUT,
                              "%s: not every process arrived within %d ms (one of them failed, "
                              "stalls or runs another program; end the job with "

@@ -105,12 +105,6 @@ struct mw__mpi_exchange {
     int parts_failed;         /* one gave up: MPI may still write into scratch */
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 void mw__mpi_backoff(double waited_ms) {
     if (waited_ms < SPIN_MS) return;
     struct timespec ts = {0, NAP_US * 1000L};
@@ -332,7 +326,7 @@ static mw_status grow(mw__mpi_exchange *x, size_t floats) {
 /* Polls test until it reports done: MW_ERR_ABORTED when *aborted is set, MW_ERR_TIMEOUT after the
  * exchange's timeout. */
 static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_exchange *, int *)) {
-    double start = now_ms(), deadline = start + x->timeout_ms;
+    double start = mw__mpi_now_ms(), deadline = start + x->timeout_ms;
     for (int i = 0;; i++) {
         int done = 0;
         mw_status st = test(x, &done);
@@ -340,7 +334,7 @@ static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_excha
         if (atomic_load_explicit(x->aborted, memory_order_acquire))
             return fail(x, MW_ERR_ABORTED, NULL, 0);
         if ((i & 15) != 15) continue;
-        double t = now_ms();
+        double t = mw__mpi_now_ms();
         if (t > deadline) return fail(x, MW_ERR_TIMEOUT, NULL, 0);
         mw__mpi_backoff(t - start);
     }

@@ -6,7 +6,6 @@
  * deadline. Probing before receiving posts no receive that would have to be cancelled. */
 #include <limits.h>
 #include <stdio.h>
-#include <time.h>
 
 #include "collectives/dist.h"
 #include "collectives/mpi/mpi_impl.h"
@@ -21,12 +20,6 @@ struct mw__dist_link {
 struct mw__dist_send {
     MPI_Request req;
 };
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 mw_status mw__dist_link_new(mw__dist_link **out) {
     *out = NULL;
@@ -78,7 +71,7 @@ mw_status mw__dist_link_wait(mw__dist_link *l, mw__dist_send **sends, int n, int
                              const char *what) {
     (void)l;
     int limit = timeout_ms > 0 ? timeout_ms : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
-    double start = now_ms();
+    double start = mw__mpi_now_ms();
     mw_status st = MW_OK;
     for (int i = 0; i < n; i++) {
         while (sends[i] && st == MW_OK) {
@@ -91,13 +84,13 @@ mw_status mw__dist_link_wait(mw__dist_link *l, mw__dist_send **sends, int n, int
             else if (done) {
                 mw__free(sends[i]);
                 sends[i] = NULL;
-            } else if (now_ms() - start > limit) {
+            } else if (mw__mpi_now_ms() - start > limit) {
                 st = mw__error(MW_ERR_TIMEOUT,
                                "%s: a message was not received within %d ms (the process "
                                "receiving it failed or stalls)",
                                what, limit);
             } else {
-                mw__mpi_backoff(now_ms() - start);
+                mw__mpi_backoff(mw__mpi_now_ms() - start);
             }
         }
     }
@@ -109,7 +102,7 @@ mw_status mw__dist_link_wait(mw__dist_link *l, mw__dist_send **sends, int n, int
 mw_status mw__dist_link_recv(mw__dist_link *l, int src, int tag, void *buf, size_t n, int abort_tag,
                              int (*stop)(void *ctx), void *ctx, int timeout_ms, const char *what) {
     int limit = timeout_ms > 0 ? timeout_ms : MW_DISTRIBUTED_DEFAULT_TIMEOUT_MS;
-    double start = now_ms();
+    double start = mw__mpi_now_ms();
     for (;;) {
         int there = 0, aborted = 0;
         MPI_Status status;
@@ -139,7 +132,7 @@ mw_status mw__dist_link_recv(mw__dist_link *l, int src, int tag, void *buf, size
         if (aborted || (stop && stop(ctx)))
             return mw__error(MW_ERR_ABORTED, "%s: given up, %s", what,
                              aborted ? "another process failed" : "this process failed");
-        double waited = now_ms() - start;
+        double waited = mw__mpi_now_ms() - start;
         if (waited > limit)
             return mw__error(MW_ERR_TIMEOUT,
                              "%s: nothing came from process %d within %d ms (it failed or stalls)",

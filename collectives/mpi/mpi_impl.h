@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "meshwit/graph.h"
 #include "meshwit/status.h"
@@ -16,6 +17,13 @@ void mw__mpi_unlock(void);
 
 /* Non-zero while MPI is initialised and not finalised. */
 int mw__mpi_active(void);
+
+/* The monotonic clock in milliseconds, for the waits' deadlines. */
+static inline double mw__mpi_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 /* Between two polls of a wait that began waited_ms ago: nothing at first, then a short nap
  * (collectives/mpi/exchange.c says why). */

@@ -72,12 +72,6 @@ typedef struct nccl_mpi_comm {
     _Atomic int broken; /* an operation was left in flight */
 } nccl_mpi_comm;
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
 static mw_status nccl_error(const char *who, const char *call, ncclResult_t res) {
     return mw__error(MW_ERR_DEVICE, "%s: %s failed: %s", who, call, ncclGetErrorString(res));
 }
@@ -236,7 +230,7 @@ static mw_status make_comms(nccl_mpi_comm *c, const ncclUniqueId *id) {
     res = ncclGroupEnd();
     if (!st && res != ncclSuccess && res != ncclInProgress)
         st = nccl_error("nccl-mpi", "ncclGroupEnd", res);
-    double deadline = now_ms() + INIT_TIMEOUT_MIN_MS + c->timeout_ms;
+    double deadline = mw__mpi_now_ms() + INIT_TIMEOUT_MIN_MS + c->timeout_ms;
     for (int i = 0; i < c->nlocal && !st; i++) {
         ncclResult_t state = ncclInProgress;
         while (!st && state == ncclInProgress) {
@@ -245,7 +239,7 @@ static mw_status make_comms(nccl_mpi_comm *c, const ncclUniqueId *id) {
                 st = nccl_error(c->devs[i]->name, "ncclCommGetAsyncError", res);
             else if (state != ncclSuccess && state != ncclInProgress)
                 st = nccl_error(c->devs[i]->name, "ncclCommInitRankConfig", state);
-            else if (state == ncclInProgress && now_ms() > deadline)
+            else if (state == ncclInProgress && mw__mpi_now_ms() > deadline)
                 st = mw__error(MW_ERR_TIMEOUT,
                                "%s: creating the NCCL communicator across processes took over "
                                "%d ms",
@@ -376,7 +370,7 @@ static mw_status poll_comm(nccl_mpi_comm *c, int i, int complete, double deadlin
                              "all-reduce (nccl-mpi) aborted: %s was waiting for its peers",
                              dev->name);
         }
-        if (spins % 64 == 0 && now_ms() > deadline) {
+        if (spins % 64 == 0 && mw__mpi_now_ms() > deadline) {
             atomic_store(&c->broken, 1);
             return mw__error(MW_ERR_TIMEOUT,
                              "all-reduce (nccl-mpi): %s waited more than %d ms for its peers in "
@@ -426,8 +420,9 @@ static mw_status start_op(nccl_mpi_comm *c, int rank, mw__nccl_op op, float *buf
         atomic_store(&c->broken, 1);
         return nccl_error(dev->name, mw__nccl_call(op), res);
     }
-    return res == ncclInProgress ? poll_comm(c, i, 0, now_ms() + c->timeout_ms, mw__nccl_call(op))
-                                 : MW_OK;
+    return res == ncclInProgress
+               ? poll_comm(c, i, 0, mw__mpi_now_ms() + c->timeout_ms, mw__nccl_call(op))
+               : MW_OK;
 }
 
 static mw_status nm_allreduce_start_f32(mw__comm *comm, int rank, float *buf, size_t n) {
@@ -439,7 +434,8 @@ static mw_status nm_allreduce_finish(mw__comm *comm, int rank) {
     int i;
     mw_status st = enter(c, rank, &i);
     if (st || !c->started[i]) return st;
-    if ((st = poll_comm(c, i, 1, now_ms() + c->timeout_ms, "the NCCL collectives"))) return st;
+    if ((st = poll_comm(c, i, 1, mw__mpi_now_ms() + c->timeout_ms, "the NCCL collectives")))
+        return st;
     c->started[i] = 0;
     cudaError_t e = cudaEventRecord(c->events[i], c->streams[i]);
     if (e == cudaSuccess)
@@ -574,7 +570,7 @@ static mw_status nm_p2p(mw__comm *comm, const char *what, int rank, int send_pee
             return nccl_error(dev->name, "ncclSend/ncclRecv", res);
         }
         if (res == ncclInProgress &&
-            (st = poll_comm(c, i, 0, now_ms() + c->timeout_ms, "ncclSend/ncclRecv")))
+            (st = poll_comm(c, i, 0, mw__mpi_now_ms() + c->timeout_ms, "ncclSend/ncclRecv")))
             return st;
         if ((st = nm_allreduce_finish(comm, rank))) return st;
     }

@@ -69,12 +69,6 @@ struct mw__mpi_p2p {
     _Atomic int abandoned; /* a wait gave up with messages in flight: MPI may write into slots */
 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 mw_status mw__mpi_p2p_new(MPI_Comm comm, int nranks, int nlocal, const int *proc_index,
                           int timeout_ms, const _Atomic int *aborted, _Atomic int *poisoned,
                           const char *procs, mw__mpi_p2p **out) {
@@ -234,7 +228,7 @@ static int advance(mw__mpi_p2p *x, slot *s, half *h, int sending, int *done) {
 
 mw_status mw__mpi_p2p_wait(mw__mpi_p2p *x, int li) {
     slot *s = &x->slots[li];
-    double start = now_ms(), deadline = start + x->timeout_ms;
+    double start = mw__mpi_now_ms(), deadline = start + x->timeout_ms;
     for (int i = 0;; i++) {
         int sent = 0, got = 0;
         mw__mpi_lock();
@@ -246,7 +240,7 @@ mw_status mw__mpi_p2p_wait(mw__mpi_p2p *x, int li) {
         if (atomic_load_explicit(x->aborted, memory_order_acquire))
             return fail(x, s, MW_ERR_ABORTED, NULL, 0);
         if ((i & 15) != 15) continue;
-        double t = now_ms();
+        double t = mw__mpi_now_ms();
         if (t > deadline) return fail(x, s, MW_ERR_TIMEOUT, NULL, 0);
         mw__mpi_backoff(t - start);
     }

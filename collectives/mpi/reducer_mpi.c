@@ -88,12 +88,6 @@ typedef struct hier_comm {
     } * gathering;
 } hier_comm;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static void hier_comm_free(mw__comm *comm) {
     hier_comm *c = (hier_comm *)comm;
     if (!c) return;
@@ -232,7 +226,7 @@ nomem:
 
 /* Polls one non-blocking MPI call to completion, an abort, or the timeout. */
 static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) {
-    double start = now_ms(), deadline = start + c->timeout_ms;
+    double start = mw__mpi_now_ms(), deadline = start + c->timeout_ms;
     for (int i = 0;; i++) {
         int done = 0;
         mw__mpi_lock();
@@ -252,7 +246,7 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              what, c->procs);
         }
         if ((i & 15) != 15) continue;
-        double t = now_ms();
+        double t = mw__mpi_now_ms();
         if (t > deadline) {
             c->poisoned = 1;
             return mw__error(MW_ERR_TIMEOUT,
