@@ -262,6 +262,15 @@ static void reduce_slice_bf16(mw__comm *c, int parity, size_t lo, size_t hi) {
 
 static size_t esize(mw_dtype d) { return d == MW_BF16 ? 2 : 4; }
 
+/* Rank `rank`'s slice [*lo, *hi) of n elements over p ranks, in whole 64-byte lines of `per`
+ * elements, so that no two ranks write the same line. */
+static void line_slice(size_t n, size_t per, int rank, int p, size_t *lo, size_t *hi) {
+    size_t lines = (n + per - 1) / per;
+    *lo = lines * (size_t)rank / (size_t)p * per;
+    *hi = lines * (size_t)(rank + 1) / (size_t)p * per;
+    if (*hi > n) *hi = n;
+}
+
 /* ---- vtable ---- */
 
 static mw_status shm_comm_new(int nranks, struct mw__device *const *devices,
@@ -379,11 +388,8 @@ static mw_status shm_allreduce_sum(mw__comm *c, int rank, void *vbuf, size_t n, 
     int parity = (int)((me->step + 1) & 1);
     st = mw__shm_enter(c, rank, OP_ALLREDUCE, buf, n, dtype, NULL);
     if (st != MW_OK) return st;
-    /* Slices in whole 64-byte lines, so no two ranks write the same line. */
-    size_t per = 64 / esize(dtype), lines = (n + per - 1) / per;
-    size_t lo = lines * (size_t)rank / (size_t)p * per;
-    size_t hi = lines * (size_t)(rank + 1) / (size_t)p * per;
-    if (hi > n) hi = n;
+    size_t lo, hi;
+    line_slice(n, 64 / esize(dtype), rank, p, &lo, &hi);
     if (lo < hi && dtype == MW_F32) reduce_slice(c, parity, -1, lo, hi);
     if (lo < hi && dtype == MW_BF16) reduce_slice_bf16(c, parity, lo, hi);
     return mw__shm_take_step(c, rank, OP_ALLREDUCE, 0);
@@ -436,10 +442,9 @@ static mw_status take_sums(mw__comm *c, int rank) {
                                  "has %zu",
                                  i, r0->segs[i].n, q, r->segs[i].n);
     }
-    /* This rank's slice of the whole, in 64-byte lines, each sum's part of it in turn. */
-    size_t lines = (total + 15) / 16, p = (size_t)c->nranks;
-    size_t lo = lines * (size_t)rank / p * 16, hi = lines * (size_t)(rank + 1) / p * 16;
-    if (hi > total) hi = total;
+    /* This rank's slice of the whole, each sum's part of it in turn. */
+    size_t lo, hi;
+    line_slice(total, 16, rank, c->nranks, &lo, &hi);
     for (size_t i = 0, base = 0; i < (size_t)k && base < hi; base += me->segs[i++].n) {
         size_t n = me->segs[i].n, a = lo > base ? lo - base : 0;
         size_t b = hi - base < n ? hi - base : n;
