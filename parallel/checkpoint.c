@@ -45,6 +45,11 @@ typedef struct entry {
 /* Values start 8-byte aligned in a file image (see mw_trainer_load). */
 _Static_assert(sizeof(header) % 8 == 0 && sizeof(entry) % 8 == 0, "checkpoint layout");
 
+/* A pipeline spanning processes, or NULL. */
+static mw_pipeline *spanning(const mw_trainer *tr) {
+    return tr->pipe && mw__pipeline_processes(tr->pipe) > 1 ? tr->pipe : NULL;
+}
+
 /* Where a checkpoint's parameters live: the whole model's, in its declaration order (names,
  * sizes), and for each the trainers holding it with its node in theirs: the trainer itself, or
  * a pipeline's stages, the owner of a tied parameter first. Saving reads from the first holder;
@@ -101,8 +106,8 @@ static mw_status layout_of(mw_trainer *tr, const char *caller, layout *l) {
             l->hold[(size_t)p * (size_t)l->nstages + (size_t)l->nhold[p]++] = (holder){st, t};
         }
     }
-    int spans = tr->pipe && mw__pipeline_processes(tr->pipe) > 1;
-    for (int p = 0; p < n && !spans; p++)
+    /* Across processes another process's stages hold the rest. */
+    for (int p = 0; p < n && !spanning(tr); p++)
         if (!l->nhold[p]) {
             layout_free(l);
             return mw__error(MW_ERR_STATE, "%s: no stage holds parameter '%s'", caller,
@@ -144,11 +149,6 @@ static mw_status transfer(const layout *l, float *image, int moments, int to_dev
             image += count;
         }
     return MW_OK;
-}
-
-/* A pipeline spanning processes, or NULL. */
-static mw_pipeline *spanning(const mw_trainer *tr) {
-    return tr->pipe && mw__pipeline_processes(tr->pipe) > 1 ? tr->pipe : NULL;
 }
 
 /* The step every stage has taken (a pipeline's stages step together). */

@@ -344,12 +344,20 @@ static int stage_of_param(const mw_pipeline *p, const char *name) {
     return -1;
 }
 
-/* The whole graph's parameter called name, or NULL. */
-static const mw_tensor *whole_param(const mw_pipeline *p, const char *name) {
+/* MW_OK when buf (fn's argument `arg`) holds the whole of parameter `name` (a parameter of the
+ * graph): count its elements; else MW_ERR_INVALID. */
+static mw_status whole_count(const mw_pipeline *p, const char *fn, const char *name,
+                             const char *arg, const void *buf, int64_t count) {
+    int64_t n = 0;
     for (int i = 0; i < p->g->nnodes; i++)
         if (p->g->nodes[i]->op == MW__OP_PARAM && !strcmp(p->g->nodes[i]->name, name))
-            return p->g->nodes[i];
-    return NULL;
+            n = mw__type_numel(&p->g->nodes[i]->type);
+    if (buf && count == n) return MW_OK;
+    if (!buf)
+        return mw__error(MW_ERR_INVALID, "%s: '%s' has %lld values; count is %lld and %s NULL", fn,
+                         name, (long long)n, (long long)count, arg);
+    return mw__error(MW_ERR_INVALID, "%s: '%s' has %lld values; count is %lld", fn, name,
+                     (long long)n, (long long)count);
 }
 
 mw_status mw_pipeline_read_param(mw_pipeline *p, const char *name, float *dst, int64_t count) {
@@ -359,20 +367,15 @@ mw_status mw_pipeline_read_param(mw_pipeline *p, const char *name, float *dst, i
         return mw__error(MW_ERR_NOT_FOUND, "mw_pipeline_read_param: no parameter '%s'", name);
     if (p->nprocs == 1) return mw_trainer_read_param(p->st[s].tr, name, dst, count);
     /* Across processes: read where it is, then every process gets it (a collective). */
-    int64_t n = mw__type_numel(&whole_param(p, name)->type);
-    if (!dst || count != n)
-        return mw__error(MW_ERR_INVALID,
-                         "mw_pipeline_read_param: '%s' has %lld values; count is %lld%s", name,
-                         (long long)n, (long long)count, dst ? "" : " and dst NULL");
-    mw_status st =
-        mw__pipe_local(p, s) ? mw_trainer_read_param(p->st[s].tr, name, dst, count) : MW_OK;
+    mw_status st = whole_count(p, "mw_pipeline_read_param", name, "dst", dst, count);
+    if (st) return st;
+    st = mw__pipe_local(p, s) ? mw_trainer_read_param(p->st[s].tr, name, dst, count) : MW_OK;
     char msg[MW__MSG_SIZE];
     int ok = 0;
     snprintf(msg, sizeof msg, "%s", st ? mw_last_error() : "");
     mw_status agreed = mw__pipe_link_agree(p, st, msg, msg, sizeof msg, &ok);
     if (agreed) return mw__error(agreed, "mw_pipeline_read_param: %s", msg);
-    return mw__pipe_link_bcast(p, p->st[s].proc, dst, (size_t)count * sizeof *dst,
-                               "mw_pipeline_read_param");
+    return mw__pipeline_share_param(p, name, dst, count);
 }
 
 mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float *src,
@@ -381,14 +384,10 @@ mw_status mw_pipeline_write_param(mw_pipeline *p, const char *name, const float 
     int s = stage_of_param(p, name);
     if (s < 0)
         return mw__error(MW_ERR_NOT_FOUND, "mw_pipeline_write_param: no parameter '%s'", name);
-    int64_t n = mw__type_numel(&whole_param(p, name)->type);
-    if (!src || count != n)
-        return mw__error(MW_ERR_INVALID,
-                         "mw_pipeline_write_param: '%s' has %lld values; count is %lld%s", name,
-                         (long long)n, (long long)count, src ? "" : " and src NULL");
+    mw_status st = whole_count(p, "mw_pipeline_write_param", name, "src", src, count);
+    if (st) return st;
     /* Every stage of this process holding it: the owner, a tied parameter's other stage (its
      * copy must not lag behind). */
-    mw_status st = MW_OK;
     for (int t = s; st == MW_OK && t < p->S; t++) {
         int holds = t == s;
         for (int k = 0; k < p->ntied; k++)

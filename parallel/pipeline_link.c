@@ -171,71 +171,77 @@ void mw__pipe_link_begin(mw_pipeline *p) {
     p->abort_sent = 0;
 }
 
+/* What stage s hands stage `to` in buf, for micro-batch m: in this process a flag that says buf
+ * is written, else channel c's message. */
+static mw_status hand_over(mw_pipeline *p, int s, int to, unsigned char *flag, int c,
+                           const void *buf) {
+    if (mw__pipe_local(p, to)) {
+        set_flag(p, flag);
+        return MW_OK;
+    }
+    return send_on(p, c, s, buf) ? p->failed : MW_OK;
+}
+
+/* What stage s takes from stage `from` into buf: in this process the wait for its flag, else
+ * channel c's message. */
+static mw_status take_over(mw_pipeline *p, int s, int from, const unsigned char *flag, int c,
+                           void *buf) {
+    if (mw__pipe_local(p, from)) return wait_flag(p, flag) ? MW_ERR_INTERRUPTED : MW_OK;
+    return recv_on(p, c, s, buf);
+}
+
 mw_status mw__pipe_values_out(mw_pipeline *p, int s, int m) {
     stage *sg = &p->st[s];
-    for (int j = 0; j < sg->nout; j++) {
+    mw_status st = MW_OK;
+    for (int j = 0; st == MW_OK && j < sg->nout; j++) {
         pipe_out *po = &sg->out[j];
-        if (mw__pipe_local(p, po->reader))
-            set_flag(p, &po->ready[m]);
-        else if (send_on(p, sg->chan + 2 * j, s, po->value[m]))
-            return p->failed;
+        st = hand_over(p, s, po->reader, &po->ready[m], sg->chan + 2 * j, po->value[m]);
     }
-    return MW_OK;
+    return st;
 }
 
 mw_status mw__pipe_values_in(mw_pipeline *p, int t, int m) {
     stage *sg = &p->st[t];
-    for (int k = 0; k < sg->nin; k++) {
+    mw_status st = MW_OK;
+    for (int k = 0; st == MW_OK && k < sg->nin; k++) {
         const pipe_in *pi = &sg->in[k];
         stage *src = &p->st[pi->from];
         pipe_out *po = &src->out[pi->out];
-        mw_status st = mw__pipe_local(p, pi->from)
-                           ? (wait_flag(p, &po->ready[m]) ? MW_ERR_INTERRUPTED : MW_OK)
-                           : recv_on(p, src->chan + 2 * pi->out, t, po->value[m]);
-        if (st) return st;
+        st = take_over(p, t, pi->from, &po->ready[m], src->chan + 2 * pi->out, po->value[m]);
     }
-    return MW_OK;
+    return st;
 }
 
 mw_status mw__pipe_grads_out(mw_pipeline *p, int t, int m) {
     stage *sg = &p->st[t];
-    for (int k = 0; k < sg->nin; k++) {
+    mw_status st = MW_OK;
+    for (int k = 0; st == MW_OK && k < sg->nin; k++) {
         pipe_in *pi = &sg->in[k];
-        if (mw__pipe_local(p, pi->from))
-            set_flag(p, &pi->ready[m]);
-        else if (send_on(p, p->st[pi->from].chan + 2 * pi->out + 1, t, pi->grad[m]))
-            return p->failed;
+        st = hand_over(p, t, pi->from, &pi->ready[m], p->st[pi->from].chan + 2 * pi->out + 1,
+                       pi->grad[m]);
     }
-    for (int k = 0; k < p->ntied; k++) {
+    for (int k = 0; st == MW_OK && k < p->ntied; k++) {
         tied_param *tp = &p->tied[k];
-        if (tp->other != t) continue;
-        if (mw__pipe_local(p, tp->owner))
-            set_flag(p, &tp->ready[m]);
-        else if (send_on(p, p->tied_chan + 2 * k, t, tp->share[m]))
-            return p->failed;
+        if (tp->other == t)
+            st = hand_over(p, t, tp->owner, &tp->ready[m], p->tied_chan + 2 * k, tp->share[m]);
     }
-    return MW_OK;
+    return st;
 }
 
 mw_status mw__pipe_grads_in(mw_pipeline *p, int s, int m) {
     stage *sg = &p->st[s];
-    for (int j = 0; j < sg->nout; j++) {
+    mw_status st = MW_OK;
+    for (int j = 0; st == MW_OK && j < sg->nout; j++) {
         const pipe_out *po = &sg->out[j];
         pipe_in *pi = &p->st[po->reader].in[po->in];
-        mw_status st = mw__pipe_local(p, po->reader)
-                           ? (wait_flag(p, &pi->ready[m]) ? MW_ERR_INTERRUPTED : MW_OK)
-                           : recv_on(p, sg->chan + 2 * j + 1, s, pi->grad[m]);
-        if (st) return st;
+        st = take_over(p, s, po->reader, &pi->ready[m], sg->chan + 2 * j + 1, pi->grad[m]);
     }
-    for (int k = 0; k < p->ntied; k++) {
+    for (int k = 0; st == MW_OK && k < p->ntied; k++) {
         tied_param *tp = &p->tied[k];
-        if (tp->owner != s) continue;
-        mw_status st = mw__pipe_local(p, tp->other)
-                           ? (wait_flag(p, &tp->ready[m]) ? MW_ERR_INTERRUPTED : MW_OK)
-                           : recv_on(p, p->tied_chan + 2 * k, s, tp->share[m]);
-        if (st) return st;
+        if (tp->owner == s)
+            st = take_over(p, s, tp->other, &tp->ready[m], p->tied_chan + 2 * k, tp->share[m]);
     }
-    return MW_OK;
+    return st;
 }
 
 /* ---- agreement between processes ------------------------------------------------------------- */

@@ -13,10 +13,6 @@
 #include "parallel/program.h"
 #include "parallel/trainer_impl.h"
 
-static mw_status fail(mw_pipeline *p, mw_status st, int s, const char *what) {
-    return mw__pipe_fail(p, st, s, what);
-}
-
 void mw__pipe_stage_feeds(mw_pipeline *p, stage *sg, int m, int backward) {
     for (int f = 0; f < sg->nfeeds; f++) {
         const stage_feed *sf = &sg->feed[f];
@@ -71,8 +67,9 @@ static mw_status run_forward(mw_pipeline *p, int s, int m) {
     int slot = 0;
     while (slot < sg->slots && sg->slot_busy[slot]) slot++;
     if (slot == sg->slots)
-        return fail(p, mw__error(MW_ERR_STATE, "no free activation slot for micro-batch %d", m), s,
-                    "forward");
+        return mw__pipe_fail(
+            p, mw__error(MW_ERR_STATE, "no free activation slot for micro-batch %d", m), s,
+            "forward");
     sg->slot_busy[slot] = 1;
     sg->slot_of[m] = slot;
     mw__pipe_stage_feeds(p, sg, m, 0);
@@ -82,7 +79,7 @@ static mw_status run_forward(mw_pipeline *p, int s, int m) {
         st = mw__program_read_output(sg->tr->prog, "mw_pipeline_step", sg->out[j].node,
                                      sg->out[j].value[m], sg->out[j].count);
     sg->part_ms[0] += (double)(mw__now_ns() - t0) * 1e-6;
-    if (st) return fail(p, st, s, "forward");
+    if (st) return mw__pipe_fail(p, st, s, "forward");
     return mw__pipe_values_out(p, s, m);
 }
 
@@ -108,7 +105,7 @@ static mw_status run_backward(mw_pipeline *p, int s, int m) {
         if (p->tied[k].other == s) st = read_shares(sg->tr, j++, &p->tied[k], m);
     sg->part_ms[1] += (double)(mw__now_ns() - t0) * 1e-6;
     if (!zb) sg->slot_busy[sg->slot_of[m]] = 0;
-    if (st) return fail(p, st, s, "backward");
+    if (st) return mw__pipe_fail(p, st, s, "backward");
     if (sg->losses && !zb) sg->losses[m] = loss;
     return mw__pipe_grads_out(p, s, m);
 }
@@ -123,7 +120,7 @@ static mw_status run_weights(mw_pipeline *p, int s, int m) {
         mw__trainer_backward_weight(sg->tr, sg->slot_of[m], m, sg->feeds, sg->nfeeds, &loss);
     sg->part_ms[2] += (double)(mw__now_ns() - t0) * 1e-6;
     sg->slot_busy[sg->slot_of[m]] = 0;
-    if (st) return fail(p, st, s, "weight gradients");
+    if (st) return mw__pipe_fail(p, st, s, "weight gradients");
     if (sg->losses) sg->losses[m] = loss;
     return MW_OK;
 }
@@ -288,6 +285,14 @@ static mw_status update_all(mw_pipeline *p) {
     return st;
 }
 
+/* The mean of the micro-batches' losses (p->loss_buf, every process's copy of the last stage's),
+ * summed in micro-batch order in double. */
+static float mean_loss(const mw_pipeline *p) {
+    double sum = 0;
+    for (int m = 0; m < p->M; m++) sum += p->loss_buf[m];
+    return (float)(sum / p->M);
+}
+
 mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, float *loss) {
     if (!p) return mw__error(MW_ERR_INVALID, "mw_pipeline_step: pipeline is NULL");
     if (mw_stop_requested())
@@ -311,7 +316,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
     }
     for (int i = 1; i < n; i++) {
         if (pthread_create(&dr[mine[i]].thread, NULL, drive, &dr[mine[i]]) != 0) {
-            fail(p, mw__error(MW_ERR_NOMEM, "cannot start a thread"), mine[i], "start");
+            mw__pipe_fail(p, mw__error(MW_ERR_NOMEM, "cannot start a thread"), mine[i], "start");
             break;
         }
         started = i;
@@ -326,7 +331,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
     }
     mw_status st = mw__pipe_link_settle(p, p->failed);
     if (st == MW_OK) st = update_all(p);
-    if (st == MW_OK && (st = mw__pipe_link_tied(p)) == MW_OK && p->nprocs > 1)
+    if (st == MW_OK && (st = mw__pipe_link_tied(p)) == MW_OK)
         st = mw__pipe_link_losses(p, p->loss_buf);
     if (st) {
         for (int s = 0; s < p->S; s++)
@@ -344,12 +349,7 @@ mw_status mw_pipeline_step(mw_pipeline *p, const mw_feed *feeds, int nfeeds, flo
     }
     p->stepped = 1;
     p->step_ms = wall;
-    if (loss) {
-        const float *l = p->nprocs > 1 ? p->loss_buf : p->st[p->S - 1].losses;
-        double sum = 0;
-        for (int m = 0; m < p->M; m++) sum += l[m];
-        *loss = (float)(sum / p->M);
-    }
+    if (loss) *loss = mean_loss(p);
     return MW_OK;
 }
 
@@ -371,18 +371,15 @@ mw_status mw__pipeline_eval(mw_pipeline *p, const mw_feed *feeds, int nfeeds, fl
             if (st) {
                 char what[64];
                 snprintf(what, sizeof what, "evaluation, micro-batch %d", m);
-                st = fail(p, st, s, what);
+                st = mw__pipe_fail(p, st, s, what);
                 break;
             }
             if (sg->losses) sg->losses[m] = l;
             st = mw__pipe_values_out(p, s, m);
         }
     st = mw__pipe_link_settle(p, p->failed);
-    if (st == MW_OK && p->nprocs > 1) st = mw__pipe_link_losses(p, p->loss_buf);
+    if (st == MW_OK) st = mw__pipe_link_losses(p, p->loss_buf);
     if (st) return mw__error(st, "mw_trainer_eval: %s", st == p->failed ? p->msg : mw_last_error());
-    const float *l = p->nprocs > 1 ? p->loss_buf : p->st[p->S - 1].losses;
-    double sum = 0;
-    for (int m = 0; m < p->M; m++) sum += l[m];
-    if (loss) *loss = (float)(sum / p->M);
+    if (loss) *loss = mean_loss(p);
     return MW_OK;
 }
