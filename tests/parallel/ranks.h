@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "collectives/reducer.h"
+#include "collectives/wait.h"
 #include "core/error.h"
 
 typedef struct worker worker;
@@ -42,6 +43,17 @@ static inline void *thread_main(void *arg) {
     worker *w = arg;
     w->fn(w);
     return NULL;
+}
+
+/* A shared-memory communicator of p ranks with the given timeout (0: none) and gang event (or
+ * NULL), asserted made. */
+static inline mw__comm *shm_comm(int p, int timeout_ms, mw__event *wake) {
+    mw__comm *comm = NULL;
+    mw__comm_options opt = {.timeout_ms = timeout_ms, .wake = wake};
+    cr_assert_eq(mw__reducer_shm.comm_new(p, NULL, &opt, &comm), MW_OK, "comm_new(%d): %s", p,
+                 mw_last_error());
+    cr_assert_not_null(comm);
+    return comm;
 }
 
 /* Runs fn on p threads, one per rank, and joins them. */

@@ -29,15 +29,6 @@
 
 static const mw__reducer_vtable *R = &mw__reducer_shm;
 
-static mw__comm *new_comm(int p, int timeout_ms) {
-    mw__comm *comm = NULL;
-    mw__comm_options opt = {.timeout_ms = timeout_ms};
-    mw_status st = R->comm_new(p, NULL, &opt, &comm);
-    cr_assert_eq(st, MW_OK, "comm_new(%d): %s", p, mw_last_error());
-    cr_assert_not_null(comm);
-    return comm;
-}
-
 /* A reproducible value in [-1, 1) for rank r, element i. */
 static float input(uint32_t seed, int r, size_t i) {
     uint64_t x = (uint64_t)seed * 0x9e3779b97f4a7c15u ^ (uint64_t)r << 40 ^ (uint64_t)i;
@@ -79,7 +70,7 @@ static void assert_all_ok(worker *w, int p, const char *what) {
 Test(reducer, matches_double_reference, .timeout = 60) {
     static const size_t lens[] = {0, 1, 7, 1023, (1u << 20) + 3};
     for (int p = 1; p <= MAXP; p++) {
-        mw__comm *comm = new_comm(p, 0);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
             size_t n = lens[k];
             worker w[MAXP] = {0};
@@ -121,7 +112,7 @@ Test(reducer, exact_rank_order, .timeout = 60) {
     /* Both sides of the small-path limit (512 floats) and uneven slices on the large path. */
     static const size_t lens[] = {7, 333, 512, 513, 4097, 100003};
     for (int p = 2; p <= MAXP; p++) {
-        mw__comm *comm = new_comm(p, 0);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
             size_t n = lens[k];
             uint32_t seed = (uint32_t)(7 + p * 10 + k);
@@ -167,7 +158,7 @@ Test(reducer, bitwise_identical_across_runs_and_ranks, .timeout = 60) {
             float *first = malloc(n * sizeof(float));
             cr_assert_not_null(first);
             for (int run = 0; run < 3; run++) {
-                mw__comm *comm = new_comm(p, 0); /* a fresh communicator each run */
+                mw__comm *comm = shm_comm(p, 0, NULL); /* a fresh communicator each run */
                 worker w[MAXP] = {0};
                 for (int r = 0; r < p; r++) {
                     w[r].n = n;
@@ -221,7 +212,7 @@ static void do_sequence(worker *w) {
 
 Test(reducer, many_consecutive_collectives, .timeout = 60) {
     for (int p = 2; p <= 5; p++) {
-        mw__comm *comm = new_comm(p, 0);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         worker w[MAXP] = {0};
         run_ranks(comm, p, w, do_sequence, NULL);
         assert_all_ok(w, p, "sequence");
@@ -271,7 +262,7 @@ static void check_works(mw__comm *comm, int p, size_t n) {
 Test(reducer, abort_releases_waiters_and_reset_recovers, .timeout = 60) {
     static const size_t lens[] = {100, 200000};
     int p = 3;
-    mw__comm *comm = new_comm(p, 0);
+    mw__comm *comm = shm_comm(p, 0, NULL);
     for (size_t k = 0; k < 2; k++) {
         worker w[MAXP] = {0};
         fill(w, p, lens[k], 3);
@@ -312,7 +303,7 @@ static void all_but_last(worker *w) {
 Test(reducer, timeout_when_a_rank_never_arrives, .timeout = 60) {
     static const size_t lens[] = {10, 300000};
     int p = 3, timeout_ms = 200;
-    mw__comm *comm = new_comm(p, timeout_ms);
+    mw__comm *comm = shm_comm(p, timeout_ms, NULL);
     for (size_t k = 0; k < 2; k++) {
         worker w[MAXP] = {0};
         fill(w, p, lens[k], 4);
@@ -361,7 +352,7 @@ static void do_barriers(worker *w) {
 
 Test(reducer, barrier_waits_for_everyone, .timeout = 60) {
     for (int p = 1; p <= 6; p++) {
-        mw__comm *comm = new_comm(p, 0);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         barrier_arg a = {0};
         worker w[MAXP] = {0};
         run_ranks(comm, p, w, do_barriers, &a);
@@ -380,7 +371,7 @@ static void mismatched_lengths(worker *w) {
 
 Test(reducer, mismatched_lengths_fail_on_every_rank, .timeout = 60) {
     int p = 2;
-    mw__comm *comm = new_comm(p, 0);
+    mw__comm *comm = shm_comm(p, 0, NULL);
     worker w[MAXP] = {0};
     fill(w, p, 4097, 6); /* rank 0 takes the large path, rank 1 the small one */
     run_ranks(comm, p, w, mismatched_lengths, NULL);
@@ -403,7 +394,7 @@ Test(reducer, invalid_arguments, .timeout = 60) {
     cr_assert_eq(R->comm_new(2, NULL, &bad, &comm), MW_ERR_INVALID);
     R->comm_free(NULL);
 
-    comm = new_comm(2, 0);
+    comm = shm_comm(2, 0, NULL);
     float x = 1;
     cr_assert_eq(R->allreduce_sum(comm, 2, &x, 1, MW_F32), MW_ERR_INVALID);
     cr_assert(strstr(mw_last_error(), "rank 2 out of range"), "%s", mw_last_error());
@@ -470,7 +461,7 @@ Test(reducer, bf16_sums_are_f32_sums_in_rank_order_rounded_once, .timeout = 60) 
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
             for (int op = 0; op < 4; op++) {
                 size_t n = sizes[si];
-                mw__comm *comm = new_comm(p, 0);
+                mw__comm *comm = shm_comm(p, 0, NULL);
                 worker w[MAXP] = {0};
                 bf16_job j[MAXP];
                 uint16_t *orig[MAXP];
@@ -530,7 +521,7 @@ Test(reducer, bf16_all_reduce_of_any_bits_is_the_rank_order_sum_rounded_once, .t
     for (int p = 2; p <= 4; p++)
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
             size_t n = sizes[si];
-            mw__comm *comm = new_comm(p, 0);
+            mw__comm *comm = shm_comm(p, 0, NULL);
             worker w[MAXP] = {0};
             bf16_job j[MAXP];
             uint16_t *orig[MAXP];
@@ -565,7 +556,7 @@ Test(reducer, other_dtypes_and_reducers_refuse_by_name) {
     cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_F32), MW_OK);
     cr_assert_eq(mw__reducer_dtype("mpi", "all-reduce", MW_BF16), MW_ERR_UNSUPPORTED);
     cr_assert(strstr(mw_last_error(), "mpi reducer: all-reduce of bf16"), "%s", mw_last_error());
-    mw__comm *comm = new_comm(1, 0);
+    mw__comm *comm = shm_comm(1, 0, NULL);
     int32_t x = 3;
     cr_assert_eq(R->allreduce_sum(comm, 0, &x, 1, MW_I32), MW_ERR_UNSUPPORTED);
     R->comm_free(comm);

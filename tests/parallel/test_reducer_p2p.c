@@ -30,13 +30,6 @@
 
 static const mw__reducer_vtable *R = &mw__reducer_shm;
 
-static mw__comm *new_comm(int p, int timeout_ms, mw__event *wake) {
-    mw__comm *comm = NULL;
-    mw__comm_options opt = {.timeout_ms = timeout_ms, .wake = wake};
-    cr_assert_eq(R->comm_new(p, NULL, &opt, &comm), MW_OK, "comm_new(%d): %s", p, mw_last_error());
-    return comm;
-}
-
 static void record(worker *w, mw_status st) {
     if (st && !w->st) {
         w->st = st;
@@ -113,7 +106,7 @@ Test(reducer_p2p, every_pair_receives_what_was_sent_bit_for_bit, .timeout = 120)
     static const size_t lens[] = {0, 1, 7, 1023, LARGE};
     static const mw_dtype dtypes[] = {MW_F32, MW_BF16};
     for (int p = 2; p <= 4; p++) {
-        mw__comm *comm = new_comm(p, 0, NULL);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
             for (int d = 0; d < 2; d++) {
                 worker w[MAXP] = {0};
@@ -156,7 +149,7 @@ static void do_ring(worker *w) {
 Test(reducer_p2p, a_ring_of_sendrecv_passes_every_buffer_on, .timeout = 120) {
     static const size_t lens[] = {0, 1, 513, LARGE};
     for (int p = 1; p <= 4; p++) {
-        mw__comm *comm = new_comm(p, 0, NULL);
+        mw__comm *comm = shm_comm(p, 0, NULL);
         for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
             for (int d = 0; d < 2; d++)
                 for (int step = -1; step <= 1; step++) { /* step 0: each rank to itself */
@@ -199,7 +192,7 @@ static void do_sequences(worker *w) {
 }
 
 Test(reducer_p2p, messages_of_a_pair_arrive_in_order, .timeout = 60) {
-    mw__comm *comm = new_comm(3, 0, NULL);
+    mw__comm *comm = shm_comm(3, 0, NULL);
     worker w[MAXP] = {0};
     run_ranks(comm, 3, w, do_sequences, NULL);
     assert_all_ok(w, 3, "sequences");
@@ -222,7 +215,7 @@ static void do_pairs_then_allreduce(worker *w) {
 }
 
 Test(reducer_p2p, pairs_meet_apart_from_the_collectives, .timeout = 60) {
-    mw__comm *comm = new_comm(4, 0, NULL);
+    mw__comm *comm = shm_comm(4, 0, NULL);
     worker w[MAXP] = {0};
     run_ranks(comm, 4, w, do_pairs_then_allreduce, NULL);
     assert_all_ok(w, 4, "pairs then all-reduce");
@@ -269,7 +262,7 @@ Test(reducer_p2p, calls_that_disagree_fail_on_both_sides_naming_both, .timeout =
         "rank 0 sends 8 f32 elements to rank 1, but rank 1 receives 8 bf16 elements from rank 0",
         "rank 0 sends 0 bf16 elements to rank 1, but rank 1 receives 1 bf16 elements from rank 0",
     };
-    mw__comm *comm = new_comm(2, 5000, NULL);
+    mw__comm *comm = shm_comm(2, 5000, NULL);
     for (size_t c = 0; c < 3; c++) {
         worker w[2] = {0};
         run_ranks(comm, 2, w, do_mismatch, (void *)&cases[c]);
@@ -291,7 +284,7 @@ Test(reducer_p2p, calls_that_disagree_fail_on_both_sides_naming_both, .timeout =
 
 Test(reducer_p2p, a_sendrecv_that_disagrees_still_completes_its_other_half, .timeout = 60) {
     mismatch_arg a = {{5, 6}, {MW_F32, MW_F32}, 1};
-    mw__comm *comm = new_comm(2, 5000, NULL);
+    mw__comm *comm = shm_comm(2, 5000, NULL);
     worker w[2] = {0};
     run_ranks(comm, 2, w, do_mismatch, &a);
     for (int r = 0; r < 2; r++) {
@@ -328,7 +321,7 @@ static void do_send_half_fails(worker *w) {
 }
 
 Test(reducer_p2p, a_sendrecv_whose_send_fails_still_waits_for_its_receive, .timeout = 60) {
-    mw__comm *comm = new_comm(2, 5000, NULL);
+    mw__comm *comm = shm_comm(2, 5000, NULL);
     worker w[2] = {0};
     run_ranks(comm, 2, w, do_send_half_fails, NULL);
     for (int r = 0; r < 2; r++) {
@@ -375,7 +368,7 @@ static void check_works(mw__comm *comm, int p) {
 }
 
 Test(reducer_p2p, an_abort_wakes_a_blocked_receiver_or_sender, .timeout = 60) {
-    mw__comm *comm = new_comm(2, 0, NULL);
+    mw__comm *comm = shm_comm(2, 0, NULL);
     for (int sending = 0; sending < 2; sending++) {
         worker w[2] = {0};
         blocked_arg a = {sending, 0};
@@ -409,7 +402,7 @@ static void do_alone(worker *w) {
 
 Test(reducer_p2p, a_wait_for_a_peer_that_never_comes_times_out, .timeout = 60) {
     int timeout_ms = 200;
-    mw__comm *comm = new_comm(2, timeout_ms, NULL);
+    mw__comm *comm = shm_comm(2, timeout_ms, NULL);
     for (int sending = 0; sending < 2; sending++) {
         worker w[2] = {0};
         run_ranks(comm, 2, w, do_alone, &sending);
@@ -432,7 +425,7 @@ Test(reducer_p2p, a_wait_for_a_peer_that_never_comes_times_out, .timeout = 60) {
 
 /* Each bad call, one at a time: its message, then the communicator aborted until reset. */
 Test(reducer_p2p, a_bad_call_names_its_fault_and_aborts_until_reset, .timeout = 60) {
-    mw__comm *comm = new_comm(3, 0, NULL);
+    mw__comm *comm = shm_comm(3, 0, NULL);
     float x[8] = {0};
     int32_t ids[2] = {0};
     for (int c = 0; c < 9; c++) {
@@ -491,7 +484,7 @@ static void do_gather_then_p2p(worker *w) {
 }
 
 Test(reducer_p2p, an_all_gather_in_flight_completes_first, .timeout = 60) {
-    mw__comm *comm = new_comm(2, 0, NULL);
+    mw__comm *comm = shm_comm(2, 0, NULL);
     worker w[2] = {0};
     run_ranks(comm, 2, w, do_gather_then_p2p, NULL);
     assert_all_ok(w, 2, "all-gather started, then sendrecv");
@@ -538,7 +531,7 @@ Test(reducer_p2p, ranks_of_a_gang_on_one_thread_pass_messages, .timeout = 60) {
         for (int p = 2; p <= (kind == 2 ? 2 : 4); p++)
             for (size_t k = 0; k < 3; k++) {
                 mw__event wake = {0, 0};
-                mw__comm *comm = new_comm(p, 10000, &wake);
+                mw__comm *comm = shm_comm(p, 10000, &wake);
                 mw__gang *g = NULL;
                 cr_assert_eq(mw__gang_new(p, &wake, 0, &g), MW_OK, "%s", mw_last_error());
                 task t[MAXP];

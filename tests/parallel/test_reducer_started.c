@@ -23,13 +23,6 @@ static const mw__reducer_vtable *R = &mw__reducer_shm;
  * larger than a chunk, and large; their total splits the ranks' slices inside sums. */
 static const size_t lens[NSUMS] = {1, 15, 511, 4097, 2048, 100003, 33};
 
-static mw__comm *new_comm(int p, int timeout_ms) {
-    mw__comm *comm = NULL;
-    mw__comm_options opt = {.timeout_ms = timeout_ms};
-    cr_assert_eq(R->comm_new(p, NULL, &opt, &comm), MW_OK, "%s", mw_last_error());
-    return comm;
-}
-
 static float value(int r, int k, size_t i) {
     uint32_t x = (uint32_t)(r * 7919 + k * 104729) ^ (uint32_t)i * 2654435761u;
     x ^= x >> 15;
@@ -74,7 +67,7 @@ static void started(worker *w) {
 }
 
 static void check(int p, how how) {
-    mw__comm *comm = new_comm(p, 0);
+    mw__comm *comm = shm_comm(p, 0, NULL);
     static plan pl;
     memset(&pl, 0, sizeof pl);
     pl.how = how;
@@ -144,7 +137,7 @@ static void differing(worker *w) {
 
 Test(reducer_started, sums_that_differ_fail_on_every_rank, .timeout = 60) {
     int p = 3;
-    mw__comm *comm = new_comm(p, 0);
+    mw__comm *comm = shm_comm(p, 0, NULL);
     worker w[MAXP] = {0};
     run_ranks(comm, p, w, differing, NULL); /* rank 1: 2 sums of 300, the others 3 */
     for (int r = 0; r < p; r++) {
@@ -171,7 +164,7 @@ static void start_then_finish(worker *w) {
 
 Test(reducer_started, an_abort_reaches_finish_and_reset_forgets, .timeout = 60) {
     int p = 2;
-    mw__comm *comm = new_comm(p, 0);
+    mw__comm *comm = shm_comm(p, 0, NULL);
     R->abort(comm);
     worker w[MAXP] = {0};
     run_ranks(comm, p, w, start_then_finish, NULL);
