@@ -113,7 +113,8 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
                    .host_memory = host_memory,
                    .bf16_out = target->bf16_out,
                    .prefetch = target->prefetch_gathers,
-                   .split = target->split_nodes};
+                   .split = target->split_nodes,
+                   .rotary = target->rotary};
     builder *b = &bld;
     b->ar = *ar; /* the record of the first build, or the offsets the second replays */
     b->node = mw__calloc((size_t)nn + 1, sizeof *b->node);
@@ -210,9 +211,11 @@ static mw_status build(const mw_graph *g, const mw_tensor *loss, mw_tensor *cons
         if (i == fwd_last + 1) out->fwd_end = out->nins;
         if (target->split_nodes && i == target->split_nodes) out->bwd_split = out->nins;
         if (!b->node[i].live) continue;
-        if (t->op == MW__OP_ALIAS || (t->op == MW__OP_CAST && b->fuse[i].cast == CAST_FUSED)) {
-            b->node[i].ref =
-                b->node[t->in[0]->id].ref; /* a fused cast: its input's kernel wrote bf16 */
+        if (t->op == MW__OP_ALIAS || b->fuse[i].pass ||
+            (t->op == MW__OP_CAST && b->fuse[i].cast == CAST_FUSED)) {
+            /* an alias, a fused cast (its input's kernel wrote bf16), or a node the attention's
+             * kernels compute (find_rotary) */
+            b->node[i].ref = b->node[t->in[0]->id].ref;
         } else if (b->fuse[i].fused >= 0) {
             b->node[i].ref =
                 b->node[b->fuse[i].fused].ref; /* the GEMM already wrote the sum there */

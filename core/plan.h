@@ -181,6 +181,13 @@ typedef struct mw__plan_target {
     /* > 0: the backward nodes from this one on are a second part (a pipeline stage's weight
      * gradients, run apart from its input gradients: plan bwd_split). 0: one backward part. */
     int split_nodes;
+    /* The device's attention kernels rotate q and k as they read them (mw__k_attention.rope): a
+     * rotary embedding that only attention reads is then applied there, with its gradient, rather
+     * than as passes of their own over q, k and v (plan_fuse.c, find_rotary): 2 wherever the
+     * graph allows, 1 only where the attention reads f32 (in bf16 the rope's bf16 output, which
+     * the backward keeps, takes half the memory of the f32 projection the fused kernels would
+     * keep, and on the CPUs measured the fused kernels were no faster), 0 never. */
+    int rotary;
 } mw__plan_target;
 
 /* Compiles g (forward plus backward) for one device. param_grads[i] is the gradient node of

@@ -237,6 +237,95 @@ static void find_gemm_addends(builder *b) {
     }
 }
 
+/* Whether attention a's queries and key are exactly what ROPE r rotates: the part axis's first
+ * group + 1 parts, along the attention's sequence axis, over its features (the last axis). */
+static int rotates_queries_and_key(const mw_tensor *r, const mw_tensor *a) {
+    int64_t group = a->p.attention.group > 0 ? a->p.attention.group : 1;
+    return r->p.rope.part >= 0 && r->p.rope.part == a->p.attention.part &&
+           r->p.rope.parts == group + 1 && r->p.rope.seq == a->p.attention.seq &&
+           a->p.attention.feature == r->type.rank - 1;
+}
+
+/* The live nodes reading node v, each through one input: how many, and whether every one is an
+ * ATTENTION reading it as qkv or an ATTENTION_GRAD reading it as its qkv (only then, *ok). */
+static int attention_readers(const builder *b, const mw_tensor *r, int v, int *ok) {
+    int n = 0;
+    *ok = 1;
+    for (int j = v + 1; j < b->g->nnodes; j++) {
+        const mw_tensor *u = b->g->nodes[j];
+        if (!b->node[j].live) continue;
+        for (int k = 0; k < u->nin; k++) {
+            if (u->in[k]->id != v) continue;
+            n++;
+            int fwd = u->op == MW__OP_ATTENTION && k == 0,
+                bwd = u->op == MW__OP_ATTENTION_GRAD && k == 1;
+            *ok &= (fwd || bwd) && rotates_queries_and_key(r, bwd ? u->in[2] : u);
+        }
+    }
+    return n;
+}
+
+/* Whether node i is the loss or an output (the host reads it). */
+static int host_reads(const mw_tensor *loss, mw_tensor *const *outputs, int noutputs, int i) {
+    int read = loss->id == i;
+    for (int o = 0; o < noutputs; o++) read |= outputs[o]->id == i;
+    return read;
+}
+
+/* Rotary embeddings applied by the attention that reads them, where the target's kernels can
+ * (rotary: they rotate q and k as they stage a slice, and the gradient's kernel rotates d(qkv)
+ * back): a ROPE without fed positions, rotating exactly the queries and the key of the attentions
+ * that read it (directly, or through one cast to bf16) and read by nothing else, each attention
+ * gradient among them read only by the ROPE_GRAD of the same rotation. None of the three then
+ * makes a value (pass): the projection is read once by the forward kernel and once by the
+ * backward one, and neither the rotated copy of q, k and v nor its gradient goes to memory. */
+static void find_rotary(builder *b, const mw_tensor *loss, mw_tensor *const *outputs,
+                        int noutputs) {
+    const mw_graph *g = b->g;
+    for (int i = 0; i < g->nnodes; i++) b->fuse[i].rotary = -1;
+    if (!b->rotary || !b->host_memory) return;
+    for (int i = 0; i < g->nnodes; i++) {
+        const mw_tensor *r = g->nodes[i], *q = r;
+        if (!b->node[i].live || r->op != MW__OP_ROPE || r->nin != 1 || b->node[i].grad_of >= 0 ||
+            host_reads(loss, outputs, noutputs, i))
+            continue;
+        /* one cast to bf16 between (mixed precision), read by nothing but the attentions: fused
+         * only where asked (rotary 2) */
+        for (int j = i + 1; j < g->nnodes && q == r && b->rotary > 1; j++) {
+            const mw_tensor *c = g->nodes[j];
+            if (b->node[j].live && c->op == MW__OP_CAST && c->in[0] == r &&
+                c->type.dtype == MW_BF16 && b->node[i].uses == 1 && b->node[j].grad_of < 0 &&
+                !host_reads(loss, outputs, noutputs, j))
+                q = c;
+        }
+        int ok, readers = attention_readers(b, r, q->id, &ok);
+        if (!ok || !readers) continue;
+        /* every gradient's d(qkv) goes to the ROPE_GRAD of this rotation alone */
+        for (int j = q->id + 1; j < g->nnodes && ok; j++) {
+            const mw_tensor *ag = g->nodes[j];
+            if (!b->node[j].live || ag->op != MW__OP_ATTENTION_GRAD || ag->in[1] != q) continue;
+            int rg = -1;
+            for (int m = j + 1; m < g->nnodes && rg < 0; m++)
+                if (b->node[m].live && g->nodes[m]->nin == 1 && g->nodes[m]->in[0] == ag) rg = m;
+            const mw_tensor *t = rg >= 0 ? g->nodes[rg] : NULL;
+            ok = t && t->op == MW__OP_ROPE_GRAD && !memcmp(&t->p, &r->p, sizeof t->p) &&
+                 b->node[j].uses == 1 && b->node[j].grad_of < 0 && b->node[rg].grad_of < 0 &&
+                 same_part(b, j, rg) && !host_reads(loss, outputs, noutputs, j) &&
+                 same_layout(&t->type, &ag->type);
+        }
+        if (!ok) continue;
+        b->fuse[i].pass = b->fuse[q->id].pass = 1;
+        for (int j = q->id + 1; j < g->nnodes; j++) {
+            const mw_tensor *u = g->nodes[j];
+            if (!b->node[j].live) continue;
+            if ((u->op == MW__OP_ATTENTION && u->in[0] == q) ||
+                (u->op == MW__OP_ATTENTION_GRAD && u->in[1] == q))
+                b->fuse[j].rotary = i;
+            if (u->op == MW__OP_ROPE_GRAD && b->fuse[u->in[0]->id].rotary == i) b->fuse[j].pass = 1;
+        }
+    }
+}
+
 /* The node whose buffer holds node i's value (through aliases and the ADDs a GEMM writes). */
 static int owner_of(const builder *b, int i) {
     const mw_tensor *t = b->g->nodes[i];
@@ -272,7 +361,8 @@ static void find_bf16_casts(builder *b) {
     const mw_graph *g = b->g;
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *c = g->nodes[i];
-        if (!b->node[i].live || c->op != MW__OP_CAST || c->type.dtype != MW_BF16) continue;
+        if (!b->node[i].live || c->op != MW__OP_CAST || c->type.dtype != MW_BF16 || b->fuse[i].pass)
+            continue;
         const mw_tensor *src = c->in[0];
         while (src->op == MW__OP_ALIAS) src = src->in[0];
         if (src->op == MW__OP_PARAM) {
@@ -304,9 +394,10 @@ void mw__plan_fuse(builder *b, const mw_tensor *loss, mw_tensor *const *outputs,
     const mw_graph *g = b->g;
     find_gemm_addends(b);
     find_fused_grads(b);
+    find_rotary(b, loss, outputs, noutputs);
     for (int i = 0; i < g->nnodes; i++) {
         const mw_tensor *t = g->nodes[i];
-        b->node[i].root = t->op == MW__OP_ALIAS || t->op == MW__OP_STATE_WRITE
+        b->node[i].root = t->op == MW__OP_ALIAS || t->op == MW__OP_STATE_WRITE || b->fuse[i].pass
                               ? b->node[t->in[0]->id].root
                           : b->fuse[i].fused >= 0 ? b->node[b->fuse[i].fused].root
                                                   : i;

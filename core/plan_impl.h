@@ -141,6 +141,14 @@ typedef struct fusion {
      * LN_DW / RMSNORM_DW node it writes too; LN_DX and GELU_GRAD: the SUM (a bias gradient) it
      * writes too. */
     int ln_addend, ln_dw, col_sum;
+    /* ATTENTION, ATTENTION_GRAD: the ROPE whose rotation its kernel applies to q and k as it
+     * reads them (reading the ROPE's input), the gradient's kernel also rotating d(qkv) back. */
+    int rotary;
+    /* A ROPE so applied, the CAST to bf16 between it and the attention, and the ROPE_GRAD that
+     * the attention gradient's kernel computes: it emits nothing, and its value is its input's
+     * buffer (for the ROPE and the cast, the unrotated f32 projection that only the attention's
+     * kernels read). */
+    char pass;
     char absorbed; /* another node's kernel writes it: it emits nothing */
     char cast;     /* a CAST to bf16: CAST_CONVERT, CAST_PARAM or CAST_FUSED */
     char buf16;    /* the buffer this node owns holds bf16 (its kernel writes a cast's value) */
@@ -160,6 +168,7 @@ typedef struct builder {
     uint64_t bf16_out; /* mw__plan_target's */
     int prefetch;      /* mw__plan_target's prefetch_gathers */
     int split;         /* mw__plan_target's split_nodes */
+    int rotary;        /* mw__plan_target's rotary */
 } builder;
 
 /* Whether node j may be computed by the kernel of node i: not when the plan runs its backward

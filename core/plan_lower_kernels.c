@@ -33,6 +33,17 @@ static mw__unop unop_of(const mw_tensor *n) {
     return n->p.gelu.exact ? MW__UN_GELU_ERF : MW__UN_GELU;
 }
 
+/* The frequencies of a ROPE node's rotation (devices/math.h). */
+static mw__rope_freqs rope_freqs(const mw_tensor *n) {
+    return (mw__rope_freqs){.theta = n->p.rope.theta,
+                            .factor = n->p.rope.factor,
+                            .low = n->p.rope.low,
+                            .high = n->p.rope.high,
+                            .original = n->p.rope.original,
+                            .dims = n->p.rope.dims,
+                            .llama3 = n->p.rope.scaling == MW_ROPE_SCALING_LLAMA3};
+}
+
 /* Rotary embeddings (or their gradient) over the rows of n's last axis: where each row's
  * position comes from (its index along the sequence axis, the entry of pos its leading axes
  * pick). */
@@ -51,13 +62,7 @@ static int lower_rope(builder *b, const mw_tensor *n, mw__ref out) {
                     .dims = n->p.rope.dims,
                     .style = n->p.rope.style,
                     .inverse = n->op == MW__OP_ROPE_GRAD,
-                    .freqs = {.theta = n->p.rope.theta,
-                              .factor = n->p.rope.factor,
-                              .low = n->p.rope.low,
-                              .high = n->p.rope.high,
-                              .original = n->p.rope.original,
-                              .dims = n->p.rope.dims,
-                              .llama3 = n->p.rope.scaling == MW_ROPE_SCALING_LLAMA3},
+                    .freqs = rope_freqs(n),
                     .out_dtype = out.dtype};
     int lead = n->nin > 1 ? n->in[1]->type.rank : 0;
     if (lead > 0 && feat) k.prefix = lx.stride[lead - 1] / feat;
@@ -247,6 +252,17 @@ int mw__plan_lower_attention(builder *b, const mw_tensor *n, mw__ref out) {
     for (int i = 0; i < k.walk.rank; i++) k.slices *= k.walk.dims[i];
     k.qkv_dtype = b->node[qkv->id].ref.dtype;
     k.out_dtype = out.dtype;
+    if (b->fuse[n->id].rotary >= 0) {
+        /* qkv's buffer is the f32 projection the ROPE would have rotated (find_rotary); the
+         * products read qkv's own dtype */
+        const mw_tensor *r = b->g->nodes[b->fuse[n->id].rotary];
+        k.qkv_dtype = qkv->type.dtype;
+        k.rope.dims = r->p.rope.dims;
+        k.rope.style = r->p.rope.style;
+        k.rope.offset = r->p.rope.offset;
+        k.rope.freqs = rope_freqs(r);
+        if (b->node[qkv->id].ref.dtype != MW_F32) return mw__plan_cannot_lower(n);
+    }
     k.scratch_elems = mw__attn_scratch_elems(&k, grad);
     int64_t soff = mw__arena_alloc(&b->ar, k.scratch_elems); /* floats */
     mw__ins *in = mw__plan_emit(b, grad ? MW__I_ATTENTION_GRAD : MW__I_ATTENTION, n->id);

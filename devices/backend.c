@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -118,6 +119,12 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype) {
     /* The kernels compute in f32; i32 values (token ids) only pass through copies of 4-byte
      * elements. */
     return (dtype == MW_F32 || (dtype == MW_I32 && op == MW__I_COPY)) && has_slot(b->vt, op);
+}
+
+int mw__backend_rotary_attention(const mw__backend *b) {
+    const char *env = getenv("MESHWIT_ROPE");
+    if (!b->vt->rotary_attention || (env && !strcmp(env, "separate"))) return 0;
+    return env && !strcmp(env, "fused") ? 2 : 1;
 }
 
 uint64_t mw__backend_bf16_writers(const mw__backend *b) {

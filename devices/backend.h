@@ -117,6 +117,12 @@ int mw__backend_supports(const mw__backend *b, int op, mw_dtype dtype);
  * row has MW__DT_BF16_OUT): those the plan may have write a value that is only read as bf16 in
  * bf16 directly. */
 uint64_t mw__backend_bf16_writers(const mw__backend *b);
+/* Where the plan applies rotary embeddings that attention reads on this backend
+ * (mw__plan_target.rotary): 0 in rope passes of their own, always where its attention kernels
+ * cannot (the vtable's rotary_attention) or MESHWIT_ROPE=separate asks; 2 inside the attention
+ * kernels wherever the graph allows (MESHWIT_ROPE=fused); 1 (auto, the default) inside them where
+ * the attention reads f32. */
+int mw__backend_rotary_attention(const mw__backend *b);
 
 /* MW_OK when b runs every instruction of plan: its kind, on the dtypes of its operands (a bf16
  * input where the row has MW__DT_BF16, a bf16 output where it has MW__DT_BF16_OUT); otherwise

@@ -322,6 +322,17 @@ typedef struct mw__k_attention {
      * group's queries `part` apart, then its key and its value; their outputs (backward: gy) lie
      * out_group apart. The backward sums the group's dK and dV in group order. */
     int64_t group, out_group;
+    /* Rotary embeddings applied to the queries and the key as the kernel reads them (dims 0:
+     * none; the plan sets it only for devices whose target asks, mw__plan_target.rotary):
+     * qkv is then the f32 projection before rotation, the queries and the key of position i
+     * rotated by the angles of position offset + i (mw__k_rope's rotation, features past dims
+     * kept) and, where qkv_dtype is bf16, rounded after rotating, as a rope writing bf16 would
+     * round them. The backward writes d(qkv) rotated back: the projection's gradient. */
+    struct {
+        int dims, style;
+        int64_t offset;
+        mw__rope_freqs freqs;
+    } rope;
     mw__nd walk;    /* the batch axes: operand 0 = out (forward) or gy (backward), 1 = qkv */
     int64_t slices; /* walk's index count: the (batch, key/value head) slices */
     int64_t block;  /* query rows per block: min(t, MW__ATTN_BLOCK) */
@@ -343,12 +354,51 @@ static inline int64_t mw__attn_group(const mw__k_attention *k) {
     return k->group > 0 ? k->group : 1;
 }
 
+/* A rotary attention's kernel of one slice (k->rope.dims set): the slice staged compactly
+ * (queries, key and value one after another, each t x d) in qkv_dtype, its output (forward) where
+ * k's lies, its d(qkv) (backward) compact in f32; no rotation, no walk. The rotary wrapper runs it
+ * per slice, and the backend's attention_prepare prepares it. */
+static inline mw__k_attention mw__attn_rotary_inner(const mw__k_attention *k) {
+    mw__k_attention in = *k;
+    in.rope.dims = 0;
+    in.seq_qkv = k->d;
+    in.part = k->t * k->d;
+    in.walk.rank = 0;
+    in.slices = 1;
+    in.probs = NULL;
+    in.scratch = NULL;
+    in.scratch_elems = 0;
+    return in;
+}
+
+/* Where a rotary attention's own scratch lies (floats from its start), each part a whole number
+ * of 64-byte lines: off[0] the frequencies, the cos and sin of every position (backward also the
+ * sine negated) and a row of d, off[1] the rotated slice (in qkv_dtype, or in f32 where the CPU's
+ * f32 tiles read it), off[2] the slice's d(qkv) in f32 (backward), off[3] the scratch of its
+ * kernel of one slice (mw__attn_rotary_inner). */
+static inline void mw__attn_rotary_layout(const mw__k_attention *k, int grad, int64_t off[4]) {
+    int64_t t = k->t, n = (mw__attn_group(k) + 2) * t * k->d, half = k->rope.dims / 2;
+#define MW__LINES_(x) (((x) + 15) / 16 * 16)
+    off[0] = 0;
+    off[1] = MW__LINES_(half + t * half * (grad ? 3 : 2) + k->d);
+    off[2] = off[1] + MW__LINES_(n);
+    off[3] = off[2] + (grad ? MW__LINES_(n) : 0);
+#undef MW__LINES_
+}
+
 /* The floats of scratch an attention kernel of k's sizes, dtypes, block, slices and group is
  * given (the plan's, and any other caller's): CPU, one block of probabilities (and of their
  * gradients), a slice's k and v (backward also a block's q and dO) packed for its products, and
- * a bf16 slice (and a bf16 output) staged in f32; GPU backward, the log-sum-exp and
- * sum_j P_ij dP_ij of every row. */
+ * a bf16 slice (and a bf16 output) staged in f32; with rotary embeddings, its own
+ * (mw__attn_rotary_layout) before those of its kernel of one slice; GPU backward, the log-sum-exp
+ * and sum_j P_ij dP_ij of every row. */
 static inline int64_t mw__attn_scratch_elems(const mw__k_attention *k, int grad) {
+    if (k->rope.dims) {
+        mw__k_attention in = mw__attn_rotary_inner(k);
+        int64_t off[4];
+        mw__attn_rotary_layout(k, grad, off);
+        return off[3] + mw__attn_scratch_elems(&in, grad);
+    }
     int64_t t = k->t, d = k->d, blk = k->block, g = mw__attn_group(k);
     int64_t stage = (k->qkv_dtype == MW_BF16 ? (g + 2) * d * t : 0) +
                     (!grad && k->out_dtype == MW_BF16 ? d * t : 0);
@@ -583,6 +633,9 @@ typedef struct mw__device mw__device;
 typedef struct mw__device_vtable {
     const char *kind; /* "cpu", "cuda" */
     int host_memory;  /* buffers are plain host memory: inputs can be read in place */
+    /* Its attention kernels rotate q and k as they read them (mw__k_attention.rope), so the plan
+     * may fuse a rotary embedding into the attention that reads it. */
+    int rotary_attention;
     mw_status (*init)(mw__device *dev);                            /* on the worker thread, once */
     void (*shutdown)(mw__device *dev);                             /* on the worker thread, once */
     mw_status (*alloc)(mw__device *dev, size_t bytes, void **out); /* 64-byte aligned */

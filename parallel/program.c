@@ -281,7 +281,8 @@ static mw_status plan_devices(mw__program *prog, mw_tensor **grads) {
             .prefetch_gathers = prog->reducer && prog->reducer->all_gather_start &&
                                 prog->reducer->finish && prog->cfg.gathers != MW_GATHERS_AT_USE,
             .forward_nodes = prog->forward_nodes,
-            .split_nodes = prog->split_nodes};
+            .split_nodes = prog->split_nodes,
+            .rotary = mw__backend_rotary_attention(mesh->backend)};
         if ((st = mw__plan_build(g, prog->loss, grads, prog->outputs, prog->noutputs, &pl, &target,
                                  &w->plan)))
             return st;

@@ -328,14 +328,64 @@ static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from
         mw__bf16_narrow(n, from + r * from_stride, to + r * to_stride);
 }
 
+/* Rotary embeddings applied as the f32 tiles stage a slice (rotary_attention): the rotation, the
+ * angles of each position (cos, sin and, backward, the sine negated: w floats apart), the slice's
+ * f32 copy (queries and key rotated, value copied; each rounded to bf16 where the products read
+ * bf16) and a row to rotate d(qkv) back through. */
+typedef struct rotation {
+    mw__k_rope rot;
+    const float *angles;
+    int64_t w, half;
+    float *slice, *row;
+    int round;
+} rotation;
+
+/* Rows of n f32 rounded to bf16 in place (bf16 values as f32: what widening them gives). */
+static void round_bf16(float *x, int64_t n) {
+    for (int64_t j = 0; j < n; j++) x[j] = mw__bf16_to_f32(mw__bf16_from_f32(x[j]));
+}
+
+/* The slice at x (f32, rows seq_qkv apart, parts `part` apart) rotated into r->slice: its
+ * queries and key rotated, its value copied, positions d apart, parts t x d apart. */
+static void rotate_slice(const mw__k_attention *k, const rotation *r, const float *x) {
+    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2;
+    for (int64_t p = 0; p < parts; p++)
+        for (int64_t i = 0; i < t; i++) {
+            const float *row = x + p * k->part + i * k->seq_qkv, *c = r->angles + i * r->w;
+            float *to = r->slice + (p * t + i) * d;
+            if (p == parts - 1)
+                memcpy(to, row, (size_t)d * sizeof *row);
+            else
+                mw__rope_row(&r->rot, row, to, 0, c, c + r->half, 0);
+            if (r->round) round_bf16(to, d);
+        }
+}
+
+/* Backward: the slice's d(qkv) at dx (laid out like qkv) with its queries' and key's rows
+ * rotated back (the gradient of the projection), in place through r->row. */
+static void rotate_back(const mw__k_attention *k, const rotation *r, float *dx) {
+    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 1;
+    for (int64_t p = 0; p < parts; p++)
+        for (int64_t i = 0; i < t; i++) {
+            float *row = dx + p * k->part + i * k->seq_qkv;
+            const float *c = r->angles + i * r->w;
+            memcpy(r->row, row, (size_t)d * sizeof *row);
+            mw__rope_row(&r->rot, r->row, row, 0, c, c + 2 * r->half, 0);
+        }
+}
+
 /* Slice s as f32: in place where the kernel's operands are f32, else the group's queries, k and
  * v widened into the scratch at stage ((G + 2) x t x d: the queries, then k, then v; positions d
  * apart) and, forward, the output of one query made there (after them, t x d) and rounded into
- * out by finish_query. */
-static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *stage, slice *v) {
+ * out by finish_query; with a rotation (rot), the rotated slice it makes instead of either. */
+static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *stage,
+                        const rotation *rot, slice *v) {
     int64_t oo, oq, t = k->t, d = k->d;
     mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
-    if (k->qkv_dtype == MW_BF16) {
+    if (rot) {
+        rotate_slice(k, rot, (const float *)k->qkv + oq);
+        v->q = rot->slice, v->seq = d, v->part = t * d;
+    } else if (k->qkv_dtype == MW_BF16) {
         const uint16_t *q = (const uint16_t *)k->qkv + oq;
         for (int64_t p = 0; p < mw__attn_group(k) + 2; p++)
             widen_rows(t, d, q + p * k->part, k->seq_qkv, stage + p * t * d, d);
@@ -364,16 +414,17 @@ static void finish_query(const mw__k_attention *k, int64_t s, int64_t g, const s
                 k->seq_out);
 }
 
-mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) {
-#ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 0);
-#endif
-    (void)dev;
+/* --- rotary embeddings as q and k are read (k->rope.dims set) ------------------------------ */
+
+static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int grad);
+
+/* The f32 tiles' forward pass, the slices rotated as they are staged where rot is given. */
+static void attention_tiles(const mw__k_attention *k, const rotation *rot) {
     int64_t ns = k->slices, blk = k->block, t = k->t, d = k->d;
     float *kt = packed(k, 0), *vp = kt + d * t;
     for (int64_t s = 0; s < ns; s++) {
         slice v;
-        stage_slice(k, s, 0, k->scratch + blk * t, &v);
+        stage_slice(k, s, 0, k->scratch + blk * t, rot, &v);
         /* k and v packed once for the group's queries */
         pack(slice_key(k, &v), 1, v.seq, d, t, kt);
         pack(slice_value(k, &v), v.seq, 1, t, d, vp);
@@ -401,6 +452,15 @@ mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) 
             finish_query(k, s, g, &w);
         }
     }
+}
+
+mw_status MW__CPU(mw__cpu_attention)(mw__device *dev, const mw__k_attention *k) {
+    if (k->rope.dims) return rotary_attention(dev, k, 0);
+#ifdef MESHWIT_HAVE_DNNL
+    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 0);
+#endif
+    (void)dev;
+    attention_tiles(k, NULL);
     return MW_OK;
 }
 
@@ -436,20 +496,16 @@ static void key_grad(const prod *x, const mw__k_attention *k, int64_t i0, int64_
     }
 }
 
-mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention *k) {
-#ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 1);
-#endif
-    (void)dev;
-    if (k->out_dtype != MW_F32)
-        return mw__error(MW_ERR_UNSUPPORTED, "attention gradient: d(qkv) is written in f32 only");
+/* The f32 tiles' backward pass, the slices rotated as they are staged and their d(qkv) rotated
+ * back where rot is given. */
+static void attention_grad_tiles(const mw__k_attention *k, const rotation *rot) {
     int64_t ns = k->slices, blk = k->block, d = k->d, t = k->t;
     float *scores = k->scratch, *dp = k->scratch + blk * t, *kt = packed(k, 1), *vt = kt + d * t,
           *kp = vt + d * t, *qb = kp + t * d, *gb = qb + blk * d;
     float *stage = k->scratch + 2 * blk * t + 2 * ns * mw__attn_group(k) * t;
     for (int64_t s = 0; s < ns; s++) {
         slice v;
-        stage_slice(k, s, 1, stage, &v);
+        stage_slice(k, s, 1, stage, rot, &v);
         int64_t seq = v.seq, seq_out = v.seq_out;
         const float *kk = slice_key(k, &v), *vv = slice_value(k, &v);
         float *dk = v.out + mw__attn_group(k) * k->part,
@@ -489,6 +545,112 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
                 key_grad(&x, k, i0, m, kend, g > 0);
             }
         }
+        if (rot) rotate_back(k, rot, v.out);
+    }
+}
+
+mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention *k) {
+    if (k->rope.dims) return rotary_attention(dev, k, 1);
+#ifdef MESHWIT_HAVE_DNNL
+    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 1);
+#endif
+    (void)dev;
+    if (k->out_dtype != MW_F32)
+        return mw__error(MW_ERR_UNSUPPORTED, "attention gradient: d(qkv) is written in f32 only");
+    attention_grad_tiles(k, NULL);
+    return MW_OK;
+}
+
+/* The angles are made once per call as the rope kernel makes them (mw__rope_angles, mw__rope_row):
+ * the same bits as a rope pass of its own. On the f32 tiles (no prepared kernel), each slice is
+ * rotated straight into the f32 copy the tiles read (rounded to bf16 where qkv is bf16: what
+ * widening a rope's bf16 output gives), and d(qkv) rotated back where the tiles wrote it. A
+ * prepared kernel (oneDNN's products, the dot-product tiles) runs per slice on a compact rotated
+ * slice in qkv_dtype (mw__attn_rotary_inner, the layout it was prepared for), and, backward, its
+ * compact d(qkv) is rotated back into out. */
+static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int grad) {
+    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2, half = k->rope.dims / 2;
+    const int bf16 = k->qkv_dtype == MW_BF16, w = (int)(grad ? 3 : 2) * (int)half;
+    const mw__k_rope rot = {
+        .n = d, .dims = k->rope.dims, .style = k->rope.style, .freqs = k->rope.freqs};
+    int64_t off[4];
+    mw__attn_rotary_layout(k, grad, off);
+    float *freq = k->scratch + off[0], *angles = freq + half, *dqkv = k->scratch + off[2];
+    void *stage = k->scratch + off[1];
+    for (int64_t j = 0; j < half; j++) freq[j] = mw__rope_freq(&k->rope.freqs, (int)j);
+    for (int64_t i = 0; i < t; i++) {
+        float *c = angles + i * w;
+        mw__rope_angles(&rot, freq, k->rope.offset + i, c, c + half);
+        for (int64_t j = 0; grad && j < half; j++) c[2 * half + j] = -c[half + j];
+    }
+    if (!k->impl) {
+        const rotation r = {.rot = rot,
+                            .angles = angles,
+                            .w = w,
+                            .half = half,
+                            .slice = stage,
+                            .row = angles + t * w,
+                            .round = bf16};
+        mw__k_attention tiles = *k, sized;
+        tiles.rope.dims = 0;
+        tiles.qkv_dtype = MW_F32; /* the rotated slice */
+        sized = mw__attn_rotary_inner(&tiles);
+        tiles.scratch = k->scratch + off[3];
+        tiles.scratch_elems = mw__attn_scratch_elems(&sized, grad);
+        (void)dev;
+        if (grad && k->out_dtype != MW_F32)
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "attention gradient: d(qkv) is written in f32 only");
+        if (grad)
+            attention_grad_tiles(&tiles, &r);
+        else
+            attention_tiles(&tiles, &r);
+        return MW_OK;
+    }
+    mw__k_attention in = mw__attn_rotary_inner(k);
+    in.impl = k->impl;
+    in.qkv = stage;
+    in.scratch = k->scratch + off[3];
+    in.scratch_elems = mw__attn_scratch_elems(&in, grad);
+    for (int64_t s = 0; s < k->slices; s++) {
+        int64_t oo, oq;
+        mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
+        const float *x = (const float *)k->qkv + oq;
+        for (int64_t p = 0; p < parts; p++)
+            for (int64_t i = 0; i < t; i++) {
+                const float *row = x + p * k->part + i * k->seq_qkv, *c = angles + i * w;
+                int64_t o = (p * t + i) * d;
+                if (p == parts - 1 && bf16) /* the value, copied */
+                    mw__bf16_narrow(d, row, (uint16_t *)stage + o);
+                else if (p == parts - 1)
+                    memcpy((float *)stage + o, row, (size_t)d * sizeof *row);
+                else if (bf16)
+                    mw__rope_row(&rot, row, stage, o, c, c + half, 1);
+                else
+                    mw__rope_row(&rot, row, stage, o, c, c + half, 0);
+            }
+        in.probs = mw__attn_kept(k, s, 0);
+        mw_status st;
+        if (grad) {
+            in.gy = k->gy + oo;
+            in.out = dqkv;
+            st = MW__CPU(mw__cpu_attention_grad)(dev, &in);
+        } else {
+            in.out = (char *)k->out + oo * (k->out_dtype == MW_BF16 ? 2 : 4);
+            st = MW__CPU(mw__cpu_attention)(dev, &in);
+        }
+        if (st) return st;
+        if (!grad) continue;
+        float *dx = (float *)k->out + oq;
+        for (int64_t p = 0; p < parts; p++)
+            for (int64_t i = 0; i < t; i++) {
+                const float *from = dqkv + (p * t + i) * d, *c = angles + i * w;
+                float *to = dx + p * k->part + i * k->seq_qkv;
+                if (p == parts - 1)
+                    memcpy(to, from, (size_t)d * sizeof *from);
+                else
+                    mw__rope_row(&rot, from, to, 0, c, c + 2 * half, 0);
+            }
     }
     return MW_OK;
 }

@@ -84,8 +84,14 @@ static mw__k_gemm gemm(int64_t m, int64_t n, int64_t kk, int ta, int64_t lda, in
 }
 
 mw_status MW__CPU(mw__cpu_attention_prepare)(mw__device *dev, mw__k_attention *k, int grad) {
-    mw__dnnl *d = mw__cpu_dnnl(dev);
     k->impl = NULL;
+    if (k->rope.dims) { /* its kernel of one compact slice is what runs (cpu_attention.c) */
+        mw__k_attention in = mw__attn_rotary_inner(k);
+        mw_status st = MW__CPU(mw__cpu_attention_prepare)(dev, &in, grad);
+        k->impl = in.impl;
+        return st;
+    }
+    mw__dnnl *d = mw__cpu_dnnl(dev);
     if (k->qkv_dtype != MW_BF16 || !mw__cpu_bf16_native(dev)) return MW_OK;
 #ifdef __AVX512F__
     /* AVX512-BF16 without AMX: this library's dot-product tiles, unless MESHWIT_CPU_GEMM=onednn

@@ -72,6 +72,7 @@ static mw_status cpu_sync(mw__device *dev) {
 const mw__device_vtable mw__cpu_device = {
     .kind = "cpu",
     .host_memory = 1,
+    .rotary_attention = 1,
     .init = cpu_init,
     .shutdown = cpu_shutdown,
     .alloc = cpu_alloc,

@@ -338,41 +338,6 @@ mw_status MW__CPU(mw__cpu_xent_grad)(mw__device *dev, const mw__k_xent_grad *k) 
 
 #define ROPE_MAX_HALF 4096 /* dims / 2 (graph.h: at most 8192 features rotated) */
 
-/* cos and sin of position p times each frequency, as transformers makes them: the angle an f32
- * product, its cos and sin in f32; the sine negated for the inverse rotation. */
-static void rope_angles(const mw__k_rope *k, const float *freq, int64_t p, float *c, float *s) {
-    int half = k->dims / 2;
-    float sign = k->inverse ? -1.0f : 1.0f;
-    for (int j = 0; j < half; j++) {
-        float a = (float)p * freq[j];
-        c[j] = cosf(a);
-        s[j] = sign * sinf(a);
-    }
-}
-
-/* One row: x rotated by (c, s) into out (f32, or bf16 when bf16 is set; a constant after
- * inlining), the features past dims copied. */
-MW__CPU_INLINE void rope_row(const mw__k_rope *k, const float *restrict x, void *out, int64_t o,
-                             const float *restrict c, const float *restrict s, int bf16) {
-    int half = k->dims / 2;
-    float *y = (float *)out + o;
-    uint16_t *h = (uint16_t *)out + o;
-#define PUT(j, v) (bf16 ? (void)(h[j] = mw__bf16_from_f32(v)) : (void)(y[j] = (v)))
-    if (k->style == MW_ROPE_INTERLEAVED) {
-        for (int j = 0; j < half; j++) {
-            float a = x[2 * j], b = x[2 * j + 1];
-            PUT(2 * j, a * c[j] - b * s[j]);
-            PUT(2 * j + 1, b * c[j] + a * s[j]);
-        }
-    } else {
-        const float *restrict x2 = x + half;
-        for (int j = 0; j < half; j++) PUT(j, x[j] * c[j] - x2[j] * s[j]);
-        for (int j = 0; j < half; j++) PUT(half + j, x2[j] * c[j] + x[j] * s[j]);
-    }
-    for (int64_t j = k->dims; j < k->n; j++) PUT(j, x[j]);
-#undef PUT
-}
-
 /* Positions come from the row's index along the sequence (a table of seq rows of cos and sin in
  * the device's work buffer, made once per call), or with pos from pos's entry (made per row, or
  * kept while consecutive rows share the position, as the heads of one token do). */
@@ -391,7 +356,8 @@ mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
         if (st) return st;
         table = mw__cpu_work(dev);
         for (int64_t i = 0; i < k->seq; i++)
-            rope_angles(k, freq, k->offset + i, table + 2 * i * half, table + (2 * i + 1) * half);
+            mw__rope_angles(k, freq, k->offset + i, table + 2 * i * half,
+                            table + (2 * i + 1) * half);
     }
     int64_t last = -1;
     int have = 0;
@@ -412,14 +378,14 @@ mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
             s = c + half;
         } else {
             int64_t p = k->offset + i + k->pos[r / k->prefix];
-            if (!have || p != last) rope_angles(k, freq, p, rc, rs);
+            if (!have || p != last) mw__rope_angles(k, freq, p, rc, rs);
             last = p, have = 1;
             c = rc, s = rs;
         }
         if (bf16)
-            rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 1);
+            mw__rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 1);
         else
-            rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 0);
+            mw__rope_row(k, k->x + r * k->n, k->out, r * k->n, c, s, 0);
     }
     return MW_OK;
 }

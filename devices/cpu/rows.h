@@ -138,4 +138,41 @@ MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float s
     for (j = 0; j < n; j++) y[j] *= inv;
 }
 
+/* Rotary embeddings (mw__k_rope's rotation, for rope and for the attention that rotates q and k
+ * as it reads them): cos and sin of position p times each frequency, as transformers makes them:
+ * the angle an f32 product, its cos and sin in f32; the sine negated for the inverse rotation. */
+MW__CPU_INLINE void mw__rope_angles(const mw__k_rope *k, const float *freq, int64_t p, float *c,
+                                    float *s) {
+    int half = k->dims / 2;
+    float sign = k->inverse ? -1.0f : 1.0f;
+    for (int j = 0; j < half; j++) {
+        float a = (float)p * freq[j];
+        c[j] = cosf(a);
+        s[j] = sign * sinf(a);
+    }
+}
+
+/* One row: x rotated by (c, s) into out (f32, or bf16 when bf16 is set; a constant after
+ * inlining), the features past dims copied. */
+MW__CPU_INLINE void mw__rope_row(const mw__k_rope *k, const float *restrict x, void *out, int64_t o,
+                                 const float *restrict c, const float *restrict s, int bf16) {
+    int half = k->dims / 2;
+    float *y = (float *)out + o;
+    uint16_t *h = (uint16_t *)out + o;
+#define PUT(j, v) (bf16 ? (void)(h[j] = mw__bf16_from_f32(v)) : (void)(y[j] = (v)))
+    if (k->style == MW_ROPE_INTERLEAVED) {
+        for (int j = 0; j < half; j++) {
+            float a = x[2 * j], b = x[2 * j + 1];
+            PUT(2 * j, a * c[j] - b * s[j]);
+            PUT(2 * j + 1, b * c[j] + a * s[j]);
+        }
+    } else {
+        const float *restrict x2 = x + half;
+        for (int j = 0; j < half; j++) PUT(j, x[j] * c[j] - x2[j] * s[j]);
+        for (int j = 0; j < half; j++) PUT(half + j, x2[j] * c[j] + x[j] * s[j]);
+    }
+    for (int64_t j = k->dims; j < k->n; j++) PUT(j, x[j]);
+#undef PUT
+}
+
 #endif

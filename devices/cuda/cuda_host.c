@@ -79,6 +79,10 @@ mw_status mw__cuda_check(int kind, const void *k) {
     case MW__I_ATTENTION:
     case MW__I_ATTENTION_GRAD: {
         const mw__k_attention *a = k;
+        if (a->rope.dims) /* the plan fuses rotary embeddings only where the target asks */
+            return mw__error(MW_ERR_UNSUPPORTED,
+                             "fused attention on a GPU does not rotate q and k as it reads them; "
+                             "apply mw_rope as an op of its own");
         if (a->d > MW__CUDA_ATT_MAX_D)
             return mw__error(MW_ERR_UNSUPPORTED,
                              "fused attention on a GPU takes head dimensions up to %d, not %lld; "

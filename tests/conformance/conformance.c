@@ -184,6 +184,9 @@ static mw_axes mw_axes_of(const rg_axes *ax) {
     X(RMS_DX_ADDEND, "RMS norm dx with a fused addend")                                            \
     X(ATTN_BF16, "attention of bf16 q, k, v")                                                      \
     X(ATTN_KEPT, "attention keeping its probabilities")                                            \
+    X(ATTN_ROTARY, "attention rotating q and k (rope fused)")                                      \
+    X(ATTN_ROTARY_BF16, "bf16 attention rotating q and k")                                         \
+    X(ATTN_GRAD_ROTARY, "attention gradient rotating d(qkv) back")                                 \
     X(SOFTMAX_CAUSAL, "causal softmax")                                                            \
     X(ALLREDUCE, "forward all-reduce")                                                             \
     X(GRAD_BUCKET, "gradient bucket")                                                              \
@@ -271,6 +274,12 @@ static void note_program(const mw__program *prog) {
             case MW__I_ATTENTION:
                 seen_variant[V_ATTN_BF16] |= k->attention.qkv_dtype == MW_BF16;
                 seen_variant[V_ATTN_KEPT] |= in->ref.attention.probs.off >= 0;
+                seen_variant[V_ATTN_ROTARY] |= k->attention.rope.dims > 0;
+                seen_variant[V_ATTN_ROTARY_BF16] |=
+                    k->attention.rope.dims > 0 && k->attention.qkv_dtype == MW_BF16;
+                break;
+            case MW__I_ATTENTION_GRAD:
+                seen_variant[V_ATTN_GRAD_ROTARY] |= k->attention_grad.rope.dims > 0;
                 break;
             case MW__I_SOFTMAX: seen_variant[V_SOFTMAX_CAUSAL] |= k->softmax.causal; break;
             case MW__I_ALLREDUCE: seen_variant[V_ALLREDUCE] = 1; break;
@@ -1345,6 +1354,9 @@ static int run_sweep(char **argv) {
                 setenv("MESHWIT_CPU_ISA", levels[l], 1);
                 setenv("MESHWIT_CPU_GEMM", engines[e], 1);
                 setenv("CONFORMANCE_CHILD", "1", 1);
+                /* every rotation the graph allows inside the attention kernels, bf16 too (the
+                   default keeps bf16's apart): each attention path runs it */
+                setenv("MESHWIT_ROPE", "fused", 1);
                 execv("/proc/self/exe", argv);
                 _exit(127);
             }

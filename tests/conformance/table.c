@@ -791,6 +791,59 @@ static int r_rope_parts(rg_graph *r, const int *x, const cf_variant *v) {
         rg_pad(r, rg_slice(r, x[0], "Part", parts, size - parts, NULL), "Part", parts, size, NULL));
 }
 
+/* Grouped-query attention of rope(x . w) rotating the queries and the key (the Part axis's first
+ * G + 1 rows), always causal, with f[1] the scale: what a Llama layer computes, and the graph
+ * whose rotation the plan applies inside the attention kernels where the device's kernels can
+ * (find_rotary: the projection's gradient is no parameter's), so that the rows rope_parts and
+ * attention_grouped alone no longer run that code. */
+static mw_tensor *rope_attention(mw_graph *g, mw_tensor *const *x, const cf_variant *v,
+                                 int value_too) {
+    mw_rope_config c = rope_cfg(v);
+    int64_t parts = 0;
+    for (int i = 0; i < mw_tensor_rank(x[1]); i++) {
+        const char *name;
+        int64_t size;
+        if (mw_tensor_axis(x[1], i, &name, &size, NULL) == MW_OK && !strcmp(name, "Part"))
+            parts = size - 1 + value_too;
+    }
+    c.part_axis = "Part";
+    c.parts = parts;
+    mw_tensor *q = mw_rope(g, mw_dot(g, x[0], x[1], "Embed"), "Seq", "Feat", NULL, &c);
+    return mw_attention_grouped(g, q, "Part", "Group", "Seq", "Feat", 1, (float)v->f[1]);
+}
+static int rope_attention_ref(rg_graph *r, const int *x, const cf_variant *v, int value_too) {
+    int qkv = dot_of(r, x[0], x[1], "Embed");
+    const rg_axes ax = *rg_axes_of(r, qkv);
+    int64_t size = ax.size[rg_find(&ax, "Part")], G = size - 2;
+    int rot = rope_ref(r, rg_slice(r, qkv, "Part", 0, G + 1 + value_too, NULL), -1, "Seq", v);
+    int q = rg_slice(r, rot, "Part", 0, G, "Group");
+    int k = renamed(r, rg_slice(r, rot, "Part", G, 0, NULL), "Seq", "Key");
+    int vv = renamed(r, rg_slice(r, value_too ? rot : qkv, "Part", G + 1, 0, NULL), "Seq", "Key");
+    const rg_axes qa = *rg_axes_of(r, q);
+    const char *so[RG_MAX_RANK], *oo[RG_MAX_RANK];
+    int n = 0;
+    for (int i = 0; i < qa.rank; i++)
+        if (strcmp(qa.name[i], "Feat")) so[n++] = qa.name[i];
+    so[n++] = "Key";
+    int sc = rg_contract(r, q, k, so, n);
+    int p = rg_softmax(r, sc, "Key", (double)(float)v->f[1], "Seq");
+    return rg_contract(r, p, vv, names(&qa, oo), qa.rank);
+}
+static mw_tensor *b_rope_attention(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return rope_attention(g, x, v, 0);
+}
+static int r_rope_attention(rg_graph *r, const int *x, const cf_variant *v) {
+    return rope_attention_ref(r, x, v, 0);
+}
+/* The value rotated too: a rotation the attention kernels do not apply (they rotate queries and
+ * the key only), so the rope stays a pass of its own. */
+static mw_tensor *b_rope_all_attention(mw_graph *g, mw_tensor *const *x, const cf_variant *v) {
+    return rope_attention(g, x, v, 1);
+}
+static int r_rope_all_attention(rg_graph *r, const int *x, const cf_variant *v) {
+    return rope_attention_ref(r, x, v, 1);
+}
+
 /* --- the table ---------------------------------------------------------------------------------
  */
 
@@ -1459,6 +1512,38 @@ const cf_row cf_rows[] = {
      .amp = 2,
      .build = b_attention_grouped,
      .ref = r_attention_grouped},
+    {.name = "rope_attention",
+     .covers = "rope,rope_grad,attention,attention_grad,contract",
+     .op = {P("x", "Batch,Seq,Embed", -1, 1, ANY),
+            P("w", "KvHead,Part,Feat,Embed", -0.4, 0.4, CF_LAST_BUT, "Feat,Embed")},
+     .nops = 2,
+     /* two query blocks (Seq 70 > 64) and short ones; both styles; the rotation over part of
+      * the head; an offset; llama3's scaled frequencies; one and two queries per key/value head */
+     .var = {{"Batch=2,Seq=19,Embed=12,KvHead=2,Part=4,Feat=8", {0, 0, 0, 0}, {10000, 0.35}},
+             {"Batch=1,Seq=70,Embed=9,KvHead=1,Part=3,Feat=16", {1, 3, 0, 1}, {10000, 0.25}},
+             {"Batch=2,Seq=5,Embed=7,KvHead=2,Part=3,Feat=12", {0, 0, 8, 0}, {500000, 0.3}},
+             {"Batch=1,Seq=67,Embed=10,KvHead=2,Part=4,Feat=16", {1, 0, 10, 0}, {1000000, 0.28}}},
+     .nvar = 4,
+     .split = "Batch,KvHead,Embed",
+     .refuse = "Seq,Part,Feat",
+     .reduce = "Seq,Embed",
+     .amp = 2,
+     .build = b_rope_attention,
+     .ref = r_rope_attention},
+    {.name = "rope_all_attention",
+     .covers = "rope,rope_grad,attention,attention_grad,contract",
+     .op = {P("x", "Batch,Seq,Embed", -1, 1, ANY),
+            P("w", "KvHead,Part,Feat,Embed", -0.4, 0.4, CF_LAST_BUT, "Feat,Embed")},
+     .nops = 2,
+     .var = {{"Batch=2,Seq=19,Embed=12,KvHead=2,Part=4,Feat=8", {0, 0, 0, 0}, {10000, 0.35}},
+             {"Batch=1,Seq=5,Embed=9,KvHead=1,Part=3,Feat=16", {1, 3, 0, 1}, {10000, 0.25}}},
+     .nvar = 2,
+     .split = "Batch,KvHead,Embed",
+     .refuse = "Seq,Part,Feat",
+     .reduce = "Seq,Embed",
+     .amp = 2,
+     .build = b_rope_all_attention,
+     .ref = r_rope_all_attention},
     {.name = "attention_cached",
      .covers = "attention_cached",
      .op = {P("q", "Batch,Head,Feat", -1, 1, CF_FIXED, NULL),

@@ -258,3 +258,90 @@ Test(attention_errors, bad_axes) {
     cr_assert(strstr(mw_graph_error(g), "Seq"), "%s", mw_graph_error(g));
     mw_graph_free(g);
 }
+
+/* --- rotary embeddings inside the attention kernels ----------------------------------------- */
+
+enum { ROPE_ALONE, ROPE_AS_OUTPUT, ROPE_READ_TWICE, ROPE_OF_PARAM };
+
+/* L = sum(attention(rope(x * w)) * r) (ROPE_OF_PARAM: rope(w), broadcast over x's axes being
+ * absent: attention of the rotated parameter itself), in f32 or bf16; the rotated qkv requested
+ * as an output (ROPE_AS_OUTPUT) or also summed into the loss (ROPE_READ_TWICE). The loss, the
+ * attention's output, the rotated qkv where requested and d w, read back into one array. */
+static float *rotary_run(int shape, mw_precision precision, int64_t *count) {
+    const int B = 2, T = 70, H = 2, D = 8;
+    const int64_t nq = (int64_t)B * T * 3 * H * D, no = nq / 3;
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x =
+        mw_input(g, "x", MW_F32,
+                 MW_AXES({"Batch", B}, {"Seq", T}, {"Part", 3}, {"Head", H}, {"HeadDim", D}));
+    mw_tensor *rr =
+        mw_input(g, "r", MW_F32, MW_AXES({"Batch", B}, {"Seq", T}, {"Head", H}, {"HeadDim", D}));
+    mw_tensor *w =
+        shape == ROPE_OF_PARAM
+            ? mw_param(g, "w",
+                       MW_AXES({"Batch", B}, {"Seq", T}, {"Part", 3}, {"Head", H}, {"HeadDim", D}),
+                       MW_INIT_NORMAL(1.0f))
+            : mw_param(g, "w", MW_AXES({"Part", 3}, {"Head", H}, {"HeadDim", D}),
+                       MW_INIT_NORMAL(1.0f));
+    mw_rope_config c = {.theta = 100.0f, .part_axis = "Part", .parts = 2};
+    mw_tensor *q =
+        mw_rope(g, shape == ROPE_OF_PARAM ? w : mw_mul(g, x, w), "Seq", "HeadDim", NULL, &c);
+    mw_tensor *y = mw_attention(g, q, "Part", "Seq", "HeadDim", 1, 0.3f);
+    mw_tensor *loss = mw_sum(g, mw_mul(g, y, rr), NULL);
+    if (shape == ROPE_READ_TWICE) loss = mw_add(g, loss, mw_sum(g, mw_mul(g, q, x), NULL));
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_tensor *outs[2] = {y, q};
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f},
+                             .outputs = outs,
+                             .noutputs = shape == ROPE_AS_OUTPUT ? 2 : 1,
+                             .precision = precision};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    float *xv = malloc(sizeof(float) * (size_t)nq), *rv = malloc(sizeof(float) * (size_t)no);
+    rng_fill(xv, nq, 21);
+    rng_fill(rv, no, 22);
+    mw_feed feeds[2] = {{"x", xv, nq}, {"r", rv, no}};
+    int64_t nw = shape == ROPE_OF_PARAM ? nq : 3 * H * D;
+    *count = 1 + no + nq + nw;
+    float *res = calloc((size_t)*count, sizeof(float));
+    cr_assert_eq(mw_trainer_compute_grads(tr, feeds, 2, &res[0]), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_output(tr, y, res + 1, no), MW_OK, "%s", mw_last_error());
+    if (shape == ROPE_AS_OUTPUT)
+        cr_assert_eq(mw_trainer_read_output(tr, q, res + 1 + no, nq), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "w", res + 1 + no + nq, nw), MW_OK, "%s",
+                 mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    free(xv);
+    free(rv);
+    return res;
+}
+
+/* Where the rotation runs (inside the attention kernels, where the plan may fuse it, or as rope
+ * passes, MESHWIT_ROPE=separate) changes no bit: not when the rotated values are an output the
+ * host reads, nor when another op reads them too, nor when the rope's gradient is a parameter's
+ * (the plan fuses none of those), nor when it fuses (ROPE_ALONE); in f32 and in bf16. */
+Test(attention, rotary_where_fused_or_not_gives_the_same_bits) {
+    for (int shape = ROPE_ALONE; shape <= ROPE_OF_PARAM; shape++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            mw_precision prec = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
+            int64_t n, m;
+            cr_assert_eq(setenv("MESHWIT_ROPE", "fused", 1), 0);
+            float *fused = rotary_run(shape, prec, &n);
+            cr_assert_eq(setenv("MESHWIT_ROPE", "separate", 1), 0);
+            float *apart = rotary_run(shape, prec, &m);
+            cr_assert_eq(unsetenv("MESHWIT_ROPE"), 0);
+            cr_assert_eq(n, m);
+            for (int64_t i = 0; i < n; i++)
+                cr_assert_eq(memcmp(&fused[i], &apart[i], sizeof(float)), 0,
+                             "shape %d, %s: value %lld is %.9g with the rotation in attention's "
+                             "kernels, %.9g apart",
+                             shape, bf16 ? "bf16" : "f32", (long long)i, fused[i], apart[i]);
+            free(fused);
+            free(apart);
+        }
+}

@@ -142,6 +142,40 @@ Test(llama, bf16_layouts_equal_one_device, .timeout = 300) {
     expect_same("bf16 vs f32", one, f32, STEPS, 2e-2f);
 }
 
+/* Rotary embeddings fused into the attention that reads them (the CPU's default: the kernels
+ * rotate q and k as they stage a slice, and d(qkv) back) compute what the rope passes of their own
+ * compute (MESHWIT_ROPE=separate): the same rotation code, the same rounding to bf16 after it, the
+ * same products, so the same bits, in f32 and bf16, with and without recomputation, grouped
+ * (two queries per key/value head), ungrouped and multi-query. */
+Test(llama, rotary_in_attention_equals_rope_passes, .timeout = 300) {
+    const llama_config cfgs[] = {small_config(2, 0, 1), small_config(4, 1, 0),
+                                 small_config(1, 0, 0)};
+    const layout_run runs[] = {
+        {"cpu:1", "X", NULL, NULL, NULL, MW_PRECISION_FP32, MW_RECOMPUTE_NONE},
+        {"cpu:1", "X", NULL, NULL, NULL, MW_PRECISION_BF16, MW_RECOMPUTE_NONE},
+        {"cpu:1", "X", NULL, NULL, NULL, MW_PRECISION_BF16, MW_RECOMPUTE_BLOCKS},
+        {"cpu:2", "Y", NULL, "Y", NULL, MW_PRECISION_FP32, MW_RECOMPUTE_NONE},
+    };
+    for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++)
+        for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+            if (runs[r].model && cfgs[k].kv_heads % 2) continue;
+            float fused[STEPS], pf[NPROBE], apart[STEPS], pa[NPROBE];
+            cr_assert_eq(setenv("MESHWIT_ROPE", "fused", 1), 0);
+            train(&cfgs[k], &runs[r], fused, pf);
+            cr_assert_eq(setenv("MESHWIT_ROPE", "separate", 1), 0);
+            train(&cfgs[k], &runs[r], apart, pa);
+            cr_assert_eq(unsetenv("MESHWIT_ROPE"), 0);
+            for (int s = 0; s < STEPS; s++)
+                cr_assert_eq(memcmp(&fused[s], &apart[s], sizeof(float)), 0,
+                             "config %zu run %zu step %d: loss %.9g fused, %.9g apart", k, r, s,
+                             fused[s], apart[s]);
+            for (int i = 0; i < NPROBE; i++)
+                cr_assert_eq(memcmp(&pf[i], &pa[i], sizeof(float)), 0,
+                             "config %zu run %zu l1.qkv[%d]: %.9g fused, %.9g apart", k, r, i,
+                             pf[i], pa[i]);
+        }
+}
+
 /* Decoding token after token through the key/value cache (rotary positions fed per row) gives
  * the training model's logits at every position. */
 Test(llama, cached_decoding_equals_the_full_model, .timeout = 120) {
