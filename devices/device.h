@@ -372,15 +372,15 @@ static inline mw__k_attention mw__attn_rotary_inner(const mw__k_attention *k) {
 }
 
 /* Where a rotary attention's own scratch lies (floats from its start), each part a whole number
- * of 64-byte lines: off[0] the frequencies, the cos and sin of every position (backward also the
- * sine negated) and a row of d, off[1] the rotated slice (in qkv_dtype, or in f32 where the CPU's
- * f32 tiles read it), off[2] the slice's d(qkv) in f32 (backward), off[3] the scratch of its
- * kernel of one slice (mw__attn_rotary_inner). */
+ * of 64-byte lines: off[0] the cos, sin and sine negated of every position (where the device
+ * keeps no table of them) and a row of d, off[1] the rotated slice (in qkv_dtype, or in f32 where
+ * the CPU's f32 tiles read it), off[2] the slice's d(qkv) in f32 (backward), off[3] the scratch of
+ * its kernel of one slice (mw__attn_rotary_inner). */
 static inline void mw__attn_rotary_layout(const mw__k_attention *k, int grad, int64_t off[4]) {
     int64_t t = k->t, n = (mw__attn_group(k) + 2) * t * k->d, half = k->rope.dims / 2;
 #define MW__LINES_(x) (((x) + 15) / 16 * 16)
     off[0] = 0;
-    off[1] = MW__LINES_(half + t * half * (grad ? 3 : 2) + k->d);
+    off[1] = MW__LINES_(3 * t * half + k->d);
     off[2] = off[1] + MW__LINES_(n);
     off[3] = off[2] + (grad ? MW__LINES_(n) : 0);
 #undef MW__LINES_

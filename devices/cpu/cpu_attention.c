@@ -26,6 +26,7 @@
 #include "devices/cpu/cpu_isa.h"
 #include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/cpu_state.h"
+#include "devices/cpu/rope_angles.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -561,8 +562,8 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
     return MW_OK;
 }
 
-/* The angles are made once per call as the rope kernel makes them (mw__rope_angles, mw__rope_row):
- * the same bits as a rope pass of its own. On the f32 tiles (no prepared kernel), each slice is
+/* The angles are the rope kernel's (the device's table, rope_angles.h; mw__rope_row rotates): the
+ * same bits as a rope pass of its own. On the f32 tiles (no prepared kernel), each slice is
  * rotated straight into the f32 copy the tiles read (rounded to bf16 where qkv is bf16: what
  * widening a rope's bf16 output gives), and d(qkv) rotated back where the tiles wrote it. A
  * prepared kernel (oneDNN's products, the dot-product tiles) runs per slice on a compact rotated
@@ -570,26 +571,21 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
  * compact d(qkv) is rotated back into out. */
 static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int grad) {
     const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2, half = k->rope.dims / 2;
-    const int bf16 = k->qkv_dtype == MW_BF16, w = (int)(grad ? 3 : 2) * (int)half;
+    const int bf16 = k->qkv_dtype == MW_BF16, w = 3 * (int)half;
     const mw__k_rope rot = {
         .n = d, .dims = k->rope.dims, .style = k->rope.style, .freqs = k->rope.freqs};
     int64_t off[4];
     mw__attn_rotary_layout(k, grad, off);
-    float *freq = k->scratch + off[0], *angles = freq + half, *dqkv = k->scratch + off[2];
+    float *dqkv = k->scratch + off[2], *spare = k->scratch + off[0] + 3 * half * t;
     void *stage = k->scratch + off[1];
-    for (int64_t j = 0; j < half; j++) freq[j] = mw__rope_freq(&k->rope.freqs, (int)j);
-    for (int64_t i = 0; i < t; i++) {
-        float *c = angles + i * w;
-        mw__rope_angles(&rot, freq, k->rope.offset + i, c, c + half);
-        for (int64_t j = 0; grad && j < half; j++) c[2 * half + j] = -c[half + j];
-    }
+    const float *angles = mw__cpu_rope_table(dev, &rot, k->rope.offset, t, k->scratch + off[0]);
     if (!k->impl) {
         const rotation r = {.rot = rot,
                             .angles = angles,
                             .w = w,
                             .half = half,
                             .slice = stage,
-                            .row = angles + t * w,
+                            .row = spare,
                             .round = bf16};
         mw__k_attention tiles = *k, sized;
         tiles.rope.dims = 0;
@@ -597,7 +593,6 @@ static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int
         sized = mw__attn_rotary_inner(&tiles);
         tiles.scratch = k->scratch + off[3];
         tiles.scratch_elems = mw__attn_scratch_elems(&sized, grad);
-        (void)dev;
         if (grad && k->out_dtype != MW_F32)
             return mw__error(MW_ERR_UNSUPPORTED,
                              "attention gradient: d(qkv) is written in f32 only");

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "devices/cpu/cpu_kernels.h"
 #include "devices/cpu/cpu_state.h"
+#include "devices/cpu/rope_angles.h"
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
@@ -349,15 +350,14 @@ mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
                          dev->name, k->dims, 2 * ROPE_MAX_HALF);
     float freq[ROPE_MAX_HALF];
     for (int j = 0; j < half; j++) freq[j] = mw__rope_freq(&k->freqs, j);
-    float *table = NULL, rc[ROPE_MAX_HALF], rs[ROPE_MAX_HALF];
-    if (!k->pos) {
-        size_t bytes = (size_t)k->seq * (size_t)half * 2 * sizeof(float);
+    const float *table = NULL;
+    float rc[ROPE_MAX_HALF], rs[ROPE_MAX_HALF];
+    if (!k->pos) { /* the device's table (rope_angles.h), made in the work buffer if it keeps none
+                    */
+        size_t bytes = (size_t)k->seq * (size_t)half * 3 * sizeof(float);
         mw_status st = mw__cpu_work_reserve(dev, bytes);
         if (st) return st;
-        table = mw__cpu_work(dev);
-        for (int64_t i = 0; i < k->seq; i++)
-            mw__rope_angles(k, freq, k->offset + i, table + 2 * i * half,
-                            table + (2 * i + 1) * half);
+        table = mw__cpu_rope_table(dev, k, k->offset, k->seq, mw__cpu_work(dev));
     }
     int64_t last = -1;
     int have = 0;
@@ -374,8 +374,8 @@ mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
         int64_t i = (r / k->inner) % k->seq;
         const float *c, *s;
         if (table) {
-            c = table + 2 * i * half;
-            s = c + half;
+            c = table + 3 * i * half;
+            s = c + (k->inverse ? 2 : 1) * half;
         } else {
             int64_t p = k->offset + i + k->pos[r / k->prefix];
             if (!have || p != last) mw__rope_angles(k, freq, p, rc, rs);

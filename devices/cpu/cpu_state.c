@@ -64,9 +64,50 @@ mw_status mw__cpu_state_init(mw__device *dev) {
     return MW_OK;
 }
 
+struct mw__cpu_table {
+    struct mw__cpu_table *next;
+    void *key;
+    size_t key_bytes;
+    int64_t floats;
+    float *values;
+};
+
+float *mw__cpu_table(mw__device *dev, const void *key, size_t key_bytes, int64_t floats,
+                     int *fresh) {
+    mw__cpu_state *s = dev->impl;
+    *fresh = 0;
+    for (struct mw__cpu_table *t = s->tables; t; t = t->next)
+        if (t->key_bytes == key_bytes && t->floats == floats && !memcmp(t->key, key, key_bytes))
+            return t->values;
+    if (s->ntables >= MW__CPU_TABLES || floats <= 0) return NULL;
+    struct mw__cpu_table *t = mw__calloc(1, sizeof *t);
+    if (t) t->key = mw__malloc(key_bytes);
+    if (t && t->key) t->values = mw__aligned_alloc(64, (size_t)floats * sizeof(float));
+    if (!t || !t->key || !t->values) {
+        if (t) mw__free(t->key);
+        mw__free(t);
+        return NULL; /* the caller makes its own values */
+    }
+    memcpy(t->key, key, key_bytes);
+    t->key_bytes = key_bytes;
+    t->floats = floats;
+    t->next = s->tables;
+    s->tables = t;
+    s->ntables++;
+    *fresh = 1;
+    return t->values;
+}
+
 void mw__cpu_state_free(mw__device *dev) {
     mw__cpu_state *s = dev ? dev->impl : NULL;
     if (!s) return;
+    while (s->tables) {
+        struct mw__cpu_table *t = s->tables;
+        s->tables = t->next;
+        mw__free(t->values);
+        mw__free(t->key);
+        mw__free(t);
+    }
     for (int i = s->nowned - 1; i >= 0; i--) s->owned[i].free(s->owned[i].p);
     mw__free(s->owned);
     mw__free(s->work);

@@ -32,6 +32,8 @@ typedef struct mw__cpu_state {
     size_t work_bytes;
     mw__cpu_owned *owned;
     int nowned, cap_owned;
+    struct mw__cpu_table *tables; /* mw__cpu_table's, newest first */
+    int ntables;
 } mw__cpu_state;
 
 /* The device's state: made by init (MW_ERR_INVALID naming a bad variable's value,
@@ -47,6 +49,16 @@ struct mw__dnnl *mw__cpu_dnnl(const mw__device *dev);
 mw_status mw__cpu_work_reserve(mw__device *dev, size_t bytes);
 void *mw__cpu_work(const mw__device *dev);
 mw_status mw__cpu_own(mw__device *dev, void *p, void (*free_fn)(void *p));
+
+/* A table the device keeps until it shuts down, for kernels that would otherwise make the same
+ * values at every call (the angles of rotary embeddings: their sines and cosines cost about what
+ * the rotation does): `floats` floats for the key of `key_bytes` bytes (compared byte for byte:
+ * zero a struct's padding), *fresh set when it was just made and the caller must fill it. NULL
+ * (nothing kept) when memory runs out or the device keeps MW__CPU_TABLES already: the caller
+ * then makes the values itself. */
+#define MW__CPU_TABLES 16
+float *mw__cpu_table(mw__device *dev, const void *key, size_t key_bytes, int64_t floats,
+                     int *fresh);
 
 /* Whether this device may run bf16 products on bf16 instructions (the CPU has them,
  * MESHWIT_CPU_ISA allows them and libmeshwit was built with oneDNN); dev NULL: the process's CPU

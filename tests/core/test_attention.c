@@ -345,3 +345,59 @@ Test(attention, rotary_where_fused_or_not_gives_the_same_bits) {
             free(apart);
         }
 }
+
+/* The rotation of x by each config in cfgs, all in one program (n > 1) or each in its own
+ * (n == 1), read back one after another. */
+static void rotations(const mw_rope_config *cfgs, int n, const float *x, int64_t count,
+                      float *out) {
+    mw_graph *g;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *xi =
+        mw_input(g, "x", MW_F32, MW_AXES({"Batch", 2}, {"Seq", 9}, {"Head", 2}, {"Feat", 8}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"Feat", 8}), MW_INIT_CONST(1.0f));
+    mw_tensor *ys[4], *loss = NULL;
+    for (int i = 0; i < n; i++) {
+        ys[i] = mw_rope(g, mw_mul(g, xi, w), "Seq", "Feat", NULL, &cfgs[i]);
+        mw_tensor *s = mw_sum(g, ys[i], NULL);
+        loss = loss ? mw_add(g, loss, s) : s;
+    }
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f}, .outputs = ys, .noutputs = n};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    cr_assert_eq(mw_trainer_new(g, loss, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    mw_feed feeds[1] = {{"x", x, count}};
+    float l;
+    for (int step = 0; step < 2; step++) /* the second step reads the kept tables */
+        cr_assert_eq(mw_trainer_compute_grads(tr, feeds, 1, &l), MW_OK, "%s", mw_last_error());
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(mw_trainer_read_output(tr, ys[i], out + i * count, count), MW_OK, "%s",
+                     mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+/* A device keeps one table of angles per rotation (positions, frequencies, scaling): ropes of
+ * other offsets, thetas, rotated features and scalings in one program each get their own. */
+Test(attention, rotary_tables_of_one_device_stay_apart) {
+    const mw_rope_config cfgs[4] = {{.theta = 10000.0f},
+                                    {.theta = 10000.0f, .offset = 5},
+                                    {.theta = 500.0f, .dims = 4},
+                                    {.theta = 10000.0f,
+                                     .scaling = MW_ROPE_SCALING_LLAMA3,
+                                     .factor = 8,
+                                     .low_freq_factor = 1,
+                                     .high_freq_factor = 4,
+                                     .original_max_positions = 4}};
+    const int64_t count = 2 * 9 * 2 * 8;
+    float x[2 * 9 * 2 * 8], together[4 * 2 * 9 * 2 * 8], alone[2 * 9 * 2 * 8];
+    rng_fill(x, count, 31);
+    rotations(cfgs, 4, x, count, together);
+    for (int i = 0; i < 4; i++) {
+        rotations(&cfgs[i], 1, x, count, alone);
+        cr_assert_eq(memcmp(together + i * count, alone, sizeof alone), 0,
+                     "rotation %d differs beside the others", i);
+    }
+}
