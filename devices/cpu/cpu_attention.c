@@ -341,24 +341,27 @@ typedef struct rotation {
     int round;
 } rotation;
 
-/* Rows of n f32 rounded to bf16 in place (bf16 values as f32: what widening them gives). */
-static void round_bf16(float *x, int64_t n) {
-    for (int64_t j = 0; j < n; j++) x[j] = mw__bf16_to_f32(mw__bf16_from_f32(x[j]));
+/* n f32 rounded to bf16 in place (bf16 values as f32: what widening them gives), through tmp. */
+static void round_bf16(float *x, int64_t n, uint16_t *tmp) {
+    mw__bf16_narrow(n, x, tmp);
+    mw__bf16_widen(n, tmp, x);
 }
 
 /* The slice at x (f32, rows seq_qkv apart, parts `part` apart) rotated into r->slice: its
- * queries and key rotated, its value copied, positions d apart, parts t x d apart. */
+ * queries and key rotated, its value copied, positions d apart, parts t x d apart. A position's
+ * parts at a time: where they lie together (a fused qkv's [.., Part, HeadDim]) the reads run
+ * through memory in order, as far as the slice allows. */
 static void rotate_slice(const mw__k_attention *k, const rotation *r, const float *x) {
     const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2;
-    for (int64_t p = 0; p < parts; p++)
-        for (int64_t i = 0; i < t; i++) {
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t p = 0; p < parts; p++) {
             const float *row = x + p * k->part + i * k->seq_qkv, *c = r->angles + i * r->w;
             float *to = r->slice + (p * t + i) * d;
             if (p == parts - 1)
                 memcpy(to, row, (size_t)d * sizeof *row);
             else
                 mw__rope_row(&r->rot, row, to, 0, c, c + r->half, 0);
-            if (r->round) round_bf16(to, d);
+            if (r->round) round_bf16(to, d, (uint16_t *)r->row);
         }
 }
 
@@ -366,8 +369,8 @@ static void rotate_slice(const mw__k_attention *k, const rotation *r, const floa
  * rotated back (the gradient of the projection), in place through r->row. */
 static void rotate_back(const mw__k_attention *k, const rotation *r, float *dx) {
     const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 1;
-    for (int64_t p = 0; p < parts; p++)
-        for (int64_t i = 0; i < t; i++) {
+    for (int64_t i = 0; i < t; i++)
+        for (int64_t p = 0; p < parts; p++) {
             float *row = dx + p * k->part + i * k->seq_qkv;
             const float *c = r->angles + i * r->w;
             memcpy(r->row, row, (size_t)d * sizeof *row);
@@ -611,8 +614,8 @@ static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int
         int64_t oo, oq;
         mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
         const float *x = (const float *)k->qkv + oq;
-        for (int64_t p = 0; p < parts; p++)
-            for (int64_t i = 0; i < t; i++) {
+        for (int64_t i = 0; i < t; i++) /* a position's parts at a time, as rotate_slice */
+            for (int64_t p = 0; p < parts; p++) {
                 const float *row = x + p * k->part + i * k->seq_qkv, *c = angles + i * w;
                 int64_t o = (p * t + i) * d;
                 if (p == parts - 1 && bf16) /* the value, copied */
@@ -637,8 +640,8 @@ static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int
         if (st) return st;
         if (!grad) continue;
         float *dx = (float *)k->out + oq;
-        for (int64_t p = 0; p < parts; p++)
-            for (int64_t i = 0; i < t; i++) {
+        for (int64_t i = 0; i < t; i++)
+            for (int64_t p = 0; p < parts; p++) {
                 const float *from = dqkv + (p * t + i) * d, *c = angles + i * w;
                 float *to = dx + p * k->part + i * k->seq_qkv;
                 if (p == parts - 1)
