@@ -329,14 +329,14 @@ static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from
         mw__bf16_narrow(n, from + r * from_stride, to + r * to_stride);
 }
 
-/* Rotary embeddings applied as the f32 tiles stage a slice (rotary_attention): the rotation, the
- * angles of each position (cos, sin and, backward, the sine negated: w floats apart), the slice's
- * f32 copy (queries and key rotated, value copied; each rounded to bf16 where the products read
- * bf16) and a row to rotate d(qkv) back through. */
+/* Rotary embeddings applied as a slice is staged (rotary_attention): the rotation, the angles of
+ * each position (the device's table: cos, sin and the sine negated, 3 x half floats apart), for
+ * the f32 tiles the slice's f32 copy (queries and key rotated, value copied; each rounded to bf16
+ * where the products read bf16), and a row of d floats to rotate through. */
 typedef struct rotation {
     mw__k_rope rot;
     const float *angles;
-    int64_t w, half;
+    int64_t half;
     float *slice, *row;
     int round;
 } rotation;
@@ -347,34 +347,46 @@ static void round_bf16(float *x, int64_t n, uint16_t *tmp) {
     mw__bf16_widen(n, tmp, x);
 }
 
-/* The slice at x (f32, rows seq_qkv apart, parts `part` apart) rotated into r->slice: its
- * queries and key rotated, its value copied, positions d apart, parts t x d apart. A position's
- * parts at a time: where they lie together (a fused qkv's [.., Part, HeadDim]) the reads run
- * through memory in order, as far as the slice allows. */
-static void rotate_slice(const mw__k_attention *k, const rotation *r, const float *x) {
+/* The slice at x (f32, rows seq_qkv apart, parts `part` apart) rotated into dst, compact
+ * (positions d apart, parts t x d apart): its queries and key rotated, its value copied; dst is
+ * bf16 where bf16 is set, else f32 (rounded to bf16 values where r->round is). A position's parts
+ * at a time: where they lie together (a fused qkv's [.., Part, HeadDim]) the reads run through
+ * memory in order, as far as the slice allows. */
+static void rotate_slice(const mw__k_attention *k, const rotation *r, const float *x, void *dst,
+                         int bf16) {
     const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2;
     for (int64_t i = 0; i < t; i++)
         for (int64_t p = 0; p < parts; p++) {
-            const float *row = x + p * k->part + i * k->seq_qkv, *c = r->angles + i * r->w;
-            float *to = r->slice + (p * t + i) * d;
-            if (p == parts - 1)
-                memcpy(to, row, (size_t)d * sizeof *row);
+            const float *row = x + p * k->part + i * k->seq_qkv, *c = r->angles + i * 3 * r->half;
+            int64_t o = (p * t + i) * d;
+            if (p == parts - 1 && bf16) /* the value, copied */
+                mw__bf16_narrow(d, row, (uint16_t *)dst + o);
+            else if (p == parts - 1)
+                memcpy((float *)dst + o, row, (size_t)d * sizeof *row);
+            else if (bf16)
+                mw__rope_row(&r->rot, row, dst, o, c, c + r->half, 1);
             else
-                mw__rope_row(&r->rot, row, to, 0, c, c + r->half, 0);
-            if (r->round) round_bf16(to, d, (uint16_t *)r->row);
+                mw__rope_row(&r->rot, row, dst, o, c, c + r->half, 0);
+            if (r->round && !bf16) round_bf16((float *)dst + o, d, (uint16_t *)r->row);
         }
 }
 
-/* Backward: the slice's d(qkv) at dx (laid out like qkv) with its queries' and key's rows
- * rotated back (the gradient of the projection), in place through r->row. */
-static void rotate_back(const mw__k_attention *k, const rotation *r, float *dx) {
-    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 1;
+/* Backward: a slice's d(qkv) from `from` (rows seq apart, parts `part` apart) into dx, laid out
+ * like qkv, its queries' and key's rows rotated back (the gradient of the projection); the
+ * value's rows copied where value is set. from may be dx itself: its rows go through r->row. */
+static void rotate_back(const mw__k_attention *k, const rotation *r, const float *from, int64_t seq,
+                        int64_t part, float *dx, int value) {
+    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 1 + (value != 0);
     for (int64_t i = 0; i < t; i++)
         for (int64_t p = 0; p < parts; p++) {
-            float *row = dx + p * k->part + i * k->seq_qkv;
-            const float *c = r->angles + i * r->w;
-            memcpy(r->row, row, (size_t)d * sizeof *row);
-            mw__rope_row(&r->rot, r->row, row, 0, c, c + 2 * r->half, 0);
+            const float *src = from + p * part + i * seq, *c = r->angles + i * 3 * r->half;
+            float *to = dx + p * k->part + i * k->seq_qkv;
+            if (value && p == parts - 1) {
+                memcpy(to, src, (size_t)d * sizeof *src);
+                continue;
+            }
+            if (src == to) src = memcpy(r->row, src, (size_t)d * sizeof *src);
+            mw__rope_row(&r->rot, src, to, 0, c, c + 2 * r->half, 0);
         }
 }
 
@@ -387,7 +399,7 @@ static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *st
     int64_t oo, oq, t = k->t, d = k->d;
     mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
     if (rot) {
-        rotate_slice(k, rot, (const float *)k->qkv + oq);
+        rotate_slice(k, rot, (const float *)k->qkv + oq, rot->slice, 0);
         v->q = rot->slice, v->seq = d, v->part = t * d;
     } else if (k->qkv_dtype == MW_BF16) {
         const uint16_t *q = (const uint16_t *)k->qkv + oq;
@@ -549,18 +561,17 @@ static void attention_grad_tiles(const mw__k_attention *k, const rotation *rot) 
                 key_grad(&x, k, i0, m, kend, g > 0);
             }
         }
-        if (rot) rotate_back(k, rot, v.out);
+        if (rot) rotate_back(k, rot, v.out, k->seq_qkv, k->part, v.out, 0);
     }
 }
 
 mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention *k) {
-    if (k->rope.dims) return rotary_attention(dev, k, 1);
 #ifdef MESHWIT_HAVE_DNNL
-    if (k->impl) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 1);
+    if (k->impl && !k->rope.dims) return MW__CPU(mw__cpu_attention_dnnl)(dev, k, 1);
 #endif
-    (void)dev;
     if (k->out_dtype != MW_F32)
         return mw__error(MW_ERR_UNSUPPORTED, "attention gradient: d(qkv) is written in f32 only");
+    if (k->rope.dims) return rotary_attention(dev, k, 1);
     attention_grad_tiles(k, NULL);
     return MW_OK;
 }
@@ -573,32 +584,26 @@ mw_status MW__CPU(mw__cpu_attention_grad)(mw__device *dev, const mw__k_attention
  * slice in qkv_dtype (mw__attn_rotary_inner, the layout it was prepared for), and, backward, its
  * compact d(qkv) is rotated back into out. */
 static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int grad) {
-    const int64_t t = k->t, d = k->d, parts = mw__attn_group(k) + 2, half = k->rope.dims / 2;
-    const int bf16 = k->qkv_dtype == MW_BF16, w = 3 * (int)half;
-    const mw__k_rope rot = {
-        .n = d, .dims = k->rope.dims, .style = k->rope.style, .freqs = k->rope.freqs};
+    const int64_t t = k->t, d = k->d, half = k->rope.dims / 2;
+    const int bf16 = k->qkv_dtype == MW_BF16;
     int64_t off[4];
     mw__attn_rotary_layout(k, grad, off);
-    float *dqkv = k->scratch + off[2], *spare = k->scratch + off[0] + 3 * half * t;
+    float *dqkv = k->scratch + off[2];
     void *stage = k->scratch + off[1];
-    const float *angles = mw__cpu_rope_table(dev, &rot, k->rope.offset, t, k->scratch + off[0]);
+    rotation r = {
+        .rot = {.n = d, .dims = k->rope.dims, .style = k->rope.style, .freqs = k->rope.freqs},
+        .half = half,
+        .slice = stage,
+        .row = k->scratch + off[0] + 3 * half * t,
+        .round = bf16};
+    r.angles = mw__cpu_rope_table(dev, &r.rot, k->rope.offset, t, k->scratch + off[0]);
     if (!k->impl) {
-        const rotation r = {.rot = rot,
-                            .angles = angles,
-                            .w = w,
-                            .half = half,
-                            .slice = stage,
-                            .row = spare,
-                            .round = bf16};
         mw__k_attention tiles = *k, sized;
         tiles.rope.dims = 0;
         tiles.qkv_dtype = MW_F32; /* the rotated slice */
         sized = mw__attn_rotary_inner(&tiles);
         tiles.scratch = k->scratch + off[3];
         tiles.scratch_elems = mw__attn_scratch_elems(&sized, grad);
-        if (grad && k->out_dtype != MW_F32)
-            return mw__error(MW_ERR_UNSUPPORTED,
-                             "attention gradient: d(qkv) is written in f32 only");
         if (grad)
             attention_grad_tiles(&tiles, &r);
         else
@@ -613,20 +618,7 @@ static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int
     for (int64_t s = 0; s < k->slices; s++) {
         int64_t oo, oq;
         mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
-        const float *x = (const float *)k->qkv + oq;
-        for (int64_t i = 0; i < t; i++) /* a position's parts at a time, as rotate_slice */
-            for (int64_t p = 0; p < parts; p++) {
-                const float *row = x + p * k->part + i * k->seq_qkv, *c = angles + i * w;
-                int64_t o = (p * t + i) * d;
-                if (p == parts - 1 && bf16) /* the value, copied */
-                    mw__bf16_narrow(d, row, (uint16_t *)stage + o);
-                else if (p == parts - 1)
-                    memcpy((float *)stage + o, row, (size_t)d * sizeof *row);
-                else if (bf16)
-                    mw__rope_row(&rot, row, stage, o, c, c + half, 1);
-                else
-                    mw__rope_row(&rot, row, stage, o, c, c + half, 0);
-            }
+        rotate_slice(k, &r, (const float *)k->qkv + oq, stage, bf16);
         in.probs = mw__attn_kept(k, s, 0);
         mw_status st;
         if (grad) {
@@ -638,17 +630,7 @@ static mw_status rotary_attention(mw__device *dev, const mw__k_attention *k, int
             st = MW__CPU(mw__cpu_attention)(dev, &in);
         }
         if (st) return st;
-        if (!grad) continue;
-        float *dx = (float *)k->out + oq;
-        for (int64_t i = 0; i < t; i++)
-            for (int64_t p = 0; p < parts; p++) {
-                const float *from = dqkv + (p * t + i) * d, *c = angles + i * w;
-                float *to = dx + p * k->part + i * k->seq_qkv;
-                if (p == parts - 1)
-                    memcpy(to, from, (size_t)d * sizeof *from);
-                else
-                    mw__rope_row(&rot, from, to, 0, c, c + 2 * half, 0);
-            }
+        if (grad) rotate_back(k, &r, dqkv, d, t * d, (float *)k->out + oq, 1);
     }
     return MW_OK;
 }

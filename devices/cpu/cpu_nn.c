@@ -337,23 +337,20 @@ mw_status MW__CPU(mw__cpu_xent_grad)(mw__device *dev, const mw__k_xent_grad *k) 
 
 /* --- rotary embeddings ------------------------------------------------------------------------ */
 
-#define ROPE_MAX_HALF 4096 /* dims / 2 (graph.h: at most 8192 features rotated) */
-
-/* Positions come from the row's index along the sequence (a table of seq rows of cos and sin in
- * the device's work buffer, made once per call), or with pos from pos's entry (made per row, or
- * kept while consecutive rows share the position, as the heads of one token do). */
+/* Positions come from the row's index along the sequence (the device's table of their angles,
+ * rope_angles.h, made in the work buffer where it keeps none), or with pos from pos's entry (made
+ * per row, or kept while consecutive rows share the position, as the heads of one token do). */
 mw_status MW__CPU(mw__cpu_rope)(mw__device *dev, const mw__k_rope *k) {
     int half = k->dims / 2, bf16 = k->out_dtype == MW_BF16;
     if (k->rows <= 0 || half <= 0) return MW_OK;
-    if (half > ROPE_MAX_HALF)
+    if (half > MW__ROPE_HALF_MAX)
         return mw__error(MW_ERR_UNSUPPORTED, "%s: rotary embeddings over %d features (at most %d)",
-                         dev->name, k->dims, 2 * ROPE_MAX_HALF);
-    float freq[ROPE_MAX_HALF];
-    for (int j = 0; j < half; j++) freq[j] = mw__rope_freq(&k->freqs, j);
+                         dev->name, k->dims, 2 * MW__ROPE_HALF_MAX);
+    float freq[MW__ROPE_HALF_MAX];
+    for (int j = 0; k->pos && j < half; j++) freq[j] = mw__rope_freq(&k->freqs, j);
     const float *table = NULL;
-    float rc[ROPE_MAX_HALF], rs[ROPE_MAX_HALF];
-    if (!k->pos) { /* the device's table (rope_angles.h), made in the work buffer if it keeps none
-                    */
+    float rc[MW__ROPE_HALF_MAX], rs[MW__ROPE_HALF_MAX];
+    if (!k->pos) {
         size_t bytes = (size_t)k->seq * (size_t)half * 3 * sizeof(float);
         mw_status st = mw__cpu_work_reserve(dev, bytes);
         if (st) return st;
