@@ -46,7 +46,13 @@ int mwb_case_mpi(mwb_ctx *ctx) {
 #define HIER (*mw__dist()->reducer_hier)
 
 #define MAX_RANKS 64
-#define REPS 21
+/* Repeats per size: a few microseconds per call below 1 MiB, where a median of 21 moved by a
+ * quarter between runs, so many more there. */
+#define REPS 101
+#define REPS_LARGE 21
+#define LARGE (1u << 22) /* floats: from 16 MiB */
+
+static int reps_for(size_t n, int quick) { return quick ? 5 : n >= LARGE ? REPS_LARGE : REPS; }
 
 typedef struct shm_rank {
     pthread_t thread;
@@ -123,16 +129,21 @@ static int time_procs(mw__comm *comm, int rank, size_t n, int reps, double *mesh
 }
 
 /* A barrier that sleeps instead of spinning: the other processes wait here while rank 0 measures
- * threads of its own process. */
+ * threads of its own process. The naps grow from 50 us to 5 ms: the launcher binds each process
+ * to a core, and a rank that woke every 200 us took enough of its core from the rank 0 thread
+ * sharing it (on the 2-core Intel Xeon, device 1 of cpu:2 computed 29 ms a step against device
+ * 0's 25) to make threads look 1.08-1.14x slower than processes. */
 static int sleepy_barrier(void) {
     MPI_Request req;
     if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return -1;
+    long nap_ns = 50000L;
     for (;;) {
         int done = 0;
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return -1;
         if (done) return 0;
-        struct timespec ts = {0, 200000L};
+        struct timespec ts = {0, nap_ns};
         nanosleep(&ts, NULL);
+        if (nap_ns < 5000000L) nap_ns *= 2;
     }
 }
 
@@ -169,15 +180,17 @@ static int allreduce_table(mwb_ctx *ctx, int p, int me) {
         fprintf(stderr, "mpi: %s\n", mw_last_error());
         return 1;
     }
-    static const size_t sizes[] = {1 << 10, 1 << 14, 1 << 18, 1 << 22}; /* floats */
-    int nsizes = ctx->quick ? 2 : 4, reps = ctx->quick ? 5 : REPS, rc = 0;
+    static const size_t sizes[] = {1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24}; /* floats */
+    int nsizes = ctx->quick ? 2 : 5, rc = 0;
     printf("all-reduce over %d processes (1 device each), in place, float sum: meshwit against "
-           "MPI_Allreduce (alternating, median of %d each), and %d threads of one process\n",
-           p, reps, p);
+           "MPI_Allreduce (alternating, median of %d each, %d from 16 MiB), and %d threads of one "
+           "process\n",
+           p, reps_for(1, ctx->quick), reps_for(LARGE, ctx->quick), p);
     printf("%10s %14s %18s %8s %14s\n", "bytes", "meshwit (us)", "MPI_Allreduce (us)", "ratio",
            "threads (us)");
     for (int s = 0; s < nsizes && !rc; s++) {
         double t_mw = 0, t_mpi = 0;
+        int reps = reps_for(sizes[s], ctx->quick);
         int bad = time_procs(comm, me, sizes[s], reps, &t_mw, &t_mpi);
         shm_job job = {.p = p, .n = sizes[s], .reps = reps};
         if (me == 0) on_every_core(shm_job_run, &job);

@@ -90,7 +90,7 @@ mw_status mw__dist_link_wait(mw__dist_link *l, mw__dist_send **sends, int n, int
                                "receiving it failed or stalls)",
                                what, limit);
             } else {
-                mw__mpi_backoff(mw__mpi_now_ms() - start);
+                mw__mpi_backoff(mw__mpi_now_ms() - start, 0);
             }
         }
     }
@@ -137,6 +137,6 @@ mw_status mw__dist_link_recv(mw__dist_link *l, int src, int tag, void *buf, size
             return mw__error(MW_ERR_TIMEOUT,
                              "%s: nothing came from process %d within %d ms (it failed or stalls)",
                              what, src, limit);
-        mw__mpi_backoff(waited);
+        mw__mpi_backoff(waited, 0);
     }
 }

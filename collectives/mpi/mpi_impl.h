@@ -25,9 +25,10 @@ static inline double mw__mpi_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Between two polls of a wait that began waited_ms ago: nothing at first, then a short nap
- * (collectives/mpi/exchange.c says why). */
-void mw__mpi_backoff(double waited_ms);
+/* Between two polls of a wait that began waited_ms ago for messages moving `bytes` (0 when
+ * unknown): nothing while the transfer may still be under way, then a short nap
+ * (collectives/mpi/exchange.c says why and how long). */
+void mw__mpi_backoff(double waited_ms, size_t bytes);
 
 /* The all-reduce between processes on MPI point-to-point messages, non-blocking
  * (collectives/mpi/exchange.c: the algorithm, its order of additions and why not MPI_Iallreduce).

@@ -229,6 +229,9 @@ static int advance(mw__mpi_p2p *x, slot *s, half *h, int sending, int *done) {
 mw_status mw__mpi_p2p_wait(mw__mpi_p2p *x, int li) {
     slot *s = &x->slots[li];
     double start = mw__mpi_now_ms(), deadline = start + x->timeout_ms;
+    /* At most 4 bytes an element, each way present. */
+    size_t bytes = 4 * (size_t)((s->send.peer >= 0 ? s->send.mine.n : 0) +
+                                (s->recv.peer >= 0 ? s->recv.mine.n : 0));
     for (int i = 0;; i++) {
         int sent = 0, got = 0;
         mw__mpi_lock();
@@ -242,6 +245,6 @@ mw_status mw__mpi_p2p_wait(mw__mpi_p2p *x, int li) {
         if ((i & 15) != 15) continue;
         double t = mw__mpi_now_ms();
         if (t > deadline) return fail(x, s, MW_ERR_TIMEOUT, NULL, 0);
-        mw__mpi_backoff(t - start);
+        mw__mpi_backoff(t - start, bytes);
     }
 }

@@ -255,7 +255,7 @@ static mw_status wait_request(hier_comm *c, MPI_Request *req, const char *what) 
                              "mw_distributed_abort)",
                              what, c->procs, c->timeout_ms);
         }
-        mw__mpi_backoff(t - start);
+        mw__mpi_backoff(t - start, 0);
     }
 }
 
