@@ -88,7 +88,7 @@ void mwb_gpt2_free(mwb_gpt2 *m);
 
 /* Monotonic time in seconds. */
 double mwb_now(void);
-/* Median of n values (reorders v). */
-double mwb_median(double *v, int n);
+/* Median of n values (v is left as it was: values paired by index stay paired). */
+double mwb_median(const double *v, int n);
 
 #endif

@@ -7,8 +7,9 @@
  * torch). The configurations take turns, ROUNDS rounds, and each row reports its median, so a
  * drifting machine affects every column alike; each PyTorch run is also compared with the meshwit
  * run just before it (cpu:1 for one thread, cpu:2 for two), and the median of those paired
- * ratios is printed. It also measures the single-core sgemm rate
- * (1024^3) in the same run and reports cpu:1's model FLOP/s as a share of it.
+ * ratios is printed. It also measures the single-core GEMM rates (1024^3: OpenBLAS's sgemm,
+ * meshwit's f32 and bf16) at the start of every round and reports cpu:1's model FLOP/s as a
+ * share of them, round by round, and the median of those shares.
  *
  * profile: where a cpu:1 step of the same model goes (and of each --devices spec), per op kind and
  * phase (mw_trainer_profile). */
@@ -176,13 +177,19 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
                                            "cannot import torch");
     printf("cpu: %s%s%s\n", mw_backend_describe("cpu"), *mw_backend_warning("cpu") ? "; " : "",
            mw_backend_warning("cpu"));
-    double sgemm = ctx->quick ? 0.0 : mwb_sgemm_gflops(1024);
+    /* The GEMM rates, measured again at the start of every round: a rate taken once, in a
+     * fraction of a second, moved the model's share of it by a tenth between runs on a shared
+     * machine; each round's share is taken against its own round's rate. */
     char impl32[96] = "", impl16[96] = "";
-    double gemm32 = ctx->quick ? 0.0 : mwb_gemm_gflops(1024, MW_F32, impl32, sizeof impl32);
-    double gemm16 = ctx->quick ? 0.0 : mwb_gemm_gflops(1024, MW_BF16, impl16, sizeof impl16);
-    fflush(stdout);
+    double sgemm_r[ROUNDS] = {0}, gemm32_r[ROUNDS] = {0}, gemm16_r[ROUNDS] = {0};
     int failed = 0;
-    for (int round = 0; round < rounds; round++)
+    for (int round = 0; round < rounds; round++) {
+        if (!ctx->quick) {
+            sgemm_r[round] = mwb_sgemm_gflops(1024);
+            gemm32_r[round] = mwb_gemm_gflops(1024, MW_F32, impl32, sizeof impl32);
+            gemm16_r[round] = mwb_gemm_gflops(1024, MW_BF16, impl16, sizeof impl16);
+        }
+        fflush(stdout);
         for (int c = 0; c < ncols; c++) {
             double ms = 0.0;
             if (cols[c].devices) {
@@ -212,6 +219,10 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
             }
             cols[c].ms[cols[c].n++] = ms;
         }
+    }
+    double sgemm = ctx->quick ? 0.0 : mwb_median(sgemm_r, rounds),
+           gemm32 = ctx->quick ? 0.0 : mwb_median(gemm32_r, rounds),
+           gemm16 = ctx->quick ? 0.0 : mwb_median(gemm16_r, rounds);
     double fpt = llama ? mwb_llama_flops_per_token(llama, s.seq)
                        : mwb_gpt2_flops_per_token(&s.model, s.seq),
            tokens = (double)s.batch * s.seq;
@@ -270,16 +281,31 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
         ctx->emit(ctx, &rec);
     }
     if (sgemm > 0 || gemm32 > 0)
-        printf("single-core GEMM 1024^3: OpenBLAS sgemm %.1f GFLOP/s; meshwit f32 %.1f (%s), "
-               "bf16 %.1f (%s)\n",
-               sgemm, gemm32, impl32, gemm16, impl16);
+        printf("single-core GEMM 1024^3, median of %d rounds: OpenBLAS sgemm %.1f GFLOP/s; meshwit "
+               "f32 %.1f (%s), bf16 %.1f (%s)\n",
+               rounds, sgemm, gemm32, impl32, gemm16, impl16);
     for (int c = 0; c < ncols; c++) {
         if (!cols[c].n || !cols[c].devices || strcmp(cols[c].devices, "cpu:1") != 0) continue;
+        const double *rate = cols[c].bf16 ? gemm16_r : gemm32_r;
+        if (ctx->quick || cols[c].n != rounds) continue;
+        double share[ROUNDS];
+        for (int r = 0; r < rounds; r++)
+            share[r] = rate[r] > 0 ? tokens / (cols[c].ms[r] * 1e-3) * fpt * 1e-9 / rate[r] : 0.0;
         double ms = mwb_median(cols[c].ms, cols[c].n), gf = tokens / (ms * 1e-3) * fpt * 1e-9;
-        double rate = cols[c].bf16 ? gemm16 : gemm32;
-        if (rate > 0)
-            printf("%s runs the model at %.1f GFLOP/s = %.0f%% of the %s GEMM rate\n", cols[c].name,
-                   gf, 100.0 * gf / rate, cols[c].bf16 ? "bf16" : "f32");
+        double med = mwb_median(share, rounds);
+        printf("%s runs the model at %.1f GFLOP/s; its share of the %s GEMM rate, paired by "
+               "round: %.0f%% (rounds:",
+               cols[c].name, gf, cols[c].bf16 ? "bf16" : "f32", 100.0 * med);
+        for (int r = 0; r < rounds; r++) printf(" %.0f", 100.0 * share[r]);
+        printf(")\n");
+        mwb_record rec = {0};
+        mwb_record_str(&rec, "case", name_of_case);
+        mwb_record_str(&rec, "devices", cols[c].devices);
+        mwb_record_str(&rec, "mode", "share of the GEMM rate");
+        mwb_record_str(&rec, "precision", cols[c].bf16 ? "bf16" : "fp32");
+        mwb_record_num(&rec, "rounds", rounds);
+        mwb_record_num(&rec, "ratio", med);
+        ctx->emit(ctx, &rec);
     }
     return failed;
 }

@@ -75,10 +75,18 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-double mwb_median(double *v, int n) {
+/* Sorts a copy: callers pair their values by round after taking a median (case_llmc.c), and a
+ * median that sorted them in place had paired the rounds' order statistics instead. */
+double mwb_median(const double *v, int n) {
     if (n <= 0) return NAN;
-    qsort(v, (size_t)n, sizeof *v, compare_doubles);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    double small[256],
+        *t = (size_t)n <= sizeof small / sizeof *small ? small : malloc((size_t)n * sizeof *t);
+    if (!t) return NAN;
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, compare_doubles);
+    double m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    if (t != small) free(t);
+    return m;
 }
 
 /* The field called key: an existing one (so setting a key twice replaces it) or a new one; NULL
