@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_ARGS ?=
 
 SOURCE_DIRS := $(wildcard core formats devices collectives parallel include examples bench tests)
-SOURCES = $(shell find $(SOURCE_DIRS) -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \))
+SOURCES = $(shell find $(SOURCE_DIRS) -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \))
 
 .PHONY: help build test test-quick demo bench format gpu-check clean mutants
 

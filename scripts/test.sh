@@ -78,7 +78,7 @@ source_files() {
         [ -d "$d" ] && dirs+=("$d")
     done
     [ "${#dirs[@]}" -gt 0 ] || return 0
-    find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print0 | sort -z
+    find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' \) -print0 | sort -z
 }
 
 do_deps() {

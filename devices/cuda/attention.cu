@@ -16,21 +16,6 @@
 #define ATT_WARPS MW__CUDA_ATT_WARPS
 #define KV_CHUNK 32 /* queries a key-row block scores at a time */
 
-struct slice_off {
-    int64_t o0, o1;
-};
-
-__device__ static slice_off offsets(const mw__nd &w, int64_t s) {
-    slice_off r = {0, 0};
-    for (int i = w.rank - 1; i >= 0; i--) {
-        int64_t idx = s % w.dims[i];
-        s /= w.dims[i];
-        r.o0 += idx * w.stride[0][i];
-        r.o1 += idx * w.stride[1][i];
-    }
-    return r;
-}
-
 /* q, k, v are f32 or bf16 (widened as they are read: the same products as the CPU's f32 kernel
  * of the widened values); the output f32, or bf16 in the forward pass. */
 __device__ __forceinline__ float get(const float *a, int64_t i) { return a[i]; }
@@ -94,7 +79,7 @@ template <typename Q, typename O> __global__ static void k_attention(mw__k_atten
     extern __shared__ float smem[];
     float *red = smem, *p = smem + ATT_WARPS;
     int64_t i = blockIdx.x, s = blockIdx.y / k.group, g = blockIdx.y % k.group;
-    slice_off off = offsets(k.walk, s);
+    mw__cuda_slice off = mw__cuda_slice_at(k.walk, s);
     const Q *base = (const Q *)k.qkv + off.o1, *q = base + g * k.part;
     const Q *kk = base + k.group * k.part, *v = kk + k.part;
     int64_t n = k.causal ? i + 1 : k.t;
@@ -114,7 +99,7 @@ __global__ static void k_attention_dq(mw__k_attention k, float *lse, float *dsum
     float *red = smem, *p = smem + ATT_WARPS, *dp = p + k.t;
     int64_t i = blockIdx.x, y = blockIdx.y, s = y / k.group, g = y % k.group;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    slice_off off = offsets(k.walk, s);
+    mw__cuda_slice off = mw__cuda_slice_at(k.walk, s);
     const Q *base = (const Q *)k.qkv + off.o1, *q = base + g * k.part;
     const Q *kk = base + k.group * k.part, *v = kk + k.part;
     const float *gy = k.gy + off.o0 + g * k.out_group + i * k.seq_out;
@@ -149,7 +134,7 @@ __global__ static void k_attention_dkv(mw__k_attention k, const float *lse, cons
     __shared__ float ps[KV_CHUNK], ds[KV_CHUNK];
     int64_t j = blockIdx.x, s = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    slice_off off = offsets(k.walk, s);
+    mw__cuda_slice off = mw__cuda_slice_at(k.walk, s);
     const Q *base = (const Q *)k.qkv + off.o1, *kk = base + k.group * k.part, *v = kk + k.part;
     float *dk = (float *)k.out + off.o1 + k.group * k.part + j * k.seq_qkv, *dv = dk + k.part;
     /* Each thread owns features e = threadIdx.x, + ATT_THREADS, ...; at most 4 per thread. */
@@ -215,7 +200,7 @@ extern "C" mw_status mw__cuda_attention(mw__device *dev, const mw__k_attention *
     if (k->t <= 0 || k->slices <= 0) return MW_OK;
     size_t smem = (size_t)(ATT_WARPS + k->t) * sizeof(float);
     mw_status st = shape_ok(dev, MW__I_ATTENTION, k);
-    if (st) return st;
+    if (st || mw__cuda_flash(dev, k, 0, &st)) return st;
     mw__k_attention kk = *k;
     kk.group = mw__attn_group(k);
     dim3 grid((unsigned)k->t, (unsigned)(k->slices * kk.group));
@@ -240,7 +225,7 @@ extern "C" mw_status mw__cuda_attention_grad(mw__device *dev, const mw__k_attent
     if (k->t <= 0 || k->slices <= 0) return MW_OK;
     size_t smem = mw__cuda_attention_smem(k->t);
     mw_status st = shape_ok(dev, MW__I_ATTENTION_GRAD, k);
-    if (st) return st;
+    if (st || mw__cuda_flash(dev, k, 1, &st)) return st;
     int64_t ns = k->slices, blk = k->block;
     mw__k_attention kk = *k;
     kk.group = mw__attn_group(k);

@@ -151,6 +151,13 @@ static inline unsigned row_blocks(int64_t rows) {
     return (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows);
 }
 
+#include "devices/cuda/attention_slice.cuh"
+
+/* attention_tc.cu: runs k (grad: its gradient) on tensor cores where they apply and were asked
+ * for (MESHWIT_CUDA_ATTENTION=tensor): returns 1 with the launch's outcome in *st, or 0 when
+ * attention.cu's kernels run it. */
+int mw__cuda_flash(mw__device *dev, const mw__k_attention *k, int grad, mw_status *st);
+
 /* Butterfly sums: every lane ends with the same bits (each step adds the same two values, in
  * either order, on both partners), so results do not depend on the lane that reads them. */
 __device__ __forceinline__ float warp_sum(float v) {

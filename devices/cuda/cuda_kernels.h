@@ -57,6 +57,13 @@ static inline size_t mw__cuda_attention_smem(int64_t t) {
     return (size_t)(MW__CUDA_ATT_WARPS + 2 * t) * sizeof(float);
 }
 
+/* attention_tc.cu: what runs an attention or its gradient (mw__device_vtable.describe): the
+ * tensor-core kernels or attention.cu's; NULL for the other kernels. */
+const char *mw__cuda_describe(const mw__device *dev, int kind, const void *k);
+/* Whether GPU `ordinal` can run attention of head dimension d, forward and gradient, on the
+ * tensor-core kernels (compute capability, the kernels' build, shared memory per block). */
+int mw__cuda_flash_fits(int ordinal, int64_t d);
+
 /* cuda_host.c: the backend's check (mw__device_vtable.check). */
 mw_status mw__cuda_check(int kind, const void *k);
 

@@ -27,6 +27,7 @@ const mw__device_vtable mw__cuda_device = {
     .host_free = mw__cuda_host_free,
     .upload_async = mw__cuda_upload_async,
     .check = mw__cuda_check,
+    .describe = mw__cuda_describe,
 };
 
 const mw__cuda_api mw__cuda_services = {

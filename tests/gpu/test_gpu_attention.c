@@ -8,6 +8,8 @@
  *     and d(qkv) of L = sum(dot(attention(x * w), r)) with w = 1 of x's shape, so d w = x d(qkv);
  *   - cached attention (inference) over a cache of 1024 positions, 12 heads, f32 values and
  *     values of bf16;
+ *   - the tensor-core kernels (MESHWIT_CUDA_ATTENTION=tensor) at GPT-2 124M's shapes and with
+ *     grouped queries over a sequence that ends inside a tile, in bf16, named on the kernels line;
  *   - no rows or no slices: nothing launched, nothing failed.
  *
  * Tolerances at T = 1024 come from the sums' lengths: two float evaluations of a sum of n terms
@@ -37,6 +39,7 @@
 
 #include "devices/cpu/cpu.h"
 #include "devices/cuda/cuda.h"
+#include "devices/cuda/cuda_kernels.h"
 #include "gpu_test.h"
 
 TestSuite(gpu_attention, .description = "CUDA attention vs the CPU backend", .timeout = 240);
@@ -120,7 +123,7 @@ static int64_t xat(int64_t t, int part, int64_t h, int64_t e) {
 
 /* y = attention(x * w) and d w (= x d(qkv)) of L = sum(dot(y, r)) on devices, in precision. */
 static void run_large(const char *devices, int causal, mw_precision precision, const float *x,
-                      const float *r, float *y_out, float *dw) {
+                      const float *r, float *y_out, float *dw, char *kernels, size_t ksize) {
     mw_graph *g;
     OK(mw_graph_new(&g));
     mw_tensor *xt =
@@ -138,6 +141,7 @@ static void run_large(const char *devices, int causal, mw_precision precision, c
     mw_trainer *tr;
     OK(mw_mesh_new(devices, "X", &mesh));
     OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
+    if (kernels) OK(mw_trainer_kernels(tr, kernels, ksize));
     mw_feed feeds[2] = {{"x", x, LNX}, {"r", r, LNY}};
     float l;
     OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
@@ -217,8 +221,8 @@ static void compare_large(int causal) {
     mags m = magnitudes(x, r, causal);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         mw_precision precision = bf16 ? MW_PRECISION_BF16 : MW_PRECISION_FP32;
-        run_large("cpu:1", causal, precision, x, r, yc, dc);
-        run_large("cuda:0", causal, precision, x, r, yg, dg);
+        run_large("cpu:1", causal, precision, x, r, yc, dc, NULL, 0);
+        run_large("cuda:0", causal, precision, x, r, yg, dg, NULL, 0);
         check_large(&m, causal, bf16, x, yc, yg, dc, dg);
     }
     free(m.y), free(m.dqkv);
@@ -253,6 +257,157 @@ static void check_large(const mags *m, int causal, int bf16, const float *x, con
                               causal ? "causal" : "full", bf16 ? "bf16" : "f32", "qkv"[part],
                               (long long)t, (long long)h, (long long)e, dg[at], dc[at], tol);
                 }
+}
+
+/* --- the tensor-core kernels (attention_tc.cu, MESHWIT_CUDA_ATTENTION=tensor) ------------------
+ *
+ * They round P, dS and dO to bf16 for their products (relative 2^-9 each), so each result is
+ * held to the f32 bound plus 2^-6 (outputs) or 2^-5 (d(qkv), three roundings in a term) of its
+ * terms' magnitudes: a factor 4 to spare, far below a wrong mask, tile or index (errors of the
+ * order of the magnitudes themselves). The kernels line must name them: a run that fell back to
+ * attention.cu's kernels fails here instead of passing unchecked. */
+
+static void tensor_env(int on) {
+    if (on)
+        setenv("MESHWIT_CUDA_ATTENTION", "tensor", 1);
+    else
+        unsetenv("MESHWIT_CUDA_ATTENTION");
+}
+
+/* Skips where the GPU cannot run them (before compute capability 8.0, or with too little shared
+ * memory per block: sm_86 and sm_89 at these sizes); attention.cu's kernels run there. */
+static void need_tensor_cores(int64_t d) {
+    need_gpu();
+    if (!mw__cuda_flash_fits(0, d))
+        cr_skip_test("cuda:0 cannot run the tensor-core attention kernels at head dimension %lld",
+                     (long long)d);
+}
+
+static void compare_tensor_cores(int causal) {
+    need_tensor_cores(LD);
+    float *x = malloc(LNX * sizeof *x), *r = malloc(LNY * sizeof *r);
+    float *yc = malloc(LNY * sizeof *yc), *yg = malloc(LNY * sizeof *yg);
+    float *dc = malloc(LNX * sizeof *dc), *dg = malloc(LNX * sizeof *dg);
+    float *y2 = malloc(LNY * sizeof *y2), *d2 = malloc(LNX * sizeof *d2);
+    char kernels[1024];
+    rng_fill(x, LNX, 41 + (uint64_t)causal);
+    rng_fill(r, LNY, 42);
+    mags m = magnitudes(x, r, causal);
+    run_large("cpu:1", causal, MW_PRECISION_BF16, x, r, yc, dc, NULL, 0);
+    tensor_env(1);
+    run_large("cuda:0", causal, MW_PRECISION_BF16, x, r, yg, dg, kernels, sizeof kernels);
+    run_large("cuda:0", causal, MW_PRECISION_BF16, x, r, y2, d2, NULL, 0);
+    tensor_env(0);
+    cr_assert(strstr(kernels, "attention bf16: tensor cores") &&
+                  strstr(kernels, "attention_grad bf16: tensor cores"),
+              "the tensor-core kernels did not run: %s", kernels);
+    for (int64_t t = 0; t < LT; t++)
+        for (int64_t h = 0; h < LH; h++)
+            for (int64_t e = 0; e < LD; e++) {
+                int64_t at = (t * LH + h) * LD + e, n = causal ? t + 1 : LT;
+                double tol = bound(&m, n, m.y[at]) + ldexp(m.y[at], -6) + ldexp(fabs(yc[at]), -7);
+                cr_assert(fabs((double)yg[at] - yc[at]) <= tol,
+                          "%s y[t %lld, head %lld, %lld]: tensor cores %.9g, CPU %.9g "
+                          "(tolerance %.3g)",
+                          causal ? "causal" : "full", (long long)t, (long long)h, (long long)e,
+                          yg[at], yc[at], tol);
+            }
+    for (int64_t t = 0; t < LT; t++)
+        for (int part = 0; part < 3; part++)
+            for (int64_t h = 0; h < LH; h++)
+                for (int64_t e = 0; e < LD; e++) {
+                    int64_t at = xat(t, part, h, e);
+                    int64_t n = !causal ? LT : part == 0 ? t + 1 : LT - t;
+                    double tol = fabs(x[at]) * (bound(&m, n, m.dqkv[at]) + ldexp(m.dqkv[at], -5)) +
+                                 ldexp(fabs(dc[at]), -7);
+                    cr_assert(fabs((double)dg[at] - dc[at]) <= tol + 1e-30,
+                              "%s d%c[t %lld, head %lld, %lld]: tensor cores %.9g, CPU %.9g "
+                              "(tolerance %.3g)",
+                              causal ? "causal" : "full", "qkv"[part], (long long)t, (long long)h,
+                              (long long)e, dg[at], dc[at], tol);
+                }
+    cr_assert_eq(memcmp(yg, y2, LNY * sizeof *yg), 0, "tensor-core output not repeatable");
+    cr_assert_eq(memcmp(dg, d2, LNX * sizeof *dg), 0, "tensor-core gradient not repeatable");
+    free(m.y), free(m.dqkv);
+    free(x), free(r), free(yc), free(yg), free(dc), free(dg), free(y2), free(d2);
+}
+
+Test(gpu_attention, tensor_cores_gpt2_124m_causal_bf16) { compare_tensor_cores(1); }
+
+Test(gpu_attention, tensor_cores_gpt2_124m_full_bf16) { compare_tensor_cores(0); }
+
+/* Grouped queries (2 per key/value head), a head dimension of 32 and T = 130 (tiles cut by the
+ * sequence's end), causal, bf16: against the CPU, norm-wise (a wrong mask or index moves a
+ * result by the order of the largest). */
+enum { GB = 2, GT = 130, GH = 2, GG = 2, GD = 32 };
+#define GNX ((int64_t)GB * GT * GH * (GG + 2) * GD)
+#define GNY ((int64_t)GB * GT * GH * GG * GD)
+#define GNW ((int64_t)GH * (GG + 2) * GD)
+
+static void run_grouped(const char *devices, const float *x, const float *r, float *y, float *dw,
+                        char *kernels, size_t ksize) {
+    mw_graph *g;
+    OK(mw_graph_new(&g));
+    mw_tensor *xt = mw_input(
+        g, "x", MW_F32,
+        MW_AXES({"Batch", GB}, {"Seq", GT}, {"KvHead", GH}, {"Part", GG + 2}, {"HeadDim", GD}));
+    mw_tensor *rt = mw_input(
+        g, "r", MW_F32,
+        MW_AXES({"Batch", GB}, {"Seq", GT}, {"KvHead", GH}, {"Group", GG}, {"HeadDim", GD}));
+    mw_tensor *w = mw_param(g, "w", MW_AXES({"KvHead", GH}, {"Part", GG + 2}, {"HeadDim", GD}),
+                            MW_INIT_CONST(1.0f));
+    mw_tensor *yt =
+        mw_attention_grouped(g, mw_mul(g, xt, w), "Part", "Group", "Seq", "HeadDim", 1, 0.25f);
+    mw_tensor *loss = mw_sum(g, mw_mul(g, yt, rt), NULL);
+    mw_tensor *outs[1] = {yt};
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f},
+                             .precision = MW_PRECISION_BF16,
+                             .outputs = outs,
+                             .noutputs = 1};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    OK(mw_mesh_new(devices, "X", &mesh));
+    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
+    if (kernels) OK(mw_trainer_kernels(tr, kernels, ksize));
+    mw_feed feeds[2] = {{"x", x, GNX}, {"r", r, GNY}};
+    float l;
+    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
+    OK(mw_trainer_read_output(tr, yt, y, GNY));
+    OK(mw_trainer_read_grad(tr, "w", dw, GNW));
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
+static double max_abs(const float *v, int64_t n) {
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)v[i]));
+    return m;
+}
+
+Test(gpu_attention, tensor_cores_grouped_short_sequence_bf16) {
+    need_tensor_cores(GD);
+    float *x = malloc(GNX * sizeof *x), *r = malloc(GNY * sizeof *r);
+    float *yc = malloc(GNY * sizeof *yc), *yg = malloc(GNY * sizeof *yg);
+    float dc[GNW], dg[GNW];
+    char kernels[1024];
+    rng_fill(x, GNX, 51);
+    rng_fill(r, GNY, 52);
+    run_grouped("cpu:1", x, r, yc, dc, NULL, 0);
+    tensor_env(1);
+    run_grouped("cuda:0", x, r, yg, dg, kernels, sizeof kernels);
+    tensor_env(0);
+    cr_assert(strstr(kernels, "attention bf16: tensor cores") &&
+                  strstr(kernels, "attention_grad bf16: tensor cores"),
+              "the tensor-core kernels did not run: %s", kernels);
+    double ymax = max_abs(yc, GNY), dmax = max_abs(dc, GNW);
+    for (int64_t i = 0; i < GNY; i++)
+        cr_assert_leq(fabs((double)yg[i] - yc[i]), ldexp(ymax, -6), "y[%lld]: %g vs %g",
+                      (long long)i, yg[i], yc[i]);
+    for (int64_t i = 0; i < GNW; i++)
+        cr_assert_leq(fabs((double)dg[i] - dc[i]), ldexp(dmax, -4), "d w[%lld]: %g vs %g",
+                      (long long)i, dg[i], dc[i]);
+    free(x), free(r), free(yc), free(yg);
 }
 
 Test(gpu_attention, gpt2_124m_causal_f32_and_bf16) { compare_large(1); }
