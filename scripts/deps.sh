@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-    build-essential   # gcc, make, libc headers, the gcc sanitizer runtimes
+    build-essential   # gcc, g++ (tests/gpu/emu), make, libc headers, the gcc sanitizer runtimes
     cmake
     pkg-config
     libopenblas-dev   # the CPU backend's BLAS (ships openblas.pc)
