@@ -13,6 +13,11 @@
 #include <mma.h>
 #define TC_DEVICE_CODE (__CUDA_ARCH__ >= 800)
 #define TC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+/* 16 bytes from s to d, both 16-byte aligned: one vector load and store. */
+__device__ __forceinline__ void tc_copy16(void *d, const void *s) {
+    *(uint4 *)d = *(const uint4 *)s;
+}
+__device__ __forceinline__ void tc_zero16(void *d) { *(uint4 *)d = make_uint4(0, 0, 0, 0); }
 #endif
 
 extern "C" {
@@ -74,9 +79,23 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b_frag
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bt_frag;
 
 /* Rows [r0, r0 + TC_ROWS) of a bf16 operand (rows `stride` apart, d features from src) into a
- * tile of leading dimension ld; rows at or past t are zeros. */
+ * tile of leading dimension ld; rows at or past t are zeros. Eight features (16 bytes) a load
+ * where src and the rows are 16-byte aligned (the tile's rows always are: ld = d + 8, d a
+ * multiple of 16), else one at a time. */
 __device__ static void load_rows(bf16 *tile, int ld, const uint16_t *src, int64_t stride,
                                  int64_t r0, int64_t t, int d) {
+    if ((uintptr_t)src % 16 == 0 && stride % 8 == 0) {
+        const int pieces = d / 8;
+        for (int idx = threadIdx.x; idx < TC_ROWS * pieces; idx += TC_THREADS) {
+            int r = idx / pieces, e = idx % pieces * 8;
+            int64_t row = r0 + r;
+            if (row < t)
+                tc_copy16(tile + r * ld + e, src + row * stride + e);
+            else
+                tc_zero16(tile + r * ld + e);
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < TC_ROWS * d; idx += TC_THREADS) {
         int r = idx / d, e = idx % d;
         int64_t row = r0 + r;
@@ -84,9 +103,26 @@ __device__ static void load_rows(bf16 *tile, int ld, const uint16_t *src, int64_
     }
 }
 
-/* The same of an f32 operand (dO), rounded to bf16. */
+/* The same of an f32 operand (dO), rounded to bf16: eight features a step (two 16-byte loads,
+ * one store) where src and its rows are 16-byte aligned. */
 __device__ static void load_rows_f32(bf16 *tile, int ld, const float *src, int64_t stride,
                                      int64_t r0, int64_t t, int d) {
+    if ((uintptr_t)src % 16 == 0 && stride % 4 == 0) {
+        const int pieces = d / 8;
+        for (int idx = threadIdx.x; idx < TC_ROWS * pieces; idx += TC_THREADS) {
+            int r = idx / pieces, e = idx % pieces * 8;
+            int64_t row = r0 + r;
+            alignas(16) float f[8];
+            if (row < t)
+                tc_copy16(f, src + row * stride + e), tc_copy16(f + 4, src + row * stride + e + 4);
+            else
+                for (int j = 0; j < 8; j++) f[j] = 0.0f;
+            alignas(16) bf16 h[8];
+            for (int j = 0; j < 8; j++) h[j] = __float2bfloat16_rn(f[j]);
+            tc_copy16(tile + r * ld + e, h);
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < TC_ROWS * d; idx += TC_THREADS) {
         int r = idx / d, e = idx % d;
         int64_t row = r0 + r;

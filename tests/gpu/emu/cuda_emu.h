@@ -95,6 +95,22 @@ inline void emu_check_tile(const void *p, unsigned ldm, size_t esize) {
     }
 }
 
+/* attention_tc.cuh's 16-byte vector copies (uint4 on a GPU), with the alignment they need. */
+inline void emu_aligned16(const void *p) {
+    if ((uintptr_t)p % 16) {
+        std::fprintf(stderr, "a 16-byte vector access at %p is misaligned\n", p);
+        std::abort();
+    }
+}
+inline void tc_copy16(void *d, const void *s) {
+    emu_aligned16(d), emu_aligned16(s);
+    std::memcpy(d, s, 16);
+}
+inline void tc_zero16(void *d) {
+    emu_aligned16(d);
+    std::memset(d, 0, 16);
+}
+
 struct __nv_bfloat16 {
     uint16_t bits;
 };

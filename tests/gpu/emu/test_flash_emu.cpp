@@ -1,11 +1,12 @@
 /* The tensor-core attention kernels (devices/cuda/attention_tc.cuh) run for the host on the
  * stand-in of cuda_emu.h, against a float64 reference, on every machine: forward (f32 and bf16
  * outputs) and gradient, causal and not, grouped queries, head dimensions 16 to 128, sequences
- * that end inside a tile and shorter than one. Each result is held to 2^-6 (outputs) or 2^-5
- * (d(qkv)) of the sum of its terms' magnitudes, what the kernels' bf16 roundings of P, dS and dO
- * allow with a factor 4 to spare; a wrong mask, tile, index or missing barrier moves results by
- * the order of the magnitudes. Guard values around every buffer must stay as they were, and a
- * second run of the first shape must repeat the bits. Exit status 0 when every case passes. */
+ * that end inside a tile and shorter than one, operands aligned for 16-byte loads and not. Each
+ * result is held to 2^-6 (outputs) or 2^-5 (d(qkv)) of the sum of its terms' magnitudes, what the
+ * kernels' bf16 roundings of P, dS and dO allow with a factor 4 to spare; a wrong mask, tile, index
+ * or missing barrier moves results by the order of the magnitudes. Guard values around every buffer
+ * must stay as they were, and a second run of the first shape must repeat the bits. Exit status 0
+ * when every case passes. */
 #define MW_TC_EMULATE 1
 #include "devices/cuda/attention_tc.cuh"
 
@@ -19,6 +20,7 @@ namespace {
 
 struct shape {
     int slices, t, group, d, causal;
+    int shift; /* qkv and gy one element past 16-byte alignment: the one-at-a-time loads */
     const char *name;
 };
 
@@ -152,9 +154,9 @@ void fail(const char *what, const shape &s, int64_t at, double got, double want,
 void forward(const problem &p, int bf16_out, std::vector<float> &y) {
     mw__k_attention k = descriptor(p);
     k.out_dtype = bf16_out ? MW_BF16 : MW_F32;
-    guarded<uint16_t> qkv(p.nqkv, 0x7fc1); /* NaN bits: read past the end, they would show */
-    std::memcpy(qkv.data(), p.qkv.data(), p.qkv.size() * sizeof(uint16_t));
-    k.qkv = qkv.data();
+    guarded<uint16_t> qkv(p.nqkv + 1, 0x7fc1); /* NaN bits: read past the end, they would show */
+    std::memcpy(qkv.data() + p.sh.shift, p.qkv.data(), p.qkv.size() * sizeof(uint16_t));
+    k.qkv = qkv.data() + p.sh.shift;
     unsigned blocks = (unsigned)((p.sh.t + TC_ROWS - 1) / TC_ROWS);
     dim3 grid(blocks, (unsigned)(p.sh.slices * p.sh.group));
     size_t smem = smem_forward(p.sh.d);
@@ -177,14 +179,14 @@ void forward(const problem &p, int bf16_out, std::vector<float> &y) {
 
 void backward(const problem &p, std::vector<float> &d) {
     mw__k_attention k = descriptor(p);
-    guarded<uint16_t> qkv(p.nqkv, 0x7fc1);
-    std::memcpy(qkv.data(), p.qkv.data(), p.qkv.size() * sizeof(uint16_t));
-    guarded<float> gy(p.nout, NAN), out(p.nqkv, SENTINEL);
-    std::memcpy(gy.data(), p.gy.data(), p.gy.size() * sizeof(float));
+    guarded<uint16_t> qkv(p.nqkv + 1, 0x7fc1);
+    std::memcpy(qkv.data() + p.sh.shift, p.qkv.data(), p.qkv.size() * sizeof(uint16_t));
+    guarded<float> gy(p.nout + 1, NAN), out(p.nqkv, SENTINEL);
+    std::memcpy(gy.data() + p.sh.shift, p.gy.data(), p.gy.size() * sizeof(float));
     int64_t rows = (int64_t)p.sh.slices * p.sh.group * p.sh.t;
     guarded<float> stats(2 * rows, SENTINEL); /* lse, then D */
-    k.qkv = qkv.data();
-    k.gy = gy.data();
+    k.qkv = qkv.data() + p.sh.shift;
+    k.gy = gy.data() + p.sh.shift;
     k.out = out.data();
     unsigned blocks = (unsigned)((p.sh.t + TC_ROWS - 1) / TC_ROWS);
     float *lse = stats.data(), *dsum = lse + rows;
@@ -240,11 +242,12 @@ void check(const shape &s, int repeat) {
 
 int main() {
     const shape shapes[] = {
-        {2, 130, 2, 32, 1, "causal, 2 slices, groups of 2, T 130, D 32"},
-        {1, 64, 1, 64, 0, "full, T 64 (one tile), D 64"},
-        {1, 100, 1, 128, 1, "causal, T 100, D 128"},
-        {3, 17, 3, 16, 1, "causal, 3 slices, groups of 3, T 17 (inside a tile), D 16"},
-        {1, 129, 1, 48, 0, "full, T 129 (one row into a third tile), D 48"},
+        {2, 130, 2, 32, 1, 0, "causal, 2 slices, groups of 2, T 130, D 32"},
+        {1, 64, 1, 64, 0, 0, "full, T 64 (one tile), D 64"},
+        {1, 100, 1, 128, 1, 0, "causal, T 100, D 128"},
+        {3, 17, 3, 16, 1, 0, "causal, 3 slices, groups of 3, T 17 (inside a tile), D 16"},
+        {1, 129, 1, 48, 0, 0, "full, T 129 (one row into a third tile), D 48"},
+        {2, 70, 2, 32, 1, 1, "causal, groups of 2, T 70, D 32, operands not 16-byte aligned"},
     };
     for (const shape &s : shapes) check(s, &s == shapes); /* the bits repeat: the first */
     if (failures) std::printf("%d failures\n", failures);
