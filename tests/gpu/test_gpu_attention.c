@@ -121,6 +121,37 @@ static int64_t xat(int64_t t, int part, int64_t h, int64_t e) {
     return ((t * 3 + part) * LH + h) * LD + e;
 }
 
+/* One step of L = loss on devices, in precision, at lr 0: y's value into y_out (ny), the gradient
+ * of w into dw (nw), and the kernels line into kernels (when not NULL). Frees g. */
+typedef struct step_io {
+    const float *x, *r;
+    int64_t nx, nr;
+    float *y_out, *dw;
+    int64_t ny, nw;
+    char *kernels;
+    size_t ksize;
+} step_io;
+
+static void run_step(const char *devices, mw_graph *g, mw_tensor *loss, mw_tensor *y,
+                     mw_precision precision, const step_io *io) {
+    mw_tensor *outs[1] = {y};
+    mw_trainer_config cfg = {
+        .optimizer = {MW_SGD, .lr = 0.0f}, .precision = precision, .outputs = outs, .noutputs = 1};
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    OK(mw_mesh_new(devices, "X", &mesh));
+    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
+    if (io->kernels) OK(mw_trainer_kernels(tr, io->kernels, io->ksize));
+    mw_feed feeds[2] = {{"x", io->x, io->nx}, {"r", io->r, io->nr}};
+    float l;
+    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
+    OK(mw_trainer_read_output(tr, y, io->y_out, io->ny));
+    OK(mw_trainer_read_grad(tr, "w", io->dw, io->nw));
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+}
+
 /* y = attention(x * w) and d w (= x d(qkv)) of L = sum(dot(y, r)) on devices, in precision. */
 static void run_large(const char *devices, int causal, mw_precision precision, const float *x,
                       const float *r, float *y_out, float *dw, char *kernels, size_t ksize) {
@@ -134,22 +165,8 @@ static void run_large(const char *devices, int causal, mw_precision precision, c
                  MW_INIT_CONST(1.0f));
     mw_tensor *y = mw_attention(g, mw_mul(g, xt, w), "Part", "Seq", "HeadDim", causal, LSCALE);
     mw_tensor *loss = mw_sum(g, mw_dot(g, y, rt, "HeadDim"), NULL);
-    mw_tensor *outs[1] = {y};
-    mw_trainer_config cfg = {
-        .optimizer = {MW_SGD, .lr = 0.0f}, .precision = precision, .outputs = outs, .noutputs = 1};
-    mw_mesh *mesh;
-    mw_trainer *tr;
-    OK(mw_mesh_new(devices, "X", &mesh));
-    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
-    if (kernels) OK(mw_trainer_kernels(tr, kernels, ksize));
-    mw_feed feeds[2] = {{"x", x, LNX}, {"r", r, LNY}};
-    float l;
-    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
-    OK(mw_trainer_read_output(tr, y, y_out, LNY));
-    OK(mw_trainer_read_grad(tr, "w", dw, LNX));
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(g);
+    step_io io = {x, r, LNX, LNY, y_out, dw, LNY, LNX, kernels, ksize};
+    run_step(devices, g, loss, y, precision, &io);
 }
 
 /* The magnitudes the bounds scale with, in double from q, k, v = x and gy = r: per output
@@ -359,24 +376,8 @@ static void run_grouped(const char *devices, const float *x, const float *r, flo
     mw_tensor *yt =
         mw_attention_grouped(g, mw_mul(g, xt, w), "Part", "Group", "Seq", "HeadDim", 1, 0.25f);
     mw_tensor *loss = mw_sum(g, mw_mul(g, yt, rt), NULL);
-    mw_tensor *outs[1] = {yt};
-    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.0f},
-                             .precision = MW_PRECISION_BF16,
-                             .outputs = outs,
-                             .noutputs = 1};
-    mw_mesh *mesh;
-    mw_trainer *tr;
-    OK(mw_mesh_new(devices, "X", &mesh));
-    OK(mw_trainer_new(g, loss, mesh, &cfg, &tr));
-    if (kernels) OK(mw_trainer_kernels(tr, kernels, ksize));
-    mw_feed feeds[2] = {{"x", x, GNX}, {"r", r, GNY}};
-    float l;
-    OK(mw_trainer_compute_grads(tr, feeds, 2, &l));
-    OK(mw_trainer_read_output(tr, yt, y, GNY));
-    OK(mw_trainer_read_grad(tr, "w", dw, GNW));
-    mw_trainer_free(tr);
-    mw_mesh_free(mesh);
-    mw_graph_free(g);
+    step_io io = {x, r, GNX, GNY, y, dw, GNY, GNW, kernels, ksize};
+    run_step(devices, g, loss, yt, MW_PRECISION_BF16, &io);
 }
 
 static double max_abs(const float *v, int64_t n) {
