@@ -78,19 +78,35 @@ typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> a_frag
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b_frag;
 typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> bt_frag;
 
-/* Rows [r0, r0 + TC_ROWS) of a bf16 operand (rows `stride` apart, d features from src) into a
- * tile of leading dimension ld; rows at or past t are zeros. Eight features (16 bytes) a load
- * where src and the rows are 16-byte aligned (the tile's rows always are: ld = d + 8, d a
- * multiple of 16), else one at a time. */
-__device__ static void load_rows(bf16 *tile, int ld, const uint16_t *src, int64_t stride,
-                                 int64_t r0, int64_t t, int d) {
-    if ((uintptr_t)src % 16 == 0 && stride % 8 == 0) {
+/* One element of an operand as bf16: q, k and v are bf16 already; dO (f32) is rounded. */
+__device__ __forceinline__ bf16 to_bf16(uint16_t h) { return __ushort_as_bfloat16(h); }
+__device__ __forceinline__ bf16 to_bf16(float f) { return __float2bfloat16_rn(f); }
+
+/* Eight elements (16-byte aligned at both ends) as bf16: one 16-byte copy of bf16, two loads and
+ * a rounding of f32. */
+__device__ __forceinline__ void load8(bf16 *dst, const uint16_t *src) { tc_copy16(dst, src); }
+__device__ __forceinline__ void load8(bf16 *dst, const float *src) {
+    alignas(16) float f[8];
+    alignas(16) bf16 h[8];
+    tc_copy16(f, src), tc_copy16(f + 4, src + 4);
+    for (int j = 0; j < 8; j++) h[j] = __float2bfloat16_rn(f[j]);
+    tc_copy16(dst, h);
+}
+
+/* Rows [r0, r0 + TC_ROWS) of an operand (q, k, v: bf16; dO: f32; rows `stride` apart, d features
+ * from src) into a bf16 tile of leading dimension ld; rows at or past t are zeros. Eight
+ * features a step where src and the rows are 16-byte aligned (the tile's rows always are:
+ * ld = d + 8, d a multiple of 16), else one at a time. */
+template <typename S>
+__device__ static void load_rows(bf16 *tile, int ld, const S *src, int64_t stride, int64_t r0,
+                                 int64_t t, int d) {
+    if ((uintptr_t)src % 16 == 0 && (stride * (int64_t)sizeof(S)) % 16 == 0) {
         const int pieces = d / 8;
         for (int idx = threadIdx.x; idx < TC_ROWS * pieces; idx += TC_THREADS) {
             int r = idx / pieces, e = idx % pieces * 8;
             int64_t row = r0 + r;
             if (row < t)
-                tc_copy16(tile + r * ld + e, src + row * stride + e);
+                load8(tile + r * ld + e, src + row * stride + e);
             else
                 tc_zero16(tile + r * ld + e);
         }
@@ -99,34 +115,7 @@ __device__ static void load_rows(bf16 *tile, int ld, const uint16_t *src, int64_
     for (int idx = threadIdx.x; idx < TC_ROWS * d; idx += TC_THREADS) {
         int r = idx / d, e = idx % d;
         int64_t row = r0 + r;
-        tile[r * ld + e] = __ushort_as_bfloat16(row < t ? src[row * stride + e] : (uint16_t)0);
-    }
-}
-
-/* The same of an f32 operand (dO), rounded to bf16: eight features a step (two 16-byte loads,
- * one store) where src and its rows are 16-byte aligned. */
-__device__ static void load_rows_f32(bf16 *tile, int ld, const float *src, int64_t stride,
-                                     int64_t r0, int64_t t, int d) {
-    if ((uintptr_t)src % 16 == 0 && stride % 4 == 0) {
-        const int pieces = d / 8;
-        for (int idx = threadIdx.x; idx < TC_ROWS * pieces; idx += TC_THREADS) {
-            int r = idx / pieces, e = idx % pieces * 8;
-            int64_t row = r0 + r;
-            alignas(16) float f[8];
-            if (row < t)
-                tc_copy16(f, src + row * stride + e), tc_copy16(f + 4, src + row * stride + e + 4);
-            else
-                for (int j = 0; j < 8; j++) f[j] = 0.0f;
-            alignas(16) bf16 h[8];
-            for (int j = 0; j < 8; j++) h[j] = __float2bfloat16_rn(f[j]);
-            tc_copy16(tile + r * ld + e, h);
-        }
-        return;
-    }
-    for (int idx = threadIdx.x; idx < TC_ROWS * d; idx += TC_THREADS) {
-        int r = idx / d, e = idx % d;
-        int64_t row = r0 + r;
-        tile[r * ld + e] = __float2bfloat16_rn(row < t ? src[row * stride + e] : 0.0f);
+        tile[r * ld + e] = row < t ? to_bf16(src[row * stride + e]) : to_bf16((S)0);
     }
 }
 
@@ -176,6 +165,16 @@ __device__ __forceinline__ bool sees(const mw__k_attention &k, int64_t i, int64_
 __device__ __forceinline__ void put_out(float *o, int64_t i, float v) { o[i] = v; }
 __device__ __forceinline__ void put_out(uint16_t *o, int64_t i, float v) {
     o[i] = mw__bf16_from_f32(v);
+}
+
+/* f(r, at, e) for each feature e of each of warp w's 16 rows r of the block, at = r0 + r, whose
+ * row is before t: the kernels' writes of their results. */
+template <typename F> __device__ static void each_result(int64_t r0, int64_t t, int d, F f) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int idx = lane; idx < 16 * d; idx += 32) {
+        int r = warp * 16 + idx / d;
+        if (r0 + r < t) f(r, r0 + r, idx % d);
+    }
 }
 
 /* Block (x, y): queries [64 x, 64 x + 64) of query g = y % G of slice y / G. */
@@ -246,13 +245,10 @@ __global__ static void __launch_bounds__(TC_THREADS) k_flash_forward(mw__k_atten
         add_probs_times(os + warp * 16 * ldo, ldo, ps + warp * 16 * LDP, vs, ldh, d);
         __syncwarp();
     }
-    for (int idx = lane; idx < 16 * d; idx += 32) {
-        int r = warp * 16 + idx / d, e = idx % d;
-        int64_t at = q0 + r;
-        if (at >= k.t) continue;
+    each_result(q0, k.t, d, [&](int r, int64_t at, int e) {
         O *out = (O *)k.out + off.o0 + g * k.out_group + at * k.seq_out;
         put_out(out, e, os[r * ldo + e] / lrow[r]);
-    }
+    });
 #endif
 }
 
@@ -288,7 +284,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     const uint16_t *q = base + g * k.part, *kk = base + k.group * k.part, *v = kk + k.part;
     const float *gy = k.gy + off.o0 + g * k.out_group;
     load_rows(qs, ldh, q, k.seq_qkv, q0, k.t, d);
-    load_rows_f32(dos, ldh, gy, k.seq_out, q0, k.t, d);
+    load_rows(dos, ldh, gy, k.seq_out, q0, k.t, d);
     for (int i = threadIdx.x; i < TC_ROWS * ldo; i += TC_THREADS) dq[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_ROWS; i += TC_THREADS)
         mrow[i] = -INFINITY, lrow[i] = 0.0f, drow[i] = 0.0f;
@@ -356,13 +352,10 @@ __global__ static void __launch_bounds__(TC_THREADS)
             add_probs_times(dq + warp * 16 * ldo, ldo, dss + warp * 16 * LDP, ks, ldh, d);
             __syncwarp();
         }
-    for (int idx = lane; idx < 16 * d; idx += 32) {
-        int r = warp * 16 + idx / d, e = idx % d;
-        int64_t at = q0 + r;
-        if (at >= k.t) continue;
+    each_result(q0, k.t, d, [&](int r, int64_t at, int e) {
         float *out = (float *)k.out + off.o1 + g * k.part + at * k.seq_qkv;
         out[e] = k.scale * dq[r * ldo + e];
-    }
+    });
     for (int r = lane; r < 16; r += 32) {
         int64_t at = q0 + warp * 16 + r;
         if (at >= k.t) continue;
@@ -400,7 +393,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
         for (int64_t i0 = k.causal ? j0 : 0; i0 < k.t; i0 += TC_COLS) {
             __syncthreads();
             load_rows(qs, ldh, q, k.seq_qkv, i0, k.t, d);
-            load_rows_f32(dos, ldh, gy, k.seq_out, i0, k.t, d);
+            load_rows(dos, ldh, gy, k.seq_out, i0, k.t, d);
             for (int c = threadIdx.x; c < TC_COLS; c += TC_THREADS) {
                 lq[c] = i0 + c < k.t ? lr[i0 + c] : 0.0f;
                 dd[c] = i0 + c < k.t ? dr[i0 + c] : 0.0f;
@@ -423,14 +416,11 @@ __global__ static void __launch_bounds__(TC_THREADS)
             __syncwarp();
         }
     }
-    for (int idx = lane; idx < 16 * d; idx += 32) {
-        int r = warp * 16 + idx / d, e = idx % d;
-        int64_t at = j0 + r;
-        if (at >= k.t) continue;
+    each_result(j0, k.t, d, [&](int r, int64_t at, int e) {
         float *out = (float *)k.out + off.o1 + k.group * k.part + at * k.seq_qkv;
         out[e] = k.scale * dk[r * ldo + e];
         out[k.part + e] = dv[r * ldo + e];
-    }
+    });
 #endif
 }
 
