@@ -237,8 +237,9 @@ mutate() {
 }
 
 # --- the scratch copy: the working tree (tracked and untracked files, not ignored ones) --------
-# Only files whose content differs are copied, so make sees unchanged files as unchanged; the
-# build is configured once.
+# Only files whose content differs are copied, so make sees unchanged files as unchanged; CMake
+# runs again on every call (seconds): a target the list names may be new since the last run, and
+# make does not look for it before it re-runs CMake.
 prepare() {
     mkdir -p "$src" "$bld"
     git ls-files -co --exclude-standard | sort >"$work/files"
@@ -252,7 +253,12 @@ prepare() {
         fi
     done <"$work/files"
 
-    if [ ! -f "$bld/CMakeCache.txt" ]; then
+    if [ -f "$bld/CMakeCache.txt" ]; then
+        cmake "$bld" >"$work/configure.log" 2>&1 || {
+            cat "$work/configure.log"
+            exit 1
+        }
+    else
         cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=Release -DMESHWIT_BUILD_TESTS=ON \
             -DMESHWIT_BUILD_EXAMPLES=OFF -DMESHWIT_BUILD_BENCH=OFF -DMESHWIT_CUDA=OFF \
             -DMESHWIT_MPI=OFF >"$work/configure.log" 2>&1 ||
