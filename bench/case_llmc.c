@@ -285,9 +285,10 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
                "f32 %.1f (%s), bf16 %.1f (%s)\n",
                rounds, sgemm, gemm32, impl32, gemm16, impl16);
     for (int c = 0; c < ncols; c++) {
-        if (!cols[c].n || !cols[c].devices || strcmp(cols[c].devices, "cpu:1") != 0) continue;
+        if (ctx->quick || cols[c].n != rounds || !cols[c].devices ||
+            strcmp(cols[c].devices, "cpu:1") != 0)
+            continue;
         const double *rate = cols[c].bf16 ? gemm16_r : gemm32_r;
-        if (ctx->quick || cols[c].n != rounds) continue;
         double share[ROUNDS];
         for (int r = 0; r < rounds; r++)
             share[r] = rate[r] > 0 ? tokens / (cols[c].ms[r] * 1e-3) * fpt * 1e-9 / rate[r] : 0.0;

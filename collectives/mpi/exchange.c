@@ -108,7 +108,7 @@ struct mw__mpi_exchange {
     MPI_Request *preq;        /* the collectives over parts: their requests */
     size_t npreq;             /* preq's capacity */
     int pcount;               /* requests of the collective over parts running */
-    size_t pbytes;            /* the bytes its messages move */
+    size_t pbytes;            /* the bytes the latest collective over parts moves */
     int pstarted;             /* an all-gather over parts is in flight (started, not waited) */
     int parts_failed;         /* one gave up: MPI may still write into scratch */
 };
@@ -331,11 +331,15 @@ static mw_status grow(mw__mpi_exchange *x, size_t floats) {
     return MW_OK;
 }
 
+static mw_status test_parts(mw__mpi_exchange *x, int *done);
+
 /* Polls test until it reports done: MW_ERR_ABORTED when *aborted is set, MW_ERR_TIMEOUT after the
  * exchange's timeout. */
 static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_exchange *, int *)) {
     double start = mw__mpi_now_ms(), deadline = start + x->timeout_ms;
-    size_t bytes = x->pbytes; /* what the operations in flight move, both steps */
+    /* What the operations in flight move (both steps), and the collective over parts where one
+     * is: the one this call waits for, or an all-gather started and not yet waited. */
+    size_t bytes = test == test_parts || x->pstarted ? x->pbytes : 0;
     for (int i = 0; i < x->count; i++)
         bytes += 2 * x->ops[(x->head + i) % MW__MPI_MAX_INFLIGHT].n * sizeof(float);
     for (int i = 0;; i++) {
@@ -351,8 +355,6 @@ static mw_status poll_until(mw__mpi_exchange *x, mw_status (*test)(mw__mpi_excha
     }
 }
 
-static mw_status test_parts(mw__mpi_exchange *x, int *done);
-
 /* Tests the all-gather over parts in flight, if any. */
 static mw_status progress_parts(mw__mpi_exchange *x) {
     if (!x->pstarted) return MW_OK;
@@ -360,7 +362,6 @@ static mw_status progress_parts(mw__mpi_exchange *x) {
     mw_status st = test_parts(x, &done);
     if (st) x->parts_failed = 1;
     if (st || done) x->pstarted = 0;
-    if (st || done) x->pbytes = 0;
     if (done) x->coll = "all-reduce";
     return st;
 }
@@ -498,7 +499,6 @@ mw_status mw__mpi_exchange_parts(mw__mpi_exchange *x, float *buf, const mw__mpi_
         off += (size_t)(x->p - 1) * len;
     }
     x->coll = "all-reduce";
-    x->pbytes = 0;
     return st;
 }
 
@@ -507,7 +507,6 @@ mw_status mw__mpi_exchange_gather_start(mw__mpi_exchange *x, float *buf, const m
     if (x->p < 2) return mw__mpi_exchange_wait(x, 0);
     mw_status st = post_collective(x, buf, parts, nparts, 0, what);
     x->pstarted = !st && x->pcount > 0;
-    if (!x->pstarted) x->pbytes = 0;
     if (!x->pstarted) x->coll = "all-reduce"; /* else named in messages until it completes */
     return st;
 }

@@ -2,7 +2,7 @@
  * bf16, flash-style (the scores of a block of queries against a tile of keys at a time, never a
  * whole row of them), on the WMMA bf16 products (16 x 16 x 16, f32 accumulation) of sm_80 and
  * later. The kernels of attention.cu stay the default; MESHWIT_CUDA_ATTENTION=tensor selects these
- * where they apply (mw__cuda_flash_applies), so that the GPU check can hold them against the CPU
+ * where they apply (flash_applies), so that the GPU check can hold them against the CPU
  * before they become the default.
  *
  * Forward: a block of TC_THREADS (4 warps) per TC_ROWS queries of a (slice, query of the group);
@@ -46,8 +46,8 @@ static int device_can(int ordinal, int64_t d, int grad, size_t *smem) {
     }
     int di = (int)d;
     size_t need = smem_forward(di);
-    if (grad) need = smem_dq(di) > smem_dkv(di) ? smem_dq(di) : smem_dkv(di);
-    if (grad && smem_forward(di) > need) need = smem_forward(di);
+    if (grad && smem_dq(di) > need) need = smem_dq(di);
+    if (grad && smem_dkv(di) > need) need = smem_dkv(di);
     *smem = need;
     return major >= 8 && fa.ptxVersion >= 80 && need <= (size_t)optin;
 }

@@ -167,6 +167,11 @@ __device__ __forceinline__ void put_out(uint16_t *o, int64_t i, float v) {
     o[i] = mw__bf16_from_f32(v);
 }
 
+/* The keys [0, end) a block of queries from q0 may see: causally up to its last query. */
+__device__ __forceinline__ int64_t keys_end(const mw__k_attention &k, int64_t q0) {
+    return k.causal ? (q0 + TC_ROWS < k.t ? q0 + TC_ROWS : k.t) : k.t;
+}
+
 /* f(r, at, e) for each feature e of each of warp w's 16 rows r of the block, at = r0 + r, whose
  * row is before t: the kernels' writes of their results. */
 template <typename F> __device__ static void each_result(int64_t r0, int64_t t, int d, F f) {
@@ -197,8 +202,7 @@ __global__ static void __launch_bounds__(TC_THREADS) k_flash_forward(mw__k_atten
     load_rows(qs, ldh, q, k.seq_qkv, q0, k.t, d);
     for (int i = threadIdx.x; i < TC_ROWS * ldo; i += TC_THREADS) os[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_ROWS; i += TC_THREADS) mrow[i] = -INFINITY, lrow[i] = 0.0f;
-    const int64_t last = (q0 + TC_ROWS < k.t ? q0 + TC_ROWS : k.t) - 1;
-    const int64_t kend = k.causal ? last + 1 : k.t;
+    const int64_t kend = keys_end(k, q0);
     /* Two lanes per row of the warp's 16, each over half the tile's columns. */
     const int row = warp * 16 + lane / 2, c0 = (lane % 2) * (TC_COLS / 2);
     const int64_t i = q0 + row;
@@ -288,8 +292,7 @@ __global__ static void __launch_bounds__(TC_THREADS)
     for (int i = threadIdx.x; i < TC_ROWS * ldo; i += TC_THREADS) dq[i] = 0.0f;
     for (int i = threadIdx.x; i < TC_ROWS; i += TC_THREADS)
         mrow[i] = -INFINITY, lrow[i] = 0.0f, drow[i] = 0.0f;
-    const int64_t last = (q0 + TC_ROWS < k.t ? q0 + TC_ROWS : k.t) - 1;
-    const int64_t kend = k.causal ? last + 1 : k.t;
+    const int64_t kend = keys_end(k, q0);
     const int row = warp * 16 + lane / 2, c0 = (lane % 2) * (TC_COLS / 2);
     const int64_t i = q0 + row;
     /* 1: each row's maximum and sum of exponentials, in f32: its log-sum-exp. */
