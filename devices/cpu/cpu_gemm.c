@@ -227,6 +227,26 @@ static mw_status run_f32(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *
     return MW_OK;
 }
 
+/* A bf16 C (batch matrices of m x n, ldc and stride_c apart) widened into f32 at c, laid out
+ * alike, or narrowed back from it: row by row, since the gaps between the rows of a C that is a
+ * view into a wider tensor hold someone else's values (narrowing the whole span wrote the f32
+ * buffer's leftovers there). */
+static void widen_c(const mw__k_gemm *k, float *c) {
+    for (int64_t bi = 0; bi < k->batch; bi++)
+        for (int64_t i = 0; i < k->m; i++) {
+            int64_t at = bi * k->stride_c + i * k->ldc;
+            widen(k->n, (const uint16_t *)k->c + at, c + at);
+        }
+}
+
+static void narrow_c(const mw__k_gemm *k, const float *c) {
+    for (int64_t bi = 0; bi < k->batch; bi++)
+        for (int64_t i = 0; i < k->m; i++) {
+            int64_t at = bi * k->stride_c + i * k->ldc;
+            narrow(k->n, c + at, (uint16_t *)k->c + at);
+        }
+}
+
 /* k with its bf16 parts widened into the f32 buffers a and b (A and B, when they are bf16) and c
  * (C, when it is), run as an f32 GEMM (prepared as g, or BLAS), and a bf16 C rounded back. */
 static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
@@ -235,10 +255,10 @@ static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_ge
         widen(span_a(k), k->a, a);
         widen(span_b(k), k->b, b);
     }
-    if (c && k->beta != 0.0f) widen(span_c(k), k->c, c);
+    if (c && k->beta != 0.0f) widen_c(k, c);
     mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);
     mw_status st = run_f32(s, g, &f);
-    if (st == MW_OK && c) narrow(span_c(k), c, k->c);
+    if (st == MW_OK && c) narrow_c(k, c);
     return st;
 }
 
