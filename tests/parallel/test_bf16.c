@@ -150,6 +150,51 @@ Test(bf16_training, attention_of_qkv_as_a_contraction_leaves_it) {
     }
 }
 
+/* loss = mean(y * y) + mean(h * h), h = gelu(x w1), y = h w2, in the given precision on cpu:1:
+ * under the bf16 policy h is read twice, by a cast (for y's contraction) and as it is (h * h),
+ * so GELU's kernel must not write it in bf16 for the cast alone. Returns the loss; d(w1) in g1. */
+static float read_twice(mw_precision precision, float *g1, int n1) {
+    enum { B = 6, F = 8, H = 16, O = 4 };
+    mw_graph *g;
+    mw_mesh *mesh;
+    mw_trainer *tr;
+    cr_assert_eq(mw_graph_new(&g), MW_OK);
+    mw_tensor *x = mw_input(g, "x", MW_F32, MW_AXES({"Batch", B}, {"F", F}));
+    mw_tensor *w1 = mw_param(g, "w1", MW_AXES({"F", F}, {"H", H}), MW_INIT_NORMAL(0.5f));
+    mw_tensor *w2 = mw_param(g, "w2", MW_AXES({"H", H}, {"O", O}), MW_INIT_NORMAL(0.5f));
+    mw_tensor *h = mw_gelu(g, mw_dot(g, x, w1, "F"));
+    mw_tensor *y = mw_dot(g, h, w2, "H");
+    mw_tensor *l = mw_add(g, mw_mean(g, mw_mul(g, y, y), NULL), mw_mean(g, mw_mul(g, h, h), NULL));
+    cr_assert_eq(mw_graph_status(g), MW_OK, "%s", mw_graph_error(g));
+    cr_assert_eq(n1, F * H);
+    cr_assert_eq(mw_mesh_new("cpu:1", "X", &mesh), MW_OK);
+    mw_trainer_config cfg = {.optimizer = {MW_SGD, .lr = 0.1f}, .precision = precision};
+    cr_assert_eq(mw_trainer_new(g, l, mesh, &cfg, &tr), MW_OK, "%s", mw_last_error());
+    static float xs[B * F];
+    for (int i = 0; i < B * F; i++) xs[i] = cosf(0.61f * (float)i);
+    mw_feed feed = {"x", xs, B * F};
+    float loss;
+    cr_assert_eq(mw_trainer_compute_grads(tr, &feed, 1, &loss), MW_OK, "%s", mw_last_error());
+    cr_assert_eq(mw_trainer_read_grad(tr, "w1", g1, n1), MW_OK, "%s", mw_last_error());
+    mw_trainer_free(tr);
+    mw_mesh_free(mesh);
+    mw_graph_free(g);
+    return loss;
+}
+
+Test(bf16_training, a_value_read_as_it_is_and_through_a_cast_keeps_its_f32) {
+    enum { N = 8 * 16 };
+    float f32[N], b16[N];
+    float lf = read_twice(MW_PRECISION_FP32, f32, N), lb = read_twice(MW_PRECISION_BF16, b16, N);
+    cr_assert(fabsf(lb - lf) <= 2e-2f * fabsf(lf), "loss %g in bf16, %g in f32", lb, lf);
+    double big = 0;
+    for (int i = 0; i < N; i++) big = fmax(big, fabs(f32[i]));
+    cr_assert_gt(big, 0.0);
+    for (int i = 0; i < N; i++)
+        cr_assert(isfinite(b16[i]) && fabs(b16[i] - f32[i]) <= 3e-2 * big,
+                  "d(w1)[%d] = %g in bf16, %g in f32 (largest %g)", i, b16[i], f32[i], big);
+}
+
 /* --- the gradient of a cast --------------------------------------------------------------------
  */
 
