@@ -85,14 +85,16 @@ MW__CPU_INLINE void mw__bf16_narrow(int64_t n, const float *src, uint16_t *dst) 
     for (; i < n; i++) dst[i] = mw__bf16_from_f32(src[i]);
 }
 
-MW__CPU_INLINE void mw__bf16_widen(int64_t n, const uint16_t *src, float *dst) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mw__v8 x;
-        mw__bf16_load8(&x, src + i);
-        memcpy(dst + i, &x, sizeof x);
+/* The widening is a plain loop on the bits, which GCC vectorises at -O3 (the level files' flags)
+ * into whole-register zero-extensions: 32 values in 8 instructions at AVX-512, where eight lanes
+ * through mw__bf16_load8 took 7 (GCC 12 splits that conversion into halves). On the 2-core Intel
+ * Xeon (family 6 model 207) it widens 1.4x as fast in L1 and 1.2-1.35x in L2, and the same
+ * from memory, which bounds both (about 4 G values/s). */
+MW__CPU_INLINE void mw__bf16_widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
     }
-    for (; i < n; i++) dst[i] = mw__bf16_to_f32(src[i]);
 }
 
 /* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
