@@ -315,20 +315,6 @@ static float *packed(const mw__k_attention *k, int grad) {
     return k->scratch + k->scratch_elems - n;
 }
 
-/* rows x n bf16 (rows `from_stride` apart) widened into f32 rows `to_stride` apart. */
-static void widen_rows(int64_t rows, int64_t n, const uint16_t *from, int64_t from_stride,
-                       float *to, int64_t to_stride) {
-    for (int64_t r = 0; r < rows; r++)
-        mw__bf16_widen(n, from + r * from_stride, to + r * to_stride);
-}
-
-/* rows x n f32 (rows `from_stride` apart) rounded into bf16 rows `to_stride` apart. */
-static void narrow_rows(int64_t rows, int64_t n, const float *from, int64_t from_stride,
-                        uint16_t *to, int64_t to_stride) {
-    for (int64_t r = 0; r < rows; r++)
-        mw__bf16_narrow(n, from + r * from_stride, to + r * to_stride);
-}
-
 /* Rotary embeddings applied as a slice is staged (rotary_attention): the rotation, the angles of
  * each position (the device's table: cos, sin and the sine negated, 3 x half floats apart), for
  * the f32 tiles the slice's f32 copy (queries and key rotated, value copied; each rounded to bf16
@@ -404,7 +390,7 @@ static void stage_slice(const mw__k_attention *k, int64_t s, int grad, float *st
     } else if (k->qkv_dtype == MW_BF16) {
         const uint16_t *q = (const uint16_t *)k->qkv + oq;
         for (int64_t p = 0; p < mw__attn_group(k) + 2; p++)
-            widen_rows(t, d, q + p * k->part, k->seq_qkv, stage + p * t * d, d);
+            mw__bf16_widen_rows(t, d, q + p * k->part, k->seq_qkv, stage + p * t * d, d);
         v->q = stage, v->seq = d, v->part = t * d;
         stage += (mw__attn_group(k) + 2) * t * d;
     } else {
@@ -426,8 +412,8 @@ static void finish_query(const mw__k_attention *k, int64_t s, int64_t g, const s
     if (k->out_dtype != MW_BF16) return;
     int64_t oo, oq;
     mw__attn_slice_offsets(&k->walk, s, &oo, &oq);
-    narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo + g * k->out_group,
-                k->seq_out);
+    mw__bf16_narrow_rows(k->t, k->d, v->out, v->seq_out, (uint16_t *)k->out + oo + g * k->out_group,
+                         k->seq_out);
 }
 
 /* --- rotary embeddings as q and k are read (k->rope.dims set) ------------------------------ */

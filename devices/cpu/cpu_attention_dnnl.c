@@ -184,10 +184,6 @@ static void softmax_rows(const mw__k_attention *k, int64_t i0, int64_t m, int64_
     mw__bf16_narrow(m * kend, p, p16);
 }
 
-static void narrow_rows(int64_t rows, int64_t n, const float *x, int64_t ldx, uint16_t *h) {
-    for (int64_t r = 0; r < rows; r++) mw__bf16_narrow(n, x + r * ldx, h + r * n);
-}
-
 /* dS = scale P (dP - D) with D = rowsum(P dP) over the keys each row sees, rounded into ds16;
  * 0 where masked. */
 static void dscores(const mw__k_attention *k, int64_t i0, int64_t m, int64_t kend, const float *p,
@@ -250,7 +246,7 @@ mw_status MW__CPU(mw__cpu_attention_dnnl)(mw__device *dev, const mw__k_attention
                 }
                 float *dq = (float *)k->out + oq + i0 * seq;
                 float *dk = (float *)k->out + oq0 + G * k->part;
-                narrow_rows(m, dd, k->gy + oo + i0 * k->seq_out, k->seq_out, do16);
+                mw__bf16_narrow_rows(m, dd, k->gy + oo + i0 * k->seq_out, k->seq_out, do16, dd);
                 if ((st = run(d, a, b, P_DP, dp, do16, v, work))) break;
                 dscores(k, i0, m, kend, p, dp, ds16);
                 if ((st = run(d, a, b, P_DQ, dq, ds16, kk, work)) ||

@@ -49,17 +49,8 @@ static int64_t span_b(const mw__k_gemm *k) {
 }
 static int64_t span_c(const mw__k_gemm *k) { return span(k, k->m, k->ldc, k->stride_c); }
 
-/* The GEMMs' own loops: bf16 operands widened to f32 and a C rounded back, and the epilogue BLAS
- * leaves to us (C, f32, = beta C + bias + addend, put there before the product, which is then
- * added with beta 1). */
-static void widen(int64_t n, const uint16_t *restrict src, float *restrict dst) {
-    mw__bf16_widen(n, src, dst);
-}
-
-static void narrow(int64_t n, const float *restrict src, uint16_t *restrict dst) {
-    mw__bf16_narrow(n, src, dst);
-}
-
+/* The GEMMs' own loops: the epilogue BLAS leaves to us (C, f32, = beta C + bias + addend, put
+ * there before the product, which is then added with beta 1). */
 static void epilogue_first(const mw__k_gemm *k, float *c) {
     for (int64_t bi = 0; bi < k->batch; bi++)
         for (int64_t i = 0; i < k->m; i++) {
@@ -233,18 +224,14 @@ static mw_status run_f32(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *
  * buffer's leftovers there). */
 static void widen_c(const mw__k_gemm *k, float *c) {
     for (int64_t bi = 0; bi < k->batch; bi++)
-        for (int64_t i = 0; i < k->m; i++) {
-            int64_t at = bi * k->stride_c + i * k->ldc;
-            widen(k->n, (const uint16_t *)k->c + at, c + at);
-        }
+        mw__bf16_widen_rows(k->m, k->n, (const uint16_t *)k->c + bi * k->stride_c, k->ldc,
+                            c + bi * k->stride_c, k->ldc);
 }
 
 static void narrow_c(const mw__k_gemm *k, const float *c) {
     for (int64_t bi = 0; bi < k->batch; bi++)
-        for (int64_t i = 0; i < k->m; i++) {
-            int64_t at = bi * k->stride_c + i * k->ldc;
-            narrow(k->n, c + at, (uint16_t *)k->c + at);
-        }
+        mw__bf16_narrow_rows(k->m, k->n, c + bi * k->stride_c, k->ldc,
+                             (uint16_t *)k->c + bi * k->stride_c, k->ldc);
 }
 
 /* k with its bf16 parts widened into the f32 buffers a and b (A and B, when they are bf16) and c
@@ -252,8 +239,8 @@ static void narrow_c(const mw__k_gemm *k, const float *c) {
 static mw_status run_widened(mw__cpu_state *s, const cpu_gemm *g, const mw__k_gemm *k, float *a,
                              float *b, float *c) {
     if (k->ab_dtype == MW_BF16) {
-        widen(span_a(k), k->a, a);
-        widen(span_b(k), k->b, b);
+        mw__bf16_widen(span_a(k), k->a, a);
+        mw__bf16_widen(span_b(k), k->b, b);
     }
     if (c && k->beta != 0.0f) widen_c(k, c);
     mw__k_gemm f = widened(k, k->ab_dtype == MW_BF16 ? a : NULL, b, c);

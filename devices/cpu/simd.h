@@ -97,6 +97,18 @@ MW__CPU_INLINE void mw__bf16_widen(int64_t n, const uint16_t *restrict src, floa
     }
 }
 
+/* rows x n of them, rows `from_ld` apart, into rows `to_ld` apart: row by row, so the gaps
+ * between rows (someone else's elements, in a view) are neither read nor written. */
+MW__CPU_INLINE void mw__bf16_widen_rows(int64_t rows, int64_t n, const uint16_t *from,
+                                        int64_t from_ld, float *to, int64_t to_ld) {
+    for (int64_t r = 0; r < rows; r++) mw__bf16_widen(n, from + r * from_ld, to + r * to_ld);
+}
+
+MW__CPU_INLINE void mw__bf16_narrow_rows(int64_t rows, int64_t n, const float *from,
+                                         int64_t from_ld, uint16_t *to, int64_t to_ld) {
+    for (int64_t r = 0; r < rows; r++) mw__bf16_narrow(n, from + r * from_ld, to + r * to_ld);
+}
+
 /* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
 typedef double mw__v4d __attribute__((vector_size(32)));
 
