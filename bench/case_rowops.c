@@ -1,9 +1,11 @@
 /* The "rowops" case: the row kernels of Llama-family models (RMS norm, rotary embeddings, SwiGLU)
- * on a CPU device, each beside the copy kernel moving the same bytes (read once, written once),
- * at the llama case's shapes (L4 C256 T256 batch 8: cache-resident) and at 64 MiB (memory-bound).
- * A kernel that reads and writes what a copy does runs at "copy's rate" when its time equals the
- * copy's: the ratio copy / kernel is the fraction of the memory bandwidth (or of the cache's) it
- * reaches. Medians over several runs; the CPU and the instruction level that ran are printed. */
+ * and GPT-2's layer norm, with the norms' gradients as the models run them (dx with the weight's
+ * gradient and a residual's folded in), on a CPU device, each beside the copy kernel moving the
+ * same bytes (read once, written once), at the llama case's shapes (L4 C256 T256 batch 8:
+ * cache-resident) and at 64 MiB (memory-bound). A kernel that reads and writes what a copy does
+ * runs at "copy's rate" when its time equals the copy's: the ratio copy / kernel is the fraction of
+ * the memory bandwidth (or of the cache's) it reaches. Medians over several runs; the CPU and the
+ * instruction level that ran are printed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +36,13 @@ static double time_kernel(mw__device *dev, kernel_fn fn, const void *k, int reps
 static mw_status run_copy(mw__device *d, const void *k) { return d->vt->copy(d, k); }
 static mw_status run_rmsnorm(mw__device *d, const void *k) { return d->vt->rmsnorm(d, k); }
 static mw_status run_rope(mw__device *d, const void *k) { return d->vt->rope(d, k); }
+static mw_status run_layernorm(mw__device *d, const void *k) { return d->vt->layernorm(d, k); }
+static mw_status run_layernorm_dx(mw__device *d, const void *k) {
+    return d->vt->layernorm_dx(d, k);
+}
+static mw_status run_rmsnorm_dx(mw__device *d, const void *k) { return d->vt->rmsnorm_dx(d, k); }
+static mw_status run_unary(mw__device *d, const void *k) { return d->vt->unary(d, k); }
+static mw_status run_unary_grad(mw__device *d, const void *k) { return d->vt->unary_grad(d, k); }
 static mw_status run_swiglu(mw__device *d, const void *k) { return d->vt->swiglu(d, k); }
 
 /* copy of `in` floats to `out` elements of dtype od */
@@ -86,15 +95,18 @@ int mwb_case_rowops(mwb_ctx *ctx) {
         if (glu[i].rows * glu[i].n > floats) floats = glu[i].rows * glu[i].n;
     }
     size_t most = (size_t)floats * sizeof(float);
-    float *x = NULL, *w = NULL, *y = NULL;
+    float *x = NULL, *w = NULL, *y = NULL, *g = NULL, *sums = NULL;
     int rc = 0;
     if (dev.vt->alloc(&dev, most, (void **)&x) || dev.vt->alloc(&dev, most, (void **)&y) ||
-        dev.vt->alloc(&dev, 4096 * sizeof(float), (void **)&w)) {
-        fprintf(stderr, "rowops: out of memory for %zu bytes\n", 2 * most);
+        dev.vt->alloc(&dev, most, (void **)&g) ||
+        dev.vt->alloc(&dev, 4096 * sizeof(float), (void **)&w) ||
+        dev.vt->alloc(&dev, 3 * 4096 * sizeof(float), (void **)&sums)) {
+        fprintf(stderr, "rowops: out of memory for %zu bytes\n", 3 * most);
         rc = 1;
         goto done;
     }
     for (int64_t i = 0; i < floats; i++) x[i] = (float)((i * 7919) % 2003) * 1e-3f - 1.0f;
+    for (int64_t i = 0; i < floats; i++) g[i] = (float)((i * 104729) % 1009) * 1e-3f - 0.5f;
     for (int i = 0; i < 4096; i++) w[i] = 1.0f + (float)(i % 7) * 0.01f;
     memset(y, 0, most);
     printf("row kernels beside a copy of the same bytes, one CPU device (one thread): %s\n",
@@ -151,11 +163,78 @@ int mwb_case_rowops(mwb_ctx *ctx) {
                        t, (double)cnt * (4 + osz), tc);
         }
     }
+    /* The norms' gradients (f32 only): dx reads x, gy and the residual's gradient and writes dx
+     * (16 bytes an element), beside a copy of as many bytes; the layer norm's forward reads x
+     * and writes y. Half of y is the residual gradient (the other half its dx), so the shapes
+     * take at most half of the buffers. */
+    for (int s = 0; s < 2 && rc == 0; s++) {
+        shape h = norm[s];
+        if (2 * h.rows * h.n > floats) h.rows = floats / 2 / h.n;
+        int64_t cnt = h.rows * h.n;
+        mw__k_layernorm kl = {.rows = h.rows,
+                              .n = h.n,
+                              .eps = 1e-5f,
+                              .out_dtype = MW_F32,
+                              .out = y,
+                              .x = x,
+                              .w = w,
+                              .b = w};
+        double t = time_kernel(&dev, run_layernorm, &kl, reps);
+        double tc = copy_time(&dev, x, y, cnt, MW_F32, reps);
+        if (t <= 0 || tc <= 0) rc = 1;
+        if (!rc) report(ctx, "layernorm", &h, MW_F32, (double)cnt * 8, t, (double)cnt * 8, tc);
+        mw__k_layernorm_grad kd = {.rows = h.rows,
+                                   .n = h.n,
+                                   .eps = 1e-5f,
+                                   .out = y + cnt,
+                                   .gy = g,
+                                   .x = x,
+                                   .w = w,
+                                   .dw = sums,
+                                   .db = sums + 4096,
+                                   .addend = y};
+        t = time_kernel(&dev, run_layernorm_dx, &kd, reps);
+        tc = copy_time(&dev, x, y, 2 * cnt, MW_F32, reps);
+        if (t <= 0 || tc <= 0) rc = 1;
+        if (!rc) report(ctx, "ln_dx", &h, MW_F32, (double)cnt * 16, t, (double)cnt * 16, tc);
+        mw__k_rmsnorm_grad kr = {.rows = h.rows,
+                                 .n = h.n,
+                                 .eps = 1e-5f,
+                                 .out = y + cnt,
+                                 .gy = g,
+                                 .x = x,
+                                 .w = w,
+                                 .dw = sums,
+                                 .addend = y};
+        t = time_kernel(&dev, run_rmsnorm_dx, &kr, reps);
+        if (t <= 0) rc = 1;
+        if (!rc) report(ctx, "rms_dx", &h, MW_F32, (double)cnt * 16, t, (double)cnt * 16, tc);
+    }
+    /* GELU (tanh form) over GPT-2's MLP activations (batch 8 x 256 x 1024) and 64 MiB: forward
+     * reads x and writes y; the gradient reads x and gy and writes dx. */
+    shape act[2] = {{"llmc", 8 * 256, 1024}, {large, big / 1024, 1024}};
+    for (int s = 0; s < 2 && rc == 0; s++) {
+        shape h = act[s];
+        if (h.rows * h.n > floats) h.rows = floats / h.n;
+        int64_t cnt = h.rows * h.n;
+        mw__k_unary ku = {.op = MW__UN_GELU, .out_dtype = MW_F32, .count = cnt, .out = y, .a = x};
+        double t = time_kernel(&dev, run_unary, &ku, reps);
+        double tc = copy_time(&dev, x, y, cnt, MW_F32, reps);
+        if (t <= 0 || tc <= 0) rc = 1;
+        if (!rc) report(ctx, "gelu", &h, MW_F32, (double)cnt * 8, t, (double)cnt * 8, tc);
+        mw__k_unary_grad kg = {
+            .op = MW__UN_GELU, .out_dtype = MW_F32, .count = cnt, .out = y, .gy = g, .x = x};
+        t = time_kernel(&dev, run_unary_grad, &kg, reps);
+        if (t <= 0) rc = 1;
+        if (!rc) report(ctx, "gelu_dx", &h, MW_F32, (double)cnt * 12, t, (double)cnt * 8, tc);
+    }
     if (rc) fprintf(stderr, "rowops: a kernel failed: %s\n", mw_last_error());
 done:
     if (x) dev.vt->free(&dev, x);
     if (y) dev.vt->free(&dev, y);
     if (w) dev.vt->free(&dev, w);
+    if (g) dev.vt->free(&dev, g);
+    if (sums) dev.vt->free(&dev, sums);
     dev.vt->shutdown(&dev);
     return rc;
 }

@@ -12,29 +12,44 @@
 #include "devices/cpu/rows.h"
 #include "devices/math.h"
 
-/* Mean and reciprocal standard deviation of one row: two passes, each summed in double over
- * eight interleaved lanes (a fixed order that vectorises). */
+/* Mean and reciprocal standard deviation of one row: two passes, each summed in double in the
+ * wide lanes of simd.h (mw__wide_sum: a fixed order that vectorises, four chains deep). */
 MW__CPU_INLINE void row_stats(const float *restrict x, int64_t n, float eps, float *mean,
                               float *rstd) {
-    double acc[8] = {0};
+    mw__wide_sum s = {0}, q = {0};
+    mw__v16 v, u;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[j + l];
-    for (int l = 0; j < n; j++, l++) acc[l] += x[j];
-    double m = MW__SUM8(acc) / (double)n;
-    double dv[8] = {0};
-    float mf = (float)m;
-    for (j = 0; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) {
-            float d = x[j + l] - mf;
-            dv[l] += (double)(d * d);
-        }
-    for (int l = 0; j < n; j++, l++) {
+    for (; j + 32 <= n; j += 32) {
+        memcpy(&v, x + j, sizeof v);
+        memcpy(&u, x + j + 16, sizeof u);
+        mw__wide_add(&s, 0, v);
+        mw__wide_add(&s, 1, u);
+    }
+    for (; j + 16 <= n; j += 16) {
+        memcpy(&v, x + j, sizeof v);
+        mw__wide_add(&s, 0, v);
+    }
+    for (; j < n; j++) s.tail += x[j];
+    float mf = (float)(mw__wide_total(&s) / (double)n);
+    for (j = 0; j + 32 <= n; j += 32) {
+        memcpy(&v, x + j, sizeof v);
+        memcpy(&u, x + j + 16, sizeof u);
+        v -= mf;
+        u -= mf;
+        mw__wide_add(&q, 0, v * v);
+        mw__wide_add(&q, 1, u * u);
+    }
+    for (; j + 16 <= n; j += 16) {
+        memcpy(&v, x + j, sizeof v);
+        v -= mf;
+        mw__wide_add(&q, 0, v * v);
+    }
+    for (; j < n; j++) {
         float d = x[j] - mf;
-        dv[l] += (double)(d * d);
+        q.tail += (double)(d * d);
     }
     *mean = mf;
-    *rstd = (float)(1.0 / sqrt(MW__SUM8(dv) / (double)n + eps));
+    *rstd = (float)(1.0 / sqrt(mw__wide_total(&q) / (double)n + eps));
 }
 
 mw_status MW__CPU(mw__cpu_layernorm)(mw__device *dev, const mw__k_layernorm *k) {
@@ -86,49 +101,53 @@ mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_g
         row_stats(x, k->n, k->eps, &mean, &rstd);
         /* dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy w */
         const float *restrict w = k->w;
-        mw__v4d m1lo = {0}, m1hi = {0}, m2lo = {0}, m2hi = {0}; /* eight lanes each */
+        mw__wide_sum m1 = {0}, m2 = {0};
         int64_t j = 0;
-        for (; j + 8 <= k->n; j += 8) {
-            mw__v8 d, xh, ww;
-            memcpy(&d, gy + j, sizeof d);
-            memcpy(&ww, w + j, sizeof ww);
-            memcpy(&xh, x + j, sizeof xh);
-            d *= ww;
-            xh = (xh - mean) * rstd;
-            MW__ADD_WIDE(m1lo, m1hi, d);
-            xh *= d;
-            MW__ADD_WIDE(m2lo, m2hi, xh);
+        for (; j + 16 <= k->n; j += 16) { /* two vectors a turn where the row has them */
+            int h = j + 32 <= k->n;
+            for (int e = 0; e <= h; e++) {
+                mw__v16 d, xh, ww;
+                memcpy(&d, gy + j + 16 * e, sizeof d);
+                memcpy(&ww, w + j + 16 * e, sizeof ww);
+                memcpy(&xh, x + j + 16 * e, sizeof xh);
+                d *= ww;
+                xh = (xh - mean) * rstd;
+                if (e) {
+                    mw__wide_add(&m1, 1, d);
+                    mw__wide_add(&m2, 1, xh * d);
+                } else {
+                    mw__wide_add(&m1, 0, d);
+                    mw__wide_add(&m2, 0, xh * d);
+                }
+            }
+            j += 16 * h;
         }
-        double m1[8], m2[8];
-        memcpy(m1, &m1lo, sizeof m1lo);
-        memcpy(m1 + 4, &m1hi, sizeof m1hi);
-        memcpy(m2, &m2lo, sizeof m2lo);
-        memcpy(m2 + 4, &m2hi, sizeof m2hi);
-        for (int l = 0; j < k->n; j++, l++) {
+        for (; j < k->n; j++) {
             float d = gy[j] * w[j], xh = (x[j] - mean) * rstd;
-            m1[l] += (double)d;
-            m2[l] += (double)(d * xh);
+            m1.tail += (double)d;
+            m2.tail += (double)(d * xh);
         }
-        float a = (float)(MW__SUM8(m1) / (double)k->n), c = (float)(MW__SUM8(m2) / (double)k->n);
+        float a = (float)(mw__wide_total(&m1) / (double)k->n),
+              c = (float)(mw__wide_total(&m2) / (double)k->n);
         /* dx, and with dw and db the dw kernel's terms and order, db as a column sum of gy, row
          * after row */
         int64_t i = 0;
-        for (; i + 8 <= k->n; i += 8) {
-            mw__v8 g, xv, ww, y;
+        for (; i + 16 <= k->n; i += 16) {
+            mw__v16 g, xv, ww, y;
             memcpy(&g, gy + i, sizeof g);
             memcpy(&xv, x + i, sizeof xv);
             memcpy(&ww, w + i, sizeof ww);
-            mw__v8 d = g * ww, xh = (xv - mean) * rstd;
+            mw__v16 d = g * ww, xh = (xv - mean) * rstd;
             y = rstd * (d - a - xh * c);
             memcpy(dx + i, &y, sizeof y);
             if (dw) {
-                mw__v8 sw;
+                mw__v16 sw;
                 memcpy(&sw, dw + i, sizeof sw);
                 sw += g * (xv - mean) * rstd;
                 memcpy(dw + i, &sw, sizeof sw);
             }
             if (db) {
-                mw__v8 sb;
+                mw__v16 sb;
                 memcpy(&sb, db + i, sizeof sb);
                 sb += g;
                 memcpy(db + i, &sb, sizeof sb);

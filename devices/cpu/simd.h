@@ -120,6 +120,31 @@ typedef double mw__v4d __attribute__((vector_size(32)));
         (hi) += __builtin_convertvector(__builtin_shufflevector((v), (v), 4, 5, 6, 7), mw__v4d);   \
     } while (0)
 
+/* Sums in double of a row of floats, taken in 32 lanes: four vectors of eight doubles, element j
+ * of the row in lane j mod 32 (the row's last n mod 16 elements in a scalar of their own), so
+ * that four chains of additions overlap and a 16-float vector widens in two instructions at
+ * AVX-512. The lanes are combined in a fixed order (MW__WIDE_TOTAL): the result depends only on
+ * the data and the row length, never on the vector unit. */
+typedef double mw__v8d __attribute__((vector_size(64)));
+typedef struct mw__wide_sum {
+    mw__v8d v[4];
+    double tail;
+} mw__wide_sum;
+
+/* s's lanes [16 h, 16 h + 16) += v (h: 0 or 1), widened to double. Give h as a constant (a loop
+ * unrolled by two vectors): an index that varies would keep the lanes in memory. */
+MW__CPU_INLINE void mw__wide_add(mw__wide_sum *s, int h, mw__v16 v) {
+    s->v[2 * h] +=
+        __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), mw__v8d);
+    s->v[2 * h + 1] += __builtin_convertvector(
+        __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d);
+}
+
+MW__CPU_INLINE double mw__wide_total(const mw__wide_sum *s) {
+    mw__v8d a = (s->v[0] + s->v[2]) + (s->v[1] + s->v[3]);
+    return ((((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])))) + s->tail;
+}
+
 /* The eight lanes of an accumulator combined pairwise, always in the same order. */
 #define MW__SUM8(acc)                                                                              \
     ((((acc)[0] + (acc)[4]) + ((acc)[1] + (acc)[5])) +                                             \
