@@ -101,41 +101,76 @@ MW__CPU_INLINE float mw__row_max(const float *restrict a, int64_t n, float scale
 }
 
 /* sum of a[j] * b[j] over a row, in double (each product is exact there), rounded once: the
- * softmax gradient subtracts it from gy, where a float sum's error would show. */
-MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
-    double acc[8] = {0};
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; l++) acc[l] += (double)a[j + l] * b[j + l];
-    for (int l = 0; j < n; j++, l++) acc[l] += (double)a[j] * b[j];
-    return (float)MW__SUM8(acc);
+ * softmax gradient subtracts it from gy, where a float sum's error would show. The wide lanes of
+ * simd.h (mw__wide_sum), sixteen products a vector. */
+MW__CPU_INLINE void mw__wide_add_prod(mw__wide_sum *s, int h, mw__v16 a, mw__v16 b) {
+    mw__v8d alo = __builtin_convertvector(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
+                                          mw__v8d),
+            ahi = __builtin_convertvector(
+                __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d),
+            blo = __builtin_convertvector(__builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7),
+                                          mw__v8d),
+            bhi = __builtin_convertvector(
+                __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d);
+    s->v[2 * h] += alo * blo;
+    s->v[2 * h + 1] += ahi * bhi;
 }
 
-/* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. */
+MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict b, int64_t n) {
+    mw__wide_sum s = {0};
+    mw__v16 x, y, u, w;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        memcpy(&x, a + j, sizeof x);
+        memcpy(&y, b + j, sizeof y);
+        memcpy(&u, a + j + 16, sizeof u);
+        memcpy(&w, b + j + 16, sizeof w);
+        mw__wide_add_prod(&s, 0, x, y);
+        mw__wide_add_prod(&s, 1, u, w);
+    }
+    for (; j + 16 <= n; j += 16) {
+        memcpy(&x, a + j, sizeof x);
+        memcpy(&y, b + j, sizeof y);
+        mw__wide_add_prod(&s, 0, x, y);
+    }
+    for (; j < n; j++) s.tail += (double)a[j] * b[j];
+    return (float)mw__wide_total(&s);
+}
+
+/* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. Sixteen lanes
+ * a vector (mw__exp16), the exponentials summed in float in sixteen lanes, folded to eight and
+ * combined as MW__SUM8 does. */
 MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
     if (n <= 0) return;
     float mx = mw__row_max(a, n, scale);
-    mw__v8 acc = {0}, v, e;
+    mw__v16 acc = {0}, v, e;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
+    for (; j + 16 <= n; j += 16) {
         memcpy(&v, a + j, sizeof v);
         v = scale * v - mx;
-        mw__exp8(&e, &v);
+        mw__exp16(&e, &v);
         memcpy(y + j, &e, sizeof e);
         acc += e;
     }
     if (j < n) { /* the last n - j elements in lanes 0.., the rest 0: one vector exponential */
         int rem = (int)(n - j);
-        v = (mw__v8){0};
+        v = (mw__v16){0};
         memcpy(&v, a + j, (size_t)rem * sizeof(float));
         v = scale * v - mx;
-        mw__exp8(&e, &v);
-        for (int l = rem; l < 8; l++) e[l] = 0.0f;
+        mw__exp16(&e, &v);
+        for (int l = rem; l < 16; l++) e[l] = 0.0f;
         memcpy(y + j, &e, (size_t)rem * sizeof(float));
         acc += e;
     }
-    float inv = 1.0f / MW__SUM8(acc);
-    for (j = 0; j < n; j++) y[j] *= inv;
+    mw__v8 lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7),
+           hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15), s8 = lo + hi;
+    float inv = 1.0f / MW__SUM8(s8);
+    for (j = 0; j + 16 <= n; j += 16) {
+        memcpy(&v, y + j, sizeof v);
+        v *= inv;
+        memcpy(y + j, &v, sizeof v);
+    }
+    for (; j < n; j++) y[j] *= inv;
 }
 
 /* Rotary embeddings (mw__k_rope's rotation, for rope and for the attention that rotates q and k
