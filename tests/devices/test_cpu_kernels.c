@@ -229,3 +229,113 @@ Test(cpu_kernels, gelu_gradient_with_column_sums_same_bits) {
         free(gy);
     }
 }
+
+Test(cpu_kernels, softmax_rows_of_every_length_match_double) {
+    /* Rows of every length from 1 to 70 (no vector, one, two and the tails between: the vector
+     * loops take 16 and 32 at a time, the tail through masks where the CPU has AVX-512) and 255,
+     * 256: each element within 2e-6 relative of the softmax in double, and nothing written past
+     * the row. */
+    float a[260], y[260];
+    double e[260];
+    for (int64_t n = 1; n <= 256; n = n == 70 ? 255 : n + 1) {
+        rng_fill(a, n, 500 + n);
+        for (int64_t j = 0; j < n; j++) a[j] *= 8.0f;
+        for (int64_t j = n; j < 260; j++) y[j] = -7.0f;
+        const float scale = 0.75f;
+        mw__k_softmax k = {.outer = 1, .s = 1, .k = n, .scale = scale, .out = y, .a = a};
+        cr_assert_eq(mw__cpu_device.softmax(NULL, &k), MW_OK);
+        double mx = -INFINITY, sum = 0.0;
+        for (int64_t j = 0; j < n; j++) mx = fmax(mx, (double)scale * a[j]);
+        for (int64_t j = 0; j < n; j++) sum += e[j] = exp((double)scale * a[j] - mx);
+        for (int64_t j = 0; j < n; j++)
+            cr_assert(fabs(y[j] - e[j] / sum) <= 2e-6 * (e[j] / sum) + 1e-30,
+                      "n %lld, element %lld: %.9g against %.9g", (long long)n, (long long)j, y[j],
+                      e[j] / sum);
+        for (int64_t j = n; j < 260; j++)
+            cr_assert_eq(y[j], -7.0f, "n %lld: past the row", (long long)n);
+    }
+}
+
+Test(cpu_kernels, softmax_rows_with_nonfinite_values) {
+    /* A NaN anywhere in a row (in a whole vector or in the tail) makes every output NaN; a -Inf
+     * entry gets next to nothing (the exponential's input is clamped at -87, where e^x is
+     * 1.6e-38) and the others share the mass. */
+    float a[41], y[41];
+    for (int64_t n = 2; n <= 41; n += 3) /* one -Inf alone would be a row of -Inf: NaN */
+        for (int64_t at = 0; at < n; at += 5) {
+            for (int64_t j = 0; j < n; j++) a[j] = (float)(j % 7) * 0.25f;
+            a[at] = NAN;
+            mw__k_softmax k = {.outer = 1, .s = 1, .k = n, .scale = 1.0f, .out = y, .a = a};
+            cr_assert_eq(mw__cpu_device.softmax(NULL, &k), MW_OK);
+            for (int64_t j = 0; j < n; j++)
+                cr_assert(isnan(y[j]), "n %lld, NaN at %lld: element %lld is %g", (long long)n,
+                          (long long)at, (long long)j, y[j]);
+            for (int64_t j = 0; j < n; j++) a[j] = 2.0f;
+            a[at] = -INFINITY;
+            cr_assert_eq(mw__cpu_device.softmax(NULL, &k), MW_OK);
+            for (int64_t j = 0; j < n; j++) {
+                if (j == at)
+                    cr_assert(y[j] >= 0.0f && y[j] < 1e-37f, "n %lld: -Inf gives %g", (long long)n,
+                              y[j]);
+                else
+                    cr_assert_float_eq(y[j], 1.0f / (float)(n - 1), 1e-6);
+            }
+        }
+}
+
+Test(cpu_kernels, layernorm_rows_of_every_length_match_double) {
+    /* Widths from 1 to 70 and 255, 256, 257 (the double sums take 16 and 32 a turn, the rest
+     * apart), rows offset from their mean so that a one-pass variance would lose digits: y
+     * within 1e-5 of the layer norm in double, and dx within 1e-4 relative to its largest
+     * element, plus what the float mean's rounding (half an ulp of x) and gy w's become through
+     * rstd (at width 1, where dx is 0, that is all there is; at width 2, xh is +-1 and dx is
+     * all cancellation). */
+    enum { ROWS = 3, N = 260 };
+    float x[ROWS * N], gy[ROWS * N], w[N], b[N], y[ROWS * N], dx[ROWS * N];
+    for (int64_t n = 1; n <= 257; n = n == 70 ? 255 : n + 1) {
+        rng_fill(x, ROWS * n, 700 + n);
+        rng_fill(gy, ROWS * n, 800 + n);
+        rng_fill(w, n, 900 + n);
+        rng_fill(b, n, 950 + n);
+        for (int64_t i = 0; i < ROWS * n; i++) x[i] += 3.0f;
+        mw__k_layernorm f = {.rows = ROWS,
+                             .n = n,
+                             .eps = 1e-5f,
+                             .out_dtype = MW_F32,
+                             .out = y,
+                             .x = x,
+                             .w = w,
+                             .b = b};
+        cr_assert_eq(mw__cpu_device.layernorm(NULL, &f), MW_OK);
+        mw__k_layernorm_grad d = {
+            .rows = ROWS, .n = n, .eps = 1e-5f, .out = dx, .gy = gy, .x = x, .w = w};
+        cr_assert_eq(mw__cpu_device.layernorm_dx(NULL, &d), MW_OK);
+        for (int64_t r = 0; r < ROWS; r++) {
+            const float *xr = x + r * n, *gr = gy + r * n;
+            double mean = 0.0, var = 0.0, m1 = 0.0, m2 = 0.0, big = 0.0, dmax = 0.0, want[N];
+            for (int64_t j = 0; j < n; j++) mean += xr[j];
+            mean /= (double)n;
+            for (int64_t j = 0; j < n; j++) var += (xr[j] - mean) * (xr[j] - mean);
+            double rstd = 1.0 / sqrt(var / (double)n + 1e-5);
+            for (int64_t j = 0; j < n; j++) {
+                double xh = (xr[j] - mean) * rstd, dh = (double)gr[j] * w[j];
+                cr_assert(fabs(y[r * n + j] - (xh * w[j] + b[j])) <= 1e-5 * (1.0 + fabs(xh)),
+                          "n %lld row %lld element %lld: y %.9g against %.9g", (long long)n,
+                          (long long)r, (long long)j, y[r * n + j], xh * w[j] + b[j]);
+                m1 += dh;
+                m2 += dh * xh;
+                dmax = fmax(dmax, fabs(dh));
+            }
+            for (int64_t j = 0; j < n; j++) {
+                double xh = (xr[j] - mean) * rstd;
+                want[j] = rstd * ((double)gr[j] * w[j] - m1 / (double)n - xh * m2 / (double)n);
+                big = fmax(big, fabs(want[j]));
+            }
+            for (int64_t j = 0; j < n; j++)
+                cr_assert(fabs(dx[r * n + j] - want[j]) <=
+                              1e-4 * big + 1e-6 * rstd * dmax * (1.0 + rstd),
+                          "n %lld row %lld element %lld: dx %.9g against %.9g", (long long)n,
+                          (long long)r, (long long)j, dx[r * n + j], want[j]);
+        }
+    }
+}
