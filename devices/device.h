@@ -288,8 +288,9 @@ typedef struct mw__k_sumsq {
 } mw__k_sumsq;
 
 /* AdamW on one parameter: g' = grad_scale * g; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
- * p -= lr * (m / bias1 / (sqrt(v / bias2) + eps) + weight_decay * p), where bias1 = 1 - b1^t and
- * bias2 = 1 - b2^t (the decoupled weight decay of AdamW). */
+ * p -= lr * (m (1 / bias1) / (sqrt(v (1 / bias2)) + eps) + weight_decay * p), where bias1 = 1 -
+ * b1^t and bias2 = 1 - b2^t (the decoupled weight decay of AdamW; each correction a multiplication
+ * by its reciprocal, rounded: mw__adamw_update). */
 typedef struct mw__k_adamw {
     int64_t count;
     float lr, beta1, beta2, eps, weight_decay, bias1, bias2, grad_scale;
