@@ -148,6 +148,44 @@ MW__CPU_INLINE void micro2(const prod *x, int R, int64_t r, int64_t l, int64_t p
 }
 #endif
 
+/* The micro tiles of rows [r, end) of column tile l (nc columns; two: with the tile l + TILE_N,
+ * full ones both), each summing the depth [r0 + lo, r0 + R + hi) clamped to [0, kn). */
+MW__CPU_INLINE void row_tiles(const prod *x, int64_t r, int64_t end, int64_t l, int nc, int two,
+                              int64_t kn, int64_t lo, int64_t hi) {
+    (void)two;
+    while (r < end) {
+        int R = end - r >= TILE_M ? TILE_M : (int)(end - r);
+        int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
+#ifdef __AVX512F__
+        if ((p1 > p0 || !x->add) && two) switch (R) {
+            case 8: micro2(x, 8, r, l, p0, p1); break;
+            case 7: micro2(x, 7, r, l, p0, p1); break;
+            case 6: micro2(x, 6, r, l, p0, p1); break;
+            case 5: micro2(x, 5, r, l, p0, p1); break;
+            case 4: micro2(x, 4, r, l, p0, p1); break;
+            case 3: micro2(x, 3, r, l, p0, p1); break;
+            case 2: micro2(x, 2, r, l, p0, p1); break;
+            default: micro2(x, 1, r, l, p0, p1); break;
+            }
+        else
+#endif
+            if (p1 > p0 || !x->add)
+            switch (R) {
+#if TILE_M > 6
+            case 8: micro(x, 8, r, l, nc, p0, p1); break;
+            case 7: micro(x, 7, r, l, nc, p0, p1); break;
+#endif
+            case 6: micro(x, 6, r, l, nc, p0, p1); break;
+            case 5: micro(x, 5, r, l, nc, p0, p1); break;
+            case 4: micro(x, 4, r, l, nc, p0, p1); break;
+            case 3: micro(x, 3, r, l, nc, p0, p1); break;
+            case 2: micro(x, 2, r, l, nc, p0, p1); break;
+            default: micro(x, 1, r, l, nc, p0, p1); break;
+            }
+        r += R;
+    }
+}
+
 /* C (m x n) = alpha op A B (add: +=). Row r of a micro tile starting at r0 sums the depth
  * [r0 + lo, end + hi) clamped to [0, kn), and column tile l is computed from row l - cols on:
  * the causal products pass the diagonal's offset there (and +-ALL for no limit), so they
@@ -157,44 +195,17 @@ static void product(const prod *x, int64_t m, int64_t n, int64_t kn, int64_t lo,
                     int64_t cols) {
     int64_t l = 0;
 #ifdef __AVX512F__
-    /* two column tiles at once: 16 accumulators, each A element read once for both; the second
-     * tile's rows start with the first's (rows before its own start are past the diagonal) */
-    for (; l + 2 * TILE_N <= n; l += 2 * TILE_N)
-        for (int64_t r = clamp(l - cols, 0, m); r < m;) {
-            int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
-            int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
-            if (p1 > p0 || !x->add) switch (R) {
-                case 8: micro2(x, 8, r, l, p0, p1); break;
-                case 7: micro2(x, 7, r, l, p0, p1); break;
-                case 6: micro2(x, 6, r, l, p0, p1); break;
-                case 5: micro2(x, 5, r, l, p0, p1); break;
-                case 4: micro2(x, 4, r, l, p0, p1); break;
-                case 3: micro2(x, 3, r, l, p0, p1); break;
-                case 2: micro2(x, 2, r, l, p0, p1); break;
-                default: micro2(x, 1, r, l, p0, p1); break;
-                }
-            r += R;
-        }
+    /* two column tiles at once: 16 accumulators, each A element read once for both; the rows
+     * before the second tile's start take the first tile alone (the diagonal crosses it there) */
+    for (; l + 2 * TILE_N <= n; l += 2 * TILE_N) {
+        int64_t r = clamp(l - cols, 0, m), both = clamp(l + TILE_N - cols, 0, m);
+        row_tiles(x, r, both, l, TILE_N, 0, kn, lo, hi);
+        row_tiles(x, both, m, l, TILE_N, 1, kn, lo, hi);
+    }
 #endif
     for (; l < n; l += TILE_N) {
         int nc = n - l < TILE_N ? (int)(n - l) : TILE_N;
-        for (int64_t r = clamp(l - cols, 0, m); r < m;) {
-            int R = m - r >= TILE_M ? TILE_M : (int)(m - r);
-            int64_t p0 = clamp(r + lo, 0, kn), p1 = clamp(r + R + hi, p0, kn);
-            if (p1 > p0 || !x->add) switch (R) {
-#if TILE_M > 6
-                case 8: micro(x, 8, r, l, nc, p0, p1); break;
-                case 7: micro(x, 7, r, l, nc, p0, p1); break;
-#endif
-                case 6: micro(x, 6, r, l, nc, p0, p1); break;
-                case 5: micro(x, 5, r, l, nc, p0, p1); break;
-                case 4: micro(x, 4, r, l, nc, p0, p1); break;
-                case 3: micro(x, 3, r, l, nc, p0, p1); break;
-                case 2: micro(x, 2, r, l, nc, p0, p1); break;
-                default: micro(x, 1, r, l, nc, p0, p1); break;
-                }
-            r += R;
-        }
+        row_tiles(x, clamp(l - cols, 0, m), m, l, nc, 0, kn, lo, hi);
     }
 }
 
