@@ -299,6 +299,19 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
                cols[c].name, gf, cols[c].bf16 ? "bf16" : "f32", 100.0 * med);
         for (int r = 0; r < rounds; r++) printf(" %.0f", 100.0 * share[r]);
         printf(")\n");
+        /* On a shared machine a round's step and the rate taken before it can meet different
+         * neighbours (single rounds above 100 % were seen): the fastest step against the fastest
+         * rate, each what the machine gives when nothing else runs, bounds the share more
+         * steadily. */
+        double best_ms = cols[c].ms[0], best_rate = rate[0];
+        for (int r = 1; r < rounds; r++) {
+            if (cols[c].ms[r] < best_ms) best_ms = cols[c].ms[r];
+            if (rate[r] > best_rate) best_rate = rate[r];
+        }
+        double best = best_rate > 0 ? tokens / (best_ms * 1e-3) * fpt * 1e-9 / best_rate : 0.0;
+        printf("%s: its fastest round (%.1f ms/step) against the fastest %s GEMM rate (%.1f "
+               "GFLOP/s): %.0f%%\n",
+               cols[c].name, best_ms, cols[c].bf16 ? "bf16" : "f32", best_rate, 100.0 * best);
         mwb_record rec = {0};
         mwb_record_str(&rec, "case", name_of_case);
         mwb_record_str(&rec, "devices", cols[c].devices);
@@ -307,6 +320,16 @@ static int llmc_like(mwb_ctx *ctx, const char *name_of_case, const llama_config 
         mwb_record_num(&rec, "rounds", rounds);
         mwb_record_num(&rec, "ratio", med);
         ctx->emit(ctx, &rec);
+        mwb_record best_rec = {0};
+        mwb_record_str(&best_rec, "case", name_of_case);
+        mwb_record_str(&best_rec, "devices", cols[c].devices);
+        mwb_record_str(&best_rec, "mode", "share of the GEMM rate, fastest against fastest");
+        mwb_record_str(&best_rec, "precision", cols[c].bf16 ? "bf16" : "fp32");
+        mwb_record_num(&best_rec, "rounds", rounds);
+        mwb_record_num(&best_rec, "ms_per_step", best_ms);
+        mwb_record_num(&best_rec, "gemm_1core_gflops", best_rate);
+        mwb_record_num(&best_rec, "ratio", best);
+        ctx->emit(ctx, &best_rec);
     }
     return failed;
 }
