@@ -1,8 +1,8 @@
 /* Internal: row helpers shared by the CPU kernels. Always inlined (MW__CPU_INLINE), so each kernel
  * compiled for several vector units (simd.h) gets them compiled for the same unit (a copy kept
- * out of line would be the baseline one: slower, and without FMA). Every sum is taken over eight
- * interleaved lanes combined in a fixed order, so results depend only on the data and the row
- * length. */
+ * out of line would be the baseline one: slower, and without FMA). Every sum is taken over
+ * interleaved lanes (eight, sixteen, or simd.h's 32 wide ones in double) combined in a fixed
+ * order, so results depend only on the data and the row length. */
 #ifndef MW__CPU_ROWS_H
 #define MW__CPU_ROWS_H
 

@@ -109,21 +109,10 @@ MW__CPU_INLINE void mw__bf16_narrow_rows(int64_t rows, int64_t n, const float *f
     for (int64_t r = 0; r < rows; r++) mw__bf16_narrow(n, from + r * from_ld, to + r * to_ld);
 }
 
-/* Four doubles: eight float lanes summed in double are two of them, lanes 0-3 and 4-7. */
-typedef double mw__v4d __attribute__((vector_size(32)));
-
-/* lo += v[0..3], hi += v[4..7], widened to double: the eight-lane double sums in vector code (the
- * auto-vectoriser leaves some of them scalar). */
-#define MW__ADD_WIDE(lo, hi, v)                                                                    \
-    do {                                                                                           \
-        (lo) += __builtin_convertvector(__builtin_shufflevector((v), (v), 0, 1, 2, 3), mw__v4d);   \
-        (hi) += __builtin_convertvector(__builtin_shufflevector((v), (v), 4, 5, 6, 7), mw__v4d);   \
-    } while (0)
-
 /* Sums in double of a row of floats, taken in 32 lanes: four vectors of eight doubles, element j
  * of the row in lane j mod 32 (the row's last n mod 16 elements in a scalar of their own), so
  * that four chains of additions overlap and a 16-float vector widens in two instructions at
- * AVX-512. The lanes are combined in a fixed order (MW__WIDE_TOTAL): the result depends only on
+ * AVX-512. The lanes are combined in a fixed order (mw__wide_total): the result depends only on
  * the data and the row length, never on the vector unit. */
 typedef double mw__v8d __attribute__((vector_size(64)));
 typedef struct mw__wide_sum {
