@@ -108,14 +108,9 @@ MW__CPU_INLINE float mw__row_max(const float *restrict a, int64_t n, float scale
  * softmax gradient subtracts it from gy, where a float sum's error would show. The wide lanes of
  * simd.h (mw__wide_sum), sixteen products a vector. */
 MW__CPU_INLINE void mw__wide_add_prod(mw__wide_sum *s, int h, mw__v16 a, mw__v16 b) {
-    mw__v8d alo = __builtin_convertvector(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7),
-                                          mw__v8d),
-            ahi = __builtin_convertvector(
-                __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d),
-            blo = __builtin_convertvector(__builtin_shufflevector(b, b, 0, 1, 2, 3, 4, 5, 6, 7),
-                                          mw__v8d),
-            bhi = __builtin_convertvector(
-                __builtin_shufflevector(b, b, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d);
+    mw__v8d alo, ahi, blo, bhi;
+    mw__widen16(a, &alo, &ahi);
+    mw__widen16(b, &blo, &bhi);
     s->v[2 * h] += alo * blo;
     s->v[2 * h + 1] += ahi * bhi;
 }
@@ -141,16 +136,34 @@ MW__CPU_INLINE float mw__row_dot(const float *restrict a, const float *restrict 
     return (float)mw__wide_total(&s);
 }
 
-/* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. Sixteen lanes
- * a vector (mw__exp16), the exponentials summed in float in sixteen lanes (the row's last
- * n mod 16 elements in lanes 0..), folded to eight and combined as MW__SUM8 does. At AVX-512 the
- * row's tail is read and written through masks (a copy of a variable size would be a call to
- * memcpy, twice a row: at attention's rows, a tenth of the softmax's time), the same values. */
+/* A row's last rem (0 < rem < 16) floats: read into lanes 0.. of a vector (zeros after them), and
+ * lanes 0.. of v written there. At AVX-512 through masks; elsewhere a copy, whose size varies
+ * (a call to memcpy: at attention's rows, where a row is 1 to 256 long, these calls and a
+ * scalar tail of the maximum were about 40 % of the softmax). */
 #ifdef __AVX512F__
-MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
-    if (n <= 0) return;
-    /* the maximum, in two chains; a NaN in the row need not reach it: its exponential is NaN,
-     * and through the sum so is every output */
+MW__CPU_INLINE __mmask16 mw__part_mask16(int64_t rem) { return (__mmask16)((1u << rem) - 1u); }
+#endif
+MW__CPU_INLINE void mw__load_part16(mw__v16 *v, const float *src, int64_t rem) {
+#ifdef __AVX512F__
+    *v = (mw__v16)_mm512_maskz_loadu_ps(mw__part_mask16(rem), src);
+#else
+    *v = (mw__v16){0};
+    memcpy(v, src, (size_t)rem * sizeof(float));
+#endif
+}
+MW__CPU_INLINE void mw__store_part16(float *dst, const mw__v16 *v, int64_t rem) {
+#ifdef __AVX512F__
+    _mm512_mask_storeu_ps(dst, mw__part_mask16(rem), (__m512)*v);
+#else
+    memcpy(dst, v, (size_t)rem * sizeof(float));
+#endif
+}
+
+/* The maximum of scale * a over a row, for the softmax. At AVX-512 by vector max in two chains,
+ * the tail through a mask; a NaN in the row need not reach it there: its exponential is NaN, and
+ * through the sum so is every output (elsewhere mw__row_max, where a NaN makes it NaN). */
+MW__CPU_INLINE float softmax_max(const float *a, int64_t n, float scale) {
+#ifdef __AVX512F__
     __m512 mv = _mm512_set1_ps(-INFINITY), mv2 = mv, sv = _mm512_set1_ps(scale);
     int64_t j = 0;
     for (; j + 32 <= n; j += 32) {
@@ -159,39 +172,24 @@ MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float s
     }
     mv = _mm512_max_ps(mv, mv2);
     for (; j + 16 <= n; j += 16) mv = _mm512_max_ps(mv, _mm512_mul_ps(sv, _mm512_loadu_ps(a + j)));
-    __mmask16 tail = (__mmask16)((1u << (n - j)) - 1u);
-    if (j < n)
-        mv =
-            _mm512_mask_max_ps(mv, tail, mv, _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(tail, a + j)));
-    float mx = _mm512_reduce_max_ps(mv);
-    mw__v16 acc = {0}, x, e;
-    for (j = 0; j + 16 <= n; j += 16) {
-        memcpy(&x, a + j, sizeof x);
-        x = scale * x - mx;
-        mw__exp16(&e, &x);
-        memcpy(y + j, &e, sizeof e);
-        acc += e;
-    }
     if (j < n) {
-        x = (mw__v16)_mm512_maskz_loadu_ps(tail, a + j);
-        x = scale * x - mx;
-        mw__exp16(&e, &x);
-        e = (mw__v16)_mm512_maskz_mov_ps(tail, (__m512)e);
-        _mm512_mask_storeu_ps(y + j, tail, (__m512)e);
-        acc += e;
+        mw__v16 t;
+        mw__load_part16(&t, a + j, n - j);
+        mv = _mm512_mask_max_ps(mv, mw__part_mask16(n - j), mv, _mm512_mul_ps(sv, (__m512)t));
     }
-    mw__v8 lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7),
-           hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15), s8 = lo + hi;
-    __m512 inv = _mm512_set1_ps(1.0f / MW__SUM8(s8));
-    for (j = 0; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(y + j, _mm512_mul_ps(_mm512_loadu_ps(y + j), inv));
-    if (j < n)
-        _mm512_mask_storeu_ps(y + j, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, y + j), inv));
-}
+    return _mm512_reduce_max_ps(mv);
 #else
+    return mw__row_max(a, n, scale);
+#endif
+}
+
+/* y[j] = softmax(scale * a)[j] for j < n (y may be a). An empty row is left alone. Sixteen lanes
+ * a vector (mw__exp16), the exponentials summed in float in sixteen lanes (the row's last
+ * n mod 16 elements in lanes 0.., the other lanes 0), folded to eight and combined as MW__SUM8
+ * does. */
 MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float scale) {
     if (n <= 0) return;
-    float mx = mw__row_max(a, n, scale);
+    float mx = softmax_max(a, n, scale);
     mw__v16 acc = {0}, v, e;
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
@@ -201,22 +199,29 @@ MW__CPU_INLINE void mw__row_softmax(const float *a, float *y, int64_t n, float s
         memcpy(y + j, &e, sizeof e);
         acc += e;
     }
-    if (j < n) { /* the last n - j elements in lanes 0.., the rest 0: one vector exponential */
-        int rem = (int)(n - j);
-        v = (mw__v16){0};
-        memcpy(&v, a + j, (size_t)rem * sizeof(float));
+    if (j < n) { /* one vector exponential, its lanes past the row set to 0 */
+        const mw__v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        mw__load_part16(&v, a + j, n - j);
         v = scale * v - mx;
         mw__exp16(&e, &v);
-        for (int l = rem; l < 16; l++) e[l] = 0.0f;
-        memcpy(y + j, &e, (size_t)rem * sizeof(float));
+        e = (mw__v16)((mw__v16i)e & (lane < (int)(n - j)));
+        mw__store_part16(y + j, &e, n - j);
         acc += e;
     }
     mw__v8 lo = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7),
            hi = __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15), s8 = lo + hi;
     float inv = 1.0f / MW__SUM8(s8);
-    for (j = 0; j < n; j++) y[j] *= inv;
+    for (j = 0; j + 16 <= n; j += 16) {
+        memcpy(&v, y + j, sizeof v);
+        v *= inv;
+        memcpy(y + j, &v, sizeof v);
+    }
+    if (j < n) {
+        mw__load_part16(&v, y + j, n - j);
+        v *= inv;
+        mw__store_part16(y + j, &v, n - j);
+    }
 }
-#endif
 
 /* Rotary embeddings (mw__k_rope's rotation, for rope and for the attention that rotates q and k
  * as it reads them): cos and sin of position p times each frequency, as transformers makes them:

@@ -120,13 +120,20 @@ typedef struct mw__wide_sum {
     double tail;
 } mw__wide_sum;
 
+/* v's lanes 0-7 and 8-15, widened to double (exactly). */
+MW__CPU_INLINE void mw__widen16(mw__v16 v, mw__v8d *lo, mw__v8d *hi) {
+    *lo = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), mw__v8d);
+    *hi = __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15),
+                                  mw__v8d);
+}
+
 /* s's lanes [16 h, 16 h + 16) += v (h: 0 or 1), widened to double. Give h as a constant (a loop
  * unrolled by two vectors): an index that varies would keep the lanes in memory. */
 MW__CPU_INLINE void mw__wide_add(mw__wide_sum *s, int h, mw__v16 v) {
-    s->v[2 * h] +=
-        __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), mw__v8d);
-    s->v[2 * h + 1] += __builtin_convertvector(
-        __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), mw__v8d);
+    mw__v8d lo, hi;
+    mw__widen16(v, &lo, &hi);
+    s->v[2 * h] += lo;
+    s->v[2 * h + 1] += hi;
 }
 
 MW__CPU_INLINE double mw__wide_total(const mw__wide_sum *s) {
