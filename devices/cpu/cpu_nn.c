@@ -90,6 +90,17 @@ static void add_addend(float *restrict dx, const float *restrict addend, int64_t
     for (int64_t j = 0; j < n; j++) dx[j] = addend[j] + dx[j];
 }
 
+/* Sixteen elements' terms of layer norm's gradient sums: d = gy w and d xhat. */
+MW__CPU_INLINE void dx_terms(const float *gy, const float *w, const float *x, float mean,
+                             float rstd, mw__v16 *d, mw__v16 *dx_hat) {
+    mw__v16 g, ww, xh;
+    memcpy(&g, gy, sizeof g);
+    memcpy(&ww, w, sizeof ww);
+    memcpy(&xh, x, sizeof xh);
+    *d = g * ww;
+    *dx_hat = (xh - mean) * rstd * *d;
+}
+
 mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_grad *k) {
     (void)dev;
     float *restrict dw = k->dw, *restrict db = k->db;
@@ -102,30 +113,25 @@ mw_status MW__CPU(mw__cpu_layernorm_dx)(mw__device *dev, const mw__k_layernorm_g
         /* dx = rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gy w */
         const float *restrict w = k->w;
         mw__wide_sum m1 = {0}, m2 = {0};
+        mw__v16 d, dx_hat, e, ex_hat;
         int64_t j = 0;
-        for (; j + 16 <= k->n; j += 16) { /* two vectors a turn where the row has them */
-            int h = j + 32 <= k->n;
-            for (int e = 0; e <= h; e++) {
-                mw__v16 d, xh, ww;
-                memcpy(&d, gy + j + 16 * e, sizeof d);
-                memcpy(&ww, w + j + 16 * e, sizeof ww);
-                memcpy(&xh, x + j + 16 * e, sizeof xh);
-                d *= ww;
-                xh = (xh - mean) * rstd;
-                if (e) {
-                    mw__wide_add(&m1, 1, d);
-                    mw__wide_add(&m2, 1, xh * d);
-                } else {
-                    mw__wide_add(&m1, 0, d);
-                    mw__wide_add(&m2, 0, xh * d);
-                }
-            }
-            j += 16 * h;
+        for (; j + 32 <= k->n; j += 32) {
+            dx_terms(gy + j, w + j, x + j, mean, rstd, &d, &dx_hat);
+            dx_terms(gy + j + 16, w + j + 16, x + j + 16, mean, rstd, &e, &ex_hat);
+            mw__wide_add(&m1, 0, d);
+            mw__wide_add(&m2, 0, dx_hat);
+            mw__wide_add(&m1, 1, e);
+            mw__wide_add(&m2, 1, ex_hat);
+        }
+        for (; j + 16 <= k->n; j += 16) {
+            dx_terms(gy + j, w + j, x + j, mean, rstd, &d, &dx_hat);
+            mw__wide_add(&m1, 0, d);
+            mw__wide_add(&m2, 0, dx_hat);
         }
         for (; j < k->n; j++) {
-            float d = gy[j] * w[j], xh = (x[j] - mean) * rstd;
-            m1.tail += (double)d;
-            m2.tail += (double)(d * xh);
+            float dj = gy[j] * w[j], xh = (x[j] - mean) * rstd;
+            m1.tail += (double)dj;
+            m2.tail += (double)(xh * dj);
         }
         float a = (float)(mw__wide_total(&m1) / (double)k->n),
               c = (float)(mw__wide_total(&m2) / (double)k->n);
